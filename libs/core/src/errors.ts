@@ -1,0 +1,83 @@
+/**
+ * Weir's one error type. Expected outcomes (a rejection by a limiter, an unknown alias) are
+ * returned as discriminated unions where a caller must branch; faults and request errors that
+ * end a request are thrown as `WeirError`. Every boundary (HTTP, gRPC, NATS) maps `code`
+ * through one exhaustive table, so adding a code is a compile error until every table has it.
+ */
+
+/** The closed set of error codes. The HTTP mapping lives in `@weir/gateway` (`http-errors.ts`). */
+export const WEIR_ERROR_CODES = [
+  'invalid_request',
+  'invalid_json',
+  'payload_too_large',
+  'unsupported_media_type',
+  'authentication_failed',
+  'permission_denied',
+  'model_not_found',
+  'not_found',
+  'conflict',
+  'context_length_exceeded',
+  'output_limit_exceeded',
+  'rate_limited',
+  'concurrency_limited',
+  'budget_exhausted',
+  'queue_full',
+  'deadline_unmeetable',
+  'deadline_exceeded',
+  'upstream_error',
+  'upstream_timeout',
+  'upstream_unavailable',
+  'upstream_bad_request',
+  'engine_unavailable',
+  'shutting_down',
+  'internal',
+] as const;
+
+/** One of {@link WEIR_ERROR_CODES}. */
+export type WeirErrorCode = (typeof WEIR_ERROR_CODES)[number];
+
+/** Options for {@link WeirError}. */
+export interface WeirErrorOptions {
+  /** Whether the same request may succeed if retried later. Default: false. */
+  retryable?: boolean;
+  /** The request field at fault, in the client's naming (for OpenAI's `param`). */
+  param?: string;
+  /** A hint for `Retry-After` (ms). */
+  retryAfterMs?: number;
+  /** The underlying fault; logged, never sent on the wire. */
+  cause?: unknown;
+}
+
+/**
+ * A Weir error: `code` from a closed set, a public `message` safe to send to the client (it
+ * never contains prompt text or secrets), and a `cause` kept for logs only.
+ */
+export class WeirError extends Error {
+  readonly code: WeirErrorCode;
+  readonly retryable: boolean;
+  readonly param?: string;
+  readonly retryAfterMs?: number;
+
+  constructor(code: WeirErrorCode, message: string, options: WeirErrorOptions = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.name = 'WeirError';
+    this.code = code;
+    this.retryable = options.retryable ?? false;
+    this.param = options.param;
+    this.retryAfterMs = options.retryAfterMs;
+  }
+}
+
+/** True when `value` is a {@link WeirError}. */
+export function isWeirError(value: unknown): value is WeirError {
+  return value instanceof WeirError;
+}
+
+/**
+ * Wraps any thrown value as a {@link WeirError}: a WeirError passes through, anything else
+ * becomes `internal` with a generic public message and the original as `cause`.
+ */
+export function toWeirError(value: unknown): WeirError {
+  if (value instanceof WeirError) return value;
+  return new WeirError('internal', 'internal error', { cause: value });
+}

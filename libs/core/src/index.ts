@@ -1,0 +1,5 @@
+export * from './errors';
+export * from './generation';
+export * from './platform-config';
+export * from './ports';
+export * from './ids';

@@ -1,0 +1,128 @@
+/**
+ * The validated platform configuration, as every service sees it after `@weir/config` has
+ * parsed the file (snake_case on disk, camelCase here). Immutable once loaded: services
+ * never re-parse it per request.
+ */
+
+/** USD per million tokens. */
+export interface RevisionPricing {
+  inputPerMTok: number;
+  outputPerMTok: number;
+  /** Price of cached input tokens; defaults to `inputPerMTok`. */
+  cachedInputPerMTok: number;
+}
+
+/** The llama.cpp engine on a local GGUF file (node-llama-cpp). */
+export interface LlamaCppEngineSpec {
+  kind: 'llamacpp';
+  /** Absolute path of the GGUF file, resolved at load (WEIR_MODEL_PATH overrides the default model's). */
+  modelPath?: string;
+  /** Expected sha256 (hex) of the GGUF file; checked after a download. */
+  modelSha256?: string;
+  /** Public download URL, used when `modelPath` does not exist and downloads are allowed. */
+  modelUrl?: string;
+  /** CPU threads for decode; default 1 (on 2 cores more threads are far slower). */
+  threads: number;
+  /** Parallel sequences in the one context (continuous batching); default 4. */
+  sequences: number;
+  /** Context tokens per sequence; default the revision's context window. */
+  contextSize: number;
+  /** Test-only: sleep this long (ms) after each token, to make a slow producer. Default 0. */
+  testTokenDelayMs: number;
+}
+
+/** An OpenAI-compatible HTTP upstream (vLLM, TGI, llama.cpp server, Ollama, OpenAI). */
+export interface OpenAICompatibleEngineSpec {
+  kind: 'openai-compatible';
+  /** Base URL including `/v1`, e.g. `http://127.0.0.1:8000/v1`. */
+  baseUrl: string;
+  /** The model name the upstream expects. */
+  upstreamModel: string;
+  /** Name of the environment variable holding the upstream API key (never the key itself). */
+  apiKeyEnv?: string;
+  /** Which chat/completion endpoint to call; default `chat`. */
+  api: 'chat' | 'completions';
+  /** Cut the call when no first byte/token arrives within this (ms). Default 30,000. */
+  firstTokenTimeoutMs: number;
+  /** Cut the call when the stream is silent this long between events (ms). Default 30,000. */
+  idleTimeoutMs: number;
+  /** Parallel requests this upstream accepts from one Weir replica. Default 16. */
+  maxConcurrency: number;
+}
+
+/** Engine specs: a closed set, switched over exhaustively. */
+export type EngineSpec = LlamaCppEngineSpec | OpenAICompatibleEngineSpec;
+
+/** An immutable model revision. */
+export interface RevisionSpec {
+  /** Globally unique revision id, e.g. `stories260k@1`. */
+  id: string;
+  /** The model family this revision belongs to. */
+  model: string;
+  engine: EngineSpec;
+  /** Maximum prompt + output tokens. */
+  contextWindow: number;
+  /** Largest `max_output_tokens` a request may ask for. */
+  maxOutputTokens: number;
+  /** Output limit when a request names none (OpenAI's `/v1/completions` uses 16 instead). */
+  defaultOutputTokens: number;
+  pricing: RevisionPricing;
+}
+
+/** A weighted arm of an alias (the canary weight). */
+export interface AliasTarget {
+  revision: string;
+  /** Relative weight ≥ 0. */
+  weight: number;
+}
+
+/** A model alias: the name clients send as `model` / `model_alias`. */
+export interface AliasSpec {
+  name: string;
+  targets: AliasTarget[];
+  description?: string;
+}
+
+/** An app of a tenant; API keys belong to an app. */
+export interface AppSpec {
+  id: string;
+  name: string;
+}
+
+/** Per-tenant limits (issue 2 enforces concurrency; budgets arrive with admission). */
+export interface TenantLimits {
+  /** Concurrent in-flight generations; default 64. */
+  maxConcurrent: number;
+}
+
+/** A tenant (a product team). */
+export interface TenantSpec {
+  id: string;
+  name: string;
+  apps: AppSpec[];
+  /** Alias names this tenant may use; `['*']` means all. */
+  allowedAliases: string[];
+  /** Default deadline when a request gives none (ms). Default 120,000. */
+  defaultDeadlineMs: number;
+  limits: TenantLimits;
+}
+
+/** Process-wide defaults. */
+export interface PlatformDefaults {
+  /** Grace period after a client disconnect before the engine is stopped (ms). Default 250, max 1,000. */
+  cancelGraceMs: number;
+  /** Largest accepted request body (bytes). Default 1 MiB. */
+  maxBodyBytes: number;
+  /** Heartbeat comment interval on idle SSE streams (ms). Default 15,000. */
+  sseHeartbeatMs: number;
+  /** Longest a request may wait in the scheduler's queue before `queue_full` (entries per replica). Default 256. */
+  maxQueuePerReplica: number;
+}
+
+/** The whole validated configuration. */
+export interface PlatformConfig {
+  revisions: RevisionSpec[];
+  aliases: AliasSpec[];
+  tenants: TenantSpec[];
+  defaults: PlatformDefaults;
+}

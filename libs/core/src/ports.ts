@@ -1,0 +1,110 @@
+/**
+ * Port interfaces: the seams where adapters (in-process, Postgres, gRPC, NATS, HTTP) plug in.
+ * Domain libraries depend on these, never on a transport or a driver.
+ */
+import type { EngineEvent, EngineRequest, FinishReason } from './generation';
+
+/** The identity an API key resolves to. Tenant and app come only from here, never a body. */
+export interface ApiKeyIdentity {
+  keyId: string;
+  /** Public prefix of the key (`wk_<prefix>_…`), safe to log and display. */
+  prefix: string;
+  tenantId: string;
+  appId: string;
+}
+
+/** Looks up API keys by their SHA-256 hash (hex). */
+export interface ApiKeyStore {
+  /** Resolves the identity for a key hash, or undefined when the key is unknown or revoked. */
+  findByHash(sha256Hex: string): Promise<ApiKeyIdentity | undefined>;
+}
+
+/** Capacity an engine replica declares to the scheduler. */
+export interface EngineCapacity {
+  /** Concurrent sequences it decodes together. */
+  slots: number;
+  /** Context tokens per sequence (prompt + output). */
+  contextTokens: number;
+}
+
+/**
+ * An engine adapter: one model replica or upstream. Adapters own the wire protocol; the
+ * relay owns timing, deadlines, cancellation grace and metering.
+ */
+export interface EngineAdapter {
+  /** The engine kind, for metrics (`gen_ai.provider.name`). */
+  readonly kind: string;
+  readonly capacity: EngineCapacity;
+  /**
+   * Counts the prompt tokens of an input with the revision's own tokenizer, or returns a
+   * documented upper bound when the engine has none (never characters ÷ 4).
+   */
+  countInputTokens(input: EngineRequest['input']): Promise<number>;
+  /**
+   * Starts a generation. Yields `delta`s then exactly one `end`; throws a `WeirError` on a
+   * fault (`upstream_error`, `upstream_timeout`, `upstream_unavailable`, `upstream_bad_request`).
+   * The caller must have a free slot (the scheduler guarantees it).
+   */
+  generate(request: EngineRequest): AsyncIterable<EngineEvent>;
+  /** Releases the model / connections. */
+  close(): Promise<void>;
+}
+
+/** Terminal status of a request as recorded in the ledger. */
+export type UsageStatus = 'completed' | 'cancelled' | 'deadline' | 'failed' | 'filtered';
+
+/** Which public route carried the request. */
+export type ApiRoute = 'generations' | 'chat.completions' | 'completions';
+
+/**
+ * One usage record: exactly one per request that reached an engine (or was admitted).
+ * Metadata only: never prompt or output text.
+ */
+export interface UsageRecord {
+  /** Weir's generation id (`gen_…`), the ledger's primary key. */
+  generationId: string;
+  /** The client's idempotency key if it sent one, else the generation id. */
+  requestId: string;
+  tenantId: string;
+  appId: string;
+  apiKeyId: string;
+  route: ApiRoute;
+  modelAlias: string;
+  modelRevision: string;
+  inputTokens: number;
+  outputTokens: number;
+  cachedInputTokens: number;
+  /** Cost in nano-USD (1e-9 USD), integer, from the answering revision's prices. */
+  costNanoUsd: number;
+  status: UsageStatus;
+  finishReason: FinishReason;
+  /** Weir error code when status is `failed`. */
+  errorCode: string | null;
+  queueMs: number;
+  ttftMs: number | null;
+  totalMs: number;
+  startedAt: Date;
+  finishedAt: Date;
+}
+
+/**
+ * Where usage records go. `record` never blocks the request: it enqueues (bounded, batched)
+ * and returns; `flush` drains the queue (called on shutdown and by tests).
+ */
+export interface UsageSink {
+  record(record: UsageRecord): void;
+  flush(): Promise<void>;
+}
+
+/** Durable storage of usage records; inserts are idempotent on `generationId`. */
+export interface UsageRepository {
+  insertMany(records: readonly UsageRecord[]): Promise<void>;
+}
+
+/** A monotonic millisecond clock (injectable for tests). */
+export interface Clock {
+  now(): number;
+}
+
+/** The real clock: `performance.now()` based, ms. */
+export const systemClock: Clock = { now: () => performance.now() };
