@@ -17,7 +17,7 @@ const args = [
   '--runInBand',
   '--passWithNoTests',
   '--json',
-  `--outputFile=${path.join(reports, `${project}.json`)}`,
+  `--outputFile=${path.join(reports, `${project.replace(/[^A-Za-z0-9_-]+/g, "_")}.json`)}`,
   ...process.argv.slice(3),
 ];
 const env = { ...process.env, NODE_LLAMA_CPP_SKIP_DOWNLOAD: 'true', NODE_LLAMA_CPP_GPU: 'false' };

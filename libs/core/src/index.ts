@@ -3,3 +3,4 @@ export * from './generation';
 export * from './platform-config';
 export * from './ports';
 export * from './ids';
+export * from './api-keys';
