@@ -4,3 +4,4 @@ export * from './platform-config';
 export * from './ports';
 export * from './ids';
 export * from './api-keys';
+export * from './services';

@@ -1,1 +1,3 @@
-export {};
+export * from './sticky-hash';
+export * from './weighted-pick';
+export * from './router';

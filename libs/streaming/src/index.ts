@@ -1,1 +1,4 @@
-export {};
+export * from './sse';
+export * from './openai-wire';
+export * from './weir-events';
+export * from './relay';

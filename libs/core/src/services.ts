@@ -1,0 +1,151 @@
+/**
+ * Service ports on the request path (ARCHITECTURE.md §1). The gateway orchestrates through
+ * these; the all-in-one binds in-process implementations, the split topology binds gRPC
+ * clients with the same interfaces.
+ */
+import type { AliasSpec, RevisionSpec } from './platform-config';
+import type { EngineRequest, FinishReason, GenerationTimings, TokenUsage } from './generation';
+import type { ApiRoute } from './ports';
+
+/** Who is asking: from the API key only. */
+export interface Caller {
+  tenantId: string;
+  appId: string;
+  apiKeyId: string;
+}
+
+/** The router's answer for one request: the pinned revision and the fallback chain after it. */
+export interface RouteResolution {
+  alias: AliasSpec;
+  /** The revision chosen for this request (canary arm picked by a hash of the request key). */
+  revision: RevisionSpec;
+  /** Revisions to try, in order, if `revision` fails before the first token (may be empty). */
+  fallbacks: RevisionSpec[];
+}
+
+/** Outcome of a routing decision: an expected failure is a value, not a throw. */
+export type RouteResult =
+  | { ok: true; route: RouteResolution }
+  | { ok: false; reason: 'model_not_found'; message: string };
+
+/** Resolves model aliases to pinned revisions. */
+export interface RouterService {
+  /**
+   * Resolves `alias` for `caller`. `stickyKey` (the request id) makes the canary arm
+   * deterministic: the same key always lands on the same arm.
+   */
+  resolve(caller: Caller, alias: string, stickyKey: string): RouteResult;
+  /** Aliases this caller may use, in config order. */
+  listAliases(caller: Caller): AliasSpec[];
+}
+
+/** What admission is asked to hold for one request. */
+export interface ReservationRequest {
+  caller: Caller;
+  requestId: string;
+  /** Worst-case input tokens (tokenizer count or documented upper bound). */
+  inputTokens: number;
+  /** The request's output limit. */
+  maxOutputTokens: number;
+  /** Worst-case cost (nano-USD) at the highest prices in the candidate chain. */
+  worstCaseCostNanoUsd: number;
+}
+
+/** Admission's answer. Rejections are values with the reason and a retry hint. */
+export type ReserveResult =
+  | { ok: true; reservationId: string }
+  | {
+      ok: false;
+      reason: 'rate_limited' | 'concurrency_limited' | 'budget_exhausted';
+      message: string;
+      /** Hint for `Retry-After` (ms); absent when retrying cannot help. */
+      retryAfterMs?: number;
+    };
+
+/** Measured actuals that a reservation is settled to. */
+export interface Settlement {
+  usage: TokenUsage;
+  costNanoUsd: number;
+}
+
+/** Admission: reserve before work, settle after (ARCHITECTURE.md §2). */
+export interface AdmissionService {
+  reserve(request: ReservationRequest): Promise<ReserveResult>;
+  /** Settles to actuals and releases the rest. Idempotent per reservation id. */
+  settle(reservationId: string, settlement: Settlement): Promise<void>;
+  /** Releases a reservation that did no work (rejected later, failed before the engine). */
+  release(reservationId: string): Promise<void>;
+}
+
+/** A held slot on one replica; `release()` must be called exactly once (idempotent). */
+export interface SlotLease {
+  replicaId: string;
+  /** Time spent queued for the slot (ms). */
+  queueMs: number;
+  release(): void;
+}
+
+/** What the scheduler needs to place one request. */
+export interface ScheduleRequest {
+  caller: Caller;
+  revisionId: string;
+  /** Context tokens this request may use: input + output limit. */
+  tokens: number;
+  /** Absolute deadline on the scheduler's clock (ms). */
+  deadlineAt: number;
+  /** Fires when the client goes away or cancels while queued. */
+  signal: AbortSignal;
+}
+
+/**
+ * Scheduler result: a lease, or a rejection value. `cancelled` and `deadline` happen while
+ * queued; `queue_full` is immediate; `no_replica` means the revision has no serving replica.
+ */
+export type ScheduleResult =
+  | { ok: true; lease: SlotLease }
+  | { ok: false; reason: 'queue_full' | 'deadline' | 'cancelled' | 'no_replica'; message: string; queueMs: number };
+
+/** Per-pool queues over replica capacity. */
+export interface SchedulerService {
+  acquire(request: ScheduleRequest): Promise<ScheduleResult>;
+}
+
+/** One generation handed to the streaming relay. */
+export interface RelayJob {
+  generationId: string;
+  requestId: string;
+  route: ApiRoute;
+  caller: Caller;
+  modelAlias: string;
+  revision: RevisionSpec;
+  replicaId: string;
+  engineRequest: Omit<EngineRequest, 'signal' | 'generationId'>;
+  /** Request arrival on the relay's clock (ms): TTFT and total are measured from here. */
+  arrivedAt: number;
+  /** Absolute deadline (ms, same clock). */
+  deadlineAt: number;
+  /** Queue time already spent (ms), recorded in the usage record. */
+  queueMs: number;
+  /** Input tokens counted before admission; billed if the engine fails before reporting its own. */
+  inputTokens: number;
+}
+
+/** Events the relay streams back; exactly one `end`, always last. */
+export type RelayEvent =
+  | { type: 'delta'; text: string; tokens: number }
+  | { type: 'end'; outcome: GenerationOutcome };
+
+/** How a generation ended, with what it measured and what it cost. */
+export interface GenerationOutcome {
+  finishReason: FinishReason;
+  usage: TokenUsage;
+  costNanoUsd: number;
+  timings: GenerationTimings;
+  /** The revision that produced the tokens. */
+  modelRevision: string;
+  /** Set when finishReason is `error`. */
+  error?: { code: string; message: string };
+}
+
+/** Why the relay was asked to stop early. */
+export type StopCause = 'client_disconnected' | 'cancel_requested';

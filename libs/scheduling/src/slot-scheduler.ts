@@ -1,0 +1,152 @@
+/**
+ * The scheduler for one process's replicas: each replica has a fixed number of slots
+ * (concurrent sequences); a request takes a slot on the least-loaded replica of its
+ * revision, or waits in that revision's bounded FIFO queue. A waiter leaves the queue when
+ * its client goes away (`cancelled`) or its deadline passes (`deadline`), so a queued
+ * request never holds anything. The llama.cpp engine therefore never sees more concurrent
+ * generations than it has sequences.
+ *
+ * Issue 5 replaces FIFO with tenant-fair, deadline-aware queues measured in tokens; the
+ * `SchedulerService` port stays the same.
+ */
+import type { Clock, ScheduleRequest, ScheduleResult, SchedulerService, SlotLease } from '@weir/core';
+
+/** A replica the scheduler may place work on. */
+export interface ReplicaSlots {
+  id: string;
+  revisionId: string;
+  /** Concurrent sequences (≥ 1). */
+  slots: number;
+}
+
+/** Options of {@link createSlotScheduler}. */
+export interface SlotSchedulerOptions {
+  replicas: ReplicaSlots[];
+  /** Queue bound per replica of a revision (entries); the queue holds `bound × replicas`. Default 256. */
+  maxQueuePerReplica?: number;
+  clock: Clock;
+}
+
+/** Point-in-time scheduler figures, for metrics and tests. */
+export interface SlotSchedulerStats {
+  queued: Record<string, number>;
+  inFlight: Record<string, number>;
+}
+
+/** The scheduler plus its live figures. */
+export interface SlotScheduler extends SchedulerService {
+  stats(): SlotSchedulerStats;
+}
+
+interface ReplicaState extends ReplicaSlots {
+  inFlight: number;
+}
+
+interface Waiter {
+  request: ScheduleRequest;
+  enqueuedAt: number;
+  settle(result: ScheduleResult): void;
+}
+
+/** Creates the slot scheduler. */
+export function createSlotScheduler(options: SlotSchedulerOptions): SlotScheduler {
+  const { clock } = options;
+  const bound = options.maxQueuePerReplica ?? 256;
+  const byRevision = new Map<string, ReplicaState[]>();
+  for (const r of options.replicas) {
+    const list = byRevision.get(r.revisionId) ?? [];
+    list.push({ ...r, inFlight: 0 });
+    byRevision.set(r.revisionId, list);
+  }
+  const queues = new Map<string, Waiter[]>();
+
+  const freeReplica = (revisionId: string): ReplicaState | undefined => {
+    let best: ReplicaState | undefined;
+    for (const r of byRevision.get(revisionId) ?? []) {
+      if (r.inFlight < r.slots && (!best || r.inFlight / r.slots < best.inFlight / best.slots)) best = r;
+    }
+    return best;
+  };
+
+  const lease = (replica: ReplicaState, queueMs: number): SlotLease => {
+    replica.inFlight++;
+    let released = false;
+    return {
+      replicaId: replica.id,
+      queueMs,
+      release() {
+        if (released) return;
+        released = true;
+        replica.inFlight--;
+        dispatch(replica.revisionId);
+      },
+    };
+  };
+
+  const dispatch = (revisionId: string) => {
+    const queue = queues.get(revisionId);
+    while (queue && queue.length > 0) {
+      const replica = freeReplica(revisionId);
+      if (!replica) return;
+      const waiter = queue.shift() as Waiter;
+      waiter.settle({ ok: true, lease: lease(replica, clock.now() - waiter.enqueuedAt) });
+    }
+  };
+
+  return {
+    acquire(request) {
+      const replicas = byRevision.get(request.revisionId);
+      if (!replicas || replicas.length === 0) {
+        return Promise.resolve({ ok: false, reason: 'no_replica', message: `no replica serves ${request.revisionId}`, queueMs: 0 });
+      }
+      if (request.signal.aborted) {
+        return Promise.resolve({ ok: false, reason: 'cancelled', message: 'the request was cancelled', queueMs: 0 });
+      }
+      const queue = queues.get(request.revisionId) ?? [];
+      queues.set(request.revisionId, queue);
+      const replica = queue.length === 0 ? freeReplica(request.revisionId) : undefined;
+      if (replica) return Promise.resolve({ ok: true, lease: lease(replica, 0) });
+      if (queue.length >= bound * replicas.length) {
+        return Promise.resolve({
+          ok: false,
+          reason: 'queue_full',
+          message: `the queue for ${request.revisionId} is full (${queue.length} waiting); retry later`,
+          queueMs: 0,
+        });
+      }
+
+      return new Promise<ScheduleResult>((resolve) => {
+        const enqueuedAt = clock.now();
+        let timer: NodeJS.Timeout | undefined;
+        const onAbort = () => leave({ ok: false, reason: 'cancelled', message: 'the request was cancelled while queued', queueMs: clock.now() - enqueuedAt });
+        const waiter: Waiter = {
+          request,
+          enqueuedAt,
+          settle(result) {
+            if (timer) clearTimeout(timer);
+            request.signal.removeEventListener('abort', onAbort);
+            resolve(result);
+          },
+        };
+        const leave = (result: ScheduleResult) => {
+          const i = queue.indexOf(waiter);
+          if (i >= 0) queue.splice(i, 1);
+          waiter.settle(result);
+        };
+        timer = setTimeout(
+          () => leave({ ok: false, reason: 'deadline', message: 'the deadline passed while the request was queued', queueMs: clock.now() - enqueuedAt }),
+          Math.max(0, request.deadlineAt - enqueuedAt),
+        );
+        request.signal.addEventListener('abort', onAbort, { once: true });
+        queue.push(waiter);
+      });
+    },
+    stats() {
+      const queued: Record<string, number> = {};
+      for (const [rev, q] of queues) queued[rev] = q.length;
+      const inFlight: Record<string, number> = {};
+      for (const list of byRevision.values()) for (const r of list) inFlight[r.id] = r.inFlight;
+      return { queued, inFlight };
+    },
+  };
+}

@@ -1,0 +1,163 @@
+/**
+ * The OpenAI wire shapes Weir speaks on `/v1/chat/completions` and `/v1/completions`, and
+ * that the llama.cpp engine server speaks upstream (CONVENTIONS.md §1, from openai-node
+ * v6.49.0 `completions.ts` and `src/resources/completions.ts`). Pure builders: no I/O.
+ */
+import type { FinishReason, TokenUsage } from '@weir/core';
+
+/** OpenAI's finish reasons (do not invent others: clients map unknown values to `other`). */
+export type OpenAiFinishReason = 'stop' | 'length' | 'content_filter';
+
+/** OpenAI's usage object. `cached_tokens` is part of `prompt_tokens`, not extra. */
+export interface OpenAiUsage {
+  prompt_tokens: number;
+  completion_tokens: number;
+  total_tokens: number;
+  prompt_tokens_details: { cached_tokens: number };
+  completion_tokens_details: { reasoning_tokens: number };
+}
+
+/** Fields shared by every chunk of one response (same id/created/model on each chunk). */
+export interface OpenAiResponseMeta {
+  /** `chatcmpl-…` or `cmpl-…`. */
+  id: string;
+  /** Unix seconds. */
+  created: number;
+  /** The model name echoed to the client (Weir echoes the alias the client sent). */
+  model: string;
+}
+
+/**
+ * Weir's extension on the last chunk / response when its own reason is not one OpenAI has
+ * (ARCHITECTURE.md §8): a deadline ends with `finish_reason: "length"` plus
+ * `weir: {finish_reason: "deadline"}`; a cancel with `stop` plus `weir: {finish_reason: "cancelled"}`.
+ */
+export interface WeirExtension {
+  finish_reason: FinishReason;
+  model_revision: string;
+}
+
+/**
+ * Maps Weir's finish reason to OpenAI's. `deadline` → `length` (the output was cut short),
+ * `cancelled` → `stop`; `error` has no OpenAI value and is reported in-band as an error
+ * frame instead, so it maps to `stop` only as a fallback.
+ */
+export function toOpenAiFinishReason(reason: FinishReason): OpenAiFinishReason {
+  switch (reason) {
+    case 'stop':
+      return 'stop';
+    case 'length':
+    case 'deadline':
+      return 'length';
+    case 'content_filter':
+      return 'content_filter';
+    case 'cancelled':
+    case 'error':
+      return 'stop';
+  }
+}
+
+/** Converts measured usage to OpenAI's usage object. */
+export function toOpenAiUsage(usage: TokenUsage): OpenAiUsage {
+  return {
+    prompt_tokens: usage.inputTokens,
+    completion_tokens: usage.outputTokens,
+    total_tokens: usage.inputTokens + usage.outputTokens,
+    prompt_tokens_details: { cached_tokens: usage.cachedInputTokens ?? 0 },
+    completion_tokens_details: { reasoning_tokens: 0 },
+  };
+}
+
+/** A `chat.completion.chunk`. `usage` is null on every chunk but the usage chunk. */
+export function chatCompletionChunk(
+  meta: OpenAiResponseMeta,
+  choice: { delta: { role?: 'assistant'; content?: string }; finishReason: OpenAiFinishReason | null } | null,
+  options: { usage?: OpenAiUsage | null; weir?: WeirExtension } = {},
+): Record<string, unknown> {
+  const chunk: Record<string, unknown> = {
+    id: meta.id,
+    object: 'chat.completion.chunk',
+    created: meta.created,
+    model: meta.model,
+    // Always an array, even empty: the ai SDK's chunk schema requires it.
+    choices: choice ? [{ index: 0, delta: choice.delta, logprobs: null, finish_reason: choice.finishReason }] : [],
+    usage: options.usage ?? null,
+  };
+  if (options.weir) chunk.weir = options.weir;
+  return chunk;
+}
+
+/** A legacy completion chunk (`object: "text_completion"`, same shape as the full response). */
+export function textCompletionChunk(
+  meta: OpenAiResponseMeta,
+  choice: { text: string; finishReason: OpenAiFinishReason | null } | null,
+  options: { usage?: OpenAiUsage | null; weir?: WeirExtension } = {},
+): Record<string, unknown> {
+  const chunk: Record<string, unknown> = {
+    id: meta.id,
+    object: 'text_completion',
+    created: meta.created,
+    model: meta.model,
+    choices: choice ? [{ index: 0, text: choice.text, logprobs: null, finish_reason: choice.finishReason }] : [],
+    usage: options.usage ?? null,
+  };
+  if (options.weir) chunk.weir = options.weir;
+  return chunk;
+}
+
+/** A non-stream `chat.completion`. */
+export function chatCompletion(
+  meta: OpenAiResponseMeta,
+  text: string,
+  finishReason: OpenAiFinishReason,
+  usage: OpenAiUsage,
+  weir?: WeirExtension,
+): Record<string, unknown> {
+  const body: Record<string, unknown> = {
+    id: meta.id,
+    object: 'chat.completion',
+    created: meta.created,
+    model: meta.model,
+    choices: [
+      {
+        index: 0,
+        message: { role: 'assistant', content: text, refusal: null },
+        logprobs: null,
+        finish_reason: finishReason,
+      },
+    ],
+    usage,
+  };
+  if (weir) body.weir = weir;
+  return body;
+}
+
+/** A non-stream legacy `text_completion`. */
+export function textCompletion(
+  meta: OpenAiResponseMeta,
+  text: string,
+  finishReason: OpenAiFinishReason,
+  usage: OpenAiUsage,
+  weir?: WeirExtension,
+): Record<string, unknown> {
+  const body: Record<string, unknown> = {
+    id: meta.id,
+    object: 'text_completion',
+    created: meta.created,
+    model: meta.model,
+    choices: [{ index: 0, text, logprobs: null, finish_reason: finishReason }],
+    usage,
+  };
+  if (weir) body.weir = weir;
+  return body;
+}
+
+/** OpenAI's error body `{error: {message, type, param, code}}`. */
+export interface OpenAiErrorBody {
+  error: { message: string; type: string; param: string | null; code: string | null };
+}
+
+/** Builds OpenAI's error body. */
+export function openAiError(message: string, type: string, code: string | null, param: string | null = null): OpenAiErrorBody {
+  return { error: { message, type, param, code } };
+}

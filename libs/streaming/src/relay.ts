@@ -1,0 +1,205 @@
+/**
+ * The streaming relay core: drives one engine generation, streams its deltas as they arrive,
+ * meters tokens, enforces the deadline, applies the cancellation grace period, and ends with
+ * exactly one terminal event and exactly one usage record (ARCHITECTURE.md §2 steps 5–6).
+ *
+ * The pump runs independently of whoever reads the events: if the client goes away, the
+ * generation is still stopped, measured and billed.
+ */
+import {
+  type Clock,
+  type EngineAdapter,
+  type EngineEvent,
+  type FinishReason,
+  type GenerationOutcome,
+  type RelayEvent,
+  type RelayJob,
+  type StopCause,
+  type TokenUsage,
+  type UsageRecord,
+  type UsageSink,
+  type UsageStatus,
+  WeirError,
+  toWeirError,
+} from '@weir/core';
+import { priceUsage } from '@weir/ledger';
+import { createAsyncQueue } from './async-queue';
+
+/** Dependencies of the relay. */
+export interface RelayDeps {
+  /** Resolves the engine adapter serving a replica id; undefined when it is gone. */
+  engineFor(replicaId: string): EngineAdapter | undefined;
+  usageSink: UsageSink;
+  clock: Clock;
+  /** Wall clock for record timestamps (default `Date.now`). */
+  wallClock?: () => number;
+  /**
+   * How long a generation keeps running after its client disconnects before the engine is
+   * stopped (ms). Tokens produced in the grace period are billed. Default 250.
+   */
+  cancelGraceMs?: number;
+  /** Called once per finished generation, after the usage record is queued (metrics). */
+  onOutcome?(job: RelayJob, outcome: GenerationOutcome): void;
+}
+
+/** A running generation. */
+export interface RelayHandle {
+  /** Deltas as they are produced, then exactly one `end`. One consumer. */
+  events: AsyncIterable<RelayEvent>;
+  /** Resolves with the outcome once the usage record is queued. */
+  done: Promise<GenerationOutcome>;
+  /**
+   * Asks the generation to stop. `client_disconnected` waits the grace period first;
+   * `cancel_requested` stops now. Either way the finish reason is `cancelled` (unless the
+   * deadline fired first). Idempotent; a no-op once finished.
+   */
+  stop(cause: StopCause): void;
+}
+
+/** The relay: starts generations on engine replicas. */
+export interface Relay {
+  start(job: RelayJob): RelayHandle;
+}
+
+/** Maps a finish reason to the ledger's terminal status. */
+export function usageStatusFor(reason: FinishReason): UsageStatus {
+  switch (reason) {
+    case 'stop':
+    case 'length':
+      return 'completed';
+    case 'cancelled':
+      return 'cancelled';
+    case 'deadline':
+      return 'deadline';
+    case 'content_filter':
+      return 'filtered';
+    case 'error':
+      return 'failed';
+  }
+}
+
+/**
+ * Builds the one usage record of a request from its job and outcome. Also used by the
+ * gateway for requests that ended before reaching an engine (deadline or cancel in queue).
+ */
+export function buildUsageRecord(
+  job: Pick<RelayJob, 'generationId' | 'requestId' | 'route' | 'caller' | 'modelAlias'>,
+  outcome: GenerationOutcome,
+  finishedAtMs: number,
+): UsageRecord {
+  return {
+    generationId: job.generationId,
+    requestId: job.requestId,
+    tenantId: job.caller.tenantId,
+    appId: job.caller.appId,
+    apiKeyId: job.caller.apiKeyId,
+    route: job.route,
+    modelAlias: job.modelAlias,
+    modelRevision: outcome.modelRevision,
+    inputTokens: outcome.usage.inputTokens,
+    outputTokens: outcome.usage.outputTokens,
+    cachedInputTokens: outcome.usage.cachedInputTokens ?? 0,
+    costNanoUsd: outcome.costNanoUsd,
+    status: usageStatusFor(outcome.finishReason),
+    finishReason: outcome.finishReason,
+    errorCode: outcome.error?.code ?? null,
+    queueMs: Math.round(outcome.timings.queueMs),
+    ttftMs: outcome.timings.ttftMs === null ? null : Math.round(outcome.timings.ttftMs),
+    totalMs: Math.round(outcome.timings.totalMs),
+    startedAt: new Date(finishedAtMs - outcome.timings.totalMs),
+    finishedAt: new Date(finishedAtMs),
+  };
+}
+
+/** Creates the relay. */
+export function createRelay(deps: RelayDeps): Relay {
+  const graceMs = deps.cancelGraceMs ?? 250;
+  const wall = deps.wallClock ?? Date.now;
+
+  return {
+    start(job) {
+      const queue = createAsyncQueue<RelayEvent>();
+      const abort = new AbortController();
+      // Set once: the first reason to stop wins (a deadline that fires during the grace
+      // period of a disconnect still reports `cancelled`, the earlier cause).
+      let stopReason: 'cancelled' | 'deadline' | undefined;
+      let finished = false;
+      let graceTimer: NodeJS.Timeout | undefined;
+
+      const requestStop = (reason: 'cancelled' | 'deadline', afterMs: number) => {
+        if (finished) return;
+        stopReason ??= reason;
+        if (afterMs <= 0) {
+          abort.abort();
+        } else if (!graceTimer) {
+          graceTimer = setTimeout(() => abort.abort(), afterMs);
+        }
+      };
+      const deadlineTimer = setTimeout(
+        () => requestStop('deadline', 0),
+        Math.max(0, job.deadlineAt - deps.clock.now()),
+      );
+
+      const done = (async (): Promise<GenerationOutcome> => {
+        let producedTokens = 0;
+        let ttftMs: number | null = null;
+        let end: Extract<EngineEvent, { type: 'end' }> | undefined;
+        let failure: WeirError | undefined;
+        try {
+          const engine = deps.engineFor(job.replicaId);
+          if (!engine) throw new WeirError('engine_unavailable', `replica ${job.replicaId} is not serving`, { retryable: true });
+          const stream = engine.generate({ ...job.engineRequest, signal: abort.signal, generationId: job.generationId });
+          for await (const ev of stream) {
+            if (ev.type === 'delta') {
+              producedTokens += ev.tokens;
+              if (ttftMs === null && ev.tokens > 0) ttftMs = deps.clock.now() - job.arrivedAt;
+              if (ev.text.length > 0) queue.push({ type: 'delta', text: ev.text, tokens: ev.tokens });
+            } else {
+              end = ev;
+            }
+          }
+          if (!end) throw new WeirError('upstream_error', 'the engine stream ended without a terminal event');
+        } catch (err) {
+          // An abort can surface as a thrown error from some adapters; it is still our stop.
+          if (!(abort.signal.aborted && stopReason)) failure = toWeirError(err);
+        } finally {
+          finished = true;
+          clearTimeout(deadlineTimer);
+          if (graceTimer) clearTimeout(graceTimer);
+        }
+
+        const usage: TokenUsage = end
+          ? end.usage
+          : { inputTokens: job.inputTokens, outputTokens: producedTokens, cachedInputTokens: 0 };
+        let finishReason: FinishReason;
+        if (failure) finishReason = 'error';
+        else if (stopReason) finishReason = stopReason;
+        else if (end && end.reason !== 'aborted') finishReason = end.reason;
+        else finishReason = 'cancelled';
+
+        const now = deps.clock.now();
+        const outcome: GenerationOutcome = {
+          finishReason,
+          usage,
+          costNanoUsd: priceUsage(job.revision.pricing, usage),
+          modelRevision: job.revision.id,
+          timings: { queueMs: job.queueMs, ttftMs, totalMs: now - job.arrivedAt },
+          ...(failure ? { error: { code: failure.code, message: failure.message } } : {}),
+        };
+        deps.usageSink.record(buildUsageRecord(job, outcome, wall()));
+        deps.onOutcome?.(job, outcome);
+        queue.push({ type: 'end', outcome });
+        queue.end();
+        return outcome;
+      })();
+
+      return {
+        events: queue,
+        done,
+        stop(cause) {
+          requestStop('cancelled', cause === 'client_disconnected' ? graceMs : 0);
+        },
+      };
+    },
+  };
+}
