@@ -1,1 +1,29 @@
-export {};
+export { openDatabase, type OpenDatabaseOptions, type WeirDatabase } from './database';
+export { migrateToLatest } from './migrate';
+export { MIGRATIONS, migrationProvider } from './migrations';
+export type { StoreLogger } from './logger';
+export type { WeirSchema, TenantsTable, AppsTable, ApiKeysTable, UsageLedgerTable } from './schema';
+export {
+  createUsageRepository,
+  MAX_ROWS_PER_INSERT,
+  type UsageLedgerRepository,
+  type ListUsageQuery,
+  type UsageTotalsQuery,
+  type UsageTotals,
+} from './usage-repository';
+export { createApiKeyRepository, type ApiKeyRepository, type NewApiKey } from './api-key-repository';
+export { createTenantRepository, type TenantRepository, type StoredTenant } from './tenant-repository';
+export {
+  createCachedApiKeyStore,
+  type CachedApiKeyStore,
+  type CachedApiKeyStoreOptions,
+  type CachedApiKeyStoreDeps,
+} from './cached-api-key-store';
+export {
+  createTemporaryPostgresDatabase,
+  createTestDatabase,
+  testAdminUrl,
+  DEFAULT_TEST_ADMIN_URL,
+  type TemporaryPostgresDatabase,
+  type TestDatabase,
+} from './testing';

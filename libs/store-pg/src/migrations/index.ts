@@ -1,0 +1,17 @@
+import type { Migration, MigrationProvider } from 'kysely';
+import { identityAndUsage } from './0001-identity-and-usage';
+
+/**
+ * Weir's one migration history, for PGlite and Postgres alike. Names sort in the order they
+ * run (`NNNN_snake_case`); kysely refuses to start if the database has run a migration this
+ * list lacks or if a new one sorts before the last one run. Append only: never rename,
+ * reorder or edit a migration that has shipped.
+ */
+export const MIGRATIONS: Readonly<Record<string, Migration>> = Object.freeze({
+  '0001_identity_and_usage': identityAndUsage,
+});
+
+/** An in-code kysely {@link MigrationProvider} over {@link MIGRATIONS} (no filesystem scan). */
+export const migrationProvider: MigrationProvider = {
+  getMigrations: async () => ({ ...MIGRATIONS }),
+};

@@ -1,0 +1,194 @@
+import { type Insertable, type Kysely, type Selectable, sql } from 'kysely';
+import type { ApiRoute, FinishReason, UsageRecord, UsageRepository, UsageStatus } from '@weir/core';
+import { nanoToDecimal, toSafeInteger } from './nano-usd';
+import type { UsageLedgerTable, WeirSchema } from './schema';
+
+/** Filter for {@link UsageLedgerRepository.listUsage}. */
+export interface ListUsageQuery {
+  tenantId: string;
+  /** Only records that finished at or after this instant. Default: all. */
+  since?: Date;
+  /** Most records returned (oldest first). Default 1,000. */
+  limit?: number;
+}
+
+/** Filter for {@link UsageLedgerRepository.usageTotals}. */
+export interface UsageTotalsQuery {
+  tenantId: string;
+  /** Sum records that finished at or after this instant. */
+  since: Date;
+}
+
+/** Sums over a tenant's usage records, computed in SQL. */
+export interface UsageTotals {
+  tokens: {
+    input: number;
+    output: number;
+    /** Of `input`, tokens served from a prompt cache. */
+    cachedInput: number;
+  };
+  /** Total cost, integer nano-USD (exact). */
+  costNanoUsd: number;
+  /** The same total as an exact decimal USD string with 9 fractional digits (`"1.250000000"`). */
+  costUsd: string;
+  /** Number of usage records (one per generation). */
+  requests: number;
+}
+
+/**
+ * The usage ledger: core's {@link UsageRepository} (the write side the batched sink uses)
+ * plus the read side for `/v1/usage` and `/v1/generations/{id}`.
+ */
+export interface UsageLedgerRepository extends UsageRepository {
+  /**
+   * Inserts records, idempotently: a record whose `generationId` is already stored is
+   * skipped (`ON CONFLICT (generation_id) DO NOTHING`), so a redelivered batch never bills
+   * twice. One `INSERT` statement for up to {@link MAX_ROWS_PER_INSERT} records; larger
+   * arrays are split into several statements inside one transaction. An empty array is a
+   * no-op.
+   * @throws RangeError before touching the database when a record's `costNanoUsd` is not a
+   *   safe integer; the driver's error when the database fails (nothing is written then).
+   */
+  insertMany(records: readonly UsageRecord[]): Promise<void>;
+  /** One record by generation id, or undefined. Cost comes back exactly as stored. */
+  getUsage(generationId: string): Promise<UsageRecord | undefined>;
+  /** A tenant's records, oldest `finishedAt` first (ties by generation id). */
+  listUsage(query: ListUsageQuery): Promise<UsageRecord[]>;
+  /**
+   * A tenant's totals since an instant (`finished_at >= since`); all zeros when none.
+   * @throws RangeError if the cost sum exceeds Number.MAX_SAFE_INTEGER nano-USD (≈ 9 million
+   *   USD) — never a silently rounded total.
+   */
+  usageTotals(query: UsageTotalsQuery): Promise<UsageTotals>;
+}
+
+/**
+ * Rows per INSERT statement. Postgres binds at most 65,535 parameters per statement and a
+ * ledger row takes 20, so 3,000 rows stay well inside the limit.
+ */
+export const MAX_ROWS_PER_INSERT = 3000;
+
+/** Creates the usage ledger repository over an open database. */
+export function createUsageRepository(db: Kysely<WeirSchema>): UsageLedgerRepository {
+  const selectRecord = () =>
+    db
+      .selectFrom('usage_ledger')
+      .selectAll()
+      // Exact: numeric(20,9) × 1e9 is an integer, cast to bigint (a string from the driver).
+      .select(sql<string>`(cost_usd * 1000000000)::bigint`.as('cost_nano'));
+
+  return {
+    async insertMany(records) {
+      if (records.length === 0) return;
+      const rows = records.map(toRow);
+      if (rows.length <= MAX_ROWS_PER_INSERT) {
+        await insertRows(db, rows);
+        return;
+      }
+      await db.transaction().execute(async (trx) => {
+        for (let i = 0; i < rows.length; i += MAX_ROWS_PER_INSERT) {
+          await insertRows(trx, rows.slice(i, i + MAX_ROWS_PER_INSERT));
+        }
+      });
+    },
+
+    async getUsage(generationId) {
+      const row = await selectRecord().where('generation_id', '=', generationId).executeTakeFirst();
+      return row && fromRow(row);
+    },
+
+    async listUsage({ tenantId, since, limit = 1000 }) {
+      let q = selectRecord().where('tenant_id', '=', tenantId);
+      if (since) q = q.where('finished_at', '>=', since);
+      const rows = await q.orderBy('finished_at').orderBy('generation_id').limit(limit).execute();
+      return rows.map(fromRow);
+    },
+
+    async usageTotals({ tenantId, since }) {
+      const row = await db
+        .selectFrom('usage_ledger')
+        .select([
+          sql<string>`coalesce(sum(input_tokens), 0)`.as('input'),
+          sql<string>`coalesce(sum(output_tokens), 0)`.as('output'),
+          sql<string>`coalesce(sum(cached_input_tokens), 0)`.as('cached_input'),
+          sql<string>`(coalesce(sum(cost_usd), 0) * 1000000000)::bigint`.as('cost_nano'),
+          sql<string>`coalesce(sum(cost_usd), 0)::numeric(20, 9)::text`.as('cost_usd'),
+          sql<string>`count(*)`.as('requests'),
+        ])
+        .where('tenant_id', '=', tenantId)
+        .where('finished_at', '>=', since)
+        .executeTakeFirstOrThrow();
+      return {
+        tokens: {
+          input: toSafeInteger(row.input, 'input token sum'),
+          output: toSafeInteger(row.output, 'output token sum'),
+          cachedInput: toSafeInteger(row.cached_input, 'cached input token sum'),
+        },
+        costNanoUsd: toSafeInteger(row.cost_nano, 'cost sum (nano-USD)'),
+        costUsd: row.cost_usd,
+        requests: toSafeInteger(row.requests, 'request count'),
+      };
+    },
+  };
+}
+
+type InsertRow = Insertable<UsageLedgerTable>;
+type SelectRow = Selectable<UsageLedgerTable> & { cost_nano: string };
+
+async function insertRows(db: Kysely<WeirSchema>, rows: InsertRow[]): Promise<void> {
+  await db
+    .insertInto('usage_ledger')
+    .values(rows)
+    .onConflict((oc) => oc.column('generation_id').doNothing())
+    .execute();
+}
+
+function toRow(r: UsageRecord): InsertRow {
+  return {
+    generation_id: r.generationId,
+    request_id: r.requestId,
+    tenant_id: r.tenantId,
+    app_id: r.appId,
+    api_key_id: r.apiKeyId,
+    route: r.route,
+    model_alias: r.modelAlias,
+    model_revision: r.modelRevision,
+    input_tokens: r.inputTokens,
+    output_tokens: r.outputTokens,
+    cached_input_tokens: r.cachedInputTokens,
+    cost_usd: nanoToDecimal(r.costNanoUsd),
+    status: r.status,
+    finish_reason: r.finishReason,
+    error_code: r.errorCode,
+    queue_ms: r.queueMs,
+    ttft_ms: r.ttftMs,
+    total_ms: r.totalMs,
+    started_at: r.startedAt,
+    finished_at: r.finishedAt,
+  };
+}
+
+function fromRow(r: SelectRow): UsageRecord {
+  return {
+    generationId: r.generation_id,
+    requestId: r.request_id,
+    tenantId: r.tenant_id,
+    appId: r.app_id,
+    apiKeyId: r.api_key_id,
+    route: r.route as ApiRoute,
+    modelAlias: r.model_alias,
+    modelRevision: r.model_revision,
+    inputTokens: r.input_tokens,
+    outputTokens: r.output_tokens,
+    cachedInputTokens: r.cached_input_tokens,
+    costNanoUsd: toSafeInteger(r.cost_nano, 'cost (nano-USD)'),
+    status: r.status as UsageStatus,
+    finishReason: r.finish_reason as FinishReason,
+    errorCode: r.error_code,
+    queueMs: r.queue_ms,
+    ttftMs: r.ttft_ms,
+    totalMs: r.total_ms,
+    startedAt: r.started_at,
+    finishedAt: r.finished_at,
+  };
+}
