@@ -1,1 +1,18 @@
-export {};
+export { ConfigError, isConfigError, type ConfigProblem } from './config-error';
+export { parseConfig, loadConfigFile, type ParseConfigOptions } from './parse-config';
+export {
+  defaultConfig,
+  STORIES260K_SHA256,
+  STORIES260K_SIZE_BYTES,
+  STORIES260K_URL,
+  type DefaultConfigOptions,
+} from './default-config';
+export {
+  resolveModelFile,
+  sha256OfFile,
+  type ModelFileLogger,
+  type ModelFileSource,
+  type ResolveModelFileOptions,
+  type ResolveModelFileResult,
+} from './resolve-model-file';
+export { loadAllInOneEnv, LOG_LEVELS, type AllInOneEnv, type LogLevel } from './all-in-one-env';

@@ -1,0 +1,188 @@
+import { z } from 'zod';
+import { describeValue } from './config-error';
+
+/**
+ * The zod schema of the configuration file, in the file's own snake_case naming. Every object
+ * is strict (an unknown key is an error, so typos are caught) and every field's error message
+ * says what was expected and what was found. `parse-config.ts` runs the cross-checks and maps
+ * the result to `@weir/core`'s camelCase `PlatformConfig`.
+ */
+
+/** The part of a zod issue the message builders read. */
+interface IssueLike {
+  readonly code?: string;
+  readonly input?: unknown;
+}
+
+/** Builds a zod error function: `required (<desc>)` when missing, else `expected <desc>, got <value>`. */
+function expecting(desc: string): (iss: IssueLike) => string {
+  return (iss) => (iss.input === undefined ? `required (${desc})` : `expected ${desc}, got ${describeValue(iss.input)}`);
+}
+
+/** Every key the schema knows, for "did you mean" hints on unknown keys. */
+export const KNOWN_KEYS = new Set<string>();
+
+/**
+ * Marks an `unrecognized_keys` message that carries the object's known keys (as JSON) to
+ * `parse-config.ts`, which turns it into one "unknown key (did you mean …?)" problem per key.
+ */
+const KNOWN_KEYS_MARKER = 'weir:known-keys:';
+
+/** The known keys of the object an `unrecognized_keys` issue came from (empty if not marked). */
+export function knownKeysFromMessage(message: string): string[] {
+  return message.startsWith(KNOWN_KEYS_MARKER) ? (JSON.parse(message.slice(KNOWN_KEYS_MARKER.length)) as string[]) : [];
+}
+
+function strict<T extends z.ZodRawShape>(shape: T) {
+  const keys = Object.keys(shape);
+  for (const key of keys) KNOWN_KEYS.add(key);
+  const mapping = expecting('a mapping');
+  return z.strictObject(shape, {
+    error: (iss: IssueLike) => (iss.code === 'unrecognized_keys' ? `${KNOWN_KEYS_MARKER}${JSON.stringify(keys)}` : mapping(iss)),
+  });
+}
+
+function list<T extends z.ZodType>(item: T, what: string) {
+  return z.array(item, { error: expecting(`a list of ${what}`) });
+}
+
+function int(min: number, max?: number) {
+  const desc = max === undefined ? `an integer >= ${min}` : `an integer from ${min} to ${max}`;
+  const error = expecting(desc);
+  const base = z.number({ error }).int({ error }).min(min, { error });
+  return max === undefined ? base : base.max(max, { error });
+}
+
+function nonNegativeNumber() {
+  const error = expecting('a number >= 0');
+  return z.number({ error }).min(0, { error });
+}
+
+const ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$/;
+function id() {
+  const error = expecting('a name of 1 to 128 letters, digits or . _ : @ / - (starting with a letter or digit)');
+  return z.string({ error }).regex(ID_PATTERN, { error });
+}
+
+function text(maxLength = 200) {
+  const error = expecting(`a non-empty string of at most ${maxLength} characters`);
+  return z.string({ error }).min(1, { error }).max(maxLength, { error });
+}
+
+function httpUrl() {
+  const error = expecting('an http:// or https:// URL');
+  return z.string({ error }).refine(isHttpUrl, { error });
+}
+
+function isHttpUrl(value: string): boolean {
+  try {
+    const url = new URL(value);
+    return url.protocol === 'http:' || url.protocol === 'https:';
+  } catch {
+    return false;
+  }
+}
+
+const llamaCppEngine = strict({
+  kind: z.literal('llamacpp'),
+  model_path: text(4096).optional(),
+  model_sha256: z
+    .string({ error: expecting('a sha256 digest (64 hex characters)') })
+    .regex(/^[0-9a-fA-F]{64}$/, { error: expecting('a sha256 digest (64 hex characters)') })
+    .transform((s) => s.toLowerCase())
+    .optional(),
+  model_url: httpUrl().optional(),
+  threads: int(1, 256).default(1),
+  sequences: int(1, 1024).default(4),
+  context_size: int(1).optional(),
+  test_token_delay_ms: int(0, 60_000).default(0),
+});
+
+const openAICompatibleEngine = strict({
+  kind: z.literal('openai-compatible'),
+  base_url: httpUrl(),
+  upstream_model: text(),
+  api_key_env: z
+    .string({ error: expecting('an environment variable name such as OPENAI_API_KEY') })
+    .regex(/^[A-Za-z_][A-Za-z0-9_]*$/, { error: expecting('an environment variable name such as OPENAI_API_KEY') })
+    .optional(),
+  api: z.enum(['chat', 'completions'], { error: expecting('one of "chat", "completions"') }).default('chat'),
+  first_token_timeout_ms: int(1).default(30_000),
+  idle_timeout_ms: int(1).default(30_000),
+  max_concurrency: int(1).default(16),
+});
+
+const ENGINE_KINDS = ['llamacpp', 'openai-compatible'] as const;
+
+const engine = z.discriminatedUnion('kind', [llamaCppEngine, openAICompatibleEngine], {
+  error: (iss: IssueLike) => {
+    const input = iss.input;
+    if (input === null || typeof input !== 'object' || Array.isArray(input)) return expecting('a mapping')(iss);
+    const kind = (input as Record<string, unknown>).kind;
+    return expecting(`one of ${ENGINE_KINDS.map((k) => JSON.stringify(k)).join(', ')}`)({ input: kind });
+  },
+});
+
+const pricing = strict({
+  input_per_mtok: nonNegativeNumber(),
+  output_per_mtok: nonNegativeNumber(),
+  cached_input_per_mtok: nonNegativeNumber().optional(),
+});
+
+const revision = strict({
+  id: id(),
+  model: id(),
+  engine,
+  context_window: int(1),
+  max_output_tokens: int(1),
+  default_output_tokens: int(1),
+  pricing,
+});
+
+const aliasTarget = strict({
+  revision: id(),
+  weight: nonNegativeNumber(),
+});
+
+const alias = strict({
+  name: id(),
+  description: text(1000).optional(),
+  targets: list(aliasTarget, 'targets').optional(),
+  revision: id().optional(),
+});
+
+const app = strict({
+  id: id(),
+  name: text(),
+});
+
+const tenantLimits = strict({
+  max_concurrent: int(1).default(64),
+});
+
+const tenant = strict({
+  id: id(),
+  name: text(),
+  apps: list(app, 'apps').default([]),
+  allowed_aliases: list(z.string({ error: expecting('an alias name or "*"') }), 'alias names').default(['*']),
+  default_deadline_ms: int(1).default(120_000),
+  limits: tenantLimits.prefault({}),
+});
+
+const defaults = strict({
+  cancel_grace_ms: int(0, 1000).default(250),
+  max_body_bytes: int(1).default(1024 * 1024),
+  sse_heartbeat_ms: int(1).default(15_000),
+  max_queue_per_replica: int(1).default(256),
+});
+
+/** The configuration file's schema (snake_case, defaults applied, before cross-checks). */
+export const configFileSchema = strict({
+  revisions: list(revision, 'revisions').min(1, { error: 'expected at least one revision' }),
+  aliases: list(alias, 'aliases').default([]),
+  tenants: list(tenant, 'tenants').default([]),
+  defaults: defaults.prefault({}),
+});
+
+/** The parsed file, snake_case, defaults applied. */
+export type ConfigFile = z.output<typeof configFileSchema>;

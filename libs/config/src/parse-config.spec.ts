@@ -1,0 +1,228 @@
+/* eslint-disable @typescript-eslint/no-explicit-any -- the fixture is mutated freely to build invalid documents */
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { stringify } from 'yaml';
+import { ConfigError, defaultConfig, loadConfigFile, parseConfig } from './index';
+
+/** A valid file (snake_case) exercising both engine kinds; each case below breaks one thing. */
+function validFile(): Record<string, any> {
+  return {
+    revisions: [
+      {
+        id: 'tiny@1',
+        model: 'tiny',
+        engine: { kind: 'llamacpp', model_path: '/models/tiny.gguf' },
+        context_window: 512,
+        max_output_tokens: 256,
+        default_output_tokens: 128,
+        pricing: { input_per_mtok: 0.1, output_per_mtok: 0.2 },
+      },
+      {
+        id: 'gpt@1',
+        model: 'gpt',
+        engine: { kind: 'openai-compatible', base_url: 'http://127.0.0.1:8000/v1', upstream_model: 'm', api_key_env: 'UPSTREAM_KEY' },
+        context_window: 8192,
+        max_output_tokens: 1024,
+        default_output_tokens: 512,
+        pricing: { input_per_mtok: 1, output_per_mtok: 2, cached_input_per_mtok: 0.5 },
+      },
+    ],
+    aliases: [
+      { name: 'tiny', revision: 'tiny@1' },
+      { name: 'canary', targets: [{ revision: 'tiny@1', weight: 9 }, { revision: 'gpt@1', weight: 1 }] },
+    ],
+    tenants: [{ id: 't1', name: 'Team one', apps: [{ id: 'app1', name: 'App one' }], allowed_aliases: ['tiny'] }],
+  };
+}
+
+function errorOf(fn: () => unknown): ConfigError {
+  try {
+    fn();
+  } catch (err) {
+    if (err instanceof ConfigError) return err;
+    throw err;
+  }
+  throw new Error('expected a ConfigError');
+}
+
+describe('parseConfig: valid documents', () => {
+  it('parses YAML and JSON forms to the same config, with defaults applied', () => {
+    const fromYaml = parseConfig(stringify(validFile()), 'weir.yaml');
+    const fromJson = parseConfig(JSON.stringify(validFile()), 'weir.json');
+    expect(fromJson).toEqual(fromYaml);
+    // Sniffed from the content when the extension says nothing.
+    expect(parseConfig(JSON.stringify(validFile()), 'config')).toEqual(fromYaml);
+    expect(parseConfig(stringify(validFile()), 'config')).toEqual(fromYaml);
+
+    const [tiny, gpt] = fromYaml.revisions;
+    expect(tiny.engine).toEqual({
+      kind: 'llamacpp',
+      modelPath: '/models/tiny.gguf',
+      threads: 1,
+      sequences: 4,
+      contextSize: 512,
+      testTokenDelayMs: 0,
+    });
+    expect(tiny.pricing).toEqual({ inputPerMTok: 0.1, outputPerMTok: 0.2, cachedInputPerMTok: 0.1 });
+    expect(gpt.engine).toEqual({
+      kind: 'openai-compatible',
+      baseUrl: 'http://127.0.0.1:8000/v1',
+      upstreamModel: 'm',
+      apiKeyEnv: 'UPSTREAM_KEY',
+      api: 'chat',
+      firstTokenTimeoutMs: 30_000,
+      idleTimeoutMs: 30_000,
+      maxConcurrency: 16,
+    });
+    expect(gpt.pricing.cachedInputPerMTok).toBe(0.5);
+    expect(fromYaml.aliases).toEqual([
+      { name: 'tiny', targets: [{ revision: 'tiny@1', weight: 1 }] },
+      { name: 'canary', targets: [{ revision: 'tiny@1', weight: 9 }, { revision: 'gpt@1', weight: 1 }] },
+    ]);
+    expect(fromYaml.tenants).toEqual([
+      { id: 't1', name: 'Team one', apps: [{ id: 'app1', name: 'App one' }], allowedAliases: ['tiny'], defaultDeadlineMs: 120_000, limits: { maxConcurrent: 64 } },
+    ]);
+    expect(fromYaml.defaults).toEqual({ cancelGraceMs: 250, maxBodyBytes: 1_048_576, sseHeartbeatMs: 15_000, maxQueuePerReplica: 256 });
+  });
+
+  it('defaults allowed_aliases to ["*"], apps to [] and aliases/tenants to []', () => {
+    const file = validFile();
+    file.tenants = [{ id: 't', name: 'T' }];
+    expect(parseConfig(JSON.stringify(file), 'w.json').tenants[0]).toMatchObject({ apps: [], allowedAliases: ['*'] });
+    const bare = { revisions: [validFile().revisions[0]] };
+    const cfg = parseConfig(JSON.stringify(bare), 'w.json');
+    expect(cfg.aliases).toEqual([]);
+    expect(cfg.tenants).toEqual([]);
+  });
+
+  it('resolves a relative model_path against baseDir, and loadConfigFile against the file', () => {
+    const file = validFile();
+    file.revisions[0].engine.model_path = 'models/tiny.gguf';
+    expect(parseConfig(stringify(file), 'w.yaml', { baseDir: '/srv' }).revisions[0].engine).toMatchObject({ modelPath: '/srv/models/tiny.gguf' });
+
+    const dir = mkdtempSync(path.join(tmpdir(), 'weir-config-'));
+    try {
+      const p = path.join(dir, 'weir.yml');
+      writeFileSync(p, stringify(file));
+      expect(loadConfigFile(p).revisions[0].engine).toMatchObject({ modelPath: path.join(dir, 'models/tiny.gguf') });
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('lowercases model_sha256', () => {
+    const file = validFile();
+    file.revisions[0].engine.model_sha256 = 'AB'.repeat(32);
+    expect(parseConfig(stringify(file), 'w.yaml').revisions[0].engine).toMatchObject({ modelSha256: 'ab'.repeat(32) });
+  });
+});
+
+type Case = [name: string, mutate: (f: Record<string, any>) => void, expected: string];
+
+const badCases: Case[] = [
+  ['a price that is not a number', (f) => (f.revisions[0].pricing.input_per_mtok = 'abc'), 'revisions[0].pricing.input_per_mtok: expected a number >= 0, got "abc"'],
+  ['a negative price', (f) => (f.revisions[1].pricing.output_per_mtok = -1), 'revisions[1].pricing.output_per_mtok: expected a number >= 0, got -1'],
+  ['a missing field', (f) => delete f.revisions[0].model, 'revisions[0].model: required (a name of 1 to 128'],
+  ['a fractional token count', (f) => (f.revisions[0].context_window = 512.5), 'revisions[0].context_window: expected an integer >= 1, got 512.5'],
+  ['zero threads', (f) => (f.revisions[0].engine.threads = 0), 'revisions[0].engine.threads: expected an integer from 1 to 256, got 0'],
+  ['an unknown engine kind', (f) => (f.revisions[0].engine.kind = 'vllm'), 'revisions[0].engine.kind: expected one of "llamacpp", "openai-compatible", got "vllm"'],
+  ['a missing engine kind', (f) => delete f.revisions[0].engine.kind, 'revisions[0].engine.kind: required (one of "llamacpp", "openai-compatible")'],
+  ['an unknown api', (f) => (f.revisions[1].engine.api = 'responses'), 'revisions[1].engine.api: expected one of "chat", "completions", got "responses"'],
+  ['a bad base_url', (f) => (f.revisions[1].engine.base_url = 'localhost:8000'), 'revisions[1].engine.base_url: expected an http:// or https:// URL, got "localhost:8000"'],
+  ['a secret in the file', (f) => (f.revisions[1].engine.api_key = 'sk-123'), 'revisions[1].engine.api_key: unknown key: never put a secret in the config file'],
+  ['a bad api_key_env', (f) => (f.revisions[1].engine.api_key_env = 'sk-123'), 'revisions[1].engine.api_key_env: expected an environment variable name'],
+  ['a bad sha256', (f) => (f.revisions[0].engine.model_sha256 = 'xyz'), 'revisions[0].engine.model_sha256: expected a sha256 digest (64 hex characters), got "xyz"'],
+  ['a typo in a key', (f) => ((f.revisions[0].context_windw = 1), delete f.revisions[0].context_window), 'revisions[0].context_windw: unknown key (did you mean "context_window"?)'],
+  ['a camelCase key', (f) => (f.revisions[0].pricing.inputPerMtok = 1), 'revisions[0].pricing.inputPerMtok: unknown key (did you mean "input_per_mtok"? keys are snake_case)'],
+  ['an unknown top-level key', (f) => (f.revison = []), 'revison: unknown key (did you mean "revisions"?)'],
+  ['a list where a mapping goes', (f) => (f.revisions[0].pricing = [1]), 'revisions[0].pricing: expected a mapping, got a list'],
+  ['a mapping where a list goes', (f) => (f.tenants = {}), 'tenants: expected a list of tenants, got a mapping'],
+  ['no revisions', (f) => (f.revisions = []), 'revisions: expected at least one revision'],
+  ['cancel_grace_ms above 1000', (f) => (f.defaults = { cancel_grace_ms: 1001 }), 'defaults.cancel_grace_ms: expected an integer from 0 to 1000, got 1001'],
+  ['a bad max_body_bytes', (f) => (f.defaults = { max_body_bytes: '1MiB' }), 'defaults.max_body_bytes: expected an integer >= 1, got "1MiB"'],
+  ['zero max_concurrent', (f) => (f.tenants[0].limits = { max_concurrent: 0 }), 'tenants[0].limits.max_concurrent: expected an integer >= 1, got 0'],
+  ['a bad id', (f) => (f.tenants[0].id = 'has space'), 'tenants[0].id: expected a name of 1 to 128'],
+  ['a negative weight', (f) => (f.aliases[1].targets[0].weight = -1), 'aliases[1].targets[0].weight: expected a number >= 0, got -1'],
+  // Cross-checks.
+  ['a duplicate revision id', (f) => (f.revisions[1].id = 'tiny@1'), 'revisions[1].id: duplicate revision id (also revisions[0].id)'],
+  ['a duplicate alias name', (f) => (f.aliases[1].name = 'tiny'), 'aliases[1].name: duplicate alias name (also aliases[0].name)'],
+  ['a duplicate tenant id', (f) => f.tenants.push({ id: 't1', name: 'again' }), 'tenants[1].id: duplicate tenant id (also tenants[0].id)'],
+  ['a duplicate app id', (f) => f.tenants.push({ id: 't2', name: 'two', apps: [{ id: 'app1', name: 'x' }] }), 'tenants[1].apps[0].id: duplicate app id (also tenants[0].apps[0].id)'],
+  ['an alias to an unknown revision', (f) => (f.aliases[0].revision = 'nope@1'), 'aliases[0].revision: unknown revision "nope@1" (known: "tiny@1", "gpt@1")'],
+  ['an alias target to an unknown revision', (f) => (f.aliases[1].targets[1].revision = 'nope@1'), 'aliases[1].targets[1].revision: unknown revision "nope@1"'],
+  ['a revision twice in an alias', (f) => (f.aliases[1].targets[1].revision = 'tiny@1'), 'aliases[1].targets[1].revision: revision "tiny@1" is listed twice'],
+  ['zero total weight', (f) => f.aliases[1].targets.forEach((t: any) => (t.weight = 0)), 'aliases[1].targets: the weights must add up to more than 0'],
+  ['both targets and revision', (f) => (f.aliases[0].targets = [{ revision: 'tiny@1', weight: 1 }]), 'aliases[0]: set either targets or revision'],
+  ['neither targets nor revision', (f) => delete f.aliases[0].revision, 'aliases[0]: set targets ([{revision, weight}]) or revision'],
+  ['an unknown allowed alias', (f) => (f.tenants[0].allowed_aliases = ['tiny', 'huge']), 'tenants[0].allowed_aliases[1]: unknown alias "huge"'],
+  ['default above max output', (f) => (f.revisions[0].default_output_tokens = 300), 'revisions[0].default_output_tokens: must be <= max_output_tokens (300 > 256)'],
+  ['max output not below the window', (f) => (f.revisions[0].max_output_tokens = 512), 'revisions[0].max_output_tokens: must be < context_window (512 >= 512)'],
+  ['a llamacpp engine without a model', (f) => delete f.revisions[0].engine.model_path, 'revisions[0].engine: set model_path'],
+  ['a model_url without a sha256', (f) => (f.revisions[0].engine.model_url = 'https://example.com/m.gguf'), 'revisions[0].engine.model_sha256: required when model_url is set'],
+  ['a context_size below the window', (f) => (f.revisions[0].engine.context_size = 256), 'revisions[0].engine.context_size: must be >= context_window (256 < 512)'],
+];
+
+describe('parseConfig: each bad field is reported with its path', () => {
+  it.each(badCases)('%s', (_name, mutate, expected) => {
+    const file = validFile();
+    mutate(file);
+    for (const [text, source] of [
+      [stringify(file), 'weir.yaml'],
+      [JSON.stringify(file), 'weir.json'],
+    ] as const) {
+      const err = errorOf(() => parseConfig(text, source));
+      expect(err.message).toContain(`${source}: ${expected}`);
+    }
+  });
+
+  it('gives exactly the documented message for a bad price', () => {
+    const file = validFile();
+    file.revisions[0].pricing.input_per_mtok = 'abc';
+    expect(errorOf(() => parseConfig(stringify(file), 'weir.yaml')).message).toBe(
+      'weir.yaml: revisions[0].pricing.input_per_mtok: expected a number >= 0, got "abc"',
+    );
+  });
+
+  it('lists every problem, one per line', () => {
+    const file = validFile();
+    file.revisions[0].pricing.input_per_mtok = 'abc';
+    file.revisions[1].engine.kind = 'vllm';
+    file.tenants[0].typo = true;
+    const err = errorOf(() => parseConfig(stringify(file), 'weir.yaml'));
+    expect(err.problems.map((p) => p.path)).toEqual(['revisions[0].pricing.input_per_mtok', 'revisions[1].engine.kind', 'tenants[0].typo']);
+    expect(err.message.split('\n')).toHaveLength(3);
+  });
+
+  it.each([
+    ['broken YAML', 'revisions: [\n  {id: x', 'weir.yaml', /^weir\.yaml: line \d+, column \d+: invalid YAML: /],
+    ['a duplicate YAML key', 'revisions: []\nrevisions: []\n', 'weir.yaml', /invalid YAML: Map keys must be unique/],
+    ['broken JSON', '{"revisions": [', 'weir.json', /^weir\.json: invalid JSON: /],
+    ['an empty file', '', 'weir.yaml', /^weir\.yaml: expected a mapping, got null$/],
+    ['a scalar document', 'hello', 'weir.yaml', /^weir\.yaml: expected a mapping, got "hello"$/],
+  ])('reports %s', (_name, text, source, pattern) => {
+    expect(errorOf(() => parseConfig(text, source)).message).toMatch(pattern);
+  });
+
+  it('reports an unreadable file with a fix', () => {
+    expect(errorOf(() => loadConfigFile('/nonexistent/weir.yaml')).message).toBe(
+      '/nonexistent/weir.yaml: cannot read the config file (ENOENT); check the path in WEIR_CONFIG, or unset it to use the built-in default',
+    );
+  });
+});
+
+describe('defaultConfig and config/weir.example.yaml', () => {
+  const examplePath = path.resolve(__dirname, '../../../config/weir.example.yaml');
+
+  it('the example file parses to exactly defaultConfig()', () => {
+    expect(loadConfigFile(examplePath)).toEqual(defaultConfig());
+  });
+
+  it('round-trips through parseConfig and takes a model path', () => {
+    const cfg = defaultConfig({ modelPath: '/m/stories260K.gguf' });
+    expect(cfg.revisions[0].engine).toMatchObject({ kind: 'llamacpp', modelPath: '/m/stories260K.gguf' });
+    expect(cfg.aliases[0]).toMatchObject({ name: 'tiny-stories', targets: [{ revision: 'stories260k@1', weight: 1 }] });
+    expect(cfg.tenants[0]).toMatchObject({ id: 'demo', apps: [{ id: 'demo-app' }], allowedAliases: ['*'] });
+    expect(defaultConfig()).not.toBe(defaultConfig());
+  });
+});

@@ -1,0 +1,333 @@
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import type { AliasSpec, EngineSpec, PlatformConfig, RevisionSpec, TenantSpec } from '@weir/core';
+import { parseDocument } from 'yaml';
+import type { z } from 'zod';
+import { ConfigError, describeValue, formatPath, type ConfigProblem } from './config-error';
+import { configFileSchema, KNOWN_KEYS, knownKeysFromMessage, type ConfigFile } from './config-schema';
+
+/** Options of {@link parseConfig}. */
+export interface ParseConfigOptions {
+  /**
+   * Directory against which relative `engine.model_path`s are resolved. Default: the current
+   * working directory (`loadConfigFile` passes the config file's own directory).
+   */
+  baseDir?: string;
+  /** `yaml` or `json`; default: chosen from `sourceName`'s extension, else from the content. */
+  format?: 'yaml' | 'json';
+}
+
+/**
+ * Parses and validates a configuration document (YAML or JSON, snake_case keys) into the
+ * camelCase {@link PlatformConfig}. Runs once at startup, never per request.
+ *
+ * Defaults are applied as `@weir/core`'s `platform-config.ts` documents them, then the
+ * cross-checks run: unique revision ids, alias names, tenant ids and app ids; each alias names
+ * existing revisions (each at most once) with a positive total weight; each tenant's
+ * `allowed_aliases` exist (or are `*`); `default_output_tokens ≤ max_output_tokens <
+ * context_window`; a llama.cpp engine names `model_path` or `model_url`, a `model_url` comes
+ * with `model_sha256`, and `context_size` (default `context_window`) is at least
+ * `context_window`. Cross-checks run only once the document matches the schema.
+ *
+ * @param text the document.
+ * @param sourceName the file name used in messages (e.g. `weir.yaml`); its extension picks the format.
+ * @throws {ConfigError} listing every problem as `<sourceName>: <field path>: <message>`.
+ */
+export function parseConfig(text: string, sourceName: string, options: ParseConfigOptions = {}): PlatformConfig {
+  const format = options.format ?? detectFormat(sourceName, text);
+  const raw = format === 'json' ? parseJson(text, sourceName) : parseYaml(text, sourceName);
+
+  const result = configFileSchema.safeParse(raw, { error: fallbackMessage });
+  if (!result.success) throw new ConfigError(sourceName, issuesToProblems(result.error.issues));
+
+  const problems = crossCheck(result.data);
+  if (problems.length > 0) throw new ConfigError(sourceName, problems);
+
+  return toPlatformConfig(result.data, options.baseDir ?? process.cwd());
+}
+
+/**
+ * Reads and parses a configuration file (see {@link parseConfig}); relative model paths are
+ * resolved against the file's directory. Synchronous: it runs once at startup.
+ *
+ * @param filePath path of a `.yaml`, `.yml` or `.json` file (other extensions: sniffed).
+ * @throws {ConfigError} when the file cannot be read or is invalid.
+ */
+export function loadConfigFile(filePath: string): PlatformConfig {
+  let text: string;
+  try {
+    text = readFileSync(filePath, 'utf8');
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code ?? 'error';
+    throw new ConfigError(
+      filePath,
+      [{ path: '', message: `cannot read the config file (${code}); check the path in WEIR_CONFIG, or unset it to use the built-in default` }],
+      { cause: err },
+    );
+  }
+  return parseConfig(text, filePath, { baseDir: path.dirname(path.resolve(filePath)) });
+}
+
+function detectFormat(sourceName: string, text: string): 'yaml' | 'json' {
+  const ext = path.extname(sourceName).toLowerCase();
+  if (ext === '.json') return 'json';
+  if (ext === '.yaml' || ext === '.yml') return 'yaml';
+  return /^\s*[{[]/.test(text) ? 'json' : 'yaml';
+}
+
+function parseJson(text: string, sourceName: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch (err) {
+    throw new ConfigError(sourceName, [{ path: '', message: `invalid JSON: ${(err as Error).message}` }], { cause: err });
+  }
+}
+
+function parseYaml(text: string, sourceName: string): unknown {
+  const doc = parseDocument(text, { prettyErrors: true, uniqueKeys: true });
+  if (doc.errors.length > 0) {
+    throw new ConfigError(
+      sourceName,
+      doc.errors.map((e) => {
+        const pos = e.linePos?.[0];
+        const where = pos ? `line ${pos.line}, column ${pos.col}` : '';
+        const message = e.message.split('\n')[0].replace(/ at line \d+, column \d+:?$/, '');
+        return { path: where, message: `invalid YAML: ${message}` };
+      }),
+    );
+  }
+  return doc.toJS({ maxAliasCount: 1000 });
+}
+
+/** Messages for issues whose schema sets none (containers, unions, unknown keys). */
+function fallbackMessage(iss: { code?: string; input?: unknown; expected?: unknown; values?: unknown }): string {
+  const expected: Record<string, string> = {
+    array: 'a list',
+    object: 'a mapping',
+    string: 'a string',
+    number: 'a number',
+    boolean: 'true or false',
+  };
+  if (iss.code === 'invalid_type') {
+    const desc = expected[String(iss.expected)] ?? String(iss.expected);
+    return iss.input === undefined ? `required (${desc})` : `expected ${desc}, got ${describeValue(iss.input)}`;
+  }
+  if (iss.code === 'invalid_value' && Array.isArray(iss.values)) {
+    const desc = iss.values.map((v) => JSON.stringify(v)).join(', ');
+    return iss.input === undefined ? `required (${desc})` : `expected ${iss.values.length === 1 ? desc : `one of ${desc}`}, got ${describeValue(iss.input)}`;
+  }
+  return iss.input === undefined ? 'invalid value' : `invalid value ${describeValue(iss.input)}`;
+}
+
+function issuesToProblems(issues: readonly z.core.$ZodIssue[]): ConfigProblem[] {
+  const problems: ConfigProblem[] = [];
+  for (const iss of issues) {
+    if (iss.code === 'unrecognized_keys') {
+      for (const key of iss.keys) {
+        const siblings = knownKeysFromMessage(iss.message);
+        problems.push({ path: formatPath([...iss.path, key]), message: `unknown key${unknownKeyHint(key, siblings)}` });
+      }
+    } else {
+      problems.push({ path: formatPath(iss.path), message: iss.message });
+    }
+  }
+  return problems;
+}
+
+/** A hint for an unknown key: a snake_case spelling or a near miss, preferring the object's own keys. */
+function unknownKeyHint(key: string, siblings: readonly string[]): string {
+  if (key === 'api_key' || key === 'apiKey') {
+    return ': never put a secret in the config file; put it in an environment variable and name that variable in api_key_env';
+  }
+  const snake = key.replace(/([a-z0-9])([A-Z])/g, '$1_$2').replace(/-/g, '_').toLowerCase();
+  if (snake !== key && (siblings.includes(snake) || KNOWN_KEYS.has(snake))) return ` (did you mean "${snake}"? keys are snake_case)`;
+  // A near miss among this object's own keys wins over a closer key valid elsewhere.
+  const best = nearest(snake, siblings) ?? nearest(snake, KNOWN_KEYS);
+  return best ? ` (did you mean "${best}"?)` : '';
+}
+
+function nearest(key: string, candidates: Iterable<string>): string | undefined {
+  let best: string | undefined;
+  let bestDistance = 3;
+  for (const known of candidates) {
+    const d = editDistance(key, known);
+    if (d < bestDistance) {
+      best = known;
+      bestDistance = d;
+    }
+  }
+  return best;
+}
+
+/** Levenshtein distance; the inputs are short key names. */
+function editDistance(a: string, b: string): number {
+  let prev = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const row = [i];
+    for (let j = 1; j <= b.length; j++) {
+      row[j] = Math.min(prev[j] + 1, row[j - 1] + 1, prev[j - 1] + (a[i - 1] === b[j - 1] ? 0 : 1));
+    }
+    prev = row;
+  }
+  return prev[b.length];
+}
+
+function crossCheck(file: ConfigFile): ConfigProblem[] {
+  const problems: ConfigProblem[] = [];
+  const add = (p: PropertyKey[], message: string) => problems.push({ path: formatPath(p), message });
+
+  const revisionIds = firstIndexes(file.revisions.map((r) => r.id), (i, first) =>
+    add(['revisions', i, 'id'], `duplicate revision id (also revisions[${first}].id)`),
+  );
+  file.revisions.forEach((r, i) => {
+    if (r.default_output_tokens > r.max_output_tokens) {
+      add(['revisions', i, 'default_output_tokens'], `must be <= max_output_tokens (${r.default_output_tokens} > ${r.max_output_tokens})`);
+    }
+    if (r.max_output_tokens >= r.context_window) {
+      add(['revisions', i, 'max_output_tokens'], `must be < context_window (${r.max_output_tokens} >= ${r.context_window}), leaving room for the prompt`);
+    }
+    const e = r.engine;
+    if (e.kind === 'llamacpp') {
+      if (e.model_path === undefined && e.model_url === undefined) {
+        add(['revisions', i, 'engine'], 'set model_path (a local GGUF file) or model_url with model_sha256 (downloaded once into the data directory)');
+      }
+      if (e.model_url !== undefined && e.model_sha256 === undefined) {
+        add(['revisions', i, 'engine', 'model_sha256'], 'required when model_url is set (a download is verified against it)');
+      }
+      if (e.context_size !== undefined && e.context_size < r.context_window) {
+        add(['revisions', i, 'engine', 'context_size'], `must be >= context_window (${e.context_size} < ${r.context_window}), or a request that fits the window would not fit the engine`);
+      }
+    }
+  });
+
+  const aliasNames = firstIndexes(file.aliases.map((a) => a.name), (i, first) =>
+    add(['aliases', i, 'name'], `duplicate alias name (also aliases[${first}].name)`),
+  );
+  file.aliases.forEach((a, i) => {
+    if (a.targets !== undefined && a.revision !== undefined) {
+      add(['aliases', i], 'set either targets or revision (the shorthand for one target), not both');
+      return;
+    }
+    if (a.targets === undefined && a.revision === undefined) {
+      add(['aliases', i], 'set targets ([{revision, weight}]) or revision (one revision id)');
+      return;
+    }
+    if (a.revision !== undefined) {
+      if (!revisionIds.has(a.revision)) add(['aliases', i, 'revision'], `unknown revision ${describeValue(a.revision)}${known(revisionIds)}`);
+      return;
+    }
+    const targets = a.targets ?? [];
+    if (targets.length === 0) add(['aliases', i, 'targets'], 'expected at least one target');
+    const seen = new Set<string>();
+    targets.forEach((t, j) => {
+      if (!revisionIds.has(t.revision)) add(['aliases', i, 'targets', j, 'revision'], `unknown revision ${describeValue(t.revision)}${known(revisionIds)}`);
+      else if (seen.has(t.revision)) add(['aliases', i, 'targets', j, 'revision'], `revision ${describeValue(t.revision)} is listed twice`);
+      seen.add(t.revision);
+    });
+    if (targets.length > 0 && targets.reduce((s, t) => s + t.weight, 0) <= 0) {
+      add(['aliases', i, 'targets'], 'the weights must add up to more than 0');
+    }
+  });
+
+  firstIndexes(file.tenants.map((t) => t.id), (i, first) => add(['tenants', i, 'id'], `duplicate tenant id (also tenants[${first}].id)`));
+  const appIds = new Map<string, string>();
+  file.tenants.forEach((t, i) => {
+    t.apps.forEach((app, j) => {
+      const other = appIds.get(app.id);
+      if (other !== undefined) add(['tenants', i, 'apps', j, 'id'], `duplicate app id (also ${other}); app ids are unique across tenants`);
+      else appIds.set(app.id, formatPath(['tenants', i, 'apps', j, 'id']));
+    });
+    t.allowed_aliases.forEach((name, j) => {
+      if (name !== '*' && !aliasNames.has(name)) {
+        add(['tenants', i, 'allowed_aliases', j], `unknown alias ${describeValue(name)}${known(aliasNames)} (or "*" for all)`);
+      }
+    });
+  });
+  return problems;
+}
+
+/** Maps each value to the index of its first occurrence, reporting later duplicates. */
+function firstIndexes(values: string[], onDuplicate: (index: number, firstIndex: number) => void): Map<string, number> {
+  const first = new Map<string, number>();
+  values.forEach((v, i) => {
+    const seen = first.get(v);
+    if (seen === undefined) first.set(v, i);
+    else onDuplicate(i, seen);
+  });
+  return first;
+}
+
+function known(names: Map<string, number>): string {
+  const list = [...names.keys()];
+  if (list.length === 0) return '';
+  const shown = list.slice(0, 10).map((n) => JSON.stringify(n)).join(', ');
+  return ` (known: ${shown}${list.length > 10 ? ', …' : ''})`;
+}
+
+function toPlatformConfig(file: ConfigFile, baseDir: string): PlatformConfig {
+  return {
+    revisions: file.revisions.map((r): RevisionSpec => ({
+      id: r.id,
+      model: r.model,
+      engine: toEngine(r.engine, r.context_window, baseDir),
+      contextWindow: r.context_window,
+      maxOutputTokens: r.max_output_tokens,
+      defaultOutputTokens: r.default_output_tokens,
+      pricing: {
+        inputPerMTok: r.pricing.input_per_mtok,
+        outputPerMTok: r.pricing.output_per_mtok,
+        cachedInputPerMTok: r.pricing.cached_input_per_mtok ?? r.pricing.input_per_mtok,
+      },
+    })),
+    aliases: file.aliases.map((a): AliasSpec => ({
+      name: a.name,
+      targets: a.revision !== undefined ? [{ revision: a.revision, weight: 1 }] : (a.targets ?? []).map((t) => ({ revision: t.revision, weight: t.weight })),
+      ...(a.description !== undefined ? { description: a.description } : {}),
+    })),
+    tenants: file.tenants.map((t): TenantSpec => ({
+      id: t.id,
+      name: t.name,
+      apps: t.apps.map((app) => ({ id: app.id, name: app.name })),
+      allowedAliases: [...t.allowed_aliases],
+      defaultDeadlineMs: t.default_deadline_ms,
+      limits: { maxConcurrent: t.limits.max_concurrent },
+    })),
+    defaults: {
+      cancelGraceMs: file.defaults.cancel_grace_ms,
+      maxBodyBytes: file.defaults.max_body_bytes,
+      sseHeartbeatMs: file.defaults.sse_heartbeat_ms,
+      maxQueuePerReplica: file.defaults.max_queue_per_replica,
+    },
+  };
+}
+
+function toEngine(e: ConfigFile['revisions'][number]['engine'], contextWindow: number, baseDir: string): EngineSpec {
+  switch (e.kind) {
+    case 'llamacpp':
+      return {
+        kind: 'llamacpp',
+        ...(e.model_path !== undefined ? { modelPath: path.resolve(baseDir, e.model_path) } : {}),
+        ...(e.model_sha256 !== undefined ? { modelSha256: e.model_sha256 } : {}),
+        ...(e.model_url !== undefined ? { modelUrl: e.model_url } : {}),
+        threads: e.threads,
+        sequences: e.sequences,
+        contextSize: e.context_size ?? contextWindow,
+        testTokenDelayMs: e.test_token_delay_ms,
+      };
+    case 'openai-compatible':
+      return {
+        kind: 'openai-compatible',
+        baseUrl: e.base_url,
+        upstreamModel: e.upstream_model,
+        ...(e.api_key_env !== undefined ? { apiKeyEnv: e.api_key_env } : {}),
+        api: e.api,
+        firstTokenTimeoutMs: e.first_token_timeout_ms,
+        idleTimeoutMs: e.idle_timeout_ms,
+        maxConcurrency: e.max_concurrency,
+      };
+    default: {
+      const unreachable: never = e;
+      throw new Error(`unknown engine kind ${JSON.stringify(unreachable)}`);
+    }
+  }
+}

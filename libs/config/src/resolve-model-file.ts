@@ -1,0 +1,152 @@
+import { createHash, randomBytes } from 'node:crypto';
+import { createReadStream, createWriteStream } from 'node:fs';
+import { mkdir, rename, stat, unlink } from 'node:fs/promises';
+import path from 'node:path';
+import { Readable, Transform } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import type { LlamaCppEngineSpec } from '@weir/core';
+
+/**
+ * The logging calls `resolveModelFile` makes; a pino logger fits. Fields are metadata
+ * (paths, URLs, sizes, timings), never secrets.
+ */
+export interface ModelFileLogger {
+  info(fields: Record<string, unknown>, message: string): void;
+  warn(fields: Record<string, unknown>, message: string): void;
+}
+
+/** Options of {@link resolveModelFile}. */
+export interface ResolveModelFileOptions {
+  /** `WEIR_MODEL_PATH`: when set, this file is used as is (no sha256 check). */
+  modelPathOverride?: string;
+  /** Where downloaded models live (e.g. `<WEIR_DATA_DIR>/models`); created when needed. */
+  cacheDir: string;
+  /** `WEIR_ALLOW_MODEL_DOWNLOAD`: whether `modelUrl` may be fetched. */
+  allowDownload: boolean;
+  /** Injectable fetch; default the global `fetch`. */
+  fetchImpl?: typeof fetch;
+  /** Aborts a download in progress (the partial file is deleted). */
+  signal?: AbortSignal;
+  logger?: ModelFileLogger;
+}
+
+/** Where the model file came from. */
+export type ModelFileSource = 'override' | 'path' | 'cache' | 'download';
+
+/**
+ * The outcome of {@link resolveModelFile}: an absolute path, or a `reason` that says what failed
+ * and how to fix it (for the startup error message).
+ */
+export type ResolveModelFileResult = { ok: true; path: string; source: ModelFileSource } | { ok: false; reason: string };
+
+/**
+ * Finds the GGUF file of a llama.cpp engine, in this order:
+ * 1. `modelPathOverride` (`WEIR_MODEL_PATH`), which must exist;
+ * 2. the engine's `modelPath`, if it exists;
+ * 3. `<cacheDir>/<modelSha256>.gguf`, if its sha256 matches (a mismatching file is deleted);
+ * 4. a download of `modelUrl` (if `allowDownload`) into a temporary file in `cacheDir`, whose
+ *    sha256 is checked before it is renamed into place (on a mismatch it is deleted).
+ *
+ * Never throws for an expected failure (missing file, download refused or failed, wrong
+ * digest): it returns `{ok: false, reason}`. Runs at startup only; hashing reads the whole
+ * file (about 2 s per GB).
+ */
+export async function resolveModelFile(engine: LlamaCppEngineSpec, options: ResolveModelFileOptions): Promise<ResolveModelFileResult> {
+  const log = options.logger;
+
+  if (options.modelPathOverride) {
+    const override = path.resolve(options.modelPathOverride);
+    if (await isFile(override)) return { ok: true, path: override, source: 'override' };
+    return { ok: false, reason: `WEIR_MODEL_PATH names ${override}, which is not a readable file; fix the path or unset WEIR_MODEL_PATH` };
+  }
+
+  if (engine.modelPath !== undefined) {
+    const configured = path.resolve(engine.modelPath);
+    if (await isFile(configured)) return { ok: true, path: configured, source: 'path' };
+    log?.warn({ modelPath: configured }, 'configured model_path does not exist; looking in the model cache');
+  }
+
+  const missing = engine.modelPath !== undefined ? `the model file ${path.resolve(engine.modelPath)} does not exist` : 'no model_path is configured';
+  const sha256 = engine.modelSha256?.toLowerCase();
+  if (sha256 === undefined) {
+    return { ok: false, reason: `${missing} and no model_sha256 is set to find or verify a download; set WEIR_MODEL_PATH to a GGUF file` };
+  }
+
+  const cacheDir = path.resolve(options.cacheDir);
+  const cached = path.join(cacheDir, `${sha256}.gguf`);
+  if (await isFile(cached)) {
+    const actual = await sha256OfFile(cached);
+    if (actual === sha256) return { ok: true, path: cached, source: 'cache' };
+    log?.warn({ path: cached, expected: sha256, actual }, 'cached model file has the wrong sha256; deleting it');
+    await unlink(cached).catch(() => undefined);
+  }
+
+  if (engine.modelUrl === undefined) {
+    return { ok: false, reason: `${missing}, it is not in ${cacheDir}, and no model_url is set; set WEIR_MODEL_PATH to a GGUF file` };
+  }
+  if (!options.allowDownload) {
+    return {
+      ok: false,
+      reason: `${missing} and it is not in ${cacheDir}; downloads are disabled (WEIR_ALLOW_MODEL_DOWNLOAD=false): download ${engine.modelUrl} and set WEIR_MODEL_PATH to it, or allow the download`,
+    };
+  }
+  return download(engine.modelUrl, sha256, cached, options);
+}
+
+async function download(url: string, sha256: string, target: string, options: ResolveModelFileOptions): Promise<ResolveModelFileResult> {
+  const fetchImpl = options.fetchImpl ?? fetch;
+  const log = options.logger;
+  const temp = `${target}.${process.pid}.${randomBytes(4).toString('hex')}.part`;
+  const started = Date.now();
+  const fix = `download ${url} yourself and set WEIR_MODEL_PATH to it`;
+  log?.info({ url, target }, 'downloading model');
+  try {
+    await mkdir(path.dirname(target), { recursive: true });
+    const res = await fetchImpl(url, { redirect: 'follow', signal: options.signal });
+    if (!res.ok || res.body === null) {
+      await res.body?.cancel().catch(() => undefined);
+      return { ok: false, reason: `model download from ${url} failed: HTTP ${res.status}; check model_url, or ${fix}` };
+    }
+    const hash = createHash('sha256');
+    let bytes = 0;
+    const tap = new Transform({
+      transform(chunk: Buffer, _enc, done) {
+        hash.update(chunk);
+        bytes += chunk.length;
+        done(null, chunk);
+      },
+    });
+    const body = Readable.fromWeb(res.body as import('node:stream/web').ReadableStream<Uint8Array>);
+    await pipeline(body, tap, createWriteStream(temp, { flags: 'wx' }), { signal: options.signal });
+    const actual = hash.digest('hex');
+    if (actual !== sha256) {
+      await unlink(temp).catch(() => undefined);
+      return {
+        ok: false,
+        reason: `model downloaded from ${url} has sha256 ${actual}, expected ${sha256} (${bytes} bytes); the file was deleted. Check model_url and model_sha256, or ${fix}`,
+      };
+    }
+    await rename(temp, target);
+    log?.info({ url, path: target, bytes, ms: Date.now() - started }, 'model downloaded and verified');
+    return { ok: true, path: target, source: 'download' };
+  } catch (err) {
+    await unlink(temp).catch(() => undefined);
+    const detail = err instanceof Error ? (err.cause instanceof Error ? `${err.message}: ${err.cause.message}` : err.message) : String(err);
+    return { ok: false, reason: `model download from ${url} failed (${detail}); check the network, or ${fix}` };
+  }
+}
+
+async function isFile(p: string): Promise<boolean> {
+  try {
+    return (await stat(p)).isFile();
+  } catch {
+    return false;
+  }
+}
+
+/** sha256 (lowercase hex) of a file, streamed. */
+export async function sha256OfFile(p: string): Promise<string> {
+  const hash = createHash('sha256');
+  for await (const chunk of createReadStream(p)) hash.update(chunk as Buffer);
+  return hash.digest('hex');
+}
