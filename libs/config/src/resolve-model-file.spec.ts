@@ -1,0 +1,161 @@
+import { createHash } from 'node:crypto';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import type { LlamaCppEngineSpec } from '@weir/core';
+import { resolveModelFile } from './index';
+
+const BODY = Buffer.from('GGUF'.repeat(4096)); // 16 KiB stands in for a model
+const GOOD_SHA = createHash('sha256').update(BODY).digest('hex');
+const WRONG_SHA = 'b'.repeat(64);
+
+function engine(overrides: Partial<LlamaCppEngineSpec> = {}): LlamaCppEngineSpec {
+  return { kind: 'llamacpp', threads: 1, sequences: 1, contextSize: 512, testTokenDelayMs: 0, ...overrides };
+}
+
+describe('resolveModelFile', () => {
+  let server: Server;
+  let baseUrl: string;
+  let requests: string[];
+  let dir: string;
+
+  beforeAll(async () => {
+    server = createServer((req, res) => {
+      requests.push(req.url ?? '');
+      if (req.url === '/model.gguf') {
+        res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': BODY.length });
+        res.end(BODY);
+      } else if (req.url === '/moved.gguf') {
+        res.writeHead(302, { location: '/model.gguf' });
+        res.end();
+      } else {
+        res.writeHead(404);
+        res.end('not found');
+      }
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    baseUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  });
+  afterAll(async () => {
+    await new Promise((resolve) => server.close(resolve));
+  });
+  beforeEach(() => {
+    requests = [];
+    dir = mkdtempSync(path.join(tmpdir(), 'weir-model-'));
+  });
+  afterEach(() => rmSync(dir, { recursive: true, force: true }));
+
+  const cacheDir = () => path.join(dir, 'cache');
+
+  it('downloads, verifies and caches; a second call uses the cache without a request', async () => {
+    const spec = engine({ modelUrl: `${baseUrl}/moved.gguf`, modelSha256: GOOD_SHA });
+    const first = await resolveModelFile(spec, { cacheDir: cacheDir(), allowDownload: true });
+    expect(first).toEqual({ ok: true, source: 'download', path: path.join(cacheDir(), `${GOOD_SHA}.gguf`) });
+    expect(readdirSync(cacheDir())).toEqual([`${GOOD_SHA}.gguf`]);
+    expect(requests).toEqual(['/moved.gguf', '/model.gguf']);
+
+    requests = [];
+    const second = await resolveModelFile(spec, { cacheDir: cacheDir(), allowDownload: true });
+    expect(second).toEqual({ ok: true, source: 'cache', path: path.join(cacheDir(), `${GOOD_SHA}.gguf`) });
+    expect(requests).toEqual([]);
+  });
+
+  it('fails on a wrong sha256 and leaves no file behind', async () => {
+    const result = await resolveModelFile(engine({ modelUrl: `${baseUrl}/model.gguf`, modelSha256: WRONG_SHA }), {
+      cacheDir: cacheDir(),
+      allowDownload: true,
+    });
+    expect(result.ok).toBe(false);
+    if (!result.ok) expect(result.reason).toContain(`has sha256 ${GOOD_SHA}, expected ${WRONG_SHA}`);
+    expect(readdirSync(cacheDir())).toEqual([]);
+  });
+
+  it('fails on a 404 and leaves no file behind', async () => {
+    const result = await resolveModelFile(engine({ modelUrl: `${baseUrl}/missing.gguf`, modelSha256: GOOD_SHA }), {
+      cacheDir: cacheDir(),
+      allowDownload: true,
+    });
+    expect(result).toEqual({ ok: false, reason: expect.stringContaining('HTTP 404') });
+    if (!result.ok) expect(result.reason).toContain('WEIR_MODEL_PATH');
+    expect(readdirSync(cacheDir())).toEqual([]);
+  });
+
+  it('fails on a connection error with a fix', async () => {
+    const closed = createServer();
+    await new Promise<void>((resolve) => closed.listen(0, '127.0.0.1', resolve));
+    const port = (closed.address() as AddressInfo).port;
+    await new Promise((resolve) => closed.close(resolve));
+    const result = await resolveModelFile(engine({ modelUrl: `http://127.0.0.1:${port}/m.gguf`, modelSha256: GOOD_SHA }), {
+      cacheDir: cacheDir(),
+      allowDownload: true,
+    });
+    expect(result).toEqual({ ok: false, reason: expect.stringMatching(/download .* failed .*WEIR_MODEL_PATH/) });
+  });
+
+  it('replaces a cached file whose sha256 does not match', async () => {
+    mkdirSync(cacheDir(), { recursive: true });
+    writeFileSync(path.join(cacheDir(), `${GOOD_SHA}.gguf`), 'corrupt');
+    const result = await resolveModelFile(engine({ modelUrl: `${baseUrl}/model.gguf`, modelSha256: GOOD_SHA }), {
+      cacheDir: cacheDir(),
+      allowDownload: true,
+    });
+    expect(result).toMatchObject({ ok: true, source: 'download' });
+    expect(requests).toEqual(['/model.gguf']);
+  });
+
+  it('does not download when downloads are disabled', async () => {
+    const result = await resolveModelFile(engine({ modelUrl: `${baseUrl}/model.gguf`, modelSha256: GOOD_SHA }), {
+      cacheDir: cacheDir(),
+      allowDownload: false,
+    });
+    expect(result).toEqual({ ok: false, reason: expect.stringContaining('WEIR_ALLOW_MODEL_DOWNLOAD=false') });
+    expect(requests).toEqual([]);
+  });
+
+  it('prefers the override, then an existing model_path, with no request', async () => {
+    const local = path.join(dir, 'local.gguf');
+    writeFileSync(local, BODY);
+    const spec = engine({ modelPath: local, modelUrl: `${baseUrl}/model.gguf`, modelSha256: GOOD_SHA });
+    const other = path.join(dir, 'other.gguf');
+    writeFileSync(other, 'x');
+    await expect(resolveModelFile(spec, { modelPathOverride: other, cacheDir: cacheDir(), allowDownload: true })).resolves.toEqual({
+      ok: true,
+      path: other,
+      source: 'override',
+    });
+    await expect(resolveModelFile(spec, { cacheDir: cacheDir(), allowDownload: true })).resolves.toEqual({ ok: true, path: local, source: 'path' });
+    expect(requests).toEqual([]);
+    expect(existsSync(cacheDir())).toBe(false);
+  });
+
+  it('fails when the override does not exist, naming WEIR_MODEL_PATH', async () => {
+    const result = await resolveModelFile(engine({ modelUrl: `${baseUrl}/model.gguf`, modelSha256: GOOD_SHA }), {
+      modelPathOverride: path.join(dir, 'nope.gguf'),
+      cacheDir: cacheDir(),
+      allowDownload: true,
+    });
+    expect(result).toEqual({ ok: false, reason: expect.stringContaining('WEIR_MODEL_PATH names') });
+    expect(requests).toEqual([]);
+  });
+
+  it('falls back from a missing model_path to the download', async () => {
+    const logs: string[] = [];
+    const logger = { info: (_f: object, m: string) => logs.push(`info ${m}`), warn: (_f: object, m: string) => logs.push(`warn ${m}`) };
+    const spec = engine({ modelPath: path.join(dir, 'missing.gguf'), modelUrl: `${baseUrl}/model.gguf`, modelSha256: GOOD_SHA });
+    await expect(resolveModelFile(spec, { cacheDir: cacheDir(), allowDownload: true, logger })).resolves.toMatchObject({ ok: true, source: 'download' });
+    expect(logs).toEqual([
+      'warn configured model_path does not exist; looking in the model cache',
+      'info downloading model',
+      'info model downloaded and verified',
+    ]);
+  });
+
+  it('fails with a fix when there is nothing to find or fetch', async () => {
+    await expect(resolveModelFile(engine(), { cacheDir: cacheDir(), allowDownload: true })).resolves.toEqual({
+      ok: false,
+      reason: expect.stringContaining('set WEIR_MODEL_PATH'),
+    });
+  });
+});
