@@ -1,1 +1,12 @@
-export {};
+export * from './logger';
+export * from './llamacpp/llamacpp-engine';
+export { renderPlainPrompt } from './llamacpp/render-prompt';
+export * from './openai-compatible/openai-compatible-engine';
+export {
+  CHAT_MESSAGE_OVERHEAD_TOKENS,
+  CHAT_REPLY_PRIMING_TOKENS,
+  countInputWith,
+  utf8TokenUpperBound,
+} from './openai-compatible/token-bound';
+export { upstreamStatusError, retryAfterMs } from './openai-compatible/upstream-errors';
+export * from './create-engine';

@@ -1,1 +1,3 @@
-export {};
+export * from './paths';
+export * from './scripted-upstream';
+export * from './engine-contract';

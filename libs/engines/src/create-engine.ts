@@ -1,0 +1,38 @@
+import type { EngineAdapter, EngineSpec } from '@weir/core';
+import { WeirError } from '@weir/core';
+import { createLlamaCppEngine } from './llamacpp/llamacpp-engine';
+import type { EngineLogger } from './logger';
+import { createOpenAICompatibleEngine, type OpenAICompatibleEngineDeps } from './openai-compatible/openai-compatible-engine';
+
+/** Dependencies of {@link createEngine}, passed on to the adapter the spec selects. */
+export interface CreateEngineDeps {
+  logger?: EngineLogger;
+  /** For `openai-compatible` specs: tokenizer, dispatcher, env (see {@link OpenAICompatibleEngineDeps}). */
+  openai?: Omit<OpenAICompatibleEngineDeps, 'logger'>;
+}
+
+/**
+ * Creates the adapter for an engine spec: one exhaustive switch over `spec.kind` (adding a
+ * kind to `EngineSpec` is a compile error here until it is handled).
+ *
+ * - `llamacpp` → {@link createLlamaCppEngine}; `spec.modelPath` must be resolved already
+ *   (config load applies `WEIR_MODEL_PATH`), else `WeirError('engine_unavailable')`.
+ * - `openai-compatible` → {@link createOpenAICompatibleEngine}.
+ *
+ * @throws whatever the chosen factory throws (a model that fails to load).
+ */
+export async function createEngine(spec: EngineSpec, deps: CreateEngineDeps = {}): Promise<EngineAdapter> {
+  switch (spec.kind) {
+    case 'llamacpp': {
+      const modelPath = spec.modelPath;
+      if (!modelPath) throw new WeirError('engine_unavailable', 'llamacpp engine spec has no modelPath');
+      return createLlamaCppEngine({ ...spec, modelPath }, { logger: deps.logger });
+    }
+    case 'openai-compatible':
+      return createOpenAICompatibleEngine(spec, { ...deps.openai, logger: deps.logger });
+    default: {
+      const unreachable: never = spec;
+      throw new WeirError('internal', `unknown engine kind ${(unreachable as { kind: string }).kind}`);
+    }
+  }
+}

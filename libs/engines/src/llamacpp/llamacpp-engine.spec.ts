@@ -1,0 +1,168 @@
+import type { EngineEvent } from '@weir/core';
+import { isWeirError } from '@weir/core';
+import { collectEngineEvents, describeEngineContract, engineRequest, tinyModelPath } from '@weir/testing';
+import { createLlamaCppEngine, type LlamaCppEngine, type LlamaCppEngineOptions } from './llamacpp-engine';
+
+const spec = (overrides: Partial<LlamaCppEngineOptions> = {}): LlamaCppEngineOptions => ({
+  kind: 'llamacpp',
+  modelPath: tinyModelPath(),
+  threads: 1,
+  sequences: 2,
+  contextSize: 256,
+  testTokenDelayMs: 0,
+  ...overrides,
+});
+
+const story = { kind: 'text', text: 'Once upon a time' } as const;
+const textOf = (events: EngineEvent[]): string => events.map((e) => (e.type === 'delta' ? e.text : '')).join('');
+const endOf = (events: EngineEvent[]): Extract<EngineEvent, { type: 'end' }> => {
+  const end = events[events.length - 1];
+  if (end?.type !== 'end') throw new Error('stream did not end with an end event');
+  return end;
+};
+
+describe('createLlamaCppEngine (real stories260K model)', () => {
+  let engine: LlamaCppEngine;
+  beforeAll(async () => {
+    engine = await createLlamaCppEngine(spec());
+  });
+  afterAll(() => engine.close());
+
+  it('declares its capacity', () => {
+    expect(engine.kind).toBe('llamacpp');
+    expect(engine.capacity).toEqual({ slots: 2, contextTokens: 256 });
+  });
+
+  it('is greedy and deterministic at temperature 0', async () => {
+    const a = await collectEngineEvents(engine, engineRequest(story, { maxOutputTokens: 24 }));
+    const b = await collectEngineEvents(engine, engineRequest(story, { maxOutputTokens: 24 }));
+    expect(textOf(a.events)).toBe(textOf(b.events));
+    expect(textOf(a.events).startsWith(', there was a little girl named Lily.')).toBe(true);
+  });
+
+  it('counts tokens with the model tokenizer (BOS + prompt; output = deltas = length cap)', async () => {
+    const { events } = await collectEngineEvents(engine, engineRequest(story, { maxOutputTokens: 20 }));
+    const end = endOf(events);
+    // "Once upon a time" is 4 tokens ([403, 407, 261, 378], models/README.md) plus BOS.
+    expect(engine.tokenize('Once upon a time')).toBe(4);
+    expect(end.usage.inputTokens).toBe(5);
+    expect(await engine.countInputTokens(story)).toBe(5);
+    expect(end.reason).toBe('length');
+    expect(end.usage.outputTokens).toBe(20);
+    expect(events.reduce((n, e) => n + (e.type === 'delta' ? e.tokens : 0), 0)).toBe(20);
+    expect(end.usageReported).toBe(true);
+  });
+
+  it('renders chat input as plain text, system first', async () => {
+    const chat = await collectEngineEvents(
+      engine,
+      engineRequest({
+        kind: 'chat',
+        messages: [
+          { role: 'user', content: 'upon a time' },
+          { role: 'system', content: 'Once' },
+        ],
+      }),
+    );
+    const text = await collectEngineEvents(engine, engineRequest({ kind: 'text', text: 'Once\nupon a time' }));
+    expect(textOf(chat.events)).toBe(textOf(text.events));
+    expect(endOf(chat.events).usage.inputTokens).toBe(endOf(text.events).usage.inputTokens);
+  });
+
+  it('stops at a stop sequence without returning it', async () => {
+    const { events } = await collectEngineEvents(
+      engine,
+      engineRequest(story, { maxOutputTokens: 64, sampling: { temperature: 0, stop: ['Lily'] } }),
+    );
+    const end = endOf(events);
+    expect(end.reason).toBe('stop');
+    // " Lily" is one token: a token that straddles the stop text is dropped whole.
+    expect(textOf(events)).toBe(', there was a little girl named');
+  });
+
+  it('throws context_length_exceeded for a prompt longer than the context', async () => {
+    const { error } = await collectEngineEvents(engine, engineRequest({ kind: 'text', text: 'Once upon a time '.repeat(80) }));
+    expect(isWeirError(error) && error.code).toBe('context_length_exceeded');
+    expect(isWeirError(error) && error.param).toBe('input');
+  });
+
+  it('throws engine_unavailable (retryable) when every sequence is busy, and frees sequences after use', async () => {
+    const slow = await createLlamaCppEngine(spec({ sequences: 1, testTokenDelayMs: 5 }));
+    try {
+      const controller = new AbortController();
+      const first = slow.generate(engineRequest(story, { maxOutputTokens: 200, signal: controller.signal }))[Symbol.asyncIterator]();
+      await first.next();
+      const { error } = await collectEngineEvents(slow, engineRequest(story));
+      expect(isWeirError(error) && error.code).toBe('engine_unavailable');
+      expect(isWeirError(error) && error.retryable).toBe(true);
+      controller.abort();
+      while (!(await first.next()).done) {
+        /* drain */
+      }
+      const again = await collectEngineEvents(slow, engineRequest(story, { maxOutputTokens: 4 }));
+      expect(again.error).toBeUndefined();
+      expect(slow.stats().activeSequences).toBe(0);
+    } finally {
+      await slow.close();
+    }
+  });
+
+  it('stops producing tokens shortly after an abort (the counter stops)', async () => {
+    const slow = await createLlamaCppEngine(spec({ sequences: 1, testTokenDelayMs: 10 }));
+    try {
+      const controller = new AbortController();
+      const before = slow.stats().generatedTokens;
+      const done = collectEngineEvents(slow, engineRequest(story, { maxOutputTokens: 400, signal: controller.signal }));
+      await new Promise((r) => setTimeout(r, 120));
+      controller.abort();
+      const { events } = await done;
+      const atEnd = slow.stats().generatedTokens;
+      await new Promise((r) => setTimeout(r, 150));
+      const later = slow.stats().generatedTokens;
+      const end = endOf(events);
+      expect(end.reason).toBe('aborted');
+      expect(later).toBe(atEnd);
+      expect(atEnd - before).toBe(end.usage.outputTokens);
+      // ~10 ms per token for ~120 ms: far fewer than the 400 allowed.
+      expect(end.usage.outputTokens).toBeGreaterThan(0);
+      expect(end.usage.outputTokens).toBeLessThan(40);
+      expect(slow.stats().activeSequences).toBe(0);
+    } finally {
+      await slow.close();
+    }
+  });
+
+  it('decodes two generations at the same time on one context (token timestamps interleave)', async () => {
+    const stamps: Array<{ who: 'a' | 'b'; at: number }> = [];
+    const run = (who: 'a' | 'b', text: string) =>
+      collectEngineEvents(engine, engineRequest({ kind: 'text', text }, { maxOutputTokens: 60 }), (e) => {
+        if (e.type === 'delta') stamps.push({ who, at: performance.now() });
+      });
+    const [a, b] = await Promise.all([run('a', 'Once upon a time'), run('b', 'Lily and Tom')]);
+    expect(endOf(a.events).usage.outputTokens).toBe(60);
+    expect(endOf(b.events).usage.outputTokens).toBe(60);
+    // Sequential decoding would switch once; batched decoding alternates token by token.
+    let switches = 0;
+    for (let i = 1; i < stamps.length; i += 1) if (stamps[i].who !== stamps[i - 1].who) switches += 1;
+    expect(switches).toBeGreaterThan(20);
+    const span = (who: 'a' | 'b') => stamps.filter((s) => s.who === who).map((s) => s.at);
+    expect(Math.min(...span('b'))).toBeLessThan(Math.max(...span('a')));
+    expect(Math.min(...span('a'))).toBeLessThan(Math.max(...span('b')));
+  });
+
+  it('keeps the engine counters monotonic and consistent with usage', async () => {
+    const before = engine.stats();
+    const { events } = await collectEngineEvents(engine, engineRequest(story, { maxOutputTokens: 10 }));
+    const after = engine.stats();
+    expect(after.generatedTokens - before.generatedTokens).toBe(endOf(events).usage.outputTokens);
+    expect(after.promptTokens - before.promptTokens).toBe(endOf(events).usage.inputTokens);
+    expect(after.completed).toBe(before.completed + 1);
+  });
+});
+
+describeEngineContract('llamacpp (real stories260K model)', async () => ({
+  adapter: await createLlamaCppEngine(spec()),
+  slowAdapter: await createLlamaCppEngine(spec({ sequences: 1, testTokenDelayMs: 5 })),
+  oversizedInput: { kind: 'text', text: 'Once upon a time '.repeat(80) },
+  oversizedCodes: ['context_length_exceeded'],
+}));

@@ -1,0 +1,280 @@
+import type { EngineAdapter, EngineCapacity, EngineEvent, EngineRequest, LlamaCppEngineSpec } from '@weir/core';
+import { WeirError } from '@weir/core';
+import type {
+  Llama,
+  LlamaContext,
+  LlamaContextSequence,
+  LlamaModel,
+  Token,
+} from 'node-llama-cpp' with { 'resolution-mode': 'import' };
+import { createEventQueue } from '../event-queue';
+import { type EngineLogger, silentLogger } from '../logger';
+import { renderPlainPrompt } from './render-prompt';
+
+/**
+ * The engine's own token counters, monotonically increasing since it was created (except
+ * `activeSequences`, a gauge). Reconciliation compares them with the ledger; tests use
+ * `generatedTokens` to see that production stops after a cancel.
+ */
+export interface LlamaCppEngineStats {
+  /** Output tokens produced (counted as node-llama-cpp releases them in `onToken`), all generations. */
+  generatedTokens: number;
+  /** Prompt tokens evaluated (BOS included), all generations. */
+  promptTokens: number;
+  /** Sequences generating right now (0..`capacity.slots`). */
+  activeSequences: number;
+  /** Generations that ended (any reason, errors included). */
+  completed: number;
+}
+
+/** The llama.cpp adapter: an {@link EngineAdapter} plus its counters and tokenizer. */
+export interface LlamaCppEngine extends EngineAdapter {
+  readonly kind: 'llamacpp';
+  /** A snapshot of the engine's counters. */
+  stats(): LlamaCppEngineStats;
+  /**
+   * Number of tokens the model's tokenizer makes of `text` (SentencePiece with its usual
+   * leading-space prefix, no BOS). `countInputTokens` of a text input is this plus 1 (BOS).
+   */
+  tokenize(text: string): number;
+}
+
+/** Options of {@link createLlamaCppEngine}: the engine spec with its model path resolved. */
+export type LlamaCppEngineOptions = LlamaCppEngineSpec & { modelPath: string };
+
+/**
+ * Default temperature when a request gives none: 0.8, llama.cpp server's default. Requests
+ * that want greedy, deterministic output send 0.
+ */
+export const LLAMACPP_DEFAULT_TEMPERATURE = 0.8;
+
+type NodeLlamaCpp = typeof import('node-llama-cpp', { with: { 'resolution-mode': 'import' } });
+
+let sharedLlama: Promise<Llama> | undefined;
+
+/**
+ * One `Llama` (the native backend) per process, shared by every engine: disposing one
+ * backend while another engine still uses it is not safe, so engines dispose only their
+ * model and context. Threads are capped per context (`spec.threads`).
+ */
+function loadLlama(nlc: NodeLlamaCpp, logger: EngineLogger): Promise<Llama> {
+  sharedLlama ??= nlc.getLlama({
+    gpu: false,
+    build: 'never',
+    skipDownload: true,
+    maxThreads: 1,
+    logLevel: nlc.LlamaLogLevel.error,
+    // llama.cpp's own messages carry no prompt text at the error level.
+    logger: (level, message) => logger.warn({ llamaLevel: level, message: message.trim() }, 'llama.cpp'),
+  });
+  return sharedLlama;
+}
+
+/**
+ * Loads a GGUF model and creates one context of `spec.contextSize` tokens × `spec.sequences`
+ * sequences on `spec.threads` threads (node-llama-cpp batches the sequences together:
+ * continuous batching on one context).
+ *
+ * - `capacity` = `{slots: spec.sequences, contextTokens: spec.contextSize}`.
+ * - `generate` takes a free sequence, drives a `LlamaCompletion` on the plain-text prompt
+ *   ({@link renderPlainPrompt}), yields one `delta` per text chunk as it is produced
+ *   (`tokens` = the tokens that chunk stands for) and one `end`: `stop` (end-of-generation
+ *   token or a stop sequence, whose text is not returned; a token straddling the stop text is
+ *   dropped whole, e.g. " Lily" for stop "Lily"), `length` (`maxOutputTokens`, or the
+ *   context filled up: output is capped at `contextSize − inputTokens`) or `aborted` (the
+ *   request's signal fired; the partial output is kept). `usage.inputTokens` = BOS + the
+ *   tokenizer count of the rendered prompt; `usage.outputTokens` = tokens released in
+ *   `onToken`, including those produced after the abort (the text of a matched stop sequence
+ *   and the end-of-generation token are not counted); `usageReported: true`. The sum of the
+ *   deltas' `tokens` equals `usage.outputTokens`.
+ * - Sampling: `temperature` 0 is greedy and deterministic; undefined means
+ *   {@link LLAMACPP_DEFAULT_TEMPERATURE}. `topP`, `seed` and `stop` are passed to llama.cpp;
+ *   repeat penalties are off (OpenAI semantics: no penalty unless asked).
+ * - `spec.testTokenDelayMs` (test only, ms): each sequence waits this long after every token
+ *   before decoding the next, so it produces at most one token per delay: a slow producer for
+ *   cancellation and deadline tests. 0 (production) adds nothing.
+ *
+ * Throws from `generate` (as the first `next()` rejects): `WeirError('engine_unavailable',
+ * {retryable: true})` when no sequence is free (the scheduler should prevent it) or the
+ * engine is closed; `WeirError('context_length_exceeded', {param: 'input'})` when the prompt
+ * leaves no room for one output token. Other faults are wrapped as `internal`.
+ *
+ * @throws from the factory itself when the model cannot be loaded (file missing, bad GGUF).
+ */
+export async function createLlamaCppEngine(
+  spec: LlamaCppEngineOptions,
+  opts: { logger?: EngineLogger } = {},
+): Promise<LlamaCppEngine> {
+  const logger = opts.logger ?? silentLogger;
+  const nlc: NodeLlamaCpp = await import('node-llama-cpp');
+  const llama = await loadLlama(nlc, logger);
+  const loadStarted = performance.now();
+  const model: LlamaModel = await llama.loadModel({ modelPath: spec.modelPath });
+  const context: LlamaContext = await model.createContext({
+    contextSize: spec.contextSize,
+    sequences: spec.sequences,
+    threads: spec.threads,
+  });
+  const free: LlamaContextSequence[] = [];
+  for (let i = 0; i < spec.sequences; i += 1) {
+    const sequence = context.getSequence();
+    if (spec.testTokenDelayMs > 0) slowDownSequence(sequence, spec.testTokenDelayMs);
+    free.push(sequence);
+  }
+  logger.info(
+    { sequences: spec.sequences, contextSize: spec.contextSize, threads: spec.threads, loadMs: Math.round(performance.now() - loadStarted) },
+    'llama.cpp engine loaded',
+  );
+
+  const counters = { generatedTokens: 0, promptTokens: 0, activeSequences: 0, completed: 0 };
+  const running = new Set<Promise<unknown>>();
+  let closed = false;
+  const bos = model.tokens.bos;
+  const capacity: EngineCapacity = { slots: spec.sequences, contextTokens: spec.contextSize };
+
+  const tokenizePrompt = (text: string): Token[] => {
+    const tokens = model.tokenize(text);
+    return bos == null ? tokens : [bos, ...tokens];
+  };
+
+  async function* generate(request: EngineRequest): AsyncGenerator<EngineEvent, void, undefined> {
+    if (closed) throw new WeirError('engine_unavailable', 'engine is closed', { retryable: true });
+    const prompt = tokenizePrompt(renderPlainPrompt(request.input));
+    // LlamaCompletion prepends BOS itself; pass the prompt without it.
+    const promptTokens = bos == null ? prompt : prompt.slice(1);
+    const inputTokens = prompt.length;
+    if (inputTokens + 1 > spec.contextSize) {
+      throw new WeirError(
+        'context_length_exceeded',
+        `prompt is ${inputTokens} tokens; the context holds ${spec.contextSize} tokens including at least 1 output token`,
+        { param: 'input' },
+      );
+    }
+    if (request.signal.aborted) {
+      yield { type: 'end', reason: 'aborted', usage: { inputTokens, outputTokens: 0 }, usageReported: true };
+      return;
+    }
+    const sequence = free.pop();
+    if (!sequence) {
+      throw new WeirError('engine_unavailable', 'no free sequence on this engine replica', { retryable: true });
+    }
+
+    counters.activeSequences += 1;
+    counters.promptTokens += inputTokens;
+    const abort = new AbortController();
+    const onAbort = (): void => abort.abort(request.signal.reason);
+    request.signal.addEventListener('abort', onAbort, { once: true });
+    const queue = createEventQueue<EngineEvent>();
+    const completion = new nlc.LlamaCompletion({ contextSequence: sequence });
+    let outputTokens = 0;
+    let pendingTokens = 0;
+    const stop = (request.sampling.stop ?? []).filter((s) => s.length > 0);
+
+    const run = (async () => {
+      try {
+        const result = await completion.generateCompletionWithMeta(promptTokens, {
+          signal: abort.signal,
+          stopOnAbortSignal: true,
+          maxTokens: Math.min(request.maxOutputTokens, spec.contextSize - inputTokens),
+          temperature: request.sampling.temperature ?? LLAMACPP_DEFAULT_TEMPERATURE,
+          topP: request.sampling.topP,
+          seed: request.sampling.seed,
+          customStopTriggers: stop.length > 0 ? stop : undefined,
+          repeatPenalty: false,
+          // Never shift the context silently: output ends with `length` when it is full.
+          disableContextShift: true,
+          contextShiftSize: 1,
+          onToken: (tokens) => {
+            outputTokens += tokens.length;
+            pendingTokens += tokens.length;
+            counters.generatedTokens += tokens.length;
+          },
+          onTextChunk: (text) => {
+            queue.push({ type: 'delta', text, tokens: pendingTokens });
+            pendingTokens = 0;
+          },
+        });
+        if (pendingTokens > 0) queue.push({ type: 'delta', text: '', tokens: pendingTokens });
+        const stopReason = result.metadata.stopReason;
+        const reason = stopReason === 'abort' ? 'aborted' : stopReason === 'maxTokens' ? 'length' : 'stop';
+        queue.push({ type: 'end', reason, usage: { inputTokens, outputTokens }, usageReported: true });
+        queue.close();
+      } catch (error) {
+        if (abort.signal.aborted) {
+          // Aborted before the first token (e.g. while waiting for the sequence lock).
+          queue.push({ type: 'end', reason: 'aborted', usage: { inputTokens, outputTokens }, usageReported: true });
+          queue.close();
+        } else {
+          logger.error({ generationId: request.generationId, err: error }, 'llama.cpp generation failed');
+          queue.fail(new WeirError('internal', 'engine generation failed', { cause: error }));
+        }
+      } finally {
+        request.signal.removeEventListener('abort', onAbort);
+        completion.dispose({ disposeSequence: false });
+        try {
+          await sequence.clearHistory();
+          free.push(sequence);
+        } catch (error) {
+          logger.error({ err: error }, 'could not clear a sequence; it is retired');
+        }
+        counters.activeSequences -= 1;
+        counters.completed += 1;
+      }
+    })();
+    running.add(run);
+    void run.finally(() => running.delete(run));
+
+    try {
+      for (;;) {
+        const next = await queue.next();
+        if (next.done) return;
+        yield next.value;
+      }
+    } finally {
+      // The consumer stopped early (or the stream ended): stop decoding and wait until the
+      // sequence is back in the pool, so a following generate finds it free.
+      abort.abort(new Error('consumer stopped reading'));
+      await run;
+    }
+  }
+
+  return {
+    kind: 'llamacpp',
+    capacity,
+    stats: () => ({ ...counters }),
+    tokenize: (text) => model.tokenize(text).length,
+    countInputTokens: async (input) => tokenizePrompt(renderPlainPrompt(input)).length,
+    generate,
+    async close() {
+      if (closed) return;
+      closed = true;
+      await Promise.allSettled([...running]);
+      await context.dispose();
+      await model.dispose();
+    },
+  };
+}
+
+/**
+ * Test-only slow producer: wraps this sequence's `evaluate` token generator (the loop
+ * `LlamaCompletion` drives) so that it sleeps `delayMs` after each token is handed out and
+ * before the next one is decoded. A context-wide dispatch schedule cannot do this: llama.cpp
+ * dispatches at once when every sequence has work queued.
+ */
+function slowDownSequence(sequence: LlamaContextSequence, delayMs: number): void {
+  const evaluate = sequence.evaluate.bind(sequence);
+  sequence.evaluate = async function* slowEvaluate(tokens, options) {
+    const inner = evaluate(tokens, options);
+    try {
+      let input: Parameters<typeof inner.next>[0];
+      for (;;) {
+        const result = await inner.next(input);
+        if (result.done) return;
+        input = yield result.value;
+        await new Promise((resolve) => setTimeout(resolve, delayMs));
+      }
+    } finally {
+      await inner.return(undefined);
+    }
+  };
+}

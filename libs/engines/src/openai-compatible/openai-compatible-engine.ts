@@ -1,0 +1,377 @@
+import type { EngineAdapter, EngineEvent, EngineRequest, OpenAICompatibleEngineSpec, TokenUsage } from '@weir/core';
+import { WeirError } from '@weir/core';
+import { createParser } from 'eventsource-parser';
+import { type Dispatcher, request as undiciRequest } from 'undici';
+import { type EngineLogger, silentLogger } from '../logger';
+import { countInputWith, utf8TokenUpperBound } from './token-bound';
+import { connectionError, inBandError, isConnectionError, upstreamStatusError } from './upstream-errors';
+
+/** Context tokens declared in `capacity` when the options give none: 8,192. */
+export const OPENAI_COMPATIBLE_DEFAULT_CONTEXT_TOKENS = 8192;
+
+/** Largest error body read from a failed upstream response (bytes); the rest is dropped. */
+const MAX_ERROR_BODY_BYTES = 64 * 1024;
+
+/** Options of {@link createOpenAICompatibleEngine}: the spec plus an optional context size. */
+export type OpenAICompatibleEngineOptions = OpenAICompatibleEngineSpec & {
+  /** Context tokens per request declared in `capacity`. Default {@link OPENAI_COMPATIBLE_DEFAULT_CONTEXT_TOKENS}. */
+  contextTokens?: number;
+};
+
+/** Dependencies of {@link createOpenAICompatibleEngine}. */
+export interface OpenAICompatibleEngineDeps {
+  /**
+   * The revision's tokenizer, for usage when the upstream sends no usage chunk and for
+   * `countInputTokens`. Default: the UTF-8 byte upper bound ({@link utf8TokenUpperBound}).
+   */
+  countTokens?: (text: string) => number | Promise<number>;
+  /** The undici dispatcher (connection pool) to use. Default: undici's global dispatcher. */
+  dispatcher?: Dispatcher;
+  /** Where `spec.apiKeyEnv` is looked up. Default `process.env`. */
+  env?: Record<string, string | undefined>;
+  /** Logger for metadata (status codes, error codes); never text or keys. Default: silent. */
+  logger?: EngineLogger;
+}
+
+/**
+ * An adapter for an OpenAI-compatible HTTP upstream (vLLM, TGI, llama.cpp server, Ollama,
+ * OpenAI, Weir's own `engine-llamacpp`).
+ *
+ * Request: `POST ${baseUrl}/chat/completions` (`spec.api === 'chat'`, with `messages` and
+ * `max_completion_tokens`) or `${baseUrl}/completions` (`'completions'`, with `prompt` and
+ * `max_tokens`), always `stream: true, stream_options: {include_usage: true}`, plus
+ * `temperature`, `top_p`, `seed`, `stop` when set; headers `authorization: Bearer
+ * <process.env[spec.apiKeyEnv]>` when that variable is set (the key is never logged) and
+ * `x-request-id: <generationId>`.
+ *
+ * Response: SSE (`data:` events; comments, CRLF line ends and events or UTF-8 characters split
+ * across reads are handled) or, if the upstream ignores `stream`, one JSON body. Each
+ * non-empty text piece of choice 0 becomes a `delta` with `tokens: 1`; after `[DONE]` (or the
+ * end of a stream that sent a `finish_reason`) one `end`: `finish_reason` `length` → `length`,
+ * `content_filter` → `content_filter`, anything else → `stop`. Usage comes from the upstream's
+ * usage chunk (`usageReported: true`), else from `deps.countTokens`, else from the UTF-8 byte
+ * upper bound (`usageReported: false`); output tokens are never fewer than the deltas.
+ *
+ * Abort: the request's signal aborts the HTTP call; the stream ends with `aborted` and usage
+ * counted on the text received (input from `countInputTokens`).
+ *
+ * Timeouts (ms; ≤ 0 disables): `spec.firstTokenTimeoutMs` runs from the call until the first
+ * text (or finish); `spec.idleTimeoutMs` runs whenever the adapter waits for the upstream after
+ * that and is reset by each `data:` event (comment heartbeats do not reset it). Either one
+ * cuts the call with `upstream_timeout`. undici's own header/body timeouts are disabled in
+ * favour of these.
+ *
+ * Errors: thrown as `WeirError` per the table in `upstream-errors.ts` (`upstream_bad_request`,
+ * `upstream_error`, `upstream_unavailable`, `upstream_timeout`, `context_length_exceeded`).
+ *
+ * `capacity` = `{slots: spec.maxConcurrency, contextTokens: options.contextTokens ?? 8192}`.
+ */
+export function createOpenAICompatibleEngine(
+  spec: OpenAICompatibleEngineOptions,
+  deps: OpenAICompatibleEngineDeps = {},
+): EngineAdapter {
+  const logger = deps.logger ?? silentLogger;
+  const env = deps.env ?? process.env;
+  const countText = deps.countTokens ?? utf8TokenUpperBound;
+  const base = spec.baseUrl.replace(/\/+$/, '');
+  const url = `${base}/${spec.api === 'completions' ? 'completions' : 'chat/completions'}`;
+  const inFlight = new Set<AbortController>();
+
+  const countInputTokens = (input: EngineRequest['input']): Promise<number> => countInputWith(input, countText);
+
+  function buildBody(request: EngineRequest): Record<string, unknown> {
+    const { sampling } = request;
+    const body: Record<string, unknown> = { model: spec.upstreamModel };
+    if (spec.api === 'completions') {
+      body.prompt =
+        request.input.kind === 'text' ? request.input.text : request.input.messages.map((m) => m.content).join('\n');
+      body.max_tokens = request.maxOutputTokens;
+    } else {
+      body.messages =
+        request.input.kind === 'chat'
+          ? request.input.messages.map((m) => (m.name ? { role: m.role, content: m.content, name: m.name } : { role: m.role, content: m.content }))
+          : [{ role: 'user', content: request.input.text }];
+      body.max_completion_tokens = request.maxOutputTokens;
+    }
+    if (sampling.temperature !== undefined) body.temperature = sampling.temperature;
+    if (sampling.topP !== undefined) body.top_p = sampling.topP;
+    if (sampling.seed !== undefined) body.seed = sampling.seed;
+    if (sampling.stop && sampling.stop.length > 0) body.stop = sampling.stop;
+    body.stream = true;
+    body.stream_options = { include_usage: true };
+    return body;
+  }
+
+  function buildHeaders(request: EngineRequest): Record<string, string> {
+    const headers: Record<string, string> = {
+      'content-type': 'application/json',
+      accept: 'text/event-stream',
+      'x-request-id': request.generationId,
+    };
+    const key = spec.apiKeyEnv ? env[spec.apiKeyEnv] : undefined;
+    if (key) headers.authorization = `Bearer ${key}`;
+    return headers;
+  }
+
+  async function* generate(request: EngineRequest): AsyncGenerator<EngineEvent, void, undefined> {
+    const controller = new AbortController();
+    inFlight.add(controller);
+    const onAbort = (): void => controller.abort(request.signal.reason);
+    request.signal.addEventListener('abort', onAbort, { once: true });
+
+    let timer: NodeJS.Timeout | undefined;
+    let timedOut: 'first' | 'idle' | undefined;
+    const clearTimer = (): void => {
+      if (timer) clearTimeout(timer);
+      timer = undefined;
+    };
+    const arm = (kind: 'first' | 'idle', ms: number): void => {
+      clearTimer();
+      if (ms > 0) {
+        timer = setTimeout(() => {
+          timedOut = kind;
+          controller.abort(new Error(`upstream ${kind === 'first' ? 'first-token' : 'idle'} timeout`));
+        }, ms);
+      }
+    };
+
+    let outputText = '';
+    let deltas = 0;
+    let firstSeen = false;
+    let finishReason: string | undefined;
+    let reported: TokenUsage | undefined;
+    let doneSeen = false;
+    let body: Dispatcher.ResponseData['body'] | undefined;
+
+    const countedUsage = async (): Promise<TokenUsage> => ({
+      inputTokens: await countInputTokens(request.input),
+      outputTokens: Math.max(deltas, outputText.length === 0 ? 0 : await countText(outputText)),
+    });
+    const abortedEnd = async (): Promise<EngineEvent> => ({
+      type: 'end',
+      reason: 'aborted',
+      usage: await countedUsage(),
+      usageReported: false,
+    });
+    const classify = (error: unknown): WeirError => {
+      if (error instanceof WeirError) return error;
+      if (timedOut === 'first') {
+        return new WeirError('upstream_timeout', `no first token from the upstream within ${spec.firstTokenTimeoutMs} ms`, {
+          retryable: true,
+          cause: error,
+        });
+      }
+      if (timedOut === 'idle') {
+        return new WeirError('upstream_timeout', `upstream silent for ${spec.idleTimeoutMs} ms mid-stream`, { cause: error });
+      }
+      if (isConnectionError(error)) return connectionError(error, firstSeen);
+      return new WeirError('upstream_error', 'upstream call failed', { cause: error });
+    };
+    const fail = (error: unknown): WeirError => {
+      const weirError = classify(error);
+      logger.warn(
+        { generationId: request.generationId, code: weirError.code, retryable: weirError.retryable },
+        'upstream generation failed',
+      );
+      return weirError;
+    };
+
+    // Applies one parsed upstream object (a chunk, or a whole non-stream response); returns
+    // the text it carries for choice 0.
+    const apply = (payload: unknown): string => {
+      if (typeof payload !== 'object' || payload === null) return '';
+      const obj = payload as Record<string, unknown>;
+      if (obj.error !== undefined && obj.error !== null) throw inBandError(obj.error);
+      const usage = parseUsage(obj.usage);
+      if (usage) reported = usage;
+      const choices = Array.isArray(obj.choices) ? (obj.choices as Array<Record<string, unknown>>) : [];
+      const choice = choices.find((c) => (c.index ?? 0) === 0);
+      if (!choice) return '';
+      if (typeof choice.finish_reason === 'string') finishReason = choice.finish_reason;
+      const delta = (choice.delta ?? choice.message) as Record<string, unknown> | undefined;
+      const text = spec.api === 'completions' ? choice.text : delta?.content;
+      return typeof text === 'string' ? text : '';
+    };
+
+    try {
+      if (request.signal.aborted) {
+        yield await abortedEnd();
+        return;
+      }
+      arm('first', spec.firstTokenTimeoutMs);
+      let response: Dispatcher.ResponseData;
+      try {
+        response = await undiciRequest(url, {
+          method: 'POST',
+          headers: buildHeaders(request),
+          body: JSON.stringify(buildBody(request)),
+          signal: controller.signal,
+          dispatcher: deps.dispatcher,
+          headersTimeout: 0,
+          bodyTimeout: 0,
+        });
+      } catch (error) {
+        if (request.signal.aborted && !timedOut) {
+          yield await abortedEnd();
+          return;
+        }
+        throw fail(error);
+      }
+      body = response.body;
+      if (response.statusCode !== 200) {
+        const text = await readLimited(response.body, MAX_ERROR_BODY_BYTES).catch(() => '');
+        throw fail(upstreamStatusError(response.statusCode, text, response.headers));
+      }
+
+      const contentType = String(response.headers['content-type'] ?? '');
+      if (contentType.includes('application/json')) {
+        // The upstream ignored `stream: true`: one JSON body.
+        let text: string;
+        try {
+          text = await readLimited(response.body, Number.POSITIVE_INFINITY);
+        } catch (error) {
+          if (request.signal.aborted && !timedOut) {
+            yield await abortedEnd();
+            return;
+          }
+          throw fail(error);
+        }
+        clearTimer();
+        let parsed: unknown;
+        try {
+          parsed = JSON.parse(text);
+        } catch (error) {
+          throw fail(new WeirError('upstream_error', 'upstream sent invalid JSON', { cause: error }));
+        }
+        const piece = apply(parsed);
+        if (piece.length > 0) {
+          outputText += piece;
+          deltas += 1;
+          yield { type: 'delta', text: piece, tokens: 1 };
+        }
+        doneSeen = true;
+      } else {
+        const datas: string[] = [];
+        const parser = createParser({ onEvent: (event) => datas.push(event.data) });
+        const decoder = new TextDecoder('utf-8');
+        const iterator = response.body[Symbol.asyncIterator]();
+        let ended = false;
+        while (!doneSeen && !ended) {
+          if (firstSeen && !timer) arm('idle', spec.idleTimeoutMs);
+          let next: IteratorResult<Buffer>;
+          try {
+            next = (await iterator.next()) as IteratorResult<Buffer>;
+          } catch (error) {
+            if (request.signal.aborted && !timedOut) {
+              clearTimer();
+              yield await abortedEnd();
+              return;
+            }
+            throw fail(error);
+          }
+          if (next.done) {
+            ended = true;
+            parser.feed(decoder.decode());
+            parser.feed('\n\n');
+          } else {
+            parser.feed(decoder.decode(next.value, { stream: true }));
+          }
+          if (datas.length === 0) continue;
+          const pieces: string[] = [];
+          for (const data of datas.splice(0)) {
+            if (data.trim() === '[DONE]') {
+              doneSeen = true;
+              break;
+            }
+            let parsed: unknown;
+            try {
+              parsed = JSON.parse(data);
+            } catch (error) {
+              throw fail(new WeirError('upstream_error', 'upstream sent an event that is not JSON', { cause: error }));
+            }
+            let piece: string;
+            try {
+              piece = apply(parsed);
+            } catch (error) {
+              throw fail(error);
+            }
+            if (piece.length > 0) pieces.push(piece);
+          }
+          if (!firstSeen && (pieces.length > 0 || finishReason !== undefined)) firstSeen = true;
+          // The first-token clock runs until the first text; after it, a data event restarts
+          // the idle clock once these pieces are handed on.
+          if (firstSeen) clearTimer();
+          for (const piece of pieces) {
+            outputText += piece;
+            deltas += 1;
+            yield { type: 'delta', text: piece, tokens: 1 };
+          }
+          if (request.signal.aborted) {
+            yield await abortedEnd();
+            return;
+          }
+        }
+      }
+      clearTimer();
+
+      if (finishReason === undefined) {
+        throw fail(
+          new WeirError(
+            'upstream_error',
+            doneSeen ? 'upstream stream finished without a finish_reason' : 'upstream stream ended without finish_reason or [DONE]',
+          ),
+        );
+      }
+      const reason = finishReason === 'length' ? 'length' : finishReason === 'content_filter' ? 'content_filter' : 'stop';
+      if (reported) {
+        yield { type: 'end', reason, usage: reported, usageReported: true };
+      } else {
+        yield { type: 'end', reason, usage: await countedUsage(), usageReported: false };
+      }
+    } finally {
+      clearTimer();
+      request.signal.removeEventListener('abort', onAbort);
+      inFlight.delete(controller);
+      if (!controller.signal.aborted) controller.abort(new Error('generation finished'));
+      body?.destroy();
+    }
+  }
+
+  return {
+    kind: 'openai-compatible',
+    capacity: { slots: spec.maxConcurrency, contextTokens: spec.contextTokens ?? OPENAI_COMPATIBLE_DEFAULT_CONTEXT_TOKENS },
+    countInputTokens,
+    generate,
+    async close() {
+      for (const controller of inFlight) controller.abort(new Error('engine closed'));
+    },
+  };
+}
+
+function parseUsage(value: unknown): TokenUsage | undefined {
+  if (typeof value !== 'object' || value === null) return undefined;
+  const u = value as Record<string, unknown>;
+  if (typeof u.prompt_tokens !== 'number' || typeof u.completion_tokens !== 'number') return undefined;
+  const details = u.prompt_tokens_details as Record<string, unknown> | null | undefined;
+  const cached = typeof details?.cached_tokens === 'number' ? details.cached_tokens : undefined;
+  return {
+    inputTokens: u.prompt_tokens,
+    outputTokens: u.completion_tokens,
+    ...(cached !== undefined ? { cachedInputTokens: cached } : {}),
+  };
+}
+
+async function readLimited(body: AsyncIterable<Buffer | Uint8Array>, maxBytes: number): Promise<string> {
+  const parts: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of body) {
+    const buf = Buffer.from(chunk);
+    if (size + buf.length > maxBytes) {
+      parts.push(buf.subarray(0, maxBytes - size));
+      break;
+    }
+    parts.push(buf);
+    size += buf.length;
+  }
+  return Buffer.concat(parts).toString('utf8');
+}

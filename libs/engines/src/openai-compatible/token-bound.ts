@@ -1,0 +1,46 @@
+import type { GenerationInput } from '@weir/core';
+
+/**
+ * Tokens added per chat message by common chat templates, as an upper bound: ChatML
+ * (`<|im_start|>{role}\n{content}<|im_end|>\n`: 2 special tokens, the role (≤ 3 tokens) and
+ * 2 newlines ≈ 7), Llama 3 (`<|start_header_id|>{role}<|end_header_id|>\n\n…<|eot_id|>`: 4–5)
+ * and OpenAI's documented 3–4 per message (openai-cookbook "How to count tokens with tiktoken").
+ * Rounded up to 8.
+ */
+export const CHAT_MESSAGE_OVERHEAD_TOKENS = 8;
+
+/** Tokens a chat template adds once to prime the reply (OpenAI's cookbook: 3), rounded up to 4. */
+export const CHAT_REPLY_PRIMING_TOKENS = 4;
+
+/**
+ * Upper bound on the tokens of `text` for any SentencePiece or byte-level BPE tokenizer with
+ * byte fallback: each token covers at least one UTF-8 byte, so tokens ≤ bytes. (A tokenizer
+ * with a dummy-prefix space may add one token for the leading `▁`; the +1 covers it.) Empty
+ * text is 0. Never characters ÷ 4, which undercounts CJK, emoji and code.
+ */
+export function utf8TokenUpperBound(text: string): number {
+  if (text.length === 0) return 0;
+  return Buffer.byteLength(text, 'utf8') + 1;
+}
+
+/**
+ * Counts (or bounds) the prompt tokens of an input.
+ *
+ * - `text`: `count(text)`.
+ * - `chat`: Σ over messages of (`count(content)` + `count(name)` when set +
+ *   {@link CHAT_MESSAGE_OVERHEAD_TOKENS}) + {@link CHAT_REPLY_PRIMING_TOKENS}.
+ *
+ * With `count` = {@link utf8TokenUpperBound} this is an upper bound for the common templates.
+ */
+export async function countInputWith(
+  input: GenerationInput,
+  count: (text: string) => number | Promise<number>,
+): Promise<number> {
+  if (input.kind === 'text') return count(input.text);
+  let total = CHAT_REPLY_PRIMING_TOKENS;
+  for (const message of input.messages) {
+    total += (await count(message.content)) + CHAT_MESSAGE_OVERHEAD_TOKENS;
+    if (message.name) total += await count(message.name);
+  }
+  return total;
+}

@@ -1,0 +1,306 @@
+import { createServer, type IncomingHttpHeaders, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+/** One request the scripted upstream received. */
+export interface RecordedRequest {
+  method: string;
+  /** Path including the query, e.g. `/v1/chat/completions`. */
+  path: string;
+  headers: IncomingHttpHeaders;
+  /** The body parsed as JSON, or undefined when it is empty or not JSON. */
+  body: unknown;
+  rawBody: string;
+}
+
+/**
+ * One step of an SSE body: raw bytes (a string is sent as UTF-8) after `delayMs` (default 0),
+ * or `destroy` to cut the socket mid-stream (no proper HTTP end).
+ */
+export type SseStep = { data: string | Uint8Array; delayMs?: number } | { destroy: true; delayMs?: number };
+
+/** What the scripted upstream answers to one request. */
+export type UpstreamReply =
+  /** A status code with an OpenAI-shaped (or any) JSON error body. */
+  | { kind: 'error'; status: number; body?: unknown; headers?: Record<string, string> }
+  /** A non-stream JSON response (default status 200). */
+  | { kind: 'json'; status?: number; body: unknown; headers?: Record<string, string> }
+  /**
+   * A `text/event-stream` body played step by step. After the last step the response ends,
+   * unless `hang` is true: then it stays open (a stalled upstream) until the client leaves
+   * or the upstream is closed.
+   */
+  | { kind: 'sse'; steps: SseStep[]; status?: number; headers?: Record<string, string>; hang?: boolean };
+
+/** Chooses the reply for a request; `index` counts requests from 0. */
+export type UpstreamScript = (request: RecordedRequest, index: number) => UpstreamReply | Promise<UpstreamReply>;
+
+/** A running scripted upstream. */
+export interface ScriptedUpstream {
+  /** Base URL including `/v1`, e.g. `http://127.0.0.1:40123/v1`. */
+  url: string;
+  /** Every request received, in order. */
+  requests: RecordedRequest[];
+  /** Replaces the script for the following requests. */
+  setScript(script: UpstreamScript): void;
+  /** Number of responses whose client went away before the reply was fully sent. */
+  clientAborts(): number;
+  /** Stops the server and cuts every open connection. */
+  close(): Promise<void>;
+}
+
+/** Options of {@link startScriptedUpstream}. */
+export interface ScriptedUpstreamOptions {
+  /** The initial script; default: a chat stream of `['Hello', ' world']` with a usage chunk. */
+  script?: UpstreamScript;
+}
+
+/**
+ * Starts an HTTP server on 127.0.0.1 (port 0) that plays a script per request: a status code
+ * with a JSON error body, a JSON response, or an SSE body given as raw byte chunks with delays,
+ * so tests can split events across reads, split a multi-byte UTF-8 character, use CRLF, insert
+ * `: ping` comments, stall, omit usage, send in-band error frames or destroy the socket.
+ * Every request (any method and path) is recorded and answered by the script.
+ */
+export async function startScriptedUpstream(options: ScriptedUpstreamOptions = {}): Promise<ScriptedUpstream> {
+  let script: UpstreamScript = options.script ?? (() => sseReply(chatStreamEvents(['Hello', ' world'])));
+  const requests: RecordedRequest[] = [];
+  let aborted = 0;
+
+  const server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      const rawBody = Buffer.concat(chunks).toString('utf8');
+      let body: unknown;
+      try {
+        body = rawBody.length > 0 ? JSON.parse(rawBody) : undefined;
+      } catch {
+        body = undefined;
+      }
+      const recorded: RecordedRequest = { method: req.method ?? 'GET', path: req.url ?? '/', headers: req.headers, body, rawBody };
+      const index = requests.push(recorded) - 1;
+      Promise.resolve()
+        .then(() => script(recorded, index))
+        .then((reply) => play(reply, res))
+        .catch((error: unknown) => {
+          if (!res.headersSent) {
+            res.writeHead(500, { 'content-type': 'application/json' });
+            res.end(JSON.stringify({ error: { message: `script failed: ${String(error)}`, type: 'server_error' } }));
+          } else {
+            res.destroy();
+          }
+        });
+    });
+  });
+
+  async function play(reply: UpstreamReply, res: ServerResponse): Promise<void> {
+    let gone = false;
+    res.on('close', () => {
+      if (!res.writableFinished) {
+        gone = true;
+        aborted += 1;
+      }
+    });
+    if (reply.kind === 'error' || reply.kind === 'json') {
+      const status = reply.kind === 'error' ? reply.status : (reply.status ?? 200);
+      const body =
+        reply.kind === 'json'
+          ? reply.body
+          : (reply.body ?? { error: { message: `scripted ${reply.status}`, type: 'server_error', param: null, code: null } });
+      res.writeHead(status, { 'content-type': 'application/json', ...reply.headers });
+      res.end(JSON.stringify(body));
+      return;
+    }
+    res.writeHead(reply.status ?? 200, {
+      'content-type': 'text/event-stream',
+      'cache-control': 'no-cache',
+      ...reply.headers,
+    });
+    res.flushHeaders();
+    for (const step of reply.steps) {
+      if (step.delayMs && step.delayMs > 0) await sleep(step.delayMs);
+      if (gone) return;
+      if ('destroy' in step) {
+        res.socket?.destroy();
+        return;
+      }
+      res.write(step.data);
+    }
+    if (!reply.hang) res.end();
+  }
+
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}/v1`,
+    requests,
+    setScript(next) {
+      script = next;
+    },
+    clientAborts: () => aborted,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/** Options of the stream builders. */
+export interface StreamEventsOptions {
+  /** `finish_reason` of the finish chunk; default `stop`. `null` omits the finish chunk. */
+  finishReason?: string | null;
+  /** The usage chunk's counts; `false` omits the chunk. Default: 5 prompt tokens, one completion token per piece. */
+  usage?: { prompt_tokens: number; completion_tokens: number } | false;
+  /** End with `data: [DONE]`; default true. */
+  done?: boolean;
+  /** Line ending inside events; default `\n`. */
+  eol?: '\n' | '\r\n';
+  /** The `model` field; default `scripted-model`. */
+  model?: string;
+}
+
+/** Frames one SSE `data:` event (`data: <json or string>` + blank line). */
+export function sseEvent(data: unknown, eol: '\n' | '\r\n' = '\n'): string {
+  return `data: ${typeof data === 'string' ? data : JSON.stringify(data)}${eol}${eol}`;
+}
+
+/**
+ * The events (one string each) of a normal OpenAI chat stream: a role chunk, one content chunk
+ * per piece, the finish chunk, the usage chunk (`choices: []`) and `[DONE]`.
+ */
+export function chatStreamEvents(pieces: string[], options: StreamEventsOptions = {}): string[] {
+  const eol = options.eol ?? '\n';
+  const meta = { id: 'chatcmpl-scripted', object: 'chat.completion.chunk', created: 1_700_000_000, model: options.model ?? 'scripted-model' };
+  const chunk = (delta: object, finish: string | null): string =>
+    sseEvent({ ...meta, choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }], usage: null }, eol);
+  const events = [chunk({ role: 'assistant', content: '' }, null), ...pieces.map((p) => chunk({ content: p }, null))];
+  if (options.finishReason !== null) events.push(chunk({}, options.finishReason ?? 'stop'));
+  return withTail(events, meta, pieces.length, options, eol);
+}
+
+/** The events of a legacy `/v1/completions` stream (`text_completion` chunks), same options. */
+export function completionStreamEvents(pieces: string[], options: StreamEventsOptions = {}): string[] {
+  const eol = options.eol ?? '\n';
+  const meta = { id: 'cmpl-scripted', object: 'text_completion', created: 1_700_000_000, model: options.model ?? 'scripted-model' };
+  const chunk = (text: string, finish: string | null): string =>
+    sseEvent({ ...meta, choices: [{ index: 0, text, logprobs: null, finish_reason: finish }], usage: null }, eol);
+  const events = pieces.map((p) => chunk(p, null));
+  if (options.finishReason !== null) events.push(chunk('', options.finishReason ?? 'stop'));
+  return withTail(events, meta, pieces.length, options, eol);
+}
+
+function withTail(events: string[], meta: object, pieces: number, options: StreamEventsOptions, eol: '\n' | '\r\n'): string[] {
+  if (options.usage !== false) {
+    const usage = options.usage ?? { prompt_tokens: 5, completion_tokens: pieces };
+    events.push(
+      sseEvent({ ...meta, choices: [], usage: { ...usage, total_tokens: usage.prompt_tokens + usage.completion_tokens } }, eol),
+    );
+  }
+  if (options.done ?? true) events.push(sseEvent('[DONE]', eol));
+  return events;
+}
+
+/** A non-stream `chat.completion` body. */
+export function chatCompletionBody(
+  text: string,
+  options: { finishReason?: string; usage?: { prompt_tokens: number; completion_tokens: number } } = {},
+): Record<string, unknown> {
+  const usage = options.usage ?? { prompt_tokens: 5, completion_tokens: 1 };
+  return {
+    id: 'chatcmpl-scripted',
+    object: 'chat.completion',
+    created: 1_700_000_000,
+    model: 'scripted-model',
+    choices: [{ index: 0, message: { role: 'assistant', content: text }, logprobs: null, finish_reason: options.finishReason ?? 'stop' }],
+    usage: { ...usage, total_tokens: usage.prompt_tokens + usage.completion_tokens },
+  };
+}
+
+/** An SSE reply sending each event as one step, `delayMs` apart (default 0). */
+export function sseReply(events: Array<string | Uint8Array>, options: { delayMs?: number; hang?: boolean } = {}): UpstreamReply {
+  return { kind: 'sse', steps: events.map((data) => ({ data, delayMs: options.delayMs })), hang: options.hang };
+}
+
+/**
+ * Concatenates `events` and cuts the bytes at the given byte offsets (ascending), e.g. to
+ * split an event across reads or a multi-byte UTF-8 character across chunks.
+ */
+export function splitBytes(events: Array<string | Uint8Array>, offsets: number[]): Uint8Array[] {
+  const all = Buffer.concat(events.map((e) => (typeof e === 'string' ? Buffer.from(e, 'utf8') : Buffer.from(e))));
+  const parts: Uint8Array[] = [];
+  let start = 0;
+  for (const offset of [...offsets, all.length]) {
+    if (offset > start) parts.push(all.subarray(start, offset));
+    start = Math.max(start, offset);
+  }
+  return parts;
+}
+
+/** Options of {@link fakeModelScript}. */
+export interface FakeModelOptions {
+  /** Delay before each piece (ms); default 0. */
+  pieceDelayMs?: number;
+  /** Pieces produced when the request's limit allows; default 8 (then `finish_reason: stop`). */
+  naturalPieces?: number;
+  /** Prompts longer than this (UTF-8 bytes) get a 400 `context_length_exceeded`. Default 2,000. */
+  contextBytes?: number;
+}
+
+/**
+ * A script that behaves like a small model behind an OpenAI-compatible API: it reads the
+ * request's `max_completion_tokens`/`max_tokens`, streams up to that many pieces (`w0 `,
+ * `w1 `, …; `finish_reason: length` when the limit cut it, else `stop` after
+ * `naturalPieces`), sends a usage chunk only when `stream_options.include_usage` is set
+ * (prompt tokens = whitespace-separated words, at least 1), answers non-stream requests with
+ * JSON, and rejects over-long prompts with 400 `context_length_exceeded`.
+ */
+export function fakeModelScript(options: FakeModelOptions = {}): UpstreamScript {
+  return (request) => {
+    const body = (request.body ?? {}) as Record<string, unknown>;
+    const prompt =
+      typeof body.prompt === 'string'
+        ? body.prompt
+        : Array.isArray(body.messages)
+          ? (body.messages as Array<{ content?: unknown }>).map((m) => String(m.content ?? '')).join('\n')
+          : '';
+    if (Buffer.byteLength(prompt) > (options.contextBytes ?? 2000)) {
+      return {
+        kind: 'error',
+        status: 400,
+        body: { error: { message: 'prompt too long', type: 'invalid_request_error', param: 'messages', code: 'context_length_exceeded' } },
+      };
+    }
+    const limit = Number(body.max_completion_tokens ?? body.max_tokens ?? 16);
+    const natural = options.naturalPieces ?? 8;
+    const count = Math.min(limit, natural);
+    const pieces = Array.from({ length: count }, (_, i) => `w${i} `);
+    const finishReason = limit < natural ? 'length' : 'stop';
+    const usage = { prompt_tokens: Math.max(1, prompt.split(/\s+/).filter(Boolean).length), completion_tokens: count };
+    const isCompletions = request.path.endsWith('/completions') && !request.path.endsWith('/chat/completions');
+    if (body.stream !== true) {
+      if (isCompletions) {
+        return {
+          kind: 'json',
+          body: {
+            id: 'cmpl-scripted',
+            object: 'text_completion',
+            created: 1_700_000_000,
+            model: 'scripted-model',
+            choices: [{ index: 0, text: pieces.join(''), logprobs: null, finish_reason: finishReason }],
+            usage: { ...usage, total_tokens: usage.prompt_tokens + usage.completion_tokens },
+          },
+        };
+      }
+      return { kind: 'json', body: chatCompletionBody(pieces.join(''), { finishReason, usage }) };
+    }
+    const includeUsage = (body.stream_options as { include_usage?: boolean } | undefined)?.include_usage === true;
+    const build = isCompletions ? completionStreamEvents : chatStreamEvents;
+    const events = build(pieces, { finishReason, usage: includeUsage ? usage : false });
+    return { kind: 'sse', steps: events.map((data) => ({ data, delayMs: options.pieceDelayMs })) };
+  };
+}
