@@ -93,6 +93,13 @@ describe.each(backends)('store-pg repositories on %s', (_name, open) => {
       expect(await repo.getUsage('gen_missing')).toBeUndefined();
     });
 
+    it('rounds fractional timings (performance.now() ms) to whole ms', async () => {
+      const repo = createUsageRepository(database.db);
+      const rec = usageRecord({ queueMs: 0.4, ttftMs: 3.6, totalMs: 12.5 });
+      await repo.insertMany([rec]);
+      expect(await repo.getUsage(rec.generationId)).toMatchObject({ queueMs: 0, ttftMs: 4, totalMs: 13 });
+    });
+
     it('is idempotent on generation_id: redelivery never double-bills', async () => {
       const repo = createUsageRepository(database.db);
       const tenantId = newId('t');

@@ -46,6 +46,7 @@ export interface UsageLedgerRepository extends UsageRepository {
    * twice. One `INSERT` statement for up to {@link MAX_ROWS_PER_INSERT} records; larger
    * arrays are split into several statements inside one transaction. An empty array is a
    * no-op.
+   * Timings (`queueMs`, `ttftMs`, `totalMs`) are rounded to whole ms.
    * @throws RangeError before touching the database when a record's `costNanoUsd` is not a
    *   safe integer; the driver's error when the database fails (nothing is written then).
    */
@@ -160,9 +161,10 @@ function toRow(r: UsageRecord): InsertRow {
     status: r.status,
     finish_reason: r.finishReason,
     error_code: r.errorCode,
-    queue_ms: r.queueMs,
-    ttft_ms: r.ttftMs,
-    total_ms: r.totalMs,
+    // The relay measures with performance.now(): fractional ms are rounded to the column's integers.
+    queue_ms: Math.round(r.queueMs),
+    ttft_ms: r.ttftMs === null ? null : Math.round(r.ttftMs),
+    total_ms: Math.round(r.totalMs),
     started_at: r.startedAt,
     finished_at: r.finishedAt,
   };

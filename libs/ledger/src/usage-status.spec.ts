@@ -1,0 +1,14 @@
+import { usageStatusFor } from './usage-status';
+
+describe('usageStatusFor', () => {
+  it.each([
+    ['stop', 'completed'],
+    ['length', 'completed'],
+    ['cancelled', 'cancelled'],
+    ['deadline', 'deadline'],
+    ['error', 'failed'],
+    ['content_filter', 'filtered'],
+  ] as const)('%s → %s', (reason, status) => {
+    expect(usageStatusFor(reason)).toBe(status);
+  });
+});

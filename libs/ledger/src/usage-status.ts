@@ -1,0 +1,19 @@
+import type { FinishReason, UsageStatus } from '@weir/core';
+
+const STATUS: Record<FinishReason, UsageStatus> = {
+  stop: 'completed',
+  length: 'completed',
+  cancelled: 'cancelled',
+  deadline: 'deadline',
+  error: 'failed',
+  content_filter: 'filtered',
+};
+
+/**
+ * The ledger status recorded for a terminal `finish_reason`: `stop`/`length` → `completed`,
+ * `cancelled` → `cancelled`, `deadline` → `deadline`, `error` → `failed`,
+ * `content_filter` → `filtered`.
+ */
+export function usageStatusFor(finishReason: FinishReason): UsageStatus {
+  return STATUS[finishReason];
+}
