@@ -18,11 +18,10 @@ import {
   type TokenUsage,
   type UsageRecord,
   type UsageSink,
-  type UsageStatus,
   WeirError,
   toWeirError,
 } from '@weir/core';
-import { priceUsage } from '@weir/ledger';
+import { priceUsage, usageStatusFor } from '@weir/ledger';
 import { createAsyncQueue } from './async-queue';
 
 /** Dependencies of the relay. */
@@ -59,23 +58,6 @@ export interface RelayHandle {
 /** The relay: starts generations on engine replicas. */
 export interface Relay {
   start(job: RelayJob): RelayHandle;
-}
-
-/** Maps a finish reason to the ledger's terminal status. */
-export function usageStatusFor(reason: FinishReason): UsageStatus {
-  switch (reason) {
-    case 'stop':
-    case 'length':
-      return 'completed';
-    case 'cancelled':
-      return 'cancelled';
-    case 'deadline':
-      return 'deadline';
-    case 'content_filter':
-      return 'filtered';
-    case 'error':
-      return 'failed';
-  }
 }
 
 /**

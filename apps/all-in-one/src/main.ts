@@ -1,0 +1,70 @@
+/**
+ * `npm start`: the all-in-one Weir (ARCHITECTURE.md §1, "all-in-one"). Reads the
+ * environment (PORT, HOST, WEIR_DATA_DIR, WEIR_MODEL_PATH, WEIR_CONFIG, WEIR_DEMO_API_KEY,
+ * DATABASE_URL, LOG_LEVEL, WEIR_ALLOW_MODEL_DOWNLOAD, WEIR_SHUTDOWN_GRACE_MS), starts the
+ * platform, prints how to call it, and shuts down gracefully on SIGTERM/SIGINT.
+ */
+import { isConfigError, loadAllInOneEnv } from '@weir/config';
+import { createLogger } from '@weir/telemetry';
+import { startPlatform } from './platform';
+
+async function main(): Promise<void> {
+  let settings;
+  try {
+    settings = loadAllInOneEnv(process.env);
+  } catch (err) {
+    process.stderr.write(`weir: ${isConfigError(err) ? err.message : String(err)}\n`);
+    process.exit(2);
+  }
+  const logger = createLogger({ name: 'weir', level: settings.logLevel });
+  let platform;
+  try {
+    platform = await startPlatform(settings, logger);
+  } catch (err) {
+    if (isConfigError(err)) process.stderr.write(`weir: ${err.message}\n`);
+    else logger.fatal({ err }, 'weir failed to start');
+    process.exit(1);
+  }
+  process.stdout.write(banner(platform));
+
+  let signals = 0;
+  const shutdown = (signal: string) => {
+    signals++;
+    if (signals > 1) {
+      logger.warn({ signal }, 'second signal: exiting now');
+      process.exit(130);
+    }
+    logger.info({ signal, graceMs: settings.shutdownGraceMs }, 'shutting down: draining streams and flushing usage');
+    platform.stop().then(
+      () => process.exit(0),
+      (err: unknown) => {
+        logger.error({ err }, 'shutdown failed');
+        process.exit(1);
+      },
+    );
+  };
+  process.on('SIGTERM', () => shutdown('SIGTERM'));
+  process.on('SIGINT', () => shutdown('SIGINT'));
+}
+
+function banner(p: Awaited<ReturnType<typeof startPlatform>>): string {
+  const model = p.aliases[0] ?? '<no model is being served>';
+  const key = p.demoApiKey ?? `<the demo key wk_${p.demoKeyPrefix ?? '…'}_… shown on first start; or set WEIR_DEMO_API_KEY>`;
+  const lines = [
+    '',
+    `Weir is listening on ${p.url}`,
+    `  models: ${p.aliases.length > 0 ? p.aliases.join(', ') : 'none (see the warnings above)'}`,
+    p.demoApiKey ? `  demo API key (shown once; stored only as its SHA-256): ${p.demoApiKey}` : `  demo API key: already created on an earlier start (prefix wk_${p.demoKeyPrefix ?? '?'}_)`,
+    '',
+    'Try it:',
+    `  curl -N ${p.url}/v1/chat/completions \\`,
+    `    -H "Authorization: Bearer ${key}" -H "Content-Type: application/json" \\`,
+    `    -d '{"model":"${model}","messages":[{"role":"user","content":"Once upon a time"}],"max_tokens":48,"stream":true}'`,
+    '',
+    ...p.warnings.map((w) => `WARNING: ${w}`),
+    '',
+  ];
+  return lines.join('\n');
+}
+
+void main();

@@ -1,0 +1,225 @@
+/**
+ * The all-in-one composition: every data-plane service in one process, wired through
+ * in-process ports — gateway, admission, scheduler, router, streaming relay, ledger and the
+ * engines — on PGlite (or Postgres when `DATABASE_URL` is set). The split topology binds
+ * the same libraries to gRPC and NATS adapters instead.
+ */
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { createConcurrencyAdmission } from '@weir/admission';
+import { type AllInOneEnv, loadConfigFile, defaultConfig, resolveModelFile } from '@weir/config';
+import { type EngineAdapter, type PlatformConfig, type RevisionSpec, checkSuppliedApiKey, hashApiKey, mintApiKey, newId, parseApiKey, systemClock, type WeirErrorCode } from '@weir/core';
+import { createEngine } from '@weir/engines';
+import { createGatewayApp, type Gateway } from '@weir/gateway';
+import { createBatchedUsageSink, type BatchedUsageSink } from '@weir/ledger';
+import { createStaticRouter } from '@weir/routing';
+import { createSlotScheduler } from '@weir/scheduling';
+import { createApiKeyRepository, createCachedApiKeyStore, createTenantRepository, createUsageRepository, openDatabase, type WeirDatabase } from '@weir/store-pg';
+import { createRelay } from '@weir/streaming';
+import { createLogger, createTelemetry, type RejectionReason, type WeirLogger } from '@weir/telemetry';
+import { createGenerationPipeline } from '@weir/gateway';
+
+/** A running all-in-one. */
+export interface Platform {
+  /** Base URL, e.g. `http://127.0.0.1:8080`. */
+  url: string;
+  port: number;
+  /** The demo key when it was created or supplied on this start (shown once); else undefined. */
+  demoApiKey?: string;
+  /** Public prefix of the demo tenant's key, for the banner. */
+  demoKeyPrefix?: string;
+  /** The aliases being served. */
+  aliases: string[];
+  /** Problems that removed a revision at start (e.g. no model file), already logged. */
+  warnings: string[];
+  /** Graceful stop: not ready, drain streams within `graceMs`, flush usage, close engines and DB. */
+  stop(graceMs?: number): Promise<void>;
+}
+
+/** Starts the all-in-one with validated settings. */
+export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = createLogger({ name: 'weir', level: settings.logLevel })): Promise<Platform> {
+  const warnings: string[] = [];
+  const loaded = settings.configPath ? loadConfigFile(settings.configPath) : defaultConfig();
+
+  // Engines: one replica per revision. A revision whose engine cannot start is removed with a
+  // loud warning that says how to fix it; the platform still starts for the rest.
+  const engines = new Map<string, EngineAdapter>();
+  const servingRevisions: RevisionSpec[] = [];
+  for (const revision of loaded.revisions) {
+    try {
+      let spec = revision.engine;
+      if (spec.kind === 'llamacpp') {
+        const file = await resolveModelFile(spec, {
+          modelPathOverride: settings.modelPath,
+          cacheDir: settings.modelCacheDir,
+          allowDownload: settings.allowModelDownload,
+          logger,
+        });
+        if (!file.ok) throw new Error(file.reason);
+        spec = { ...spec, modelPath: file.path };
+        logger.info({ revision: revision.id, source: file.source }, 'model file resolved');
+      }
+      engines.set(revision.id, await createEngine(spec, { logger }));
+      servingRevisions.push(revision);
+    } catch (err) {
+      const message = `revision ${revision.id} is not served: ${err instanceof Error ? err.message : String(err)}`;
+      warnings.push(message);
+      logger.error({ revision: revision.id }, message);
+    }
+  }
+  const config = withServingRevisions(loaded, servingRevisions);
+
+  const database = await openDatabase({ databaseUrl: settings.databaseUrl, dataDir: settings.databaseUrl ? undefined : `${settings.dataDir}/pg`, logger });
+  const boot = await bootstrapTenants(database, config, settings.demoApiKey, logger);
+
+  const telemetry = createTelemetry({ serviceName: 'weir-all-in-one' });
+  const usageSink: BatchedUsageSink = createBatchedUsageSink(createUsageRepository(database.db), { logger });
+  const apiKeys = createCachedApiKeyStore(createApiKeyRepository(database.db));
+  const router = createStaticRouter(config);
+  const scheduler = createSlotScheduler({
+    replicas: servingRevisions.map((r) => ({ id: replicaId(r), revisionId: r.id, slots: engines.get(r.id)?.capacity.slots ?? 1 })),
+    maxQueuePerReplica: config.defaults.maxQueuePerReplica,
+    clock: systemClock,
+  });
+  const enginesByReplica = new Map(servingRevisions.map((r) => [replicaId(r), engines.get(r.id) as EngineAdapter]));
+  const relay = createRelay({
+    engineFor: (id) => enginesByReplica.get(id),
+    usageSink,
+    clock: systemClock,
+    cancelGraceMs: config.defaults.cancelGraceMs,
+  });
+  const pipeline = createGenerationPipeline({
+    router,
+    admission: createConcurrencyAdmission({ tenants: config.tenants }),
+    scheduler,
+    relay,
+    countInputTokens: (revision, input) => (engines.get(revision.id) as EngineAdapter).countInputTokens(input),
+    usageSink,
+    tenants: new Map(config.tenants.map((t) => [t.id, t])),
+    clock: systemClock,
+    observer: {
+      onRejected: (caller, reason) => {
+        // Shedding (limits, full queues) is counted apart from client errors (ARCHITECTURE.md §6).
+        if (isShedding(reason)) telemetry.metrics.recordRejection({ tenant: caller.tenantId, reason });
+        telemetry.metrics.recordRequest({ tenant: caller.tenantId, operation: 'generation', requestModel: 'none', status: 'rejected', errorType: reason, durationS: 0, inputTokens: 0, outputTokens: 0 });
+      },
+      onFinished: ({ caller, route, alias, revision, outcome }) => {
+        telemetry.metrics.recordQueueTime({ tenant: caller.tenantId, revision: revision.id, queueS: outcome.timings.queueMs / 1000 });
+        telemetry.metrics.recordRequest({
+          tenant: caller.tenantId,
+          operation: route === 'chat.completions' ? 'chat' : route === 'completions' ? 'text_completion' : 'generation',
+          requestModel: alias,
+          responseModel: revision.id,
+          provider: engines.get(revision.id)?.kind ?? 'unknown',
+          status: outcome.finishReason === 'stop' || outcome.finishReason === 'length' ? 'completed' : outcome.finishReason === 'error' ? 'failed' : outcome.finishReason === 'content_filter' ? 'filtered' : outcome.finishReason,
+          errorType: outcome.error?.code,
+          durationS: outcome.timings.totalMs / 1000,
+          ttftS: outcome.timings.ttftMs === null ? undefined : outcome.timings.ttftMs / 1000,
+          tpotS:
+            outcome.timings.ttftMs !== null && outcome.usage.outputTokens > 1
+              ? (outcome.timings.totalMs - outcome.timings.ttftMs) / 1000 / (outcome.usage.outputTokens - 1)
+              : undefined,
+          inputTokens: outcome.usage.inputTokens,
+          outputTokens: outcome.usage.outputTokens,
+        });
+      },
+    },
+  });
+  const gateway: Gateway = createGatewayApp({
+    pipeline,
+    router,
+    apiKeys,
+    defaults: config.defaults,
+    clock: systemClock,
+    logger,
+    metricsHandler: (req, res) => telemetry.metricsHandler(req, res),
+    readiness: () => (usageSink.saturated() ? { ready: false, reason: 'usage ledger backlog is full' } : { ready: true }),
+  });
+
+  const server: Server = createServer(gateway.app);
+  // Long generations must not be cut by Node's defaults; keep-alive a little above common LBs.
+  server.requestTimeout = 0;
+  server.keepAliveTimeout = 65_000;
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(settings.port, settings.host, () => resolve());
+  });
+  const port = (server.address() as AddressInfo).port;
+  const url = `http://${settings.host.includes(':') ? `[${settings.host}]` : settings.host}:${port}`;
+
+  let stopping: Promise<void> | undefined;
+  return {
+    url,
+    port,
+    demoApiKey: boot.demoApiKey,
+    demoKeyPrefix: boot.demoKeyPrefix,
+    aliases: config.aliases.map((a) => a.name),
+    warnings,
+    stop(graceMs = settings.shutdownGraceMs) {
+      stopping ??= (async () => {
+        const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+        await gateway.drain(graceMs);
+        server.closeIdleConnections();
+        const result = await usageSink.close({ timeoutMs: 10_000 });
+        if (result.unwritten > 0) logger.error({ unwritten: result.unwritten }, 'usage records could not be written before exit');
+        for (const engine of engines.values()) await engine.close().catch(() => undefined);
+        await telemetry.shutdown().catch(() => undefined);
+        await database.close();
+        server.closeAllConnections();
+        await closed;
+      })();
+      return stopping;
+    },
+  };
+}
+
+const SHEDDING = new Set<WeirErrorCode>(['rate_limited', 'concurrency_limited', 'budget_exhausted', 'queue_full', 'deadline_unmeetable', 'shutting_down']);
+function isShedding(code: WeirErrorCode): code is RejectionReason {
+  return SHEDDING.has(code);
+}
+
+function replicaId(revision: RevisionSpec): string {
+  return `${revision.id}#0`;
+}
+
+/** The config without revisions that are not served, and without alias arms that point at them. */
+function withServingRevisions(config: PlatformConfig, serving: RevisionSpec[]): PlatformConfig {
+  const ids = new Set(serving.map((r) => r.id));
+  const aliases = config.aliases
+    .map((a) => ({ ...a, targets: a.targets.filter((t) => ids.has(t.revision)) }))
+    .filter((a) => a.targets.some((t) => t.weight > 0));
+  return { ...config, revisions: serving, aliases };
+}
+
+/**
+ * Upserts the configured tenants and apps, and makes sure the demo tenant (`demo`, else
+ * the first tenant) has a key: the supplied `WEIR_DEMO_API_KEY` if given (stored hashed),
+ * else a new random key when the tenant has none. A key is returned only when created or
+ * supplied now: an existing key is never shown again.
+ */
+async function bootstrapTenants(database: WeirDatabase, config: PlatformConfig, suppliedKey: string | undefined, logger: WeirLogger) {
+  const tenants = createTenantRepository(database.db);
+  const keys = createApiKeyRepository(database.db);
+  for (const t of config.tenants) {
+    await tenants.upsertTenant({ id: t.id, name: t.name });
+    for (const app of t.apps) await tenants.upsertApp({ id: app.id, tenantId: t.id, name: app.name });
+  }
+  const demo = config.tenants.find((t) => t.id === 'demo') ?? config.tenants[0];
+  if (!demo || demo.apps.length === 0) return { demoApiKey: undefined, demoKeyPrefix: undefined };
+  const app = demo.apps[0];
+  if (suppliedKey) {
+    const problem = checkSuppliedApiKey(suppliedKey);
+    if (problem) throw new Error(`WEIR_DEMO_API_KEY: ${problem}`);
+    const prefix = parseApiKey(suppliedKey)?.prefix as string;
+    if (!(await keys.findByHash(hashApiKey(suppliedKey)))) {
+      await keys.insertKey({ id: newId('key'), prefix, sha256: hashApiKey(suppliedKey), tenantId: demo.id, appId: app.id, label: 'demo (WEIR_DEMO_API_KEY)' });
+      logger.info({ tenant: demo.id, app: app.id, prefix }, 'demo API key registered');
+    }
+    return { demoApiKey: suppliedKey, demoKeyPrefix: prefix };
+  }
+  if ((await keys.countKeys(demo.id)) > 0) return { demoApiKey: undefined, demoKeyPrefix: undefined };
+  const minted = mintApiKey();
+  await keys.insertKey({ id: newId('key'), prefix: minted.prefix, sha256: minted.sha256, tenantId: demo.id, appId: app.id, label: 'demo (generated)' });
+  logger.info({ tenant: demo.id, app: app.id, prefix: minted.prefix }, 'demo API key created');
+  return { demoApiKey: minted.plaintext, demoKeyPrefix: minted.prefix };
+}

@@ -1,0 +1,82 @@
+/**
+ * Live and recently finished generations of this gateway, by generation id: what
+ * `GET /v1/generations/{id}` and `POST /v1/generations/{id}/cancel` act on. Entries of
+ * finished generations are kept for `retentionMs` (default 10 min), then swept.
+ */
+import type { FinishReason, GenerationOutcome, StopCause } from '@weir/core';
+
+/** Where a generation is. */
+export type GenerationState = 'queued' | 'running' | 'finished';
+
+/** One tracked generation. */
+export interface TrackedGeneration {
+  generationId: string;
+  requestId: string;
+  tenantId: string;
+  modelRevision: string;
+  state: GenerationState;
+  outcome?: GenerationOutcome;
+  /** Stops it (no-op once finished). */
+  stop(cause: StopCause): void;
+}
+
+/** The registry. */
+export interface GenerationRegistry {
+  add(entry: TrackedGeneration): void;
+  /** The entry, only if it belongs to `tenantId` (another tenant's id is "not found"). */
+  get(tenantId: string, generationId: string): TrackedGeneration | undefined;
+  finish(generationId: string, outcome: GenerationOutcome): void;
+  /** Generations not yet finished. */
+  active(): TrackedGeneration[];
+  close(): void;
+}
+
+/** The public status of a finish reason. */
+export function statusOf(reason: FinishReason): string {
+  switch (reason) {
+    case 'stop':
+    case 'length':
+      return 'completed';
+    case 'error':
+      return 'failed';
+    case 'content_filter':
+      return 'filtered';
+    case 'cancelled':
+    case 'deadline':
+      return reason;
+  }
+}
+
+/** Creates a registry with a periodic (unref'd) sweep. */
+export function createGenerationRegistry(options: { retentionMs?: number; now?: () => number } = {}): GenerationRegistry {
+  const retentionMs = options.retentionMs ?? 600_000;
+  const now = options.now ?? Date.now;
+  const entries = new Map<string, TrackedGeneration & { finishedAt?: number }>();
+  const sweep = setInterval(() => {
+    const cutoff = now() - retentionMs;
+    for (const [id, e] of entries) if (e.finishedAt !== undefined && e.finishedAt < cutoff) entries.delete(id);
+  }, Math.min(retentionMs, 60_000));
+  sweep.unref();
+  return {
+    add(entry) {
+      entries.set(entry.generationId, entry);
+    },
+    get(tenantId, generationId) {
+      const e = entries.get(generationId);
+      return e && e.tenantId === tenantId ? e : undefined;
+    },
+    finish(generationId, outcome) {
+      const e = entries.get(generationId);
+      if (!e) return;
+      e.state = 'finished';
+      e.outcome = outcome;
+      e.finishedAt = now();
+    },
+    active() {
+      return [...entries.values()].filter((e) => e.state !== 'finished');
+    },
+    close() {
+      clearInterval(sweep);
+    },
+  };
+}

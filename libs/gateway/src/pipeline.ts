@@ -1,0 +1,230 @@
+/**
+ * The request path behind every public route (ARCHITECTURE.md §2): route → count input
+ * tokens → check limits → reserve → schedule → relay → settle. Routes only translate
+ * between their wire format and this pipeline, so every door gets the same admission,
+ * metering and exactly-once accounting.
+ *
+ * Invariants kept here: a request rejected before the engine holds nothing (its
+ * reservation is released); a request that ended in the queue gets one zero-token usage
+ * record; a request that reached the engine is settled to what the relay measured.
+ */
+import {
+  type AdmissionService,
+  type ApiRoute,
+  type Caller,
+  type Clock,
+  type GenerationInput,
+  type GenerationOutcome,
+  type RevisionSpec,
+  type RouterService,
+  type SamplingParams,
+  type SchedulerService,
+  type TenantSpec,
+  type UsageSink,
+  type WeirErrorCode,
+  WeirError,
+} from '@weir/core';
+import { buildUsageRecord, type Relay, type RelayHandle } from '@weir/streaming';
+
+/** What the pipeline reports to metrics. */
+export interface PipelineObserver {
+  /** A request refused before any work (4xx/429/503); `reason` is the Weir error code. */
+  onRejected?(caller: Caller, reason: WeirErrorCode): void;
+  /** A request that was admitted has ended (engine or queue), after its usage record is queued. */
+  onFinished?(summary: { caller: Caller; route: ApiRoute; alias: string; revision: RevisionSpec; outcome: GenerationOutcome }): void;
+}
+
+/** Dependencies of {@link createGenerationPipeline}. */
+export interface GenerationPipelineDeps {
+  router: RouterService;
+  admission: AdmissionService;
+  scheduler: SchedulerService;
+  relay: Relay;
+  /** Counts prompt tokens with the revision's tokenizer (or the engine's documented upper bound). */
+  countInputTokens(revision: RevisionSpec, input: GenerationInput): Promise<number>;
+  usageSink: UsageSink;
+  tenants: ReadonlyMap<string, TenantSpec>;
+  clock: Clock;
+  observer?: PipelineObserver;
+}
+
+/** One request, as the routes hand it over. */
+export interface GenerationParams {
+  caller: Caller;
+  route: ApiRoute;
+  alias: string;
+  generationId: string;
+  /** The client's idempotency key, else the generation id. */
+  requestId: string;
+  input: GenerationInput;
+  /** The client's output limit; undefined means the route's default. */
+  maxOutputTokens?: number;
+  /** The route's default output limit (OpenAI's 16 on `/v1/completions`); else the revision's. */
+  routeDefaultOutputTokens?: number;
+  sampling: SamplingParams;
+  /** The client's deadline (ms from arrival); undefined means the tenant's default. */
+  deadlineMs?: number;
+  /** Arrival on `clock` (ms). */
+  arrivedAt: number;
+}
+
+/** A request that passed routing, validation and admission and holds a reservation. */
+export interface AdmittedGeneration {
+  revision: RevisionSpec;
+  inputTokens: number;
+  maxOutputTokens: number;
+  /** Absolute deadline on the pipeline's clock (ms). */
+  deadlineAt: number;
+  /**
+   * Waits for a slot, then starts the relay. Resolves `running` with the relay handle, or
+   * `ended` when the request ended in the queue (deadline passed, or `signal` fired).
+   * Throws `WeirError` (`queue_full`, `engine_unavailable`) after releasing the reservation.
+   * Call at most once.
+   */
+  start(signal: AbortSignal): Promise<{ kind: 'running'; handle: RelayHandle } | { kind: 'ended'; outcome: GenerationOutcome }>;
+}
+
+/** The pipeline. */
+export interface GenerationPipeline {
+  /**
+   * Routes, validates limits and reserves. Throws `WeirError`: `model_not_found`,
+   * `output_limit_exceeded`, `context_length_exceeded`, `rate_limited`,
+   * `concurrency_limited`, `budget_exhausted`.
+   */
+  admit(params: GenerationParams): Promise<AdmittedGeneration>;
+}
+
+/** Creates the pipeline. */
+export function createGenerationPipeline(deps: GenerationPipelineDeps): GenerationPipeline {
+  const { clock } = deps;
+
+  const reject = (caller: Caller, error: WeirError): never => {
+    deps.observer?.onRejected?.(caller, error.code);
+    throw error;
+  };
+
+  return {
+    async admit(params) {
+      const { caller } = params;
+      const routed = deps.router.resolve(caller, params.alias, params.requestId);
+      if (!routed.ok) return reject(caller, new WeirError('model_not_found', routed.message, { param: 'model' }));
+      const { revision } = routed.route;
+
+      const inputTokens = await deps.countInputTokens(revision, params.input);
+      if (inputTokens >= revision.contextWindow) {
+        return reject(
+          caller,
+          new WeirError(
+            'context_length_exceeded',
+            `The input is ${inputTokens} tokens; model '${params.alias}' accepts at most ${revision.contextWindow - 1} input tokens (a context window of ${revision.contextWindow} tokens). Shorten the input.`,
+            { param: 'input' },
+          ),
+        );
+      }
+      let maxOutputTokens: number;
+      if (params.maxOutputTokens !== undefined) {
+        if (params.maxOutputTokens > revision.maxOutputTokens) {
+          return reject(
+            caller,
+            new WeirError(
+              'output_limit_exceeded',
+              `The output limit ${params.maxOutputTokens} is above model '${params.alias}''s maximum of ${revision.maxOutputTokens} tokens; lower it.`,
+              { param: 'max_tokens' },
+            ),
+          );
+        }
+        if (inputTokens + params.maxOutputTokens > revision.contextWindow) {
+          return reject(
+            caller,
+            new WeirError(
+              'context_length_exceeded',
+              `The input (${inputTokens} tokens) plus the output limit (${params.maxOutputTokens}) exceeds model '${params.alias}''s context window of ${revision.contextWindow} tokens; shorten the input or lower the output limit.`,
+              { param: 'max_tokens' },
+            ),
+          );
+        }
+        maxOutputTokens = params.maxOutputTokens;
+      } else {
+        // No limit given: the default, trimmed to what fits in the context window.
+        const wanted = params.routeDefaultOutputTokens ?? revision.defaultOutputTokens;
+        maxOutputTokens = Math.max(1, Math.min(wanted, revision.contextWindow - inputTokens));
+      }
+
+      const tenant = deps.tenants.get(caller.tenantId);
+      const deadlineMs = params.deadlineMs ?? tenant?.defaultDeadlineMs ?? 120_000;
+      const deadlineAt = params.arrivedAt + deadlineMs;
+      // Worst case: every input token plus the whole output limit at this revision's prices
+      // (the fallback chain of issue 6 will take the highest prices across candidates).
+      const worstCase =
+        Math.ceil(inputTokens * revision.pricing.inputPerMTok * 1_000) + Math.ceil(maxOutputTokens * revision.pricing.outputPerMTok * 1_000);
+      const reserved = await deps.admission.reserve({
+        caller,
+        requestId: params.requestId,
+        inputTokens,
+        maxOutputTokens,
+        worstCaseCostNanoUsd: worstCase,
+      });
+      if (!reserved.ok) {
+        return reject(caller, new WeirError(reserved.reason, reserved.message, { retryAfterMs: reserved.retryAfterMs, retryable: reserved.reason !== 'budget_exhausted' }));
+      }
+      const reservationId = reserved.reservationId;
+
+      const endedInQueue = (reason: 'deadline' | 'cancelled', queueMs: number): GenerationOutcome => {
+        const outcome: GenerationOutcome = {
+          finishReason: reason,
+          usage: { inputTokens: 0, outputTokens: 0, cachedInputTokens: 0 },
+          costNanoUsd: 0,
+          modelRevision: revision.id,
+          timings: { queueMs, ttftMs: null, totalMs: clock.now() - params.arrivedAt },
+        };
+        deps.usageSink.record(
+          buildUsageRecord({ generationId: params.generationId, requestId: params.requestId, route: params.route, caller, modelAlias: params.alias }, outcome, Date.now()),
+        );
+        deps.observer?.onFinished?.({ caller, route: params.route, alias: params.alias, revision, outcome });
+        return outcome;
+      };
+
+      let started = false;
+      return {
+        revision,
+        inputTokens,
+        maxOutputTokens,
+        deadlineAt,
+        async start(signal) {
+          if (started) throw new Error('AdmittedGeneration.start called twice');
+          started = true;
+          const scheduled = await deps.scheduler.acquire({ caller, revisionId: revision.id, tokens: inputTokens + maxOutputTokens, deadlineAt, signal });
+          if (!scheduled.ok) {
+            await deps.admission.release(reservationId);
+            if (scheduled.reason === 'deadline' || scheduled.reason === 'cancelled') {
+              return { kind: 'ended', outcome: endedInQueue(scheduled.reason, scheduled.queueMs) };
+            }
+            const code = scheduled.reason === 'queue_full' ? 'queue_full' : 'engine_unavailable';
+            return reject(caller, new WeirError(code, scheduled.message, { retryable: true, retryAfterMs: 1_000 }));
+          }
+          const { lease } = scheduled;
+          const handle = deps.relay.start({
+            generationId: params.generationId,
+            requestId: params.requestId,
+            route: params.route,
+            caller,
+            modelAlias: params.alias,
+            revision,
+            replicaId: lease.replicaId,
+            engineRequest: { input: params.input, maxOutputTokens, sampling: params.sampling },
+            arrivedAt: params.arrivedAt,
+            deadlineAt,
+            queueMs: lease.queueMs,
+            inputTokens,
+          });
+          void handle.done.then(async (outcome) => {
+            lease.release();
+            await deps.admission.settle(reservationId, { usage: outcome.usage, costNanoUsd: outcome.costNanoUsd });
+            deps.observer?.onFinished?.({ caller, route: params.route, alias: params.alias, revision, outcome });
+          });
+          return { kind: 'running', handle };
+        },
+      };
+    },
+  };
+}

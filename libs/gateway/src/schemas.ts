@@ -1,0 +1,123 @@
+/**
+ * Request bodies of the public routes, validated with zod. Field names are the client's
+ * (snake_case); a failure names the field and says what to fix.
+ */
+import { z } from 'zod';
+import { type ChatMessage, type GenerationInput, WeirError } from '@weir/core';
+
+const stop = z.union([z.string().min(1), z.array(z.string().min(1)).max(4)]).nullish();
+const temperature = z.number().min(0).max(2).nullish();
+const topP = z.number().gt(0).max(1).nullish();
+const seed = z.number().int().nullish();
+const positiveInt = z.number().int().positive();
+
+const textPart = z.object({ type: z.literal('text'), text: z.string() });
+const messageContent = z.union([
+  z.string(),
+  z.array(
+    z.union([
+      textPart,
+      z.object({ type: z.string() }).loose().transform((part, ctx) => {
+        ctx.addIssue({ code: 'custom', message: `content part type '${part.type}' is not supported; send text parts only` });
+        return z.NEVER;
+      }),
+    ]),
+  ),
+  z.null(),
+]);
+
+const chatMessage = z.object({
+  role: z.enum(['system', 'developer', 'user', 'assistant', 'tool']),
+  content: messageContent,
+  name: z.string().optional(),
+}).loose();
+
+/** `POST /v1/chat/completions` (CONVENTIONS.md §1). */
+export const chatCompletionsBody = z.object({
+  model: z.string().min(1),
+  messages: z.array(chatMessage).min(1),
+  stream: z.boolean().nullish(),
+  stream_options: z.object({ include_usage: z.boolean().optional() }).loose().nullish(),
+  max_tokens: positiveInt.nullish(),
+  max_completion_tokens: positiveInt.nullish(),
+  temperature,
+  top_p: topP,
+  seed,
+  stop,
+  n: z.literal(1, { message: 'only n=1 is supported' }).nullish(),
+  user: z.string().nullish(),
+  tools: z.array(z.unknown()).max(0, { message: 'tools are not supported by this model; remove `tools`' }).nullish(),
+  response_format: z
+    .object({ type: z.literal('text', { message: "only response_format {type: 'text'} is supported by this model" }) })
+    .loose()
+    .nullish(),
+}).loose();
+
+/** `POST /v1/completions` (legacy). */
+export const completionsBody = z.object({
+  model: z.string().min(1),
+  prompt: z.union([z.string(), z.array(z.string()).length(1, { message: 'send one prompt (a string or an array of one string)' })]),
+  stream: z.boolean().nullish(),
+  stream_options: z.object({ include_usage: z.boolean().optional() }).loose().nullish(),
+  max_tokens: positiveInt.nullish(),
+  temperature,
+  top_p: topP,
+  seed,
+  stop,
+  n: z.literal(1, { message: 'only n=1 is supported' }).nullish(),
+  echo: z.literal(false, { message: 'echo is not supported' }).nullish(),
+  best_of: z.literal(1, { message: 'best_of is not supported' }).nullish(),
+  suffix: z.null({ message: 'suffix is not supported' }).optional(),
+  user: z.string().nullish(),
+}).loose();
+
+/** `POST /v1/generations` (Weir's own route, ARCHITECTURE.md §3). */
+export const generationsBody = z.object({
+  request_id: z.string().min(1).max(128).regex(/^[A-Za-z0-9._:-]+$/, 'use letters, digits and . _ : - only').optional(),
+  model_alias: z.string().min(1),
+  input: z.union([z.string(), z.array(chatMessage).min(1)]),
+  max_output_tokens: positiveInt.optional(),
+  deadline_ms: positiveInt.max(3_600_000).optional(),
+  stream: z.boolean().optional(),
+  temperature: temperature,
+  top_p: topP,
+  seed,
+  stop,
+}).strict();
+
+/** Parses a body or throws `invalid_request` naming the first bad field. */
+export function parseBody<T extends z.ZodType>(schema: T, body: unknown): z.infer<T> {
+  if (body === undefined || body === null || typeof body !== 'object' || Array.isArray(body)) {
+    throw new WeirError('invalid_request', 'The request body must be a JSON object (Content-Type: application/json).');
+  }
+  const result = schema.safeParse(body);
+  if (result.success) return result.data;
+  const issue = result.error.issues[0];
+  const param = issue.path.map((p, i) => (typeof p === 'number' ? `[${p}]` : i === 0 ? String(p) : `.${String(p)}`)).join('');
+  const what = param ? `\`${param}\`: ` : '';
+  throw new WeirError('invalid_request', `Invalid request: ${what}${describeIssue(issue)}`, { param: param || undefined });
+}
+
+function describeIssue(issue: z.core.$ZodIssue): string {
+  if (issue.code === 'invalid_type' && issue.input === undefined) return `is required (expected ${issue.expected})`;
+  if (issue.code === 'unrecognized_keys') return `unknown field(s) ${issue.keys.map((k) => `\`${k}\``).join(', ')}`;
+  return issue.message;
+}
+
+type ParsedMessage = z.infer<typeof chatMessage>;
+
+/** Flattens chat messages to Weir's text-only shape (text parts joined). */
+export function toChatInput(messages: ParsedMessage[]): GenerationInput {
+  const out: ChatMessage[] = messages.map((m) => ({
+    role: m.role,
+    content: typeof m.content === 'string' ? m.content : m.content === null ? '' : m.content.map((p) => p.text).join(''),
+    ...(m.name ? { name: m.name } : {}),
+  }));
+  return { kind: 'chat', messages: out };
+}
+
+/** Normalises `stop` to an array. */
+export function toStopList(value: string | string[] | null | undefined): string[] | undefined {
+  if (value === null || value === undefined) return undefined;
+  return Array.isArray(value) ? value : [value];
+}
