@@ -10,6 +10,8 @@ export interface RecordedRequest {
   /** The body parsed as JSON, or undefined when it is empty or not JSON. */
   body: unknown;
   rawBody: string;
+  /** Set to true when the client went away before the reply was fully sent. */
+  clientAborted: boolean;
 }
 
 /**
@@ -77,11 +79,18 @@ export async function startScriptedUpstream(options: ScriptedUpstreamOptions = {
       } catch {
         body = undefined;
       }
-      const recorded: RecordedRequest = { method: req.method ?? 'GET', path: req.url ?? '/', headers: req.headers, body, rawBody };
+      const recorded: RecordedRequest = {
+        method: req.method ?? 'GET',
+        path: req.url ?? '/',
+        headers: req.headers,
+        body,
+        rawBody,
+        clientAborted: false,
+      };
       const index = requests.push(recorded) - 1;
       Promise.resolve()
         .then(() => script(recorded, index))
-        .then((reply) => play(reply, res))
+        .then((reply) => play(reply, res, recorded))
         .catch((error: unknown) => {
           if (!res.headersSent) {
             res.writeHead(500, { 'content-type': 'application/json' });
@@ -93,11 +102,12 @@ export async function startScriptedUpstream(options: ScriptedUpstreamOptions = {
     });
   });
 
-  async function play(reply: UpstreamReply, res: ServerResponse): Promise<void> {
+  async function play(reply: UpstreamReply, res: ServerResponse, recorded: RecordedRequest): Promise<void> {
     let gone = false;
     res.on('close', () => {
       if (!res.writableFinished) {
         gone = true;
+        recorded.clientAborted = true;
         aborted += 1;
       }
     });

@@ -1,4 +1,11 @@
-import type { EngineAdapter, EngineEvent, EngineRequest, OpenAICompatibleEngineSpec, TokenUsage } from '@weir/core';
+import type {
+  EngineAdapter,
+  EngineEvent,
+  EngineRequest,
+  GenerationInput,
+  OpenAICompatibleEngineSpec,
+  TokenUsage,
+} from '@weir/core';
 import { WeirError } from '@weir/core';
 import { createParser } from 'eventsource-parser';
 import { type Dispatcher, request as undiciRequest } from 'undici';
@@ -38,8 +45,9 @@ export interface OpenAICompatibleEngineDeps {
  * OpenAI, Weir's own `engine-llamacpp`).
  *
  * Request: `POST ${baseUrl}/chat/completions` (`spec.api === 'chat'`, with `messages` and
- * `max_completion_tokens`) or `${baseUrl}/completions` (`'completions'`, with `prompt` and
- * `max_tokens`), always `stream: true, stream_options: {include_usage: true}`, plus
+ * `max_completion_tokens`; a text input is sent as one `user` message) or
+ * `${baseUrl}/completions` (`'completions'`, with `prompt` and `max_tokens`; chat messages are
+ * joined with `\n`), always `stream: true, stream_options: {include_usage: true}`, plus
  * `temperature`, `top_p`, `seed`, `stop` when set; headers `authorization: Bearer
  * <process.env[spec.apiKeyEnv]>` when that variable is set (the key is never logged) and
  * `x-request-id: <generationId>`.
@@ -52,8 +60,9 @@ export interface OpenAICompatibleEngineDeps {
  * usage chunk (`usageReported: true`), else from `deps.countTokens`, else from the UTF-8 byte
  * upper bound (`usageReported: false`); output tokens are never fewer than the deltas.
  *
- * Abort: the request's signal aborts the HTTP call; the stream ends with `aborted` and usage
- * counted on the text received (input from `countInputTokens`).
+ * Abort: the request's signal aborts the HTTP call; no further deltas are yielded and the
+ * stream ends with `aborted` and usage counted on all the text received, delivered or not
+ * (input from `countInputTokens`).
  *
  * Timeouts (ms; ≤ 0 disables): `spec.firstTokenTimeoutMs` runs from the call until the first
  * text (or finish); `spec.idleTimeoutMs` runs whenever the adapter waits for the upstream after
@@ -77,20 +86,27 @@ export function createOpenAICompatibleEngine(
   const url = `${base}/${spec.api === 'completions' ? 'completions' : 'chat/completions'}`;
   const inFlight = new Set<AbortController>();
 
-  const countInputTokens = (input: EngineRequest['input']): Promise<number> => countInputWith(input, countText);
+  // The input as the upstream receives it: text becomes one user message on the chat API;
+  // chat messages are joined with newlines on the completions API.
+  const toUpstreamInput = (input: GenerationInput): GenerationInput => {
+    if (spec.api === 'completions') {
+      return input.kind === 'text' ? input : { kind: 'text', text: input.messages.map((m) => m.content).join('\n') };
+    }
+    return input.kind === 'chat' ? input : { kind: 'chat', messages: [{ role: 'user', content: input.text }] };
+  };
+  const countInputTokens = (input: GenerationInput): Promise<number> => countInputWith(toUpstreamInput(input), countText);
 
   function buildBody(request: EngineRequest): Record<string, unknown> {
     const { sampling } = request;
     const body: Record<string, unknown> = { model: spec.upstreamModel };
-    if (spec.api === 'completions') {
-      body.prompt =
-        request.input.kind === 'text' ? request.input.text : request.input.messages.map((m) => m.content).join('\n');
+    const input = toUpstreamInput(request.input);
+    if (input.kind === 'text') {
+      body.prompt = input.text;
       body.max_tokens = request.maxOutputTokens;
     } else {
-      body.messages =
-        request.input.kind === 'chat'
-          ? request.input.messages.map((m) => (m.name ? { role: m.role, content: m.content, name: m.name } : { role: m.role, content: m.content }))
-          : [{ role: 'user', content: request.input.text }];
+      body.messages = input.messages.map((m) =>
+        m.name ? { role: m.role, content: m.content, name: m.name } : { role: m.role, content: m.content },
+      );
       body.max_completion_tokens = request.maxOutputTokens;
     }
     if (sampling.temperature !== undefined) body.temperature = sampling.temperature;
@@ -243,7 +259,12 @@ export function createOpenAICompatibleEngine(
         } catch (error) {
           throw fail(new WeirError('upstream_error', 'upstream sent invalid JSON', { cause: error }));
         }
-        const piece = apply(parsed);
+        let piece: string;
+        try {
+          piece = apply(parsed);
+        } catch (error) {
+          throw fail(error);
+        }
         if (piece.length > 0) {
           outputText += piece;
           deltas += 1;
@@ -278,31 +299,31 @@ export function createOpenAICompatibleEngine(
           }
           if (datas.length === 0) continue;
           const pieces: string[] = [];
+          let frameError: unknown;
           for (const data of datas.splice(0)) {
             if (data.trim() === '[DONE]') {
               doneSeen = true;
               break;
             }
-            let parsed: unknown;
             try {
-              parsed = JSON.parse(data);
+              const piece = apply(JSON.parse(data));
+              if (piece.length > 0) pieces.push(piece);
             } catch (error) {
-              throw fail(new WeirError('upstream_error', 'upstream sent an event that is not JSON', { cause: error }));
+              frameError =
+                error instanceof WeirError
+                  ? error
+                  : new WeirError('upstream_error', 'upstream sent an event that is not JSON', { cause: error });
+              break;
             }
-            let piece: string;
-            try {
-              piece = apply(parsed);
-            } catch (error) {
-              throw fail(error);
-            }
-            if (piece.length > 0) pieces.push(piece);
           }
           if (!firstSeen && (pieces.length > 0 || finishReason !== undefined)) firstSeen = true;
           // The first-token clock runs until the first text; after it, a data event restarts
           // the idle clock once these pieces are handed on.
           if (firstSeen) clearTimer();
+          // Everything received counts as produced (billed), even if an abort stops its delivery.
+          outputText += pieces.join('');
           for (const piece of pieces) {
-            outputText += piece;
+            if (request.signal.aborted) break;
             deltas += 1;
             yield { type: 'delta', text: piece, tokens: 1 };
           }
@@ -310,6 +331,8 @@ export function createOpenAICompatibleEngine(
             yield await abortedEnd();
             return;
           }
+          // Pieces before an in-band error frame are delivered first.
+          if (frameError !== undefined) throw fail(frameError);
         }
       }
       clearTimer();

@@ -1,0 +1,324 @@
+import type { EngineEvent, GenerationInput } from '@weir/core';
+import { isWeirError, WeirError } from '@weir/core';
+import {
+  chatCompletionBody,
+  chatStreamEvents,
+  collectEngineEvents,
+  completionStreamEvents,
+  describeEngineContract,
+  engineRequest,
+  fakeModelScript,
+  freePort,
+  type ScriptedUpstream,
+  splitBytes,
+  sseEvent,
+  sseReply,
+  startScriptedUpstream,
+} from '@weir/testing';
+import { createOpenAICompatibleEngine, type OpenAICompatibleEngineOptions } from './openai-compatible-engine';
+import { CHAT_MESSAGE_OVERHEAD_TOKENS, CHAT_REPLY_PRIMING_TOKENS } from './token-bound';
+
+const specFor = (baseUrl: string, overrides: Partial<OpenAICompatibleEngineOptions> = {}): OpenAICompatibleEngineOptions => ({
+  kind: 'openai-compatible',
+  baseUrl,
+  upstreamModel: 'up-model',
+  api: 'chat',
+  firstTokenTimeoutMs: 2000,
+  idleTimeoutMs: 2000,
+  maxConcurrency: 4,
+  ...overrides,
+});
+
+const chat: GenerationInput = { kind: 'chat', messages: [{ role: 'user', content: 'Say hi' }] };
+const textOf = (events: EngineEvent[]): string => events.map((e) => (e.type === 'delta' ? e.text : '')).join('');
+const endOf = (events: EngineEvent[]): Extract<EngineEvent, { type: 'end' }> => {
+  const end = events[events.length - 1];
+  if (end?.type !== 'end') throw new Error('stream did not end with an end event');
+  return end;
+};
+
+describe('createOpenAICompatibleEngine (scripted upstream)', () => {
+  let upstream: ScriptedUpstream;
+  beforeAll(async () => {
+    upstream = await startScriptedUpstream();
+  });
+  afterAll(() => upstream.close());
+  beforeEach(() => {
+    upstream.requests.length = 0;
+  });
+
+  it('streams deltas and takes usage from the usage chunk; sends the OpenAI request', async () => {
+    upstream.setScript(() => sseReply(chatStreamEvents(['Hello', ' world'], { usage: { prompt_tokens: 7, completion_tokens: 2 } })));
+    const engine = createOpenAICompatibleEngine(specFor(upstream.url, { apiKeyEnv: 'UP_KEY' }), { env: { UP_KEY: 'sk-test' } });
+    const request = engineRequest(chat, { maxOutputTokens: 12, sampling: { temperature: 0.5, topP: 0.9, seed: 3, stop: ['\n'] } });
+    const { events, error } = await collectEngineEvents(engine, request);
+    expect(error).toBeUndefined();
+    expect(events).toEqual([
+      { type: 'delta', text: 'Hello', tokens: 1 },
+      { type: 'delta', text: ' world', tokens: 1 },
+      { type: 'end', reason: 'stop', usage: { inputTokens: 7, outputTokens: 2 }, usageReported: true },
+    ]);
+    const sent = upstream.requests[0];
+    expect(sent.path).toBe('/v1/chat/completions');
+    expect(sent.headers.authorization).toBe('Bearer sk-test');
+    expect(sent.headers['x-request-id']).toBe(request.generationId);
+    expect(sent.body).toEqual({
+      model: 'up-model',
+      messages: [{ role: 'user', content: 'Say hi' }],
+      max_completion_tokens: 12,
+      temperature: 0.5,
+      top_p: 0.9,
+      seed: 3,
+      stop: ['\n'],
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+  });
+
+  it('calls /completions with prompt and max_tokens when api is completions', async () => {
+    upstream.setScript(() => sseReply(completionStreamEvents(['a', 'b'], { finishReason: 'length' })));
+    const engine = createOpenAICompatibleEngine(specFor(upstream.url, { api: 'completions' }));
+    const { events } = await collectEngineEvents(engine, engineRequest({ kind: 'text', text: 'Once' }, { maxOutputTokens: 2 }));
+    expect(textOf(events)).toBe('ab');
+    expect(endOf(events).reason).toBe('length');
+    const sent = upstream.requests[0];
+    expect(sent.path).toBe('/v1/completions');
+    expect(sent.headers.authorization).toBeUndefined();
+    expect(sent.body).toMatchObject({ prompt: 'Once', max_tokens: 2, stream: true });
+  });
+
+  const pieces = ['héllo ', 'wörld 🌍', ' 日本語'];
+  it.each([
+    ['events split across reads every 7 bytes', 7],
+    ['every byte in its own read (multi-byte characters split)', 1],
+  ])('decodes %s', async (_name, step) => {
+    const events = chatStreamEvents(pieces);
+    const total = Buffer.byteLength(events.join(''));
+    const offsets = Array.from({ length: Math.floor(total / step) }, (_, i) => (i + 1) * step);
+    upstream.setScript(() => ({ kind: 'sse', steps: splitBytes(events, offsets).map((data) => ({ data })) }));
+    const engine = createOpenAICompatibleEngine(specFor(upstream.url));
+    const result = await collectEngineEvents(engine, engineRequest(chat));
+    expect(result.error).toBeUndefined();
+    expect(textOf(result.events)).toBe(pieces.join(''));
+    expect(result.events.filter((e) => e.type === 'delta')).toHaveLength(3);
+  });
+
+  it('handles CRLF line ends and comment heartbeats', async () => {
+    const events = chatStreamEvents(pieces, { eol: '\r\n' });
+    const withPings = events.flatMap((e) => [': ping\r\n\r\n', e]);
+    upstream.setScript(() => sseReply(withPings));
+    const engine = createOpenAICompatibleEngine(specFor(upstream.url));
+    const result = await collectEngineEvents(engine, engineRequest(chat));
+    expect(result.error).toBeUndefined();
+    expect(textOf(result.events)).toBe(pieces.join(''));
+    expect(endOf(result.events).reason).toBe('stop');
+  });
+
+  it('counts usage with countTokens when the upstream sends no usage chunk', async () => {
+    upstream.setScript(() => sseReply(chatStreamEvents(['one two', ' three'], { usage: false })));
+    const countTokens = (text: string) => text.split(/\s+/).filter(Boolean).length;
+    const engine = createOpenAICompatibleEngine(specFor(upstream.url), { countTokens });
+    const { events } = await collectEngineEvents(engine, engineRequest(chat));
+    expect(endOf(events)).toEqual({
+      type: 'end',
+      reason: 'stop',
+      usage: { inputTokens: 2 + CHAT_MESSAGE_OVERHEAD_TOKENS + CHAT_REPLY_PRIMING_TOKENS, outputTokens: 3 },
+      usageReported: false,
+    });
+  });
+
+  it('falls back to the UTF-8 byte upper bound without a tokenizer', async () => {
+    upstream.setScript(() => sseReply(chatStreamEvents(['日本'], { usage: false })));
+    const engine = createOpenAICompatibleEngine(specFor(upstream.url));
+    const { events } = await collectEngineEvents(engine, engineRequest({ kind: 'text', text: 'héllo' }));
+    // 'héllo' is 6 bytes, '日本' 6 bytes; +1 each for a dummy-prefix token. Text input goes to the
+    // chat API as one user message, so it is bounded as one.
+    expect(endOf(events).usage).toEqual({
+      inputTokens: 7 + CHAT_MESSAGE_OVERHEAD_TOKENS + CHAT_REPLY_PRIMING_TOKENS,
+      outputTokens: 7,
+    });
+    expect(
+      await engine.countInputTokens({
+        kind: 'chat',
+        messages: [
+          { role: 'system', content: 'ab' },
+          { role: 'user', content: 'c', name: 'me' },
+        ],
+      }),
+    ).toBe(3 + 2 + 3 + 2 * CHAT_MESSAGE_OVERHEAD_TOKENS + CHAT_REPLY_PRIMING_TOKENS);
+  });
+
+  it('accepts a non-stream JSON response', async () => {
+    upstream.setScript(() => ({ kind: 'json', body: chatCompletionBody('whole answer', { usage: { prompt_tokens: 3, completion_tokens: 2 } }) }));
+    const engine = createOpenAICompatibleEngine(specFor(upstream.url));
+    const { events } = await collectEngineEvents(engine, engineRequest(chat));
+    expect(textOf(events)).toBe('whole answer');
+    expect(endOf(events)).toMatchObject({ reason: 'stop', usage: { inputTokens: 3, outputTokens: 2 }, usageReported: true });
+  });
+
+  it('maps an in-band error frame to upstream_error after delivering earlier deltas', async () => {
+    const head = chatStreamEvents(['partial'], { finishReason: null, usage: false, done: false });
+    upstream.setScript(() => sseReply([...head, sseEvent({ error: { message: 'boom', type: 'server_error', code: 'overloaded' } })]));
+    const engine = createOpenAICompatibleEngine(specFor(upstream.url));
+    const { events, error } = await collectEngineEvents(engine, engineRequest(chat));
+    expect(textOf(events)).toBe('partial');
+    expect(isWeirError(error) && error.code).toBe('upstream_error');
+    expect(isWeirError(error) && error.message).not.toContain('boom');
+  });
+
+  it.each([
+    ['without finish_reason and [DONE]', { finishReason: null, done: false }],
+    ['with [DONE] but no finish_reason', { finishReason: null, done: true }],
+  ] as const)('maps a stream that ends %s to upstream_error', async (_name, options) => {
+    upstream.setScript(() => sseReply(chatStreamEvents(['cut'], { ...options, usage: false })));
+    const engine = createOpenAICompatibleEngine(specFor(upstream.url));
+    const { error } = await collectEngineEvents(engine, engineRequest(chat));
+    expect(isWeirError(error) && error.code).toBe('upstream_error');
+  });
+
+  it('accepts a stream that sent finish_reason but ended without [DONE]', async () => {
+    upstream.setScript(() => sseReply(chatStreamEvents(['ok'], { done: false })));
+    const engine = createOpenAICompatibleEngine(specFor(upstream.url));
+    const { events, error } = await collectEngineEvents(engine, engineRequest(chat));
+    expect(error).toBeUndefined();
+    expect(endOf(events).reason).toBe('stop');
+  });
+
+  it.each([
+    [400, 'upstream_bad_request', false],
+    [404, 'upstream_bad_request', false],
+    [422, 'upstream_bad_request', false],
+    [401, 'upstream_error', false],
+    [403, 'upstream_error', false],
+    [408, 'upstream_unavailable', true],
+    [429, 'upstream_unavailable', true],
+    [500, 'upstream_unavailable', true],
+    [503, 'upstream_unavailable', true],
+    [418, 'upstream_error', false],
+  ])('maps HTTP %i to %s (retryable %s)', async (status, code, retryable) => {
+    upstream.setScript(() => ({
+      kind: 'error',
+      status,
+      headers: { 'retry-after': '2' },
+      body: { error: { message: 'secret prompt echo', type: 'invalid_request_error', param: null, code: null } },
+    }));
+    const engine = createOpenAICompatibleEngine(specFor(upstream.url));
+    const { events, error } = await collectEngineEvents(engine, engineRequest(chat));
+    expect(events).toEqual([]);
+    expect(error).toBeInstanceOf(WeirError);
+    const e = error as WeirError;
+    expect({ code: e.code, retryable: e.retryable }).toEqual({ code, retryable });
+    expect(e.message).not.toContain('secret');
+    if (retryable) expect(e.retryAfterMs).toBe(2000);
+  });
+
+  it('maps an upstream context_length_exceeded to context_length_exceeded (param input)', async () => {
+    upstream.setScript(fakeModelScript({ contextBytes: 10 }));
+    const engine = createOpenAICompatibleEngine(specFor(upstream.url));
+    const { error } = await collectEngineEvents(engine, engineRequest({ kind: 'text', text: 'x'.repeat(50) }));
+    expect(isWeirError(error) && [error.code, error.param]).toEqual(['context_length_exceeded', 'input']);
+  });
+
+  it('maps connection refused to upstream_unavailable (retryable)', async () => {
+    const port = await freePort();
+    const engine = createOpenAICompatibleEngine(specFor(`http://127.0.0.1:${port}/v1`));
+    const { error } = await collectEngineEvents(engine, engineRequest(chat));
+    expect(isWeirError(error) && [error.code, error.retryable]).toEqual(['upstream_unavailable', true]);
+  });
+
+  it('maps a socket destroyed mid-stream to upstream_error after output, upstream_unavailable before', async () => {
+    const head = chatStreamEvents(['some'], { finishReason: null, usage: false, done: false });
+    upstream.setScript(() => ({ kind: 'sse', steps: [...head.map((data) => ({ data })), { destroy: true, delayMs: 10 }] }));
+    const engine = createOpenAICompatibleEngine(specFor(upstream.url));
+    const after = await collectEngineEvents(engine, engineRequest(chat));
+    expect(textOf(after.events)).toBe('some');
+    expect(isWeirError(after.error) && after.error.code).toBe('upstream_error');
+
+    upstream.setScript(() => ({ kind: 'sse', steps: [{ data: ': hello\n\n' }, { destroy: true, delayMs: 10 }] }));
+    const before = await collectEngineEvents(engine, engineRequest(chat));
+    expect(isWeirError(before.error) && [before.error.code, before.error.retryable]).toEqual(['upstream_unavailable', true]);
+  });
+
+  it('cuts an upstream that sends no first token (only pings) with upstream_timeout', async () => {
+    const role = chatStreamEvents([], { finishReason: null, usage: false, done: false });
+    upstream.setScript(() => ({
+      kind: 'sse',
+      steps: [...role.map((data) => ({ data })), ...Array.from({ length: 20 }, () => ({ data: ': ping\n\n', delayMs: 40 }))],
+      hang: true,
+    }));
+    const engine = createOpenAICompatibleEngine(specFor(upstream.url, { firstTokenTimeoutMs: 150 }));
+    const started = performance.now();
+    const { error } = await collectEngineEvents(engine, engineRequest(chat));
+    expect(isWeirError(error) && [error.code, error.retryable]).toEqual(['upstream_timeout', true]);
+    expect(performance.now() - started).toBeLessThan(1000);
+  });
+
+  it('cuts an upstream that stalls mid-stream (pings do not reset the idle clock) with upstream_timeout', async () => {
+    const head = chatStreamEvents(['a', 'b'], { finishReason: null, usage: false, done: false });
+    upstream.setScript(() => ({
+      kind: 'sse',
+      steps: [...head.map((data) => ({ data })), ...Array.from({ length: 20 }, () => ({ data: ': ping\n\n', delayMs: 40 }))],
+      hang: true,
+    }));
+    const engine = createOpenAICompatibleEngine(specFor(upstream.url, { idleTimeoutMs: 150 }));
+    const { events, error } = await collectEngineEvents(engine, engineRequest(chat));
+    expect(textOf(events)).toBe('ab');
+    expect(isWeirError(error) && error.code).toBe('upstream_timeout');
+  });
+
+  it('aborts the HTTP call on the request signal and ends with aborted and counted usage', async () => {
+    const events = chatStreamEvents(
+      Array.from({ length: 100 }, (_, i) => `p${i} `),
+      { usage: { prompt_tokens: 3, completion_tokens: 100 } },
+    );
+    upstream.setScript(() => sseReply(events, { delayMs: 10 }));
+    const engine = createOpenAICompatibleEngine(specFor(upstream.url));
+    const controller = new AbortController();
+    const abortsBefore = upstream.clientAborts();
+    const result = await collectEngineEvents(engine, engineRequest(chat, { signal: controller.signal }), (e, i) => {
+      if (e.type === 'delta' && i === 2) controller.abort();
+    });
+    const end = endOf(result.events);
+    expect(end.reason).toBe('aborted');
+    expect(end.usageReported).toBe(false);
+    expect(result.events.filter((e) => e.type === 'delta')).toHaveLength(3);
+    // Counted on everything received (≥ what was delivered), far below the 100 pieces.
+    expect(end.usage.outputTokens).toBeGreaterThanOrEqual(Buffer.byteLength('p0 p1 p2 ') + 1);
+    expect(end.usage.outputTokens).toBeLessThan(Buffer.byteLength('p0 p1 p2 p3 p4 p5 p6 p7 p8 p9 ') + 1);
+    await new Promise((r) => setTimeout(r, 50));
+    expect(upstream.requests[0].clientAborted).toBe(true);
+    expect(upstream.clientAborts()).toBeGreaterThan(abortsBefore);
+  });
+
+  it('declares capacity from maxConcurrency and the context default', () => {
+    const engine = createOpenAICompatibleEngine(specFor(upstream.url, { maxConcurrency: 7 }));
+    expect(engine.capacity).toEqual({ slots: 7, contextTokens: 8192 });
+    expect(createOpenAICompatibleEngine(specFor(upstream.url, { contextTokens: 512 })).capacity.contextTokens).toBe(512);
+  });
+});
+
+describeEngineContract('openai-compatible (scripted upstream)', async () => {
+  const normal = await startScriptedUpstream({ script: fakeModelScript({ contextBytes: 200 }) });
+  const slow = await startScriptedUpstream({ script: fakeModelScript({ pieceDelayMs: 5, naturalPieces: 300 }) });
+  const failing = await startScriptedUpstream({ script: () => ({ kind: 'error', status: 503 }) });
+  const unauthorized = await startScriptedUpstream({ script: () => ({ kind: 'error', status: 401 }) });
+  const refusedPort = await freePort();
+  return {
+    adapter: createOpenAICompatibleEngine(specFor(normal.url)),
+    slowAdapter: createOpenAICompatibleEngine(specFor(slow.url)),
+    input: chat,
+    oversizedInput: { kind: 'chat', messages: [{ role: 'user', content: 'word '.repeat(100) }] },
+    faults: [
+      { name: 'HTTP 503', adapter: createOpenAICompatibleEngine(specFor(failing.url)), code: 'upstream_unavailable' },
+      { name: 'HTTP 401', adapter: createOpenAICompatibleEngine(specFor(unauthorized.url)), code: 'upstream_error' },
+      {
+        name: 'connection refused',
+        adapter: createOpenAICompatibleEngine(specFor(`http://127.0.0.1:${refusedPort}/v1`)),
+        code: 'upstream_unavailable',
+      },
+    ],
+    close: async () => {
+      await Promise.all([normal.close(), slow.close(), failing.close(), unauthorized.close()]);
+    },
+  };
+});
