@@ -1,0 +1,137 @@
+import { pino, type DestinationStream, type Level, type Logger } from 'pino';
+
+/**
+ * Weir's structured logger (pino, JSON lines).
+ *
+ * The rule: callers never pass prompt or output text, request bodies, headers or secrets to
+ * a logger; they log metadata only (tenant, app, revision, token counts, cost, latency,
+ * status, generation id, trace id), per ARCHITECTURE.md §5. Redaction is a defence in depth
+ * for mistakes, not a licence: the value of any field named in {@link REDACTED_KEYS} is
+ * replaced with `[redacted]`, at the top level (pino `redact`, {@link REDACT_PATHS}) and at any
+ * depth in plain objects and arrays ({@link redactDeep}), in log calls and in child bindings. It cannot see text inside a message string or an error.
+ */
+
+/** Field names whose values are always redacted: text-bearing fields, then secrets. */
+export const REDACTED_KEYS: readonly string[] = [
+  // Prompt and output text in any API shape.
+  'input',
+  'inputs',
+  'messages',
+  'prompt',
+  'prompts',
+  'text',
+  'content',
+  'output',
+  'outputs',
+  'completion',
+  'choices',
+  'delta',
+  'instructions',
+  'system',
+  'suffix',
+  'body',
+  'arguments',
+  // Credentials and secrets.
+  'authorization',
+  'proxy-authorization',
+  'cookie',
+  'set-cookie',
+  'x-api-key',
+  'api-key',
+  'apiKey',
+  'api_key',
+  'plaintext',
+  'secret',
+  'password',
+  'token',
+  'accessToken',
+  'access_token',
+  'databaseUrl',
+  'DATABASE_URL',
+  'connectionString',
+];
+
+const CENSOR = '[redacted]';
+const KEY_SET = new Set(REDACTED_KEYS.map((k) => k.toLowerCase()));
+/** How deep the walk goes; log objects are small, flat metadata. */
+const MAX_DEPTH = 8;
+
+/**
+ * pino `redact` paths: every {@link REDACTED_KEYS} entry at the top level, plus the header
+ * paths that hold credentials. pino's wildcard paths cost ~10 µs per line each level deep, so
+ * nested fields are covered by {@link redactDeep} instead (one pass, about 1 µs per line).
+ */
+export const REDACT_PATHS: readonly string[] = [
+  ...REDACTED_KEYS.map((key) => (/^[A-Za-z_$][A-Za-z0-9_$]*$/.test(key) ? key : `["${key}"]`)),
+  '*.authorization',
+  'headers.authorization',
+  'headers.cookie',
+  'headers["x-api-key"]',
+  'req.headers.authorization',
+  'req.headers.cookie',
+  'req.headers["x-api-key"]',
+];
+
+/**
+ * Returns `value` with every field named in {@link REDACTED_KEYS} (compared case-insensitively)
+ * replaced by `[redacted]`, at any depth up to 8, in plain objects and arrays. Copy-on-write:
+ * the caller's objects are never modified. Class instances (including `Error`s) are not
+ * walked, so never attach bodies or text to errors.
+ */
+export function redactDeep<T>(value: T, depth = 0): T {
+  if (value === null || typeof value !== 'object' || depth > MAX_DEPTH) return value;
+  if (Array.isArray(value)) {
+    let out: unknown[] | undefined;
+    value.forEach((item: unknown, i) => {
+      const r = redactDeep(item, depth + 1);
+      if (r !== item) (out ??= value.slice())[i] = r;
+    });
+    return (out ?? value) as T;
+  }
+  const proto: unknown = Object.getPrototypeOf(value);
+  if (proto !== Object.prototype && proto !== null) return value;
+  const record = value as Record<string, unknown>;
+  let out: Record<string, unknown> | undefined;
+  for (const key of Object.keys(record)) {
+    const v = record[key];
+    const r = KEY_SET.has(key.toLowerCase()) ? CENSOR : redactDeep(v, depth + 1);
+    if (r !== v) (out ??= { ...record })[key] = r;
+  }
+  return (out ?? value) as T;
+}
+
+/** Options of {@link createLogger}. */
+export interface LoggerOptions {
+  /** The component name, logged as `name` on every line (e.g. `gateway`). */
+  name: string;
+  /** Minimum level; default `info`. `silent` turns logging off. */
+  level?: Level | 'silent';
+  /** Where lines go; default stdout. Tests pass a stream to capture them. */
+  destination?: DestinationStream;
+}
+
+/** A Weir logger (pino's `Logger`). */
+export type WeirLogger = Logger;
+
+/**
+ * Creates a JSON logger with Weir's redaction list applied (see {@link REDACTED_KEYS}).
+ * Create one per process and derive per-component loggers with `logger.child({...})`.
+ */
+export function createLogger(options: LoggerOptions): WeirLogger {
+  const logger = pino(
+    {
+      name: options.name,
+      level: options.level ?? 'info',
+      redact: { paths: [...REDACT_PATHS], censor: CENSOR },
+      formatters: { log: (fields) => redactDeep(fields) },
+    },
+    options.destination,
+  );
+  // pino applies no formatter to child bindings, so redact them on the way in. Children are
+  // created with Object.create(parent), so every descendant inherits this `child`.
+  const pinoChild = logger.child;
+  logger.child = function child(this: WeirLogger, bindings: Parameters<WeirLogger['child']>[0], childOptions?: Parameters<WeirLogger['child']>[1]) {
+    return pinoChild.call(this, redactDeep(bindings), childOptions);
+  } as WeirLogger['child'];
+  return logger;
+}

@@ -1,0 +1,84 @@
+/**
+ * Every metric name, attribute key and bucket boundary Weir emits, in one place.
+ *
+ * GenAI names are copied from OpenTelemetry semantic conventions v1.41.0
+ * (`docs/gen-ai/gen-ai-metrics.md`; status Development), as the
+ * `@opentelemetry/semantic-conventions` README advises instead of importing `/incubating`.
+ * Weir's own metrics use the `weir.` prefix. Units are base units (seconds, tokens).
+ *
+ * The pinned `@opentelemetry/exporter-prometheus` 0.223.0 maps names by replacing `.` with `_`,
+ * appends `_total` to monotonic counters and does NOT append a unit suffix (see
+ * CONVENTIONS.md §6); {@link PROMETHEUS_SERIES} lists the names as they are actually scraped,
+ * for dashboards, alerts and HPA queries.
+ */
+
+/** OpenTelemetry metric names. */
+export const METRIC_NAMES = {
+  /** Histogram, s: end-to-end server-side request duration. semconv `gen_ai.server.request.duration`. */
+  serverRequestDuration: 'gen_ai.server.request.duration',
+  /** Histogram, s: time to the first output token. semconv `gen_ai.server.time_to_first_token`. */
+  serverTimeToFirstToken: 'gen_ai.server.time_to_first_token',
+  /** Histogram, s: time per output token after the first. semconv `gen_ai.server.time_per_output_token`. */
+  serverTimePerOutputToken: 'gen_ai.server.time_per_output_token',
+  /** Histogram, {token}: billable tokens per request, by `gen_ai.token.type`. semconv `gen_ai.client.token.usage`. */
+  tokenUsage: 'gen_ai.client.token.usage',
+  /** Counter, {request}: finished requests by tenant, revision and status (rejections included). */
+  requests: 'weir.requests',
+  /** Counter, {request}: admission/scheduling rejections by tenant and reason, apart from errors. */
+  admissionRejections: 'weir.admission.rejections',
+  /** Counter, {token}: tokens by tenant, revision and direction (input/output). */
+  tokens: 'weir.tokens',
+  /** Histogram, s: time a request waited in the scheduler's queue. */
+  queueDuration: 'weir.queue.duration',
+  /** Up-down counter, {request}: requests in flight, by tenant and revision. */
+  inflightRequests: 'weir.inflight.requests',
+} as const;
+
+/** Attribute (label) keys. Values are bounded: config ids, enums, error codes; never ids of requests or text. */
+export const ATTRIBUTE_NAMES = {
+  operationName: 'gen_ai.operation.name',
+  providerName: 'gen_ai.provider.name',
+  requestModel: 'gen_ai.request.model',
+  responseModel: 'gen_ai.response.model',
+  tokenType: 'gen_ai.token.type',
+  errorType: 'error.type',
+  tenant: 'tenant',
+  revision: 'revision',
+  status: 'status',
+  reason: 'reason',
+  direction: 'direction',
+} as const;
+
+/** semconv bucket boundaries (s) for `gen_ai.server.request.duration`: 0.01 × 2ⁿ up to 81.92. */
+export const DURATION_BUCKETS_S: readonly number[] = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92];
+
+/** semconv bucket boundaries (s) for `gen_ai.server.time_to_first_token`. */
+export const TTFT_BUCKETS_S: readonly number[] = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10];
+
+/** semconv bucket boundaries (s) for `gen_ai.server.time_per_output_token`. */
+export const TPOT_BUCKETS_S: readonly number[] = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5];
+
+/** semconv bucket boundaries (tokens) for `gen_ai.client.token.usage`: 4ⁿ from 1 to 67,108,864. */
+export const TOKEN_BUCKETS: readonly number[] = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864];
+
+/**
+ * Weir's bucket boundaries (s) for `weir.queue.duration`: from 1 ms (an idle queue) to 120 s
+ * (the default deadline), roughly ×2–2.5 per step.
+ */
+export const QUEUE_BUCKETS_S: readonly number[] = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
+
+/**
+ * The Prometheus series as the pinned exporter prints them (histograms also have `_bucket`,
+ * `_sum` and `_count`; labels are the attribute keys with `.` → `_`, e.g. `gen_ai_operation_name`).
+ */
+export const PROMETHEUS_SERIES = {
+  serverRequestDuration: 'gen_ai_server_request_duration',
+  serverTimeToFirstToken: 'gen_ai_server_time_to_first_token',
+  serverTimePerOutputToken: 'gen_ai_server_time_per_output_token',
+  tokenUsage: 'gen_ai_client_token_usage',
+  requests: 'weir_requests_total',
+  admissionRejections: 'weir_admission_rejections_total',
+  tokens: 'weir_tokens_total',
+  queueDuration: 'weir_queue_duration',
+  inflightRequests: 'weir_inflight_requests',
+} as const satisfies Record<keyof typeof METRIC_NAMES, string>;

@@ -1,0 +1,218 @@
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import express from 'express';
+import {
+  createTelemetry,
+  DURATION_BUCKETS_S,
+  PROMETHEUS_SERIES,
+  QUEUE_BUCKETS_S,
+  TOKEN_BUCKETS,
+  TPOT_BUCKETS_S,
+  TTFT_BUCKETS_S,
+  type RequestMetrics,
+  type Telemetry,
+} from './index';
+
+interface Sample {
+  name: string;
+  labels: Record<string, string>;
+  value: number;
+}
+
+/** Parses the Prometheus text exposition into samples (enough for the exporter's output). */
+function parseExposition(text: string): { samples: Sample[]; types: Map<string, string> } {
+  const samples: Sample[] = [];
+  const types = new Map<string, string>();
+  for (const line of text.split('\n')) {
+    const type = /^# TYPE (\S+) (\S+)$/.exec(line);
+    if (type) types.set(type[1], type[2]);
+    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$/.exec(line);
+    if (!m) continue;
+    const labels: Record<string, string> = {};
+    for (const [, k, v] of (m[2] ?? '').matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g)) labels[k] = v;
+    samples.push({ name: m[1], labels, value: Number(m[3]) });
+  }
+  return { samples, types };
+}
+
+/** Samples named `name` whose labels match; a label given as '' must be absent. */
+function find(samples: Sample[], name: string, labels: Record<string, string> = {}): Sample[] {
+  return samples.filter((s) => s.name === name && Object.entries(labels).every(([k, v]) => (v === '' ? s.labels[k] === undefined : s.labels[k] === v)));
+}
+
+function bucketBounds(samples: Sample[], name: string, labels: Record<string, string>): string[] {
+  return find(samples, `${name}_bucket`, labels).map((s) => s.labels.le);
+}
+
+const asLe = (bounds: readonly number[]) => [...bounds.map(String), '+Inf'];
+
+const completed: RequestMetrics = {
+  tenant: 'demo',
+  operation: 'chat',
+  requestModel: 'tiny-stories',
+  responseModel: 'stories260k@1',
+  provider: 'llamacpp',
+  status: 'completed',
+  durationS: 0.5,
+  ttftS: 0.05,
+  inputTokens: 10,
+  outputTokens: 21,
+};
+
+async function scrape(server: Server, path = '/metrics'): Promise<{ status: number; contentType: string | null; text: string }> {
+  const res = await fetch(`http://127.0.0.1:${(server.address() as AddressInfo).port}${path}`);
+  return { status: res.status, contentType: res.headers.get('content-type'), text: await res.text() };
+}
+
+function listen(server: Server): Promise<Server> {
+  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve(server)));
+}
+
+describe('createTelemetry', () => {
+  let telemetry: Telemetry;
+  let server: Server;
+
+  beforeEach(async () => {
+    telemetry = createTelemetry({ serviceName: 'weir-test', serviceVersion: '0.1.0' });
+    server = await listen(createServer(telemetry.metricsHandler));
+  });
+  afterEach(async () => {
+    await new Promise((resolve) => server.close(resolve));
+    await telemetry.shutdown();
+  });
+
+  it('exports the GenAI histograms with semconv names, buckets and attributes', async () => {
+    const m = telemetry.metrics;
+    m.recordRequest(completed);
+    m.recordRequest({ ...completed, status: 'failed', errorType: 'upstream_timeout', ttftS: undefined, outputTokens: 0, durationS: 30 });
+    m.recordRequest({ ...completed, operation: 'generation', status: 'deadline', durationS: 120, ttftS: 0.2, outputTokens: 5 });
+
+    const { status, contentType, text } = await scrape(server);
+    expect(status).toBe(200);
+    expect(contentType).toMatch(/^text\/plain/);
+    const { samples, types } = parseExposition(text);
+
+    const ok = {
+      gen_ai_operation_name: 'chat',
+      gen_ai_provider_name: 'llamacpp',
+      gen_ai_request_model: 'tiny-stories',
+      gen_ai_response_model: 'stories260k@1',
+      otel_scope_name: '@weir/telemetry',
+      error_type: '',
+    };
+    // Names as the pinned exporter prints them: dots → underscores, no unit suffix.
+    expect(types.get(PROMETHEUS_SERIES.serverRequestDuration)).toBe('histogram');
+    expect(text).toContain('# UNIT gen_ai_server_request_duration s');
+    expect(text).not.toMatch(/_seconds|gen_ai_server_request_duration_total/);
+
+    const okDuration = find(samples, 'gen_ai_server_request_duration_count', ok);
+    expect(okDuration).toHaveLength(1);
+    expect(okDuration[0].value).toBe(1);
+    expect(bucketBounds(samples, 'gen_ai_server_request_duration', ok)).toEqual(asLe(DURATION_BUCKETS_S));
+    expect(find(samples, 'gen_ai_server_request_duration_bucket', { ...ok, le: '0.32' })[0].value).toBe(0);
+    expect(find(samples, 'gen_ai_server_request_duration_bucket', { ...ok, le: '0.64' })[0].value).toBe(1);
+
+    expect(bucketBounds(samples, 'gen_ai_server_time_to_first_token', ok)).toEqual(asLe(TTFT_BUCKETS_S));
+    expect(bucketBounds(samples, 'gen_ai_server_time_per_output_token', ok)).toEqual(asLe(TPOT_BUCKETS_S));
+    // TPOT = (0.5 − 0.05) / (21 − 1) = 0.0225 s, per semconv.
+    expect(find(samples, 'gen_ai_server_time_per_output_token_sum', ok)[0].value).toBeCloseTo(0.0225, 10);
+
+    for (const type of ['input', 'output']) {
+      expect(bucketBounds(samples, 'gen_ai_client_token_usage', { ...ok, gen_ai_token_type: type })).toEqual(asLe(TOKEN_BUCKETS));
+    }
+    expect(find(samples, 'gen_ai_client_token_usage_sum', { ...ok, gen_ai_token_type: 'input' })[0].value).toBe(10);
+    expect(find(samples, 'gen_ai_client_token_usage_sum', { ...ok, gen_ai_token_type: 'output' })[0].value).toBe(21);
+
+    // error.type: the given code on failure, the status for a deadline.
+    expect(find(samples, 'gen_ai_server_request_duration_sum', { ...ok, error_type: 'upstream_timeout' })[0].value).toBe(30);
+    expect(find(samples, 'gen_ai_server_request_duration_sum', { ...ok, gen_ai_operation_name: 'generation', error_type: 'deadline' })[0].value).toBe(120);
+    expect(find(samples, 'gen_ai_server_time_to_first_token_count', { error_type: 'upstream_timeout' })).toEqual([]);
+
+    expect(target(samples)).toEqual({ service_name: 'weir-test', service_version: '0.1.0' });
+  });
+
+  it("exports Weir's own series: requests, rejections apart from errors, tokens, queue time, in flight", async () => {
+    const m = telemetry.metrics;
+    m.recordRequest(completed);
+    m.recordRequest(completed);
+    m.recordRequest({ ...completed, status: 'failed', errorType: 'upstream_error', outputTokens: 0 });
+    m.recordRejection({ tenant: 'demo', reason: 'queue_full' });
+    m.recordRequest({ ...completed, responseModel: undefined, status: 'rejected', durationS: 0.001, ttftS: undefined, inputTokens: 0, outputTokens: 0 });
+    m.recordRejection({ tenant: 'other', reason: 'budget_exhausted' });
+    m.recordQueueTime({ tenant: 'demo', revision: 'stories260k@1', queueS: 0.02 });
+    const release = m.trackInFlight({ tenant: 'demo', revision: 'stories260k@1' });
+    m.trackInFlight({ tenant: 'demo', revision: 'stories260k@1' });
+    release();
+    release(); // idempotent
+
+    const { text } = await scrape(server);
+    const { samples, types } = parseExposition(text);
+    expect(types.get('weir_requests_total')).toBe('counter');
+    expect(types.get('weir_admission_rejections_total')).toBe('counter');
+    expect(types.get('weir_tokens_total')).toBe('counter');
+    expect(types.get('weir_queue_duration')).toBe('histogram');
+    expect(types.get('weir_inflight_requests')).toBe('gauge');
+
+    const rev = { tenant: 'demo', revision: 'stories260k@1' };
+    expect(find(samples, 'weir_requests_total', { ...rev, status: 'completed' })[0].value).toBe(2);
+    expect(find(samples, 'weir_requests_total', { ...rev, status: 'failed' })[0].value).toBe(1);
+    expect(find(samples, 'weir_requests_total', { tenant: 'demo', revision: 'none', status: 'rejected' })[0].value).toBe(1);
+    expect(find(samples, 'weir_admission_rejections_total')).toEqual([
+      { name: 'weir_admission_rejections_total', labels: { tenant: 'demo', reason: 'queue_full', otel_scope_name: '@weir/telemetry' }, value: 1 },
+      { name: 'weir_admission_rejections_total', labels: { tenant: 'other', reason: 'budget_exhausted', otel_scope_name: '@weir/telemetry' }, value: 1 },
+    ]);
+    // A rejection records no latency.
+    expect(find(samples, 'gen_ai_server_request_duration_count').reduce((n, s) => n + s.value, 0)).toBe(3);
+
+    expect(find(samples, 'weir_tokens_total', { ...rev, direction: 'input' })[0].value).toBe(30);
+    expect(find(samples, 'weir_tokens_total', { ...rev, direction: 'output' })[0].value).toBe(42);
+    expect(bucketBounds(samples, 'weir_queue_duration', rev)).toEqual(asLe(QUEUE_BUCKETS_S));
+    expect(find(samples, 'weir_queue_duration_bucket', { ...rev, le: '0.025' })[0].value).toBe(1);
+    expect(find(samples, 'weir_inflight_requests', rev)[0].value).toBe(1);
+
+    // Every exported Weir series is one of PROMETHEUS_SERIES (plus histogram suffixes).
+    const known = new Set(Object.values(PROMETHEUS_SERIES).flatMap((n) => [n, `${n}_bucket`, `${n}_sum`, `${n}_count`]));
+    expect(samples.map((s) => s.name).filter((n) => n !== 'target_info' && !known.has(n))).toEqual([]);
+    expect(new Set(samples.map((s) => s.name.replace(/_(bucket|sum|count)$/, '')))).toEqual(new Set([...Object.values(PROMETHEUS_SERIES), 'target_info']));
+  });
+
+  it('keeps labels bounded: text-like values become _OTHER, bad numbers are skipped', async () => {
+    telemetry.metrics.recordRequest({
+      ...completed,
+      requestModel: 'write me a poem about my secret',
+      status: 'failed',
+      errorType: 'Error: connect ECONNREFUSED 10.0.0.1:443',
+      durationS: Number.NaN,
+      ttftS: -1,
+    });
+    const { text } = await scrape(server);
+    const { samples } = parseExposition(text);
+    expect(text).not.toContain('poem');
+    expect(text).not.toContain('ECONNREFUSED');
+    expect(find(samples, 'gen_ai_client_token_usage_count', { gen_ai_request_model: '_OTHER', error_type: '_OTHER' })).toHaveLength(2);
+    expect(find(samples, 'gen_ai_server_request_duration_count')).toEqual([]);
+    expect(find(samples, 'gen_ai_server_time_to_first_token_count')).toEqual([]);
+  });
+
+  it('mounts on express', async () => {
+    const app = express();
+    app.get('/metrics', telemetry.metricsHandler);
+    const expressServer = await listen(createServer(app));
+    try {
+      telemetry.metrics.recordRejection({ tenant: 'demo', reason: 'rate_limited' });
+      const { status, text } = await scrape(expressServer);
+      expect(status).toBe(200);
+      expect(text).toContain('weir_admission_rejections_total{tenant="demo",reason="rate_limited",otel_scope_name="@weir/telemetry"} 1');
+    } finally {
+      await new Promise((resolve) => expressServer.close(resolve));
+    }
+  });
+
+  it('shutdown is idempotent', async () => {
+    await expect(Promise.all([telemetry.shutdown(), telemetry.shutdown()])).resolves.toBeDefined();
+  });
+});
+
+function target(samples: Sample[]): Record<string, string> | undefined {
+  return find(samples, 'target_info')[0]?.labels;
+}

@@ -1,0 +1,215 @@
+import type { Attributes, Meter } from '@opentelemetry/api';
+import type { UsageStatus, WeirErrorCode } from '@weir/core';
+import {
+  ATTRIBUTE_NAMES as A,
+  DURATION_BUCKETS_S,
+  METRIC_NAMES as M,
+  QUEUE_BUCKETS_S,
+  TOKEN_BUCKETS,
+  TPOT_BUCKETS_S,
+  TTFT_BUCKETS_S,
+} from './metric-names';
+
+/** `gen_ai.operation.name`: `chat` (/v1/chat/completions), `text_completion` (/v1/completions), `generation` (/v1/generations). */
+export type GenAiOperation = 'chat' | 'text_completion' | 'generation';
+
+/** How a request ended: the ledger's `UsageStatus`, or `rejected` before it reached an engine. */
+export type RequestStatus = UsageStatus | 'rejected';
+
+/** Why admission or the scheduler turned a request away (a closed set of `WeirErrorCode`s). */
+export type RejectionReason = Extract<
+  WeirErrorCode,
+  'rate_limited' | 'concurrency_limited' | 'budget_exhausted' | 'queue_full' | 'deadline_unmeetable' | 'shutting_down'
+>;
+
+/**
+ * One finished request, for {@link WeirMetrics.recordRequest}. Times are seconds, measured from
+ * the same start (the request's arrival); token counts are the billable ones. Every string
+ * must come from a bounded set (config ids, enums, error codes): never request ids or text.
+ */
+export interface RequestMetrics {
+  /** Tenant id (from configuration). */
+  tenant: string;
+  operation: GenAiOperation;
+  /** The alias the client asked for (a configured alias name). */
+  requestModel: string;
+  /** The revision that answered; absent when none was pinned (label value `none`). */
+  responseModel?: string;
+  /** Engine kind (`llamacpp`, `openai-compatible`); absent when no engine was involved. */
+  provider?: string;
+  status: RequestStatus;
+  /** Low-cardinality error class (a Weir error code or provider error code); see `recordRequest`. */
+  errorType?: string;
+  /** End-to-end duration (s). */
+  durationS: number;
+  /** Time to first token (s), when a token arrived. */
+  ttftS?: number;
+  /** Time per output token after the first (s); computed from the other fields when absent. */
+  tpotS?: number;
+  inputTokens: number;
+  outputTokens: number;
+}
+
+/** Labels of the in-flight gauge. */
+export interface InFlightAttributes {
+  tenant: string;
+  /** The pinned revision; absent before routing (label value `none`). */
+  revision?: string;
+}
+
+/**
+ * Weir's metrics façade: typed calls that emit the GenAI semantic-convention instruments and
+ * Weir's own (see `metric-names.ts` for names, units and buckets). All methods are cheap,
+ * synchronous and never throw; values that are not finite numbers ≥ 0 are skipped, and label
+ * values that are not short identifiers become `_OTHER`.
+ */
+export interface WeirMetrics {
+  /**
+   * Records a finished request:
+   * - `weir.requests` +1 by `tenant`, `revision` (= responseModel or `none`), `status` — always;
+   * - unless `status` is `rejected`: `gen_ai.server.request.duration`, and when given
+   *   `gen_ai.server.time_to_first_token` and `gen_ai.server.time_per_output_token` (computed as
+   *   (durationS − ttftS) / (outputTokens − 1) per semconv when `tpotS` is absent and
+   *   outputTokens > 1), `gen_ai.client.token.usage` once per token type, and `weir.tokens`.
+   * GenAI attributes: `gen_ai.operation.name`, `gen_ai.provider.name` (default `weir`),
+   * `gen_ai.request.model`, `gen_ai.response.model`, and `error.type` when the request did not
+   * succeed: `errorType`, else `_OTHER` for `failed`, or the status itself for `cancelled` and
+   * `deadline`.
+   * A rejected request is recorded twice: `recordRejection` (the reason) and
+   * `recordRequest({status: 'rejected'})` (so `weir.requests` counts every request).
+   */
+  recordRequest(request: RequestMetrics): void;
+  /** `weir.admission.rejections` +1 by `tenant` and `reason`; rejections are not errors. */
+  recordRejection(rejection: { tenant: string; reason: RejectionReason }): void;
+  /** `weir.queue.duration` (s) by `tenant` and `revision`, once per request that left the queue. */
+  recordQueueTime(sample: { tenant: string; revision?: string; queueS: number }): void;
+  /** Adds `delta` (±1) to `weir.inflight.requests`. Prefer {@link WeirMetrics.trackInFlight}. */
+  addInFlight(attributes: InFlightAttributes, delta: number): void;
+  /** Adds 1 to `weir.inflight.requests` and returns a release function that subtracts it once (idempotent). */
+  trackInFlight(attributes: InFlightAttributes): () => void;
+}
+
+const LABEL_PATTERN = /^[A-Za-z0-9_][A-Za-z0-9._:@/-]{0,127}$/;
+/** semconv's fallback value for an unknown `error.type`, used here for any unacceptable label. */
+const OTHER = '_OTHER';
+const NONE = 'none';
+
+/** Keeps label values bounded and text-free: anything that is not a short identifier becomes `_OTHER`. */
+function label(value: string | undefined, absent: string): string {
+  if (value === undefined || value === '') return absent;
+  return LABEL_PATTERN.test(value) ? value : OTHER;
+}
+
+function usable(value: number | undefined): value is number {
+  return value !== undefined && Number.isFinite(value) && value >= 0;
+}
+
+/**
+ * Creates the {@link WeirMetrics} instruments on `meter` (once per process). Pass
+ * `createNoopMeter()` from `@opentelemetry/api` where metrics are not wanted.
+ */
+export function createWeirMetrics(meter: Meter): WeirMetrics {
+  const duration = meter.createHistogram(M.serverRequestDuration, {
+    unit: 's',
+    description: 'Generative AI server request duration, such as time-to-last byte or last output token',
+    advice: { explicitBucketBoundaries: [...DURATION_BUCKETS_S] },
+  });
+  const ttft = meter.createHistogram(M.serverTimeToFirstToken, {
+    unit: 's',
+    description: 'Time to generate first token for successful responses',
+    advice: { explicitBucketBoundaries: [...TTFT_BUCKETS_S] },
+  });
+  const tpot = meter.createHistogram(M.serverTimePerOutputToken, {
+    unit: 's',
+    description: 'Time per output token generated after the first token for successful responses',
+    advice: { explicitBucketBoundaries: [...TPOT_BUCKETS_S] },
+  });
+  const tokenUsage = meter.createHistogram(M.tokenUsage, {
+    unit: '{token}',
+    description: 'Number of input and output tokens used',
+    advice: { explicitBucketBoundaries: [...TOKEN_BUCKETS] },
+  });
+  const requests = meter.createCounter(M.requests, { unit: '{request}', description: 'Finished requests by tenant, revision and status' });
+  const rejections = meter.createCounter(M.admissionRejections, {
+    unit: '{request}',
+    description: 'Requests turned away by admission or scheduling, by reason (not errors)',
+  });
+  const tokens = meter.createCounter(M.tokens, { unit: '{token}', description: 'Billable tokens by tenant, revision and direction' });
+  const queue = meter.createHistogram(M.queueDuration, {
+    unit: 's',
+    description: 'Time requests waited in the scheduler queue',
+    advice: { explicitBucketBoundaries: [...QUEUE_BUCKETS_S] },
+  });
+  const inflight = meter.createUpDownCounter(M.inflightRequests, { unit: '{request}', description: 'Requests in flight' });
+
+  const addInFlight = (attributes: InFlightAttributes, delta: number): void => {
+    if (!Number.isFinite(delta)) return;
+    inflight.add(delta, { [A.tenant]: label(attributes.tenant, NONE), [A.revision]: label(attributes.revision, NONE) });
+  };
+
+  return {
+    recordRequest(r) {
+      const tenant = label(r.tenant, NONE);
+      const revision = label(r.responseModel, NONE);
+      requests.add(1, { [A.tenant]: tenant, [A.revision]: revision, [A.status]: r.status });
+      if (r.status === 'rejected') return;
+
+      const attrs: Attributes = {
+        [A.operationName]: r.operation,
+        [A.providerName]: label(r.provider, 'weir'),
+        [A.requestModel]: label(r.requestModel, NONE),
+        [A.responseModel]: revision,
+      };
+      const errorType = errorTypeOf(r);
+      if (errorType !== undefined) attrs[A.errorType] = errorType;
+
+      if (usable(r.durationS)) duration.record(r.durationS, attrs);
+      if (usable(r.ttftS)) ttft.record(r.ttftS, attrs);
+      const perToken = r.tpotS ?? (usable(r.ttftS) && usable(r.durationS) && r.outputTokens > 1 ? (r.durationS - r.ttftS) / (r.outputTokens - 1) : undefined);
+      if (usable(perToken)) tpot.record(perToken, attrs);
+
+      for (const [type, count] of [
+        ['input', r.inputTokens],
+        ['output', r.outputTokens],
+      ] as const) {
+        if (!usable(count)) continue;
+        tokenUsage.record(count, { ...attrs, [A.tokenType]: type });
+        if (count > 0) tokens.add(count, { [A.tenant]: tenant, [A.revision]: revision, [A.direction]: type });
+      }
+    },
+    recordRejection({ tenant, reason }) {
+      rejections.add(1, { [A.tenant]: label(tenant, NONE), [A.reason]: reason });
+    },
+    recordQueueTime({ tenant, revision, queueS }) {
+      if (usable(queueS)) queue.record(queueS, { [A.tenant]: label(tenant, NONE), [A.revision]: label(revision, NONE) });
+    },
+    addInFlight,
+    trackInFlight(attributes) {
+      addInFlight(attributes, 1);
+      let released = false;
+      return () => {
+        if (released) return;
+        released = true;
+        addInFlight(attributes, -1);
+      };
+    },
+  };
+}
+
+function errorTypeOf(r: RequestMetrics): string | undefined {
+  switch (r.status) {
+    case 'completed':
+    case 'filtered':
+    case 'rejected':
+      return undefined;
+    case 'failed':
+      return label(r.errorType, OTHER);
+    case 'cancelled':
+    case 'deadline':
+      return label(r.errorType, r.status);
+    default: {
+      const unreachable: never = r.status;
+      return unreachable;
+    }
+  }
+}
