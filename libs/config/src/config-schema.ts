@@ -58,6 +58,14 @@ function nonNegativeNumber() {
   return z.number({ error }).min(0, { error });
 }
 
+/**
+ * An optional section that may be written empty: YAML reads `aliases:` with every entry
+ * commented out as null, which means "none here", so null counts as absent.
+ */
+function section<T extends z.ZodType>(schema: T) {
+  return z.preprocess((value) => (value === null ? undefined : value), schema);
+}
+
 const ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$/;
 function id() {
   const error = expecting('a name of 1 to 128 letters, digits or . _ : @ / - (starting with a letter or digit)');
@@ -163,10 +171,10 @@ const tenantLimits = strict({
 const tenant = strict({
   id: id(),
   name: text(),
-  apps: list(app, 'apps').default([]),
+  apps: section(list(app, 'apps').default([])),
   allowed_aliases: list(z.string({ error: expecting('an alias name or "*"') }), 'alias names').default(['*']),
   default_deadline_ms: int(1).default(120_000),
-  limits: tenantLimits.prefault({}),
+  limits: section(tenantLimits.prefault({})),
 });
 
 const defaults = strict({
@@ -179,9 +187,9 @@ const defaults = strict({
 /** The configuration file's schema (snake_case, defaults applied, before cross-checks). */
 export const configFileSchema = strict({
   revisions: list(revision, 'revisions').min(1, { error: 'expected at least one revision' }),
-  aliases: list(alias, 'aliases').default([]),
-  tenants: list(tenant, 'tenants').default([]),
-  defaults: defaults.prefault({}),
+  aliases: section(list(alias, 'aliases').default([])),
+  tenants: section(list(tenant, 'tenants').default([])),
+  defaults: section(defaults.prefault({})),
 });
 
 /** The parsed file, snake_case, defaults applied. */

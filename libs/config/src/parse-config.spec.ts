@@ -96,6 +96,14 @@ describe('parseConfig: valid documents', () => {
     expect(cfg.tenants).toEqual([]);
   });
 
+  it('treats an empty optional section (YAML null) as absent', () => {
+    const text = `${stringify({ revisions: [validFile().revisions[0]] })}aliases:\ntenants:\n  - id: t\n    name: T\n    apps:\n    limits:\ndefaults:\n`;
+    const cfg = parseConfig(text, 'w.yaml');
+    expect(cfg.aliases).toEqual([]);
+    expect(cfg.tenants[0]).toMatchObject({ apps: [], limits: { maxConcurrent: 64 } });
+    expect(cfg.defaults.cancelGraceMs).toBe(250);
+  });
+
   it('resolves a relative model_path against baseDir, and loadConfigFile against the file', () => {
     const file = validFile();
     file.revisions[0].engine.model_path = 'models/tiny.gguf';
