@@ -50,7 +50,8 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
       let spec = revision.engine;
       if (spec.kind === 'llamacpp') {
         const file = await resolveModelFile(spec, {
-          modelPathOverride: settings.modelPath,
+          // WEIR_MODEL_PATH stands in for the default model: revisions naming a path keep theirs.
+          modelPathOverride: spec.modelPath ? undefined : settings.modelPath,
           cacheDir: settings.modelCacheDir,
           allowDownload: settings.allowModelDownload,
           logger,
