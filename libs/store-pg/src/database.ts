@@ -86,7 +86,9 @@ async function openPglite(dataDir: string | undefined): Promise<WeirDatabase> {
   }
   // createPgConfig gives `pg` a connection object that speaks to this PGlite instance; one
   // connection only, so the pool must never open a second client.
-  const pool = new Pool({ ...createPgConfig(pglite), max: 1 });
+  // idleTimeoutMillis 0: keep the one in-process connection instead of re-running the
+  // startup handshake after every idle spell (there is no socket to reclaim).
+  const pool = new Pool({ ...createPgConfig(pglite), max: 1, idleTimeoutMillis: 0 });
   const db = new Kysely<WeirSchema>({ dialect: new PostgresDialect({ pool }) });
   return {
     db,

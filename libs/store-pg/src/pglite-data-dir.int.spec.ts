@@ -62,7 +62,8 @@ describe('PGlite in a data directory', () => {
     } finally {
       await second.close();
     }
-    // STACK.md: reopening a data directory takes under 1 s; allow slack for a busy CI box.
-    expect(reopenMs).toBeLessThan(5_000);
+    // STACK.md: reopening a data directory takes about 1 s (no initdb); the bound only
+    // catches a reopen that re-initialises, with room for a loaded 2-core CI box.
+    expect(reopenMs).toBeLessThan(15_000);
   }, 60_000);
 });

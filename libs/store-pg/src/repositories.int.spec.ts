@@ -1,5 +1,6 @@
 import { sql } from 'kysely';
 import { hashApiKey, mintApiKey, newId, type UsageRecord, WeirError } from '@weir/core';
+import { createBatchedUsageSink } from '@weir/ledger';
 import { createApiKeyRepository } from './api-key-repository';
 import { createCachedApiKeyStore } from './cached-api-key-store';
 import { openDatabase, type WeirDatabase } from './database';
@@ -161,6 +162,19 @@ describe.each(backends)('store-pg repositories on %s', (_name, open) => {
       await repo.insertMany([usageRecord({ tenantId, costNanoUsd: 5 })]);
       // Past 2^53 nano-USD the integer form refuses to round; the decimal stays exact.
       await expect(repo.usageTotals({ tenantId, since: new Date(0) })).rejects.toThrow(RangeError);
+    });
+
+    it('takes records from the batched sink, redelivery included, with exact totals', async () => {
+      const repo = createUsageRepository(database.db);
+      const sink = createBatchedUsageSink(repo, { maxBatch: 50, flushIntervalMs: 5 });
+      const tenantId = newId('t');
+      const recs = Array.from({ length: 120 }, (_, i) => usageRecord({ tenantId, costNanoUsd: i + 1 }));
+      recs.forEach((r) => sink.record(r));
+      recs.slice(0, 30).forEach((r) => sink.record(r)); // a redelivered prefix
+      await sink.close();
+      const totals = await repo.usageTotals({ tenantId, since: new Date(0) });
+      expect(totals.requests).toBe(120);
+      expect(totals.costNanoUsd).toBe((120 * 121) / 2);
     });
 
     it('rejects a non-integer cost before writing', async () => {

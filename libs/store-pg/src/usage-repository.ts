@@ -113,7 +113,8 @@ export function createUsageRepository(db: Kysely<WeirSchema>): UsageLedgerReposi
           sql<string>`coalesce(sum(output_tokens), 0)`.as('output'),
           sql<string>`coalesce(sum(cached_input_tokens), 0)`.as('cached_input'),
           sql<string>`(coalesce(sum(cost_usd), 0) * 1000000000)::bigint`.as('cost_nano'),
-          sql<string>`coalesce(sum(cost_usd), 0)::numeric(20, 9)::text`.as('cost_usd'),
+          // sum(numeric(20,9)) keeps scale 9; the scale-9 zero keeps the empty case uniform.
+          sql<string>`coalesce(sum(cost_usd), 0.000000000)::text`.as('cost_usd'),
           sql<string>`count(*)`.as('requests'),
         ])
         .where('tenant_id', '=', tenantId)
