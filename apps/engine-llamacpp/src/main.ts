@@ -1,0 +1,84 @@
+/**
+ * The llama.cpp engine server process: one model replica behind an OpenAI-compatible API.
+ *
+ * Environment:
+ * - `PORT` (default 8081), `HOST` (default 127.0.0.1)
+ * - `WEIR_MODEL_PATH`: the GGUF file (default `../shared/models/stories260K.gguf` from the repo root)
+ * - `WEIR_MODEL_NAME`: the model id served (default the file name without `.gguf`)
+ * - `ENGINE_SEQUENCES` (default 4), `ENGINE_THREADS` (default 1), `ENGINE_CONTEXT_SIZE`
+ *   (tokens per sequence, default 512), `ENGINE_TEST_TOKEN_DELAY_MS` (test only, default 0)
+ * - `ENGINE_MAX_QUEUE` (waiting requests, default 64), `ENGINE_DRAIN_MS` (default 25,000)
+ * - `LOG_LEVEL` (default info)
+ *
+ * Shutdown on SIGTERM/SIGINT: `/readyz` turns 503 and new generations get 503; the listener
+ * closes; in-flight streams get up to `ENGINE_DRAIN_MS` to finish, then their connections are
+ * cut (which aborts them); the model is released and the process exits 0.
+ */
+import path from 'node:path';
+import { createLlamaCppEngine } from '@weir/engines';
+import pino from 'pino';
+import { createEngineServer } from './server';
+
+function intEnv(name: string, fallback: number, min: number): number {
+  const raw = process.env[name];
+  if (raw === undefined || raw === '') return fallback;
+  const value = Number(raw);
+  if (!Number.isInteger(value) || value < min) throw new Error(`${name} must be an integer ≥ ${min}, got ${JSON.stringify(raw)}`);
+  return value;
+}
+
+async function main(): Promise<void> {
+  const logger = pino({ level: process.env.LOG_LEVEL ?? 'info', name: 'engine-llamacpp' });
+  const modelPath = path.resolve(process.env.WEIR_MODEL_PATH || path.resolve(__dirname, '../../../../shared/models/stories260K.gguf'));
+  const modelName = process.env.WEIR_MODEL_NAME || path.basename(modelPath, '.gguf');
+  const port = intEnv('PORT', 8081, 0);
+  const host = process.env.HOST || '127.0.0.1';
+  const drainMs = intEnv('ENGINE_DRAIN_MS', 25_000, 0);
+
+  const engine = await createLlamaCppEngine(
+    {
+      kind: 'llamacpp',
+      modelPath,
+      sequences: intEnv('ENGINE_SEQUENCES', 4, 1),
+      threads: intEnv('ENGINE_THREADS', 1, 1),
+      contextSize: intEnv('ENGINE_CONTEXT_SIZE', 512, 16),
+      testTokenDelayMs: intEnv('ENGINE_TEST_TOKEN_DELAY_MS', 0, 0),
+    },
+    { logger },
+  );
+  let draining = false;
+  const app = createEngineServer({
+    engine,
+    modelName,
+    logger,
+    maxQueue: intEnv('ENGINE_MAX_QUEUE', 64, 0),
+    isDraining: () => draining,
+  });
+  const server = app.listen(port, host, () => logger.info({ host, port, modelName }, 'engine server listening'));
+
+  const shutdown = (signal: string): void => {
+    if (draining) return;
+    draining = true;
+    logger.info({ signal, drainMs }, 'draining');
+    const force = setTimeout(() => server.closeAllConnections(), drainMs);
+    force.unref();
+    server.close(() => {
+      clearTimeout(force);
+      engine
+        .close()
+        .catch((err: unknown) => logger.error({ err }, 'engine close failed'))
+        .finally(() => {
+          logger.info({}, 'stopped');
+          process.exit(0);
+        });
+    });
+    server.closeIdleConnections();
+  };
+  process.on('SIGTERM', () => shutdown('SIGTERM'));
+  process.on('SIGINT', () => shutdown('SIGINT'));
+}
+
+main().catch((err: unknown) => {
+  console.error(err);
+  process.exit(1);
+});

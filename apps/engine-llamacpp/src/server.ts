@@ -1,0 +1,377 @@
+import { randomBytes } from 'node:crypto';
+import { once } from 'node:events';
+import type { EngineAdapter, EngineEvent, EngineRequest, GenerationInput, WeirErrorCode } from '@weir/core';
+import { newId, toWeirError, WeirError } from '@weir/core';
+import type { EngineLogger, LlamaCppEngineStats } from '@weir/engines';
+import {
+  chatCompletion,
+  chatCompletionChunk,
+  formatSseEvent,
+  type OpenAiFinishReason,
+  type OpenAiResponseMeta,
+  openAiError,
+  SSE_DONE,
+  textCompletion,
+  textCompletionChunk,
+  toOpenAiUsage,
+} from '@weir/streaming';
+import express, { type Express, type NextFunction, type Request, type Response } from 'express';
+import { z } from 'zod';
+import { createSlotGate } from './slot-gate';
+
+/** Options of {@link createEngineServer}. */
+export interface EngineServerOptions {
+  /** The engine replica (normally the llama.cpp adapter; `stats` feeds `GET /stats`). */
+  engine: EngineAdapter & { stats?: () => LlamaCppEngineStats };
+  /** The model id served and echoed in responses (the `model` a client sends is not checked). */
+  modelName: string;
+  logger: EngineLogger;
+  /** Requests that may wait for a busy engine (FIFO); more get 503. Default 64. */
+  maxQueue?: number;
+  /** Largest JSON body (bytes). Default 1 MiB. */
+  maxBodyBytes?: number;
+  /** When it returns true, `/readyz` answers 503 and new generations get 503 `shutting_down`. */
+  isDraining?: () => boolean;
+}
+
+/**
+ * How this engine server puts Weir error codes on the wire (OpenAI status classes,
+ * CONVENTIONS.md §2). Exhaustive over `WeirErrorCode`; the engine itself raises only a few.
+ */
+const HTTP_STATUS: Record<WeirErrorCode, { status: number; type: string }> = {
+  invalid_request: { status: 400, type: 'invalid_request_error' },
+  invalid_json: { status: 400, type: 'invalid_request_error' },
+  payload_too_large: { status: 413, type: 'invalid_request_error' },
+  unsupported_media_type: { status: 415, type: 'invalid_request_error' },
+  authentication_failed: { status: 401, type: 'authentication_error' },
+  permission_denied: { status: 403, type: 'permission_error' },
+  model_not_found: { status: 404, type: 'invalid_request_error' },
+  not_found: { status: 404, type: 'not_found_error' },
+  conflict: { status: 409, type: 'invalid_request_error' },
+  context_length_exceeded: { status: 400, type: 'invalid_request_error' },
+  output_limit_exceeded: { status: 400, type: 'invalid_request_error' },
+  rate_limited: { status: 429, type: 'rate_limit_error' },
+  concurrency_limited: { status: 429, type: 'rate_limit_error' },
+  budget_exhausted: { status: 429, type: 'insufficient_quota' },
+  queue_full: { status: 503, type: 'server_error' },
+  deadline_unmeetable: { status: 503, type: 'server_error' },
+  deadline_exceeded: { status: 504, type: 'timeout_error' },
+  upstream_error: { status: 502, type: 'server_error' },
+  upstream_timeout: { status: 504, type: 'timeout_error' },
+  upstream_unavailable: { status: 503, type: 'server_error' },
+  upstream_bad_request: { status: 502, type: 'server_error' },
+  engine_unavailable: { status: 503, type: 'server_error' },
+  shutting_down: { status: 503, type: 'server_error' },
+  internal: { status: 500, type: 'server_error' },
+};
+
+const num = (schema: z.ZodNumber) => schema.nullish().transform((v) => v ?? undefined);
+const samplingFields = {
+  model: z.string().min(1),
+  stream: z.boolean().nullish(),
+  stream_options: z.object({ include_usage: z.boolean().nullish() }).nullish(),
+  temperature: num(z.number().min(0).max(2)),
+  top_p: num(z.number().gt(0).max(1)),
+  seed: num(z.number().int()),
+  stop: z.union([z.string(), z.array(z.string()).max(4)]).nullish(),
+  max_tokens: num(z.number().int().min(1)),
+  n: z.literal(1).nullish(),
+};
+const contentSchema = z.union([
+  z.string(),
+  z.array(z.object({ type: z.literal('text'), text: z.string() })),
+  z.null(),
+]);
+const chatBodySchema = z.object({
+  ...samplingFields,
+  messages: z
+    .array(
+      z.object({
+        role: z.enum(['system', 'developer', 'user', 'assistant', 'tool']),
+        content: contentSchema.optional(),
+        name: z.string().optional(),
+      }),
+    )
+    .min(1),
+  max_completion_tokens: num(z.number().int().min(1)),
+});
+const completionBodySchema = z.object({
+  ...samplingFields,
+  prompt: z.union([z.string(), z.array(z.string()).length(1)]),
+});
+
+type Route = 'chat' | 'completions';
+
+/** OpenAI's default `max_tokens` on `/v1/completions` (CONVENTIONS.md §1). */
+const COMPLETIONS_DEFAULT_MAX_TOKENS = 16;
+
+/**
+ * The llama.cpp engine as an OpenAI-compatible HTTP server (one model replica), as an express
+ * app so tests start it in-process.
+ *
+ * Routes:
+ * - `POST /v1/chat/completions`, `POST /v1/completions`: stream and non-stream, OpenAI chunk
+ *   format, `stream_options.include_usage` (a usage chunk with `choices: []`), `data: [DONE]`,
+ *   no `id:` fields; errors as `{error: {message, type, param, code}}`, in-band
+ *   (`data: {"error": …}` then `[DONE]`) once the 200 headers are out. Output limit:
+ *   `max_completion_tokens` ?? `max_tokens` ?? (chat: the rest of the context; completions: 16).
+ *   Bodies are validated with zod: 400 `invalid_request` whose message and `param` name the field.
+ *   A request that finds every sequence busy waits in a FIFO of `maxQueue`; when that is full,
+ *   503 `queue_full` with `retry-after`. A client disconnect (the response's `close` before it
+ *   finished) aborts the generation, or takes the request out of the queue.
+ * - `GET /v1/models`: the one model. `GET /healthz`: 200 while the process runs. `GET /readyz`:
+ *   200, or 503 while draining. `GET /stats`: the engine's token counters plus `inUse`/`queued`.
+ *
+ * Logs metadata only (generation id, token counts, status), never prompt or output text.
+ */
+export function createEngineServer(options: EngineServerOptions): Express {
+  const { engine, modelName, logger } = options;
+  const gate = createSlotGate({ slots: engine.capacity.slots, maxQueue: options.maxQueue ?? 64 });
+  const draining = options.isDraining ?? (() => false);
+  const app = express();
+  app.disable('x-powered-by');
+  app.use(express.json({ limit: options.maxBodyBytes ?? 1024 * 1024 }));
+
+  app.get('/healthz', (_req, res) => {
+    res.json({ status: 'ok' });
+  });
+  app.get('/readyz', (_req, res) => {
+    if (draining()) res.status(503).json({ status: 'draining' });
+    else res.json({ status: 'ready' });
+  });
+  app.get('/stats', (_req, res) => {
+    res.json({ ...(engine.stats?.() ?? {}), inUse: gate.inUse(), queued: gate.queued(), slots: engine.capacity.slots });
+  });
+  app.get('/v1/models', (_req, res) => {
+    res.json({ object: 'list', data: [modelObject(modelName)] });
+  });
+  app.get('/v1/models/:id', (req, res) => {
+    if (req.params.id === modelName) res.json(modelObject(modelName));
+    else sendError(res, new WeirError('model_not_found', `model ${JSON.stringify(req.params.id)} is not served here`, { param: 'model' }));
+  });
+  app.post('/v1/chat/completions', (req, res) => handleGeneration('chat', req, res));
+  app.post('/v1/completions', (req, res) => handleGeneration('completions', req, res));
+  app.use((_req: Request, res: Response) => {
+    sendError(res, new WeirError('not_found', 'no such route'));
+  });
+  app.use((error: unknown, _req: Request, res: Response, _next: NextFunction) => {
+    const e = error as { type?: string; status?: number };
+    if (e.type === 'entity.parse.failed') sendError(res, new WeirError('invalid_json', 'the request body is not valid JSON'));
+    else if (e.type === 'entity.too.large') sendError(res, new WeirError('payload_too_large', 'the request body is too large'));
+    else {
+      logger.error({ err: error }, 'unhandled error');
+      sendError(res, toWeirError(error));
+    }
+  });
+
+  async function handleGeneration(route: Route, req: Request, res: Response): Promise<void> {
+    let parsed: ParsedRequest;
+    try {
+      parsed = parseBody(route, req.body);
+    } catch (error) {
+      sendError(res, toWeirError(error));
+      return;
+    }
+    if (draining()) {
+      sendError(res, new WeirError('shutting_down', 'the engine is shutting down', { retryable: true }));
+      return;
+    }
+    const header = req.headers['x-request-id'];
+    const generationId = typeof header === 'string' && /^[\w.:-]{1,128}$/.test(header) ? header : newId('gen');
+    const controller = new AbortController();
+    // The response's `close` (not the request's) tells that the client went away.
+    res.on('close', () => {
+      if (!res.writableFinished) controller.abort(new Error('client disconnected'));
+    });
+
+    let release: () => void;
+    try {
+      release = await gate.acquire(controller.signal);
+    } catch (error) {
+      if (!controller.signal.aborted) sendError(res, toWeirError(error));
+      return;
+    }
+    const started = performance.now();
+    const request: EngineRequest = {
+      input: parsed.input,
+      maxOutputTokens: parsed.maxOutputTokens ?? (route === 'chat' ? engine.capacity.contextTokens : COMPLETIONS_DEFAULT_MAX_TOKENS),
+      sampling: parsed.sampling,
+      signal: controller.signal,
+      generationId,
+    };
+    const meta: OpenAiResponseMeta = {
+      id: `${route === 'chat' ? 'chatcmpl' : 'cmpl'}-${randomBytes(12).toString('hex')}`,
+      created: Math.floor(Date.now() / 1000),
+      model: modelName,
+    };
+    let end: Extract<EngineEvent, { type: 'end' }> | undefined;
+    try {
+      const iterator = engine.generate(request)[Symbol.asyncIterator]();
+      if (parsed.stream) end = await streamResponse(route, res, iterator, meta, parsed.includeUsage);
+      else end = await jsonResponse(route, res, iterator, meta);
+    } catch (error) {
+      const weirError = toWeirError(error);
+      if (weirError.code === 'internal') logger.error({ generationId, err: error }, 'generation failed');
+      if (!res.headersSent) sendError(res, weirError);
+      else if (!res.writableEnded) {
+        const { type } = HTTP_STATUS[weirError.code];
+        res.write(formatSseEvent({ data: JSON.stringify(openAiError(weirError.message, type, weirError.code, weirError.param ?? null)) }));
+        res.end(SSE_DONE);
+      }
+    } finally {
+      release();
+      logger.info(
+        {
+          generationId,
+          route,
+          stream: parsed.stream,
+          reason: end?.reason ?? 'error',
+          inputTokens: end?.usage.inputTokens,
+          outputTokens: end?.usage.outputTokens,
+          ms: Math.round(performance.now() - started),
+        },
+        'generation finished',
+      );
+    }
+  }
+
+  return app;
+}
+
+interface ParsedRequest {
+  input: GenerationInput;
+  maxOutputTokens?: number;
+  sampling: EngineRequest['sampling'];
+  stream: boolean;
+  includeUsage: boolean;
+}
+
+function parseBody(route: Route, body: unknown): ParsedRequest {
+  const schema = route === 'chat' ? chatBodySchema : completionBodySchema;
+  const result = schema.safeParse(body ?? {});
+  if (!result.success) {
+    const issue = result.error.issues[0];
+    const param = issue.path.map(String).join('.') || undefined;
+    throw new WeirError('invalid_request', param ? `${param}: ${issue.message}` : issue.message, { param });
+  }
+  const data = result.data;
+  const stop = data.stop == null ? undefined : typeof data.stop === 'string' ? [data.stop] : data.stop;
+  const common = {
+    sampling: { temperature: data.temperature, topP: data.top_p, seed: data.seed, stop },
+    stream: data.stream === true,
+    includeUsage: data.stream === true && data.stream_options?.include_usage === true,
+  };
+  if ('messages' in data) {
+    return {
+      ...common,
+      input: {
+        kind: 'chat',
+        messages: data.messages.map((m) => ({
+          role: m.role,
+          content: typeof m.content === 'string' ? m.content : (m.content ?? []).map((p) => p.text).join(''),
+          ...(m.name ? { name: m.name } : {}),
+        })),
+      },
+      maxOutputTokens: data.max_completion_tokens ?? data.max_tokens,
+    };
+  }
+  const prompt = (data as z.infer<typeof completionBodySchema>).prompt;
+  return {
+    ...common,
+    input: { kind: 'text', text: typeof prompt === 'string' ? prompt : prompt[0] },
+    maxOutputTokens: data.max_tokens,
+  };
+}
+
+function toFinishReason(reason: Extract<EngineEvent, { type: 'end' }>['reason']): OpenAiFinishReason {
+  // `aborted` only happens when the client left; nobody reads it.
+  return reason === 'length' ? 'length' : reason === 'content_filter' ? 'content_filter' : 'stop';
+}
+
+async function write(res: Response, text: string): Promise<void> {
+  if (res.writableEnded || res.destroyed) return;
+  if (!res.write(text)) await Promise.race([once(res, 'drain'), once(res, 'close')]);
+}
+
+async function streamResponse(
+  route: Route,
+  res: Response,
+  iterator: AsyncIterator<EngineEvent>,
+  meta: OpenAiResponseMeta,
+  includeUsage: boolean,
+): Promise<Extract<EngineEvent, { type: 'end' }> | undefined> {
+  // Pull the first event before the 200 headers, so early errors (context too long) get a status.
+  let next = await iterator.next();
+  res.status(200).set({ 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive' });
+  res.flushHeaders();
+  const data = (chunk: Record<string, unknown>): string => formatSseEvent({ data: JSON.stringify(chunk) });
+  if (route === 'chat') await write(res, data(chatCompletionChunk(meta, { delta: { role: 'assistant', content: '' }, finishReason: null })));
+  for (; !next.done; next = await iterator.next()) {
+    const event = next.value;
+    if (event.type === 'delta') {
+      if (event.text.length === 0) continue;
+      await write(
+        res,
+        data(
+          route === 'chat'
+            ? chatCompletionChunk(meta, { delta: { content: event.text }, finishReason: null })
+            : textCompletionChunk(meta, { text: event.text, finishReason: null }),
+        ),
+      );
+      continue;
+    }
+    const finishReason = toFinishReason(event.reason);
+    await write(
+      res,
+      data(
+        route === 'chat'
+          ? chatCompletionChunk(meta, { delta: {}, finishReason })
+          : textCompletionChunk(meta, { text: '', finishReason }),
+      ),
+    );
+    if (includeUsage) {
+      const usage = toOpenAiUsage(event.usage);
+      await write(res, data(route === 'chat' ? chatCompletionChunk(meta, null, { usage }) : textCompletionChunk(meta, null, { usage })));
+    }
+    if (!res.writableEnded) res.end(SSE_DONE);
+    return event;
+  }
+  throw new WeirError('internal', 'engine stream ended without an end event');
+}
+
+async function jsonResponse(
+  route: Route,
+  res: Response,
+  iterator: AsyncIterator<EngineEvent>,
+  meta: OpenAiResponseMeta,
+): Promise<Extract<EngineEvent, { type: 'end' }> | undefined> {
+  let text = '';
+  for (let next = await iterator.next(); !next.done; next = await iterator.next()) {
+    const event = next.value;
+    if (event.type === 'delta') {
+      text += event.text;
+      continue;
+    }
+    if (event.reason !== 'aborted') {
+      const usage = toOpenAiUsage(event.usage);
+      const finishReason = toFinishReason(event.reason);
+      res.json(route === 'chat' ? chatCompletion(meta, text, finishReason, usage) : textCompletion(meta, text, finishReason, usage));
+    }
+    return event;
+  }
+  throw new WeirError('internal', 'engine stream ended without an end event');
+}
+
+function modelObject(id: string): Record<string, unknown> {
+  return { id, object: 'model', created: 0, owned_by: 'weir' };
+}
+
+function sendError(res: Response, error: WeirError): void {
+  if (res.headersSent) return;
+  const { status, type } = HTTP_STATUS[error.code];
+  if (error.retryAfterMs !== undefined) {
+    res.set('retry-after', String(Math.max(1, Math.ceil(error.retryAfterMs / 1000))));
+    res.set('retry-after-ms', String(error.retryAfterMs));
+  }
+  res.status(status).json(openAiError(error.message, type, error.code, error.param ?? null));
+}
