@@ -9,7 +9,7 @@ import type { AddressInfo } from 'node:net';
 import { createConcurrencyAdmission } from '@weir/admission';
 import { type AllInOneEnv, loadConfigFile, defaultConfig, resolveModelFile } from '@weir/config';
 import { type EngineAdapter, type PlatformConfig, type RevisionSpec, checkSuppliedApiKey, hashApiKey, mintApiKey, newId, parseApiKey, systemClock, type WeirErrorCode } from '@weir/core';
-import { createEngine } from '@weir/engines';
+import { createEngine, type LlamaCppEngine } from '@weir/engines';
 import { createGatewayApp, type Gateway } from '@weir/gateway';
 import { createBatchedUsageSink, type BatchedUsageSink } from '@weir/ledger';
 import { createStaticRouter } from '@weir/routing';
@@ -82,6 +82,15 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
     maxQueuePerReplica: config.defaults.maxQueuePerReplica,
     clock: systemClock,
   });
+  telemetry.observeEngines(() =>
+    servingRevisions.flatMap((r) => {
+      const engine = engines.get(r.id);
+      if (engine?.kind !== 'llamacpp') return [];
+      const stats = (engine as LlamaCppEngine).stats();
+      return [{ replica: replicaId(r), revision: r.id, outputTokens: stats.generatedTokens, inputTokens: stats.promptTokens, activeSequences: stats.activeSequences }];
+    }),
+  );
+  telemetry.observeQueues(() => scheduler.stats().queued);
   const enginesByReplica = new Map(servingRevisions.map((r) => [replicaId(r), engines.get(r.id) as EngineAdapter]));
   const relay = createRelay({
     engineFor: (id) => enginesByReplica.get(id),

@@ -26,11 +26,14 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  const code = await weir?.stop();
-  expect(code).toBe(0);
-  await ledger?.close();
-  await pg?.drop();
-  if (weir) removeDir(weir.dataDir);
+  try {
+    // A graceful stop (SIGTERM: drain, flush usage) exits 0.
+    expect(await weir?.stop()).toBe(0);
+  } finally {
+    await ledger?.close();
+    await pg?.drop();
+    if (weir) removeDir(weir.dataDir);
+  }
 });
 
 const auth = { Authorization: `Bearer ${DEMO_KEY}`, 'Content-Type': 'application/json' };

@@ -32,6 +32,14 @@ export const METRIC_NAMES = {
   queueDuration: 'weir.queue.duration',
   /** Up-down counter, {request}: requests in flight, by tenant and revision. */
   inflightRequests: 'weir.inflight.requests',
+  /** Observable counter, {token}: output tokens an engine replica produced, by its own count (reconciliation source). */
+  engineOutputTokens: 'weir.engine.output_tokens',
+  /** Observable counter, {token}: prompt tokens an engine replica evaluated, by its own count. */
+  engineInputTokens: 'weir.engine.input_tokens',
+  /** Observable gauge, {sequence}: sequences an engine replica is decoding now. */
+  engineActiveSequences: 'weir.engine.active_sequences',
+  /** Observable gauge, {request}: requests waiting in the scheduler's queue, by revision. */
+  queueDepth: 'weir.queue.depth',
 } as const;
 
 /** Attribute (label) keys. Values are bounded: config ids, enums, error codes; never ids of requests or text. */
@@ -81,4 +89,8 @@ export const PROMETHEUS_SERIES = {
   tokens: 'weir_tokens_total',
   queueDuration: 'weir_queue_duration',
   inflightRequests: 'weir_inflight_requests',
+  engineOutputTokens: 'weir_engine_output_tokens_total',
+  engineInputTokens: 'weir_engine_input_tokens_total',
+  engineActiveSequences: 'weir_engine_active_sequences',
+  queueDepth: 'weir_queue_depth',
 } as const satisfies Record<keyof typeof METRIC_NAMES, string>;

@@ -173,7 +173,11 @@ describe('createTelemetry', () => {
     // Every exported Weir series is one of PROMETHEUS_SERIES (plus histogram suffixes).
     const known = new Set(Object.values(PROMETHEUS_SERIES).flatMap((n) => [n, `${n}_bucket`, `${n}_sum`, `${n}_count`]));
     expect(samples.map((s) => s.name).filter((n) => n !== 'target_info' && !known.has(n))).toEqual([]);
-    expect(new Set(samples.map((s) => s.name.replace(/_(bucket|sum|count)$/, '')))).toEqual(new Set([...Object.values(PROMETHEUS_SERIES), 'target_info']));
+    // …and every façade series is exported (the observable ones need observeEngines/observeQueues).
+    const observable = new Set<string>([PROMETHEUS_SERIES.engineOutputTokens, PROMETHEUS_SERIES.engineInputTokens, PROMETHEUS_SERIES.engineActiveSequences, PROMETHEUS_SERIES.queueDepth]);
+    expect(new Set(samples.map((s) => s.name.replace(/_(bucket|sum|count)$/, '')))).toEqual(
+      new Set([...Object.values(PROMETHEUS_SERIES).filter((n) => !observable.has(n)), 'target_info']),
+    );
   });
 
   it('keeps labels bounded: text-like values become _OTHER, bad numbers are skipped', async () => {
@@ -192,6 +196,22 @@ describe('createTelemetry', () => {
     expect(find(samples, 'gen_ai_client_token_usage_count', { gen_ai_request_model: '_OTHER', error_type: '_OTHER' })).toHaveLength(2);
     expect(find(samples, 'gen_ai_server_request_duration_count')).toEqual([]);
     expect(find(samples, 'gen_ai_server_time_to_first_token_count')).toEqual([]);
+  });
+
+  it("exports the engines' own counters and queue depth, read at each scrape", async () => {
+    let produced = 7;
+    telemetry.observeEngines(() => [{ replica: 'stories260k@1#0', revision: 'stories260k@1', outputTokens: produced, inputTokens: 5, activeSequences: 2 }]);
+    telemetry.observeQueues(() => ({ 'stories260k@1': 3 }));
+    let { samples, types } = parseExposition((await scrape(server)).text);
+    const labels = { replica: 'stories260k@1#0', revision: 'stories260k@1' };
+    expect(find(samples, 'weir_engine_output_tokens_total', labels)[0]?.value).toBe(7);
+    expect(find(samples, 'weir_engine_input_tokens_total', labels)[0]?.value).toBe(5);
+    expect(find(samples, 'weir_engine_active_sequences', labels)[0]?.value).toBe(2);
+    expect(find(samples, 'weir_queue_depth', { revision: 'stories260k@1' })[0]?.value).toBe(3);
+    expect(types.get('weir_engine_output_tokens_total')).toBe('counter');
+    produced = 12;
+    ({ samples, types } = parseExposition((await scrape(server)).text));
+    expect(find(samples, 'weir_engine_output_tokens_total', labels)[0]?.value).toBe(12);
   });
 
   it('mounts on express', async () => {

@@ -2,6 +2,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { PrometheusExporter } from '@opentelemetry/exporter-prometheus';
 import { resourceFromAttributes } from '@opentelemetry/resources';
 import { MeterProvider } from '@opentelemetry/sdk-metrics';
+import { METRIC_NAMES } from './metric-names';
 import { createWeirMetrics, type WeirMetrics } from './weir-metrics';
 
 /** Options of {@link createTelemetry}. */
@@ -21,8 +22,29 @@ export interface Telemetry {
    * `node:http` handler, so it also works as an express handler.
    */
   metricsHandler(req: IncomingMessage, res: ServerResponse): void;
+  /**
+   * Registers a callback read at each scrape for the engines' own counters
+   * (`weir.engine.output_tokens`, `weir.engine.input_tokens`, monotonic, by `replica` and
+   * `revision`; `weir.engine.active_sequences`, a gauge). These are the independent count that
+   * reconciliation compares with the ledger. Call once per process.
+   */
+  observeEngines(read: () => readonly EngineSample[]): void;
+  /** Registers a callback read at each scrape for queue depth by revision (`weir.queue.depth`). */
+  observeQueues(read: () => Readonly<Record<string, number>>): void;
   /** Stops the meter provider; later recordings are dropped. Call once at shutdown. */
   shutdown(): Promise<void>;
+}
+
+/** One engine replica's own counters, for {@link Telemetry.observeEngines}. */
+export interface EngineSample {
+  replica: string;
+  revision: string;
+  /** Output tokens produced since the replica started (monotonic). */
+  outputTokens: number;
+  /** Prompt tokens evaluated since the replica started (monotonic). */
+  inputTokens: number;
+  /** Sequences decoding now. */
+  activeSequences: number;
 }
 
 /** The instrumentation scope name every Weir series carries (`otel_scope_name`). */
@@ -42,11 +64,34 @@ export function createTelemetry(options: TelemetryOptions): Telemetry {
     }),
     readers: [exporter],
   });
-  const metrics = createWeirMetrics(provider.getMeter(METER_NAME));
+  const meter = provider.getMeter(METER_NAME);
+  const metrics = createWeirMetrics(meter);
   let stopped: Promise<void> | undefined;
   return {
     metrics,
     metricsHandler: (req, res) => exporter.getMetricsRequestHandler(req, res),
+    observeEngines(read) {
+      const output = meter.createObservableCounter(METRIC_NAMES.engineOutputTokens, { unit: '{token}', description: "Output tokens produced, by the engine's own count" });
+      const input = meter.createObservableCounter(METRIC_NAMES.engineInputTokens, { unit: '{token}', description: "Prompt tokens evaluated, by the engine's own count" });
+      const active = meter.createObservableGauge(METRIC_NAMES.engineActiveSequences, { unit: '{sequence}', description: 'Sequences decoding now' });
+      meter.addBatchObservableCallback(
+        (result) => {
+          for (const e of read()) {
+            const attrs = { replica: e.replica, revision: e.revision };
+            result.observe(output, e.outputTokens, attrs);
+            result.observe(input, e.inputTokens, attrs);
+            result.observe(active, e.activeSequences, attrs);
+          }
+        },
+        [output, input, active],
+      );
+    },
+    observeQueues(read) {
+      const depth = meter.createObservableGauge(METRIC_NAMES.queueDepth, { unit: '{request}', description: "Requests waiting in the scheduler's queue" });
+      depth.addCallback((result) => {
+        for (const [revision, n] of Object.entries(read())) result.observe(n, { revision });
+      });
+    },
     shutdown: () => (stopped ??= provider.shutdown()),
   };
 }
