@@ -53,6 +53,11 @@ describe('createLlamaCppEngine (real stories260K model)', () => {
     expect(end.usageReported).toBe(true);
   });
 
+  it('keeps the leading space of the first output token', async () => {
+    const { events } = await collectEngineEvents(engine, engineRequest({ kind: 'text', text: 'Lily and Tom' }, { maxOutputTokens: 3 }));
+    expect(textOf(events)).toBe(' were play');
+  });
+
   it('renders chat input as plain text, system first', async () => {
     const chat = await collectEngineEvents(
       engine,

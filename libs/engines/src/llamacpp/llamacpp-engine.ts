@@ -48,6 +48,9 @@ export type LlamaCppEngineOptions = LlamaCppEngineSpec & { modelPath: string };
  */
 export const LLAMACPP_DEFAULT_TEMPERATURE = 0.8;
 
+/** Preceding tokens given to `detokenize` so a token's leading space is rendered correctly. */
+const DETOKENIZE_CONTEXT_TOKENS = 8;
+
 type NodeLlamaCpp = typeof import('node-llama-cpp', { with: { 'resolution-mode': 'import' } });
 
 let sharedLlama: Promise<Llama> | undefined;
@@ -77,7 +80,8 @@ function loadLlama(nlc: NodeLlamaCpp, logger: EngineLogger): Promise<Llama> {
  *
  * - `capacity` = `{slots: spec.sequences, contextTokens: spec.contextSize}`.
  * - `generate` takes a free sequence, drives a `LlamaCompletion` on the plain-text prompt
- *   ({@link renderPlainPrompt}), yields one `delta` per text chunk as it is produced
+ *   ({@link renderPlainPrompt}), yields one `delta` per chunk of tokens node-llama-cpp releases
+ *   (usually one token; several when they complete one UTF-8 character), as it is produced
  *   (`tokens` = the tokens that chunk stands for) and one `end`: `stop` (end-of-generation
  *   token or a stop sequence, whose text is not returned; a token straddling the stop text is
  *   dropped whole, e.g. " Lily" for stop "Lily"), `length` (`maxOutputTokens`, or the
@@ -167,7 +171,7 @@ export async function createLlamaCppEngine(
     const queue = createEventQueue<EngineEvent>();
     const completion = new nlc.LlamaCompletion({ contextSequence: sequence });
     let outputTokens = 0;
-    let pendingTokens = 0;
+    const recentTokens: Token[] = [...prompt];
     const stop = (request.sampling.stop ?? []).filter((s) => s.length > 0);
 
     const run = (async () => {
@@ -184,17 +188,18 @@ export async function createLlamaCppEngine(
           // Never shift the context silently: output ends with `length` when it is full.
           disableContextShift: true,
           contextShiftSize: 1,
+          // node-llama-cpp calls onToken then onTextChunk for the same released tokens, but its
+          // text chunk is detokenized without the prompt as context, which drops a SentencePiece
+          // leading space on the first output token ("Lily and Tom" → "were", not " were"). So the
+          // delta's text is detokenized here with the preceding tokens as context.
           onToken: (tokens) => {
             outputTokens += tokens.length;
-            pendingTokens += tokens.length;
             counters.generatedTokens += tokens.length;
-          },
-          onTextChunk: (text) => {
-            queue.push({ type: 'delta', text, tokens: pendingTokens });
-            pendingTokens = 0;
+            const text = model.detokenize(tokens, false, recentTokens.slice(-DETOKENIZE_CONTEXT_TOKENS));
+            recentTokens.push(...tokens);
+            queue.push({ type: 'delta', text, tokens: tokens.length });
           },
         });
-        if (pendingTokens > 0) queue.push({ type: 'delta', text: '', tokens: pendingTokens });
         const stopReason = result.metadata.stopReason;
         const reason = stopReason === 'abort' ? 'aborted' : stopReason === 'maxTokens' ? 'length' : 'stop';
         queue.push({ type: 'end', reason, usage: { inputTokens, outputTokens }, usageReported: true });
