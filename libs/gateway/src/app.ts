@@ -183,7 +183,8 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
       arrivedAt,
     });
     const gone = new AbortController();
-    let handle: RelayHandle | undefined;
+    // Set once the relay starts; until then a stop aborts the wait in the queue.
+    const live: { handle?: RelayHandle } = {};
     const tracked = {
       generationId,
       requestId,
@@ -191,7 +192,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
       modelRevision: admitted.revision.id,
       state: 'queued' as const,
       stop(cause: 'client_disconnected' | 'cancel_requested') {
-        if (handle) handle.stop(cause);
+        if (live.handle) live.handle.stop(cause);
         else gone.abort();
       },
     };
@@ -207,7 +208,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
       registry.finish(generationId, started.outcome);
       return { generationId, requestId, admitted, handle: undefined, ended: started.outcome };
     }
-    handle = started.handle;
+    const handle = (live.handle = started.handle);
     const entry = registry.get(req.caller.tenantId, generationId);
     if (entry) entry.state = 'running';
     void handle.done.then((outcome) => registry.finish(generationId, outcome));
@@ -247,7 +248,12 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     }
     let text = '';
     let outcome = g.ended;
-    if (g.handle) for await (const ev of g.handle.events) ev.type === 'delta' ? (text += ev.text) : (outcome = ev.outcome);
+    if (g.handle) {
+      for await (const ev of g.handle.events) {
+        if (ev.type === 'delta') text += ev.text;
+        else outcome = ev.outcome;
+      }
+    }
     if (!outcome) throw new WeirError('internal', 'the generation ended without an outcome');
     if (outcome.finishReason === 'error' && outcome.usage.outputTokens === 0) throw outcomeError(outcome);
     if (outcome.finishReason === 'deadline' && outcome.timings.ttftMs === null && !g.handle) throw deadlineInQueue();
@@ -333,7 +339,10 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     if (!stream) {
       let text = '';
       let outcome: GenerationOutcome | undefined;
-      for await (const ev of handle.events) ev.type === 'delta' ? (text += ev.text) : (outcome = ev.outcome);
+      for await (const ev of handle.events) {
+        if (ev.type === 'delta') text += ev.text;
+        else outcome = ev.outcome;
+      }
       if (!outcome) throw new WeirError('internal', 'the generation ended without an outcome');
       if (outcome.finishReason === 'error') throw outcomeError(outcome);
       const build = kind === 'chat' ? chatCompletion : textCompletion;

@@ -1,0 +1,35 @@
+import { chatCompletionChunk, textCompletionChunk, toOpenAiFinishReason, toOpenAiUsage } from './openai-wire';
+
+describe('OpenAI wire shapes', () => {
+  it.each([
+    ['stop', 'stop'],
+    ['length', 'length'],
+    ['deadline', 'length'],
+    ['cancelled', 'stop'],
+    ['content_filter', 'content_filter'],
+  ] as const)('maps %s to %s (no invented values)', (weir, openai) => {
+    expect(toOpenAiFinishReason(weir)).toBe(openai);
+  });
+
+  it('builds usage with cached tokens inside prompt tokens', () => {
+    expect(toOpenAiUsage({ inputTokens: 10, outputTokens: 5, cachedInputTokens: 4 })).toEqual({
+      prompt_tokens: 10,
+      completion_tokens: 5,
+      total_tokens: 15,
+      prompt_tokens_details: { cached_tokens: 4 },
+      completion_tokens_details: { reasoning_tokens: 0 },
+    });
+  });
+
+  it('always sends choices as an array and usage null except on the usage chunk', () => {
+    const meta = { id: 'chatcmpl-1', created: 1, model: 'm' };
+    expect(chatCompletionChunk(meta, { delta: { content: 'x' }, finishReason: null })).toMatchObject({ object: 'chat.completion.chunk', choices: [{ index: 0, delta: { content: 'x' }, finish_reason: null }], usage: null });
+    const usage = toOpenAiUsage({ inputTokens: 1, outputTokens: 2 });
+    expect(chatCompletionChunk(meta, null, { usage })).toMatchObject({ choices: [], usage });
+    expect(textCompletionChunk(meta, { text: 'y', finishReason: 'length' }, { weir: { finish_reason: 'deadline', model_revision: 'r' } })).toMatchObject({
+      object: 'text_completion',
+      choices: [{ text: 'y', finish_reason: 'length' }],
+      weir: { finish_reason: 'deadline' },
+    });
+  });
+});

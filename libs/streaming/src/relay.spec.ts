@@ -1,0 +1,154 @@
+import { type EngineAdapter, type EngineEvent, type EngineRequest, type RelayJob, type RevisionSpec, type UsageRecord, WeirError } from '@weir/core';
+import { createRelay } from './relay';
+
+/** A hand-written engine: emits `tokens` one-token deltas `delayMs` apart, honours abort, optionally fails after `failAfter`. */
+function fakeEngine(options: { tokens: number; delayMs?: number; failAfter?: number; reportUsage?: boolean }): EngineAdapter & { produced: number } {
+  const engine = {
+    kind: 'fake',
+    capacity: { slots: 4, contextTokens: 512 },
+    produced: 0,
+    async countInputTokens() {
+      return 3;
+    },
+    async *generate(request: EngineRequest): AsyncIterable<EngineEvent> {
+      let n = 0;
+      for (; n < Math.min(options.tokens, request.maxOutputTokens); n++) {
+        if (request.signal.aborted) break;
+        if (options.failAfter !== undefined && n === options.failAfter) throw new WeirError('upstream_error', 'upstream died');
+        if (options.delayMs) await new Promise((r) => setTimeout(r, options.delayMs));
+        engine.produced++;
+        yield { type: 'delta', text: `t${n} `, tokens: 1 };
+      }
+      const reason = request.signal.aborted ? 'aborted' : n >= request.maxOutputTokens ? 'length' : 'stop';
+      yield { type: 'end', reason, usage: { inputTokens: 3, outputTokens: n }, usageReported: options.reportUsage ?? true };
+    },
+    async close() {},
+  };
+  return engine;
+}
+
+const revision: RevisionSpec = {
+  id: 'fake@1',
+  model: 'fake',
+  engine: { kind: 'openai-compatible', baseUrl: 'http://127.0.0.1:1/v1', upstreamModel: 'x', api: 'chat', firstTokenTimeoutMs: 1, idleTimeoutMs: 1, maxConcurrency: 1 },
+  contextWindow: 512,
+  maxOutputTokens: 100,
+  defaultOutputTokens: 10,
+  pricing: { inputPerMTok: 1, outputPerMTok: 2, cachedInputPerMTok: 1 },
+};
+const clock = { now: () => performance.now() };
+
+function job(over: Partial<RelayJob> = {}): RelayJob {
+  const now = clock.now();
+  return {
+    generationId: 'gen_1',
+    requestId: 'req_1',
+    route: 'generations',
+    caller: { tenantId: 't', appId: 'a', apiKeyId: 'k' },
+    modelAlias: 'fake',
+    revision,
+    replicaId: 'r0',
+    engineRequest: { input: { kind: 'text', text: 'hi' }, maxOutputTokens: 50, sampling: {} },
+    arrivedAt: now,
+    deadlineAt: now + 60_000,
+    queueMs: 0,
+    inputTokens: 3,
+    ...over,
+  };
+}
+
+function setup(engine: EngineAdapter, graceMs = 50) {
+  const records: UsageRecord[] = [];
+  const relay = createRelay({ engineFor: (id) => (id === 'r0' ? engine : undefined), usageSink: { record: (r) => records.push(r), flush: async () => {} }, clock, cancelGraceMs: graceMs });
+  return { relay, records };
+}
+
+async function collect(events: AsyncIterable<{ type: string }>) {
+  const out = [];
+  for await (const e of events) out.push(e);
+  return out;
+}
+
+describe('createRelay', () => {
+  it('streams deltas then exactly one end, and records one usage row priced at the revision', async () => {
+    const { relay, records } = setup(fakeEngine({ tokens: 5 }));
+    const handle = relay.start(job());
+    const events = await collect(handle.events);
+    expect(events.map((e) => e.type)).toEqual(['delta', 'delta', 'delta', 'delta', 'delta', 'end']);
+    const outcome = await handle.done;
+    expect(outcome).toMatchObject({ finishReason: 'stop', usage: { inputTokens: 3, outputTokens: 5 }, costNanoUsd: 3 * 1_000 + 5 * 2_000, modelRevision: 'fake@1' });
+    expect(outcome.timings.ttftMs).not.toBeNull();
+    expect(records).toHaveLength(1);
+    expect(records[0]).toMatchObject({ generationId: 'gen_1', status: 'completed', finishReason: 'stop', outputTokens: 5, costNanoUsd: 13_000 });
+  });
+
+  it('reports length at the output limit', async () => {
+    const { relay } = setup(fakeEngine({ tokens: 100 }));
+    const outcome = await relay.start(job({ engineRequest: { input: { kind: 'text', text: 'x' }, maxOutputTokens: 7, sampling: {} } })).done;
+    expect(outcome).toMatchObject({ finishReason: 'length', usage: { outputTokens: 7 } });
+  });
+
+  it('cuts at the deadline and bills what was produced', async () => {
+    const engine = fakeEngine({ tokens: 100, delayMs: 10 });
+    const { relay, records } = setup(engine);
+    const outcome = await relay.start(job({ deadlineAt: clock.now() + 80 })).done;
+    expect(outcome.finishReason).toBe('deadline');
+    expect(outcome.usage.outputTokens).toBe(engine.produced);
+    expect(engine.produced).toBeGreaterThan(0);
+    expect(engine.produced).toBeLessThan(100);
+    expect(records[0]).toMatchObject({ status: 'deadline', outputTokens: engine.produced });
+  });
+
+  it('on a client disconnect keeps generating for the grace period, then stops and bills every token', async () => {
+    const engine = fakeEngine({ tokens: 1000, delayMs: 5 });
+    const { relay, records } = setup(engine, 100);
+    const handle = relay.start(job({ engineRequest: { input: { kind: 'text', text: 'x' }, maxOutputTokens: 1000, sampling: {} } }));
+    await new Promise((r) => setTimeout(r, 50));
+    const atDisconnect = engine.produced;
+    handle.stop('client_disconnected');
+    const outcome = await handle.done;
+    expect(outcome.finishReason).toBe('cancelled');
+    expect(engine.produced).toBeGreaterThan(atDisconnect); // the grace period produced more
+    expect(outcome.usage.outputTokens).toBe(engine.produced);
+    expect(records).toHaveLength(1);
+    expect(records[0].status).toBe('cancelled');
+  });
+
+  it('stops at once on an explicit cancel, and stop is idempotent and a no-op once finished', async () => {
+    const engine = fakeEngine({ tokens: 1000, delayMs: 5 });
+    const { relay, records } = setup(engine, 10_000);
+    const handle = relay.start(job({ engineRequest: { input: { kind: 'text', text: 'x' }, maxOutputTokens: 1000, sampling: {} } }));
+    await new Promise((r) => setTimeout(r, 30));
+    handle.stop('cancel_requested');
+    handle.stop('cancel_requested');
+    const outcome = await handle.done;
+    expect(outcome.finishReason).toBe('cancelled');
+    expect(outcome.usage.outputTokens).toBeLessThan(50);
+    handle.stop('client_disconnected');
+    expect(records).toHaveLength(1);
+  });
+
+  it('ends a failure after the first token with an error outcome and bills the tokens produced', async () => {
+    const { relay, records } = setup(fakeEngine({ tokens: 10, failAfter: 4 }));
+    const handle = relay.start(job());
+    const events = await collect(handle.events);
+    expect(events.filter((e) => e.type === 'delta')).toHaveLength(4);
+    expect(events.filter((e) => e.type === 'end')).toHaveLength(1);
+    const outcome = await handle.done;
+    expect(outcome).toMatchObject({ finishReason: 'error', error: { code: 'upstream_error' }, usage: { inputTokens: 3, outputTokens: 4 } });
+    expect(records[0]).toMatchObject({ status: 'failed', errorCode: 'upstream_error', outputTokens: 4 });
+  });
+
+  it('fails cleanly when the replica is gone', async () => {
+    const { relay, records } = setup(fakeEngine({ tokens: 1 }));
+    const outcome = await relay.start(job({ replicaId: 'gone' })).done;
+    expect(outcome).toMatchObject({ finishReason: 'error', error: { code: 'engine_unavailable' }, usage: { outputTokens: 0 } });
+    expect(records).toHaveLength(1);
+  });
+
+  it('finishes and bills even when nobody reads the events', async () => {
+    const { relay, records } = setup(fakeEngine({ tokens: 3 }));
+    await relay.start(job()).done;
+    expect(records[0].outputTokens).toBe(3);
+  });
+});
