@@ -1,0 +1,58 @@
+/**
+ * The embedded default as a newcomer meets it: no key supplied, PGlite in WEIR_DATA_DIR.
+ * The first start creates and prints a demo key once; SIGTERM drains and flushes the usage
+ * ledger; a restart keeps the data (the key still works and is not printed again).
+ */
+import { openDatabase } from '@weir/store-pg';
+import { type AllInOneProcess, removeDir, startAllInOne } from './support/all-in-one-process';
+
+jest.setTimeout(180_000);
+
+let first: AllInOneProcess | undefined;
+let second: AllInOneProcess | undefined;
+let dataDir: string | undefined;
+
+afterAll(async () => {
+  await first?.stop();
+  await second?.stop();
+  if (dataDir) removeDir(dataDir);
+});
+
+it('creates a demo key once, flushes usage on SIGTERM, and keeps data across restarts', async () => {
+  first = await startAllInOne();
+  dataDir = first.dataDir;
+  const key = /demo API key \(shown once[^)]*\): (wk_[a-z0-9]{8}_[A-Za-z0-9_-]+)/.exec(first.output())?.[1];
+  expect(key).toBeDefined();
+  expect(first.output()).toContain(`curl -N ${first.url}/v1/chat/completions`);
+  const headers = { Authorization: `Bearer ${key}`, 'Content-Type': 'application/json' };
+  const gen = await fetch(`${first.url}/v1/generations`, {
+    method: 'POST',
+    headers,
+    body: JSON.stringify({ model_alias: 'tiny-stories', input: 'Once upon a time', max_output_tokens: 10 }),
+  });
+  expect(gen.status).toBe(200);
+  const { generation_id: generationId } = (await gen.json()) as { generation_id: string };
+  expect(await first.stop()).toBe(0);
+  // The key's plaintext is never written to the data directory's logs or output beyond the banner.
+  const logLines = first.output().split('\n').filter((l) => l.startsWith('{'));
+  expect(logLines.join('\n')).not.toContain((key as string).slice(12));
+
+  // The usage record was flushed before exit: read the PGlite directory directly.
+  const db = await openDatabase({ dataDir: `${dataDir}/pg`, migrate: false });
+  try {
+    const row = await db.db.selectFrom('usage_ledger').selectAll().where('generation_id', '=', generationId).executeTakeFirst();
+    expect(row).toMatchObject({ tenant_id: 'demo', output_tokens: 10, status: 'completed' });
+    const keys = await db.db.selectFrom('api_keys').select(['sha256', 'prefix']).execute();
+    expect(keys).toHaveLength(1);
+    expect(JSON.stringify(keys)).not.toContain((key as string).slice(12));
+  } finally {
+    await db.close();
+  }
+
+  second = await startAllInOne({ dataDir });
+  expect(second.output()).not.toContain(key as string);
+  expect(second.output()).toContain('already created on an earlier start');
+  const models = await fetch(`${second.url}/v1/models`, { headers });
+  expect(models.status).toBe(200);
+  expect(await second.stop()).toBe(0);
+});
