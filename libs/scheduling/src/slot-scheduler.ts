@@ -137,6 +137,7 @@ export function createSlotScheduler(options: SlotSchedulerOptions): SlotSchedule
           () => leave({ ok: false, reason: 'deadline', message: 'the deadline passed while the request was queued', queueMs: clock.now() - enqueuedAt }),
           Math.max(0, request.deadlineAt - enqueuedAt),
         );
+        timer.unref(); // a queued waiter alone must not keep a process alive
         request.signal.addEventListener('abort', onAbort, { once: true });
         queue.push(waiter);
       });
