@@ -117,13 +117,13 @@ export function createSlotScheduler(options: SlotSchedulerOptions): SlotSchedule
 
       return new Promise<ScheduleResult>((resolve) => {
         const enqueuedAt = clock.now();
-        let timer: NodeJS.Timeout | undefined;
+        const timers: { deadline?: NodeJS.Timeout } = {};
         const onAbort = () => leave({ ok: false, reason: 'cancelled', message: 'the request was cancelled while queued', queueMs: clock.now() - enqueuedAt });
         const waiter: Waiter = {
           request,
           enqueuedAt,
           settle(result) {
-            if (timer) clearTimeout(timer);
+            clearTimeout(timers.deadline);
             request.signal.removeEventListener('abort', onAbort);
             resolve(result);
           },
@@ -133,11 +133,12 @@ export function createSlotScheduler(options: SlotSchedulerOptions): SlotSchedule
           if (i >= 0) queue.splice(i, 1);
           waiter.settle(result);
         };
-        timer = setTimeout(
+        const timer = setTimeout(
           () => leave({ ok: false, reason: 'deadline', message: 'the deadline passed while the request was queued', queueMs: clock.now() - enqueuedAt }),
           Math.max(0, request.deadlineAt - enqueuedAt),
         );
         timer.unref(); // a queued waiter alone must not keep a process alive
+        timers.deadline = timer;
         request.signal.addEventListener('abort', onAbort, { once: true });
         queue.push(waiter);
       });
