@@ -67,6 +67,22 @@ export interface RevisionSpec {
   /** Output limit when a request names none (OpenAI's `/v1/completions` uses 16 instead). */
   defaultOutputTokens: number;
   pricing: RevisionPricing;
+  /**
+   * Remote replicas serving this revision (split topology): OpenAI-compatible servers such
+   * as `apps/engine-llamacpp`. When set, relays call these instead of loading `engine`
+   * in-process; `engine` still describes how the replicas are built. Default: none.
+   */
+  replicas?: ReplicaEndpoint[];
+}
+
+/** One remote replica of a revision. */
+export interface ReplicaEndpoint {
+  /** Stable id, e.g. `stories260k@1#0`. */
+  id: string;
+  /** Base URL including `/v1`. */
+  baseUrl: string;
+  /** Concurrent sequences it serves (its engine's sequences). */
+  slots: number;
 }
 
 /** A weighted arm of an alias (the canary weight). */

@@ -85,6 +85,12 @@ export interface UsageRecord {
   totalMs: number;
   startedAt: Date;
   finishedAt: Date;
+  /**
+   * True when the counts are Weir's best knowledge rather than the relay's measurement (the
+   * relay was lost mid-stream and the gateway recorded what it had relayed); reconciliation
+   * settles such records against the engines' counters. Default false.
+   */
+  uncertain?: boolean;
 }
 
 /**
@@ -108,3 +114,38 @@ export interface Clock {
 
 /** The real clock: `performance.now()` based, ms. */
 export const systemClock: Clock = { now: () => performance.now() };
+
+/** A cancel request fanned out to every relay (the one holding the stream acts on it). */
+export interface CancelMessage {
+  generationId: string;
+  tenantId: string;
+  cause: 'client_disconnected' | 'cancel_requested';
+}
+
+/** Replica health as observed by a relay or prober. */
+export interface ReplicaHealthEvent {
+  replicaId: string;
+  revisionId: string;
+  state: 'healthy' | 'unhealthy';
+  /** Short machine-readable reason, e.g. `connect_refused`, `timeout`, `recovered`. */
+  reason: string;
+  /** Wall-clock ms. */
+  at: number;
+}
+
+/** A fan-out topic: every subscriber (in every process) receives every message published after it subscribed. */
+export interface Topic<T> {
+  publish(message: T): void;
+  /** Returns an unsubscribe function. Handlers must not throw. */
+  subscribe(handler: (message: T) => void): () => void;
+}
+
+/**
+ * A durable source of usage records (the ledger's input). `handler` is called with batches;
+ * a batch is acknowledged only when the returned promise resolves, so a crash before that
+ * redelivers it (at-least-once; the repository insert is idempotent on `generationId`).
+ */
+export interface UsageRecordSource {
+  start(handler: (records: readonly UsageRecord[]) => Promise<void>): Promise<void>;
+  stop(): Promise<void>;
+}

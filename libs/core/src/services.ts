@@ -149,3 +149,21 @@ export interface GenerationOutcome {
 
 /** Why the relay was asked to stop early. */
 export type StopCause = 'client_disconnected' | 'cancel_requested';
+
+/** A running generation on a relay (in-process, or the client end of a gRPC stream). */
+export interface RelayHandle {
+  /** Deltas as they are produced, then exactly one `end`. One consumer. */
+  events: AsyncIterable<RelayEvent>;
+  /** Resolves with the outcome once the generation has ended (and, on the relay, its usage is queued). */
+  done: Promise<GenerationOutcome>;
+  /**
+   * Asks the generation to stop. `client_disconnected` waits the relay's grace period first;
+   * `cancel_requested` stops now. Idempotent; a no-op once finished.
+   */
+  stop(cause: StopCause): void;
+}
+
+/** The streaming relay as a service: starts generations on engine replicas. */
+export interface RelayService {
+  start(job: RelayJob): RelayHandle;
+}

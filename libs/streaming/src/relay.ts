@@ -13,8 +13,9 @@ import {
   type FinishReason,
   type GenerationOutcome,
   type RelayEvent,
+  type RelayHandle,
+  type RelayService,
   type RelayJob,
-  type StopCause,
   type TokenUsage,
   type UsageRecord,
   type UsageSink,
@@ -41,24 +42,11 @@ export interface RelayDeps {
   onOutcome?(job: RelayJob, outcome: GenerationOutcome): void;
 }
 
-/** A running generation. */
-export interface RelayHandle {
-  /** Deltas as they are produced, then exactly one `end`. One consumer. */
-  events: AsyncIterable<RelayEvent>;
-  /** Resolves with the outcome once the usage record is queued. */
-  done: Promise<GenerationOutcome>;
-  /**
-   * Asks the generation to stop. `client_disconnected` waits the grace period first;
-   * `cancel_requested` stops now. Either way the finish reason is `cancelled` (unless the
-   * deadline fired first). Idempotent; a no-op once finished.
-   */
-  stop(cause: StopCause): void;
-}
+/** A running generation (the port lives in `@weir/core`). */
+export type { RelayHandle };
 
 /** The relay: starts generations on engine replicas. */
-export interface Relay {
-  start(job: RelayJob): RelayHandle;
-}
+export type Relay = RelayService;
 
 /**
  * Builds the one usage record of a request from its job and outcome. Also used by the
