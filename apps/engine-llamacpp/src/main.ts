@@ -3,6 +3,7 @@
  *
  * Environment:
  * - `PORT` (default 8081), `HOST` (default 127.0.0.1)
+ * - `WEIR_REPLICA_ID`, `WEIR_REVISION_ID`: labels of the engine's token counters on `/metrics`
  * - `WEIR_MODEL_PATH`: the GGUF file (default `../shared/models/stories260K.gguf` from the repo root)
  * - `WEIR_MODEL_NAME`: the model id served (default the file name without `.gguf`)
  * - `ENGINE_SEQUENCES` (default 4), `ENGINE_THREADS` (default 1), `ENGINE_CONTEXT_SIZE`
@@ -17,6 +18,7 @@
 import path from 'node:path';
 import { createLlamaCppEngine } from '@weir/engines';
 import pino from 'pino';
+import { createTelemetry } from '@weir/telemetry';
 import { createEngineServer } from './server';
 
 function intEnv(name: string, fallback: number, min: number): number {
@@ -46,8 +48,16 @@ async function main(): Promise<void> {
     },
     { logger },
   );
+  const replicaId = process.env.WEIR_REPLICA_ID || `${modelName}#${port}`;
+  const revisionId = process.env.WEIR_REVISION_ID || modelName;
+  const telemetry = createTelemetry({ serviceName: 'weir-engine-llamacpp' });
+  telemetry.observeEngines(() => {
+    const s = engine.stats();
+    return [{ replica: replicaId, revision: revisionId, outputTokens: s.generatedTokens, inputTokens: s.promptTokens, activeSequences: s.activeSequences }];
+  });
   let draining = false;
   const app = createEngineServer({
+    metricsHandler: (req, res) => telemetry.metricsHandler(req, res),
     engine,
     modelName,
     logger,

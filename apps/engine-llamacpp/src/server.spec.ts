@@ -170,6 +170,15 @@ describe('engine-llamacpp server (real tiny model, in-process)', () => {
     expect(stats.generatedTokens).toBeGreaterThan(0);
     expect(stats.promptTokens).toBeGreaterThan(0);
   });
+
+  it('counts prompt tokens with its own tokenizer on POST /tokenize (BOS included, chat rendered as the engine does)', async () => {
+    const text = (await (await post(`${s.url}/tokenize`, { input: 'Once upon a time' })).json()) as { input_tokens: number };
+    expect(text.input_tokens).toBe(s.engine.tokenize('Once upon a time') + 1);
+    const chat = (await (await post(`${s.url}/tokenize`, { input: [{ role: 'user', content: 'Once upon a time' }] })).json()) as { input_tokens: number };
+    expect(chat.input_tokens).toBe(await s.engine.countInputTokens({ kind: 'chat', messages: [{ role: 'user', content: 'Once upon a time' }] }));
+    const bad = await post(`${s.url}/tokenize`, { input: 42 });
+    expect(bad.status).toBe(400);
+  });
 });
 
 describe('engine-llamacpp server: queueing and disconnects', () => {

@@ -1,12 +1,13 @@
 import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
-import type { EngineAdapter, EngineEvent, EngineRequest, GenerationInput, WeirErrorCode } from '@weir/core';
+import type { EngineAdapter, EngineEvent, EngineRequest, GenerationInput } from '@weir/core';
 import { newId, toWeirError, WeirError } from '@weir/core';
 import type { EngineLogger, LlamaCppEngineStats } from '@weir/engines';
 import {
   chatCompletion,
   chatCompletionChunk,
   formatSseEvent,
+  HTTP_ERRORS,
   type OpenAiFinishReason,
   type OpenAiResponseMeta,
   openAiError,
@@ -32,38 +33,9 @@ export interface EngineServerOptions {
   maxBodyBytes?: number;
   /** When it returns true, `/readyz` answers 503 and new generations get 503 `shutting_down`. */
   isDraining?: () => boolean;
+  /** Serves `GET /metrics` (Prometheus text) when given. */
+  metricsHandler?: (req: Request, res: Response) => void;
 }
-
-/**
- * How this engine server puts Weir error codes on the wire (OpenAI status classes,
- * CONVENTIONS.md §2). Exhaustive over `WeirErrorCode`; the engine itself raises only a few.
- */
-const HTTP_STATUS: Record<WeirErrorCode, { status: number; type: string }> = {
-  invalid_request: { status: 400, type: 'invalid_request_error' },
-  invalid_json: { status: 400, type: 'invalid_request_error' },
-  payload_too_large: { status: 413, type: 'invalid_request_error' },
-  unsupported_media_type: { status: 415, type: 'invalid_request_error' },
-  authentication_failed: { status: 401, type: 'authentication_error' },
-  permission_denied: { status: 403, type: 'permission_error' },
-  model_not_found: { status: 404, type: 'invalid_request_error' },
-  not_found: { status: 404, type: 'not_found_error' },
-  conflict: { status: 409, type: 'invalid_request_error' },
-  context_length_exceeded: { status: 400, type: 'invalid_request_error' },
-  output_limit_exceeded: { status: 400, type: 'invalid_request_error' },
-  rate_limited: { status: 429, type: 'rate_limit_error' },
-  concurrency_limited: { status: 429, type: 'rate_limit_error' },
-  budget_exhausted: { status: 429, type: 'insufficient_quota' },
-  queue_full: { status: 503, type: 'server_error' },
-  deadline_unmeetable: { status: 503, type: 'server_error' },
-  deadline_exceeded: { status: 504, type: 'timeout_error' },
-  upstream_error: { status: 502, type: 'server_error' },
-  upstream_timeout: { status: 504, type: 'timeout_error' },
-  upstream_unavailable: { status: 503, type: 'server_error' },
-  upstream_bad_request: { status: 502, type: 'server_error' },
-  engine_unavailable: { status: 503, type: 'server_error' },
-  shutting_down: { status: 503, type: 'server_error' },
-  internal: { status: 500, type: 'server_error' },
-};
 
 const num = (schema: z.ZodNumber) => schema.nullish().transform((v) => v ?? undefined);
 const samplingFields = {
@@ -100,6 +72,13 @@ const completionBodySchema = z.object({
   prompt: z.union([z.string(), z.array(z.string()).length(1)]),
 });
 
+const tokenizeBodySchema = z.object({
+  input: z.union([
+    z.string(),
+    z.array(z.object({ role: z.enum(['system', 'developer', 'user', 'assistant', 'tool']), content: z.string() })).min(1),
+  ]),
+});
+
 type Route = 'chat' | 'completions';
 
 /** OpenAI's default `max_tokens` on `/v1/completions` (CONVENTIONS.md §1). */
@@ -121,6 +100,8 @@ const COMPLETIONS_DEFAULT_MAX_TOKENS = 16;
  *   finished) aborts the generation, or takes the request out of the queue.
  * - `GET /v1/models`: the one model. `GET /healthz`: 200 while the process runs. `GET /readyz`:
  *   200, or 503 while draining. `GET /stats`: the engine's token counters plus `inUse`/`queued`.
+ *   `GET /metrics`: Prometheus (when `metricsHandler` is given). `POST /tokenize`
+ *   `{input: text | chat messages}` → `{input_tokens}` counted by this replica's tokenizer.
  *
  * Logs metadata only (generation id, token counts, status), never prompt or output text.
  */
@@ -141,6 +122,27 @@ export function createEngineServer(options: EngineServerOptions): Express {
   });
   app.get('/stats', (_req, res) => {
     res.json({ ...(engine.stats?.() ?? {}), inUse: gate.inUse(), queued: gate.queued(), slots: engine.capacity.slots });
+  });
+  if (options.metricsHandler) {
+    const handler = options.metricsHandler;
+    app.get('/metrics', (req, res) => handler(req, res));
+  }
+  // Prompt tokens as this replica's tokenizer counts them (BOS included, chat rendered as the
+  // engine renders it), so a gateway can check context limits and reserve exactly.
+  app.post('/tokenize', (req, res) => {
+    const parsed = tokenizeBodySchema.safeParse(req.body);
+    if (!parsed.success) {
+      sendError(res, new WeirError('invalid_request', 'send {"input": "<text>"} or {"input": [chat messages]}', { param: 'input' }));
+      return;
+    }
+    const input: GenerationInput =
+      typeof parsed.data.input === 'string'
+        ? { kind: 'text', text: parsed.data.input }
+        : { kind: 'chat', messages: parsed.data.input.map((m) => ({ role: m.role, content: m.content })) };
+    engine.countInputTokens(input).then(
+      (n) => res.json({ input_tokens: n }),
+      (err: unknown) => sendError(res, toWeirError(err)),
+    );
   });
   app.get('/v1/models', (_req, res) => {
     res.json({ object: 'list', data: [modelObject(modelName)] });
@@ -214,7 +216,7 @@ export function createEngineServer(options: EngineServerOptions): Express {
       if (weirError.code === 'internal') logger.error({ generationId, err: error }, 'generation failed');
       if (!res.headersSent) sendError(res, weirError);
       else if (!res.writableEnded) {
-        const { type } = HTTP_STATUS[weirError.code];
+        const { type } = HTTP_ERRORS[weirError.code];
         res.write(formatSseEvent({ data: JSON.stringify(openAiError(weirError.message, type, weirError.code, weirError.param ?? null)) }));
         res.end(SSE_DONE);
       }
@@ -368,7 +370,7 @@ function modelObject(id: string): Record<string, unknown> {
 
 function sendError(res: Response, error: WeirError): void {
   if (res.headersSent) return;
-  const { status, type } = HTTP_STATUS[error.code];
+  const { status, type } = HTTP_ERRORS[error.code];
   if (error.retryAfterMs !== undefined) {
     res.set('retry-after', String(Math.max(1, Math.ceil(error.retryAfterMs / 1000))));
     res.set('retry-after-ms', String(error.retryAfterMs));

@@ -28,6 +28,7 @@ import {
   formatSseEvent,
   openAiError,
   type OpenAiResponseMeta,
+  HTTP_ERRORS,
   type RelayHandle,
   type WeirEndData,
   textCompletion,
@@ -35,7 +36,7 @@ import {
   toOpenAiFinishReason,
   toOpenAiUsage,
 } from '@weir/streaming';
-import { HTTP_ERRORS } from './http-errors';
+
 import { createGenerationRegistry, type GenerationRegistry, statusOf } from './generation-registry';
 import type { AdmittedGeneration, GenerationPipeline } from './pipeline';
 import { chatCompletionsBody, completionsBody, generationsBody, parseBody, toChatInput, toStopList } from './schemas';

@@ -1,6 +1,6 @@
 export * from './app';
 export * from './generation-registry';
-export * from './http-errors';
+export { HTTP_ERRORS, type HttpErrorMapping } from '@weir/streaming';
 export * from './pipeline';
 export * from './schemas';
 export * from './sse-writer';

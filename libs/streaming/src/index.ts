@@ -2,3 +2,4 @@ export * from './sse';
 export * from './openai-wire';
 export * from './weir-events';
 export * from './relay';
+export * from './http-errors';
