@@ -9,4 +9,5 @@ export {
   utf8TokenUpperBound,
 } from './openai-compatible/token-bound';
 export { upstreamStatusError, retryAfterMs } from './openai-compatible/upstream-errors';
+export { createRemoteTokenCounter, type RemoteTokenCounterOptions, type TokenCounter } from './openai-compatible/remote-token-counter';
 export * from './create-engine';
