@@ -95,6 +95,8 @@ export interface ScheduleRequest {
   deadlineAt: number;
   /** Fires when the client goes away or cancels while queued. */
   signal: AbortSignal;
+  /** Replicas not to use (a retry after a failure before the first token). Default none. */
+  avoidReplicas?: readonly string[];
 }
 
 /**

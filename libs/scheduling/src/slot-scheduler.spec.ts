@@ -21,7 +21,7 @@ describe('createSlotScheduler', () => {
     const order: string[] = [];
     const c = s.acquire(req()).then((r) => (order.push('c'), r));
     const d = s.acquire(req()).then((r) => (order.push('d'), r));
-    expect(s.stats()).toEqual({ queued: { 'r@1': 2 }, inFlight: { x: 2 } });
+    expect(s.stats()).toEqual({ queued: { 'r@1': 2 }, inFlight: { x: 2 }, unhealthy: [] });
     if (a.ok) a.lease.release();
     const cr = await c;
     expect(cr.ok).toBe(true);
@@ -77,5 +77,59 @@ describe('createSlotScheduler', () => {
     }
     expect(s.stats().inFlight.x).toBe(0);
     await expect(s.acquire(req({ revisionId: 'nope' }))).resolves.toMatchObject({ ok: false, reason: 'no_replica' });
+  });
+
+  it('takes an unhealthy replica out of rotation and dispatches queued work when it returns', async () => {
+    const s = createSlotScheduler({
+      replicas: [
+        { id: 'x', revisionId: 'r@1', slots: 1 },
+        { id: 'y', revisionId: 'r@1', slots: 1 },
+      ],
+      clock,
+    });
+    s.setReplicaHealth('x', false);
+    expect(s.stats().unhealthy).toEqual(['x']);
+    const a = await s.acquire(req());
+    expect(a.ok && a.lease.replicaId).toBe('y');
+    const waiting = s.acquire(req());
+    expect(s.stats().queued['r@1']).toBe(1);
+    s.setReplicaHealth('x', true);
+    const b = await waiting;
+    expect(b.ok && b.lease.replicaId).toBe('x');
+    s.setReplicaHealth('x', false);
+    s.setReplicaHealth('y', false);
+    await expect(s.acquire(req())).resolves.toMatchObject({ ok: false, reason: 'no_replica' });
+  });
+
+  it('avoids the replicas a retry names', async () => {
+    const s = createSlotScheduler({
+      replicas: [
+        { id: 'x', revisionId: 'r@1', slots: 4 },
+        { id: 'y', revisionId: 'r@1', slots: 4 },
+      ],
+      clock,
+    });
+    for (let i = 0; i < 4; i++) {
+      const r = await s.acquire(req({ avoidReplicas: ['x'] }));
+      expect(r.ok && r.lease.replicaId).toBe('y');
+    }
+    await expect(s.acquire(req({ avoidReplicas: ['x', 'y'] }))).resolves.toMatchObject({ ok: false, reason: 'no_replica' });
+  });
+
+  it('expires a lease its holder never released, after the deadline plus the grace', async () => {
+    jest.useFakeTimers();
+    try {
+      const expired: string[] = [];
+      const s = createSlotScheduler({ replicas: [{ id: 'x', revisionId: 'r@1', slots: 1 }], clock: { now: () => Date.now() }, leaseGraceMs: 1_000, onLeaseExpired: (id) => expired.push(id) });
+      const r = await s.acquire(req({ deadlineAt: Date.now() + 5_000 }));
+      expect(r.ok).toBe(true);
+      jest.advanceTimersByTime(5_999);
+      expect(s.stats().inFlight.x).toBe(1);
+      jest.advanceTimersByTime(2);
+      expect(s.stats().inFlight.x).toBe(0);
+      expect(expired).toEqual(['x']);
+    } finally {
+      jest.useRealTimers();
+    }
   });
 });

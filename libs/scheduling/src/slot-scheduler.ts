@@ -24,6 +24,13 @@ export interface SlotSchedulerOptions {
   replicas: ReplicaSlots[];
   /** Queue bound per replica of a revision (entries); the queue holds `bound × replicas`. Default 256. */
   maxQueuePerReplica?: number;
+  /**
+   * A lease not released by its deadline plus this (ms) is released automatically, so a
+   * caller that vanished (a crashed gateway) cannot hold a slot forever. Default 30,000.
+   */
+  leaseGraceMs?: number;
+  /** Told when a lease expires unreleased (for a log line and a metric). */
+  onLeaseExpired?: (replicaId: string) => void;
   clock: Clock;
 }
 
@@ -31,15 +38,25 @@ export interface SlotSchedulerOptions {
 export interface SlotSchedulerStats {
   queued: Record<string, number>;
   inFlight: Record<string, number>;
+  /** Replicas currently out of rotation. */
+  unhealthy: string[];
 }
 
-/** The scheduler plus its live figures. */
+/** The scheduler plus its live figures and replica health. */
 export interface SlotScheduler extends SchedulerService {
   stats(): SlotSchedulerStats;
+  /**
+   * Takes a replica out of rotation (`false`: no new leases; leases held run on) or puts it
+   * back (`true`, and queued work is dispatched to it). Unknown ids are ignored.
+   */
+  setReplicaHealth(replicaId: string, healthy: boolean): void;
+  /** Every replica the scheduler knows. */
+  replicas(): readonly ReplicaSlots[];
 }
 
 interface ReplicaState extends ReplicaSlots {
   inFlight: number;
+  healthy: boolean;
 }
 
 interface Waiter {
@@ -52,60 +69,75 @@ interface Waiter {
 export function createSlotScheduler(options: SlotSchedulerOptions): SlotScheduler {
   const { clock } = options;
   const bound = options.maxQueuePerReplica ?? 256;
+  const leaseGraceMs = options.leaseGraceMs ?? 30_000;
   const byRevision = new Map<string, ReplicaState[]>();
+  const byId = new Map<string, ReplicaState>();
   for (const r of options.replicas) {
     const list = byRevision.get(r.revisionId) ?? [];
-    list.push({ ...r, inFlight: 0 });
+    const state = { ...r, inFlight: 0, healthy: true };
+    list.push(state);
+    byId.set(r.id, state);
     byRevision.set(r.revisionId, list);
   }
   const queues = new Map<string, Waiter[]>();
 
-  const freeReplica = (revisionId: string): ReplicaState | undefined => {
+  const usable = (r: ReplicaState, avoid?: readonly string[]) => r.healthy && !(avoid && avoid.includes(r.id));
+  const freeReplica = (revisionId: string, avoid?: readonly string[]): ReplicaState | undefined => {
     let best: ReplicaState | undefined;
     for (const r of byRevision.get(revisionId) ?? []) {
-      if (r.inFlight < r.slots && (!best || r.inFlight / r.slots < best.inFlight / best.slots)) best = r;
+      if (usable(r, avoid) && r.inFlight < r.slots && (!best || r.inFlight / r.slots < best.inFlight / best.slots)) best = r;
     }
     return best;
   };
 
-  const lease = (replica: ReplicaState, queueMs: number): SlotLease => {
+  const lease = (replica: ReplicaState, queueMs: number, deadlineAt: number): SlotLease => {
     replica.inFlight++;
     let released = false;
-    return {
-      replicaId: replica.id,
-      queueMs,
-      release() {
-        if (released) return;
-        released = true;
-        replica.inFlight--;
-        dispatch(replica.revisionId);
-      },
+    const release = () => {
+      if (released) return;
+      released = true;
+      clearTimeout(expiry);
+      replica.inFlight--;
+      dispatch(replica.revisionId);
     };
+    const expiry = setTimeout(() => {
+      options.onLeaseExpired?.(replica.id);
+      release();
+    }, Math.max(0, deadlineAt - clock.now()) + leaseGraceMs);
+    expiry.unref();
+    return { replicaId: replica.id, queueMs, release };
   };
 
   const dispatch = (revisionId: string) => {
     const queue = queues.get(revisionId);
-    while (queue && queue.length > 0) {
-      const replica = freeReplica(revisionId);
-      if (!replica) return;
-      const waiter = queue.shift() as Waiter;
-      waiter.settle({ ok: true, lease: lease(replica, clock.now() - waiter.enqueuedAt) });
+    if (!queue) return;
+    // FIFO, except that a waiter avoiding the only free replica lets the next one go first.
+    for (let i = 0; i < queue.length; ) {
+      const waiter = queue[i];
+      const replica = freeReplica(revisionId, waiter.request.avoidReplicas);
+      if (!replica) {
+        if (!freeReplica(revisionId)) return;
+        i++;
+        continue;
+      }
+      queue.splice(i, 1);
+      waiter.settle({ ok: true, lease: lease(replica, clock.now() - waiter.enqueuedAt, waiter.request.deadlineAt) });
     }
   };
 
   return {
     acquire(request) {
-      const replicas = byRevision.get(request.revisionId);
-      if (!replicas || replicas.length === 0) {
-        return Promise.resolve({ ok: false, reason: 'no_replica', message: `no replica serves ${request.revisionId}`, queueMs: 0 });
+      const replicas = (byRevision.get(request.revisionId) ?? []).filter((r) => usable(r, request.avoidReplicas));
+      if (replicas.length === 0) {
+        return Promise.resolve({ ok: false, reason: 'no_replica', message: `no healthy replica serves ${request.revisionId}; retry shortly`, queueMs: 0 });
       }
       if (request.signal.aborted) {
         return Promise.resolve({ ok: false, reason: 'cancelled', message: 'the request was cancelled', queueMs: 0 });
       }
       const queue = queues.get(request.revisionId) ?? [];
       queues.set(request.revisionId, queue);
-      const replica = queue.length === 0 ? freeReplica(request.revisionId) : undefined;
-      if (replica) return Promise.resolve({ ok: true, lease: lease(replica, 0) });
+      const replica = queue.length === 0 ? freeReplica(request.revisionId, request.avoidReplicas) : undefined;
+      if (replica) return Promise.resolve({ ok: true, lease: lease(replica, 0, request.deadlineAt) });
       if (queue.length >= bound * replicas.length) {
         return Promise.resolve({
           ok: false,
@@ -147,8 +179,15 @@ export function createSlotScheduler(options: SlotSchedulerOptions): SlotSchedule
       const queued: Record<string, number> = {};
       for (const [rev, q] of queues) queued[rev] = q.length;
       const inFlight: Record<string, number> = {};
-      for (const list of byRevision.values()) for (const r of list) inFlight[r.id] = r.inFlight;
-      return { queued, inFlight };
+      for (const r of byId.values()) inFlight[r.id] = r.inFlight;
+      return { queued, inFlight, unhealthy: [...byId.values()].filter((r) => !r.healthy).map((r) => r.id) };
     },
+    setReplicaHealth(replicaId, healthy) {
+      const r = byId.get(replicaId);
+      if (!r || r.healthy === healthy) return;
+      r.healthy = healthy;
+      if (healthy) dispatch(r.revisionId);
+    },
+    replicas: () => [...byId.values()].map(({ id, revisionId, slots }) => ({ id, revisionId, slots })),
   };
 }
