@@ -189,7 +189,7 @@ function isShedding(code: WeirErrorCode): code is RejectionReason {
 }
 
 function replicaId(revision: RevisionSpec): string {
-  return `${revision.id}#0`;
+  return `${revision.id}/0`;
 }
 
 /** The config without revisions that are not served, and without alias arms that point at them. */

@@ -48,7 +48,7 @@ async function main(): Promise<void> {
     },
     { logger },
   );
-  const replicaId = process.env.WEIR_REPLICA_ID || `${modelName}#${port}`;
+  const replicaId = process.env.WEIR_REPLICA_ID || `${modelName}/${port}`;
   const revisionId = process.env.WEIR_REVISION_ID || modelName;
   const telemetry = createTelemetry({ serviceName: 'weir-engine-llamacpp' });
   telemetry.observeEngines(() => {

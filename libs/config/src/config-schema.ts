@@ -137,6 +137,13 @@ const pricing = strict({
   cached_input_per_mtok: nonNegativeNumber().optional(),
 });
 
+/** A remote replica of a revision (split topology): an OpenAI-compatible server such as apps/engine-llamacpp. */
+const replica = strict({
+  id: id(),
+  base_url: httpUrl(),
+  slots: int(1, 4096),
+});
+
 const revision = strict({
   id: id(),
   model: id(),
@@ -145,6 +152,7 @@ const revision = strict({
   max_output_tokens: int(1),
   default_output_tokens: int(1),
   pricing,
+  replicas: list(replica, 'replicas').optional(),
 });
 
 const aliasTarget = strict({

@@ -119,6 +119,26 @@ describe('parseConfig: valid documents', () => {
     }
   });
 
+  it('reads remote replicas of a revision (split topology) and refuses duplicate replica ids', () => {
+    const file = validFile();
+    file.revisions[0].replicas = [
+      { id: 'tiny@1/0', base_url: 'http://127.0.0.1:9001/v1', slots: 4 },
+      { id: 'tiny@1/1', base_url: 'http://127.0.0.1:9002/v1', slots: 2 },
+    ];
+    const config = parseConfig(JSON.stringify(file), 'weir.json');
+    expect(config.revisions[0].replicas).toEqual([
+      { id: 'tiny@1/0', baseUrl: 'http://127.0.0.1:9001/v1', slots: 4 },
+      { id: 'tiny@1/1', baseUrl: 'http://127.0.0.1:9002/v1', slots: 2 },
+    ]);
+    expect(config.revisions[1].replicas).toBeUndefined();
+    file.revisions[1].replicas = [{ id: 'tiny@1/0', base_url: 'http://127.0.0.1:9003/v1', slots: 1 }];
+    expect(errorOf(() => parseConfig(JSON.stringify(file), 'weir.json')).message).toContain('duplicate replica id');
+    file.revisions[1].replicas = [{ id: 'x', base_url: 'not a url', slots: 0 }];
+    const bad = errorOf(() => parseConfig(JSON.stringify(file), 'weir.json')).message;
+    expect(bad).toContain('revisions[1].replicas[0].base_url');
+    expect(bad).toContain('revisions[1].replicas[0].slots');
+  });
+
   it('lowercases model_sha256', () => {
     const file = validFile();
     file.revisions[0].engine.model_sha256 = 'AB'.repeat(32);

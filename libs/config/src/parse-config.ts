@@ -229,6 +229,10 @@ function crossCheck(file: ConfigFile): ConfigProblem[] {
     }
   });
 
+  firstIndexes(
+    file.revisions.flatMap((r) => (r.replicas ?? []).map((x) => x.id)),
+    (i) => add(['revisions'], `duplicate replica id (number ${i + 1} among all replicas); replica ids are unique across revisions`),
+  );
   firstIndexes(file.tenants.map((t) => t.id), (i, first) => add(['tenants', i, 'id'], `duplicate tenant id (also tenants[${first}].id)`));
   const appIds = new Map<string, string>();
   file.tenants.forEach((t, i) => {
@@ -278,6 +282,7 @@ function toPlatformConfig(file: ConfigFile, baseDir: string): PlatformConfig {
         outputPerMTok: r.pricing.output_per_mtok,
         cachedInputPerMTok: r.pricing.cached_input_per_mtok ?? r.pricing.input_per_mtok,
       },
+      ...(r.replicas ? { replicas: r.replicas.map((x) => ({ id: x.id, baseUrl: x.base_url, slots: x.slots })) } : {}),
     })),
     aliases: file.aliases.map((a): AliasSpec => ({
       name: a.name,

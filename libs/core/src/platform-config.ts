@@ -77,7 +77,7 @@ export interface RevisionSpec {
 
 /** One remote replica of a revision. */
 export interface ReplicaEndpoint {
-  /** Stable id, e.g. `stories260k@1#0`. */
+  /** Stable id, e.g. `stories260k@1/0`. */
   id: string;
   /** Base URL including `/v1`. */
   baseUrl: string;

@@ -200,10 +200,10 @@ describe('createTelemetry', () => {
 
   it("exports the engines' own counters and queue depth, read at each scrape", async () => {
     let produced = 7;
-    telemetry.observeEngines(() => [{ replica: 'stories260k@1#0', revision: 'stories260k@1', outputTokens: produced, inputTokens: 5, activeSequences: 2 }]);
+    telemetry.observeEngines(() => [{ replica: 'stories260k@1/0', revision: 'stories260k@1', outputTokens: produced, inputTokens: 5, activeSequences: 2 }]);
     telemetry.observeQueues(() => ({ 'stories260k@1': 3 }));
     let { samples, types } = parseExposition((await scrape(server)).text);
-    const labels = { replica: 'stories260k@1#0', revision: 'stories260k@1' };
+    const labels = { replica: 'stories260k@1/0', revision: 'stories260k@1' };
     expect(find(samples, 'weir_engine_output_tokens_total', labels)[0]?.value).toBe(7);
     expect(find(samples, 'weir_engine_input_tokens_total', labels)[0]?.value).toBe(5);
     expect(find(samples, 'weir_engine_active_sequences', labels)[0]?.value).toBe(2);
