@@ -1,1 +1,2 @@
 export * from './slot-scheduler';
+export * from './replica-prober';

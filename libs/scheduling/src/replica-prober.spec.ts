@@ -1,0 +1,39 @@
+import { createReplicaProber } from './replica-prober';
+
+describe('createReplicaProber', () => {
+  it('ejects after consecutive failures (refused or timed out) and restores on one success', async () => {
+    const answers = new Map<string, 'ok' | 'refuse' | 'hang'>([
+      ['a', 'ok'],
+      ['b', 'ok'],
+    ]);
+    const changes: string[] = [];
+    const prober = createReplicaProber({
+      replicaIds: ['a', 'b'],
+      intervalMs: 60_000,
+      timeoutMs: 30,
+      failuresToEject: 2,
+      probe: async (id) => {
+        const a = answers.get(id);
+        if (a === 'refuse') throw new Error('ECONNREFUSED');
+        if (a === 'hang') return new Promise<boolean>(() => undefined);
+        return true;
+      },
+      onChange: (id, healthy, reason) => changes.push(`${id}:${healthy}:${reason}`),
+    });
+    try {
+      answers.set('a', 'refuse');
+      answers.set('b', 'hang');
+      await prober.probeAll();
+      expect(changes).toEqual([]); // one failure is not enough
+      await prober.probeAll();
+      expect(changes.sort()).toEqual(['a:false:probe_error', 'b:false:probe_timeout']);
+      await prober.probeAll();
+      expect(changes).toHaveLength(2); // reported once per change
+      answers.set('a', 'ok');
+      await prober.probeAll();
+      expect(changes).toContain('a:true:recovered');
+    } finally {
+      prober.stop();
+    }
+  });
+});

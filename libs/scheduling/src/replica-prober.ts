@@ -1,0 +1,95 @@
+/**
+ * Active health checking of replicas: every `intervalMs` each replica is probed (the probe
+ * is injected: an HTTP `/healthz` call in the scheduler service, a fake in tests). After
+ * `failuresToEject` consecutive failures a replica is reported unhealthy; one success
+ * reports it healthy again. A hung replica (SIGSTOP) fails by timeout, a killed one by
+ * connection refusal, so both leave rotation within about
+ * `failuresToEject × intervalMs + timeoutMs`.
+ */
+
+/** Options of {@link createReplicaProber}. */
+export interface ReplicaProberOptions {
+  replicaIds: readonly string[];
+  /** Resolves true when the replica answered healthy within `timeoutMs`; false or a rejection is a failure. */
+  probe(replicaId: string, timeoutMs: number): Promise<boolean>;
+  /** Default 1,000 ms. */
+  intervalMs?: number;
+  /** Default 500 ms. */
+  timeoutMs?: number;
+  /** Consecutive failures before a replica is ejected. Default 2. */
+  failuresToEject?: number;
+  /** Called on each change of state (not on every probe). */
+  onChange(replicaId: string, healthy: boolean, reason: string): void;
+}
+
+/** A running prober. */
+export interface ReplicaProber {
+  /** Runs one round now (tests and startup). */
+  probeAll(): Promise<void>;
+  stop(): void;
+}
+
+/** Starts probing (the first round runs after `intervalMs`; call `probeAll()` for one now). */
+export function createReplicaProber(options: ReplicaProberOptions): ReplicaProber {
+  const intervalMs = options.intervalMs ?? 1_000;
+  const timeoutMs = options.timeoutMs ?? 500;
+  const failuresToEject = options.failuresToEject ?? 2;
+  const state = new Map(options.replicaIds.map((id) => [id, { healthy: true, failures: 0 }]));
+  let running = false;
+
+  const probeOne = async (id: string) => {
+    const s = state.get(id);
+    if (!s) return;
+    let ok = false;
+    let reason = 'probe_failed';
+    try {
+      ok = await withTimeout(options.probe(id, timeoutMs), timeoutMs);
+    } catch (err) {
+      reason = err instanceof ProbeTimeout ? 'probe_timeout' : 'probe_error';
+    }
+    if (ok) {
+      s.failures = 0;
+      if (!s.healthy) {
+        s.healthy = true;
+        options.onChange(id, true, 'recovered');
+      }
+      return;
+    }
+    s.failures++;
+    if (s.healthy && s.failures >= failuresToEject) {
+      s.healthy = false;
+      options.onChange(id, false, reason);
+    }
+  };
+
+  const probeAll = async () => {
+    if (running) return; // a slow round never overlaps the next
+    running = true;
+    try {
+      await Promise.all([...state.keys()].map(probeOne));
+    } finally {
+      running = false;
+    }
+  };
+  const timer = setInterval(() => void probeAll(), intervalMs);
+  timer.unref();
+  return { probeAll, stop: () => clearInterval(timer) };
+}
+
+class ProbeTimeout extends Error {}
+
+function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
+  return new Promise((resolve, reject) => {
+    const t = setTimeout(() => reject(new ProbeTimeout()), ms);
+    p.then(
+      (v) => {
+        clearTimeout(t);
+        resolve(v);
+      },
+      (e: unknown) => {
+        clearTimeout(t);
+        reject(e);
+      },
+    );
+  });
+}
