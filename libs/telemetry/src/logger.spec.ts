@@ -1,3 +1,5 @@
+import { context, trace } from '@opentelemetry/api';
+import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
 import { Writable } from 'node:stream';
 import type { ModelFileLogger } from '@weir/config';
 import { createLogger, REDACTED_KEYS } from './index';
@@ -37,6 +39,22 @@ describe('createLogger', () => {
     const json = JSON.stringify(lines[0]);
     expect(json).toContain('[redacted]');
     for (const secret of ['Once upon', 'Lily', 'secret story', 'wk_abc', 'sk-upstream', 'pw@db', '"hi"', '"x"']) expect(json).not.toContain(secret);
+  });
+
+  it('adds trace_id and span_id of the active span, and nothing outside one', () => {
+    const manager = new AsyncLocalStorageContextManager().enable();
+    context.setGlobalContextManager(manager);
+    try {
+      const { lines, destination } = capture();
+      const logger = createLogger({ name: 't', destination });
+      const spanContext = { traceId: '4bf92f3577b34da6a3ce929d0e0e4736', spanId: '00f067aa0ba902b7', traceFlags: 1 };
+      context.with(trace.setSpanContext(context.active(), spanContext), () => logger.info('inside'));
+      logger.info('outside');
+      expect(lines[0]).toMatchObject({ msg: 'inside', trace_id: spanContext.traceId, span_id: spanContext.spanId });
+      expect(lines[1].trace_id).toBeUndefined();
+    } finally {
+      context.disable();
+    }
   });
 
   it('keeps metadata, the name and the message', () => {

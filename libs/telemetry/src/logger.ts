@@ -1,3 +1,4 @@
+import { isSpanContextValid, trace } from '@opentelemetry/api';
 import { pino, type DestinationStream, type Level, type Logger } from 'pino';
 
 /**
@@ -114,7 +115,8 @@ export interface LoggerOptions {
 export type WeirLogger = Logger;
 
 /**
- * Creates a JSON logger with Weir's redaction list applied (see {@link REDACTED_KEYS}).
+ * Creates a JSON logger with Weir's redaction list applied (see {@link REDACTED_KEYS}), and
+ * `trace_id`/`span_id` from the active OpenTelemetry span on every line logged inside one.
  * Create one per process and derive per-component loggers with `logger.child({...})`.
  */
 export function createLogger(options: LoggerOptions): WeirLogger {
@@ -124,6 +126,11 @@ export function createLogger(options: LoggerOptions): WeirLogger {
       level: options.level ?? 'info',
       redact: { paths: [...REDACT_PATHS], censor: CENSOR },
       formatters: { log: (fields) => redactDeep(fields) },
+      // Correlate logs with traces: the active OpenTelemetry span's ids, when there is one.
+      mixin() {
+        const span = trace.getActiveSpan()?.spanContext();
+        return span && isSpanContextValid(span) ? { trace_id: span.traceId, span_id: span.spanId } : {};
+      },
     },
     options.destination,
   );
