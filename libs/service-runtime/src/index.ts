@@ -1,0 +1,3 @@
+export * from './env';
+export * from './lifecycle';
+export * from './ops-server';
