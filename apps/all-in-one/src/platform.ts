@@ -8,16 +8,16 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { createConcurrencyAdmission } from '@weir/admission';
 import { type AllInOneEnv, loadConfigFile, defaultConfig, resolveModelFile } from '@weir/config';
-import { type EngineAdapter, type PlatformConfig, type RevisionSpec, checkSuppliedApiKey, hashApiKey, mintApiKey, newId, parseApiKey, systemClock, type WeirErrorCode } from '@weir/core';
+import { type EngineAdapter, type PlatformConfig, type RevisionSpec, checkSuppliedApiKey, hashApiKey, mintApiKey, newId, parseApiKey, systemClock } from '@weir/core';
 import { createEngine, type LlamaCppEngine } from '@weir/engines';
-import { createGatewayApp, type Gateway } from '@weir/gateway';
+import { createGatewayApp, createGenerationPipeline, createMetricsObserver, type Gateway } from '@weir/gateway';
 import { createBatchedUsageSink, type BatchedUsageSink } from '@weir/ledger';
 import { createStaticRouter } from '@weir/routing';
 import { createSlotScheduler } from '@weir/scheduling';
 import { createApiKeyRepository, createCachedApiKeyStore, createTenantRepository, createUsageRepository, openDatabase, type WeirDatabase } from '@weir/store-pg';
 import { createRelay } from '@weir/streaming';
-import { createLogger, createTelemetry, type RejectionReason, type WeirLogger } from '@weir/telemetry';
-import { createGenerationPipeline } from '@weir/gateway';
+import { createLogger, createTelemetry, type WeirLogger } from '@weir/telemetry';
+
 
 /** A running all-in-one. */
 export interface Platform {
@@ -107,33 +107,7 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
     usageSink,
     tenants: new Map(config.tenants.map((t) => [t.id, t])),
     clock: systemClock,
-    observer: {
-      onRejected: (caller, reason) => {
-        // Shedding (limits, full queues) is counted apart from client errors (ARCHITECTURE.md §6).
-        if (isShedding(reason)) telemetry.metrics.recordRejection({ tenant: caller.tenantId, reason });
-        telemetry.metrics.recordRequest({ tenant: caller.tenantId, operation: 'generation', requestModel: 'none', status: 'rejected', errorType: reason, durationS: 0, inputTokens: 0, outputTokens: 0 });
-      },
-      onFinished: ({ caller, route, alias, revision, outcome }) => {
-        telemetry.metrics.recordQueueTime({ tenant: caller.tenantId, revision: revision.id, queueS: outcome.timings.queueMs / 1000 });
-        telemetry.metrics.recordRequest({
-          tenant: caller.tenantId,
-          operation: route === 'chat.completions' ? 'chat' : route === 'completions' ? 'text_completion' : 'generation',
-          requestModel: alias,
-          responseModel: revision.id,
-          provider: engines.get(revision.id)?.kind ?? 'unknown',
-          status: outcome.finishReason === 'stop' || outcome.finishReason === 'length' ? 'completed' : outcome.finishReason === 'error' ? 'failed' : outcome.finishReason === 'content_filter' ? 'filtered' : outcome.finishReason,
-          errorType: outcome.error?.code,
-          durationS: outcome.timings.totalMs / 1000,
-          ttftS: outcome.timings.ttftMs === null ? undefined : outcome.timings.ttftMs / 1000,
-          tpotS:
-            outcome.timings.ttftMs !== null && outcome.usage.outputTokens > 1
-              ? (outcome.timings.totalMs - outcome.timings.ttftMs) / 1000 / (outcome.usage.outputTokens - 1)
-              : undefined,
-          inputTokens: outcome.usage.inputTokens,
-          outputTokens: outcome.usage.outputTokens,
-        });
-      },
-    },
+    observer: createMetricsObserver(telemetry.metrics, (revisionId) => engines.get(revisionId)?.kind ?? 'unknown'),
   });
   const gateway: Gateway = createGatewayApp({
     pipeline,
@@ -181,11 +155,6 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
       return stopping;
     },
   };
-}
-
-const SHEDDING = new Set<WeirErrorCode>(['rate_limited', 'concurrency_limited', 'budget_exhausted', 'queue_full', 'deadline_unmeetable', 'shutting_down']);
-function isShedding(code: WeirErrorCode): code is RejectionReason {
-  return SHEDDING.has(code);
 }
 
 function replicaId(revision: RevisionSpec): string {

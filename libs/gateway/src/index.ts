@@ -4,3 +4,4 @@ export { HTTP_ERRORS, type HttpErrorMapping } from '@weir/streaming';
 export * from './pipeline';
 export * from './schemas';
 export * from './sse-writer';
+export * from './metrics-observer';

@@ -1,0 +1,37 @@
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { RevisionSpec } from '@weir/core';
+import { createTelemetry } from '@weir/telemetry';
+import { createMetricsObserver } from './metrics-observer';
+
+const caller = { tenantId: 'demo', appId: 'a', apiKeyId: 'k' };
+const revision = { id: 'rev@1' } as RevisionSpec;
+
+it('counts shedding apart from errors and records finished requests with TTFT and TPOT', async () => {
+  const telemetry = createTelemetry({ serviceName: 'test' });
+  const observer = createMetricsObserver(telemetry.metrics, () => 'llamacpp');
+  observer.onRejected?.(caller, 'queue_full');
+  observer.onRejected?.(caller, 'invalid_request');
+  observer.onFinished?.({
+    caller,
+    route: 'chat.completions',
+    alias: 'tiny',
+    revision,
+    outcome: { finishReason: 'length', usage: { inputTokens: 5, outputTokens: 11 }, costNanoUsd: 1, modelRevision: 'rev@1', timings: { queueMs: 3, ttftMs: 100, totalMs: 600 } },
+  });
+  const server = createServer(telemetry.metricsHandler);
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+  try {
+    const text = await (await fetch(`http://127.0.0.1:${(server.address() as AddressInfo).port}/metrics`)).text();
+    expect(text).toMatch(/weir_admission_rejections_total\{[^}]*reason="queue_full"[^}]*\} 1/);
+    expect(text).not.toMatch(/weir_admission_rejections_total\{[^}]*reason="invalid_request"/);
+    expect(text).toMatch(/weir_requests_total\{[^}]*status="completed"[^}]*\} 1/);
+    expect(text).toMatch(/weir_requests_total\{[^}]*status="rejected"[^}]*\} 2/);
+    // TPOT = (0.6 − 0.1) / (11 − 1) = 0.05 s
+    expect(text).toMatch(/gen_ai_server_time_per_output_token_sum\{[^}]*gen_ai_provider_name="llamacpp"[^}]*\} 0\.05/);
+    expect(text).toMatch(/gen_ai_server_time_to_first_token_sum\{[^}]*\} 0\.1/);
+  } finally {
+    server.close();
+    await telemetry.shutdown();
+  }
+});
