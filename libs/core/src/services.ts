@@ -147,6 +147,12 @@ export interface GenerationOutcome {
   modelRevision: string;
   /** Set when finishReason is `error`. */
   error?: { code: string; message: string };
+  /**
+   * True when the relay was lost mid-stream (its process died): the outcome was made by the
+   * caller from what it had received, and the relay could not record usage. The caller then
+   * records it, marked uncertain, for reconciliation against the engines' counters.
+   */
+  relayLost?: boolean;
 }
 
 /** Why the relay was asked to stop early. */

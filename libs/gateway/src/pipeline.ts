@@ -219,6 +219,12 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
           });
           void handle.done.then(async (outcome) => {
             lease.release();
+            // A lost relay could not record usage: record what was relayed, marked uncertain.
+            if (outcome.relayLost) {
+              deps.usageSink.record(
+                buildUsageRecord({ generationId: params.generationId, requestId: params.requestId, route: params.route, caller, modelAlias: params.alias }, outcome, Date.now()),
+              );
+            }
             await deps.admission.settle(reservationId, { usage: outcome.usage, costNanoUsd: outcome.costNanoUsd });
             deps.observer?.onFinished?.({ caller, route: params.route, alias: params.alias, revision, outcome });
           });

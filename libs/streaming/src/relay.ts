@@ -78,6 +78,7 @@ export function buildUsageRecord(
     totalMs: Math.round(outcome.timings.totalMs),
     startedAt: new Date(finishedAtMs - outcome.timings.totalMs),
     finishedAt: new Date(finishedAtMs),
+    ...(outcome.relayLost ? { uncertain: true } : {}),
   };
 }
 
