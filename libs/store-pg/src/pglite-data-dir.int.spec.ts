@@ -58,7 +58,7 @@ describe('PGlite in a data directory', () => {
         .selectFrom('kysely_migration' as never)
         .select('name' as never)
         .execute();
-      expect(migrations).toEqual([{ name: '0001_identity_and_usage' }]);
+      expect(migrations).toEqual([{ name: '0001_identity_and_usage' }, { name: '0002_usage_uncertain' }]);
     } finally {
       await second.close();
     }

@@ -94,6 +94,13 @@ describe.each(backends)('store-pg repositories on %s', (_name, open) => {
       expect(await repo.getUsage('gen_missing')).toBeUndefined();
     });
 
+    it('keeps the uncertain mark of a record made after a lost relay', async () => {
+      const repo = createUsageRepository(database.db);
+      const rec = usageRecord({ uncertain: true, status: 'failed', finishReason: 'error', errorCode: 'upstream_error' });
+      await repo.insertMany([rec]);
+      expect(await repo.getUsage(rec.generationId)).toEqual(rec);
+    });
+
     it('rounds fractional timings (performance.now() ms) to whole ms', async () => {
       const repo = createUsageRepository(database.db);
       const rec = usageRecord({ queueMs: 0.4, ttftMs: 3.6, totalMs: 12.5 });

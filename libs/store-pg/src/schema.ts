@@ -63,6 +63,8 @@ export interface UsageLedgerTable {
   total_ms: number;
   started_at: Date;
   finished_at: Date;
+  /** Counts are the gateway's best knowledge after a lost relay; reconciliation settles them. */
+  uncertain: ColumnType<boolean, boolean | undefined, boolean>;
 }
 
 /** The whole schema as of the latest migration. */

@@ -168,6 +168,7 @@ function toRow(r: UsageRecord): InsertRow {
     total_ms: Math.round(r.totalMs),
     started_at: r.startedAt,
     finished_at: r.finishedAt,
+    uncertain: r.uncertain ?? false,
   };
 }
 
@@ -193,5 +194,6 @@ function fromRow(r: SelectRow): UsageRecord {
     totalMs: r.total_ms,
     startedAt: r.started_at,
     finishedAt: r.finished_at,
+    ...(r.uncertain ? { uncertain: true } : {}),
   };
 }

@@ -1,5 +1,6 @@
 import type { Migration, MigrationProvider } from 'kysely';
 import { identityAndUsage } from './0001-identity-and-usage';
+import { usageUncertain } from './0002-usage-uncertain';
 
 /**
  * Weir's one migration history, for PGlite and Postgres alike. Names sort in the order they
@@ -9,6 +10,7 @@ import { identityAndUsage } from './0001-identity-and-usage';
  */
 export const MIGRATIONS: Readonly<Record<string, Migration>> = Object.freeze({
   '0001_identity_and_usage': identityAndUsage,
+  '0002_usage_uncertain': usageUncertain,
 });
 
 /** An in-code kysely {@link MigrationProvider} over {@link MIGRATIONS} (no filesystem scan). */
