@@ -1,0 +1,30 @@
+import type { UsageRecord } from '@weir/core';
+
+/**
+ * Returns what is wrong with a usage record, or undefined when it can be carried and written:
+ * ids non-empty strings; token counts and `costNanoUsd` non-negative safe integers; `queueMs`,
+ * `totalMs` (and `ttftMs` unless null) finite non-negative ms; `startedAt`/`finishedAt` valid
+ * `Date`s. The same rules as the ledger's batched sink, so a record refused here would also be
+ * refused there. Never includes field values in the message (only names).
+ */
+export function usageRecordFault(r: UsageRecord): string | undefined {
+  if (typeof r !== 'object' || r === null) return 'record must be an object';
+  for (const field of ['generationId', 'requestId', 'tenantId'] as const) {
+    const v = r[field];
+    if (typeof v !== 'string' || v.length === 0) return `${field} must be a non-empty string`;
+  }
+  for (const field of ['inputTokens', 'outputTokens', 'cachedInputTokens', 'costNanoUsd'] as const) {
+    const v = r[field];
+    if (!Number.isSafeInteger(v) || v < 0) return `${field} must be a non-negative integer`;
+  }
+  for (const field of ['queueMs', 'totalMs', 'ttftMs'] as const) {
+    const v = r[field];
+    if (v === null && field === 'ttftMs') continue;
+    if (typeof v !== 'number' || !Number.isFinite(v) || v < 0) return `${field} must be a non-negative number of ms`;
+  }
+  for (const field of ['startedAt', 'finishedAt'] as const) {
+    const v = r[field];
+    if (!(v instanceof Date) || Number.isNaN(v.getTime())) return `${field} must be a valid Date`;
+  }
+  return undefined;
+}
