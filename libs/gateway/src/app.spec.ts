@@ -8,6 +8,7 @@ import type { AddressInfo } from 'node:net';
 import { createConcurrencyAdmission, type InMemoryAdmission } from '@weir/admission';
 import {
   type AdmissionService,
+  type CancelMessage,
   type EngineAdapter,
   type EngineEvent,
   type EngineRequest,
@@ -86,12 +87,17 @@ let engine: ReturnType<typeof fakeEngine>;
 let admission: InMemoryAdmission;
 let records: UsageRecord[];
 let admissionOverride: Partial<AdmissionService> = {};
+let cancels: CancelMessage[];
+let finished: Map<string, UsageRecord>;
+let splitMode = false;
 
 beforeEach(async () => {
   engine = fakeEngine({ tokens: 5, delayMs: 2 });
   admission = createConcurrencyAdmission({ tenants: config.tenants, retryAfterMs: 1500 });
   admissionOverride = {};
   records = [];
+  cancels = [];
+  finished = new Map();
   const router = createStaticRouter(config);
   const pipeline = createGenerationPipeline({
     router,
@@ -117,6 +123,12 @@ beforeEach(async () => {
     defaults: config.defaults,
     clock,
     logger: { info() {}, warn() {}, error() {} },
+    ...(splitMode
+      ? {
+          cancelTopic: { publish: (m: CancelMessage) => cancels.push(m), subscribe: () => () => undefined },
+          findFinished: async (_tenantId: string, id: string) => finished.get(id),
+        }
+      : {}),
   });
   server = createServer(gateway.app);
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
@@ -267,5 +279,54 @@ describe('gateway', () => {
     const res = await fetch(`${url}/v2/nothing`, { headers });
     expect(res.status).toBe(404);
     expect(await res.json()).toMatchObject({ error: { code: 'not_found' } });
+  });
+});
+
+describe('gateway in a split topology', () => {
+  beforeAll(() => {
+    splitMode = true;
+  });
+  afterAll(() => {
+    splitMode = false;
+  });
+
+  it('fans a cancel for a generation it does not hold out to the relays, with the caller’s tenant', async () => {
+    const res = await post('/v1/generations/gen_elsewhere/cancel', {});
+    expect(res.status).toBe(202);
+    expect(await res.json()).toEqual({ generation_id: 'gen_elsewhere', status: 'cancel_requested' });
+    expect(cancels).toEqual([{ generationId: 'gen_elsewhere', tenantId: 't', cause: 'cancel_requested' }]);
+  });
+
+  it('answers GET and cancel for a generation another gateway finished from the ledger, for its tenant only', async () => {
+    const rec = {
+      generationId: 'gen_done',
+      requestId: 'r1',
+      tenantId: 't',
+      appId: 'a',
+      apiKeyId: 'k',
+      route: 'generations',
+      modelAlias: 'fake',
+      modelRevision: 'fake@1',
+      inputTokens: 2,
+      outputTokens: 5,
+      cachedInputTokens: 0,
+      costNanoUsd: 7_000,
+      status: 'completed',
+      finishReason: 'stop',
+      errorCode: null,
+      queueMs: 0,
+      ttftMs: 1,
+      totalMs: 2,
+      startedAt: new Date(),
+      finishedAt: new Date(),
+    } satisfies UsageRecord;
+    finished.set('gen_done', rec);
+    const got = await (await fetch(`${url}/v1/generations/gen_done`, { headers })).json();
+    expect(got).toMatchObject({ generation_id: 'gen_done', status: 'completed', usage: { output_tokens: 5, cost_usd: 0.000007 } });
+    const cancel = await post('/v1/generations/gen_done/cancel', {});
+    expect(cancel.status).toBe(200);
+    expect(cancels).toEqual([]);
+    const theirs = await fetch(`${url}/v1/generations/gen_done`, { headers: { Authorization: `Bearer ${otherTenantKey.plaintext}` } });
+    expect(theirs.status).toBe(404);
   });
 });

@@ -8,6 +8,7 @@ import type { ServerResponse } from 'node:http';
 import {
   type ApiKeyStore,
   type ApiRoute,
+  type CancelMessage,
   type Caller,
   type Clock,
   type GenerationInput,
@@ -15,6 +16,8 @@ import {
   type PlatformDefaults,
   type RouterService,
   type SamplingParams,
+  type Topic,
+  type UsageRecord,
   WeirError,
   hashApiKey,
   newId,
@@ -62,6 +65,13 @@ export interface GatewayDeps {
   metricsHandler?: (req: Request, res: Response) => void;
   /** Readiness beyond draining (e.g. the usage queue is saturated). */
   readiness?: () => { ready: boolean; reason?: string };
+  /**
+   * Split topology: a cancel for a generation this gateway does not hold is fanned out here,
+   * so the relay holding the stream stops it (ARCHITECTURE.md §7, cancellation fan-out).
+   */
+  cancelTopic?: Topic<CancelMessage>;
+  /** Split topology: a finished generation's record (from the ledger), for GET and cancel on any gateway. */
+  findFinished?: (tenantId: string, generationId: string) => Promise<UsageRecord | undefined>;
 }
 
 /** The gateway: the express app plus lifecycle controls. */
@@ -267,17 +277,44 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     });
   });
 
-  app.get('/v1/generations/:id', authenticate, (req, res) => {
-    const entry = registry.get((req as Authed).caller.tenantId, String(req.params.id));
-    if (!entry) throw notFoundGeneration(String(req.params.id));
-    res.json(describe(entry));
+  /** A generation another gateway served, as the ledger recorded it. */
+  const finishedElsewhere = async (tenantId: string, id: string) => {
+    const record = await deps.findFinished?.(tenantId, id);
+    return record && record.tenantId === tenantId ? describeRecord(record) : undefined;
+  };
+
+  app.get('/v1/generations/:id', authenticate, async (req, res) => {
+    const { tenantId } = (req as Authed).caller;
+    const id = String(req.params.id);
+    const entry = registry.get(tenantId, id);
+    if (entry) {
+      res.json(describe(entry));
+      return;
+    }
+    const finished = await finishedElsewhere(tenantId, id);
+    if (!finished) throw notFoundGeneration(id);
+    res.json(finished);
   });
 
-  app.post('/v1/generations/:id/cancel', authenticate, (req, res) => {
-    const entry = registry.get((req as Authed).caller.tenantId, String(req.params.id));
-    if (!entry) throw notFoundGeneration(String(req.params.id));
-    entry.stop('cancel_requested');
-    res.json(describe(entry));
+  app.post('/v1/generations/:id/cancel', authenticate, async (req, res) => {
+    const { tenantId } = (req as Authed).caller;
+    const id = String(req.params.id);
+    const entry = registry.get(tenantId, id);
+    if (entry) {
+      entry.stop('cancel_requested');
+      res.json(describe(entry));
+      return;
+    }
+    const finished = await finishedElsewhere(tenantId, id);
+    if (finished) {
+      res.json(finished);
+      return;
+    }
+    if (!deps.cancelTopic) throw notFoundGeneration(id);
+    // Not here and not finished: it may be running behind another gateway. The relay holding
+    // it checks the tenant before acting, so a guessed id cannot cancel another tenant's work.
+    deps.cancelTopic.publish({ generationId: id, tenantId, cause: 'cancel_requested' });
+    res.status(202).json({ generation_id: id, status: 'cancel_requested' });
   });
 
   // ---- OpenAI-compatible routes ----------------------------------------------------------
@@ -432,6 +469,17 @@ function describe(entry: { generationId: string; requestId: string; modelRevisio
           usage: { input_tokens: o.usage.inputTokens, output_tokens: o.usage.outputTokens, cost_usd: o.costNanoUsd / 1e9 },
         }
       : {}),
+  };
+}
+
+function describeRecord(r: UsageRecord) {
+  return {
+    generation_id: r.generationId,
+    request_id: r.requestId,
+    model_revision: r.modelRevision,
+    status: statusOf(r.finishReason),
+    finish_reason: r.finishReason,
+    usage: { input_tokens: r.inputTokens, output_tokens: r.outputTokens, cost_usd: r.costNanoUsd / 1e9 },
   };
 }
 
