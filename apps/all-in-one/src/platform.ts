@@ -8,13 +8,13 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { createConcurrencyAdmission } from '@weir/admission';
 import { type AllInOneEnv, loadConfigFile, defaultConfig, resolveModelFile } from '@weir/config';
-import { type EngineAdapter, type PlatformConfig, type RevisionSpec, checkSuppliedApiKey, hashApiKey, mintApiKey, newId, parseApiKey, systemClock } from '@weir/core';
+import { type EngineAdapter, type PlatformConfig, type RevisionSpec, systemClock } from '@weir/core';
 import { createEngine, type LlamaCppEngine } from '@weir/engines';
 import { createGatewayApp, createGenerationPipeline, createMetricsObserver, type Gateway } from '@weir/gateway';
 import { createBatchedUsageSink, type BatchedUsageSink } from '@weir/ledger';
 import { createStaticRouter } from '@weir/routing';
 import { createSlotScheduler } from '@weir/scheduling';
-import { createApiKeyRepository, createCachedApiKeyStore, createTenantRepository, createUsageRepository, openDatabase, type WeirDatabase } from '@weir/store-pg';
+import { bootstrapTenants, createApiKeyRepository, createCachedApiKeyStore, createUsageRepository, openDatabase } from '@weir/store-pg';
 import { createRelay } from '@weir/streaming';
 import { createLogger, createTelemetry, type WeirLogger } from '@weir/telemetry';
 
@@ -71,7 +71,7 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
   const config = withServingRevisions(loaded, servingRevisions);
 
   const database = await openDatabase({ databaseUrl: settings.databaseUrl, dataDir: settings.databaseUrl ? undefined : `${settings.dataDir}/pg`, logger });
-  const boot = await bootstrapTenants(database, config, settings.demoApiKey, logger);
+  const boot = await bootstrapTenants(database.db, config, settings.demoApiKey, logger);
 
   const telemetry = createTelemetry({ serviceName: 'weir-all-in-one' });
   const usageSink: BatchedUsageSink = createBatchedUsageSink(createUsageRepository(database.db), { logger });
@@ -168,37 +168,4 @@ function withServingRevisions(config: PlatformConfig, serving: RevisionSpec[]): 
     .map((a) => ({ ...a, targets: a.targets.filter((t) => ids.has(t.revision)) }))
     .filter((a) => a.targets.some((t) => t.weight > 0));
   return { ...config, revisions: serving, aliases };
-}
-
-/**
- * Upserts the configured tenants and apps, and makes sure the demo tenant (`demo`, else
- * the first tenant) has a key: the supplied `WEIR_DEMO_API_KEY` if given (stored hashed),
- * else a new random key when the tenant has none. A key is returned only when created or
- * supplied now: an existing key is never shown again.
- */
-async function bootstrapTenants(database: WeirDatabase, config: PlatformConfig, suppliedKey: string | undefined, logger: WeirLogger) {
-  const tenants = createTenantRepository(database.db);
-  const keys = createApiKeyRepository(database.db);
-  for (const t of config.tenants) {
-    await tenants.upsertTenant({ id: t.id, name: t.name });
-    for (const app of t.apps) await tenants.upsertApp({ id: app.id, tenantId: t.id, name: app.name });
-  }
-  const demo = config.tenants.find((t) => t.id === 'demo') ?? config.tenants[0];
-  if (!demo || demo.apps.length === 0) return { demoApiKey: undefined, demoKeyPrefix: undefined };
-  const app = demo.apps[0];
-  if (suppliedKey) {
-    const problem = checkSuppliedApiKey(suppliedKey);
-    if (problem) throw new Error(`WEIR_DEMO_API_KEY: ${problem}`);
-    const prefix = parseApiKey(suppliedKey)?.prefix as string;
-    if (!(await keys.findByHash(hashApiKey(suppliedKey)))) {
-      await keys.insertKey({ id: newId('key'), prefix, sha256: hashApiKey(suppliedKey), tenantId: demo.id, appId: app.id, label: 'demo (WEIR_DEMO_API_KEY)' });
-      logger.info({ tenant: demo.id, app: app.id, prefix }, 'demo API key registered');
-    }
-    return { demoApiKey: suppliedKey, demoKeyPrefix: prefix };
-  }
-  if ((await keys.countKeys(demo.id)) > 0) return { demoApiKey: undefined, demoKeyPrefix: undefined };
-  const minted = mintApiKey();
-  await keys.insertKey({ id: newId('key'), prefix: minted.prefix, sha256: minted.sha256, tenantId: demo.id, appId: app.id, label: 'demo (generated)' });
-  logger.info({ tenant: demo.id, app: app.id, prefix: minted.prefix }, 'demo API key created');
-  return { demoApiKey: minted.plaintext, demoKeyPrefix: minted.prefix };
 }

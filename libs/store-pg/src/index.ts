@@ -27,3 +27,4 @@ export {
   type TemporaryPostgresDatabase,
   type TestDatabase,
 } from './testing';
+export { bootstrapTenants, type BootstrapResult } from './bootstrap';

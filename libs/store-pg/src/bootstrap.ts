@@ -1,0 +1,55 @@
+import type { Kysely } from 'kysely';
+import { type PlatformConfig, WeirError, checkSuppliedApiKey, hashApiKey, mintApiKey, newId, parseApiKey } from '@weir/core';
+import { createApiKeyRepository } from './api-key-repository';
+import type { StoreLogger } from './logger';
+import type { WeirSchema } from './schema';
+import { createTenantRepository } from './tenant-repository';
+
+/** What {@link bootstrapTenants} did about the demo key. */
+export interface BootstrapResult {
+  /** The demo key's plaintext, only when it was created or supplied now (show it once). */
+  demoApiKey?: string;
+  /** The demo key's public prefix, when known. */
+  demoKeyPrefix?: string;
+}
+
+/**
+ * Upserts the configured tenants and apps, and makes sure the demo tenant (`demo`, else
+ * the first tenant) has a key: the supplied `WEIR_DEMO_API_KEY` if given (stored hashed),
+ * else a new random key when the tenant has none. A key is returned only when created or
+ * supplied now: an existing key is never shown again. Safe to run from several processes at
+ * once (upserts; a key inserted concurrently by another process is not an error).
+ *
+ * @throws WeirError `invalid_request` when the supplied key is malformed.
+ */
+export async function bootstrapTenants(db: Kysely<WeirSchema>, config: PlatformConfig, suppliedKey: string | undefined, logger?: StoreLogger): Promise<BootstrapResult> {
+  const tenants = createTenantRepository(db);
+  const keys = createApiKeyRepository(db);
+  for (const t of config.tenants) {
+    await tenants.upsertTenant({ id: t.id, name: t.name });
+    for (const app of t.apps) await tenants.upsertApp({ id: app.id, tenantId: t.id, name: app.name });
+  }
+  const demo = config.tenants.find((t) => t.id === 'demo') ?? config.tenants[0];
+  if (!demo || demo.apps.length === 0) return { demoApiKey: undefined, demoKeyPrefix: undefined };
+  const app = demo.apps[0];
+  if (suppliedKey) {
+    const problem = checkSuppliedApiKey(suppliedKey);
+    if (problem) throw new WeirError('invalid_request', `WEIR_DEMO_API_KEY: ${problem}`);
+    const prefix = parseApiKey(suppliedKey)?.prefix as string;
+    if (!(await keys.findByHash(hashApiKey(suppliedKey)))) {
+      try {
+        await keys.insertKey({ id: newId('key'), prefix, sha256: hashApiKey(suppliedKey), tenantId: demo.id, appId: app.id, label: 'demo (WEIR_DEMO_API_KEY)' });
+        logger?.info({ tenant: demo.id, app: app.id, prefix }, 'demo API key registered');
+      } catch (err) {
+        // Another process registered the same key between our lookup and insert.
+        if (!(await keys.findByHash(hashApiKey(suppliedKey)))) throw err;
+      }
+    }
+    return { demoApiKey: suppliedKey, demoKeyPrefix: prefix };
+  }
+  if ((await keys.countKeys(demo.id)) > 0) return { demoApiKey: undefined, demoKeyPrefix: undefined };
+  const minted = mintApiKey();
+  await keys.insertKey({ id: newId('key'), prefix: minted.prefix, sha256: minted.sha256, tenantId: demo.id, appId: app.id, label: 'demo (generated)' });
+  logger?.info({ tenant: demo.id, app: app.id, prefix: minted.prefix }, 'demo API key created');
+  return { demoApiKey: minted.plaintext, demoKeyPrefix: minted.prefix };
+}
