@@ -1,0 +1,119 @@
+/**
+ * Child processes of a local topology: spawned with node + tsx on an app's `src/main.ts`,
+ * output captured line by line with a `[name]` prefix (and echoed when asked), stopped by pid
+ * with SIGTERM (SIGKILL after a timeout).
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { createServer } from 'node:net';
+import path from 'node:path';
+
+/** The repository root (this file is libs/launcher/src/processes.ts). */
+export const REPO_ROOT = path.resolve(__dirname, '../../..');
+
+/** A free TCP port on 127.0.0.1 (bound and released; a tiny race is acceptable locally). */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address() as { port: number };
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+/** One managed child process. */
+export interface ManagedProcess {
+  name: string;
+  readonly pid: number;
+  /** True until it exits. */
+  alive(): boolean;
+  /** Resolves with the exit code (null when killed by a signal). */
+  exited: Promise<number | null>;
+  /** Sends a signal (SIGKILL, SIGSTOP, SIGCONT …). */
+  signal(sig: NodeJS.Signals): void;
+  /** SIGTERM, then SIGKILL after `timeoutMs` (default 20 s); resolves with the exit code. */
+  stop(timeoutMs?: number): Promise<number | null>;
+}
+
+/** Output sink shared by a topology's processes. */
+export interface OutputLog {
+  lines: string[];
+  echo: boolean;
+}
+
+/** Spawns `apps/<app>/src/main.ts` under tsx with `env` added to this process's environment. */
+export function spawnApp(name: string, app: string, env: Record<string, string | undefined>, log: OutputLog): ManagedProcess {
+  const child: ChildProcess = spawn(process.execPath, ['--import', 'tsx', path.join(REPO_ROOT, 'apps', app, 'src/main.ts')], {
+    cwd: REPO_ROOT,
+    env: {
+      ...process.env,
+      NODE_OPTIONS: '',
+      TSX_TSCONFIG_PATH: path.join(REPO_ROOT, 'tsconfig.json'),
+      NODE_LLAMA_CPP_SKIP_DOWNLOAD: 'true',
+      NODE_LLAMA_CPP_GPU: 'false',
+      ...env,
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const take = (chunk: Buffer) => {
+    for (const line of chunk.toString('utf8').split('\n')) {
+      if (!line) continue;
+      const prefixed = `[${name}] ${line}`;
+      log.lines.push(prefixed);
+      if (log.echo) process.stdout.write(`${prefixed}\n`);
+    }
+  };
+  child.stdout?.on('data', take);
+  child.stderr?.on('data', take);
+  let exitCode: number | null | undefined;
+  const exited = new Promise<number | null>((resolve) =>
+    child.on('exit', (code) => {
+      exitCode = code;
+      resolve(code);
+    }),
+  );
+  return {
+    name,
+    get pid() {
+      return child.pid as number;
+    },
+    alive: () => exitCode === undefined,
+    exited,
+    signal(sig) {
+      if (exitCode === undefined) child.kill(sig);
+    },
+    async stop(timeoutMs = 20_000) {
+      if (exitCode !== undefined) return exitCode;
+      child.kill('SIGCONT'); // a stopped (SIGSTOP) process cannot act on SIGTERM
+      child.kill('SIGTERM');
+      const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+      const code = await exited;
+      clearTimeout(timer);
+      return code;
+    },
+  };
+}
+
+/** Polls `url` until it answers 200, the process exits, or `timeoutMs` passes. */
+export async function waitReady(proc: ManagedProcess, url: string, timeoutMs: number, log: OutputLog): Promise<void> {
+  const until = Date.now() + timeoutMs;
+  for (;;) {
+    if (!proc.alive()) throw new Error(`${proc.name} exited before it was ready:\n${tail(log, proc.name)}`);
+    try {
+      const res = await fetch(url, { signal: AbortSignal.timeout(1_000) });
+      if (res.ok) return;
+    } catch {
+      // not up yet
+    }
+    if (Date.now() > until) throw new Error(`${proc.name} was not ready at ${url} within ${timeoutMs} ms:\n${tail(log, proc.name)}`);
+    await new Promise((r) => setTimeout(r, 150));
+  }
+}
+
+function tail(log: OutputLog, name: string): string {
+  return log.lines
+    .filter((l) => l.startsWith(`[${name}]`))
+    .slice(-15)
+    .join('\n');
+}

@@ -1,0 +1,221 @@
+/**
+ * The split topology on one machine (`npm run split`, and the e2e and fault suites): each
+ * data-plane service its own process — router, admission, scheduler, streaming relay,
+ * ledger, N gateways — plus M llama.cpp engine replicas per llama.cpp revision, talking
+ * gRPC and NATS JetStream, with state in Postgres. The configuration file is the all-in-one's;
+ * the launcher adds each revision's `replicas` (the engine processes it starts) and hands the
+ * derived file to every service.
+ */
+import { mkdirSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { parseConfig, resolveModelFile } from '@weir/config';
+import { parse, stringify } from 'yaml';
+import { freePort, type ManagedProcess, type OutputLog, spawnApp, waitReady } from './processes';
+
+/** Options of {@link startSplitTopology}. */
+export interface SplitTopologyOptions {
+  /** The configuration (YAML or JSON text), as for the all-in-one's WEIR_CONFIG. */
+  configText: string;
+  /** Where derived files go (the split config, the model cache). Created if missing. */
+  workDir: string;
+  /** A GGUF file standing in for llama.cpp revisions that name no `model_path` (WEIR_MODEL_PATH). */
+  modelPath?: string;
+  /** Postgres for keys and the ledger. */
+  databaseUrl: string;
+  /** NATS with JetStream. Default `nats://127.0.0.1:4222`. */
+  natsUrl?: string;
+  /** Gateway replicas. Default 2. */
+  gateways?: number;
+  /** Engine replicas per llama.cpp revision. Default 2. */
+  enginesPerRevision?: number;
+  /** Extra environment for every process (e.g. WEIR_DEMO_API_KEY, LOG_LEVEL). */
+  env?: Record<string, string | undefined>;
+  /** Echo every process's output to this process's stdout, prefixed. Default false. */
+  echo?: boolean;
+  /** How long every process may take to become ready (ms). Default 120,000. */
+  readyTimeoutMs?: number;
+}
+
+/** A running split topology. */
+export interface SplitTopology {
+  gateways: { name: string; url: string; process: ManagedProcess }[];
+  engines: { name: string; replicaId: string; revisionId: string; url: string; process: ManagedProcess }[];
+  /** Every process by name: `router`, `admission`, `scheduler`, `relay`, `ledger`, `gateway-0`, `engine:<replica id>`. */
+  processes: Map<string, ManagedProcess>;
+  /** gRPC addresses of the services (`host:port`). */
+  addresses: { router: string; admission: string; scheduler: string; relay: string };
+  /** Ops (healthz/readyz/metrics) base URLs by process name. */
+  opsUrls: Map<string, string>;
+  /** The derived configuration file every service reads. */
+  configPath: string;
+  /** Every process's output so far, `[name] line` per line. */
+  output(): string;
+  /** Restarts a stopped or killed process with its original environment and waits until it is ready. */
+  restart(name: string): Promise<ManagedProcess>;
+  /** Stops everything (SIGTERM; gateways first, engines last); true when every process exited 0. */
+  stop(): Promise<boolean>;
+}
+
+interface ProcessSpec {
+  name: string;
+  app: string;
+  env: Record<string, string | undefined>;
+  readyUrl: string;
+}
+
+/** Starts the split topology and waits until every process is ready. */
+export async function startSplitTopology(options: SplitTopologyOptions): Promise<SplitTopology> {
+  const host = '127.0.0.1';
+  const natsUrl = options.natsUrl ?? 'nats://127.0.0.1:4222';
+  const gatewayCount = options.gateways ?? 2;
+  const perRevision = options.enginesPerRevision ?? 2;
+  mkdirSync(options.workDir, { recursive: true });
+  const log: OutputLog = { lines: [], echo: options.echo ?? false };
+  const config = parseConfig(options.configText, 'config');
+  const doc = parse(options.configText) as { revisions: Array<Record<string, unknown>> };
+
+  const specs: ProcessSpec[] = [];
+  const engines: { name: string; replicaId: string; revisionId: string; url: string }[] = [];
+  for (const revision of config.revisions) {
+    if (revision.engine.kind !== 'llamacpp') continue;
+    const spec = revision.engine;
+    const file = await resolveModelFile(spec, {
+      modelPathOverride: spec.modelPath ? undefined : options.modelPath,
+      cacheDir: path.join(options.workDir, 'models'),
+      allowDownload: true,
+    });
+    if (!file.ok) throw new Error(`revision ${revision.id}: ${file.reason}`);
+    const replicas = [];
+    for (let i = 0; i < perRevision; i++) {
+      const port = await freePort();
+      const replicaId = `${revision.id}/${i}`;
+      const name = `engine:${replicaId}`;
+      const url = `http://${host}:${port}`;
+      specs.push({
+        name,
+        app: 'engine-llamacpp',
+        readyUrl: `${url}/readyz`,
+        env: {
+          PORT: String(port),
+          HOST: host,
+          WEIR_MODEL_PATH: file.path,
+          WEIR_MODEL_NAME: revision.id,
+          WEIR_REPLICA_ID: replicaId,
+          WEIR_REVISION_ID: revision.id,
+          ENGINE_SEQUENCES: String(spec.sequences),
+          ENGINE_THREADS: String(spec.threads),
+          ENGINE_CONTEXT_SIZE: String(spec.contextSize),
+          ENGINE_TEST_TOKEN_DELAY_MS: String(spec.testTokenDelayMs),
+        },
+      });
+      engines.push({ name, replicaId, revisionId: revision.id, url });
+      replicas.push({ id: replicaId, base_url: `${url}/v1`, slots: spec.sequences });
+    }
+    const entry = doc.revisions.find((r) => r.id === revision.id);
+    if (entry) entry.replicas = replicas;
+  }
+  const configPath = path.join(options.workDir, 'weir.split.yaml');
+  writeFileSync(configPath, stringify(doc));
+  parseConfig(stringify(doc), configPath); // the derived file must be valid too
+
+  const ports = {
+    router: await freePort(),
+    admission: await freePort(),
+    scheduler: await freePort(),
+    relay: await freePort(),
+  };
+  const addresses = {
+    router: `${host}:${ports.router}`,
+    admission: `${host}:${ports.admission}`,
+    scheduler: `${host}:${ports.scheduler}`,
+    relay: `${host}:${ports.relay}`,
+  };
+  const common = { ...options.env, WEIR_CONFIG: configPath, HOST: host, NATS_URL: natsUrl, DATABASE_URL: options.databaseUrl };
+  const opsUrls = new Map<string, string>();
+  for (const service of ['router', 'admission', 'scheduler', 'relay'] as const) {
+    const ops = await freePort();
+    opsUrls.set(service, `http://${host}:${ops}`);
+    specs.push({
+      name: service,
+      app: service === 'relay' ? 'streaming-relay' : service,
+      readyUrl: `http://${host}:${ops}/readyz`,
+      env: { ...common, GRPC_PORT: String(ports[service]), OPS_PORT: String(ops) },
+    });
+  }
+  {
+    const ops = await freePort();
+    opsUrls.set('ledger', `http://${host}:${ops}`);
+    specs.push({ name: 'ledger', app: 'ledger', readyUrl: `http://${host}:${ops}/readyz`, env: { ...common, OPS_PORT: String(ops) } });
+  }
+  const gateways: { name: string; url: string }[] = [];
+  for (let i = 0; i < gatewayCount; i++) {
+    const port = await freePort();
+    const url = `http://${host}:${port}`;
+    const name = `gateway-${i}`;
+    opsUrls.set(name, url);
+    gateways.push({ name, url });
+    specs.push({
+      name,
+      app: 'gateway',
+      readyUrl: `${url}/readyz`,
+      env: {
+        ...common,
+        PORT: String(port),
+        ROUTER_ADDR: addresses.router,
+        ADMISSION_ADDR: addresses.admission,
+        SCHEDULER_ADDR: addresses.scheduler,
+        RELAY_ADDR: addresses.relay,
+      },
+    });
+  }
+
+  const processes = new Map<string, ManagedProcess>();
+  const byName = new Map(specs.map((s) => [s.name, s]));
+  const readyTimeoutMs = options.readyTimeoutMs ?? 120_000;
+  for (const s of specs) processes.set(s.name, spawnApp(s.name, s.app, s.env, log));
+  const stopAll = async () => {
+    // Gateways first (they drain client streams), then the services, engines last.
+    const order = [...processes.keys()].sort((a, b) => rank(a) - rank(b));
+    const codes: (number | null)[] = [];
+    for (const group of [0, 1, 2]) {
+      codes.push(...(await Promise.all(order.filter((n) => rank(n) === group).map((n) => (processes.get(n) as ManagedProcess).stop()))));
+    }
+    return codes.every((c) => c === 0);
+  };
+  try {
+    await Promise.all(specs.map((s) => waitReady(processes.get(s.name) as ManagedProcess, s.readyUrl, readyTimeoutMs, log)));
+  } catch (err) {
+    await stopAll();
+    throw err;
+  }
+
+  return {
+    get gateways() {
+      return gateways.map((g) => ({ ...g, process: processes.get(g.name) as ManagedProcess }));
+    },
+    get engines() {
+      return engines.map((e) => ({ ...e, process: processes.get(e.name) as ManagedProcess }));
+    },
+    processes,
+    addresses,
+    opsUrls,
+    configPath,
+    output: () => log.lines.join('\n'),
+    async restart(name) {
+      const s = byName.get(name);
+      if (!s) throw new Error(`no process named ${name}`);
+      await processes.get(name)?.stop();
+      const p = spawnApp(s.name, s.app, s.env, log);
+      processes.set(name, p);
+      await waitReady(p, s.readyUrl, readyTimeoutMs, log);
+      return p;
+    },
+    stop: stopAll,
+  };
+}
+
+function rank(name: string): number {
+  if (name.startsWith('gateway-')) return 0;
+  if (name.startsWith('engine:')) return 2;
+  return 1;
+}
