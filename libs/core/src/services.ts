@@ -34,9 +34,9 @@ export interface RouterService {
    * Resolves `alias` for `caller`. `stickyKey` (the request id) makes the canary arm
    * deterministic: the same key always lands on the same arm.
    */
-  resolve(caller: Caller, alias: string, stickyKey: string): RouteResult;
+  resolve(caller: Caller, alias: string, stickyKey: string): Promise<RouteResult>;
   /** Aliases this caller may use, in config order. */
-  listAliases(caller: Caller): AliasSpec[];
+  listAliases(caller: Caller): Promise<AliasSpec[]>;
 }
 
 /** What admission is asked to hold for one request. */

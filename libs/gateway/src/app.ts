@@ -336,15 +336,15 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     await answerOpenAi(res, g, body.model, 'text', body.stream === true, body.stream_options?.include_usage === true);
   });
 
-  app.get('/v1/models', authenticate, (req, res) => {
+  app.get('/v1/models', authenticate, async (req, res) => {
     const created = Math.floor(Date.now() / 1000);
     res.json({
       object: 'list',
-      data: deps.router.listAliases((req as Authed).caller).map((a) => ({ id: a.name, object: 'model', created, owned_by: 'weir' })),
+      data: (await deps.router.listAliases((req as Authed).caller)).map((a) => ({ id: a.name, object: 'model', created, owned_by: 'weir' })),
     });
   });
-  app.get('/v1/models/:id', authenticate, (req, res) => {
-    const alias = deps.router.listAliases((req as Authed).caller).find((a) => a.name === req.params.id);
+  app.get('/v1/models/:id', authenticate, async (req, res) => {
+    const alias = (await deps.router.listAliases((req as Authed).caller)).find((a) => a.name === req.params.id);
     if (!alias) throw new WeirError('model_not_found', `The model '${String(req.params.id)}' does not exist or you do not have access to it.`, { param: 'model' });
     res.json({ id: alias.name, object: 'model', created: Math.floor(Date.now() / 1000), owned_by: 'weir' });
   });

@@ -106,7 +106,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
   return {
     async admit(params) {
       const { caller } = params;
-      const routed = deps.router.resolve(caller, params.alias, params.requestId);
+      const routed = await deps.router.resolve(caller, params.alias, params.requestId);
       if (!routed.ok) return reject(caller, new WeirError('model_not_found', routed.message, { param: 'model' }));
       const { revision } = routed.route;
 

@@ -29,31 +29,31 @@ const callerB = { tenantId: 'b', appId: 'y', apiKeyId: 'k2' };
 describe('createStaticRouter', () => {
   const router = createStaticRouter(config);
 
-  it('resolves an alias to one of its revisions, stickily', () => {
-    const first = router.resolve(callerA, 'chat', 'req-1');
+  it('resolves an alias to one of its revisions, stickily', async () => {
+    const first = await router.resolve(callerA, 'chat', 'req-1');
     expect(first.ok).toBe(true);
-    for (let i = 0; i < 20; i++) expect(router.resolve(callerA, 'chat', 'req-1')).toEqual(first);
+    for (let i = 0; i < 20; i++) expect(await router.resolve(callerA, 'chat', 'req-1')).toEqual(first);
   });
 
-  it('uses both arms of a canary', () => {
+  it('uses both arms of a canary', async () => {
     const seen = new Set<string>();
     for (let i = 0; i < 200; i++) {
-      const r = router.resolve(callerA, 'chat', `id-${i}`);
+      const r = await router.resolve(callerA, 'chat', `id-${i}`);
       if (r.ok) seen.add(r.route.revision.id);
     }
     expect([...seen].sort()).toEqual(['m@1', 'm@2']);
   });
 
-  it('answers model_not_found for unknown aliases and for aliases the tenant may not use, alike', () => {
-    const unknown = router.resolve(callerA, 'nope', 'r');
-    const forbidden = router.resolve(callerB, 'private', 'r');
+  it('answers model_not_found for unknown aliases and for aliases the tenant may not use, alike', async () => {
+    const unknown = await router.resolve(callerA, 'nope', 'r');
+    const forbidden = await router.resolve(callerB, 'private', 'r');
     expect(unknown).toMatchObject({ ok: false, reason: 'model_not_found' });
     expect(forbidden).toMatchObject({ ok: false, reason: 'model_not_found' });
   });
 
-  it('lists only the aliases a tenant may use', () => {
-    expect(router.listAliases(callerA).map((a) => a.name)).toEqual(['chat', 'private']);
-    expect(router.listAliases(callerB).map((a) => a.name)).toEqual(['chat']);
-    expect(router.listAliases({ ...callerA, tenantId: 'ghost' })).toEqual([]);
+  it('lists only the aliases a tenant may use', async () => {
+    expect((await router.listAliases(callerA)).map((a) => a.name)).toEqual(['chat', 'private']);
+    expect((await router.listAliases(callerB)).map((a) => a.name)).toEqual(['chat']);
+    expect(await router.listAliases({ ...callerA, tenantId: 'ghost' })).toEqual([]);
   });
 });

@@ -19,7 +19,7 @@ export function createStaticRouter(config: PlatformConfig): RouterService {
   const mayUse = (caller: Caller, alias: string) => allowed.get(caller.tenantId)?.(alias) ?? false;
 
   return {
-    resolve(caller, aliasName, stickyKey): RouteResult {
+    async resolve(caller, aliasName, stickyKey): Promise<RouteResult> {
       const alias = aliases.get(aliasName);
       if (!alias || !mayUse(caller, aliasName)) {
         return {
@@ -38,7 +38,7 @@ export function createStaticRouter(config: PlatformConfig): RouterService {
       }
       return { ok: true, route: { alias, revision, fallbacks: [] } };
     },
-    listAliases(caller) {
+    async listAliases(caller) {
       return config.aliases.filter((a) => mayUse(caller, a.name));
     },
   };
