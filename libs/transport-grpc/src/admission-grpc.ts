@@ -1,0 +1,105 @@
+/**
+ * `AdmissionService` over gRPC (`weir.admission.v1.AdmissionService`).
+ */
+import { create } from '@bufbuild/protobuf';
+import type { AdmissionService, ReserveResult } from '@weir/core';
+import { admissionV1 } from '@weir/proto';
+import { type GrpcClientOptions, createGrpcConnection } from './client-connection';
+import { type GrpcServerBindingOptions, type GrpcServiceBinding, bindService, unaryHandler } from './server-handlers';
+import { callerFromWire, callerToWire, enumFromWire, malformed, toNanoUsd, usageFromWire, usageToWire } from './wire-common';
+
+type RejectReason = Extract<ReserveResult, { ok: false }>['reason'];
+
+const REJECT_REASONS: Record<RejectReason, admissionV1.RejectReason> = {
+  rate_limited: admissionV1.RejectReason.RATE_LIMITED,
+  concurrency_limited: admissionV1.RejectReason.CONCURRENCY_LIMITED,
+  budget_exhausted: admissionV1.RejectReason.BUDGET_EXHAUSTED,
+};
+
+/** The admission gRPC client: the port plus `close()` for its channel. */
+export interface AdmissionGrpcClient extends AdmissionService {
+  /** Closes the channel; later calls fail. */
+  close(): void;
+}
+
+/**
+ * Hosts `impl` as `weir.admission.v1.AdmissionService`. Rejections travel as values; a
+ * thrown `WeirError` as a status with Weir trailers.
+ */
+export function createAdmissionGrpcServer(impl: AdmissionService, options: GrpcServerBindingOptions = {}): GrpcServiceBinding {
+  const { method } = admissionV1.AdmissionService;
+  return bindService(admissionV1.AdmissionService, {
+    reserve: unaryHandler(method.reserve, options.propagator, async (request) => {
+      const result = await impl.reserve({
+        caller: callerFromWire(request.caller),
+        requestId: request.requestId,
+        inputTokens: request.inputTokens,
+        maxOutputTokens: request.maxOutputTokens,
+        worstCaseCostNanoUsd: Number(request.worstCaseCostNanoUsd),
+      });
+      return create(admissionV1.ReserveResponseSchema, {
+        result: result.ok
+          ? { case: 'reservation', value: { reservationId: result.reservationId } }
+          : {
+              case: 'rejection',
+              value: {
+                reason: REJECT_REASONS[result.reason],
+                message: result.message,
+                retryAfterMs: result.retryAfterMs === undefined ? undefined : Math.max(0, Math.round(result.retryAfterMs)),
+              },
+            },
+      });
+    }),
+    settle: unaryHandler(method.settle, options.propagator, async (request) => {
+      await impl.settle(request.reservationId, { usage: usageFromWire(request.usage), costNanoUsd: Number(request.costNanoUsd) });
+      return create(admissionV1.SettleResponseSchema);
+    }),
+    release: unaryHandler(method.release, options.propagator, async (request) => {
+      await impl.release(request.reservationId);
+      return create(admissionV1.ReleaseResponseSchema);
+    }),
+  });
+}
+
+/**
+ * An admission client over gRPC. Every call has the connection's deadline (default 2 s).
+ * `settle` and `release` are idempotent and retried on `UNAVAILABLE`; `reserve` is never
+ * retried (a retry could hold twice). Rejects with a `WeirError` (see `fromGrpcError`).
+ */
+export function createAdmissionGrpcClient(options: GrpcClientOptions): AdmissionGrpcClient {
+  const connection = createGrpcConnection(options, 'admission');
+  const { method } = admissionV1.AdmissionService;
+  return {
+    async reserve(request): Promise<ReserveResult> {
+      const response = await connection.unary(method.reserve, {
+        caller: callerToWire(request.caller),
+        requestId: request.requestId,
+        inputTokens: request.inputTokens,
+        maxOutputTokens: request.maxOutputTokens,
+        worstCaseCostNanoUsd: toNanoUsd(request.worstCaseCostNanoUsd),
+      });
+      switch (response.result.case) {
+        case 'reservation':
+          return { ok: true, reservationId: response.result.value.reservationId };
+        case 'rejection': {
+          const r = response.result.value;
+          return {
+            ok: false,
+            reason: enumFromWire(REJECT_REASONS, r.reason, 'rejection.reason'),
+            message: r.message,
+            ...(r.retryAfterMs === undefined ? {} : { retryAfterMs: r.retryAfterMs }),
+          };
+        }
+        case undefined:
+          return malformed('ReserveResponse.result is missing');
+      }
+    },
+    async settle(reservationId, settlement) {
+      await connection.unary(method.settle, { reservationId, usage: usageToWire(settlement.usage), costNanoUsd: toNanoUsd(settlement.costNanoUsd) });
+    },
+    async release(reservationId) {
+      await connection.unary(method.release, { reservationId });
+    },
+    close: () => connection.close(),
+  };
+}

@@ -1,0 +1,69 @@
+/**
+ * Starts a grpc-js server hosting one or more Weir service bindings.
+ */
+import * as grpc from '@grpc/grpc-js';
+import type { GrpcServiceBinding } from './server-handlers';
+
+/** Options of {@link startGrpcServer}. */
+export interface StartGrpcServerOptions {
+  /** TCP port; 0 picks a free one (read it from the result). Default 0. */
+  port?: number;
+  /** Interface to bind. Default `127.0.0.1` (pass `0.0.0.0` in a container). */
+  host?: string;
+  /** The services to host (from `create…GrpcServer`). */
+  services: GrpcServiceBinding[];
+  /** Server credentials. Default insecure (cluster-internal plaintext). */
+  credentials?: grpc.ServerCredentials;
+  /** grpc-js server options (e.g. `grpc.max_receive_message_length`). */
+  serverOptions?: grpc.ServerOptions;
+}
+
+/** A running server. */
+export interface RunningGrpcServer {
+  /** The bound port. */
+  port: number;
+  /** `host:port` to hand to clients. */
+  address: string;
+  /**
+   * Stops the server and closes the bindings. With `graceMs` > 0 (default 0), in-flight
+   * calls get that long to finish before the rest are cut; 0 cuts them at once (tests).
+   * Idempotent.
+   */
+  close(graceMs?: number): Promise<void>;
+}
+
+/** Binds and starts the server; rejects when the port cannot be bound. */
+export async function startGrpcServer(options: StartGrpcServerOptions): Promise<RunningGrpcServer> {
+  const host = options.host ?? '127.0.0.1';
+  const server = new grpc.Server(options.serverOptions);
+  for (const binding of options.services) server.addService(binding.definition, binding.handlers);
+  const target = host.includes(':') ? `[${host}]:${options.port ?? 0}` : `${host}:${options.port ?? 0}`;
+  const port = await new Promise<number>((resolve, reject) =>
+    server.bindAsync(target, options.credentials ?? grpc.ServerCredentials.createInsecure(), (error, bound) => (error ? reject(error) : resolve(bound))),
+  );
+  let closing: Promise<void> | undefined;
+  return {
+    port,
+    address: host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`,
+    close(graceMs = 0) {
+      closing ??= (async () => {
+        if (graceMs > 0) {
+          await new Promise<void>((resolve) => {
+            const timer = setTimeout(() => {
+              server.forceShutdown();
+              resolve();
+            }, graceMs);
+            server.tryShutdown(() => {
+              clearTimeout(timer);
+              resolve();
+            });
+          });
+        } else {
+          server.forceShutdown();
+        }
+        for (const binding of options.services) binding.close();
+      })();
+      return closing;
+    },
+  };
+}

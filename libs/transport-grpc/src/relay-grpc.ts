@@ -1,0 +1,409 @@
+/**
+ * `RelayService` over gRPC (`weir.relay.v1.RelayService`): Generate is a server stream of
+ * deltas then exactly one end; Stop reaches a running generation by id.
+ */
+import { create } from '@bufbuild/protobuf';
+import * as grpc from '@grpc/grpc-js';
+import {
+  type ApiRoute,
+  type ChatRole,
+  type Clock,
+  type GenerationInput,
+  type GenerationOutcome,
+  type RelayEvent,
+  type RelayHandle,
+  type RelayJob,
+  type RelayService,
+  type SamplingParams,
+  type StopCause,
+  type TokenUsage,
+  WeirError,
+  systemClock,
+} from '@weir/core';
+import { priceUsage } from '@weir/ledger';
+import { relayV1 } from '@weir/proto';
+import type { MessageInitShape } from '@bufbuild/protobuf';
+import { type GrpcClientOptions, createGrpcConnection, isServiceError } from './client-connection';
+import { createEventQueue } from './event-queue';
+import { toGrpcError, weirCodeOf, fromGrpcError } from './grpc-errors';
+import { type GrpcServerBindingOptions, type GrpcServiceBinding, bindService, unaryHandler } from './server-handlers';
+import { deserializerFor, grpcMethodPath, serializerFor } from './service-definition';
+import { injectTraceContext, runInServerSpan } from './trace-context';
+import {
+  callerFromWire,
+  callerToWire,
+  defined,
+  enumFromWire,
+  malformed,
+  outcomeFromWire,
+  outcomeToWire,
+  required,
+  revisionFromWire,
+  revisionToWire,
+} from './wire-common';
+
+const ROUTES: Record<ApiRoute, relayV1.ApiRoute> = {
+  generations: relayV1.ApiRoute.GENERATIONS,
+  'chat.completions': relayV1.ApiRoute.CHAT_COMPLETIONS,
+  completions: relayV1.ApiRoute.COMPLETIONS,
+};
+
+const ROLES: Record<ChatRole, relayV1.ChatRole> = {
+  system: relayV1.ChatRole.SYSTEM,
+  developer: relayV1.ChatRole.DEVELOPER,
+  user: relayV1.ChatRole.USER,
+  assistant: relayV1.ChatRole.ASSISTANT,
+  tool: relayV1.ChatRole.TOOL,
+};
+
+const STOP_CAUSES: Record<StopCause, relayV1.StopCause> = {
+  client_disconnected: relayV1.StopCause.CLIENT_DISCONNECTED,
+  cancel_requested: relayV1.StopCause.CANCEL_REQUESTED,
+};
+
+/** A generation outcome the gateway's relay client made up because the relay was lost. */
+export type RelayLostOutcome = GenerationOutcome & {
+  /**
+   * The counts are Weir's best knowledge (the tokens relayed before the stream broke), not
+   * the relay's measurement; the relay may have produced and recorded more. Copy it to
+   * `UsageRecord.uncertain` so reconciliation settles the record.
+   */
+  uncertain: true;
+};
+
+/**
+ * True when `outcome` was synthesized by the relay gRPC client because the stream broke
+ * before its end event (relay killed, connection lost, stream deadline): `finishReason`
+ * `error`, error code `upstream_error`, usage = input tokens of the job plus the output
+ * tokens relayed so far, priced at the job's revision.
+ */
+export function isRelayLost(outcome: GenerationOutcome): outcome is RelayLostOutcome {
+  return (outcome as { uncertain?: unknown }).uncertain === true;
+}
+
+function inputToWire(input: GenerationInput): relayV1.EngineRequest['input'] {
+  return input.kind === 'text'
+    ? { case: 'text', value: input.text }
+    : {
+        case: 'chat',
+        value: create(relayV1.ChatInputSchema, {
+          messages: input.messages.map((m) => ({ role: ROLES[m.role], content: m.content, name: m.name })),
+        }),
+      };
+}
+
+function inputFromWire(input: relayV1.EngineRequest['input']): GenerationInput {
+  switch (input.case) {
+    case 'text':
+      return { kind: 'text', text: input.value };
+    case 'chat':
+      return {
+        kind: 'chat',
+        messages: input.value.messages.map((m) => defined({ role: enumFromWire(ROLES, m.role, 'message.role'), content: m.content, name: m.name })),
+      };
+    case undefined:
+      return malformed('engine_request.input is missing');
+  }
+}
+
+function samplingToWire(s: SamplingParams): MessageInitShape<typeof relayV1.SamplingSchema> {
+  return { temperature: s.temperature, topP: s.topP, seed: s.seed === undefined ? undefined : BigInt(s.seed), stop: s.stop ?? [] };
+}
+
+function samplingFromWire(s: relayV1.Sampling | undefined): SamplingParams {
+  if (!s) return {};
+  return defined({
+    temperature: s.temperature,
+    topP: s.topP,
+    seed: s.seed === undefined ? undefined : Number(s.seed),
+    stop: s.stop.length > 0 ? [...s.stop] : undefined,
+  });
+}
+
+/** Encodes a job; absolute times become durations from now on `clock`. */
+export function jobToWire(job: RelayJob, clock: Clock): MessageInitShape<typeof relayV1.RelayJobSchema> {
+  const now = clock.now();
+  return {
+    generationId: job.generationId,
+    requestId: job.requestId,
+    route: ROUTES[job.route],
+    caller: callerToWire(job.caller),
+    modelAlias: job.modelAlias,
+    revision: revisionToWire(job.revision),
+    replicaId: job.replicaId,
+    engineRequest: {
+      input: inputToWire(job.engineRequest.input),
+      maxOutputTokens: job.engineRequest.maxOutputTokens,
+      sampling: samplingToWire(job.engineRequest.sampling),
+    },
+    arrivedMsAgo: Math.max(0, now - job.arrivedAt),
+    deadlineInMs: Math.max(0, job.deadlineAt - now),
+    queueMs: job.queueMs,
+    inputTokens: job.inputTokens,
+  };
+}
+
+/** Decodes a job, rebasing its durations on `clock`. */
+export function jobFromWire(wire: relayV1.RelayJob | undefined, clock: Clock): RelayJob {
+  const job = required(wire, 'job');
+  const engineRequest = required(job.engineRequest, 'job.engine_request');
+  const now = clock.now();
+  return {
+    generationId: job.generationId,
+    requestId: job.requestId,
+    route: enumFromWire(ROUTES, job.route, 'job.route'),
+    caller: callerFromWire(job.caller),
+    modelAlias: job.modelAlias,
+    revision: revisionFromWire(job.revision, 'job.revision'),
+    replicaId: job.replicaId,
+    engineRequest: {
+      input: inputFromWire(engineRequest.input),
+      maxOutputTokens: engineRequest.maxOutputTokens,
+      sampling: samplingFromWire(engineRequest.sampling),
+    },
+    arrivedAt: now - job.arrivedMsAgo,
+    deadlineAt: now + job.deadlineInMs,
+    queueMs: job.queueMs,
+    inputTokens: job.inputTokens,
+  };
+}
+
+function eventToWire(event: RelayEvent): relayV1.GenerateResponse {
+  return event.type === 'delta'
+    ? create(relayV1.GenerateResponseSchema, { event: { case: 'delta', value: { text: event.text, tokens: event.tokens } } })
+    : create(relayV1.GenerateResponseSchema, { event: { case: 'end', value: { outcome: outcomeToWire(event.outcome) } } });
+}
+
+/** Options of {@link createRelayGrpcServer}. */
+export interface RelayGrpcServerOptions extends GrpcServerBindingOptions {
+  /** The relay's clock; a job's durations are rebased on it. Default `systemClock`. */
+  clock?: Clock;
+  /** How long a Stop for a generation not (yet) running is remembered (ms). Default 30,000. */
+  earlyStopTtlMs?: number;
+}
+
+/** The relay binding plus what it runs, for metrics and tests. */
+export interface RelayGrpcServerBinding extends GrpcServiceBinding {
+  /** Generations currently streaming through this binding. */
+  running(): number;
+}
+
+const MAX_EARLY_STOPS = 10_000;
+
+/**
+ * Hosts `impl` as `weir.relay.v1.RelayService`. Generate starts `impl.start(job)` and
+ * streams its events with backpressure (waits for `drain`); the relay keeps running and
+ * billing whether or not the stream is read. A cancelled Generate call (the gateway went
+ * away) stops the generation as `client_disconnected` (grace period applies). Stop is
+ * idempotent; a Stop for an id not running yet is remembered for `earlyStopTtlMs` and
+ * applied when its Generate arrives. A malformed job is answered INVALID_ARGUMENT.
+ */
+export function createRelayGrpcServer(impl: RelayService, options: RelayGrpcServerOptions = {}): RelayGrpcServerBinding {
+  const clock = options.clock ?? systemClock;
+  const ttlMs = options.earlyStopTtlMs ?? 30_000;
+  const running = new Map<string, RelayHandle>();
+  const earlyStops = new Map<string, { cause: StopCause; at: number }>();
+  const { method } = relayV1.RelayService;
+  const generatePath = grpcMethodPath(method.generate);
+
+  const rememberEarlyStop = (generationId: string, cause: StopCause) => {
+    const now = clock.now();
+    for (const [id, entry] of earlyStops) {
+      if (now - entry.at < ttlMs && earlyStops.size < MAX_EARLY_STOPS) break;
+      earlyStops.delete(id);
+    }
+    earlyStops.set(generationId, { cause, at: now });
+  };
+
+  const generate: grpc.handleServerStreamingCall<relayV1.GenerateRequest, relayV1.GenerateResponse> = (call) => {
+    let cancelled = call.cancelled;
+    let wake: (() => void) | undefined;
+    let handle: RelayHandle | undefined;
+    const onCancelled = () => {
+      cancelled = true;
+      handle?.stop('client_disconnected');
+      wake?.();
+    };
+    call.once('cancelled', onCancelled);
+    runInServerSpan(generatePath, call.metadata, options.propagator, async () => {
+      const job = jobFromWire(call.request.job, clock);
+      if (running.has(job.generationId)) throw new WeirError('conflict', `generation ${job.generationId} is already running`);
+      const h = impl.start(job);
+      handle = h;
+      running.set(job.generationId, h);
+      try {
+        const early = earlyStops.get(job.generationId);
+        if (early) {
+          earlyStops.delete(job.generationId);
+          h.stop(early.cause);
+        }
+        if (cancelled) h.stop('client_disconnected');
+        for await (const event of h.events) {
+          if (cancelled) continue; // keep draining: the relay finishes and bills on its own
+          if (!call.write(eventToWire(event)) && !cancelled) {
+            await new Promise<void>((resolve) => {
+              wake = resolve;
+              call.once('drain', resolve);
+            });
+            call.removeAllListeners('drain');
+            wake = undefined;
+          }
+        }
+        if (!cancelled) call.end();
+      } finally {
+        running.delete(job.generationId);
+      }
+    })
+      .catch((error: unknown) => {
+        if (!cancelled) call.emit('error', toGrpcError(error));
+      })
+      .finally(() => call.removeListener('cancelled', onCancelled));
+  };
+
+  const binding = bindService(relayV1.RelayService, {
+    generate,
+    stop: unaryHandler(method.stop, options.propagator, async (request) => {
+      const cause = enumFromWire(STOP_CAUSES, request.cause, 'cause');
+      const h = running.get(request.generationId);
+      if (h) h.stop(cause);
+      else rememberEarlyStop(request.generationId, cause);
+      return create(relayV1.StopResponseSchema);
+    }),
+  });
+  return { ...binding, running: () => running.size };
+}
+
+/** Options of {@link createRelayGrpcClient}. */
+export interface RelayGrpcClientOptions extends GrpcClientOptions {
+  /** The clock a job's `arrivedAt` and `deadlineAt` are on. Default `systemClock`. */
+  clock?: Clock;
+  /**
+   * Generate's call deadline is the job's deadline plus this margin (ms): the relay cuts the
+   * generation at the deadline itself; the margin only catches a hung relay. Default 5,000.
+   */
+  streamMarginMs?: number;
+}
+
+/** The relay gRPC client: the port plus `close()` for its channel. */
+export interface RelayGrpcClient extends RelayService {
+  /** Closes the channel; running streams are cut (their handles end as relay-lost). */
+  close(): void;
+}
+
+/**
+ * A relay client over gRPC. `start(job)` opens the Generate stream at once and returns a
+ * `RelayHandle`: `events` yields the deltas and the one end; `done` resolves with the same
+ * outcome; `stop(cause)` sends Stop in the background (idempotent, retried on
+ * `UNAVAILABLE`; sent once per cause, never after the end). The stream is drained into
+ * memory whether or not `events` is read, so `done` always resolves.
+ *
+ * If the stream breaks before its end event (relay killed, connection lost, stream deadline)
+ * the handle ends with a synthetic outcome (see {@link isRelayLost}): `error` /
+ * `upstream_error`, usage = the job's input tokens plus the output tokens relayed so far,
+ * priced at the job's revision, `uncertain: true`. If the relay refuses the job before
+ * streaming anything (a Weir error status, e.g. INVALID_ARGUMENT or `shutting_down`), the
+ * handle ends with that error, zero usage, and is not marked uncertain. `done` never rejects.
+ */
+export function createRelayGrpcClient(options: RelayGrpcClientOptions): RelayGrpcClient {
+  const connection = createGrpcConnection(options, 'relay');
+  const clock = options.clock ?? systemClock;
+  const marginMs = options.streamMarginMs ?? 5_000;
+  const { method } = relayV1.RelayService;
+  const path = grpcMethodPath(method.generate);
+  const serialize = serializerFor(method.generate.input);
+  const deserialize = deserializerFor(method.generate.output);
+
+  return {
+    start(job) {
+      const queue = createEventQueue<RelayEvent>();
+      let resolveDone: (outcome: GenerationOutcome) => void = () => undefined;
+      const done = new Promise<GenerationOutcome>((resolve) => (resolveDone = resolve));
+      let ended = false;
+      let received = 0;
+      let outputTokens = 0;
+      let ttftMs: number | null = null;
+      const stopsSent = new Set<StopCause>();
+
+      const finish = (outcome: GenerationOutcome) => {
+        if (ended) return;
+        ended = true;
+        queue.push({ type: 'end', outcome });
+        queue.end();
+        resolveDone(outcome);
+      };
+      const lost = (why: string): RelayLostOutcome => {
+        const usage: TokenUsage = { inputTokens: job.inputTokens, outputTokens, cachedInputTokens: 0 };
+        return {
+          finishReason: 'error',
+          usage,
+          costNanoUsd: priceUsage(job.revision.pricing, usage),
+          timings: { queueMs: job.queueMs, ttftMs, totalMs: clock.now() - job.arrivedAt },
+          modelRevision: job.revision.id,
+          error: { code: 'upstream_error', message: `the streaming relay was lost mid-generation (${why}); usage counts the tokens relayed before it` },
+          uncertain: true,
+        };
+      };
+      const refused = (error: WeirError): GenerationOutcome => ({
+        finishReason: 'error',
+        usage: { inputTokens: 0, outputTokens: 0, cachedInputTokens: 0 },
+        costNanoUsd: 0,
+        timings: { queueMs: job.queueMs, ttftMs: null, totalMs: clock.now() - job.arrivedAt },
+        modelRevision: job.revision.id,
+        error: { code: error.code, message: error.message },
+      });
+
+      const metadata = new grpc.Metadata();
+      injectTraceContext(metadata, options.propagator);
+      const request = create(relayV1.GenerateRequestSchema, { job: jobToWire(job, clock) });
+      const remainingMs = Math.max(0, job.deadlineAt - clock.now());
+      const call = connection.client.makeServerStreamRequest(path, serialize, deserialize, request, metadata, {
+        deadline: Date.now() + remainingMs + marginMs,
+      });
+
+      call.on('data', (message: relayV1.GenerateResponse) => {
+        if (ended) return;
+        received++;
+        const event = message.event;
+        switch (event.case) {
+          case 'delta':
+            outputTokens += event.value.tokens;
+            if (ttftMs === null && event.value.tokens > 0) ttftMs = clock.now() - job.arrivedAt;
+            queue.push({ type: 'delta', text: event.value.text, tokens: event.value.tokens });
+            break;
+          case 'end':
+            try {
+              finish(outcomeFromWire(event.value.outcome));
+            } catch {
+              finish(lost('the end event was malformed'));
+            }
+            break;
+          case undefined:
+            break;
+        }
+      });
+      call.on('error', (error: unknown) => {
+        if (ended) return;
+        if (received === 0 && isServiceError(error) && weirCodeOf(error) !== undefined) {
+          finish(refused(fromGrpcError(error, 'relay')));
+          return;
+        }
+        const status = isServiceError(error) ? `gRPC ${grpc.status[error.code] ?? error.code}: ${error.details}` : String(error);
+        finish(lost(status));
+      });
+      call.on('end', () => finish(lost('the stream closed without an end event')));
+
+      return {
+        events: queue,
+        done,
+        stop(cause) {
+          if (ended || stopsSent.has(cause)) return;
+          stopsSent.add(cause);
+          connection.background('relay.Stop', () =>
+            connection.unary(method.stop, { generationId: job.generationId, cause: STOP_CAUSES[cause] }),
+          );
+        },
+      };
+    },
+    close: () => connection.close(),
+  };
+}

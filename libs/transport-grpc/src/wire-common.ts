@@ -1,0 +1,221 @@
+/**
+ * Translation between `@weir/core` types and `weir.common.v1` messages. Decoders validate
+ * what the peer sent and throw `WeirError('invalid_request')` on a message that cannot be a
+ * core value (a missing required message, an UNSPECIFIED enum), which the server answers
+ * with INVALID_ARGUMENT. Absent optional fields decode to absent properties, not `undefined`
+ * values, so values round-trip with deep equality.
+ */
+import { type MessageInitShape, create } from '@bufbuild/protobuf';
+import {
+  type AliasSpec,
+  type Caller,
+  type EngineSpec,
+  type FinishReason,
+  type GenerationOutcome,
+  type RevisionSpec,
+  type TokenUsage,
+  WeirError,
+} from '@weir/core';
+import { commonV1 } from '@weir/proto';
+
+/** Throws the decoding error for a malformed message. */
+export function malformed(what: string): never {
+  throw new WeirError('invalid_request', `malformed gRPC message: ${what}`);
+}
+
+/** Returns `value` or throws when a required sub-message is absent. */
+export function required<T>(value: T | undefined, what: string): T {
+  return value === undefined ? malformed(`${what} is missing`) : value;
+}
+
+/** Copies the keys of `source` whose value is not undefined. */
+export function defined<T extends object>(source: T): T {
+  const out: Partial<T> = {};
+  for (const key of Object.keys(source) as (keyof T)[]) if (source[key] !== undefined) out[key] = source[key];
+  return out as T;
+}
+
+/** nano-USD (integer) → int64. */
+export function toNanoUsd(value: number): bigint {
+  return BigInt(Math.round(value));
+}
+
+export function callerToWire(caller: Caller): MessageInitShape<typeof commonV1.CallerSchema> {
+  return { tenantId: caller.tenantId, appId: caller.appId, apiKeyId: caller.apiKeyId };
+}
+
+export function callerFromWire(caller: commonV1.Caller | undefined): Caller {
+  const c = required(caller, 'caller');
+  return { tenantId: c.tenantId, appId: c.appId, apiKeyId: c.apiKeyId };
+}
+
+function engineToWire(engine: EngineSpec): commonV1.Revision['engine'] {
+  switch (engine.kind) {
+    case 'llamacpp':
+      return {
+        case: 'llamacpp',
+        value: create(commonV1.LlamaCppEngineSchema, {
+          modelPath: engine.modelPath,
+          modelSha256: engine.modelSha256,
+          modelUrl: engine.modelUrl,
+          threads: engine.threads,
+          sequences: engine.sequences,
+          contextSize: engine.contextSize,
+          testTokenDelayMs: engine.testTokenDelayMs,
+        }),
+      };
+    case 'openai-compatible':
+      return {
+        case: 'openaiCompatible',
+        value: create(commonV1.OpenAiCompatibleEngineSchema, {
+          baseUrl: engine.baseUrl,
+          upstreamModel: engine.upstreamModel,
+          apiKeyEnv: engine.apiKeyEnv,
+          api: engine.api === 'chat' ? commonV1.UpstreamApi.CHAT : commonV1.UpstreamApi.COMPLETIONS,
+          firstTokenTimeoutMs: engine.firstTokenTimeoutMs,
+          idleTimeoutMs: engine.idleTimeoutMs,
+          maxConcurrency: engine.maxConcurrency,
+        }),
+      };
+  }
+}
+
+function engineFromWire(engine: commonV1.Revision['engine']): EngineSpec {
+  switch (engine.case) {
+    case 'llamacpp': {
+      const e = engine.value;
+      return defined({
+        kind: 'llamacpp' as const,
+        modelPath: e.modelPath,
+        modelSha256: e.modelSha256,
+        modelUrl: e.modelUrl,
+        threads: e.threads,
+        sequences: e.sequences,
+        contextSize: e.contextSize,
+        testTokenDelayMs: e.testTokenDelayMs,
+      });
+    }
+    case 'openaiCompatible': {
+      const e = engine.value;
+      if (e.api === commonV1.UpstreamApi.UNSPECIFIED) malformed('openai_compatible.api is unspecified');
+      return defined({
+        kind: 'openai-compatible' as const,
+        baseUrl: e.baseUrl,
+        upstreamModel: e.upstreamModel,
+        apiKeyEnv: e.apiKeyEnv,
+        api: e.api === commonV1.UpstreamApi.CHAT ? ('chat' as const) : ('completions' as const),
+        firstTokenTimeoutMs: e.firstTokenTimeoutMs,
+        idleTimeoutMs: e.idleTimeoutMs,
+        maxConcurrency: e.maxConcurrency,
+      });
+    }
+    case undefined:
+      return malformed('revision.engine is missing');
+  }
+}
+
+export function revisionToWire(revision: RevisionSpec): MessageInitShape<typeof commonV1.RevisionSchema> {
+  return {
+    id: revision.id,
+    model: revision.model,
+    engine: engineToWire(revision.engine),
+    contextWindow: revision.contextWindow,
+    maxOutputTokens: revision.maxOutputTokens,
+    defaultOutputTokens: revision.defaultOutputTokens,
+    pricing: {
+      inputUsdPerMtok: revision.pricing.inputPerMTok,
+      outputUsdPerMtok: revision.pricing.outputPerMTok,
+      cachedInputUsdPerMtok: revision.pricing.cachedInputPerMTok,
+    },
+    replicas: (revision.replicas ?? []).map((r) => ({ id: r.id, baseUrl: r.baseUrl, slots: r.slots })),
+  };
+}
+
+/** Decodes a revision; an empty replica list decodes to an absent `replicas`. */
+export function revisionFromWire(revision: commonV1.Revision | undefined, what = 'revision'): RevisionSpec {
+  const r = required(revision, what);
+  const pricing = required(r.pricing, `${what}.pricing`);
+  return {
+    id: r.id,
+    model: r.model,
+    engine: engineFromWire(r.engine),
+    contextWindow: r.contextWindow,
+    maxOutputTokens: r.maxOutputTokens,
+    defaultOutputTokens: r.defaultOutputTokens,
+    pricing: {
+      inputPerMTok: pricing.inputUsdPerMtok,
+      outputPerMTok: pricing.outputUsdPerMtok,
+      cachedInputPerMTok: pricing.cachedInputUsdPerMtok,
+    },
+    ...(r.replicas.length > 0 ? { replicas: r.replicas.map((e) => ({ id: e.id, baseUrl: e.baseUrl, slots: e.slots })) } : {}),
+  };
+}
+
+export function aliasToWire(alias: AliasSpec): MessageInitShape<typeof commonV1.AliasSchema> {
+  return {
+    name: alias.name,
+    targets: alias.targets.map((t) => ({ revisionId: t.revision, weight: t.weight })),
+    description: alias.description,
+  };
+}
+
+export function aliasFromWire(alias: commonV1.Alias | undefined): AliasSpec {
+  const a = required(alias, 'alias');
+  return defined({
+    name: a.name,
+    targets: a.targets.map((t) => ({ revision: t.revisionId, weight: t.weight })),
+    description: a.description,
+  });
+}
+
+export function usageToWire(usage: TokenUsage): MessageInitShape<typeof commonV1.TokenUsageSchema> {
+  return { inputTokens: usage.inputTokens, outputTokens: usage.outputTokens, cachedInputTokens: usage.cachedInputTokens };
+}
+
+export function usageFromWire(usage: commonV1.TokenUsage | undefined): TokenUsage {
+  const u = required(usage, 'usage');
+  return defined({ inputTokens: u.inputTokens, outputTokens: u.outputTokens, cachedInputTokens: u.cachedInputTokens });
+}
+
+const FINISH_REASONS: Record<FinishReason, commonV1.FinishReason> = {
+  stop: commonV1.FinishReason.STOP,
+  length: commonV1.FinishReason.LENGTH,
+  cancelled: commonV1.FinishReason.CANCELLED,
+  deadline: commonV1.FinishReason.DEADLINE,
+  error: commonV1.FinishReason.ERROR,
+  content_filter: commonV1.FinishReason.CONTENT_FILTER,
+};
+
+/** Decodes a wire enum through the inverse of an exhaustive core → wire table. */
+export function enumFromWire<K extends string, V extends number>(table: Record<K, V>, value: V, what: string): K {
+  for (const key of Object.keys(table) as K[]) if (table[key] === value) return key;
+  return malformed(`${what} is unspecified or unknown (${value})`);
+}
+
+export function outcomeToWire(outcome: GenerationOutcome): MessageInitShape<typeof commonV1.GenerationOutcomeSchema> {
+  return {
+    finishReason: FINISH_REASONS[outcome.finishReason],
+    usage: usageToWire(outcome.usage),
+    costNanoUsd: toNanoUsd(outcome.costNanoUsd),
+    timings: {
+      queueMs: outcome.timings.queueMs,
+      ttftMs: outcome.timings.ttftMs ?? undefined,
+      totalMs: outcome.timings.totalMs,
+    },
+    modelRevision: outcome.modelRevision,
+    error: outcome.error ? { code: outcome.error.code, message: outcome.error.message } : undefined,
+  };
+}
+
+export function outcomeFromWire(outcome: commonV1.GenerationOutcome | undefined): GenerationOutcome {
+  const o = required(outcome, 'outcome');
+  const timings = required(o.timings, 'outcome.timings');
+  return {
+    finishReason: enumFromWire(FINISH_REASONS, o.finishReason, 'outcome.finish_reason'),
+    usage: usageFromWire(o.usage),
+    costNanoUsd: Number(o.costNanoUsd),
+    timings: { queueMs: timings.queueMs, ttftMs: timings.ttftMs ?? null, totalMs: timings.totalMs },
+    modelRevision: o.modelRevision,
+    ...(o.error ? { error: { code: o.error.code, message: o.error.message } } : {}),
+  };
+}
