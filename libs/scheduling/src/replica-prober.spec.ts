@@ -36,4 +36,16 @@ describe('createReplicaProber', () => {
       prober.stop();
     }
   });
+
+  it('reports recovery of a replica another component marked unhealthy', async () => {
+    const changes: string[] = [];
+    const prober = createReplicaProber({ replicaIds: ['a'], intervalMs: 60_000, probe: async () => true, onChange: (id, healthy) => changes.push(`${id}:${healthy}`) });
+    try {
+      prober.markUnhealthy('a');
+      await prober.probeAll();
+      expect(changes).toEqual(['a:true']);
+    } finally {
+      prober.stop();
+    }
+  });
 });

@@ -26,6 +26,11 @@ export interface ReplicaProberOptions {
 export interface ReplicaProber {
   /** Runs one round now (tests and startup). */
   probeAll(): Promise<void>;
+  /**
+   * Records that someone else (a relay that could not reach it) saw the replica fail: it
+   * counts as ejected, so the next successful probe reports it recovered.
+   */
+  markUnhealthy(replicaId: string): void;
   stop(): void;
 }
 
@@ -73,7 +78,16 @@ export function createReplicaProber(options: ReplicaProberOptions): ReplicaProbe
   };
   const timer = setInterval(() => void probeAll(), intervalMs);
   timer.unref();
-  return { probeAll, stop: () => clearInterval(timer) };
+  return {
+    probeAll,
+    markUnhealthy(replicaId) {
+      const s = state.get(replicaId);
+      if (!s) return;
+      s.failures = Math.max(s.failures, failuresToEject);
+      s.healthy = false;
+    },
+    stop: () => clearInterval(timer),
+  };
 }
 
 class ProbeTimeout extends Error {}
