@@ -1,0 +1,130 @@
+/**
+ * The gateway service (split topology): the HTTP edge — authentication, validation, the
+ * public REST/SSE contracts, client-disconnect detection — calling router, admission,
+ * scheduler and streaming relay over gRPC. Usage records of requests that end before an
+ * engine (deadline or cancel in the queue) or whose relay is lost mid-stream go to NATS
+ * JetStream; cancels for generations held elsewhere are fanned out on NATS.
+ *
+ * Environment: WEIR_CONFIG, DATABASE_URL, NATS_URL, HOST, PORT (default 8080), ROUTER_ADDR,
+ * ADMISSION_ADDR, SCHEDULER_ADDR, RELAY_ADDR (host:port), WEIR_DEMO_API_KEY (registered for
+ * the demo tenant if set), SHUTDOWN_GRACE_MS (default 10000), LOG_LEVEL.
+ */
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { loadConfigFile } from '@weir/config';
+import { type CancelMessage, type GenerationInput, systemClock } from '@weir/core';
+import { countInputWith, createRemoteTokenCounter, utf8TokenUpperBound } from '@weir/engines';
+import { createGatewayApp, createGenerationPipeline, createMetricsObserver } from '@weir/gateway';
+import { CANCEL_SUBJECT, cancelMessageCodec, connectNats, createNatsTopic, createNatsUsageSink, ensureUsageStream } from '@weir/messaging-nats';
+import { envInt, envRequired, envString, readEnv, runUntilSignal } from '@weir/service-runtime';
+import { bootstrapTenants, createApiKeyRepository, createCachedApiKeyStore, createUsageRepository, openDatabase } from '@weir/store-pg';
+import { createLogger, createTelemetry } from '@weir/telemetry';
+import {
+  createAdmissionGrpcClient,
+  createRelayGrpcClient,
+  createRouterGrpcClient,
+  createSchedulerGrpcClient,
+  installTracing,
+} from '@weir/transport-grpc';
+
+const env = readEnv({
+  WEIR_CONFIG: envRequired('the configuration file'),
+  DATABASE_URL: envRequired('the Postgres URL, e.g. postgres://postgres@127.0.0.1:5432/weir'),
+  NATS_URL: envString('nats://127.0.0.1:4222'),
+  HOST: envString('127.0.0.1'),
+  PORT: envInt(8080, 0, 65535),
+  ROUTER_ADDR: envString('127.0.0.1:50051'),
+  ADMISSION_ADDR: envString('127.0.0.1:50052'),
+  SCHEDULER_ADDR: envString('127.0.0.1:50053'),
+  RELAY_ADDR: envString('127.0.0.1:50054'),
+  WEIR_DEMO_API_KEY: envString(''),
+  SHUTDOWN_GRACE_MS: envInt(10_000, 0),
+  LOG_LEVEL: envString('info'),
+});
+const logger = createLogger({ name: 'gateway', level: env.LOG_LEVEL as 'info' });
+
+runUntilSignal('gateway', logger, async () => {
+  installTracing();
+  const config = loadConfigFile(env.WEIR_CONFIG);
+  const telemetry = createTelemetry({ serviceName: 'weir-gateway' });
+  const database = await openDatabase({ databaseUrl: env.DATABASE_URL, logger });
+  const boot = await bootstrapTenants(database.db, config, env.WEIR_DEMO_API_KEY || undefined, logger);
+  if (boot.demoKeyPrefix) logger.info({ prefix: boot.demoKeyPrefix }, 'demo tenant key ready');
+
+  const nc = await connectNats({ servers: env.NATS_URL, name: 'weir-gateway', logger });
+  await ensureUsageStream(nc);
+  const usageSink = createNatsUsageSink(nc, { logger });
+  const cancelTopic = createNatsTopic<CancelMessage>(nc, CANCEL_SUBJECT, cancelMessageCodec);
+
+  const onBackgroundError = (error: Error, call: string) => logger.warn({ err: error, call }, 'background gRPC call failed');
+  const router = createRouterGrpcClient({ address: env.ROUTER_ADDR, onBackgroundError });
+  const admission = createAdmissionGrpcClient({ address: env.ADMISSION_ADDR, onBackgroundError });
+  const scheduler = createSchedulerGrpcClient({ address: env.SCHEDULER_ADDR, onBackgroundError });
+  const relay = createRelayGrpcClient({ address: env.RELAY_ADDR, onBackgroundError });
+
+  // Prompt tokens with the revision's own tokenizer (its replicas' /tokenize) where Weir
+  // runs the model; the documented upper bound for hosted upstreams.
+  const counters = new Map(
+    config.revisions.map((r) => [
+      r.id,
+      r.replicas && r.replicas.length > 0
+        ? createRemoteTokenCounter({ baseUrls: r.replicas.map((x) => x.baseUrl) })
+        : (input: GenerationInput) => countInputWith(input, utf8TokenUpperBound),
+    ]),
+  );
+  const providerOf = new Map(config.revisions.map((r) => [r.id, r.engine.kind]));
+  const usageRepository = createUsageRepository(database.db);
+  const pipeline = createGenerationPipeline({
+    router,
+    admission,
+    scheduler,
+    relay,
+    countInputTokens: (revision, input) => (counters.get(revision.id) ?? ((i: GenerationInput) => countInputWith(i, utf8TokenUpperBound)))(input),
+    usageSink,
+    tenants: new Map(config.tenants.map((t) => [t.id, t])),
+    clock: systemClock,
+    observer: createMetricsObserver(telemetry.metrics, (revisionId) => providerOf.get(revisionId) ?? 'unknown'),
+  });
+  const gateway = createGatewayApp({
+    pipeline,
+    router,
+    apiKeys: createCachedApiKeyStore(createApiKeyRepository(database.db)),
+    defaults: config.defaults,
+    clock: systemClock,
+    logger,
+    metricsHandler: (req, res) => telemetry.metricsHandler(req, res),
+    readiness: () => (usageSink.saturated() ? { ready: false, reason: 'usage backlog full' } : { ready: true }),
+    cancelTopic,
+    findFinished: async (tenantId, generationId) => {
+      const record = await usageRepository.getUsage(generationId);
+      return record?.tenantId === tenantId ? record : undefined;
+    },
+  });
+  const server = createServer(gateway.app);
+  server.requestTimeout = 0;
+  server.keepAliveTimeout = 65_000;
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(env.PORT, env.HOST, () => resolve());
+  });
+  logger.info({ port: (server.address() as AddressInfo).port }, 'gateway listening');
+
+  return {
+    async stop() {
+      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+      await gateway.drain(env.SHUTDOWN_GRACE_MS);
+      server.closeIdleConnections();
+      const result = await usageSink.close({ timeoutMs: 10_000 });
+      if (result.unwritten > 0) logger.error({ unwritten: result.unwritten }, 'usage records not acknowledged by JetStream before exit');
+      router.close();
+      admission.close();
+      scheduler.close();
+      relay.close();
+      await nc.drain().catch(() => undefined);
+      await database.close();
+      await telemetry.shutdown();
+      server.closeAllConnections();
+      await closed;
+    },
+  };
+});

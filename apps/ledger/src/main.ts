@@ -1,0 +1,57 @@
+/**
+ * The ledger service (split topology): consumes usage records from the durable JetStream
+ * stream and writes them to Postgres. A batch is acknowledged only after the insert commits,
+ * and the insert is idempotent on `generation_id`, so a restart or a redelivery never loses
+ * or double-bills a record (at-least-once delivery, exactly-once effect). Several instances
+ * share the durable consumer and split the work.
+ *
+ * Environment: DATABASE_URL, NATS_URL, HOST, OPS_PORT (default 9465), LOG_LEVEL.
+ */
+import { connectNats, createNatsUsageSource, ensureUsageStream } from '@weir/messaging-nats';
+import { envInt, envRequired, envString, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
+import { createUsageRepository, openDatabase } from '@weir/store-pg';
+import { createLogger, createTelemetry } from '@weir/telemetry';
+import { installTracing } from '@weir/transport-grpc';
+
+const env = readEnv({
+  DATABASE_URL: envRequired('the Postgres URL, e.g. postgres://postgres@127.0.0.1:5432/weir'),
+  NATS_URL: envString('nats://127.0.0.1:4222'),
+  HOST: envString('127.0.0.1'),
+  OPS_PORT: envInt(9465, 0, 65535),
+  LOG_LEVEL: envString('info'),
+});
+const logger = createLogger({ name: 'ledger', level: env.LOG_LEVEL as 'info' });
+
+runUntilSignal('ledger', logger, async () => {
+  installTracing();
+  const telemetry = createTelemetry({ serviceName: 'weir-ledger' });
+  const database = await openDatabase({ databaseUrl: env.DATABASE_URL, logger });
+  const repository = createUsageRepository(database.db);
+  const nc = await connectNats({ servers: env.NATS_URL, name: 'weir-ledger', logger });
+  await ensureUsageStream(nc);
+  const source = createNatsUsageSource(nc, { logger });
+  let written = 0;
+  await source.start(async (records) => {
+    await repository.insertMany(records);
+    written += records.length;
+  });
+  let draining = false;
+  const ops = await startOpsServer({
+    host: env.HOST,
+    port: env.OPS_PORT,
+    readiness: () => (draining ? { ready: false, reason: 'draining' } : nc.isClosed() ? { ready: false, reason: 'nats closed' } : { ready: true }),
+    metricsHandler: telemetry.metricsHandler,
+  });
+  logger.info({ ops: ops.port }, 'ledger consuming usage records');
+  return {
+    async stop() {
+      draining = true;
+      await source.stop();
+      logger.info({ written }, 'ledger stopped consuming');
+      await nc.drain().catch(() => undefined);
+      await database.close();
+      await ops.close();
+      await telemetry.shutdown();
+    },
+  };
+});

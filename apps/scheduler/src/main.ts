@@ -1,0 +1,92 @@
+/**
+ * The scheduler service (split topology): owns replica capacity (slots) and the bounded
+ * queues in front of it, over gRPC (`weir.scheduler.v1`). It probes every engine replica's
+ * `/healthz` and takes one that stops answering (killed, or hung: SIGSTOP) out of rotation,
+ * and back when it answers again; relays report replicas they could not reach on the NATS
+ * health topic, which ejects them at once. Environment: WEIR_CONFIG, NATS_URL, HOST,
+ * GRPC_PORT (default 50053), OPS_PORT (default 9463), PROBE_INTERVAL_MS (default 1000),
+ * PROBE_TIMEOUT_MS (default 500), LOG_LEVEL.
+ */
+import { loadConfigFile, servingReplicas } from '@weir/config';
+import { type ReplicaHealthEvent, systemClock } from '@weir/core';
+import { HEALTH_SUBJECT, connectNats, createNatsTopic, replicaHealthEventCodec } from '@weir/messaging-nats';
+import { createReplicaProber, createSlotScheduler } from '@weir/scheduling';
+import { envInt, envRequired, envString, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
+import { createLogger, createTelemetry } from '@weir/telemetry';
+import { createSchedulerGrpcServer, installTracing, startGrpcServer } from '@weir/transport-grpc';
+import { request } from 'undici';
+
+const env = readEnv({
+  WEIR_CONFIG: envRequired('the configuration file'),
+  NATS_URL: envString('nats://127.0.0.1:4222'),
+  HOST: envString('127.0.0.1'),
+  GRPC_PORT: envInt(50053, 0, 65535),
+  OPS_PORT: envInt(9463, 0, 65535),
+  PROBE_INTERVAL_MS: envInt(1_000, 50),
+  PROBE_TIMEOUT_MS: envInt(500, 10),
+  LOG_LEVEL: envString('info'),
+});
+const logger = createLogger({ name: 'scheduler', level: env.LOG_LEVEL as 'info' });
+
+runUntilSignal('scheduler', logger, async () => {
+  installTracing();
+  const config = loadConfigFile(env.WEIR_CONFIG);
+  const telemetry = createTelemetry({ serviceName: 'weir-scheduler' });
+  const replicas = config.revisions.flatMap((r) => servingReplicas(r).map((x) => ({ ...x, revisionId: r.id })));
+  const scheduler = createSlotScheduler({
+    replicas: replicas.map(({ id, revisionId, slots }) => ({ id, revisionId, slots })),
+    maxQueuePerReplica: config.defaults.maxQueuePerReplica,
+    clock: systemClock,
+    onLeaseExpired: (replica) => logger.warn({ replica }, 'lease expired unreleased (its holder vanished)'),
+  });
+  telemetry.observeQueues(() => scheduler.stats().queued);
+
+  const nc = await connectNats({ servers: env.NATS_URL, name: 'weir-scheduler', logger });
+  const health = createNatsTopic<ReplicaHealthEvent>(nc, HEALTH_SUBJECT, replicaHealthEventCodec);
+  const probed = replicas.filter((r) => config.revisions.some((rev) => rev.replicas?.some((x) => x.id === r.id)));
+  const healthUrl = new Map(probed.map((r) => [r.id, `${r.baseUrl.replace(/\/v1\/?$/, '')}/healthz`]));
+  const revisionOf = new Map(replicas.map((r) => [r.id, r.revisionId]));
+  const prober = createReplicaProber({
+    replicaIds: probed.map((r) => r.id),
+    intervalMs: env.PROBE_INTERVAL_MS,
+    timeoutMs: env.PROBE_TIMEOUT_MS,
+    async probe(id, timeoutMs) {
+      const res = await request(healthUrl.get(id) as string, { headersTimeout: timeoutMs, bodyTimeout: timeoutMs });
+      await res.body.dump();
+      return res.statusCode === 200;
+    },
+    onChange(replicaId, healthy, reason) {
+      scheduler.setReplicaHealth(replicaId, healthy);
+      logger[healthy ? 'info' : 'warn']({ replica: replicaId, reason }, healthy ? 'replica back in rotation' : 'replica out of rotation');
+      health.publish({ replicaId, revisionId: revisionOf.get(replicaId) ?? '', state: healthy ? 'healthy' : 'unhealthy', reason, at: Date.now() });
+    },
+  });
+  const unsubscribe = health.subscribe((event) => {
+    if (event.state !== 'unhealthy' || !revisionOf.has(event.replicaId)) return;
+    // A relay could not reach it: eject now; the prober brings it back when it answers.
+    scheduler.setReplicaHealth(event.replicaId, false);
+    prober.markUnhealthy(event.replicaId);
+  });
+
+  const binding = createSchedulerGrpcServer(scheduler);
+  const grpc = await startGrpcServer({ host: env.HOST, port: env.GRPC_PORT, services: [binding] });
+  let draining = false;
+  const ops = await startOpsServer({
+    host: env.HOST,
+    port: env.OPS_PORT,
+    readiness: () => (draining ? { ready: false, reason: 'draining' } : { ready: true }),
+    metricsHandler: telemetry.metricsHandler,
+  });
+  logger.info({ grpc: grpc.address, ops: ops.port, replicas: replicas.length }, 'scheduler listening');
+  return {
+    async stop() {
+      draining = true;
+      prober.stop();
+      unsubscribe();
+      await grpc.close(5_000);
+      await nc.drain().catch(() => undefined);
+      await ops.close();
+      await telemetry.shutdown();
+    },
+  };
+});

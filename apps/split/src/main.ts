@@ -1,0 +1,80 @@
+/**
+ * `npm run split`: the split topology on this machine — router, admission, scheduler,
+ * streaming relay, ledger and two gateways as separate processes, two llama.cpp engine
+ * replicas per llama.cpp revision — against the machine's Postgres and NATS JetStream.
+ * Prints where each listens; Ctrl-C stops them all (gateways first, engines last).
+ *
+ * Environment: WEIR_CONFIG (default config/weir.example.yaml), WEIR_MODEL_PATH, DATABASE_URL
+ * (default postgres://postgres@127.0.0.1:5432/weir, created if missing), NATS_URL (default
+ * nats://127.0.0.1:4222), WEIR_DEMO_API_KEY (default: a new key, printed), SPLIT_GATEWAYS
+ * (default 2), SPLIT_ENGINES_PER_REVISION (default 2), WEIR_DATA_DIR (default .data), LOG_LEVEL.
+ */
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { mintApiKey } from '@weir/core';
+import { REPO_ROOT, startSplitTopology } from '@weir/launcher';
+import { envInt, envString, readEnv } from '@weir/service-runtime';
+import { ensureDatabase } from './ensure-database';
+
+const env = readEnv({
+  WEIR_CONFIG: envString(path.join(REPO_ROOT, 'config/weir.example.yaml')),
+  WEIR_MODEL_PATH: envString(''),
+  DATABASE_URL: envString('postgres://postgres@127.0.0.1:5432/weir'),
+  NATS_URL: envString('nats://127.0.0.1:4222'),
+  WEIR_DEMO_API_KEY: envString(''),
+  SPLIT_GATEWAYS: envInt(2, 1, 16),
+  SPLIT_ENGINES_PER_REVISION: envInt(2, 1, 16),
+  WEIR_DATA_DIR: envString('.data'),
+  LOG_LEVEL: envString('info'),
+});
+
+async function main(): Promise<void> {
+  await ensureDatabase(env.DATABASE_URL);
+  const demoKey = env.WEIR_DEMO_API_KEY || mintApiKey().plaintext;
+  const topology = await startSplitTopology({
+    configText: readFileSync(env.WEIR_CONFIG, 'utf8'),
+    workDir: path.resolve(env.WEIR_DATA_DIR, 'split'),
+    modelPath: env.WEIR_MODEL_PATH ? path.resolve(env.WEIR_MODEL_PATH) : undefined,
+    databaseUrl: env.DATABASE_URL,
+    natsUrl: env.NATS_URL,
+    gateways: env.SPLIT_GATEWAYS,
+    enginesPerRevision: env.SPLIT_ENGINES_PER_REVISION,
+    env: { WEIR_DEMO_API_KEY: demoKey, LOG_LEVEL: env.LOG_LEVEL },
+    echo: true,
+  });
+  const lines = [
+    '',
+    'Weir (split topology) is up:',
+    ...topology.gateways.map((g) => `  ${g.name.padEnd(28)} ${g.url}   (pid ${g.process.pid})`),
+    ...(['router', 'admission', 'scheduler', 'relay'] as const).map(
+      (s) => `  ${s.padEnd(28)} grpc ${topology.addresses[s]}, ops ${topology.opsUrls.get(s)}   (pid ${topology.processes.get(s)?.pid})`,
+    ),
+    `  ${'ledger'.padEnd(28)} ops ${topology.opsUrls.get('ledger')}   (pid ${topology.processes.get('ledger')?.pid})`,
+    ...topology.engines.map((e) => `  ${e.name.padEnd(28)} ${e.url}   (pid ${e.process.pid})`),
+    `  config: ${topology.configPath}`,
+    `  demo API key: ${demoKey}`,
+    '',
+    `Try: curl -N ${topology.gateways[0].url}/v1/chat/completions -H "Authorization: Bearer ${demoKey}" -H "Content-Type: application/json" \\`,
+    `       -d '{"model":"tiny-stories","messages":[{"role":"user","content":"Once upon a time"}],"max_tokens":32,"stream":true}'`,
+    'Ctrl-C stops everything.',
+    '',
+  ];
+  process.stdout.write(lines.join('\n'));
+  let stopping = false;
+  const stop = () => {
+    if (stopping) return;
+    stopping = true;
+    process.stdout.write('\nstopping the split topology…\n');
+    topology.stop().then(
+      (clean) => process.exit(clean ? 0 : 1),
+      () => process.exit(1),
+    );
+  };
+  process.on('SIGINT', stop);
+  process.on('SIGTERM', stop);
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`weir split: ${err instanceof Error ? err.message : String(err)}\n`);
+  process.exit(1);
+});

@@ -1,0 +1,138 @@
+/**
+ * The streaming relay service (split topology): runs generations on engine replicas
+ * (OpenAI-compatible HTTP: `apps/engine-llamacpp` or a hosted upstream), streams deltas back
+ * over gRPC (`weir.relay.v1`), meters tokens, cuts at deadlines, applies the cancellation grace
+ * period, and publishes exactly one usage record per generation to NATS JetStream (buffered,
+ * bounded, while NATS is away). Cancels fanned out on NATS (`weir.cancel`) stop the generation
+ * it holds; a replica it cannot reach is reported on `weir.health`.
+ *
+ * Environment: WEIR_CONFIG, NATS_URL, HOST, GRPC_PORT (default 50054), OPS_PORT (default 9464),
+ * RELAY_FIRST_TOKEN_TIMEOUT_MS (default 10000), RELAY_IDLE_TIMEOUT_MS (default 10000),
+ * SHUTDOWN_GRACE_MS (default 10000), LOG_LEVEL.
+ */
+import { loadConfigFile, servingReplicas } from '@weir/config';
+import { type CancelMessage, type EngineAdapter, type RelayHandle, type ReplicaHealthEvent, systemClock } from '@weir/core';
+import { createOpenAICompatibleEngine } from '@weir/engines';
+import {
+  CANCEL_SUBJECT,
+  HEALTH_SUBJECT,
+  cancelMessageCodec,
+  connectNats,
+  createNatsTopic,
+  createNatsUsageSink,
+  ensureUsageStream,
+  replicaHealthEventCodec,
+} from '@weir/messaging-nats';
+import { envInt, envRequired, envString, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
+import { createRelay } from '@weir/streaming';
+import { createLogger, createTelemetry } from '@weir/telemetry';
+import { createRelayGrpcServer, installTracing, startGrpcServer } from '@weir/transport-grpc';
+
+const env = readEnv({
+  WEIR_CONFIG: envRequired('the configuration file'),
+  NATS_URL: envString('nats://127.0.0.1:4222'),
+  HOST: envString('127.0.0.1'),
+  GRPC_PORT: envInt(50054, 0, 65535),
+  OPS_PORT: envInt(9464, 0, 65535),
+  RELAY_FIRST_TOKEN_TIMEOUT_MS: envInt(10_000, 1),
+  RELAY_IDLE_TIMEOUT_MS: envInt(10_000, 1),
+  SHUTDOWN_GRACE_MS: envInt(10_000, 0),
+  LOG_LEVEL: envString('info'),
+});
+const logger = createLogger({ name: 'streaming-relay', level: env.LOG_LEVEL as 'info' });
+
+/** Errors that mean the replica itself is unreachable or hung (not a bad request). */
+const REPLICA_DOWN = new Set(['upstream_unavailable', 'upstream_timeout']);
+
+runUntilSignal('streaming-relay', logger, async () => {
+  installTracing();
+  const config = loadConfigFile(env.WEIR_CONFIG);
+  const telemetry = createTelemetry({ serviceName: 'weir-streaming-relay' });
+
+  // One OpenAI-compatible adapter per replica; the scheduler chose the replica.
+  const engines = new Map<string, EngineAdapter>();
+  const revisionOf = new Map<string, string>();
+  for (const revision of config.revisions) {
+    const upstream = revision.engine.kind === 'openai-compatible' ? revision.engine : undefined;
+    for (const replica of servingReplicas(revision)) {
+      revisionOf.set(replica.id, revision.id);
+      engines.set(
+        replica.id,
+        createOpenAICompatibleEngine(
+          {
+            kind: 'openai-compatible',
+            baseUrl: replica.baseUrl,
+            upstreamModel: upstream?.upstreamModel ?? revision.id,
+            apiKeyEnv: upstream?.apiKeyEnv,
+            api: upstream?.api ?? 'chat',
+            firstTokenTimeoutMs: upstream?.firstTokenTimeoutMs ?? env.RELAY_FIRST_TOKEN_TIMEOUT_MS,
+            idleTimeoutMs: upstream?.idleTimeoutMs ?? env.RELAY_IDLE_TIMEOUT_MS,
+            maxConcurrency: replica.slots,
+            contextTokens: revision.contextWindow,
+          },
+          { logger },
+        ),
+      );
+    }
+  }
+
+  const nc = await connectNats({ servers: env.NATS_URL, name: 'weir-streaming-relay', logger });
+  await ensureUsageStream(nc);
+  const usageSink = createNatsUsageSink(nc, { logger });
+  const health = createNatsTopic<ReplicaHealthEvent>(nc, HEALTH_SUBJECT, replicaHealthEventCodec);
+  const cancels = createNatsTopic<CancelMessage>(nc, CANCEL_SUBJECT, cancelMessageCodec);
+
+  const relay = createRelay({
+    engineFor: (id) => engines.get(id),
+    usageSink,
+    clock: systemClock,
+    cancelGraceMs: config.defaults.cancelGraceMs,
+    onOutcome(job, outcome) {
+      if (outcome.error && REPLICA_DOWN.has(outcome.error.code) && outcome.usage.outputTokens === 0) {
+        health.publish({ replicaId: job.replicaId, revisionId: revisionOf.get(job.replicaId) ?? job.revision.id, state: 'unhealthy', reason: outcome.error.code, at: Date.now() });
+      }
+    },
+  });
+  // The generations this relay holds, for cancels fanned out from any gateway.
+  const running = new Map<string, { tenantId: string; handle: RelayHandle }>();
+  const tracked = {
+    start(job: Parameters<typeof relay.start>[0]) {
+      const handle = relay.start(job);
+      running.set(job.generationId, { tenantId: job.caller.tenantId, handle });
+      void handle.done.then(() => running.delete(job.generationId));
+      return handle;
+    },
+  };
+  const unsubscribe = cancels.subscribe((m) => {
+    const held = running.get(m.generationId);
+    if (held && held.tenantId === m.tenantId) held.handle.stop(m.cause);
+  });
+
+  const binding = createRelayGrpcServer(tracked);
+  const grpc = await startGrpcServer({ host: env.HOST, port: env.GRPC_PORT, services: [binding] });
+  let draining = false;
+  const ops = await startOpsServer({
+    host: env.HOST,
+    port: env.OPS_PORT,
+    readiness: () =>
+      draining ? { ready: false, reason: 'draining' } : usageSink.saturated() ? { ready: false, reason: 'usage backlog full' } : { ready: true },
+    metricsHandler: telemetry.metricsHandler,
+  });
+  logger.info({ grpc: grpc.address, ops: ops.port, replicas: engines.size }, 'streaming relay listening');
+  return {
+    async stop() {
+      draining = true;
+      // In-flight streams get the grace period, then are cut (each still records its usage).
+      await grpc.close(env.SHUTDOWN_GRACE_MS);
+      const until = Date.now() + 5_000;
+      while (running.size > 0 && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
+      unsubscribe();
+      const result = await usageSink.close({ timeoutMs: 10_000 });
+      if (result.unwritten > 0) logger.error({ unwritten: result.unwritten }, 'usage records not acknowledged by JetStream before exit');
+      for (const engine of engines.values()) await engine.close().catch(() => undefined);
+      await nc.drain().catch(() => undefined);
+      await ops.close();
+      await telemetry.shutdown();
+    },
+  };
+});
