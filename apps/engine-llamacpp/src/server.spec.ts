@@ -107,6 +107,27 @@ describe('engine-llamacpp server (real tiny model, in-process)', () => {
     expect(usage.usage).toMatchObject({ prompt_tokens: 5, completion_tokens: 6, total_tokens: 11 });
   });
 
+  it('puts cumulative usage on every content chunk when asked (vLLM continuous_usage_stats)', async () => {
+    const res = await post(`${s.url}/v1/chat/completions`, {
+      model: 'stories260k',
+      messages: [{ role: 'user', content: 'Once upon a time' }],
+      max_completion_tokens: 8,
+      temperature: 0,
+      stream: true,
+      stream_options: { include_usage: true, continuous_usage_stats: true },
+    });
+    const chunks = dataEvents(await res.text())
+      .slice(0, -1)
+      .map((e) => JSON.parse(e) as OpenAiJson);
+    const content = chunks.filter((c) => c.choices[0]?.delta?.content);
+    expect(content.length).toBeGreaterThan(0);
+    const counts = content.map((c) => c.usage?.completion_tokens ?? -1);
+    expect(counts.every((n, i) => n >= 1 && (i === 0 || n > counts[i - 1]))).toBe(true);
+    expect(content.every((c) => c.usage?.prompt_tokens === 5)).toBe(true);
+    expect(chunks.at(-1)?.usage?.completion_tokens).toBe(8);
+    expect(counts.at(-1)).toBeLessThanOrEqual(8);
+  });
+
   it('serves /v1/completions with OpenAI’s default of 16 tokens', async () => {
     const res = await post(`${s.url}/v1/completions`, { model: 'x', prompt: 'Once upon a time', temperature: 0 });
     const body = (await res.json()) as OpenAiJson;

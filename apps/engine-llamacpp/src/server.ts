@@ -41,7 +41,7 @@ const num = (schema: z.ZodNumber) => schema.nullish().transform((v) => v ?? unde
 const samplingFields = {
   model: z.string().min(1),
   stream: z.boolean().nullish(),
-  stream_options: z.object({ include_usage: z.boolean().nullish() }).nullish(),
+  stream_options: z.object({ include_usage: z.boolean().nullish(), continuous_usage_stats: z.boolean().nullish() }).nullish(),
   temperature: num(z.number().min(0).max(2)),
   top_p: num(z.number().gt(0).max(1)),
   seed: num(z.number().int()),
@@ -209,7 +209,10 @@ export function createEngineServer(options: EngineServerOptions): Express {
     let end: Extract<EngineEvent, { type: 'end' }> | undefined;
     try {
       const iterator = engine.generate(request)[Symbol.asyncIterator]();
-      if (parsed.stream) end = await streamResponse(route, res, iterator, meta, parsed.includeUsage);
+      if (parsed.stream) {
+        const running = parsed.continuousUsage ? { inputTokens: await engine.countInputTokens(parsed.input) } : undefined;
+        end = await streamResponse(route, res, iterator, meta, parsed.includeUsage, running);
+      }
       else end = await jsonResponse(route, res, iterator, meta);
     } catch (error) {
       const weirError = toWeirError(error);
@@ -246,6 +249,8 @@ interface ParsedRequest {
   sampling: EngineRequest['sampling'];
   stream: boolean;
   includeUsage: boolean;
+  /** vLLM's `stream_options.continuous_usage_stats`: cumulative usage on every chunk. */
+  continuousUsage: boolean;
 }
 
 function parseBody(route: Route, body: unknown): ParsedRequest {
@@ -262,6 +267,7 @@ function parseBody(route: Route, body: unknown): ParsedRequest {
     sampling: { temperature: data.temperature, topP: data.top_p, seed: data.seed, stop },
     stream: data.stream === true,
     includeUsage: data.stream === true && data.stream_options?.include_usage === true,
+    continuousUsage: data.stream === true && data.stream_options?.continuous_usage_stats === true,
   };
   if ('messages' in data) {
     return {
@@ -301,7 +307,12 @@ async function streamResponse(
   iterator: AsyncIterator<EngineEvent>,
   meta: OpenAiResponseMeta,
   includeUsage: boolean,
+  continuous?: { inputTokens: number },
 ): Promise<Extract<EngineEvent, { type: 'end' }> | undefined> {
+  // With continuous usage (vLLM's `continuous_usage_stats`), every chunk carries the
+  // cumulative counts, so a client that stops reading mid-stream still knows what was produced.
+  let produced = 0;
+  const runningUsage = () => (continuous ? { usage: toOpenAiUsage({ inputTokens: continuous.inputTokens, outputTokens: produced }) } : {});
   // Pull the first event before the 200 headers, so early errors (context too long) get a status.
   let next = await iterator.next();
   res.status(200).set({ 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive' });
@@ -311,13 +322,14 @@ async function streamResponse(
   for (; !next.done; next = await iterator.next()) {
     const event = next.value;
     if (event.type === 'delta') {
+      produced += event.tokens;
       if (event.text.length === 0) continue;
       await write(
         res,
         data(
           route === 'chat'
-            ? chatCompletionChunk(meta, { delta: { content: event.text }, finishReason: null })
-            : textCompletionChunk(meta, { text: event.text, finishReason: null }),
+            ? chatCompletionChunk(meta, { delta: { content: event.text }, finishReason: null }, runningUsage())
+            : textCompletionChunk(meta, { text: event.text, finishReason: null }, runningUsage()),
         ),
       );
       continue;

@@ -68,6 +68,9 @@ runUntilSignal('streaming-relay', logger, async () => {
             firstTokenTimeoutMs: upstream?.firstTokenTimeoutMs ?? env.RELAY_FIRST_TOKEN_TIMEOUT_MS,
             idleTimeoutMs: upstream?.idleTimeoutMs ?? env.RELAY_IDLE_TIMEOUT_MS,
             maxConcurrency: replica.slots,
+            // Weir's own engine replicas report cumulative usage on every chunk, so a stream
+            // cut by a cancel or deadline is billed from the engine's count.
+            continuousUsageStats: upstream ? upstream.continuousUsageStats : true,
             contextTokens: revision.contextWindow,
           },
           { logger },

@@ -118,6 +118,7 @@ const openAICompatibleEngine = strict({
   first_token_timeout_ms: int(1).default(30_000),
   idle_timeout_ms: int(1).default(30_000),
   max_concurrency: int(1).default(16),
+  continuous_usage_stats: z.boolean({ error: expecting('true or false') }).default(false),
 });
 
 const ENGINE_KINDS = ['llamacpp', 'openai-compatible'] as const;

@@ -329,6 +329,7 @@ function toEngine(e: ConfigFile['revisions'][number]['engine'], contextWindow: n
         firstTokenTimeoutMs: e.first_token_timeout_ms,
         idleTimeoutMs: e.idle_timeout_ms,
         maxConcurrency: e.max_concurrency,
+        ...(e.continuous_usage_stats ? { continuousUsageStats: true } : {}),
       };
     default: {
       const unreachable: never = e;

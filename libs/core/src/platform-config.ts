@@ -48,6 +48,12 @@ export interface OpenAICompatibleEngineSpec {
   idleTimeoutMs: number;
   /** Parallel requests this upstream accepts from one Weir replica. Default 16. */
   maxConcurrency: number;
+  /**
+   * Ask for cumulative usage on every chunk (vLLM's `stream_options.continuous_usage_stats`,
+   * also served by `apps/engine-llamacpp`), so a stream stopped mid-way is billed from the
+   * upstream's own count rather than an estimate. Only for upstreams that accept it. Default false.
+   */
+  continuousUsageStats?: boolean;
 }
 
 /** Engine specs: a closed set, switched over exhaustively. */

@@ -91,17 +91,26 @@ describe('createLlamaCppEngine (real stories260K model)', () => {
     expect(isWeirError(error) && error.param).toBe('input');
   });
 
-  it('throws engine_unavailable (retryable) when every sequence is busy, and frees sequences after use', async () => {
-    const slow = await createLlamaCppEngine(spec({ sequences: 1, testTokenDelayMs: 5 }));
+  it('waits briefly for a sequence being returned, then throws engine_unavailable (retryable); sequences are freed after use', async () => {
+    const slow = await createLlamaCppEngine(spec({ sequences: 1, testTokenDelayMs: 20 }));
     try {
+      // A second generate while the only sequence is busy waits for it…
+      const first = collectEngineEvents(slow, engineRequest(story, { maxOutputTokens: 10 }));
+      const waiting = collectEngineEvents(slow, engineRequest(story, { maxOutputTokens: 3 }));
+      expect((await first).error).toBeUndefined();
+      const second = await waiting;
+      expect(second.error).toBeUndefined();
+      expect(second.events.at(-1)).toMatchObject({ type: 'end', usage: { outputTokens: 3 } });
+
+      // …but not forever: a sequence held past the wait (2 s) is engine_unavailable.
       const controller = new AbortController();
-      const first = slow.generate(engineRequest(story, { maxOutputTokens: 200, signal: controller.signal }))[Symbol.asyncIterator]();
-      await first.next();
+      const long = slow.generate(engineRequest(story, { maxOutputTokens: 200, signal: controller.signal }))[Symbol.asyncIterator]();
+      await long.next();
       const { error } = await collectEngineEvents(slow, engineRequest(story));
       expect(isWeirError(error) && error.code).toBe('engine_unavailable');
       expect(isWeirError(error) && error.retryable).toBe(true);
       controller.abort();
-      while (!(await first.next()).done) {
+      while (!(await long.next()).done) {
         /* drain */
       }
       const again = await collectEngineEvents(slow, engineRequest(story, { maxOutputTokens: 4 }));

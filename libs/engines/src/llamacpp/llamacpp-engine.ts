@@ -48,6 +48,9 @@ export type LlamaCppEngineOptions = LlamaCppEngineSpec & { modelPath: string };
  */
 export const LLAMACPP_DEFAULT_TEMPERATURE = 0.8;
 
+/** How long a generate call waits for a sequence still being cleared before `engine_unavailable` (ms). */
+const SEQUENCE_WAIT_MS = 2_000;
+
 /** Preceding tokens given to `detokenize` so a token's leading space is rendered correctly. */
 const DETOKENIZE_CONTEXT_TOKENS = 8;
 
@@ -141,6 +144,25 @@ export async function createLlamaCppEngine(
     return bos == null ? tokens : [bos, ...tokens];
   };
 
+  // A caller whose slot was granted just before the previous generation's sequence was back
+  // in the pool (its history is cleared asynchronously after the stream ended) waits for it
+  // briefly instead of failing: the scheduler in front never grants more slots than sequences.
+  const sequenceWaiters: Array<(sequence: LlamaContextSequence | undefined) => void> = [];
+  const waitForSequence = (signal: AbortSignal): Promise<LlamaContextSequence | undefined> =>
+    new Promise((resolve) => {
+      const done = (sequence: LlamaContextSequence | undefined) => {
+        clearTimeout(timer);
+        signal.removeEventListener('abort', onAbort);
+        const i = sequenceWaiters.indexOf(done);
+        if (i >= 0) sequenceWaiters.splice(i, 1);
+        resolve(sequence);
+      };
+      const onAbort = () => done(undefined);
+      const timer = setTimeout(() => done(undefined), SEQUENCE_WAIT_MS);
+      signal.addEventListener('abort', onAbort, { once: true });
+      sequenceWaiters.push(done);
+    });
+
   async function* generate(request: EngineRequest): AsyncGenerator<EngineEvent, void, undefined> {
     if (closed) throw new WeirError('engine_unavailable', 'engine is closed', { retryable: true });
     const prompt = tokenizePrompt(renderPlainPrompt(request.input));
@@ -158,8 +180,12 @@ export async function createLlamaCppEngine(
       yield { type: 'end', reason: 'aborted', usage: { inputTokens, outputTokens: 0 }, usageReported: true };
       return;
     }
-    const sequence = free.pop();
+    const sequence = free.pop() ?? (await waitForSequence(request.signal));
     if (!sequence) {
+      if (request.signal.aborted) {
+        yield { type: 'end', reason: 'aborted', usage: { inputTokens, outputTokens: 0 }, usageReported: true };
+        return;
+      }
       throw new WeirError('engine_unavailable', 'no free sequence on this engine replica', { retryable: true });
     }
 
@@ -218,7 +244,9 @@ export async function createLlamaCppEngine(
         completion.dispose({ disposeSequence: false });
         try {
           await sequence.clearHistory();
-          free.push(sequence);
+          const waiter = sequenceWaiters.shift();
+          if (waiter) waiter(sequence);
+          else free.push(sequence);
         } catch (error) {
           logger.error({ err: error }, 'could not clear a sequence; it is retired');
         }

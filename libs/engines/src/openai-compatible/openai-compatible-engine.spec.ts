@@ -290,6 +290,28 @@ describe('createOpenAICompatibleEngine (scripted upstream)', () => {
     expect(upstream.clientAborts()).toBeGreaterThan(abortsBefore);
   });
 
+  it('with continuous usage stats, meters deltas and bills a cut stream by the upstream’s own running count', async () => {
+    // vLLM-style: every content chunk carries cumulative usage; a chunk may stand for 2 tokens.
+    const meta = { id: 'chatcmpl-c', object: 'chat.completion.chunk', created: 1, model: 'm' };
+    const chunk = (content: string, completion: number) =>
+      sseEvent({ ...meta, choices: [{ index: 0, delta: { content }, logprobs: null, finish_reason: null }], usage: { prompt_tokens: 4, completion_tokens: completion, total_tokens: 4 + completion } });
+    const events = Array.from({ length: 50 }, (_, i) => chunk(`w${i} `, 2 * (i + 1)));
+    upstream.setScript(() => sseReply(events, { delayMs: 10 }));
+    const engine = createOpenAICompatibleEngine(specFor(upstream.url, { continuousUsageStats: true }));
+    const controller = new AbortController();
+    const result = await collectEngineEvents(engine, engineRequest(chat, { signal: controller.signal }), (e, i) => {
+      if (e.type === 'delta' && i === 3) controller.abort();
+    });
+    const deltas = result.events.filter((e) => e.type === 'delta');
+    expect(deltas.every((d) => d.type === 'delta' && d.tokens === 2)).toBe(true);
+    const end = endOf(result.events);
+    expect(end).toMatchObject({ reason: 'aborted', usageReported: true, usage: { inputTokens: 4 } });
+    // Billed by the upstream's count of what it produced (≥ what was delivered), not by bytes.
+    expect(end.usage.outputTokens).toBeGreaterThanOrEqual(2 * deltas.length);
+    expect(end.usage.outputTokens % 2).toBe(0);
+    expect(upstream.requests.at(-1)?.body).toMatchObject({ stream_options: { include_usage: true, continuous_usage_stats: true } });
+  });
+
   it('declares capacity from maxConcurrency and the context default', () => {
     const engine = createOpenAICompatibleEngine(specFor(upstream.url, { maxConcurrency: 7 }));
     expect(engine.capacity).toEqual({ slots: 7, contextTokens: 8192 });

@@ -114,7 +114,7 @@ export function createOpenAICompatibleEngine(
     if (sampling.seed !== undefined) body.seed = sampling.seed;
     if (sampling.stop && sampling.stop.length > 0) body.stop = sampling.stop;
     body.stream = true;
-    body.stream_options = { include_usage: true };
+    body.stream_options = spec.continuousUsageStats ? { include_usage: true, continuous_usage_stats: true } : { include_usage: true };
     return body;
   }
 
@@ -163,12 +163,20 @@ export function createOpenAICompatibleEngine(
       inputTokens: await countInputTokens(request.input),
       outputTokens: Math.max(deltas, outputText.length === 0 ? 0 : await countText(outputText)),
     });
-    const abortedEnd = async (): Promise<EngineEvent> => ({
-      type: 'end',
-      reason: 'aborted',
-      usage: await countedUsage(),
-      usageReported: false,
-    });
+    // With continuous usage stats the upstream's own running count is the bill, even when the
+    // stream is cut: it counts tokens whose text never arrived, too.
+    const abortedEnd = async (): Promise<EngineEvent> =>
+      spec.continuousUsageStats && reported
+        ? { type: 'end', reason: 'aborted', usage: reported, usageReported: true }
+        : { type: 'end', reason: 'aborted', usage: await countedUsage(), usageReported: false };
+    // Output tokens already handed on as deltas, by the upstream's count (continuous usage).
+    let billedTokens = 0;
+    const tokensSoFar = (): number => {
+      if (!spec.continuousUsageStats || !reported) return 1;
+      const n = Math.max(0, reported.outputTokens - billedTokens);
+      billedTokens = Math.max(billedTokens, reported.outputTokens);
+      return n;
+    };
     const classify = (error: unknown): WeirError => {
       if (error instanceof WeirError) return error;
       if (timedOut === 'first') {
@@ -298,7 +306,7 @@ export function createOpenAICompatibleEngine(
             parser.feed(decoder.decode(next.value, { stream: true }));
           }
           if (datas.length === 0) continue;
-          const pieces: string[] = [];
+          const pieces: Array<{ text: string; tokens: number }> = [];
           let frameError: unknown;
           for (const data of datas.splice(0)) {
             if (data.trim() === '[DONE]') {
@@ -307,7 +315,7 @@ export function createOpenAICompatibleEngine(
             }
             try {
               const piece = apply(JSON.parse(data));
-              if (piece.length > 0) pieces.push(piece);
+              if (piece.length > 0) pieces.push({ text: piece, tokens: tokensSoFar() });
             } catch (error) {
               frameError =
                 error instanceof WeirError
@@ -321,11 +329,11 @@ export function createOpenAICompatibleEngine(
           // the idle clock once these pieces are handed on.
           if (firstSeen) clearTimer();
           // Everything received counts as produced (billed), even if an abort stops its delivery.
-          outputText += pieces.join('');
+          outputText += pieces.map((p) => p.text).join('');
           for (const piece of pieces) {
             if (request.signal.aborted) break;
             deltas += 1;
-            yield { type: 'delta', text: piece, tokens: 1 };
+            yield { type: 'delta', text: piece.text, tokens: piece.tokens };
           }
           if (request.signal.aborted) {
             yield await abortedEnd();
