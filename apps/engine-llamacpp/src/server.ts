@@ -100,6 +100,8 @@ const COMPLETIONS_DEFAULT_MAX_TOKENS = 16;
  *   finished) aborts the generation, or takes the request out of the queue.
  * - `GET /v1/models`: the one model. `GET /healthz`: 200 while the process runs. `GET /readyz`:
  *   200, or 503 while draining. `GET /stats`: the engine's token counters plus `inUse`/`queued`.
+ *   `POST /v1/stop/{id}`: stops the running generation whose `x-request-id` was `id`; its
+ *   stream then ends normally (finish chunk, usage, `[DONE]`), so the caller bills exactly.
  *   `GET /metrics`: Prometheus (when `metricsHandler` is given). `POST /tokenize`
  *   `{input: text | chat messages}` → `{input_tokens}` counted by this replica's tokenizer.
  *
@@ -109,6 +111,8 @@ export function createEngineServer(options: EngineServerOptions): Express {
   const { engine, modelName, logger } = options;
   const gate = createSlotGate({ slots: engine.capacity.slots, maxQueue: options.maxQueue ?? 64 });
   const draining = options.isDraining ?? (() => false);
+  /** Running generations by id (the caller's `x-request-id`), for `POST /v1/stop/{id}`. */
+  const running = new Map<string, AbortController>();
   const app = express();
   app.disable('x-powered-by');
   app.use(express.json({ limit: options.maxBodyBytes ?? 1024 * 1024 }));
@@ -151,6 +155,17 @@ export function createEngineServer(options: EngineServerOptions): Express {
     if (req.params.id === modelName) res.json(modelObject(modelName));
     else sendError(res, new WeirError('model_not_found', `model ${JSON.stringify(req.params.id)} is not served here`, { param: 'model' }));
   });
+  // Weir's extension: stop a running generation and let its stream end normally, with the
+  // finish chunk and final usage, so the caller bills exactly what was produced.
+  app.post('/v1/stop/:id', (req, res) => {
+    const controller = running.get(String(req.params.id));
+    if (!controller) {
+      sendError(res, new WeirError('not_found', 'no running generation with that id on this replica'));
+      return;
+    }
+    controller.abort(new Error('stop requested'));
+    res.json({ generation_id: req.params.id, status: 'stopping' });
+  });
   app.post('/v1/chat/completions', (req, res) => handleGeneration('chat', req, res));
   app.post('/v1/completions', (req, res) => handleGeneration('completions', req, res));
   app.use((_req: Request, res: Response) => {
@@ -184,6 +199,10 @@ export function createEngineServer(options: EngineServerOptions): Express {
     // The response's `close` (not the request's) tells that the client went away.
     res.on('close', () => {
       if (!res.writableFinished) controller.abort(new Error('client disconnected'));
+    });
+    running.set(generationId, controller);
+    res.on('close', () => {
+      if (running.get(generationId) === controller) running.delete(generationId);
     });
 
     let release: () => void;

@@ -71,6 +71,7 @@ runUntilSignal('streaming-relay', logger, async () => {
             // Weir's own engine replicas report cumulative usage on every chunk, so a stream
             // cut by a cancel or deadline is billed from the engine's count.
             continuousUsageStats: upstream ? upstream.continuousUsageStats : true,
+            gracefulStop: upstream ? upstream.gracefulStop : true,
             contextTokens: revision.contextWindow,
           },
           { logger },

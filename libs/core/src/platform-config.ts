@@ -54,6 +54,12 @@ export interface OpenAICompatibleEngineSpec {
    * upstream's own count rather than an estimate. Only for upstreams that accept it. Default false.
    */
   continuousUsageStats?: boolean;
+  /**
+   * The upstream is a Weir engine (`apps/engine-llamacpp`): a cancel asks it to stop
+   * (`POST /v1/stop/{generation id}`) and reads its final usage, instead of cutting the
+   * connection, so a cut stream is billed exactly. Default false.
+   */
+  gracefulStop?: boolean;
 }
 
 /** Engine specs: a closed set, switched over exhaustively. */

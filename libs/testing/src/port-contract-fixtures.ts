@@ -58,6 +58,7 @@ const revisions: RevisionSpec[] = [
       firstTokenTimeoutMs: 30_000,
       idleTimeoutMs: 15_000,
       maxConcurrency: 16,
+      continuousUsageStats: true,
     },
     contextWindow: 1024,
     maxOutputTokens: 512,

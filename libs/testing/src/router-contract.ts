@@ -1,14 +1,5 @@
-import type { AliasSpec, Caller, PlatformConfig, RouteResult } from '@weir/core';
+import type { PlatformConfig, RouterService } from '@weir/core';
 import { type ContractSubject, contractCallers, contractPlatformConfig } from './port-contract-fixtures';
-
-/**
- * The router port, answered synchronously (in-process) or asynchronously (a remote client):
- * the contract awaits every answer, so it holds both.
- */
-export interface RouterUnderTest {
-  resolve(caller: Caller, alias: string, stickyKey: string): RouteResult | Promise<RouteResult>;
-  listAliases(caller: Caller): AliasSpec[] | Promise<AliasSpec[]>;
-}
 
 /**
  * The contract every `RouterService` binding passes (a jest `describe` block), with the
@@ -22,10 +13,10 @@ export interface RouterUnderTest {
  *
  * `setup` receives the fixture configuration ({@link contractPlatformConfig}) and runs once.
  */
-export function describeRouterContract(name: string, setup: (config: PlatformConfig) => Promise<ContractSubject<RouterUnderTest>>): void {
+export function describeRouterContract(name: string, setup: (config: PlatformConfig) => Promise<ContractSubject<RouterService>>): void {
   describe(`router contract: ${name}`, () => {
     const config = contractPlatformConfig();
-    let subject: ContractSubject<RouterUnderTest>;
+    let subject: ContractSubject<RouterService>;
     const router = () => subject.service;
     const revision = (id: string) => config.revisions.find((r) => r.id === id);
     const alias = (n: string) => config.aliases.find((a) => a.name === n);

@@ -43,7 +43,8 @@ const settled = async <T>(promise: Promise<T>, ms: number): Promise<T | 'pending
  * semantics of the in-process slot scheduler. `setup` builds the scheduler over
  * {@link SchedulerContractTopology} with deadlines on `performance.now()`, before each test:
  * - a free slot is granted at once on a replica of the revision, spread across replicas;
- *   an unknown revision answers `no_replica`; an already-aborted signal `cancelled`;
+ *   an unknown revision, or one whose every replica is to be avoided, answers `no_replica`;
+ *   `avoidReplicas` is honoured; an already-aborted signal answers `cancelled`;
  * - a full revision queues the request FIFO until a lease is released, reporting the
  *   queue time; a bounded queue answers `queue_full`;
  * - a queued request leaves with `deadline` when its deadline passes and `cancelled` when
@@ -75,6 +76,13 @@ export function describeSchedulerContract(name: string, setup: (topology: Schedu
     it('answers no_replica for a revision nobody serves', async () => {
       const result = await acquire('ghost@1');
       expect(result).toMatchObject({ ok: false, reason: 'no_replica' });
+    });
+
+    it('honours avoidReplicas, and answers no_replica when every replica is avoided', async () => {
+      const lease = leaseOf(await acquire('pair@1', { avoidReplicas: ['pair@1/0'] }));
+      expect(lease.replicaId).toBe('pair@1/1');
+      lease.release();
+      expect(await acquire('solo@1', { avoidReplicas: ['solo@1/0'] })).toMatchObject({ ok: false, reason: 'no_replica' });
     });
 
     it('answers cancelled for an already-aborted signal', async () => {

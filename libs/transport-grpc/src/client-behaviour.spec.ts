@@ -43,9 +43,9 @@ describe('deadlines', () => {
     const hanging: RouterService = {
       resolve: () => {
         calls++;
-        return new Promise<RouteResult>(() => undefined) as unknown as RouteResult;
+        return new Promise<RouteResult>(() => undefined);
       },
-      listAliases: () => [],
+      listAliases: async () => [],
     };
     const server = await startGrpcServer({ services: [createRouterGrpcServer(hanging)] });
     const client = createRouterGrpcClient({ address: server.address, deadlineMs: 100, retry: fastRetry });
@@ -115,7 +115,7 @@ describe('retries', () => {
   });
 
   it('rides out a server restart for Resolve but not for Reserve', async () => {
-    const router: RouterService = { resolve: () => notFound, listAliases: () => [] };
+    const router: RouterService = { resolve: async () => notFound, listAliases: async () => [] };
     const admission = flakyAdmission(0);
     const services = () => [createRouterGrpcServer(router), createAdmissionGrpcServer(admission)];
     const first = await startGrpcServer({ services: services() });

@@ -33,8 +33,6 @@ export { installTracing, type InstallTracingOptions, type InstalledTracing } fro
 export {
   createRouterGrpcServer,
   createRouterGrpcClient,
-  type AsyncRouterService,
-  type RouterImplementation,
   type RouterGrpcClient,
 } from './router-grpc';
 export { createAdmissionGrpcServer, createAdmissionGrpcClient, type AdmissionGrpcClient } from './admission-grpc';

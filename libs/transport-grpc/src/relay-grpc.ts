@@ -61,24 +61,22 @@ const STOP_CAUSES: Record<StopCause, relayV1.StopCause> = {
   cancel_requested: relayV1.StopCause.CANCEL_REQUESTED,
 };
 
-/** A generation outcome the gateway's relay client made up because the relay was lost. */
-export type RelayLostOutcome = GenerationOutcome & {
-  /**
-   * The counts are Weir's best knowledge (the tokens relayed before the stream broke), not
-   * the relay's measurement; the relay may have produced and recorded more. Copy it to
-   * `UsageRecord.uncertain` so reconciliation settles the record.
-   */
-  uncertain: true;
-};
+/**
+ * A generation outcome the gateway's relay client made up because the relay was lost: the
+ * counts are Weir's best knowledge (the tokens relayed before the stream broke), not the
+ * relay's measurement, and the relay could not record usage (the caller records it, marked
+ * uncertain, for reconciliation).
+ */
+export type RelayLostOutcome = GenerationOutcome & { relayLost: true };
 
 /**
  * True when `outcome` was synthesized by the relay gRPC client because the stream broke
  * before its end event (relay killed, connection lost, stream deadline): `finishReason`
  * `error`, error code `upstream_error`, usage = input tokens of the job plus the output
- * tokens relayed so far, priced at the job's revision.
+ * tokens relayed so far, priced at the job's revision, `relayLost: true`.
  */
 export function isRelayLost(outcome: GenerationOutcome): outcome is RelayLostOutcome {
-  return (outcome as { uncertain?: unknown }).uncertain === true;
+  return outcome.relayLost === true;
 }
 
 function inputToWire(input: GenerationInput): relayV1.EngineRequest['input'] {
@@ -286,7 +284,7 @@ export interface RelayGrpcClientOptions extends GrpcClientOptions {
 
 /** The relay gRPC client: the port plus `close()` for its channel. */
 export interface RelayGrpcClient extends RelayService {
-  /** Closes the channel; running streams are cut (their handles end as relay-lost). */
+  /** Closes the channel; running streams are cut (their handles end relay-lost). */
   close(): void;
 }
 
@@ -300,9 +298,9 @@ export interface RelayGrpcClient extends RelayService {
  * If the stream breaks before its end event (relay killed, connection lost, stream deadline)
  * the handle ends with a synthetic outcome (see {@link isRelayLost}): `error` /
  * `upstream_error`, usage = the job's input tokens plus the output tokens relayed so far,
- * priced at the job's revision, `uncertain: true`. If the relay refuses the job before
+ * priced at the job's revision, `relayLost: true`. If the relay refuses the job before
  * streaming anything (a Weir error status, e.g. INVALID_ARGUMENT or `shutting_down`), the
- * handle ends with that error, zero usage, and is not marked uncertain. `done` never rejects.
+ * handle ends with that error, zero usage, and is not marked lost. `done` never rejects.
  */
 export function createRelayGrpcClient(options: RelayGrpcClientOptions): RelayGrpcClient {
   const connection = createGrpcConnection(options, 'relay');
@@ -340,7 +338,7 @@ export function createRelayGrpcClient(options: RelayGrpcClientOptions): RelayGrp
           timings: { queueMs: job.queueMs, ttftMs, totalMs: clock.now() - job.arrivedAt },
           modelRevision: job.revision.id,
           error: { code: 'upstream_error', message: `the streaming relay was lost mid-generation (${why}); usage counts the tokens relayed before it` },
-          uncertain: true,
+          relayLost: true,
         };
       };
       const refused = (error: WeirError): GenerationOutcome => ({

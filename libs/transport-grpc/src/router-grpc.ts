@@ -2,27 +2,14 @@
  * `RouterService` over gRPC (`weir.router.v1.RouterService`).
  */
 import { create } from '@bufbuild/protobuf';
-import type { AliasSpec, Caller, RouteResult, RouterService } from '@weir/core';
+import type { RouterService } from '@weir/core';
 import { routerV1 } from '@weir/proto';
 import { type GrpcClientOptions, createGrpcConnection } from './client-connection';
 import { type GrpcServerBindingOptions, type GrpcServiceBinding, bindService, unaryHandler } from './server-handlers';
 import { aliasFromWire, aliasToWire, callerFromWire, callerToWire, malformed, required, revisionFromWire, revisionToWire } from './wire-common';
 
-/**
- * The router port as a remote client sees it: the same calls, answered asynchronously.
- * (`RouterService` in `@weir/core` is synchronous today; see the package README for the
- * core change that lets this client be a `RouterService`.)
- */
-export interface AsyncRouterService {
-  resolve(caller: Caller, alias: string, stickyKey: string): Promise<RouteResult>;
-  listAliases(caller: Caller): Promise<AliasSpec[]>;
-}
-
-/** A router implementation the server can host: synchronous (in-process) or asynchronous. */
-export type RouterImplementation = RouterService | AsyncRouterService;
-
 /** The router gRPC client: the port plus `close()` for its channel. */
-export interface RouterGrpcClient extends AsyncRouterService {
+export interface RouterGrpcClient extends RouterService {
   /** Closes the channel; later calls fail. */
   close(): void;
 }
@@ -31,7 +18,7 @@ export interface RouterGrpcClient extends AsyncRouterService {
  * Hosts `impl` as `weir.router.v1.RouterService`. `model_not_found` travels as a value;
  * a thrown `WeirError` as a status with Weir trailers.
  */
-export function createRouterGrpcServer(impl: RouterImplementation, options: GrpcServerBindingOptions = {}): GrpcServiceBinding {
+export function createRouterGrpcServer(impl: RouterService, options: GrpcServerBindingOptions = {}): GrpcServiceBinding {
   const { method } = routerV1.RouterService;
   return bindService(routerV1.RouterService, {
     resolve: unaryHandler(method.resolve, options.propagator, async (request) => {

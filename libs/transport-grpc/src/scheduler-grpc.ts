@@ -105,6 +105,7 @@ export function createSchedulerGrpcServer(impl: SchedulerService, options: Sched
             tokens: request.tokens,
             deadlineAt: clock.now() + Math.max(0, request.deadlineInMs),
             signal: abort.signal,
+            ...(request.avoidReplicas.length > 0 ? { avoidReplicas: [...request.avoidReplicas] } : {}),
           });
         } finally {
           pending.delete(leaseId);
@@ -180,6 +181,7 @@ export function createSchedulerGrpcClient(options: SchedulerGrpcClientOptions): 
             revisionId: request.revisionId,
             tokens: request.tokens,
             deadlineInMs: remainingMs,
+            avoidReplicas: request.avoidReplicas ? [...request.avoidReplicas] : [],
           }),
           Date.now() + remainingMs + marginMs,
           request.signal,

@@ -75,6 +75,7 @@ function engineToWire(engine: EngineSpec): commonV1.Revision['engine'] {
           firstTokenTimeoutMs: engine.firstTokenTimeoutMs,
           idleTimeoutMs: engine.idleTimeoutMs,
           maxConcurrency: engine.maxConcurrency,
+          continuousUsageStats: engine.continuousUsageStats,
         }),
       };
   }
@@ -107,6 +108,7 @@ function engineFromWire(engine: commonV1.Revision['engine']): EngineSpec {
         firstTokenTimeoutMs: e.firstTokenTimeoutMs,
         idleTimeoutMs: e.idleTimeoutMs,
         maxConcurrency: e.maxConcurrency,
+        continuousUsageStats: e.continuousUsageStats,
       });
     }
     case undefined:

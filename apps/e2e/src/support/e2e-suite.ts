@@ -231,8 +231,11 @@ export function describeE2ESuite(name: string, start: (options: TopologyOptions)
       const again = await (await post(`/v1/generations/${generationId}/cancel`, {})).json();
       expect(again).toMatchObject({ generation_id: generationId, status: 'cancelled', finish_reason: 'cancelled' });
       expect((await ledgerRow(generationId)).status).toBe('cancelled');
+      // Unknown here: 404 on a single gateway; where cancels fan out to the relays (split), the
+      // gateway cannot know whether another one holds it, so it answers 202 cancel_requested.
       const missing = await post('/v1/generations/gen_doesnotexist/cancel', {});
-      expect(missing.status).toBe(404);
+      expect([404, 202]).toContain(missing.status);
+      if (missing.status === 202) expect(await missing.json()).toEqual({ generation_id: 'gen_doesnotexist', status: 'cancel_requested' });
     });
   });
 
@@ -329,7 +332,11 @@ export function describeE2ESuite(name: string, start: (options: TopologyOptions)
       expect(JSON.stringify(row)).not.toContain('Zebracorn');
       expect(JSON.stringify(row)).not.toContain(json.text.trim());
       expect(weir.output()).not.toContain('Zebracorn');
-      const logLines = weir.output().split('\n').filter((l) => l.startsWith('{'));
+      const logLines = weir
+        .output()
+        .split('\n')
+        .map((l) => l.replace(/^\[[^\]]+\] /, '')) // a split topology prefixes each process's lines
+        .filter((l) => l.startsWith('{'));
       expect(logLines.length).toBeGreaterThan(0);
       expect(logLines.join('\n')).not.toContain(DEMO_KEY.slice(12));
     });

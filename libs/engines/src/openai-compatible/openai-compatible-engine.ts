@@ -16,6 +16,9 @@ import { connectionError, inBandError, isConnectionError, upstreamStatusError } 
 /** Context tokens declared in `capacity` when the options give none: 8,192. */
 export const OPENAI_COMPATIBLE_DEFAULT_CONTEXT_TOKENS = 8192;
 
+/** How long a graceful stop waits for the upstream to end its stream before cutting it (ms). */
+export const GRACEFUL_STOP_TIMEOUT_MS = 1_000;
+
 /** Largest error body read from a failed upstream response (bytes); the rest is dropped. */
 const MAX_ERROR_BODY_BYTES = 64 * 1024;
 
@@ -129,10 +132,30 @@ export function createOpenAICompatibleEngine(
     return headers;
   }
 
+  /** Weir's engine extension: `POST {origin}/v1/stop/{generation id}` (fire and forget). */
+  function requestStop(generationId: string): void {
+    const url = `${spec.baseUrl.replace(/\/+$/, '')}/stop/${encodeURIComponent(generationId)}`;
+    undiciRequest(url, { method: 'POST', dispatcher: deps.dispatcher, headersTimeout: GRACEFUL_STOP_TIMEOUT_MS, bodyTimeout: GRACEFUL_STOP_TIMEOUT_MS })
+      .then((r) => r.body.dump())
+      .catch(() => undefined); // the stop timer cuts the connection if this never lands
+  }
+
   async function* generate(request: EngineRequest): AsyncGenerator<EngineEvent, void, undefined> {
     const controller = new AbortController();
     inFlight.add(controller);
-    const onAbort = (): void => controller.abort(request.signal.reason);
+    // Set once the response is streaming: an abort then asks a Weir engine to stop and end
+    // the stream with its own final usage, instead of cutting the connection.
+    let streaming = false;
+    let stopTimer: NodeJS.Timeout | undefined;
+    const graceful = (): boolean => spec.gracefulStop === true && streaming;
+    const onAbort = (): void => {
+      if (!graceful()) {
+        controller.abort(request.signal.reason);
+        return;
+      }
+      requestStop(request.generationId);
+      stopTimer = setTimeout(() => controller.abort(new Error('upstream did not stop in time')), GRACEFUL_STOP_TIMEOUT_MS);
+    };
     request.signal.addEventListener('abort', onAbort, { once: true });
 
     let timer: NodeJS.Timeout | undefined;
@@ -242,6 +265,7 @@ export function createOpenAICompatibleEngine(
         throw fail(error);
       }
       body = response.body;
+      streaming = response.statusCode === 200;
       if (response.statusCode !== 200) {
         const text = await readLimited(response.body, MAX_ERROR_BODY_BYTES).catch(() => '');
         throw fail(upstreamStatusError(response.statusCode, text, response.headers));
@@ -335,7 +359,8 @@ export function createOpenAICompatibleEngine(
             deltas += 1;
             yield { type: 'delta', text: piece.text, tokens: piece.tokens };
           }
-          if (request.signal.aborted) {
+          // A graceful stop keeps reading (delivering nothing more) until the upstream's end.
+          if (request.signal.aborted && !graceful()) {
             yield await abortedEnd();
             return;
           }
@@ -345,6 +370,11 @@ export function createOpenAICompatibleEngine(
       }
       clearTimer();
 
+      if (request.signal.aborted) {
+        // Stopped gracefully: the upstream's final usage (or, without it, our count) is the bill.
+        yield reported ? { type: 'end', reason: 'aborted', usage: reported, usageReported: true } : await abortedEnd();
+        return;
+      }
       if (finishReason === undefined) {
         throw fail(
           new WeirError(
@@ -361,6 +391,7 @@ export function createOpenAICompatibleEngine(
       }
     } finally {
       clearTimer();
+      if (stopTimer) clearTimeout(stopTimer);
       request.signal.removeEventListener('abort', onAbort);
       inFlight.delete(controller);
       if (!controller.signal.aborted) controller.abort(new Error('generation finished'));
