@@ -1,2 +1,22 @@
 import base from '../../eslint.config.mjs';
-export default [...base];
+
+// Specs may use the shared test kit (`@weir/testing`: contract suites, scripted engine);
+// production code of this adapter library may not.
+export default [
+  ...base,
+  {
+    files: ['**/*.spec.ts'],
+    rules: {
+      '@nx/enforce-module-boundaries': [
+        'error',
+        {
+          allow: [],
+          enforceBuildableLibDependency: false,
+          depConstraints: [
+            { sourceTag: 'type:adapter', onlyDependOnLibsWithTags: ['type:core', 'type:domain', 'type:adapter', 'type:proto', 'type:testing'] },
+          ],
+        },
+      ],
+    },
+  },
+];

@@ -8,8 +8,10 @@ import {
   createRouterGrpcServer,
   createSchedulerGrpcClient,
   createSchedulerGrpcServer,
-  startGrpcServer,
 } from './index';
+import { serve, stopEverythingAfterEach, track } from './test-cleanup';
+
+stopEverythingAfterEach();
 
 const notFound: RouteResult = { ok: false, reason: 'model_not_found', message: 'no' };
 const fastRetry = { maxAttempts: 4, initialBackoffMs: 10, maxBackoffMs: 40 };
@@ -47,13 +49,11 @@ describe('deadlines', () => {
       },
       listAliases: async () => [],
     };
-    const server = await startGrpcServer({ services: [createRouterGrpcServer(hanging)] });
-    const client = createRouterGrpcClient({ address: server.address, deadlineMs: 100, retry: fastRetry });
+    const server = await serve([createRouterGrpcServer(hanging)]);
+    const client = track(createRouterGrpcClient({ address: server.address, deadlineMs: 100, retry: fastRetry }));
     const started = performance.now();
     const error = await client.resolve(contractCallers.acme, 'tiny', 'k').catch((e: unknown) => e);
     const elapsed = performance.now() - started;
-    client.close();
-    await server.close();
     expect(error).toMatchObject({ code: 'upstream_timeout', retryable: true });
     expect(elapsed).toBeGreaterThanOrEqual(90);
     expect(elapsed).toBeLessThan(1_000);
@@ -68,8 +68,8 @@ describe('deadlines', () => {
         return new Promise(() => undefined); // ignores its deadline: only the call deadline ends it
       },
     };
-    const server = await startGrpcServer({ services: [createSchedulerGrpcServer(stuck)] });
-    const client = createSchedulerGrpcClient({ address: server.address, deadlineMs: 50, acquireMarginMs: 100 });
+    const server = await serve([createSchedulerGrpcServer(stuck)]);
+    const client = track(createSchedulerGrpcClient({ address: server.address, deadlineMs: 50, acquireMarginMs: 100 }));
     const started = performance.now();
     const result = await client.acquire({
       caller: contractCallers.acme,
@@ -84,52 +84,46 @@ describe('deadlines', () => {
     expect(elapsed).toBeLessThan(1_500);
     for (let i = 0; i < 50 && !serverSignal?.aborted; i++) await new Promise((r) => setTimeout(r, 10));
     expect(serverSignal?.aborted).toBe(true);
-    client.close();
-    await server.close();
   });
 });
 
 describe('retries', () => {
   it('retries idempotent calls (Settle, Release) on UNAVAILABLE and never Reserve', async () => {
     const impl = flakyAdmission(2);
-    const server = await startGrpcServer({ services: [createAdmissionGrpcServer(impl)] });
-    const client = createAdmissionGrpcClient({ address: server.address, retry: fastRetry });
+    const server = await serve([createAdmissionGrpcServer(impl)]);
+    const client = track(createAdmissionGrpcClient({ address: server.address, retry: fastRetry }));
     await expect(client.settle('rsv_1', usage)).resolves.toBeUndefined();
     await expect(client.release('rsv_1')).resolves.toBeUndefined();
     const error = await client.reserve(reservationRequest()).catch((e: unknown) => e);
     expect(error).toMatchObject({ code: 'shutting_down' });
     expect(impl.calls).toEqual({ reserve: 1, settle: 3, release: 3 });
-    client.close();
-    await server.close();
   });
 
   it('gives up after maxAttempts with the last error', async () => {
     const impl = flakyAdmission(100);
-    const server = await startGrpcServer({ services: [createAdmissionGrpcServer(impl)] });
-    const client = createAdmissionGrpcClient({ address: server.address, retry: { ...fastRetry, maxAttempts: 3 } });
+    const server = await serve([createAdmissionGrpcServer(impl)]);
+    const client = track(createAdmissionGrpcClient({ address: server.address, retry: { ...fastRetry, maxAttempts: 3 } }));
     const error = await client.settle('rsv_1', usage).catch((e: unknown) => e);
     expect(isWeirError(error) && error.code).toBe('shutting_down');
     expect(impl.calls.settle).toBe(3);
-    client.close();
-    await server.close();
   });
 
   it('rides out a server restart for Resolve but not for Reserve', async () => {
     const router: RouterService = { resolve: async () => notFound, listAliases: async () => [] };
     const admission = flakyAdmission(0);
     const services = () => [createRouterGrpcServer(router), createAdmissionGrpcServer(admission)];
-    const first = await startGrpcServer({ services: services() });
+    const first = await serve(services());
     const port = first.port;
     const options = { address: first.address, retry: { maxAttempts: 6, initialBackoffMs: 50, maxBackoffMs: 200 } };
-    const routerClient = createRouterGrpcClient(options);
-    const admissionClient = createAdmissionGrpcClient(options);
+    const routerClient = track(createRouterGrpcClient(options));
+    const admissionClient = track(createAdmissionGrpcClient(options));
     expect(await routerClient.resolve(contractCallers.acme, 'x', 'k')).toEqual(notFound);
     await first.close();
+    await new Promise((r) => setTimeout(r, 30)); // let the channel see the connection drop
 
-    let second: Awaited<ReturnType<typeof startGrpcServer>> | undefined;
     const restart = new Promise<void>((resolve) =>
       setTimeout(async () => {
-        second = await startGrpcServer({ port, services: services() });
+        await serve(services(), port);
         resolve();
       }, 150),
     );
@@ -142,8 +136,5 @@ describe('retries', () => {
     expect(reserved).toMatchObject({ code: 'upstream_unavailable' });
     expect(((reserved as WeirError).cause as grpc.ServiceError).code).toBe(14);
     expect(admission.calls.reserve).toBe(0);
-    routerClient.close();
-    admissionClient.close();
-    await second?.close();
   });
 });

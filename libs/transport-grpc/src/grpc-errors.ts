@@ -104,6 +104,8 @@ export function weirCodeOf(error: grpc.ServiceError): WeirErrorCode | undefined 
  * the code, message and hints are exactly the server's. Without them the failure is the
  * transport's, named after `service` (e.g. `router`):
  * - `UNAVAILABLE` → `upstream_unavailable` (retryable; 503 at the edge);
+ * - `CANCELLED` (not asked for by the caller: the server went away mid-call) →
+ *   `upstream_unavailable` too;
  * - `DEADLINE_EXCEEDED` → `upstream_timeout` (retryable; the call's own deadline fired);
  * - anything else → `internal`.
  * A non-gRPC value goes through `toWeirError`.
@@ -124,6 +126,8 @@ export function fromGrpcError(error: unknown, service: string): WeirError {
   switch (error.code) {
     case grpc.status.UNAVAILABLE:
       return new WeirError('upstream_unavailable', `the ${service} service is unavailable (${error.details})`, { retryable: true, cause: error });
+    case grpc.status.CANCELLED:
+      return new WeirError('upstream_unavailable', `the ${service} service went away during the call`, { retryable: true, cause: error });
     case grpc.status.DEADLINE_EXCEEDED:
       return new WeirError('upstream_timeout', `the ${service} service did not answer in time`, { retryable: true, cause: error });
     default:

@@ -284,7 +284,10 @@ export interface RelayGrpcClientOptions extends GrpcClientOptions {
 
 /** The relay gRPC client: the port plus `close()` for its channel. */
 export interface RelayGrpcClient extends RelayService {
-  /** Closes the channel; running streams are cut (their handles end relay-lost). */
+  /**
+   * Cancels the running streams (each relay stops its generation as `client_disconnected`
+   * and bills it; each handle here ends relay-lost) and closes the channel.
+   */
   close(): void;
 }
 
@@ -310,6 +313,7 @@ export function createRelayGrpcClient(options: RelayGrpcClientOptions): RelayGrp
   const path = grpcMethodPath(method.generate);
   const serialize = serializerFor(method.generate.input);
   const deserialize = deserializerFor(method.generate.output);
+  const calls = new Set<grpc.ClientReadableStream<relayV1.GenerateResponse>>();
 
   return {
     start(job) {
@@ -357,6 +361,8 @@ export function createRelayGrpcClient(options: RelayGrpcClientOptions): RelayGrp
       const call = connection.client.makeServerStreamRequest(path, serialize, deserialize, request, metadata, {
         deadline: Date.now() + remainingMs + marginMs,
       });
+      calls.add(call);
+      void done.then(() => calls.delete(call));
 
       call.on('data', (message: relayV1.GenerateResponse) => {
         if (ended) return;
@@ -402,6 +408,10 @@ export function createRelayGrpcClient(options: RelayGrpcClientOptions): RelayGrp
         },
       };
     },
-    close: () => connection.close(),
+    close() {
+      for (const call of calls) call.cancel();
+      calls.clear();
+      connection.close();
+    },
   };
 }

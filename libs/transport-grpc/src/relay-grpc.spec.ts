@@ -1,0 +1,141 @@
+import { create } from '@bufbuild/protobuf';
+import * as grpc from '@grpc/grpc-js';
+import { type RelayService, type UsageRecord, systemClock } from '@weir/core';
+import { priceUsage } from '@weir/ledger';
+import { relayV1 } from '@weir/proto';
+import { createRelay } from '@weir/streaming';
+import { collectRelayEvents, createScriptedEngine, relayJob } from '@weir/testing';
+import { createRelayGrpcClient, createRelayGrpcServer, isRelayLost, makeGrpcServiceDefinition } from './index';
+import { eventually, serve, stopEverythingAfterEach, track } from './test-cleanup';
+
+stopEverythingAfterEach();
+
+function relayOver(engine = createScriptedEngine()) {
+  const records: UsageRecord[] = [];
+  const relay = createRelay({
+    engineFor: (id) => (id === 'tiny@1/0' ? engine : undefined),
+    usageSink: { record: (r) => void records.push(r), flush: async () => undefined },
+    clock: systemClock,
+    cancelGraceMs: 50,
+  });
+  return { relay, records, engine };
+}
+
+describe('relay over gRPC', () => {
+  it('ends with a synthetic relay-lost error carrying the tokens seen when the relay dies mid-stream', async () => {
+    const { relay, records, engine } = relayOver();
+    const server = await serve([createRelayGrpcServer(relay)]);
+    const client = track(createRelayGrpcClient({ address: server.address }));
+    const job = relayJob({ tokens: 400, delayMs: 5 });
+    const handle = client.start(job);
+    let killed = false;
+    const events = await collectRelayEvents(handle, (i) => {
+      if (i === 3 && !killed) {
+        killed = true;
+        void server.close(); // forceShutdown: the relay process is gone
+      }
+    });
+    const end = events[events.length - 1];
+    if (end.type !== 'end') throw new Error('no end event');
+    const seen = events.filter((e) => e.type === 'delta').length;
+    expect(seen).toBeGreaterThanOrEqual(4);
+    expect(seen).toBeLessThan(400);
+    const usage = { inputTokens: job.inputTokens, outputTokens: seen, cachedInputTokens: 0 };
+    expect(end.outcome).toMatchObject({
+      finishReason: 'error',
+      usage,
+      costNanoUsd: priceUsage(job.revision.pricing, usage),
+      modelRevision: job.revision.id,
+      error: { code: 'upstream_error' },
+      relayLost: true,
+    });
+    expect(end.outcome.error?.message).toMatch(/relay was lost/);
+    expect(end.outcome.timings.queueMs).toBe(job.queueMs);
+    expect(end.outcome.timings.ttftMs).not.toBeNull();
+    expect(isRelayLost(end.outcome)).toBe(true);
+    expect(await handle.done).toEqual(end.outcome);
+    // The relay side saw its caller vanish: it stopped the engine and billed on its own.
+    expect(await eventually(() => records.length === 1)).toBe(true);
+    expect(records[0].finishReason).toBe('cancelled');
+    expect(engine.produced()).toBeLessThan(400);
+  });
+
+  it('is not relay-lost for a normal end', async () => {
+    const server = await serve([createRelayGrpcServer(relayOver().relay)]);
+    const client = track(createRelayGrpcClient({ address: server.address }));
+    const outcome = await client.start(relayJob({ tokens: 2 })).done;
+    expect(isRelayLost(outcome)).toBe(false);
+    expect(outcome.relayLost).toBeUndefined();
+  });
+
+  it('delivers Stop to the running generation', async () => {
+    const { relay } = relayOver();
+    const binding = createRelayGrpcServer(relay);
+    const server = await serve([binding]);
+    const client = track(createRelayGrpcClient({ address: server.address }));
+    const handle = client.start(relayJob({ tokens: 400, delayMs: 3 }));
+    expect(await eventually(() => binding.running() === 1)).toBe(true);
+    handle.stop('cancel_requested'); // nobody reads events: the stop still lands
+    const outcome = await handle.done;
+    expect(outcome.finishReason).toBe('cancelled');
+    expect(outcome.usage.outputTokens).toBeLessThan(400);
+    expect(await eventually(() => binding.running() === 0)).toBe(true);
+  });
+
+  it('applies a Stop that arrives before its Generate', async () => {
+    const { relay, engine } = relayOver();
+    const binding = createRelayGrpcServer(relay);
+    const server = await serve([binding]);
+    const job = relayJob({ tokens: 400, delayMs: 3 });
+    const definition = makeGrpcServiceDefinition(relayV1.RelayService);
+    const raw = new grpc.Client(server.address, grpc.credentials.createInsecure());
+    track(raw);
+    await new Promise<void>((resolve, reject) =>
+      raw.makeUnaryRequest(
+        definition.stop.path,
+        definition.stop.requestSerialize,
+        definition.stop.responseDeserialize,
+        create(relayV1.StopRequestSchema, { generationId: job.generationId, cause: relayV1.StopCause.CANCEL_REQUESTED }),
+        (error) => (error ? reject(error) : resolve()),
+      ),
+    );
+    const client = track(createRelayGrpcClient({ address: server.address }));
+    const outcome = await client.start(job).done;
+    expect(outcome.finishReason).toBe('cancelled');
+    expect(engine.produced()).toBeLessThan(10);
+  });
+
+  it('ends with the relay refusal, not relay-lost, when the relay rejects the job before streaming', async () => {
+    const { relay } = relayOver();
+    const server = await serve([createRelayGrpcServer(relay)]);
+    const client = track(createRelayGrpcClient({ address: server.address }));
+    const job = relayJob({ tokens: 400, delayMs: 3 });
+    const first = client.start(job);
+    await new Promise((r) => setTimeout(r, 30));
+    const duplicate = await client.start(job).done;
+    expect(duplicate).toMatchObject({ finishReason: 'error', error: { code: 'conflict' }, usage: { inputTokens: 0, outputTokens: 0 } });
+    expect(isRelayLost(duplicate)).toBe(false);
+    first.stop('cancel_requested');
+    expect((await first.done).finishReason).toBe('cancelled');
+  });
+
+  it('stops the generation as client_disconnected when the gateway cancels the stream', async () => {
+    let stopped: string | undefined;
+    const { relay } = relayOver();
+    const spying: RelayService = {
+      start(job) {
+        const handle = relay.start(job);
+        return { ...handle, stop: (cause) => ((stopped = cause), handle.stop(cause)) };
+      },
+    };
+    const binding = createRelayGrpcServer(spying);
+    const server = await serve([binding]);
+    const client = createRelayGrpcClient({ address: server.address });
+    const handle = client.start(relayJob({ tokens: 400, delayMs: 3 }));
+    expect(await eventually(() => binding.running() === 1)).toBe(true);
+    client.close(); // the gateway process goes away
+    expect(isRelayLost(await handle.done)).toBe(true);
+    expect(await eventually(() => stopped === 'client_disconnected')).toBe(true);
+    expect(await eventually(() => binding.running() === 0)).toBe(true);
+  });
+});

@@ -1,0 +1,67 @@
+import { create, fromBinary, toBinary } from '@bufbuild/protobuf';
+import type { GenerationOutcome } from '@weir/core';
+import { commonV1, relayV1 } from '@weir/proto';
+import { contractPlatformConfig, relayJob } from '@weir/testing';
+import { makeGrpcServiceDefinition } from './index';
+import { jobFromWire, jobToWire } from './relay-grpc';
+import { outcomeFromWire, outcomeToWire, revisionFromWire, revisionToWire } from './wire-common';
+
+/** Encodes with `toWire`, through the binary format, and back. */
+function viaWire<T, D extends Parameters<typeof create>[0]>(schema: D, toWire: (v: T) => Parameters<typeof create<D>>[1], fromWire: (m: never) => T, value: T): T {
+  const bytes = toBinary(schema, create(schema, toWire(value)));
+  return fromWire(fromBinary(schema, bytes) as never);
+}
+
+describe('wire translation', () => {
+  it.each(contractPlatformConfig().revisions.map((r) => [r.id, r]))('round-trips revision %s with every field', (_id, revision) => {
+    expect(viaWire(commonV1.RevisionSchema, revisionToWire, revisionFromWire, revision)).toEqual(revision);
+  });
+
+  it.each<[string, GenerationOutcome]>([
+    [
+      'an error before the first token',
+      {
+        finishReason: 'error',
+        usage: { inputTokens: 5, outputTokens: 0 },
+        costNanoUsd: 500,
+        timings: { queueMs: 1.5, ttftMs: null, totalMs: 20.25 },
+        modelRevision: 'tiny@1',
+        error: { code: 'upstream_unavailable', message: 'connection refused' },
+      },
+    ],
+    [
+      'a cached stop',
+      {
+        finishReason: 'stop',
+        usage: { inputTokens: 50, outputTokens: 9, cachedInputTokens: 40 },
+        costNanoUsd: 12_345_678_901,
+        timings: { queueMs: 0, ttftMs: 3.25, totalMs: 40 },
+        modelRevision: 'hosted@1',
+      },
+    ],
+  ])('round-trips the outcome of %s', (_name, outcome) => {
+    expect(viaWire(commonV1.GenerationOutcomeSchema, outcomeToWire, outcomeFromWire, outcome)).toEqual(outcome);
+  });
+
+  it('rebases a job on the receiver clock', () => {
+    const job = relayJob({ tokens: 1 }, { arrivedAt: 1_000, deadlineAt: 6_000 });
+    const sender = { now: () => 2_000 };
+    const receiver = { now: () => 90_000 };
+    const wire = fromBinary(relayV1.RelayJobSchema, toBinary(relayV1.RelayJobSchema, create(relayV1.RelayJobSchema, jobToWire(job, sender))));
+    expect(jobFromWire(wire, receiver)).toEqual({ ...job, arrivedAt: 89_000, deadlineAt: 94_000 });
+  });
+
+  it('rejects a job with no engine request as invalid_request', () => {
+    const wire = create(relayV1.RelayJobSchema, { ...jobToWire(relayJob({ tokens: 1 }), { now: () => 0 }), engineRequest: undefined });
+    expect(() => jobFromWire(wire, { now: () => 0 })).toThrow(expect.objectContaining({ code: 'invalid_request' }));
+  });
+
+  it('builds grpc-js definitions from descriptors', () => {
+    const def = makeGrpcServiceDefinition(relayV1.RelayService);
+    expect(Object.keys(def).sort()).toEqual(['generate', 'stop']);
+    expect(def.generate).toMatchObject({ path: '/weir.relay.v1.RelayService/Generate', requestStream: false, responseStream: true });
+    expect(def.stop).toMatchObject({ path: '/weir.relay.v1.RelayService/Stop', requestStream: false, responseStream: false });
+    const request = create(relayV1.StopRequestSchema, { generationId: 'gen_1', cause: relayV1.StopCause.CLIENT_DISCONNECTED });
+    expect(def.stop.requestDeserialize(def.stop.requestSerialize(request))).toEqual(request);
+  });
+});
