@@ -9,7 +9,7 @@ import {
   createSchedulerGrpcClient,
   createSchedulerGrpcServer,
 } from './index';
-import { serve, stopEverythingAfterEach, track } from './test-cleanup';
+import { serve, stopEverythingAfterEach, track } from './test-support';
 
 stopEverythingAfterEach();
 

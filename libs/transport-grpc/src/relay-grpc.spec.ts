@@ -6,7 +6,7 @@ import { relayV1 } from '@weir/proto';
 import { createRelay } from '@weir/streaming';
 import { collectRelayEvents, createScriptedEngine, relayJob } from '@weir/testing';
 import { createRelayGrpcClient, createRelayGrpcServer, isRelayLost, makeGrpcServiceDefinition } from './index';
-import { eventually, serve, stopEverythingAfterEach, track } from './test-cleanup';
+import { eventually, serve, stopEverythingAfterEach, track } from './test-support';
 
 stopEverythingAfterEach();
 

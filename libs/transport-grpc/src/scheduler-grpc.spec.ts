@@ -2,7 +2,7 @@ import { type ScheduleResult, type SchedulerService, systemClock } from '@weir/c
 import { createSlotScheduler } from '@weir/scheduling';
 import { contractCallers } from '@weir/testing';
 import { createSchedulerGrpcClient, createSchedulerGrpcServer } from './index';
-import { eventually, serve, stopEverythingAfterEach, track } from './test-cleanup';
+import { eventually, serve, stopEverythingAfterEach, track } from './test-support';
 
 stopEverythingAfterEach();
 
@@ -40,25 +40,29 @@ describe('scheduler over gRPC', () => {
   it('releases a slot granted to a call that was already cancelled', async () => {
     let released = 0;
     let grantedAfterCancel = false;
-    // Grants after 80 ms whatever happens to its signal: the grant races the client's cancel.
+    const controller = new AbortController();
+    // Grants 80 ms after the call arrives, whatever happens to its signal; the client cancels
+    // 10 ms after arrival, so the grant races the cancel.
     const slow: SchedulerService = {
-      acquire: (req) =>
-        new Promise<ScheduleResult>((resolve) =>
+      acquire: (req) => {
+        setTimeout(() => controller.abort(), 10);
+        return new Promise<ScheduleResult>((resolve) =>
           setTimeout(() => {
             grantedAfterCancel = req.signal.aborted;
             resolve({ ok: true, lease: { replicaId: 'r/0', queueMs: 80, release: () => void released++ } });
           }, 80),
-        ),
+        );
+      },
     };
     const binding = createSchedulerGrpcServer(slow);
     const server = await serve([binding]);
     const client = track(createSchedulerGrpcClient({ address: server.address }));
-    const controller = new AbortController();
-    setTimeout(() => controller.abort(), 20);
     expect(await client.acquire(request(controller.signal))).toMatchObject({ ok: false, reason: 'cancelled' });
     expect(await eventually(() => released === 1)).toBe(true);
     expect(grantedAfterCancel).toBe(true);
-    expect(binding.heldLeases()).toBe(0);
+    expect(await eventually(() => binding.heldLeases() === 0)).toBe(true);
+    await new Promise((r) => setTimeout(r, 20));
+    expect(released).toBe(1);
   });
 
   it("sends Release once for a lease's release(), however often it is called", async () => {

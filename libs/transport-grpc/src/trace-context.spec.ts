@@ -15,7 +15,7 @@ import {
   installTracing,
   makeGrpcServiceDefinition,
 } from './index';
-import { serve, stopEverythingAfterEach, track } from './test-cleanup';
+import { serve, stopEverythingAfterEach, track } from './test-support';
 
 stopEverythingAfterEach();
 

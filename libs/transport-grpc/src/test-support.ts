@@ -27,7 +27,7 @@ export function track<T extends { close(): void }>(client: T): T {
 }
 
 /** Polls `check` every 5 ms until it is true or `timeoutMs` passes; returns its last value. */
-export async function eventually(check: () => boolean, timeoutMs = 1_000): Promise<boolean> {
+export async function eventually(check: () => boolean, timeoutMs = 3_000): Promise<boolean> {
   const until = performance.now() + timeoutMs;
   while (!check() && performance.now() < until) await new Promise((r) => setTimeout(r, 5));
   return check();
