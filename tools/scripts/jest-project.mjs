@@ -16,6 +16,8 @@ const args = [
   jestBin,
   '--runInBand',
   '--passWithNoTests',
+  // A suite that leaves a handle open must not hang CI: jest reports it and exits.
+  '--forceExit',
   '--json',
   `--outputFile=${path.join(reports, `${project.replace(/[^A-Za-z0-9_-]+/g, "_")}.json`)}`,
   ...process.argv.slice(3),

@@ -14,4 +14,15 @@ if (!existsSync(path.join(root, 'node_modules/.package-lock.json'))) {
 }
 const child = spawn(process.execPath, ['--import', 'tsx', path.join(root, 'apps', app, 'src/main.ts')], { stdio: 'inherit', env });
 for (const signal of ['SIGINT', 'SIGTERM']) process.on(signal, () => child.kill(signal));
+// `npm start` does not always pass a SIGTERM on: when npm itself is killed, this process is
+// re-parented. Treat losing the parent as a SIGTERM, so Weir drains and exits instead of
+// running on as an orphan.
+const parent = process.ppid;
+const watch = setInterval(() => {
+  if (process.ppid !== parent) {
+    clearInterval(watch);
+    child.kill('SIGTERM');
+  }
+}, 500);
+watch.unref();
 child.on('exit', (code, signal) => process.exit(code ?? (signal ? 1 : 0)));

@@ -10,6 +10,9 @@ const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
 const reports = path.join(root, '.reports');
 rmSync(reports, { recursive: true, force: true });
 const env = { ...process.env, NX_DAEMON: 'false', NX_NO_CLOUD: 'true', NX_TUI: 'false' };
+// Each project's tests run in its own folder: a relative WEIR_MODEL_PATH (as the README
+// writes it, from the repository root) must be made absolute here.
+if (env.WEIR_MODEL_PATH) env.WEIR_MODEL_PATH = path.resolve(env.WEIR_MODEL_PATH);
 if (process.env.CI) env.NX_SKIP_NX_CACHE = 'true';
 const nx = (args) => spawnSync('npx', ['nx', ...args, '--output-style=stream'], { cwd: root, stdio: 'inherit', env }).status ?? 1;
 

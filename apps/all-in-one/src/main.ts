@@ -49,12 +49,18 @@ async function main(): Promise<void> {
 
 function banner(p: Awaited<ReturnType<typeof startPlatform>>): string {
   const model = p.aliases[0] ?? '<no model is being served>';
-  const key = p.demoApiKey ?? `<the demo key wk_${p.demoKeyPrefix ?? '…'}_… shown on first start; or set WEIR_DEMO_API_KEY>`;
+  // The key is shown only when this start created or registered it; otherwise its prefix.
+  const key = p.demoApiKey ?? '$WEIR_KEY';
+  const keyLine = p.demoApiKey
+    ? `  demo API key (shown once; stored only as its SHA-256): ${p.demoApiKey}`
+    : p.demoKeyPrefix
+      ? `  demo API key: wk_${p.demoKeyPrefix}_… (shown only when it was created; set WEIR_KEY to it for the line below)`
+      : '  demo API key: none (the demo tenant has no active key)';
   const lines = [
     '',
     `Weir is listening on ${p.url}`,
-    `  models: ${p.aliases.length > 0 ? p.aliases.join(', ') : 'none (see the warnings above)'}`,
-    p.demoApiKey ? `  demo API key (shown once; stored only as its SHA-256): ${p.demoApiKey}` : `  demo API key: already created on an earlier start (prefix wk_${p.demoKeyPrefix ?? '?'}_)`,
+    `  models: ${p.aliases.length > 0 ? p.aliases.join(', ') : 'none (see the warnings below)'}`,
+    keyLine,
     '',
     'Try it:',
     `  curl -N ${p.url}/v1/chat/completions \\`,

@@ -4,6 +4,7 @@
  * engines — on PGlite (or Postgres when `DATABASE_URL` is set). The split topology binds
  * the same libraries to gRPC and NATS adapters instead.
  */
+import { mkdirSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { createConcurrencyAdmission } from '@weir/admission';
@@ -16,6 +17,7 @@ import { createStaticRouter } from '@weir/routing';
 import { createSlotScheduler } from '@weir/scheduling';
 import { bootstrapTenants, createApiKeyRepository, createCachedApiKeyStore, createUsageRepository, openDatabase } from '@weir/store-pg';
 import { createRelay } from '@weir/streaming';
+import { lockDataDir } from './data-dir-lock';
 import { createLogger, createTelemetry, type WeirLogger } from '@weir/telemetry';
 
 
@@ -40,6 +42,9 @@ export interface Platform {
 export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = createLogger({ name: 'weir', level: settings.logLevel })): Promise<Platform> {
   const warnings: string[] = [];
   const loaded = settings.configPath ? loadConfigFile(settings.configPath) : defaultConfig();
+  mkdirSync(settings.dataDir, { recursive: true });
+  // PGlite is single-process: a second all-in-one on the same directory would lose rows.
+  const lock = settings.databaseUrl ? undefined : lockDataDir(settings.dataDir);
 
   // Engines: one replica per revision. A revision whose engine cannot start is removed with a
   // loud warning that says how to fix it; the platform still starts for the rest.
@@ -117,7 +122,12 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
     clock: systemClock,
     logger,
     metricsHandler: (req, res) => telemetry.metricsHandler(req, res),
-    readiness: () => (usageSink.saturated() ? { ready: false, reason: 'usage ledger backlog is full' } : { ready: true }),
+    readiness: () =>
+      config.aliases.length === 0
+        ? { ready: false, reason: 'no model is being served (see the startup warnings)' }
+        : usageSink.saturated()
+          ? { ready: false, reason: 'usage ledger backlog is full' }
+          : { ready: true },
   });
 
   const server: Server = createServer(gateway.app);
@@ -141,14 +151,16 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
     warnings,
     stop(graceMs = settings.shutdownGraceMs) {
       stopping ??= (async () => {
-        const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+        // Keep listening while draining: /healthz stays 200, /readyz and new generations 503.
         await gateway.drain(graceMs);
+        const closed = new Promise<void>((resolve) => server.close(() => resolve()));
         server.closeIdleConnections();
         const result = await usageSink.close({ timeoutMs: 10_000 });
         if (result.unwritten > 0) logger.error({ unwritten: result.unwritten }, 'usage records could not be written before exit');
         for (const engine of engines.values()) await engine.close().catch(() => undefined);
         await telemetry.shutdown().catch(() => undefined);
         await database.close();
+        lock?.release();
         server.closeAllConnections();
         await closed;
       })();

@@ -111,8 +111,9 @@ runUntilSignal('gateway', logger, async () => {
 
   return {
     async stop() {
-      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+      // Keep listening while draining: /healthz stays 200, /readyz and new generations 503.
       await gateway.drain(env.SHUTDOWN_GRACE_MS);
+      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
       server.closeIdleConnections();
       const result = await usageSink.close({ timeoutMs: 10_000 });
       if (result.unwritten > 0) logger.error({ unwritten: result.unwritten }, 'usage records not acknowledged by JetStream before exit');

@@ -15,6 +15,7 @@ export const WEIR_ERROR_CODES = [
   'permission_denied',
   'model_not_found',
   'not_found',
+  'method_not_allowed',
   'conflict',
   'context_length_exceeded',
   'output_limit_exceeded',

@@ -275,6 +275,32 @@ describe('gateway', () => {
     expect(unknown.status).toBe(401);
   });
 
+  it('releases the reservation when the scheduler is unreachable, and answers with its error', async () => {
+    const failing = createGenerationPipeline({
+      router: createStaticRouter(config),
+      admission,
+      scheduler: { acquire: async () => Promise.reject(new WeirError('upstream_unavailable', 'scheduler unreachable', { retryable: true })) },
+      relay: createRelay({ engineFor: () => engine, usageSink: { record: () => undefined, flush: async () => {} }, clock }),
+      countInputTokens: async () => 2,
+      usageSink: { record: () => undefined, flush: async () => {} },
+      tenants: new Map(config.tenants.map((t) => [t.id, t])),
+      clock,
+    });
+    const admitted = await failing.admit({
+      caller: { tenantId: 't', appId: 'a', apiKeyId: 'k' },
+      route: 'generations',
+      alias: 'fake',
+      generationId: 'gen_x',
+      requestId: 'gen_x',
+      input: { kind: 'text', text: 'hi' },
+      sampling: {},
+      arrivedAt: clock.now(),
+    });
+    expect(admission.held()).toHaveLength(1);
+    await expect(admitted.start(new AbortController().signal)).rejects.toMatchObject({ code: 'upstream_unavailable' });
+    expect(admission.held()).toEqual([]);
+  });
+
   it('answers unknown routes with a JSON 404', async () => {
     const res = await fetch(`${url}/v2/nothing`, { headers });
     expect(res.status).toBe(404);

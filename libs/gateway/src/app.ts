@@ -41,7 +41,7 @@ import {
 } from '@weir/streaming';
 
 import { createGenerationRegistry, type GenerationRegistry, statusOf } from './generation-registry';
-import type { AdmittedGeneration, GenerationPipeline } from './pipeline';
+import type { AdmittedGeneration, GenerationPipeline, ParamNames } from './pipeline';
 import { chatCompletionsBody, completionsBody, generationsBody, parseBody, toChatInput, toStopList } from './schemas';
 import { openSse } from './sse-writer';
 
@@ -91,6 +91,8 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
   const { pipeline, clock, logger, defaults } = deps;
   const registry = createGenerationRegistry();
   let draining = false;
+  /** `created` of `/v1/models` entries: when this gateway loaded its configuration (Unix s). */
+  const modelsCreated = Math.floor(Date.now() / 1000);
   const app = express();
   app.disable('x-powered-by');
   app.set('etag', false);
@@ -101,6 +103,27 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     const id = given && REQUEST_ID.test(given) ? given : newId('req');
     (req as Authed).requestId = id;
     res.setHeader('x-request-id', id);
+    next();
+  });
+
+  // One access line per request: metadata only (never bodies, keys or text).
+  app.use((req, res, next) => {
+    const started = performance.now();
+    res.on('close', () => {
+      const caller = (req as Partial<Authed>).caller;
+      logger.info(
+        {
+          requestId: (req as Authed).requestId,
+          method: req.method,
+          path: req.route?.path ?? req.path,
+          status: res.statusCode,
+          ms: Math.round(performance.now() - started),
+          ...(caller ? { tenant: caller.tenantId, app: caller.appId } : {}),
+          ...(res.writableFinished ? {} : { clientGone: true }),
+        },
+        'request',
+      );
+    });
     next();
   });
 
@@ -119,7 +142,10 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     const header = req.header('authorization');
     const match = header ? /^Bearer\s+(\S+)\s*$/i.exec(header) : null;
     if (!match) {
-      next(new WeirError('authentication_failed', 'Missing API key. Send it as `Authorization: Bearer wk_…`.'));
+      const message = header
+        ? 'Use Bearer authentication: `Authorization: Bearer wk_…` (the header has another scheme or no key).'
+        : 'Missing API key. Send it as `Authorization: Bearer wk_…`.';
+      next(new WeirError('authentication_failed', message));
       return;
     }
     const key = match[1];
@@ -149,7 +175,8 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     }
   };
 
-  const json = express.json({ limit: defaults.maxBodyBytes, type: ['application/json', 'application/*+json'] });
+  // strict: false parses any JSON value, so `null` or `"hi"` get "must be a JSON object", not "invalid JSON".
+  const json = express.json({ limit: defaults.maxBodyBytes, type: ['application/json', 'application/*+json'], strict: false });
   const requireJson: RequestHandler = (req, _res, next) => {
     if (req.body === undefined && req.header('content-length') !== '0') {
       next(new WeirError('unsupported_media_type', 'Send the body as JSON with `Content-Type: application/json`.'));
@@ -175,7 +202,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     alias: string,
     input: GenerationInput,
     sampling: SamplingParams,
-    limits: { maxOutputTokens?: number; routeDefaultOutputTokens?: number; deadlineMs?: number; requestId?: string },
+    limits: { maxOutputTokens?: number; routeDefaultOutputTokens?: number; deadlineMs?: number; requestId?: string; paramNames: ParamNames },
   ) => {
     const arrivedAt = clock.now();
     const generationId = newId('gen');
@@ -192,6 +219,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
       sampling,
       deadlineMs: limits.deadlineMs ?? deadlineHeader(req),
       arrivedAt,
+      paramNames: limits.paramNames,
     });
     const gone = new AbortController();
     // Set once the relay starts; until then a stop aborts the wait in the queue.
@@ -234,6 +262,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
       maxOutputTokens: body.max_output_tokens,
       deadlineMs: body.deadline_ms,
       requestId: body.request_id,
+      paramNames: { model: 'model_alias', input: 'input', maxOutputTokens: 'max_output_tokens' },
     });
     const endData = (o: GenerationOutcome): WeirEndData => ({
       finish_reason: o.finishReason,
@@ -322,6 +351,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     const body = parseBody(chatCompletionsBody, req.body);
     const g = await begin(req, res, 'chat.completions', body.model, toChatInput(body.messages), sampling(body), {
       maxOutputTokens: body.max_completion_tokens ?? body.max_tokens ?? undefined,
+      paramNames: { model: 'model', input: 'messages', maxOutputTokens: body.max_completion_tokens != null ? 'max_completion_tokens' : 'max_tokens' },
     });
     await answerOpenAi(res, g, body.model, 'chat', body.stream === true, body.stream_options?.include_usage === true);
   });
@@ -332,24 +362,39 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     const g = await begin(req, res, 'completions', body.model, { kind: 'text', text: prompt }, sampling(body), {
       maxOutputTokens: body.max_tokens ?? undefined,
       routeDefaultOutputTokens: 16, // OpenAI's default for /v1/completions (CONVENTIONS.md §1)
+      paramNames: { model: 'model', input: 'prompt', maxOutputTokens: 'max_tokens' },
     });
     await answerOpenAi(res, g, body.model, 'text', body.stream === true, body.stream_options?.include_usage === true);
   });
 
   app.get('/v1/models', authenticate, async (req, res) => {
-    const created = Math.floor(Date.now() / 1000);
     res.json({
       object: 'list',
-      data: (await deps.router.listAliases((req as Authed).caller)).map((a) => ({ id: a.name, object: 'model', created, owned_by: 'weir' })),
+      data: (await deps.router.listAliases((req as Authed).caller)).map((a) => ({ id: a.name, object: 'model', created: modelsCreated, owned_by: 'weir' })),
     });
   });
   app.get('/v1/models/:id', authenticate, async (req, res) => {
     const alias = (await deps.router.listAliases((req as Authed).caller)).find((a) => a.name === req.params.id);
     if (!alias) throw new WeirError('model_not_found', `The model '${String(req.params.id)}' does not exist or you do not have access to it.`, { param: 'model' });
-    res.json({ id: alias.name, object: 'model', created: Math.floor(Date.now() / 1000), owned_by: 'weir' });
+    res.json({ id: alias.name, object: 'model', created: modelsCreated, owned_by: 'weir' });
   });
 
-  app.use((req, _res, next) => next(new WeirError('not_found', `Unknown route ${req.method} ${req.path}.`)));
+  // A known path with the wrong method is a 405 with `Allow`, not a 404.
+  const methods = new Map<string, string>([
+    ['/v1/generations', 'POST'],
+    ['/v1/chat/completions', 'POST'],
+    ['/v1/completions', 'POST'],
+    ['/v1/models', 'GET'],
+  ]);
+  app.use((req, res, next) => {
+    const allowed = methods.get(req.path);
+    if (allowed) {
+      res.setHeader('allow', allowed);
+      next(new WeirError('method_not_allowed', `${req.method} is not allowed on ${req.path}; use ${allowed}.`));
+      return;
+    }
+    next(new WeirError('not_found', `Unknown route ${req.method} ${req.path}.`));
+  });
 
   // One error handler: body-parser faults become 4xx, everything else goes through the table.
   app.use((err: unknown, req: Request, res: Response, _next: NextFunction) => {
@@ -449,7 +494,7 @@ function sampling(body: { temperature?: number | null; top_p?: number | null; se
 function deadlineHeader(req: Request): number | undefined {
   const v = req.header('x-weir-deadline-ms');
   if (v === undefined) return undefined;
-  const n = Number(v);
+  const n = /^\d{1,7}$/.test(v.trim()) ? Number(v.trim()) : NaN;
   if (!Number.isInteger(n) || n <= 0 || n > 3_600_000) {
     throw new WeirError('invalid_request', '`x-weir-deadline-ms` must be a whole number of milliseconds between 1 and 3600000.', { param: 'x-weir-deadline-ms' });
   }
@@ -525,10 +570,15 @@ function fromExpressError(err: unknown): WeirError {
     case 'entity.parse.failed':
       return new WeirError('invalid_json', 'The request body is not valid JSON; check quoting and commas.');
     case 'encoding.unsupported':
+      return new WeirError('unsupported_media_type', 'Unsupported Content-Encoding: send the body uncompressed, or as gzip, deflate or br.');
     case 'charset.unsupported':
       return new WeirError('unsupported_media_type', 'Send the body as UTF-8 JSON.');
     case 'request.aborted':
       return new WeirError('invalid_request', 'The request body was not received completely.');
+  }
+  // A body that fails to decompress (a wrong Content-Encoding) is the client's error.
+  if (typeof e?.status === 'number' && e.status >= 400 && e.status < 500) {
+    return new WeirError('invalid_request', 'The request body could not be read as its Content-Encoding says; send it uncompressed or fix the header.');
   }
   return toWeirError(err);
 }

@@ -66,7 +66,18 @@ export interface GenerationParams {
   deadlineMs?: number;
   /** Arrival on `clock` (ms). */
   arrivedAt: number;
+  /** The route's own names of the fields errors point at (OpenAI's `param`). Default: the chat route's. */
+  paramNames?: ParamNames;
 }
+
+/** Field names a route's clients know, for error messages and `param`. */
+export interface ParamNames {
+  model: string;
+  input: string;
+  maxOutputTokens: string;
+}
+
+const CHAT_PARAMS: ParamNames = { model: 'model', input: 'messages', maxOutputTokens: 'max_tokens' };
 
 /** A request that passed routing, validation and admission and holds a reservation. */
 export interface AdmittedGeneration {
@@ -106,8 +117,9 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
   return {
     async admit(params) {
       const { caller } = params;
+      const names = params.paramNames ?? CHAT_PARAMS;
       const routed = await deps.router.resolve(caller, params.alias, params.requestId);
-      if (!routed.ok) return reject(caller, new WeirError('model_not_found', routed.message, { param: 'model' }));
+      if (!routed.ok) return reject(caller, new WeirError('model_not_found', routed.message, { param: names.model }));
       const { revision } = routed.route;
 
       const inputTokens = await deps.countInputTokens(revision, params.input);
@@ -117,7 +129,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
           new WeirError(
             'context_length_exceeded',
             `The input is ${inputTokens} tokens; model '${params.alias}' accepts at most ${revision.contextWindow - 1} input tokens (a context window of ${revision.contextWindow} tokens). Shorten the input.`,
-            { param: 'input' },
+            { param: names.input },
           ),
         );
       }
@@ -128,8 +140,8 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
             caller,
             new WeirError(
               'output_limit_exceeded',
-              `The output limit ${params.maxOutputTokens} is above model '${params.alias}''s maximum of ${revision.maxOutputTokens} tokens; lower it.`,
-              { param: 'max_tokens' },
+              `The output limit ${params.maxOutputTokens} is above the maximum of model '${params.alias}' (${revision.maxOutputTokens} tokens); lower \`${names.maxOutputTokens}\`.`,
+              { param: names.maxOutputTokens },
             ),
           );
         }
@@ -138,8 +150,8 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
             caller,
             new WeirError(
               'context_length_exceeded',
-              `The input (${inputTokens} tokens) plus the output limit (${params.maxOutputTokens}) exceeds model '${params.alias}''s context window of ${revision.contextWindow} tokens; shorten the input or lower the output limit.`,
-              { param: 'max_tokens' },
+              `The input (${inputTokens} tokens) plus the output limit (${params.maxOutputTokens}) exceeds the context window of model '${params.alias}' (${revision.contextWindow} tokens); shorten the input or lower \`${names.maxOutputTokens}\`.`,
+              { param: names.maxOutputTokens },
             ),
           );
         }
@@ -184,6 +196,9 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
         return outcome;
       };
 
+      // A release that fails (admission unreachable) must not turn the answer into a 500: the
+      // reservation then expires on the admission side.
+      const releaseQuietly = () => deps.admission.release(reservationId).catch(() => undefined);
       let started = false;
       return {
         revision,
@@ -193,9 +208,16 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
         async start(signal) {
           if (started) throw new Error('AdmittedGeneration.start called twice');
           started = true;
-          const scheduled = await deps.scheduler.acquire({ caller, revisionId: revision.id, tokens: inputTokens + maxOutputTokens, deadlineAt, signal });
+          let scheduled;
+          try {
+            scheduled = await deps.scheduler.acquire({ caller, revisionId: revision.id, tokens: inputTokens + maxOutputTokens, deadlineAt, signal });
+          } catch (err) {
+            // The scheduler is unreachable: hold nothing.
+            await releaseQuietly();
+            throw err;
+          }
           if (!scheduled.ok) {
-            await deps.admission.release(reservationId);
+            await releaseQuietly();
             if (scheduled.reason === 'deadline' || scheduled.reason === 'cancelled') {
               return { kind: 'ended', outcome: endedInQueue(scheduled.reason, scheduled.queueMs) };
             }
@@ -218,6 +240,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
             inputTokens,
           });
           void handle.done.then(async (outcome) => {
+            // Settlement failures are logged by the transport; they never reach the client.
             lease.release();
             // A lost relay could not record usage: record what was relayed, marked uncertain.
             if (outcome.relayLost) {
@@ -225,7 +248,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
                 buildUsageRecord({ generationId: params.generationId, requestId: params.requestId, route: params.route, caller, modelAlias: params.alias }, outcome, Date.now()),
               );
             }
-            await deps.admission.settle(reservationId, { usage: outcome.usage, costNanoUsd: outcome.costNanoUsd });
+            await deps.admission.settle(reservationId, { usage: outcome.usage, costNanoUsd: outcome.costNanoUsd }).catch(() => undefined);
             deps.observer?.onFinished?.({ caller, route: params.route, alias: params.alias, revision, outcome });
           });
           return { kind: 'running', handle };

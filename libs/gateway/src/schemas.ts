@@ -51,6 +51,8 @@ export const chatCompletionsBody = z.object({
     .object({ type: z.literal('text', { message: "only response_format {type: 'text'} is supported by this model" }) })
     .loose()
     .nullish(),
+  logprobs: z.literal(false, { message: 'logprobs are not supported; remove `logprobs`' }).nullish(),
+  top_logprobs: z.literal(0, { message: 'logprobs are not supported; remove `top_logprobs`' }).nullish(),
 }).loose();
 
 /** `POST /v1/completions` (legacy). */
@@ -67,6 +69,7 @@ export const completionsBody = z.object({
   n: z.literal(1, { message: 'only n=1 is supported' }).nullish(),
   echo: z.literal(false, { message: 'echo is not supported' }).nullish(),
   best_of: z.literal(1, { message: 'best_of is not supported' }).nullish(),
+  logprobs: z.literal(0, { message: 'logprobs are not supported; remove `logprobs`' }).nullish(),
   suffix: z.null({ message: 'suffix is not supported' }).optional(),
   user: z.string().nullish(),
 }).loose();
@@ -95,11 +98,32 @@ export function parseBody<T extends z.ZodType>(schema: T, body: unknown): z.infe
   const issue = result.error.issues[0];
   const param = issue.path.map((p, i) => (typeof p === 'number' ? `[${p}]` : i === 0 ? String(p) : `.${String(p)}`)).join('');
   const what = param ? `\`${param}\`: ` : '';
-  throw new WeirError('invalid_request', `Invalid request: ${what}${describeIssue(issue)}`, { param: param || undefined });
+  throw new WeirError('invalid_request', `Invalid request: ${what}${describeIssue(issue, valueAt(body, issue.path))}`, { param: param || undefined });
 }
 
-function describeIssue(issue: z.core.$ZodIssue): string {
-  if (issue.code === 'invalid_type' && issue.input === undefined) return `is required (expected ${issue.expected})`;
+/** The value at a zod issue's path in the raw body (undefined when absent). */
+function valueAt(body: unknown, path: readonly PropertyKey[]): unknown {
+  let v: unknown = body;
+  for (const key of path) {
+    if (v === null || typeof v !== 'object' || !Object.prototype.hasOwnProperty.call(v, key)) return undefined;
+    v = (v as Record<PropertyKey, unknown>)[key];
+  }
+  return v;
+}
+
+function describeValue(v: unknown): string {
+  if (v === null) return 'null';
+  if (Array.isArray(v)) return 'an array';
+  if (typeof v === 'number') return Number.isInteger(v) ? `the integer ${v}` : `the number ${v}`;
+  if (typeof v === 'string') return `a string`;
+  return `a ${typeof v}`;
+}
+
+function describeIssue(issue: z.core.$ZodIssue, value: unknown): string {
+  if (issue.code === 'invalid_type') {
+    const expected = issue.expected === 'int' ? 'an integer' : `a ${issue.expected}`;
+    return value === undefined ? `is required (expected ${expected})` : `expected ${expected}, got ${describeValue(value)}`;
+  }
   if (issue.code === 'unrecognized_keys') return `unknown field(s) ${issue.keys.map((k) => `\`${k}\``).join(', ')}`;
   return issue.message;
 }

@@ -132,4 +132,10 @@ describe('createSlotScheduler', () => {
       jest.useRealTimers();
     }
   });
+
+  it('answers deadline at once, holding nothing, when the deadline has already passed', async () => {
+    const s = createSlotScheduler({ replicas: [{ id: 'x', revisionId: 'r@1', slots: 1 }], clock });
+    await expect(s.acquire(req({ deadlineAt: clock.now() - 1 }))).resolves.toMatchObject({ ok: false, reason: 'deadline' });
+    expect(s.stats().inFlight.x).toBe(0);
+  });
 });

@@ -134,6 +134,10 @@ export function createSlotScheduler(options: SlotSchedulerOptions): SlotSchedule
       if (request.signal.aborted) {
         return Promise.resolve({ ok: false, reason: 'cancelled', message: 'the request was cancelled', queueMs: 0 });
       }
+      // A deadline already past never starts an engine (it would produce a token and bill it).
+      if (request.deadlineAt <= clock.now()) {
+        return Promise.resolve({ ok: false, reason: 'deadline', message: 'the deadline passed before the request could start', queueMs: 0 });
+      }
       const queue = queues.get(request.revisionId) ?? [];
       queues.set(request.revisionId, queue);
       const replica = queue.length === 0 ? freeReplica(request.revisionId, request.avoidReplicas) : undefined;

@@ -20,11 +20,27 @@ describe('bootstrapTenants (real Postgres)', () => {
     const again = await bootstrapTenants(database.db, config, undefined);
     expect(again.demoApiKey).toBeUndefined();
 
+    expect(again.demoKeyPrefix).toBe(first.demoKeyPrefix);
     const supplied = mintApiKey().plaintext;
     const results = await Promise.all([1, 2, 3].map(() => bootstrapTenants(database.db, config, supplied)));
-    for (const r of results) expect(r.demoApiKey).toBe(supplied);
+    // Registered once: exactly one call shows it; every call knows its prefix.
+    expect(results.filter((r) => r.demoApiKey === supplied)).toHaveLength(1);
+    for (const r of results) expect(r.demoKeyPrefix).toBe(supplied.slice(3, 11));
+    expect((await bootstrapTenants(database.db, config, supplied)).demoApiKey).toBeUndefined();
     const found = await createApiKeyRepository(database.db).findByHash(hashApiKey(supplied));
     expect(found).toMatchObject({ tenantId: 'demo', appId: 'demo-app' });
     await expect(bootstrapTenants(database.db, config, 'sk-not-a-weir-key')).rejects.toThrow(/WEIR_DEMO_API_KEY/);
+    const clash = `${supplied.slice(0, 12)}${'Z'.repeat(43)}`;
+    await expect(bootstrapTenants(database.db, config, clash)).rejects.toThrow(/already uses the prefix/);
+  });
+
+  it('does not mint a new demo key when every key of the tenant was revoked', async () => {
+    const config = defaultConfig();
+    const keys = createApiKeyRepository(database.db);
+    const rows = await database.db.selectFrom('api_keys').select('id').where('tenant_id', '=', 'demo').execute();
+    for (const r of rows) await keys.revoke(r.id);
+    const after = await bootstrapTenants(database.db, config, undefined);
+    expect(after.demoApiKey).toBeUndefined();
+    expect(await keys.countKeys('demo')).toBe(0);
   });
 });

@@ -21,6 +21,7 @@ export const HTTP_ERRORS: Record<WeirErrorCode, HttpErrorMapping> = {
   permission_denied: { status: 403, type: 'permission_error' },
   model_not_found: { status: 404, type: 'invalid_request_error' },
   not_found: { status: 404, type: 'not_found_error' },
+  method_not_allowed: { status: 405, type: 'invalid_request_error' },
   conflict: { status: 409, type: 'invalid_request_error' },
   context_length_exceeded: { status: 400, type: 'invalid_request_error' },
   output_limit_exceeded: { status: 400, type: 'invalid_request_error' },

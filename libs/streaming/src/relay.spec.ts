@@ -151,4 +151,13 @@ describe('createRelay', () => {
     await relay.start(job()).done;
     expect(records[0].outputTokens).toBe(3);
   });
+
+  it('ends a job already past its deadline without starting the engine or billing', async () => {
+    const engine = fakeEngine({ tokens: 5 });
+    const { relay, records } = setup(engine);
+    const outcome = await relay.start(job({ deadlineAt: clock.now() - 1 })).done;
+    expect(outcome).toMatchObject({ finishReason: 'deadline', usage: { inputTokens: 0, outputTokens: 0 }, costNanoUsd: 0 });
+    expect(engine.produced).toBe(0);
+    expect(records[0]).toMatchObject({ status: 'deadline', outputTokens: 0 });
+  });
 });

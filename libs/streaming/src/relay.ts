@@ -119,7 +119,13 @@ export function createRelay(deps: RelayDeps): Relay {
         try {
           const engine = deps.engineFor(job.replicaId);
           if (!engine) throw new WeirError('engine_unavailable', `replica ${job.replicaId} is not serving`, { retryable: true });
-          const stream = engine.generate({ ...job.engineRequest, signal: abort.signal, generationId: job.generationId });
+          // Past its deadline already (a slow hop): end now, before any work is done or billed.
+          const late = job.deadlineAt <= deps.clock.now();
+          if (late) {
+            stopReason = 'deadline';
+            end = { type: 'end', reason: 'aborted', usage: { inputTokens: 0, outputTokens: 0, cachedInputTokens: 0 }, usageReported: false };
+          }
+          const stream = late ? [] : engine.generate({ ...job.engineRequest, signal: abort.signal, generationId: job.generationId });
           for await (const ev of stream) {
             if (ev.type === 'delta') {
               producedTokens += ev.tokens;

@@ -30,6 +30,7 @@ export const GRPC_STATUS_BY_WEIR_CODE: Record<WeirErrorCode, grpc.status> = {
   permission_denied: grpc.status.PERMISSION_DENIED,
   model_not_found: grpc.status.NOT_FOUND,
   not_found: grpc.status.NOT_FOUND,
+  method_not_allowed: grpc.status.UNIMPLEMENTED,
   conflict: grpc.status.ALREADY_EXISTS,
   context_length_exceeded: grpc.status.INVALID_ARGUMENT,
   output_limit_exceeded: grpc.status.INVALID_ARGUMENT,

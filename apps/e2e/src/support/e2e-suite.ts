@@ -239,6 +239,24 @@ export function describeE2ESuite(name: string, start: (options: TopologyOptions)
     });
   });
 
+  describe('deadlines already past', () => {
+    it('end a 1 ms deadline with deadline, billing exactly what the engine produced (nothing, or a token or two)', async () => {
+      const before = await engineOutputTokens('stories260k@1');
+      const { events } = await streamGeneration({ model_alias: 'tiny-stories', input: 'Once upon a time', max_output_tokens: 50, deadline_ms: 1 });
+      const { start, end } = checkWeirStream(events);
+      expect(end.finish_reason).toBe('deadline');
+      expect(end.usage.output_tokens).toBeLessThan(5);
+      const res = await post('/v1/chat/completions', { model: 'tiny-stories', messages: [{ role: 'user', content: 'hi' }], max_tokens: 50 }, { headers: { ...auth, 'x-weir-deadline-ms': '1' } });
+      const body: Json = await res.json();
+      // Cut before any output: 504; cut after the first token: a short answer marked as cut.
+      if (res.status === 504) expect(body.error).toMatchObject({ code: 'deadline_exceeded' });
+      else expect(body).toMatchObject({ choices: [{ finish_reason: 'length' }], weir: { finish_reason: 'deadline' } });
+      const billed = end.usage.output_tokens + (res.status === 504 ? 0 : body.usage.completion_tokens);
+      expect((await engineOutputTokens('stories260k@1')) - before).toBe(billed);
+      expect(await ledgerRow(start.generation_id)).toMatchObject({ status: 'deadline', output_tokens: end.usage.output_tokens });
+    });
+  });
+
   describe('client disconnects', () => {
     it('stops the engine within the grace period and records cancelled with every token produced', async () => {
       const revision = 'stories260k-slow@1';
@@ -282,6 +300,11 @@ export function describeE2ESuite(name: string, start: (options: TopologyOptions)
       ['an unknown field on /v1/generations', 400, 'invalid_request', () => post('/v1/generations', { model_alias: 'tiny-stories', input: 'hi', tenant_id: 'other' })],
       ['n > 1', 400, 'invalid_request', () => post('/v1/chat/completions', { model: 'tiny-stories', messages: [{ role: 'user', content: 'hi' }], n: 2 })],
       ['a non-JSON content type', 415, 'unsupported_media_type', () => fetch(`${weir.url}/v1/generations`, { method: 'POST', headers: { Authorization: `Bearer ${DEMO_KEY}`, 'Content-Type': 'text/plain' }, body: 'hello' })],
+      ['a body whose Content-Encoding lies', 400, 'invalid_request', () => fetch(`${weir.url}/v1/generations`, { method: 'POST', headers: { ...auth, 'Content-Encoding': 'gzip' }, body: '{"model_alias":"tiny-stories","input":"hi"}' })],
+      ['an unknown Content-Encoding', 415, 'unsupported_media_type', () => fetch(`${weir.url}/v1/generations`, { method: 'POST', headers: { ...auth, 'Content-Encoding': 'zstd-x' }, body: '{}' })],
+      ['a JSON null body', 400, 'invalid_request', () => post('/v1/chat/completions', 'null')],
+      ['a GET on a POST route', 405, 'method_not_allowed', () => fetch(`${weir.url}/v1/chat/completions`, { headers: auth })],
+      ['a non-numeric x-weir-deadline-ms', 400, 'invalid_request', () => post('/v1/chat/completions', { model: 'tiny-stories', messages: [{ role: 'user', content: 'hi' }] }, { headers: { ...auth, 'x-weir-deadline-ms': '1e3' } })],
     ];
 
     it.each(cases)('%s gets a clear %i error, charges nothing, and the process stays up', async (_name, status, code, send) => {
@@ -297,6 +320,15 @@ export function describeE2ESuite(name: string, start: (options: TopologyOptions)
       expect((await fetch(`${weir.url}/healthz`)).status).toBe(200);
     });
 
+    it('names the field at fault in the route’s own terms', async () => {
+      const gen: Json = await (await post('/v1/generations', { model_alias: 'tiny-stories', input: 'hi', max_output_tokens: 999 })).json();
+      expect(gen.error).toMatchObject({ code: 'output_limit_exceeded', param: 'max_output_tokens' });
+      const unknown: Json = await (await post('/v1/generations', { model_alias: 'nope', input: 'hi' })).json();
+      expect(unknown.error).toMatchObject({ code: 'model_not_found', param: 'model_alias' });
+      const wrongType: Json = await (await post('/v1/chat/completions', { model: 'tiny-stories', messages: [{ role: 'user', content: 'hi' }], max_tokens: 1.5 })).json();
+      expect(wrongType.error.message).toContain('expected an integer, got the number 1.5');
+    });
+
     it('names the field at fault', async () => {
       const res = await post('/v1/chat/completions', { model: 'tiny-stories', messages: [{ role: 'user', content: 42 }] });
       const body: Json = await res.json();
@@ -306,22 +338,23 @@ export function describeE2ESuite(name: string, start: (options: TopologyOptions)
   });
 
   describe('load and privacy', () => {
-    it('completes 20 concurrent streams correctly', async () => {
+    it('completes 20 concurrent streams correctly, each billed exactly', async () => {
       const prompts = ['Once upon a time', 'Lily and Tom', 'The cat', 'One day'];
-      const expected = new Map<string, string>();
-      for (const p of prompts) {
-        const r: Json = await (await post('/v1/generations', { model_alias: 'tiny-stories', input: p, max_output_tokens: 30, temperature: 0 })).json();
-        expected.set(p, r.text);
-      }
+      const before = await engineOutputTokens('stories260k@1');
       const results = await Promise.all(
         Array.from({ length: 20 }, (_, i) => streamGeneration({ model_alias: 'tiny-stories', input: prompts[i % prompts.length], max_output_tokens: 30, temperature: 0 })),
       );
-      results.forEach(({ events }, i) => {
+      // Sequences decoded together in one batch may round differently from a lone one, so
+      // greedy text under load is not compared token for token; the bill must still be exact.
+      let billed = 0;
+      for (const { events } of results) {
         const { text, end } = checkWeirStream(events);
         expect(end.finish_reason).toBe('length');
         expect(end.usage.output_tokens).toBe(30);
-        expect(text).toBe(expected.get(prompts[i % prompts.length]));
-      });
+        expect(text.length).toBeGreaterThan(0);
+        billed += end.usage.output_tokens;
+      }
+      expect((await engineOutputTokens('stories260k@1')) - before).toBe(billed);
     });
 
     it('keeps prompt and output text out of the ledger and the logs', async () => {

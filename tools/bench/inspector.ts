@@ -1,0 +1,57 @@
+/**
+ * A minimal Chrome DevTools Protocol client for the V8 CPU profiler of a Node process started
+ * with `--inspect=127.0.0.1:0` (its stderr says `Debugger listening on ws://…`). Used by
+ * `run.ts --profile` to profile exactly the measurement windows, in any process of a topology.
+ */
+import { WebSocket } from 'undici';
+
+/** The inspector WebSocket URL a process printed, if any. */
+export function findInspectorUrl(output: string[]): string | undefined {
+  for (const line of output) {
+    const m = /Debugger listening on (ws:\/\/\S+)/.exec(line);
+    if (m) return m[1];
+  }
+  return undefined;
+}
+
+export interface CpuProfiler {
+  start(): Promise<void>;
+  /** Stops and returns the profile (`.cpuprofile` JSON). */
+  stop(): Promise<unknown>;
+  close(): void;
+}
+
+/** Connects to a process's inspector and enables its profiler (sampling every `intervalUs`). */
+export async function connectProfiler(wsUrl: string, intervalUs = 250): Promise<CpuProfiler> {
+  const ws = new WebSocket(wsUrl);
+  await new Promise<void>((resolve, reject) => {
+    ws.addEventListener('open', () => resolve(), { once: true });
+    ws.addEventListener('error', (e) => reject(new Error(`inspector ${wsUrl}: ${String((e as { message?: string }).message ?? 'connection failed')}`)), { once: true });
+  });
+  let nextId = 1;
+  const pending = new Map<number, { resolve: (v: unknown) => void; reject: (e: Error) => void }>();
+  ws.addEventListener('message', (ev) => {
+    const msg = JSON.parse(String(ev.data)) as { id?: number; result?: unknown; error?: { message: string } };
+    if (msg.id === undefined) return;
+    const p = pending.get(msg.id);
+    if (!p) return;
+    pending.delete(msg.id);
+    if (msg.error) p.reject(new Error(msg.error.message));
+    else p.resolve(msg.result);
+  });
+  const call = (method: string, params: Record<string, unknown> = {}) =>
+    new Promise<unknown>((resolve, reject) => {
+      const id = nextId++;
+      pending.set(id, { resolve, reject });
+      ws.send(JSON.stringify({ id, method, params }));
+    });
+  await call('Profiler.enable');
+  await call('Profiler.setSamplingInterval', { interval: intervalUs });
+  return {
+    start: async () => {
+      await call('Profiler.start');
+    },
+    stop: async () => ((await call('Profiler.stop')) as { profile: unknown }).profile,
+    close: () => ws.close(),
+  };
+}

@@ -1,0 +1,748 @@
+/**
+ * Weir's overhead benchmark (issue 3, item 8): the latency and CPU Weir adds over a direct call
+ * to the same OpenAI-compatible upstream, for the all-in-one and the split topology.
+ *
+ *   node --import tsx tools/bench/run.ts [--quick] [--only all-in-one|split] [--profile]
+ *        [--warmup-ms N] [--measure-ms N] [--tokens N] [--token-delay-ms N] [--out FILE]
+ *
+ * What it does (see docs/performance.md):
+ * - pins itself (the load generator) and the mock upstream (tools/bench/mock-upstream.ts) to
+ *   CPU 0 and Weir to CPU 1 (taskset; without taskset nothing is pinned and the JSON says so);
+ * - per composition: starts Weir with one `openai-compatible` revision pointing at the mock,
+ *   authentication by API key, admission, metering and the ledger on;
+ * - per cell (non-streaming and streaming × concurrency 1, 16, 64): warm-up, then a fixed
+ *   measurement window, direct-to-mock then through Weir; latency p50/p90/p99, TTFB, TTFT
+ *   (streams), requests/s, and each Weir process's CPU seconds (/proc/<pid>/stat) and RSS;
+ * - checks the ledger: one usage row per successful request through Weir;
+ * - prints markdown tables and writes the raw results to tools/bench/results/<date>.json.
+ *
+ * `--profile`: instead of the matrix, starts Weir's processes with `--inspect=127.0.0.1:0`,
+ * records a V8 CPU profile of each over a non-streaming and a streaming window at concurrency
+ * 16 (through Weir only) and writes where the CPU goes to tools/bench/results/<date>-profile.md.
+ */
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { freePort, REPO_ROOT, startSplitTopology } from '@weir/launcher';
+import { createTemporaryPostgresDatabase, openDatabase } from '@weir/store-pg';
+import { Pool as PgPool } from 'pg';
+import { formatProfileSummary, summarizeProfile } from './cpuprofile-summary';
+import { connectProfiler, type CpuProfiler, findInspectorUrl } from './inspector';
+import { type LoadResult, runLoad, type LoadTarget } from './load';
+import { DEFAULT_TOKENS } from './mock-upstream';
+import { clockTicks, cpuTimes, cpusAllowed, peakRssMiB, pidsMatching, pin, rssMiB, tasksetPath } from './proc';
+
+// ---- options --------------------------------------------------------------------------
+
+const argv = process.argv.slice(2);
+const flag = (name: string) => argv.includes(name);
+const value = (name: string) => {
+  const i = argv.indexOf(name);
+  return i >= 0 ? argv[i + 1] : undefined;
+};
+const QUICK = flag('--quick');
+const PROFILE = flag('--profile');
+type CompositionName = 'all-in-one' | 'all-in-one-pg' | 'split';
+const COMPOSITIONS: CompositionName[] = ['all-in-one', 'all-in-one-pg', 'split'];
+const ONLY = value('--only');
+const SELECTED = ONLY ? (ONLY.split(',') as CompositionName[]) : COMPOSITIONS;
+for (const c of SELECTED) if (!COMPOSITIONS.includes(c)) throw new Error(`--only takes a comma-separated list of ${COMPOSITIONS.join(', ')}`);
+const WARMUP_MS = Number(value('--warmup-ms') ?? (QUICK ? 300 : 1000));
+const MEASURE_MS = Number(value('--measure-ms') ?? (QUICK ? 1200 : PROFILE ? 8000 : 4000));
+/** Per composition, before the first cell: load through Weir and direct, not recorded (JIT warm-up). */
+const JIT_WARMUP_MS = Number(value('--jit-warmup-ms') ?? (QUICK ? 1000 : 2500));
+const TOKENS = Number(value('--tokens') ?? DEFAULT_TOKENS);
+const TOKEN_DELAY_MS = Number(value('--token-delay-ms') ?? 0);
+const CONCURRENCIES = PROFILE ? [16] : [1, 16, 64];
+const MAX_REQUESTS_PER_CELL = 500_000;
+/** After the load stops, before the final CPU snapshot: lets batched work (ledger flushes) land. */
+const SETTLE_MS = 250;
+const MAX_TOKENS_SENT = 64;
+
+const DEMO_KEY = 'wk_benchkey_' + 'B'.repeat(43);
+const ALIAS = 'bench';
+const REVISION = 'bench-upstream@1';
+const LOAD_CPU = 0;
+const WEIR_CPU = 1;
+
+const tsxEnv = { NODE_OPTIONS: '', TSX_TSCONFIG_PATH: path.join(REPO_ROOT, 'tsconfig.json') };
+
+function configYaml(mockUrl: string): string {
+  return `# tools/bench: one OpenAI-compatible revision on the mock upstream
+revisions:
+  - id: ${REVISION}
+    model: bench-upstream
+    engine:
+      kind: openai-compatible
+      base_url: ${mockUrl}/v1
+      upstream_model: bench-upstream
+      api: chat
+      max_concurrency: 256
+      first_token_timeout_ms: 10000
+      idle_timeout_ms: 10000
+    context_window: 8192
+    max_output_tokens: 1024
+    default_output_tokens: 64
+    pricing: { input_per_mtok: 0.5, output_per_mtok: 1.5 }
+aliases:
+  - name: ${ALIAS}
+    revision: ${REVISION}
+tenants:
+  - id: demo
+    name: Demo
+    apps: [{ id: demo-app, name: Demo app }]
+    allowed_aliases: ["*"]
+    limits: { max_concurrent: 256 }
+defaults:
+  max_queue_per_replica: 1024
+`;
+}
+
+// ---- child processes ---------------------------------------------------------------------
+
+interface Child {
+  proc: ChildProcess;
+  pid: number;
+  lines: string[];
+  exited: Promise<number | null>;
+}
+
+function spawnNode(name: string, args: string[], env: Record<string, string>, cpu: number | undefined): Child {
+  const taskset = tasksetPath();
+  const [cmd, cmdArgs] = taskset && cpu !== undefined ? [taskset, ['-c', String(cpu), process.execPath, ...args]] : [process.execPath, args];
+  // taskset execs node: the pid is node's.
+  const proc = spawn(cmd, cmdArgs, { cwd: REPO_ROOT, env: { ...process.env, ...tsxEnv, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const lines: string[] = [];
+  const take = (b: Buffer) => {
+    for (const l of b.toString('utf8').split('\n')) if (l) lines.push(`[${name}] ${l}`);
+    if (lines.length > 2000) lines.splice(0, lines.length - 1000);
+  };
+  proc.stdout?.on('data', take);
+  proc.stderr?.on('data', take);
+  const exited = new Promise<number | null>((resolve) => proc.on('exit', (code) => resolve(code)));
+  return { proc, pid: proc.pid as number, lines, exited };
+}
+
+async function stopChild(c: Child, timeoutMs = 30_000): Promise<number | null> {
+  if (c.proc.exitCode !== null || c.proc.signalCode !== null) return c.proc.exitCode;
+  c.proc.kill('SIGTERM');
+  const timer = setTimeout(() => c.proc.kill('SIGKILL'), timeoutMs);
+  const code = await c.exited;
+  clearTimeout(timer);
+  return code;
+}
+
+async function waitFor(what: string, check: () => Promise<boolean>, alive: () => boolean, timeoutMs: number, tail: () => string): Promise<void> {
+  const until = Date.now() + timeoutMs;
+  for (;;) {
+    if (!alive()) throw new Error(`${what} exited before it was ready:\n${tail()}`);
+    if (await check().catch(() => false)) return;
+    if (Date.now() > until) throw new Error(`${what} not ready within ${timeoutMs} ms:\n${tail()}`);
+    await sleep(150);
+  }
+}
+
+async function httpOk(url: string): Promise<boolean> {
+  const res = await fetch(url, { signal: AbortSignal.timeout(1_000) });
+  await res.arrayBuffer();
+  return res.ok;
+}
+
+async function startMock(): Promise<{ url: string; child: Child }> {
+  const port = await freePort();
+  const child = spawnNode(
+    'mock',
+    ['--import', 'tsx', path.join(REPO_ROOT, 'tools/bench/mock-upstream.ts'), '--port', String(port), '--tokens', String(TOKENS), '--token-delay-ms', String(TOKEN_DELAY_MS)],
+    {},
+    LOAD_CPU,
+  );
+  const url = `http://127.0.0.1:${port}`;
+  await waitFor('mock upstream', () => httpOk(`${url}/healthz`), () => child.proc.exitCode === null, 30_000, () => child.lines.join('\n'));
+  return { url, child };
+}
+
+// ---- compositions ------------------------------------------------------------------------
+
+interface Running {
+  name: CompositionName;
+  url: string;
+  gatewayPid: number;
+  /** Every Weir process (the gateway included). */
+  pids: Map<string, number>;
+  startupSeconds: number;
+  notes: string[];
+  /** Usage rows the ledger holds for the bench alias. */
+  ledgerRows(): Promise<number | undefined>;
+  tail(): string;
+  /** Output lines of one process. */
+  output(name: string): string[];
+  stop(): Promise<{ clean: boolean; ledgerRowsAfterStop?: number }>;
+}
+
+/**
+ * The all-in-one (`npm start`'s process) pinned to the Weir CPU: on embedded PGlite (the
+ * default), or with `postgres` on a throwaway database of the machine's Postgres (DATABASE_URL).
+ */
+async function startAllInOne(mockUrl: string, workRoot: string, postgres: boolean, inspect: boolean): Promise<Running> {
+  const dataDir = path.join(workRoot, postgres ? 'aio-pg-data' : 'aio-data');
+  const temp = postgres ? await createTemporaryPostgresDatabase() : undefined;
+  mkdirSync(dataDir, { recursive: true });
+  const configPath = path.join(workRoot, 'weir.bench.yaml');
+  writeFileSync(configPath, configYaml(mockUrl));
+  const port = await freePort();
+  const url = `http://127.0.0.1:${port}`;
+  const t0 = Date.now();
+  const nodeArgs = [...(inspect ? ['--inspect=127.0.0.1:0'] : []), '--import', 'tsx', path.join(REPO_ROOT, 'apps/all-in-one/src/main.ts')];
+  const child = spawnNode(
+    'all-in-one',
+    nodeArgs,
+    {
+      PORT: String(port),
+      HOST: '127.0.0.1',
+      WEIR_CONFIG: configPath,
+      WEIR_DEMO_API_KEY: DEMO_KEY,
+      WEIR_DATA_DIR: dataDir,
+      WEIR_ALLOW_MODEL_DOWNLOAD: 'false',
+      NODE_LLAMA_CPP_SKIP_DOWNLOAD: 'true',
+      NODE_LLAMA_CPP_GPU: 'false',
+      LOG_LEVEL: 'info',
+      ...(temp ? { DATABASE_URL: temp.url } : {}),
+    },
+    WEIR_CPU,
+  );
+  const tail = () => child.lines.slice(-30).join('\n');
+  try {
+    await waitFor('all-in-one', () => httpOk(`${url}/readyz`), () => child.proc.exitCode === null, 120_000, tail);
+  } catch (err) {
+    await stopChild(child);
+    await temp?.drop();
+    throw err;
+  }
+  return {
+    name: postgres ? 'all-in-one-pg' : 'all-in-one',
+    url,
+    gatewayPid: child.pid,
+    pids: new Map([['all-in-one', child.pid]]),
+    startupSeconds: (Date.now() - t0) / 1000,
+    notes: [
+      postgres
+        ? 'one process (gateway, admission, scheduler, router, relay, ledger writer); DATABASE_URL = a throwaway database on the machine\'s Postgres (not pinned, not counted in Weir CPU)'
+        : 'one process (gateway, admission, scheduler, router, relay, ledger writer) on embedded PGlite in WEIR_DATA_DIR (npm start\'s default)',
+    ],
+    ledgerRows: async () => undefined, // counted after stop (PGlite is in-process and single-connection)
+    tail,
+    output: () => child.lines,
+    async stop() {
+      const code = await stopChild(child);
+      // The ledger check: open the database the all-in-one wrote.
+      let rows: number | undefined;
+      try {
+        const db = await openDatabase(temp ? { databaseUrl: temp.url, maxConnections: 1 } : { dataDir: path.join(dataDir, 'pg') });
+        try {
+          const r = await db.db.selectFrom('usage_ledger').select((eb) => eb.fn.countAll<string>().as('n')).where('model_alias', '=', ALIAS).executeTakeFirst();
+          rows = Number(r?.n ?? 0);
+        } finally {
+          await db.close();
+        }
+      } catch (err) {
+        process.stderr.write(`could not read the all-in-one's ledger: ${String(err)}\n`);
+      }
+      await temp?.drop().catch(() => undefined);
+      return { clean: code === 0, ledgerRowsAfterStop: rows };
+    },
+  };
+}
+
+async function startSplit(mockUrl: string, workRoot: string, inspect: boolean): Promise<Running> {
+  const notes: string[] = [];
+  // The ledger's durable JetStream consumer ('weir-ledger') is shared by every split topology
+  // on this NATS: running beside another one would split usage records between two databases.
+  const foreign = pidsMatching('apps/ledger/src/main.ts');
+  if (foreign.length > 0) {
+    process.stdout.write(`another split topology is running (ledger pid ${foreign.join(', ')}); waiting up to 180 s for it to stop…\n`);
+    const until = Date.now() + 180_000;
+    while (pidsMatching('apps/ledger/src/main.ts').length > 0 && Date.now() < until) await sleep(2_000);
+    const still = pidsMatching('apps/ledger/src/main.ts');
+    if (still.length > 0) notes.push(`another split topology (ledger pid ${still.join(', ')}) shared the NATS durable consumer during this run; the ledger row check may be off`);
+  }
+  const temp = await createTemporaryPostgresDatabase();
+  const workDir = path.join(workRoot, 'split');
+  const t0 = Date.now();
+  let topology;
+  try {
+    topology = await startSplitTopology({
+      configText: configYaml(mockUrl),
+      workDir,
+      databaseUrl: temp.url,
+      gateways: 1,
+      enginesPerRevision: 1,
+      env: {
+        WEIR_DEMO_API_KEY: DEMO_KEY,
+        LOG_LEVEL: 'info',
+        ...(inspect ? { NODE_OPTIONS: '--inspect=127.0.0.1:0' } : {}),
+      },
+    });
+  } catch (err) {
+    await temp.drop();
+    throw err;
+  }
+  const startupSeconds = (Date.now() - t0) / 1000;
+  const pids = new Map<string, number>();
+  const pinned: string[] = [];
+  for (const [name, p] of topology.processes) {
+    pids.set(name, p.pid);
+    if (tasksetPath()) {
+      if (pin(p.pid, WEIR_CPU)) pinned.push(name);
+      else notes.push(`could not pin ${name} (pid ${p.pid})`);
+    }
+  }
+  if (pinned.length > 0) notes.push(`co-located: ${pinned.join(', ')} all pinned to CPU ${WEIR_CPU} (taskset -a -cp after start); Postgres and NATS (machine services) not pinned`);
+  const pg = new PgPool({ connectionString: temp.url, max: 1 });
+  const count = async () => {
+    const r = await pg.query<{ n: string }>('SELECT count(*) AS n FROM usage_ledger WHERE model_alias = $1', [ALIAS]);
+    return Number(r.rows[0]?.n ?? 0);
+  };
+  return {
+    name: 'split',
+    url: topology.gateways[0].url,
+    gatewayPid: topology.gateways[0].process.pid,
+    pids,
+    startupSeconds,
+    notes,
+    ledgerRows: count,
+    tail: () => topology.output().split('\n').slice(-40).join('\n'),
+    output: (name) => topology.output().split('\n').filter((l) => l.startsWith(`[${name}] `)),
+    async stop() {
+      const clean = await topology.stop().catch(() => false);
+      const rows = await count().catch(() => undefined);
+      await pg.end().catch(() => undefined);
+      await temp.drop().catch(() => undefined);
+      return { clean, ledgerRowsAfterStop: rows };
+    },
+  };
+}
+
+// ---- cells ---------------------------------------------------------------------------------
+
+interface Cell {
+  composition: string;
+  target: 'direct' | 'weir';
+  stream: boolean;
+  concurrency: number;
+  load: LoadResult;
+  /** CPU seconds per process during the window (drain and settle included). */
+  cpuSeconds: Record<string, number>;
+  /** The system (kernel) part of cpuSeconds. */
+  systemCpuSeconds: Record<string, number>;
+  /** µs of CPU per completed request. */
+  cpuPerRequestUs: Record<string, number>;
+  /** CPU share (of one core) each process used during the window. */
+  cpuUtilization: Record<string, number>;
+  rssMiB: Record<string, number>;
+  peakRssMiB: Record<string, number>;
+  /** Busy share of each CPU over the window (everything on the machine, ours and others'). */
+  machineCpuBusy: number[];
+  /** CPU (in cores) used on the machine by processes other than Weir, the mock and the load generator. */
+  otherLoadCores: number;
+  loadavg1: number;
+}
+
+/** --profile: the profilers of the running composition's processes, and what they recorded. */
+const profilers = new Map<string, CpuProfiler>();
+const profiles: { composition: string; process: string; cell: string; profile: unknown }[] = [];
+
+function readCpuTimes(): number[][] {
+  // /proc/stat per-CPU lines: user nice system idle iowait irq softirq steal …
+  return readFileSync('/proc/stat', 'utf8')
+    .split('\n')
+    .filter((l) => /^cpu\d+ /.test(l))
+    .map((l) => l.trim().split(/\s+/).slice(1).map(Number));
+}
+
+function busyShare(before: number[][], after: number[][]): number[] {
+  return after.map((a, i) => {
+    const b = before[i] ?? a;
+    const d = a.map((v, j) => v - (b[j] ?? 0));
+    const idle = (d[3] ?? 0) + (d[4] ?? 0);
+    const total = d.slice(0, 8).reduce((s, v) => s + v, 0);
+    return total > 0 ? (total - idle) / total : 0;
+  });
+}
+
+async function runCell(running: Running, mock: { url: string; pid: number }, target: 'direct' | 'weir', stream: boolean, concurrency: number): Promise<Cell> {
+  const t: LoadTarget =
+    target === 'direct'
+      ? { origin: mock.url, path: '/v1/chat/completions', headers: {}, model: 'bench-upstream' }
+      : { origin: running.url, path: '/v1/chat/completions', headers: { authorization: `Bearer ${DEMO_KEY}` }, model: ALIAS };
+  const watched = new Map<string, number>([...running.pids, ['mock', mock.pid]]);
+  const before = new Map<string, { user: number; system: number }>();
+  let machineBefore: number[][] = [];
+  let wallStart = 0;
+  let wall = 0;
+  const after = new Map<string, { user: number; system: number }>();
+  let machineAfter: number[][] = [];
+  const load = await runLoad(t, {
+    stream,
+    concurrency,
+    warmupMs: WARMUP_MS,
+    measureMs: MEASURE_MS,
+    maxRequests: MAX_REQUESTS_PER_CELL,
+    maxTokens: MAX_TOKENS_SENT,
+    expectCompletionTokens: Math.min(TOKENS, MAX_TOKENS_SENT),
+    async onMeasureStart() {
+      await Promise.all([...profilers.values()].map((p) => p.start()));
+      for (const [n, pid] of watched) before.set(n, cpuTimes(pid));
+      machineBefore = readCpuTimes();
+      wallStart = Date.now();
+    },
+    async onMeasureEnd() {
+      await sleep(SETTLE_MS);
+      for (const [n, pid] of watched) after.set(n, cpuTimes(pid));
+      machineAfter = readCpuTimes();
+      wall = (Date.now() - wallStart) / 1000;
+      for (const [n, p] of profilers) {
+        profiles.push({ composition: running.name, process: n, cell: `${stream ? 'stream' : 'non-stream'} c=${concurrency}`, profile: await p.stop() });
+      }
+    },
+  });
+  const cpu: Record<string, number> = {};
+  const sys: Record<string, number> = {};
+  const perReq: Record<string, number> = {};
+  const util: Record<string, number> = {};
+  const rss: Record<string, number> = {};
+  const peak: Record<string, number> = {};
+  let weirTotal = 0;
+  for (const [n, pid] of watched) {
+    const a = after.get(n) ?? { user: Number.NaN, system: Number.NaN };
+    const b = before.get(n) ?? { user: Number.NaN, system: Number.NaN };
+    const d = a.user + a.system - (b.user + b.system);
+    cpu[n] = d;
+    sys[n] = a.system - b.system;
+    perReq[n] = (d / Math.max(1, load.completedInWindow)) * 1e6;
+    util[n] = d / wall;
+    rss[n] = rssMiB(pid);
+    peak[n] = peakRssMiB(pid);
+    if (n !== 'mock') weirTotal += d;
+  }
+  cpu['weir-total'] = weirTotal;
+  perReq['weir-total'] = (weirTotal / Math.max(1, load.completedInWindow)) * 1e6;
+  util['weir-total'] = weirTotal / wall;
+  cpu['load-generator'] = load.driverCpuSeconds;
+  perReq['load-generator'] = (load.driverCpuSeconds / Math.max(1, load.completedInWindow)) * 1e6;
+  util['load-generator'] = load.driverCpuSeconds / wall;
+  rss['weir-total'] = [...running.pids.keys()].reduce((s, n) => s + rss[n], 0);
+  peak['weir-total'] = [...running.pids.keys()].reduce((s, n) => s + peak[n], 0);
+  const busy = busyShare(machineBefore, machineAfter);
+  const ours = util['weir-total'] + util.mock + util['load-generator'];
+  return {
+    composition: running.name,
+    target,
+    stream,
+    concurrency,
+    load,
+    cpuSeconds: cpu,
+    systemCpuSeconds: sys,
+    cpuPerRequestUs: perReq,
+    cpuUtilization: util,
+    rssMiB: rss,
+    peakRssMiB: peak,
+    machineCpuBusy: busy,
+    otherLoadCores: Math.max(0, busy.reduce((a, b) => a + b, 0) - ours),
+    loadavg1: os.loadavg()[0],
+  };
+}
+
+/** One request each way, to fail fast with Weir's log when the path is broken. */
+async function smoke(running: Running): Promise<number> {
+  let ok = 0;
+  for (const stream of [false, true]) {
+    const res = await fetch(`${running.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${DEMO_KEY}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: ALIAS, messages: [{ role: 'user', content: 'hi' }], max_tokens: MAX_TOKENS_SENT, stream, ...(stream ? { stream_options: { include_usage: true } } : {}) }),
+      signal: AbortSignal.timeout(15_000),
+    });
+    const text = await res.text();
+    if (res.status !== 200) throw new Error(`smoke request (stream=${stream}) through ${running.name} failed: HTTP ${res.status} ${text.slice(0, 400)}\n${running.tail()}`);
+    ok++;
+  }
+  return ok;
+}
+
+// ---- reporting ---------------------------------------------------------------------------
+
+interface CompositionResult {
+  name: string;
+  url: string;
+  gatewayProcess: string;
+  pids: Record<string, number>;
+  cpusAllowed: Record<string, string>;
+  startupSeconds: number;
+  idleRssMiB: Record<string, number>;
+  notes: string[];
+  cells: Cell[];
+  ledger: { okRequestsThroughWeir: number; rows?: number; matches?: boolean };
+  stoppedCleanly: boolean;
+}
+
+const ms = (x: number) => (Number.isFinite(x) ? x.toFixed(3) : '—');
+const us = (x: number) => (Number.isFinite(x) ? x.toFixed(0) : '—');
+const signedMs = (x: number) => (Number.isFinite(x) ? `${x >= 0 ? '+' : ''}${x.toFixed(3)}` : '—');
+
+function pair(c: CompositionResult, stream: boolean, conc: number) {
+  const d = c.cells.find((x) => x.target === 'direct' && x.stream === stream && x.concurrency === conc);
+  const w = c.cells.find((x) => x.target === 'weir' && x.stream === stream && x.concurrency === conc);
+  return d && w ? { d, w } : undefined;
+}
+
+function added(c: CompositionResult, stream: boolean, conc: number, metric: 'latency' | 'ttft' | 'ttfb', p: 'p50' | 'p99'): number {
+  const x = pair(c, stream, conc);
+  if (!x) return Number.NaN;
+  const dw = x.w.load[metric]?.[p] ?? Number.NaN;
+  // The direct call's first content byte is its first byte: the mock sends content at once.
+  const dd = metric === 'ttft' ? (x.d.load.ttft?.[p] ?? Number.NaN) : (x.d.load[metric]?.[p] ?? Number.NaN);
+  return dw - dd;
+}
+
+function compositionTable(c: CompositionResult): string {
+  const gw = c.gatewayProcess;
+  const lines = [
+    `### ${c.name}`,
+    '',
+    `Latencies in ms (send → last byte); "added" = through Weir − direct at the same percentile. CPU µs/request from /proc (user+system, all threads) over the window; "all Weir" sums ${[...Object.keys(c.pids)].join(', ')}.`,
+    '',
+    '| mode | conc. | direct p50 | Weir p50 | **added p50** | direct p99 | Weir p99 | **added p99** | added TTFT p50 / p99 | direct req/s | Weir req/s | **gateway CPU µs/req** | all Weir CPU µs/req | gateway CPU use | gateway RSS MiB | errors | other load (cores) direct / Weir |',
+    '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
+  ];
+  for (const stream of [false, true]) {
+    for (const conc of CONCURRENCIES) {
+      const x = pair(c, stream, conc);
+      if (!x) continue;
+      const { d, w } = x;
+      lines.push(
+        `| ${stream ? 'stream' : 'non-stream'} | ${conc} | ${ms(d.load.latency.p50)} | ${ms(w.load.latency.p50)} | **${signedMs(added(c, stream, conc, 'latency', 'p50'))}** | ${ms(d.load.latency.p99)} | ${ms(w.load.latency.p99)} | **${signedMs(added(c, stream, conc, 'latency', 'p99'))}** | ${stream ? `${signedMs(added(c, stream, conc, 'ttft', 'p50'))} / ${signedMs(added(c, stream, conc, 'ttft', 'p99'))}` : '—'} | ${d.load.rps.toFixed(0)} | ${w.load.rps.toFixed(0)} | **${us(w.cpuPerRequestUs[gw])}** | ${us(w.cpuPerRequestUs['weir-total'])} | ${(w.cpuUtilization[gw] * 100).toFixed(0)}% | ${w.rssMiB['weir-total'].toFixed(0)}${Object.keys(c.pids).length > 1 ? ` (gw ${w.rssMiB[gw].toFixed(0)})` : ''} | ${d.load.errors + w.load.errors} | ${d.otherLoadCores.toFixed(2)} / ${w.otherLoadCores.toFixed(2)} |`,
+      );
+    }
+  }
+  lines.push('');
+  return lines.join('\n');
+}
+
+function targetsTable(results: CompositionResult[]): string {
+  const rows: string[] = ['| target | measured | verdict |', '|---|---|---|'];
+  const verdict = (ok: boolean) => (ok ? 'met' : '**not met**');
+  for (const aio of results.filter((r) => r.name !== 'split')) {
+    if (PROFILE) break;
+    const label = aio.name === 'all-in-one' ? 'all-in-one (PGlite)' : 'all-in-one (Postgres)';
+    for (const stream of [false, true]) {
+      const vals = CONCURRENCIES.map((conc) => pair(aio, stream, conc)?.w.cpuPerRequestUs[aio.gatewayProcess] ?? Number.NaN);
+      const bad = CONCURRENCIES.filter((_, i) => !(vals[i] < 300));
+      rows.push(
+        `| ${label}: gateway CPU < 300 µs/request (${stream ? 'stream' : 'non-stream'}) | ${vals.map((v, i) => `c=${CONCURRENCIES[i]}: ${us(v)} µs`).join(', ')} | ${bad.length === 0 ? 'met' : bad.length === CONCURRENCIES.length ? '**not met**' : `**not met** at ${bad.map((x) => `c=${x}`).join(', ')}`} |`,
+      );
+    }
+    for (const stream of [false, true]) {
+      const v = added(aio, stream, 1, 'latency', 'p50');
+      rows.push(`| ${label}: added p50 latency < 0.5 ms at c=1 (${stream ? 'stream' : 'non-stream'}) | ${signedMs(v)} ms | ${verdict(v < 0.5)} |`);
+    }
+    const t50 = added(aio, true, 1, 'ttft', 'p50');
+    const t99 = added(aio, true, 1, 'ttft', 'p99');
+    rows.push(`| ${label}: added time to first token < 1 ms (stream, c=1, p50) | p50 ${signedMs(t50)} ms (p99 ${signedMs(t99)} ms) | ${verdict(t50 < 1)} |`);
+  }
+  const split = results.find((r) => r.name === 'split');
+  if (split && !PROFILE) {
+    for (const stream of [false, true]) {
+      const v = added(split, stream, 1, 'latency', 'p99');
+      rows.push(`| split: added p99 latency < 3 ms at c=1 (${stream ? 'stream' : 'non-stream'}) | ${signedMs(v)} ms | ${verdict(v < 3)} |`);
+    }
+  }
+  return rows.join('\n') + '\n';
+}
+
+function markdown(meta: Record<string, unknown>, results: CompositionResult[]): string {
+  const parts = [
+    `## Weir overhead benchmark — ${String(meta.date)}${QUICK ? ' (quick)' : ''}`,
+    '',
+    `${String(meta.cpuModel)}, ${String(meta.cpus)} CPUs, node ${String(meta.node)}, commit ${String(meta.commit).slice(0, 10)}${meta.dirty ? ' (+ uncommitted changes in the working tree)' : ''}; pinning: ${String(meta.pinning)}; mock: ${TOKENS} tokens/response, ${TOKEN_DELAY_MS} ms/token; windows: ${WARMUP_MS} ms warm-up + ${MEASURE_MS} ms measured per cell; load average at start ${(meta.loadavgStart as number[]).map((x) => x.toFixed(2)).join(' ')}.`,
+    '',
+  ];
+  if (!PROFILE) parts.push('### Targets', '', targetsTable(results));
+  for (const r of results) {
+    parts.push(compositionTable(r));
+    parts.push(
+      `Ledger: ${r.ledger.rows ?? '?'} usage rows for ${r.ledger.okRequestsThroughWeir} successful requests through Weir${r.ledger.matches === undefined ? '' : r.ledger.matches ? ' (one each)' : ' (**mismatch**)'}; startup ${r.startupSeconds.toFixed(1)} s; idle RSS ${Object.entries(r.idleRssMiB)
+        .map(([k, v]) => `${k} ${v.toFixed(0)} MiB`)
+        .join(', ')}.${r.notes.length ? ` Notes: ${r.notes.join('; ')}.` : ''}`,
+      '',
+    );
+  }
+  return parts.join('\n');
+}
+
+// ---- main ----------------------------------------------------------------------------------
+
+async function main(): Promise<void> {
+  const taskset = tasksetPath();
+  const selfPinned = taskset ? pin(process.pid, LOAD_CPU) : false;
+  const pinning = taskset
+    ? `load generator + mock upstream on CPU ${LOAD_CPU}, Weir on CPU ${WEIR_CPU} (taskset)${selfPinned ? '' : ' — self-pinning FAILED'}`
+    : 'none (taskset not found): every process floats over all CPUs';
+  const date = new Date().toISOString().slice(0, 10);
+  const git = (args: string[]) => {
+    try {
+      return execFileSync('git', args, { cwd: REPO_ROOT, encoding: 'utf8' }).trim();
+    } catch {
+      return '';
+    }
+  };
+  const dirtyFiles = git(['status', '--porcelain', '--untracked-files=no'])
+    .split('\n')
+    .filter((l) => l && !l.includes('tools/bench/') && !l.includes('docs/performance.md'));
+  const meta: Record<string, unknown> = {
+    date,
+    startedAt: new Date().toISOString(),
+    quick: QUICK,
+    profile: PROFILE,
+    commit: git(['rev-parse', 'HEAD']),
+    dirty: dirtyFiles.length > 0,
+    node: process.version,
+    cpus: os.cpus().length,
+    cpuModel: os.cpus()[0]?.model ?? '?',
+    memGiB: Math.round(os.totalmem() / 2 ** 30),
+    clkTck: clockTicks(),
+    pinning,
+    loadGeneratorCpus: cpusAllowed(process.pid),
+    loadavgStart: os.loadavg(),
+    options: { jitWarmupMs: JIT_WARMUP_MS, warmupMs: WARMUP_MS, measureMs: MEASURE_MS, concurrencies: CONCURRENCIES, tokens: TOKENS, tokenDelayMs: TOKEN_DELAY_MS, maxTokensSent: MAX_TOKENS_SENT, settleMs: SETTLE_MS },
+  };
+  const workRoot = mkdtempSync(path.join(os.tmpdir(), 'weir-bench-'));
+  process.stdout.write(`weir bench: ${pinning}; work dir ${workRoot}\n`);
+
+  const mock = await startMock();
+  meta.mockCpus = cpusAllowed(mock.child.pid);
+  const results: CompositionResult[] = [];
+  let current: Running | undefined;
+  let interrupted = false;
+  const onSignal = () => {
+    if (interrupted) process.exit(130);
+    interrupted = true;
+    process.stdout.write('\ninterrupted: stopping what was started…\n');
+  };
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+  try {
+    for (const name of SELECTED) {
+      if (interrupted) break;
+      process.stdout.write(`\n== ${name}: starting…\n`);
+      current = name === 'split' ? await startSplit(mock.url, workRoot, PROFILE) : await startAllInOne(mock.url, workRoot, name === 'all-in-one-pg', PROFILE);
+      const running = current;
+      process.stdout.write(`   up in ${running.startupSeconds.toFixed(1)} s at ${running.url}; pids ${[...running.pids].map(([n, p]) => `${n}=${p} (cpus ${cpusAllowed(p)})`).join(', ')}\n`);
+      let okThroughWeir = await smoke(running);
+      if (PROFILE) {
+        for (const [n] of running.pids) {
+          const ws = findInspectorUrl(running.output(n));
+          if (ws) profilers.set(n, await connectProfiler(ws));
+          else process.stdout.write(`   no inspector URL for ${n}\n`);
+        }
+      }
+      // JIT warm-up: both modes, through Weir and direct, at concurrency 16; nothing recorded.
+      for (const stream of [false, true]) {
+        for (const target of ['direct', 'weir'] as const) {
+          const r = await runLoad(
+            target === 'direct'
+              ? { origin: mock.url, path: '/v1/chat/completions', headers: {}, model: 'bench-upstream' }
+              : { origin: running.url, path: '/v1/chat/completions', headers: { authorization: `Bearer ${DEMO_KEY}` }, model: ALIAS },
+            { stream, concurrency: 16, warmupMs: JIT_WARMUP_MS / 2, measureMs: 1, maxRequests: MAX_REQUESTS_PER_CELL, maxTokens: MAX_TOKENS_SENT, expectCompletionTokens: Math.min(TOKENS, MAX_TOKENS_SENT) },
+          );
+          if (target === 'weir') okThroughWeir += r.okTotal;
+          if (r.firstError) throw new Error(`warm-up through ${target} failed: ${r.firstError}\n${running.tail()}`);
+        }
+      }
+      const idleRss: Record<string, number> = {};
+      for (const [n, pid] of running.pids) idleRss[n] = rssMiB(pid);
+      const cells: Cell[] = [];
+      for (const stream of [false, true]) {
+        for (const conc of CONCURRENCIES) {
+          for (const target of PROFILE ? (['weir'] as const) : (['direct', 'weir'] as const)) {
+            if (interrupted) break;
+            const cell = await runCell(running, { url: mock.url, pid: mock.child.pid }, target, stream, conc);
+            cells.push(cell);
+            if (target === 'weir') okThroughWeir += cell.load.okTotal;
+            const gw = name === 'split' ? 'gateway-0' : 'all-in-one';
+            process.stdout.write(
+              `   ${target.padEnd(6)} ${stream ? 'stream    ' : 'non-stream'} c=${String(conc).padEnd(2)} n=${String(cell.load.sampled).padStart(6)} p50=${ms(cell.load.latency.p50)} p99=${ms(cell.load.latency.p99)} ms${cell.load.ttft ? ` ttft50=${ms(cell.load.ttft.p50)}` : ''} ${cell.load.rps.toFixed(0)} req/s err=${cell.load.errors}${target === 'weir' ? ` gw=${us(cell.cpuPerRequestUs[gw])} µs/req all=${us(cell.cpuPerRequestUs['weir-total'])} µs/req (sys ${((cell.systemCpuSeconds[gw] / cell.cpuSeconds[gw]) * 100).toFixed(0)}%)` : ''} cpu busy=${cell.machineCpuBusy.map((b) => `${(b * 100).toFixed(0)}%`).join('/')} others=${cell.otherLoadCores.toFixed(2)} cores\n`,
+            );
+            if (cell.load.firstError) process.stdout.write(`     first error: ${cell.load.firstError}\n`);
+          }
+        }
+      }
+      // Ledger: every successful request through Weir leaves exactly one usage row.
+      if (name === 'split') {
+        const until = Date.now() + 20_000;
+        while (Date.now() < until && ((await running.ledgerRows()) ?? 0) < okThroughWeir) await sleep(250);
+      }
+      for (const p of profilers.values()) p.close();
+      profilers.clear();
+      const cpus: Record<string, string> = {};
+      for (const [n, pid] of running.pids) cpus[n] = cpusAllowed(pid);
+      const stopped = await running.stop();
+      current = undefined;
+      const rows = stopped.ledgerRowsAfterStop;
+      results.push({
+        name,
+        url: running.url,
+        gatewayProcess: name === 'split' ? 'gateway-0' : 'all-in-one',
+        pids: Object.fromEntries(running.pids),
+        cpusAllowed: cpus,
+        startupSeconds: running.startupSeconds,
+        idleRssMiB: idleRss,
+        notes: running.notes,
+        cells,
+        ledger: { okRequestsThroughWeir: okThroughWeir, rows, matches: rows === undefined ? undefined : rows === okThroughWeir },
+        stoppedCleanly: stopped.clean,
+      });
+      process.stdout.write(`   ledger: ${rows ?? '?'} rows for ${okThroughWeir} OK requests; stopped ${stopped.clean ? 'cleanly' : 'with a non-zero exit'}\n`);
+    }
+  } finally {
+    if (current) await current.stop().catch(() => undefined);
+    await stopChild(mock.child);
+  }
+  meta.loadavgEnd = os.loadavg();
+  meta.finishedAt = new Date().toISOString();
+
+  const md = markdown(meta, results);
+  process.stdout.write(`\n${md}\n`);
+  const resultsDir = path.join(REPO_ROOT, 'tools/bench/results');
+  mkdirSync(resultsDir, { recursive: true });
+  if (PROFILE) {
+    const out: string[] = [md, '# CPU profiles of the measurement windows', ''];
+    for (const p of profiles) {
+      const summary = summarizeProfile(p.profile as Parameters<typeof summarizeProfile>[0], 30);
+      if (summary.totalMs < 100) continue; // a service that did next to nothing
+      out.push(formatProfileSummary(`${p.composition}: ${p.process}, ${p.cell}`, summary));
+    }
+    const file = value('--out') ?? path.join(resultsDir, `${date}-profile.md`);
+    writeFileSync(file, out.join('\n'));
+    process.stdout.write(`profile summary written to ${path.relative(REPO_ROOT, file)}\n`);
+    rmSync(workRoot, { recursive: true, force: true });
+    return;
+  }
+  const file = value('--out') ?? path.join(resultsDir, `${date}${QUICK ? '-quick' : ''}.json`);
+  writeFileSync(file, JSON.stringify({ meta, results }, null, 2) + '\n');
+  writeFileSync(file.replace(/\.json$/, '.md'), md);
+  process.stdout.write(`raw results written to ${path.relative(REPO_ROOT, file)}\n`);
+  rmSync(workRoot, { recursive: true, force: true });
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}
+
+main().then(
+  () => process.exit(0),
+  (err: unknown) => {
+    process.stderr.write(`weir bench failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+    process.exit(1);
+  },
+);
