@@ -3,6 +3,9 @@
  * The first start creates and prints a demo key once; SIGTERM drains and flushes the usage
  * ledger; a restart keeps the data (the key still works and is not printed again).
  */
+import { mkdtempSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { openDatabase } from '@weir/store-pg';
 import { type AllInOneProcess, removeDir, startAllInOne } from './support/all-in-one-process';
 
@@ -15,16 +18,19 @@ let dataDir: string | undefined;
 afterAll(async () => {
   await first?.stop();
   await second?.stop();
-  if (dataDir) removeDir(dataDir);
+  if (dataDir) removeDir(path.dirname(path.dirname(dataDir))); // the temp root above nested/data
 });
 
 it('creates a demo key once, flushes usage on SIGTERM, and keeps data across restarts', async () => {
-  first = await startAllInOne();
+  // A data directory that does not exist yet (nested) is created.
+  first = await startAllInOne({ dataDir: path.join(mkdtempSync(path.join(os.tmpdir(), 'weir-restart-')), 'nested', 'data') });
   dataDir = first.dataDir;
   const key = /demo API key \(shown once[^)]*\): (wk_[a-z0-9]{8}_[A-Za-z0-9_-]+)/.exec(first.output())?.[1];
   expect(key).toBeDefined();
   expect(first.output()).toContain(`curl -N ${first.url}/v1/chat/completions`);
   const headers = { Authorization: `Bearer ${key}`, 'Content-Type': 'application/json' };
+  // A second all-in-one on the same data directory is refused (PGlite is single-process).
+  await expect(startAllInOne({ dataDir })).rejects.toThrow(/in use by another Weir process/);
   const gen = await fetch(`${first.url}/v1/generations`, {
     method: 'POST',
     headers,
