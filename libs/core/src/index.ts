@@ -5,3 +5,4 @@ export * from './ports';
 export * from './ids';
 export * from './api-keys';
 export * from './services';
+export * from './async-queue';

@@ -20,10 +20,11 @@ import {
   type UsageRecord,
   type UsageSink,
   WeirError,
+  createAsyncQueue,
   toWeirError,
 } from '@weir/core';
 import { priceUsage, usageStatusFor } from '@weir/ledger';
-import { createAsyncQueue } from './async-queue';
+
 
 /** Dependencies of the relay. */
 export interface RelayDeps {

@@ -18,13 +18,13 @@ import {
   type StopCause,
   type TokenUsage,
   WeirError,
+  createAsyncQueue,
   systemClock,
 } from '@weir/core';
 import { priceUsage } from '@weir/ledger';
 import { relayV1 } from '@weir/proto';
 import type { MessageInitShape } from '@bufbuild/protobuf';
 import { type GrpcClientOptions, createGrpcConnection, isServiceError } from './client-connection';
-import { createEventQueue } from './event-queue';
 import { toGrpcError, weirCodeOf, fromGrpcError } from './grpc-errors';
 import { type GrpcServerBindingOptions, type GrpcServiceBinding, bindService, unaryHandler } from './server-handlers';
 import { deserializerFor, grpcMethodPath, serializerFor } from './service-definition';
@@ -317,7 +317,7 @@ export function createRelayGrpcClient(options: RelayGrpcClientOptions): RelayGrp
 
   return {
     start(job) {
-      const queue = createEventQueue<RelayEvent>();
+      const queue = createAsyncQueue<RelayEvent>();
       let resolveDone: (outcome: GenerationOutcome) => void = () => undefined;
       const done = new Promise<GenerationOutcome>((resolve) => (resolveDone = resolve));
       let ended = false;

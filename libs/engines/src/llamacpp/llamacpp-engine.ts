@@ -1,5 +1,5 @@
 import type { EngineAdapter, EngineCapacity, EngineEvent, EngineRequest, LlamaCppEngineSpec } from '@weir/core';
-import { WeirError } from '@weir/core';
+import { WeirError, createAsyncQueue } from '@weir/core';
 import type {
   Llama,
   LlamaContext,
@@ -7,7 +7,6 @@ import type {
   LlamaModel,
   Token,
 } from 'node-llama-cpp' with { 'resolution-mode': 'import' };
-import { createEventQueue } from '../event-queue';
 import { type EngineLogger, silentLogger } from '../logger';
 import { renderPlainPrompt } from './render-prompt';
 
@@ -194,7 +193,7 @@ export async function createLlamaCppEngine(
     const abort = new AbortController();
     const onAbort = (): void => abort.abort(request.signal.reason);
     request.signal.addEventListener('abort', onAbort, { once: true });
-    const queue = createEventQueue<EngineEvent>();
+    const queue = createAsyncQueue<EngineEvent>();
     const completion = new nlc.LlamaCompletion({ contextSequence: sequence });
     let outputTokens = 0;
     const recentTokens: Token[] = [...prompt];
@@ -229,12 +228,12 @@ export async function createLlamaCppEngine(
         const stopReason = result.metadata.stopReason;
         const reason = stopReason === 'abort' ? 'aborted' : stopReason === 'maxTokens' ? 'length' : 'stop';
         queue.push({ type: 'end', reason, usage: { inputTokens, outputTokens }, usageReported: true });
-        queue.close();
+        queue.end();
       } catch (error) {
         if (abort.signal.aborted) {
           // Aborted before the first token (e.g. while waiting for the sequence lock).
           queue.push({ type: 'end', reason: 'aborted', usage: { inputTokens, outputTokens }, usageReported: true });
-          queue.close();
+          queue.end();
         } else {
           logger.error({ generationId: request.generationId, err: error }, 'llama.cpp generation failed');
           queue.fail(new WeirError('internal', 'engine generation failed', { cause: error }));
