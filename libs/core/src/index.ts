@@ -6,3 +6,5 @@ export * from './ids';
 export * from './api-keys';
 export * from './services';
 export * from './async-queue';
+export * from './usage-record-check';
+export * from './backoff';

@@ -1,4 +1,4 @@
-import { type UsageRecord, type UsageRepository, type UsageSink, WeirError } from '@weir/core';
+import { type UsageRecord, type UsageRepository, type UsageSink, WeirError, isLogWorthyAttempt, retryDelayMs, usageRecordFault } from '@weir/core';
 
 /**
  * The slice of a structured logger the sink uses; a `pino` logger satisfies it. Fields are
@@ -174,10 +174,10 @@ export function createBatchedUsageSink(
           await repo.insertMany(batch);
         } catch (error) {
           attempt++;
-          const retryInMs = Math.round(Math.min(retryMaxMs, retryBaseMs * 2 ** (attempt - 1)) * (0.5 + random() / 2));
+          const retryInMs = retryDelayMs(attempt, { baseMs: retryBaseMs, maxMs: retryMaxMs }, random);
           const failure: UsageWriteFailure = { attempt, batchSize: batch.length, pending: queue.length, retryInMs };
           // Powers of two only: a long outage must not flood the log.
-          if ((attempt & (attempt - 1)) === 0) logger?.warn({ err: error, ...failure }, 'usage write failed; will retry');
+          if (isLogWorthyAttempt(attempt)) logger?.warn({ err: error, ...failure }, 'usage write failed; will retry');
           try {
             onError?.(error, failure);
           } catch {
@@ -210,7 +210,7 @@ export function createBatchedUsageSink(
   return {
     record(record) {
       if (closed) throw new WeirError('shutting_down', 'the usage sink is closed');
-      const fault = checkRecord(record);
+      const fault = usageRecordFault(record);
       if (fault) throw new WeirError('internal', `malformed usage record: ${fault}`);
       queue.push(record);
       recorded++;
@@ -261,23 +261,4 @@ export function createBatchedUsageSink(
       return closing;
     },
   };
-}
-
-/** Returns what is wrong with a record, or undefined when it can be written. */
-function checkRecord(r: UsageRecord): string | undefined {
-  for (const field of ['inputTokens', 'outputTokens', 'cachedInputTokens', 'costNanoUsd'] as const) {
-    const v = r[field];
-    if (!Number.isSafeInteger(v) || v < 0) return `${field} must be a non-negative integer`;
-  }
-  for (const field of ['queueMs', 'totalMs', 'ttftMs'] as const) {
-    const v = r[field];
-    if (v === null && field === 'ttftMs') continue;
-    if (typeof v !== 'number' || !Number.isFinite(v) || v < 0) return `${field} must be a non-negative number of ms`;
-  }
-  for (const field of ['startedAt', 'finishedAt'] as const) {
-    const v = r[field];
-    if (!(v instanceof Date) || Number.isNaN(v.getTime())) return `${field} must be a valid Date`;
-  }
-  if (!r.generationId) return 'generationId is required';
-  return undefined;
 }

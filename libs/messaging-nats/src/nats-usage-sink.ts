@@ -1,7 +1,8 @@
 import { jetstream, type JetStreamClient } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
 import { type UsageRecord, type UsageSink, WeirError } from '@weir/core';
-import { isLogWorthyAttempt, type MessagingLogger, retryDelayMs, usageRecordFault } from '@weir/messaging';
+import { isLogWorthyAttempt, retryDelayMs, usageRecordFault } from '@weir/core';
+import type { MessagingLogger } from '@weir/messaging';
 import { captureTraceHeaders, traceHeadersToNats } from './trace-headers';
 import { encodeUsageRecord } from './usage-record-codec';
 import { USAGE_SUBJECT_PREFIX, usageSubject } from './usage-stream';

@@ -9,7 +9,8 @@ import {
 } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
 import { type UsageRecord, type UsageRecordSource, WeirError } from '@weir/core';
-import { isLogWorthyAttempt, type MessagingLogger, retryDelayMs } from '@weir/messaging';
+import { isLogWorthyAttempt, retryDelayMs } from '@weir/core';
+import type { MessagingLogger } from '@weir/messaging';
 import { decodeUsageRecord } from './usage-record-codec';
 import { USAGE_STREAM } from './usage-stream';
 

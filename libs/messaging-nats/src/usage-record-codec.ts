@@ -1,5 +1,5 @@
 import type { ApiRoute, FinishReason, UsageRecord, UsageStatus } from '@weir/core';
-import { usageRecordFault } from '@weir/messaging';
+import { usageRecordFault } from '@weir/core';
 
 /** Version of the usage record wire format written by {@link encodeUsageRecord}. */
 export const USAGE_RECORD_WIRE_VERSION = 1;

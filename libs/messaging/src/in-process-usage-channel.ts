@@ -1,7 +1,5 @@
-import { type UsageRecord, type UsageRecordSource, type UsageSink, WeirError } from '@weir/core';
-import { isLogWorthyAttempt, retryDelayMs } from './backoff';
+import { type UsageRecord, type UsageRecordSource, type UsageSink, WeirError, isLogWorthyAttempt, retryDelayMs, usageRecordFault } from '@weir/core';
 import type { MessagingLogger } from './logger';
-import { usageRecordFault } from './usage-record-check';
 
 /** Options for {@link createInProcessUsageChannel}. */
 export interface InProcessUsageChannelOptions {

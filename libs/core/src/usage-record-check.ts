@@ -1,11 +1,12 @@
-import type { UsageRecord } from '@weir/core';
+import type { UsageRecord } from './ports';
 
 /**
  * Returns what is wrong with a usage record, or undefined when it can be carried and written:
  * ids non-empty strings; token counts and `costNanoUsd` non-negative safe integers; `queueMs`,
  * `totalMs` (and `ttftMs` unless null) finite non-negative ms; `startedAt`/`finishedAt` valid
- * `Date`s. The same rules as the ledger's batched sink, so a record refused here would also be
- * refused there. Never includes field values in the message (only names).
+ * `Date`s. Every usage path (the ledger's batched sink, the in-process channel, the NATS
+ * sink) refuses a record by these rules, so one bad record can never block a queue behind it.
+ * Never includes field values in the message (only names).
  */
 export function usageRecordFault(r: UsageRecord): string | undefined {
   if (typeof r !== 'object' || r === null) return 'record must be an object';
