@@ -5,7 +5,9 @@
  * or double-bills a record (at-least-once delivery, exactly-once effect). Several instances
  * share the durable consumer and split the work.
  *
- * Environment: DATABASE_URL, NATS_URL, HOST, OPS_PORT (default 9465), LOG_LEVEL.
+ * Environment: DATABASE_URL, NATS_URL, HOST, OPS_PORT (default 9465), LEDGER_ACK_WAIT_MS (default
+ * 5000: how soon JetStream redelivers what a killed ledger had taken but not acknowledged),
+ * LOG_LEVEL.
  */
 import { connectNats, createNatsUsageSource, ensureUsageStream } from '@weir/messaging-nats';
 import { envInt, envRequired, envString, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
@@ -18,6 +20,7 @@ const env = readEnv({
   NATS_URL: envString('nats://127.0.0.1:4222'),
   HOST: envString('127.0.0.1'),
   OPS_PORT: envInt(9465, 0, 65535),
+  LEDGER_ACK_WAIT_MS: envInt(5_000, 1_000),
   LOG_LEVEL: envString('info'),
 });
 const logger = createLogger({ name: 'ledger', level: env.LOG_LEVEL as 'info' });
@@ -29,7 +32,7 @@ runUntilSignal('ledger', logger, async () => {
   const repository = createUsageRepository(database.db);
   const nc = await connectNats({ servers: env.NATS_URL, name: 'weir-ledger', logger });
   await ensureUsageStream(nc);
-  const source = createNatsUsageSource(nc, { logger });
+  const source = createNatsUsageSource(nc, { logger, ackWaitMs: env.LEDGER_ACK_WAIT_MS });
   let written = 0;
   await source.start(async (records) => {
     await repository.insertMany(records);

@@ -5,7 +5,7 @@
  * and back when it answers again; relays report replicas they could not reach on the NATS
  * health topic, which ejects them at once. Environment: WEIR_CONFIG, NATS_URL, HOST,
  * GRPC_PORT (default 50053), OPS_PORT (default 9463), PROBE_INTERVAL_MS (default 1000),
- * PROBE_TIMEOUT_MS (default 500), LOG_LEVEL.
+ * PROBE_TIMEOUT_MS (default 1000), PROBE_FAILURES (default 3), LOG_LEVEL.
  */
 import { loadConfigFile, servingReplicas } from '@weir/config';
 import { type ReplicaHealthEvent, systemClock } from '@weir/core';
@@ -23,7 +23,8 @@ const env = readEnv({
   GRPC_PORT: envInt(50053, 0, 65535),
   OPS_PORT: envInt(9463, 0, 65535),
   PROBE_INTERVAL_MS: envInt(1_000, 50),
-  PROBE_TIMEOUT_MS: envInt(500, 10),
+  PROBE_TIMEOUT_MS: envInt(1_000, 10),
+  PROBE_FAILURES: envInt(3, 1, 100),
   LOG_LEVEL: envString('info'),
 });
 const logger = createLogger({ name: 'scheduler', level: env.LOG_LEVEL as 'info' });
@@ -50,6 +51,7 @@ runUntilSignal('scheduler', logger, async () => {
     replicaIds: probed.map((r) => r.id),
     intervalMs: env.PROBE_INTERVAL_MS,
     timeoutMs: env.PROBE_TIMEOUT_MS,
+    failuresToEject: env.PROBE_FAILURES,
     async probe(id, timeoutMs) {
       const res = await request(healthUrl.get(id) as string, { headersTimeout: timeoutMs, bodyTimeout: timeoutMs });
       await res.body.dump();

@@ -14,9 +14,9 @@ export interface ReplicaProberOptions {
   probe(replicaId: string, timeoutMs: number): Promise<boolean>;
   /** Default 1,000 ms. */
   intervalMs?: number;
-  /** Default 500 ms. */
+  /** Default 1,000 ms. */
   timeoutMs?: number;
-  /** Consecutive failures before a replica is ejected. Default 2. */
+  /** Consecutive failures before a replica is ejected. Default 3. */
   failuresToEject?: number;
   /** Called on each change of state (not on every probe). */
   onChange(replicaId: string, healthy: boolean, reason: string): void;
@@ -37,8 +37,8 @@ export interface ReplicaProber {
 /** Starts probing (the first round runs after `intervalMs`; call `probeAll()` for one now). */
 export function createReplicaProber(options: ReplicaProberOptions): ReplicaProber {
   const intervalMs = options.intervalMs ?? 1_000;
-  const timeoutMs = options.timeoutMs ?? 500;
-  const failuresToEject = options.failuresToEject ?? 2;
+  const timeoutMs = options.timeoutMs ?? 1_000;
+  const failuresToEject = options.failuresToEject ?? 3;
   const state = new Map(options.replicaIds.map((id) => [id, { healthy: true, failures: 0 }]));
   let running = false;
 

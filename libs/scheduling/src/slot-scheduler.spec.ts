@@ -96,9 +96,14 @@ describe('createSlotScheduler', () => {
     s.setReplicaHealth('x', true);
     const b = await waiting;
     expect(b.ok && b.lease.replicaId).toBe('x');
+    if (b.ok) b.lease.release();
+    if (a.ok) a.lease.release();
+    // Panic routing: with every replica marked unhealthy, health is ignored rather than
+    // answering no_replica for a fleet that may be fine.
     s.setReplicaHealth('x', false);
     s.setReplicaHealth('y', false);
-    await expect(s.acquire(req())).resolves.toMatchObject({ ok: false, reason: 'no_replica' });
+    const c = await s.acquire(req());
+    expect(c.ok).toBe(true);
   });
 
   it('avoids the replicas a retry names', async () => {

@@ -81,7 +81,12 @@ export function createSlotScheduler(options: SlotSchedulerOptions): SlotSchedule
   }
   const queues = new Map<string, Waiter[]>();
 
-  const usable = (r: ReplicaState, avoid?: readonly string[]) => r.healthy && !(avoid && avoid.includes(r.id));
+  // Panic routing (Envoy's panic threshold at 0 %): when no replica of a revision is healthy,
+  // health is ignored for it, so a prober that misjudges every replica (a starved host, a
+  // network blip) cannot turn a working fleet into 503s; a truly dead replica then fails its
+  // request fast and the relay reports it.
+  const anyHealthy = (revisionId: string) => (byRevision.get(revisionId) ?? []).some((r) => r.healthy);
+  const usable = (r: ReplicaState, avoid?: readonly string[]) => (r.healthy || !anyHealthy(r.revisionId)) && !(avoid && avoid.includes(r.id));
   const freeReplica = (revisionId: string, avoid?: readonly string[]): ReplicaState | undefined => {
     let best: ReplicaState | undefined;
     for (const r of byRevision.get(revisionId) ?? []) {
