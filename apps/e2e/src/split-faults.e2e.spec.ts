@@ -76,11 +76,30 @@ async function replicaTokens(replicaId: string): Promise<number> {
   return sumEngineOutputTokens(await (await fetch(`${engine.url}/metrics`)).text(), engine.revisionId);
 }
 
+/** Waits until the scheduler reports each replica up (`weir_replica_up` = 1): it has answered probes. */
+async function waitForReplicasUp(replicaIds: readonly string[], timeoutMs = 60_000): Promise<void> {
+  const until = Date.now() + timeoutMs;
+  for (;;) {
+    const text = await (await fetch(`${topology.opsUrls.get('scheduler')}/metrics`)).text();
+    const up = (id: string) => text.split('\n').some((l) => l.startsWith('weir_replica_up{') && l.includes(`replica="${id}"`) && l.endsWith(' 1'));
+    if (replicaIds.every(up)) return;
+    if (Date.now() > until) throw new Error(`replicas ${replicaIds.join(', ')} never all reported up by the scheduler`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
 /** Waits for a log line matching `pattern` among the lines printed after line `since`. */
 async function waitForLog(pattern: RegExp, since: number, timeoutMs = 20_000): Promise<void> {
   const until = Date.now() + timeoutMs;
   while (!pattern.test(topology.output().split('\n').slice(since).join('\n'))) {
-    if (Date.now() > until) throw new Error(`no log line matching ${pattern}`);
+    if (Date.now() > until) {
+      const recent = topology
+        .output()
+        .split('\n')
+        .filter((l) => l.startsWith('[scheduler]') || l.startsWith('[relay]'))
+        .slice(-20);
+      throw new Error(`no log line matching ${pattern}; recent scheduler and relay lines:\n${recent.join('\n')}`);
+    }
     await new Promise((r) => setTimeout(r, 100));
   }
 }
@@ -92,12 +111,14 @@ describe('an engine replica that stops answering', () => {
   ])('is taken out of rotation when %s, and requests go to the other', async (_name, signal) => {
     const victim = 'stories260k@1/0';
     const survivor = 'stories260k@1/1';
+    // The scheduler must have seen both replicas answer before the fault is injected.
+    await waitForReplicasUp([victim, survivor]);
     const outLines = topology.output().split('\n').length;
     topology.processes.get(`engine:${victim}`)?.signal(signal);
     await waitForLog(new RegExp(`"replica":"${victim.replace('/', '\\/')}"[^\\n]*out of rotation`), outLines);
     const before = await replicaTokens(survivor);
     const results = await Promise.all(Array.from({ length: 8 }, () => generate('tiny-stories', 10)));
-    expect(results.map((r) => r.status)).toEqual(Array(8).fill(200));
+    expect(results.map((r) => [r.status, r.status === 200 ? "" : JSON.stringify(r.body)])).toEqual(Array(8).fill([200, ""]));
     expect(results.every((r) => r.body.finish_reason === 'length')).toBe(true);
     expect((await replicaTokens(survivor)) - before).toBe(80);
 

@@ -38,7 +38,10 @@ runUntilSignal('scheduler', logger, async () => {
     replicas: replicas.map(({ id, revisionId, slots }) => ({ id, revisionId, slots })),
     maxQueuePerReplica: config.defaults.maxQueuePerReplica,
     clock: systemClock,
-    onLeaseExpired: (replica) => logger.warn({ replica }, 'lease expired unreleased (its holder vanished)'),
+    onLeaseExpired: (replica) => {
+      telemetry.metrics.recordExpiredLease({ replica });
+      logger.warn({ replica }, 'lease expired unreleased (its holder vanished)');
+    },
   });
   telemetry.observeQueues(() => scheduler.stats().queued);
 
@@ -53,9 +56,14 @@ runUntilSignal('scheduler', logger, async () => {
     timeoutMs: env.PROBE_TIMEOUT_MS,
     failuresToEject: env.PROBE_FAILURES,
     async probe(id, timeoutMs) {
-      const res = await request(healthUrl.get(id) as string, { headersTimeout: timeoutMs, bodyTimeout: timeoutMs });
-      await res.body.dump();
-      return res.statusCode === 200;
+      try {
+        const res = await request(healthUrl.get(id) as string, { headersTimeout: timeoutMs, bodyTimeout: timeoutMs });
+        await res.body.dump();
+        return res.statusCode === 200;
+      } catch (err) {
+        logger.debug({ replica: id, err }, 'probe failed');
+        throw err;
+      }
     },
     onChange(replicaId, healthy, reason) {
       scheduler.setReplicaHealth(replicaId, healthy);
@@ -70,6 +78,18 @@ runUntilSignal('scheduler', logger, async () => {
     prober.markUnhealthy(event.replicaId);
   });
 
+  telemetry.observeReplicas(() => {
+    const inFlight = scheduler.stats().inFlight;
+    const probe = prober.status();
+    return replicas.map((r) => ({
+      replica: r.id,
+      revision: r.revisionId,
+      // Replicas that are not probed (hosted upstreams) count as up while in rotation.
+      up: probe[r.id]?.up ?? !scheduler.stats().unhealthy.includes(r.id),
+      slotsInUse: inFlight[r.id] ?? 0,
+      slots: r.slots,
+    }));
+  });
   const binding = createSchedulerGrpcServer(scheduler);
   const grpc = await startGrpcServer({ host: env.HOST, port: env.GRPC_PORT, services: [binding] });
   let draining = false;

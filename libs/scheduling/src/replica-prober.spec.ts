@@ -10,6 +10,7 @@ describe('createReplicaProber', () => {
     const prober = createReplicaProber({
       replicaIds: ['a', 'b'],
       intervalMs: 60_000,
+      startupGraceMs: 0,
       timeoutMs: 30,
       failuresToEject: 2,
       probe: async (id) => {
@@ -44,6 +45,33 @@ describe('createReplicaProber', () => {
       prober.markUnhealthy('a');
       await prober.probeAll();
       expect(changes).toEqual(['a:true']);
+    } finally {
+      prober.stop();
+    }
+  });
+
+  it('does not eject a replica that is still starting up (never answered, within the grace)', async () => {
+    let t = 0;
+    let up = false;
+    const changes: string[] = [];
+    const prober = createReplicaProber({
+      replicaIds: ['a'],
+      intervalMs: 60_000,
+      startupGraceMs: 10_000,
+      now: () => t,
+      probe: async () => up,
+      onChange: (id, healthy) => changes.push(`${id}:${healthy}`),
+    });
+    try {
+      for (let i = 0; i < 5; i++) await prober.probeAll();
+      expect(changes).toEqual([]);
+      up = true;
+      await prober.probeAll();
+      up = false;
+      for (let i = 0; i < 3; i++) await prober.probeAll();
+      expect(changes).toEqual(['a:false']); // once it has answered, failures count at once
+      t = 20_000;
+      expect(changes).toHaveLength(1);
     } finally {
       prober.stop();
     }

@@ -18,6 +18,14 @@ export interface ReplicaProberOptions {
   timeoutMs?: number;
   /** Consecutive failures before a replica is ejected. Default 3. */
   failuresToEject?: number;
+  /**
+   * A replica that has never answered is not ejected by probes during this long after the
+   * prober starts (ms): replicas that start together with the scheduler are still loading
+   * their model. Default 30,000. (A request that hits one still fails fast and is reported.)
+   */
+  startupGraceMs?: number;
+  /** Clock for the startup grace (ms). Default `Date.now`. */
+  now?: () => number;
   /** Called on each change of state (not on every probe). */
   onChange(replicaId: string, healthy: boolean, reason: string): void;
 }
@@ -26,6 +34,8 @@ export interface ReplicaProberOptions {
 export interface ReplicaProber {
   /** Runs one round now (tests and startup). */
   probeAll(): Promise<void>;
+  /** Per replica: answering probes now (has answered, and is not ejected). */
+  status(): Record<string, { up: boolean }>;
   /**
    * Records that someone else (a relay that could not reach it) saw the replica fail: it
    * counts as ejected, so the next successful probe reports it recovered.
@@ -39,7 +49,9 @@ export function createReplicaProber(options: ReplicaProberOptions): ReplicaProbe
   const intervalMs = options.intervalMs ?? 1_000;
   const timeoutMs = options.timeoutMs ?? 1_000;
   const failuresToEject = options.failuresToEject ?? 3;
-  const state = new Map(options.replicaIds.map((id) => [id, { healthy: true, failures: 0 }]));
+  const now = options.now ?? Date.now;
+  const graceUntil = now() + (options.startupGraceMs ?? 30_000);
+  const state = new Map(options.replicaIds.map((id) => [id, { healthy: true, failures: 0, seenUp: false }]));
   let running = false;
 
   const probeOne = async (id: string) => {
@@ -54,6 +66,7 @@ export function createReplicaProber(options: ReplicaProberOptions): ReplicaProbe
     }
     if (ok) {
       s.failures = 0;
+      s.seenUp = true;
       if (!s.healthy) {
         s.healthy = true;
         options.onChange(id, true, 'recovered');
@@ -61,6 +74,7 @@ export function createReplicaProber(options: ReplicaProberOptions): ReplicaProbe
       return;
     }
     s.failures++;
+    if (!s.seenUp && now() < graceUntil) return; // still starting up
     if (s.healthy && s.failures >= failuresToEject) {
       s.healthy = false;
       options.onChange(id, false, reason);
@@ -80,6 +94,11 @@ export function createReplicaProber(options: ReplicaProberOptions): ReplicaProbe
   timer.unref();
   return {
     probeAll,
+    status() {
+      const out: Record<string, { up: boolean }> = {};
+      for (const [id, st] of state) out[id] = { up: st.seenUp && st.healthy };
+      return out;
+    },
     markUnhealthy(replicaId) {
       const s = state.get(replicaId);
       if (!s) return;

@@ -40,6 +40,14 @@ export const METRIC_NAMES = {
   engineActiveSequences: 'weir.engine.active_sequences',
   /** Observable gauge, {request}: requests waiting in the scheduler's queue, by revision. */
   queueDepth: 'weir.queue.depth',
+  /** Counter, {lease}: scheduler leases reclaimed after their holder (a gateway) vanished. */
+  expiredLeases: 'weir.scheduler.expired_leases',
+  /** Observable gauge, 1 or 0: the replica answers health probes and is in rotation. */
+  replicaUp: 'weir.replica.up',
+  /** Observable gauge, {sequence}: slots of the replica held by leases now. */
+  replicaSlotsInUse: 'weir.replica.slots_in_use',
+  /** Observable gauge, {sequence}: slots the replica has. */
+  replicaSlots: 'weir.replica.slots',
 } as const;
 
 /** Attribute (label) keys. Values are bounded: config ids, enums, error codes; never ids of requests or text. */
@@ -93,4 +101,8 @@ export const PROMETHEUS_SERIES = {
   engineInputTokens: 'weir_engine_input_tokens_total',
   engineActiveSequences: 'weir_engine_active_sequences',
   queueDepth: 'weir_queue_depth',
+  expiredLeases: 'weir_scheduler_expired_leases_total',
+  replicaUp: 'weir_replica_up',
+  replicaSlotsInUse: 'weir_replica_slots_in_use',
+  replicaSlots: 'weir_replica_slots',
 } as const satisfies Record<keyof typeof METRIC_NAMES, string>;

@@ -132,6 +132,7 @@ describe('createTelemetry', () => {
   });
 
   it("exports Weir's own series: requests, rejections apart from errors, tokens, queue time, in flight", async () => {
+    telemetry.metrics.recordExpiredLease({ replica: 'stories260k@1/0' });
     const m = telemetry.metrics;
     m.recordRequest(completed);
     m.recordRequest(completed);
@@ -174,7 +175,15 @@ describe('createTelemetry', () => {
     const known = new Set(Object.values(PROMETHEUS_SERIES).flatMap((n) => [n, `${n}_bucket`, `${n}_sum`, `${n}_count`]));
     expect(samples.map((s) => s.name).filter((n) => n !== 'target_info' && !known.has(n))).toEqual([]);
     // …and every façade series is exported (the observable ones need observeEngines/observeQueues).
-    const observable = new Set<string>([PROMETHEUS_SERIES.engineOutputTokens, PROMETHEUS_SERIES.engineInputTokens, PROMETHEUS_SERIES.engineActiveSequences, PROMETHEUS_SERIES.queueDepth]);
+    const observable = new Set<string>([
+      PROMETHEUS_SERIES.engineOutputTokens,
+      PROMETHEUS_SERIES.engineInputTokens,
+      PROMETHEUS_SERIES.engineActiveSequences,
+      PROMETHEUS_SERIES.queueDepth,
+      PROMETHEUS_SERIES.replicaUp,
+      PROMETHEUS_SERIES.replicaSlotsInUse,
+      PROMETHEUS_SERIES.replicaSlots,
+    ]);
     expect(new Set(samples.map((s) => s.name.replace(/_(bucket|sum|count)$/, '')))).toEqual(
       new Set([...Object.values(PROMETHEUS_SERIES).filter((n) => !observable.has(n)), 'target_info']),
     );
@@ -202,12 +211,16 @@ describe('createTelemetry', () => {
     let produced = 7;
     telemetry.observeEngines(() => [{ replica: 'stories260k@1/0', revision: 'stories260k@1', outputTokens: produced, inputTokens: 5, activeSequences: 2 }]);
     telemetry.observeQueues(() => ({ 'stories260k@1': 3 }));
+    telemetry.observeReplicas(() => [{ replica: 'stories260k@1/0', revision: 'stories260k@1', up: true, slotsInUse: 2, slots: 4 }]);
     let { samples, types } = parseExposition((await scrape(server)).text);
     const labels = { replica: 'stories260k@1/0', revision: 'stories260k@1' };
     expect(find(samples, 'weir_engine_output_tokens_total', labels)[0]?.value).toBe(7);
     expect(find(samples, 'weir_engine_input_tokens_total', labels)[0]?.value).toBe(5);
     expect(find(samples, 'weir_engine_active_sequences', labels)[0]?.value).toBe(2);
     expect(find(samples, 'weir_queue_depth', { revision: 'stories260k@1' })[0]?.value).toBe(3);
+    expect(find(samples, 'weir_replica_up', labels)[0]?.value).toBe(1);
+    expect(find(samples, 'weir_replica_slots_in_use', labels)[0]?.value).toBe(2);
+    expect(find(samples, 'weir_replica_slots', labels)[0]?.value).toBe(4);
     expect(types.get('weir_engine_output_tokens_total')).toBe('counter');
     produced = 12;
     ({ samples, types } = parseExposition((await scrape(server)).text));

@@ -31,8 +31,23 @@ export interface Telemetry {
   observeEngines(read: () => readonly EngineSample[]): void;
   /** Registers a callback read at each scrape for queue depth by revision (`weir.queue.depth`). */
   observeQueues(read: () => Readonly<Record<string, number>>): void;
+  /**
+   * Registers a callback read at each scrape for the scheduler's view of each replica:
+   * `weir.replica.up` (1/0), `weir.replica.slots_in_use` and `weir.replica.slots`, by
+   * `replica` and `revision`.
+   */
+  observeReplicas(read: () => readonly ReplicaSample[]): void;
   /** Stops the meter provider; later recordings are dropped. Call once at shutdown. */
   shutdown(): Promise<void>;
+}
+
+/** The scheduler's view of one replica, for {@link Telemetry.observeReplicas}. */
+export interface ReplicaSample {
+  replica: string;
+  revision: string;
+  up: boolean;
+  slotsInUse: number;
+  slots: number;
 }
 
 /** One engine replica's own counters, for {@link Telemetry.observeEngines}. */
@@ -91,6 +106,22 @@ export function createTelemetry(options: TelemetryOptions): Telemetry {
       depth.addCallback((result) => {
         for (const [revision, n] of Object.entries(read())) result.observe(n, { revision });
       });
+    },
+    observeReplicas(read) {
+      const up = meter.createObservableGauge(METRIC_NAMES.replicaUp, { unit: '1', description: 'The replica answers health probes and is in rotation' });
+      const inUse = meter.createObservableGauge(METRIC_NAMES.replicaSlotsInUse, { unit: '{sequence}', description: 'Slots held by leases' });
+      const slots = meter.createObservableGauge(METRIC_NAMES.replicaSlots, { unit: '{sequence}', description: 'Slots of the replica' });
+      meter.addBatchObservableCallback(
+        (result) => {
+          for (const r of read()) {
+            const attrs = { replica: r.replica, revision: r.revision };
+            result.observe(up, r.up ? 1 : 0, attrs);
+            result.observe(inUse, r.slotsInUse, attrs);
+            result.observe(slots, r.slots, attrs);
+          }
+        },
+        [up, inUse, slots],
+      );
     },
     shutdown: () => (stopped ??= provider.shutdown()),
   };

@@ -87,6 +87,8 @@ export interface WeirMetrics {
   addInFlight(attributes: InFlightAttributes, delta: number): void;
   /** Adds 1 to `weir.inflight.requests` and returns a release function that subtracts it once (idempotent). */
   trackInFlight(attributes: InFlightAttributes): () => void;
+  /** `weir.scheduler.expired_leases` +1 by `replica`: a lease whose holder vanished was reclaimed. */
+  recordExpiredLease(attributes: { replica: string }): void;
 }
 
 const LABEL_PATTERN = /^[A-Za-z0-9_][A-Za-z0-9._:@/-]{0,127}$/;
@@ -135,6 +137,10 @@ export function createWeirMetrics(meter: Meter): WeirMetrics {
     description: 'Requests turned away by admission or scheduling, by reason (not errors)',
   });
   const tokens = meter.createCounter(M.tokens, { unit: '{token}', description: 'Billable tokens by tenant, revision and direction' });
+  const expiredLeases = meter.createCounter(M.expiredLeases, {
+    unit: '{lease}',
+    description: 'Scheduler leases reclaimed after their holder vanished',
+  });
   const queue = meter.createHistogram(M.queueDuration, {
     unit: 's',
     description: 'Time requests waited in the scheduler queue',
@@ -192,6 +198,9 @@ export function createWeirMetrics(meter: Meter): WeirMetrics {
         released = true;
         addInFlight(attributes, -1);
       };
+    },
+    recordExpiredLease({ replica }) {
+      expiredLeases.add(1, { replica: label(replica, NONE) });
     },
   };
 }
