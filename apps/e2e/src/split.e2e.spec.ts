@@ -4,6 +4,7 @@
  * 127.0.0.1:4222), two llama.cpp engine replicas per revision, the ledger on a private
  * Postgres database. The suite body is the all-in-one's, unchanged.
  */
+import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -20,6 +21,9 @@ describeE2ESuite('split topology', async ({ configYaml, demoKey, databaseUrl }) 
     workDir,
     modelPath: tinyModelPath(),
     databaseUrl,
+    // Its own NATS names: never mixes with another topology on the shared server.
+    natsNamespace: `e2e-${randomBytes(4).toString('hex')}`,
+    deleteNatsStreamOnStop: true,
     env: { WEIR_DEMO_API_KEY: demoKey },
   });
   return {

@@ -5,7 +5,7 @@
  * engine (deadline or cancel in the queue) or whose relay is lost mid-stream go to NATS
  * JetStream; cancels for generations held elsewhere are fanned out on NATS.
  *
- * Environment: WEIR_CONFIG, DATABASE_URL, NATS_URL, HOST, PORT (default 8080), ROUTER_ADDR,
+ * Environment: WEIR_CONFIG, DATABASE_URL, NATS_URL, WEIR_NATS_NAMESPACE (default weir: deployments sharing a NATS server need different ones), HOST, PORT (default 8080), ROUTER_ADDR,
  * ADMISSION_ADDR, SCHEDULER_ADDR, RELAY_ADDR (host:port), WEIR_DEMO_API_KEY (registered for
  * the demo tenant if set), SHUTDOWN_GRACE_MS (default 10000), LOG_LEVEL.
  */
@@ -15,7 +15,7 @@ import { loadConfigFile } from '@weir/config';
 import { type CancelMessage, type GenerationInput, systemClock } from '@weir/core';
 import { countInputWith, createRemoteTokenCounter, utf8TokenUpperBound } from '@weir/engines';
 import { createGatewayApp, createGenerationPipeline, createMetricsObserver } from '@weir/gateway';
-import { CANCEL_SUBJECT, cancelMessageCodec, connectNats, createNatsTopic, createNatsUsageSink, ensureUsageStream } from '@weir/messaging-nats';
+import { cancelMessageCodec, connectNats, createNatsTopic, createNatsUsageSink, ensureUsageStream, natsNames } from '@weir/messaging-nats';
 import { envInt, envRequired, envString, readEnv, runUntilSignal } from '@weir/service-runtime';
 import { bootstrapTenants, createApiKeyRepository, createCachedApiKeyStore, createUsageRepository, openDatabase } from '@weir/store-pg';
 import { createLogger, createTelemetry } from '@weir/telemetry';
@@ -31,6 +31,7 @@ const env = readEnv({
   WEIR_CONFIG: envRequired('the configuration file'),
   DATABASE_URL: envRequired('the Postgres URL, e.g. postgres://postgres@127.0.0.1:5432/weir'),
   NATS_URL: envString('nats://127.0.0.1:4222'),
+  WEIR_NATS_NAMESPACE: envString('weir'),
   HOST: envString('127.0.0.1'),
   PORT: envInt(8080, 0, 65535),
   ROUTER_ADDR: envString('127.0.0.1:50051'),
@@ -52,9 +53,10 @@ runUntilSignal('gateway', logger, async () => {
   if (boot.demoKeyPrefix) logger.info({ prefix: boot.demoKeyPrefix }, 'demo tenant key ready');
 
   const nc = await connectNats({ servers: env.NATS_URL, name: 'weir-gateway', logger });
-  await ensureUsageStream(nc);
-  const usageSink = createNatsUsageSink(nc, { logger });
-  const cancelTopic = createNatsTopic<CancelMessage>(nc, CANCEL_SUBJECT, cancelMessageCodec);
+  const names = natsNames(env.WEIR_NATS_NAMESPACE);
+  await ensureUsageStream(nc, { stream: names.usageStream, subjects: [`${names.usageSubjectPrefix}.>`] });
+  const usageSink = createNatsUsageSink(nc, { logger, subjectPrefix: names.usageSubjectPrefix });
+  const cancelTopic = createNatsTopic<CancelMessage>(nc, names.cancelSubject, cancelMessageCodec);
 
   const onBackgroundError = (error: Error, call: string) => logger.warn({ err: error, call }, 'background gRPC call failed');
   const router = createRouterGrpcClient({ address: env.ROUTER_ADDR, onBackgroundError });

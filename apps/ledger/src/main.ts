@@ -5,11 +5,11 @@
  * or double-bills a record (at-least-once delivery, exactly-once effect). Several instances
  * share the durable consumer and split the work.
  *
- * Environment: DATABASE_URL, NATS_URL, HOST, OPS_PORT (default 9465), LEDGER_ACK_WAIT_MS (default
+ * Environment: DATABASE_URL, NATS_URL, WEIR_NATS_NAMESPACE (default weir: deployments sharing a NATS server need different ones), HOST, OPS_PORT (default 9465), LEDGER_ACK_WAIT_MS (default
  * 5000: how soon JetStream redelivers what a killed ledger had taken but not acknowledged),
  * LOG_LEVEL.
  */
-import { connectNats, createNatsUsageSource, ensureUsageStream } from '@weir/messaging-nats';
+import { connectNats, createNatsUsageSource, ensureUsageStream, natsNames } from '@weir/messaging-nats';
 import { envInt, envRequired, envString, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
 import { createUsageRepository, openDatabase } from '@weir/store-pg';
 import { createLogger, createTelemetry } from '@weir/telemetry';
@@ -18,6 +18,7 @@ import { installTracing } from '@weir/transport-grpc';
 const env = readEnv({
   DATABASE_URL: envRequired('the Postgres URL, e.g. postgres://postgres@127.0.0.1:5432/weir'),
   NATS_URL: envString('nats://127.0.0.1:4222'),
+  WEIR_NATS_NAMESPACE: envString('weir'),
   HOST: envString('127.0.0.1'),
   OPS_PORT: envInt(9465, 0, 65535),
   LEDGER_ACK_WAIT_MS: envInt(5_000, 1_000),
@@ -31,8 +32,9 @@ runUntilSignal('ledger', logger, async () => {
   const database = await openDatabase({ databaseUrl: env.DATABASE_URL, logger });
   const repository = createUsageRepository(database.db);
   const nc = await connectNats({ servers: env.NATS_URL, name: 'weir-ledger', logger });
-  await ensureUsageStream(nc);
-  const source = createNatsUsageSource(nc, { logger, ackWaitMs: env.LEDGER_ACK_WAIT_MS });
+  const names = natsNames(env.WEIR_NATS_NAMESPACE);
+  await ensureUsageStream(nc, { stream: names.usageStream, subjects: [`${names.usageSubjectPrefix}.>`] });
+  const source = createNatsUsageSource(nc, { logger, stream: names.usageStream, durable: names.ledgerDurable, ackWaitMs: env.LEDGER_ACK_WAIT_MS });
   let written = 0;
   await source.start(async (records) => {
     await repository.insertMany(records);

@@ -3,13 +3,13 @@
  * queues in front of it, over gRPC (`weir.scheduler.v1`). It probes every engine replica's
  * `/healthz` and takes one that stops answering (killed, or hung: SIGSTOP) out of rotation,
  * and back when it answers again; relays report replicas they could not reach on the NATS
- * health topic, which ejects them at once. Environment: WEIR_CONFIG, NATS_URL, HOST,
+ * health topic, which ejects them at once. Environment: WEIR_CONFIG, NATS_URL, WEIR_NATS_NAMESPACE (default weir: deployments sharing a NATS server need different ones), HOST,
  * GRPC_PORT (default 50053), OPS_PORT (default 9463), PROBE_INTERVAL_MS (default 1000),
  * PROBE_TIMEOUT_MS (default 1000), PROBE_FAILURES (default 3), LOG_LEVEL.
  */
 import { loadConfigFile, servingReplicas } from '@weir/config';
 import { type ReplicaHealthEvent, systemClock } from '@weir/core';
-import { HEALTH_SUBJECT, connectNats, createNatsTopic, replicaHealthEventCodec } from '@weir/messaging-nats';
+import { connectNats, createNatsTopic, natsNames, replicaHealthEventCodec } from '@weir/messaging-nats';
 import { createReplicaProber, createSlotScheduler } from '@weir/scheduling';
 import { envInt, envRequired, envString, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
 import { createLogger, createTelemetry } from '@weir/telemetry';
@@ -19,6 +19,7 @@ import { request } from 'undici';
 const env = readEnv({
   WEIR_CONFIG: envRequired('the configuration file'),
   NATS_URL: envString('nats://127.0.0.1:4222'),
+  WEIR_NATS_NAMESPACE: envString('weir'),
   HOST: envString('127.0.0.1'),
   GRPC_PORT: envInt(50053, 0, 65535),
   OPS_PORT: envInt(9463, 0, 65535),
@@ -46,7 +47,7 @@ runUntilSignal('scheduler', logger, async () => {
   telemetry.observeQueues(() => scheduler.stats().queued);
 
   const nc = await connectNats({ servers: env.NATS_URL, name: 'weir-scheduler', logger });
-  const health = createNatsTopic<ReplicaHealthEvent>(nc, HEALTH_SUBJECT, replicaHealthEventCodec);
+  const health = createNatsTopic<ReplicaHealthEvent>(nc, natsNames(env.WEIR_NATS_NAMESPACE).healthSubject, replicaHealthEventCodec);
   const probed = replicas.filter((r) => config.revisions.some((rev) => rev.replicas?.some((x) => x.id === r.id)));
   const healthUrl = new Map(probed.map((r) => [r.id, `${r.baseUrl.replace(/\/v1\/?$/, '')}/healthz`]));
   const revisionOf = new Map(replicas.map((r) => [r.id, r.revisionId]));

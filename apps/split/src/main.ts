@@ -6,7 +6,8 @@
  *
  * Environment: WEIR_CONFIG (default config/weir.example.yaml), WEIR_MODEL_PATH, DATABASE_URL
  * (default postgres://postgres@127.0.0.1:5432/weir, created if missing), NATS_URL (default
- * nats://127.0.0.1:4222), WEIR_DEMO_API_KEY (default: a new key, printed), SPLIT_GATEWAYS
+ * nats://127.0.0.1:4222), WEIR_NATS_NAMESPACE (default weir; two topologies on one NATS server
+ * need different ones), WEIR_DEMO_API_KEY (default: a new key, printed), SPLIT_GATEWAYS
  * (default 2), SPLIT_ENGINES_PER_REVISION (default 2), WEIR_DATA_DIR (default .data), LOG_LEVEL.
  */
 import { readFileSync } from 'node:fs';
@@ -21,6 +22,7 @@ const env = readEnv({
   WEIR_MODEL_PATH: envString(''),
   DATABASE_URL: envString('postgres://postgres@127.0.0.1:5432/weir'),
   NATS_URL: envString('nats://127.0.0.1:4222'),
+  WEIR_NATS_NAMESPACE: envString('weir'),
   WEIR_DEMO_API_KEY: envString(''),
   SPLIT_GATEWAYS: envInt(2, 1, 16),
   SPLIT_ENGINES_PER_REVISION: envInt(2, 1, 16),
@@ -37,6 +39,7 @@ async function main(): Promise<void> {
     modelPath: env.WEIR_MODEL_PATH ? path.resolve(env.WEIR_MODEL_PATH) : undefined,
     databaseUrl: env.DATABASE_URL,
     natsUrl: env.NATS_URL,
+    natsNamespace: env.WEIR_NATS_NAMESPACE,
     gateways: env.SPLIT_GATEWAYS,
     enginesPerRevision: env.SPLIT_ENGINES_PER_REVISION,
     env: { WEIR_DEMO_API_KEY: demoKey, LOG_LEVEL: env.LOG_LEVEL },

@@ -6,7 +6,7 @@
  * bounded, while NATS is away). Cancels fanned out on NATS (`weir.cancel`) stop the generation
  * it holds; a replica it cannot reach is reported on `weir.health`.
  *
- * Environment: WEIR_CONFIG, NATS_URL, HOST, GRPC_PORT (default 50054), OPS_PORT (default 9464),
+ * Environment: WEIR_CONFIG, NATS_URL, WEIR_NATS_NAMESPACE (default weir: deployments sharing a NATS server need different ones), HOST, GRPC_PORT (default 50054), OPS_PORT (default 9464),
  * RELAY_FIRST_TOKEN_TIMEOUT_MS (default 10000), RELAY_IDLE_TIMEOUT_MS (default 10000),
  * SHUTDOWN_GRACE_MS (default 10000), LOG_LEVEL.
  */
@@ -14,13 +14,12 @@ import { loadConfigFile, servingReplicas } from '@weir/config';
 import { type CancelMessage, type EngineAdapter, type RelayHandle, type ReplicaHealthEvent, systemClock } from '@weir/core';
 import { createOpenAICompatibleEngine } from '@weir/engines';
 import {
-  CANCEL_SUBJECT,
-  HEALTH_SUBJECT,
   cancelMessageCodec,
   connectNats,
   createNatsTopic,
   createNatsUsageSink,
   ensureUsageStream,
+  natsNames,
   replicaHealthEventCodec,
 } from '@weir/messaging-nats';
 import { envInt, envRequired, envString, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
@@ -31,6 +30,7 @@ import { createRelayGrpcServer, installTracing, startGrpcServer } from '@weir/tr
 const env = readEnv({
   WEIR_CONFIG: envRequired('the configuration file'),
   NATS_URL: envString('nats://127.0.0.1:4222'),
+  WEIR_NATS_NAMESPACE: envString('weir'),
   HOST: envString('127.0.0.1'),
   GRPC_PORT: envInt(50054, 0, 65535),
   OPS_PORT: envInt(9464, 0, 65535),
@@ -81,10 +81,11 @@ runUntilSignal('streaming-relay', logger, async () => {
   }
 
   const nc = await connectNats({ servers: env.NATS_URL, name: 'weir-streaming-relay', logger });
-  await ensureUsageStream(nc);
-  const usageSink = createNatsUsageSink(nc, { logger });
-  const health = createNatsTopic<ReplicaHealthEvent>(nc, HEALTH_SUBJECT, replicaHealthEventCodec);
-  const cancels = createNatsTopic<CancelMessage>(nc, CANCEL_SUBJECT, cancelMessageCodec);
+  const names = natsNames(env.WEIR_NATS_NAMESPACE);
+  await ensureUsageStream(nc, { stream: names.usageStream, subjects: [`${names.usageSubjectPrefix}.>`] });
+  const usageSink = createNatsUsageSink(nc, { logger, subjectPrefix: names.usageSubjectPrefix });
+  const health = createNatsTopic<ReplicaHealthEvent>(nc, names.healthSubject, replicaHealthEventCodec);
+  const cancels = createNatsTopic<CancelMessage>(nc, names.cancelSubject, cancelMessageCodec);
 
   const relay = createRelay({
     engineFor: (id) => engines.get(id),

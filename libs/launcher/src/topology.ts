@@ -9,6 +9,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { parseConfig, resolveModelFile } from '@weir/config';
+import { connectNats, deleteStream, natsNames } from '@weir/messaging-nats';
 import { parse, stringify } from 'yaml';
 import { freePort, type ManagedProcess, type OutputLog, spawnApp, waitReady } from './processes';
 
@@ -24,6 +25,14 @@ export interface SplitTopologyOptions {
   databaseUrl: string;
   /** NATS with JetStream. Default `nats://127.0.0.1:4222`. */
   natsUrl?: string;
+  /**
+   * This deployment's NATS namespace (`WEIR_NATS_NAMESPACE`): streams, subjects and the
+   * ledger's consumer are named after it, so topologies sharing a NATS server never take each
+   * other's usage records or health events. Default `weir`.
+   */
+  natsNamespace?: string;
+  /** Delete the namespace's usage stream after `stop()` (throwaway test topologies). Default false. */
+  deleteNatsStreamOnStop?: boolean;
   /** Gateway replicas. Default 2. */
   gateways?: number;
   /** Engine replicas per llama.cpp revision. Default 2. */
@@ -130,7 +139,15 @@ export async function startSplitTopology(options: SplitTopologyOptions): Promise
     scheduler: `${host}:${ports.scheduler}`,
     relay: `${host}:${ports.relay}`,
   };
-  const common = { ...options.env, WEIR_CONFIG: configPath, HOST: host, NATS_URL: natsUrl, DATABASE_URL: options.databaseUrl };
+  const namespace = options.natsNamespace ?? 'weir';
+  const common = {
+    ...options.env,
+    WEIR_CONFIG: configPath,
+    HOST: host,
+    NATS_URL: natsUrl,
+    WEIR_NATS_NAMESPACE: namespace,
+    DATABASE_URL: options.databaseUrl,
+  };
   const opsUrls = new Map<string, string>();
   for (const service of ['router', 'admission', 'scheduler', 'relay'] as const) {
     const ops = await freePort();
@@ -180,6 +197,7 @@ export async function startSplitTopology(options: SplitTopologyOptions): Promise
     for (const group of [0, 1, 2]) {
       codes.push(...(await Promise.all(order.filter((n) => rank(n) === group).map((n) => (processes.get(n) as ManagedProcess).stop()))));
     }
+    if (options.deleteNatsStreamOnStop) await deleteNamespaceStream(natsUrl, namespace);
     return codes.every((c) => c === 0);
   };
   try {
@@ -218,4 +236,13 @@ function rank(name: string): number {
   if (name.startsWith('gateway-')) return 0;
   if (name.startsWith('engine:')) return 2;
   return 1;
+}
+
+async function deleteNamespaceStream(natsUrl: string, namespace: string): Promise<void> {
+  const nc = await connectNats({ servers: natsUrl, name: 'weir-launcher' });
+  try {
+    await deleteStream(nc, natsNames(namespace).usageStream);
+  } finally {
+    await nc.close();
+  }
 }

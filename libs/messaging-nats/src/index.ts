@@ -6,3 +6,4 @@ export * from './nats-usage-sink';
 export * from './nats-usage-source';
 export * from './topic-codecs';
 export * from './nats-topic';
+export * from './namespace';
