@@ -86,6 +86,15 @@ async function main(): Promise<void> {
   };
   process.on('SIGTERM', () => shutdown('SIGTERM'));
   process.on('SIGINT', () => shutdown('SIGINT'));
+  // Launched by a topology that died without stopping us: we were re-parented; drain and go.
+  const parent = process.ppid;
+  const watch = setInterval(() => {
+    if (process.ppid !== parent) {
+      clearInterval(watch);
+      shutdown('parent exited');
+    }
+  }, 1_000);
+  watch.unref();
 }
 
 main().catch((err: unknown) => {

@@ -55,6 +55,9 @@ export function spawnApp(name: string, app: string, env: Record<string, string |
       ...env,
     },
     stdio: ['ignore', 'pipe', 'pipe'],
+    // Its own process group: a terminal's Ctrl-C reaches only the launcher, which then stops
+    // the processes in order (gateways first) instead of every process being hit at once.
+    detached: true,
   });
   const take = (chunk: Buffer) => {
     for (const line of chunk.toString('utf8').split('\n')) {

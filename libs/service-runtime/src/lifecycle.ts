@@ -17,7 +17,10 @@ export interface StartedService {
   stop(): Promise<void>;
 }
 
-/** Runs a service until a signal, then stops it gracefully and exits. */
+/**
+ * Runs a service until a signal (or the loss of its parent process), then stops it
+ * gracefully and exits.
+ */
 export function runUntilSignal(name: string, logger: LifecycleLogger, main: () => Promise<StartedService>): void {
   main().then(
     (service) => {
@@ -42,6 +45,16 @@ export function runUntilSignal(name: string, logger: LifecycleLogger, main: () =
       };
       process.on('SIGTERM', onSignal);
       process.on('SIGINT', onSignal);
+      // A launcher that dies without stopping us re-parents us: treat that as a SIGTERM, so
+      // no service runs on as an orphan with nobody to stop it.
+      const parent = process.ppid;
+      const watch = setInterval(() => {
+        if (process.ppid !== parent) {
+          clearInterval(watch);
+          onSignal('SIGTERM');
+        }
+      }, 1_000);
+      watch.unref();
     },
     (err: unknown) => {
       logger.fatal({ err }, `${name}: failed to start`);

@@ -92,7 +92,7 @@ describe('createLlamaCppEngine (real stories260K model)', () => {
   });
 
   it('waits briefly for a sequence being returned, then throws engine_unavailable (retryable); sequences are freed after use', async () => {
-    const slow = await createLlamaCppEngine(spec({ sequences: 1, testTokenDelayMs: 20 }));
+    const slow = await createLlamaCppEngine(spec({ sequences: 1, testTokenDelayMs: 20 }), { sequenceWaitMs: 2_000 });
     try {
       // A second generate while the only sequence is busy waits for it…
       const first = collectEngineEvents(slow, engineRequest(story, { maxOutputTokens: 10 }));

@@ -47,8 +47,8 @@ export type LlamaCppEngineOptions = LlamaCppEngineSpec & { modelPath: string };
  */
 export const LLAMACPP_DEFAULT_TEMPERATURE = 0.8;
 
-/** How long a generate call waits for a sequence still being cleared before `engine_unavailable` (ms). */
-const SEQUENCE_WAIT_MS = 2_000;
+/** How long a generate call waits for a sequence still being cleared before `engine_unavailable` (ms); a sequence clears after the batch in flight, which takes seconds on a loaded 2-core host. The request's own abort signal ends the wait sooner. */
+export const SEQUENCE_WAIT_MS = 30_000;
 
 /** Preceding tokens given to `detokenize` so a token's leading space is rendered correctly. */
 const DETOKENIZE_CONTEXT_TOKENS = 8;
@@ -109,7 +109,11 @@ function loadLlama(nlc: NodeLlamaCpp, logger: EngineLogger): Promise<Llama> {
  */
 export async function createLlamaCppEngine(
   spec: LlamaCppEngineOptions,
-  opts: { logger?: EngineLogger } = {},
+  opts: {
+    logger?: EngineLogger;
+    /** How long a generate waits for a sequence still being cleared (ms). Default {@link SEQUENCE_WAIT_MS}. */
+    sequenceWaitMs?: number;
+  } = {},
 ): Promise<LlamaCppEngine> {
   const logger = opts.logger ?? silentLogger;
   const nlc: NodeLlamaCpp = await import('node-llama-cpp');
@@ -157,7 +161,7 @@ export async function createLlamaCppEngine(
         resolve(sequence);
       };
       const onAbort = () => done(undefined);
-      const timer = setTimeout(() => done(undefined), SEQUENCE_WAIT_MS);
+      const timer = setTimeout(() => done(undefined), opts.sequenceWaitMs ?? SEQUENCE_WAIT_MS);
       signal.addEventListener('abort', onAbort, { once: true });
       sequenceWaiters.push(done);
     });
