@@ -235,6 +235,18 @@ describe('gateway', () => {
     expect(end).toMatchObject({ finish_reason: 'error', usage: { output_tokens: 3 }, error: { code: 'upstream_error', type: 'server_error' } });
   });
 
+  it('answers a failure before any output with an HTTP error on both stream routes, not a 200 stream', async () => {
+    engine.options.failAfter = 0;
+    const weirStream = await post('/v1/generations', { model_alias: 'fake', input: 'x', stream: true });
+    expect(weirStream.status).toBe(502);
+    expect(await weirStream.json()).toMatchObject({ error: { code: 'upstream_error' } });
+    const openAiStream = await post('/v1/chat/completions', { model: 'fake', messages: [{ role: 'user', content: 'hi' }], stream: true });
+    expect(openAiStream.status).toBe(502);
+    await settleAll();
+    expect(records.every((r) => r.status === 'failed' && r.outputTokens === 0)).toBe(true);
+    expect(admission.held()).toEqual([]);
+  });
+
   it('sends : ping heartbeats while a stream is idle', async () => {
     engine.options = { tokens: 2, delayMs: 120 };
     const res = await post('/v1/generations', { model_alias: 'fake', input: 'x', stream: true });

@@ -14,6 +14,7 @@ import {
   type GenerationInput,
   type GenerationOutcome,
   type PlatformDefaults,
+  type RelayEvent,
   type RouterService,
   type SamplingParams,
   type Topic,
@@ -272,13 +273,15 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     });
 
     if (body.stream) {
+      // A failure before any output (a relay or engine that is down) is an HTTP error, not a 200 stream.
+      const events = g.handle ? await firstEventOrThrow(g.handle) : undefined;
       const sse = openSse(res, { heartbeatMs: defaults.sseHeartbeatMs });
       let id = 0;
       const send = (event: string, data: unknown) => sse.write(formatSseEvent({ id: ++id, event, data: JSON.stringify(data) }));
       await send('start', { generation_id: g.generationId, request_id: g.requestId, model_revision: g.admitted.revision.id });
       if (g.ended) await send('end', endData(g.ended));
-      else if (g.handle) {
-        for await (const ev of g.handle.events) {
+      else if (events) {
+        for await (const ev of events) {
           if (ev.type === 'delta') await send('delta', { text: ev.text });
           else await send('end', endData(ev.outcome));
         }
@@ -432,11 +435,13 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
       res.json(build(meta, text, toOpenAiFinishReason(outcome.finishReason), toOpenAiUsage(outcome.usage), weir(outcome)));
       return;
     }
-    // Headers go out only once a slot is held, so queue rejections are still HTTP errors.
+    // Headers go out only once a slot is held and the first event is in, so queue rejections
+    // and failures before any output are still HTTP errors the SDKs can retry.
+    const events = await firstEventOrThrow(handle);
     const sse = openSse(res, { heartbeatMs: defaults.sseHeartbeatMs });
     const send = (chunk: unknown) => sse.write(formatSseEvent({ data: JSON.stringify(chunk) }));
     if (kind === 'chat') await send(chatCompletionChunk(meta, { delta: { role: 'assistant', content: '' }, finishReason: null }));
-    for await (const ev of handle.events) {
+    for await (const ev of events) {
       if (ev.type === 'delta') {
         await send(
           kind === 'chat'
@@ -525,6 +530,25 @@ function describeRecord(r: UsageRecord) {
     status: statusOf(r.finishReason),
     finish_reason: r.finishReason,
     usage: { input_tokens: r.inputTokens, output_tokens: r.outputTokens, cost_usd: r.costNanoUsd / 1e9 },
+  };
+}
+
+/**
+ * Waits for a generation's first event. A failure before any output throws its Weir error
+ * (so the route answers with an HTTP status); otherwise returns every event, first included.
+ */
+async function firstEventOrThrow(handle: RelayHandle): Promise<AsyncIterable<RelayEvent>> {
+  const it = handle.events[Symbol.asyncIterator]();
+  const first = await it.next();
+  if (!first.done && first.value.type === 'end' && first.value.outcome.finishReason === 'error' && first.value.outcome.usage.outputTokens === 0) {
+    throw outcomeError(first.value.outcome);
+  }
+  return {
+    async *[Symbol.asyncIterator]() {
+      if (first.done) return;
+      yield first.value;
+      for (let r = await it.next(); !r.done; r = await it.next()) yield r.value;
+    },
   };
 }
 

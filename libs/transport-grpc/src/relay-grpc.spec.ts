@@ -4,7 +4,7 @@ import { type RelayService, type UsageRecord, systemClock } from '@weir/core';
 import { priceUsage } from '@weir/ledger';
 import { relayV1 } from '@weir/proto';
 import { createRelay } from '@weir/streaming';
-import { collectRelayEvents, createScriptedEngine, relayJob } from '@weir/testing';
+import { collectRelayEvents, createScriptedEngine, freePort, relayJob } from '@weir/testing';
 import { createRelayGrpcClient, createRelayGrpcServer, isRelayLost, makeGrpcServiceDefinition } from './index';
 import { eventually, serve, stopEverythingAfterEach, track } from './test-support';
 
@@ -22,6 +22,13 @@ function relayOver(engine = createScriptedEngine()) {
 }
 
 describe('relay over gRPC', () => {
+  it('answers a retryable engine_unavailable with zero usage, not a lost stream, when the relay is unreachable', async () => {
+    const client = track(createRelayGrpcClient({ address: `127.0.0.1:${await freePort()}` }));
+    const outcome = await client.start(relayJob({ tokens: 5 })).done;
+    expect(outcome).toMatchObject({ finishReason: 'error', error: { code: 'engine_unavailable' }, usage: { outputTokens: 0 }, costNanoUsd: 0 });
+    expect(isRelayLost(outcome)).toBe(false);
+  });
+
   it('ends with a synthetic relay-lost error carrying the tokens seen when the relay dies mid-stream', async () => {
     const { relay, records, engine } = relayOver();
     const server = await serve([createRelayGrpcServer(relay)]);

@@ -391,6 +391,12 @@ export function createRelayGrpcClient(options: RelayGrpcClientOptions): RelayGrp
           finish(refused(fromGrpcError(error, 'relay')));
           return;
         }
+        // Unreachable before anything was streamed (down, restarting, reconnecting): nothing
+        // ran that this call could know of, so it is a retryable refusal, not a lost stream.
+        if (received === 0 && isServiceError(error) && error.code === grpc.status.UNAVAILABLE) {
+          finish(refused(new WeirError('engine_unavailable', 'the streaming relay is unavailable; retry shortly', { retryable: true, retryAfterMs: 1_000, cause: error })));
+          return;
+        }
         const status = isServiceError(error) ? `gRPC ${grpc.status[error.code] ?? error.code}: ${error.details}` : String(error);
         finish(lost(status));
       });
