@@ -206,7 +206,12 @@ describe('the streaming relay killed mid-stream', () => {
 
     // A new relay takes over; traffic flows again through the same gateways.
     await topology.restart('relay');
-    const after = await generate();
+    // Gateways reconnect on their own; until they have, requests get a retryable 503.
+    let after = await generate();
+    for (let i = 0; i < 10 && after.status === 503; i++) {
+      await new Promise((r) => setTimeout(r, 300));
+      after = await generate();
+    }
     expect(after.status).toBe(200);
     await new Promise((r) => setTimeout(r, 500));
     expect(await ledgerRows([generationId])).toHaveLength(1); // still exactly once
