@@ -21,7 +21,8 @@
  * 16 (through Weir only) and writes where the CPU goes to tools/bench/results/<date>-profile.md.
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, fstatSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { connect } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { freePort, REPO_ROOT, startSplitTopology } from '@weir/launcher';
@@ -42,6 +43,10 @@ const value = (name: string) => {
   return i >= 0 ? argv[i + 1] : undefined;
 };
 const QUICK = flag('--quick');
+/** --no-pin: nothing is pinned (for machines without taskset or to compare). */
+const PIN = !flag('--no-pin');
+/** --shared-nats: the split uses the machine's NATS instead of a private nats-server. */
+const SHARED_NATS = flag('--shared-nats');
 const PROFILE = flag('--profile');
 type CompositionName = 'all-in-one' | 'all-in-one-pg' | 'split';
 const COMPOSITIONS: CompositionName[] = ['all-in-one', 'all-in-one-pg', 'split'];
@@ -49,13 +54,22 @@ const ONLY = value('--only');
 const SELECTED = ONLY ? (ONLY.split(',') as CompositionName[]) : COMPOSITIONS;
 for (const c of SELECTED) if (!COMPOSITIONS.includes(c)) throw new Error(`--only takes a comma-separated list of ${COMPOSITIONS.join(', ')}`);
 const WARMUP_MS = Number(value('--warmup-ms') ?? (QUICK ? 300 : 1000));
-const MEASURE_MS = Number(value('--measure-ms') ?? (QUICK ? 1200 : PROFILE ? 8000 : 4000));
+const MEASURE_MS = Number(value('--measure-ms') ?? (QUICK ? 1200 : PROFILE ? 5000 : 3500));
 /** Per composition, before the first cell: load through Weir and direct, not recorded (JIT warm-up). */
-const JIT_WARMUP_MS = Number(value('--jit-warmup-ms') ?? (QUICK ? 1000 : 2500));
+const JIT_WARMUP_MS = Number(value('--jit-warmup-ms') ?? (QUICK ? 1000 : 2000));
 const TOKENS = Number(value('--tokens') ?? DEFAULT_TOKENS);
 const TOKEN_DELAY_MS = Number(value('--token-delay-ms') ?? 0);
 const CONCURRENCIES = PROFILE ? [16] : [1, 16, 64];
 const MAX_REQUESTS_PER_CELL = 500_000;
+/**
+ * The quiet gate: before each (mode, concurrency) pair of cells, wait until the rest of the
+ * machine (other users' builds and tests) uses less than QUIET_CORES, at most 15 s per gate
+ * and QUIET_BUDGET_MS in all. A shared machine is never silent; the gate only avoids bursts.
+ */
+const QUIET_CORES = Number(value('--quiet-cores') ?? 0.3);
+let quietBudgetMs = Number(value('--quiet-budget-ms') ?? (QUICK ? 15_000 : 45_000));
+const QUIET_MAX_PER_GATE_MS = 15_000;
+let quietWaitedMs = 0;
 /** After the load stops, before the final CPU snapshot: lets batched work (ledger flushes) land. */
 const SETTLE_MS = 250;
 const MAX_TOKENS_SENT = 64;
@@ -109,7 +123,7 @@ interface Child {
 }
 
 function spawnNode(name: string, args: string[], env: Record<string, string>, cpu: number | undefined): Child {
-  const taskset = tasksetPath();
+  const taskset = PIN ? tasksetPath() : undefined;
   const [cmd, cmdArgs] = taskset && cpu !== undefined ? [taskset, ['-c', String(cpu), process.execPath, ...args]] : [process.execPath, args];
   // taskset execs node: the pid is node's.
   const proc = spawn(cmd, cmdArgs, { cwd: REPO_ROOT, env: { ...process.env, ...tsxEnv, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
@@ -170,6 +184,8 @@ interface Running {
   gatewayPid: number;
   /** Every Weir process (the gateway included). */
   pids: Map<string, number>;
+  /** Infrastructure the bench started (a private NATS): CPU reported, not counted as Weir's. */
+  infra: Map<string, number>;
   startupSeconds: number;
   notes: string[];
   /** Usage rows the ledger holds for the bench alias. */
@@ -224,6 +240,7 @@ async function startAllInOne(mockUrl: string, workRoot: string, postgres: boolea
     url,
     gatewayPid: child.pid,
     pids: new Map([['all-in-one', child.pid]]),
+    infra: new Map(),
     startupSeconds: (Date.now() - t0) / 1000,
     notes: [
       postgres
@@ -254,17 +271,59 @@ async function startAllInOne(mockUrl: string, workRoot: string, postgres: boolea
   };
 }
 
+/** A private NATS server with JetStream (so no other split topology shares the ledger's durable consumer). */
+async function startPrivateNats(workRoot: string): Promise<{ url: string; child: Child } | undefined> {
+  let bin: string;
+  try {
+    bin = execFileSync('sh', ['-c', 'command -v nats-server'], { encoding: 'utf8' }).trim();
+  } catch {
+    return undefined;
+  }
+  if (!bin) return undefined;
+  const port = await freePort();
+  const storeDir = path.join(workRoot, 'nats');
+  mkdirSync(storeDir, { recursive: true });
+  const proc = spawn(bin, ['-a', '127.0.0.1', '-p', String(port), '-js', '-sd', storeDir], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const lines: string[] = [];
+  const take = (b: Buffer) => {
+    for (const l of b.toString('utf8').split('\n')) if (l) lines.push(`[nats] ${l}`);
+  };
+  proc.stdout?.on('data', take);
+  proc.stderr?.on('data', take);
+  const child: Child = { proc, pid: proc.pid as number, lines, exited: new Promise((resolve) => proc.on('exit', (code) => resolve(code))) };
+  const connects = () =>
+    new Promise<boolean>((resolve) => {
+      const socket = connect(port, '127.0.0.1');
+      socket.once('data', (d) => {
+        socket.destroy();
+        resolve(d.toString().startsWith('INFO'));
+      });
+      socket.once('error', () => resolve(false));
+    });
+  try {
+    await waitFor('nats-server', connects, () => proc.exitCode === null, 15_000, () => lines.join('\n'));
+  } catch (err) {
+    await stopChild(child);
+    throw err;
+  }
+  return { url: `nats://127.0.0.1:${port}`, child };
+}
+
 async function startSplit(mockUrl: string, workRoot: string, inspect: boolean): Promise<Running> {
   const notes: string[] = [];
-  // The ledger's durable JetStream consumer ('weir-ledger') is shared by every split topology
-  // on this NATS: running beside another one would split usage records between two databases.
-  const foreign = pidsMatching('apps/ledger/src/main.ts');
-  if (foreign.length > 0) {
-    process.stdout.write(`another split topology is running (ledger pid ${foreign.join(', ')}); waiting up to 180 s for it to stop…\n`);
-    const until = Date.now() + 180_000;
-    while (pidsMatching('apps/ledger/src/main.ts').length > 0 && Date.now() < until) await sleep(2_000);
-    const still = pidsMatching('apps/ledger/src/main.ts');
-    if (still.length > 0) notes.push(`another split topology (ledger pid ${still.join(', ')}) shared the NATS durable consumer during this run; the ledger row check may be off`);
+  // The ledger's durable JetStream consumer ('weir-ledger', not configurable) is shared by every
+  // split topology on one NATS: two topologies would take each other's usage records. So the
+  // bench runs its own NATS unless told to use the machine's (--shared-nats).
+  const nats = SHARED_NATS ? undefined : await startPrivateNats(workRoot);
+  if (nats) notes.push(`a private nats-server (JetStream, ${nats.url}, not pinned) so no other split topology shares the ledger's durable consumer`);
+  else {
+    notes.push('the machine\'s NATS (nats://127.0.0.1:4222), shared with any other split topology running on this machine');
+    const foreign = pidsMatching('apps/ledger/src/main.ts');
+    if (foreign.length > 0) {
+      process.stdout.write(`another split topology is running (ledger pid ${foreign.join(', ')}); waiting up to 180 s for it to stop…\n`);
+      const until = Date.now() + 180_000;
+      while (pidsMatching('apps/ledger/src/main.ts').length > 0 && Date.now() < until) await sleep(2_000);
+    }
   }
   const temp = await createTemporaryPostgresDatabase();
   const workDir = path.join(workRoot, 'split');
@@ -275,6 +334,7 @@ async function startSplit(mockUrl: string, workRoot: string, inspect: boolean): 
       configText: configYaml(mockUrl),
       workDir,
       databaseUrl: temp.url,
+      natsUrl: nats?.url,
       gateways: 1,
       enginesPerRevision: 1,
       env: {
@@ -285,6 +345,7 @@ async function startSplit(mockUrl: string, workRoot: string, inspect: boolean): 
     });
   } catch (err) {
     await temp.drop();
+    if (nats) await stopChild(nats.child);
     throw err;
   }
   const startupSeconds = (Date.now() - t0) / 1000;
@@ -292,12 +353,12 @@ async function startSplit(mockUrl: string, workRoot: string, inspect: boolean): 
   const pinned: string[] = [];
   for (const [name, p] of topology.processes) {
     pids.set(name, p.pid);
-    if (tasksetPath()) {
+    if (PIN && tasksetPath()) {
       if (pin(p.pid, WEIR_CPU)) pinned.push(name);
       else notes.push(`could not pin ${name} (pid ${p.pid})`);
     }
   }
-  if (pinned.length > 0) notes.push(`co-located: ${pinned.join(', ')} all pinned to CPU ${WEIR_CPU} (taskset -a -cp after start); Postgres and NATS (machine services) not pinned`);
+  if (pinned.length > 0) notes.push(`co-located: ${pinned.join(', ')} all pinned to CPU ${WEIR_CPU} (taskset -a -cp after start); Postgres (a machine service) and NATS not pinned`);
   const pg = new PgPool({ connectionString: temp.url, max: 1 });
   const count = async () => {
     const r = await pg.query<{ n: string }>('SELECT count(*) AS n FROM usage_ledger WHERE model_alias = $1', [ALIAS]);
@@ -308,6 +369,7 @@ async function startSplit(mockUrl: string, workRoot: string, inspect: boolean): 
     url: topology.gateways[0].url,
     gatewayPid: topology.gateways[0].process.pid,
     pids,
+    infra: new Map(nats ? [['nats', nats.child.pid]] : []),
     startupSeconds,
     notes,
     ledgerRows: count,
@@ -315,6 +377,7 @@ async function startSplit(mockUrl: string, workRoot: string, inspect: boolean): 
     output: (name) => topology.output().split('\n').filter((l) => l.startsWith(`[${name}] `)),
     async stop() {
       const clean = await topology.stop().catch(() => false);
+      if (nats) await stopChild(nats.child);
       const rows = await count().catch(() => undefined);
       await pg.end().catch(() => undefined);
       await temp.drop().catch(() => undefined);
@@ -345,6 +408,8 @@ interface Cell {
   machineCpuBusy: number[];
   /** CPU (in cores) used on the machine by processes other than Weir, the mock and the load generator. */
   otherLoadCores: number;
+  /** The quiet gate before this pair of cells (on the direct cell). */
+  gate?: QuietGate;
   loadavg1: number;
 }
 
@@ -370,12 +435,34 @@ function busyShare(before: number[][], after: number[][]): number[] {
   });
 }
 
+interface QuietGate {
+  waitedMs: number;
+  /** Busy cores on the machine (bench idle) when the gate opened. */
+  otherCores: number;
+  quiet: boolean;
+}
+
+async function waitQuiet(): Promise<QuietGate> {
+  const t0 = Date.now();
+  for (;;) {
+    const a = readCpuTimes();
+    await sleep(500);
+    const busy = busyShare(a, readCpuTimes()).reduce((x, y) => x + y, 0);
+    const waitedMs = Date.now() - t0;
+    if (busy < QUIET_CORES || waitedMs >= Math.min(QUIET_MAX_PER_GATE_MS, Math.max(0, quietBudgetMs))) {
+      quietBudgetMs -= waitedMs;
+      quietWaitedMs += waitedMs;
+      return { waitedMs, otherCores: busy, quiet: busy < QUIET_CORES };
+    }
+  }
+}
+
 async function runCell(running: Running, mock: { url: string; pid: number }, target: 'direct' | 'weir', stream: boolean, concurrency: number): Promise<Cell> {
   const t: LoadTarget =
     target === 'direct'
       ? { origin: mock.url, path: '/v1/chat/completions', headers: {}, model: 'bench-upstream' }
       : { origin: running.url, path: '/v1/chat/completions', headers: { authorization: `Bearer ${DEMO_KEY}` }, model: ALIAS };
-  const watched = new Map<string, number>([...running.pids, ['mock', mock.pid]]);
+  const watched = new Map<string, number>([...running.pids, ...running.infra, ['mock', mock.pid]]);
   const before = new Map<string, { user: number; system: number }>();
   let machineBefore: number[][] = [];
   let wallStart = 0;
@@ -423,7 +510,7 @@ async function runCell(running: Running, mock: { url: string; pid: number }, tar
     util[n] = d / wall;
     rss[n] = rssMiB(pid);
     peak[n] = peakRssMiB(pid);
-    if (n !== 'mock') weirTotal += d;
+    if (running.pids.has(n)) weirTotal += d;
   }
   cpu['weir-total'] = weirTotal;
   perReq['weir-total'] = (weirTotal / Math.max(1, load.completedInWindow)) * 1e6;
@@ -434,7 +521,7 @@ async function runCell(running: Running, mock: { url: string; pid: number }, tar
   rss['weir-total'] = [...running.pids.keys()].reduce((s, n) => s + rss[n], 0);
   peak['weir-total'] = [...running.pids.keys()].reduce((s, n) => s + peak[n], 0);
   const busy = busyShare(machineBefore, machineAfter);
-  const ours = util['weir-total'] + util.mock + util['load-generator'];
+  const ours = util['weir-total'] + util.mock + util['load-generator'] + [...running.infra.keys()].reduce((a, n) => a + util[n], 0);
   return {
     composition: running.name,
     target,
@@ -477,6 +564,7 @@ interface CompositionResult {
   url: string;
   gatewayProcess: string;
   pids: Record<string, number>;
+  infraPids?: Record<string, number>;
   cpusAllowed: Record<string, string>;
   startupSeconds: number;
   idleRssMiB: Record<string, number>;
@@ -525,6 +613,11 @@ function compositionTable(c: CompositionResult): string {
       );
     }
   }
+  const infra = Object.keys(c.infraPids ?? {});
+  for (const n of infra) {
+    const vals = c.cells.filter((x) => x.target === 'weir').map((x) => `${x.stream ? 'stream' : 'non-stream'} c=${x.concurrency}: ${us(x.cpuPerRequestUs[n])}`);
+    lines.push('', `Infrastructure started by the bench, not counted as Weir: ${n} used (µs CPU per request through Weir) ${vals.join(', ')}.`);
+  }
   lines.push('');
   return lines.join('\n');
 }
@@ -560,11 +653,17 @@ function targetsTable(results: CompositionResult[]): string {
   return rows.join('\n') + '\n';
 }
 
+/** The mock's CPU per request in the direct cells at concurrency 16 (median): the floor of a Node HTTP exchange here. */
+function mockFloor(results: CompositionResult[]): string {
+  const v = results.flatMap((r) => r.cells.filter((c) => c.target === 'direct' && c.concurrency === 16).map((c) => c.cpuPerRequestUs.mock)).sort((a, b) => a - b);
+  return v.length ? us(v[Math.floor(v.length / 2)]) : '?';
+}
+
 function markdown(meta: Record<string, unknown>, results: CompositionResult[]): string {
   const parts = [
     `## Weir overhead benchmark — ${String(meta.date)}${QUICK ? ' (quick)' : ''}`,
     '',
-    `${String(meta.cpuModel)}, ${String(meta.cpus)} CPUs, node ${String(meta.node)}, commit ${String(meta.commit).slice(0, 10)}${meta.dirty ? ' (+ uncommitted changes in the working tree)' : ''}; pinning: ${String(meta.pinning)}; mock: ${TOKENS} tokens/response, ${TOKEN_DELAY_MS} ms/token; windows: ${WARMUP_MS} ms warm-up + ${MEASURE_MS} ms measured per cell; load average at start ${(meta.loadavgStart as number[]).map((x) => x.toFixed(2)).join(' ')}.`,
+    `${String(meta.cpuModel)}, ${String(meta.cpus)} CPUs (calibration: ${(meta.calibration as { syscallUs: number }).syscallUs.toFixed(2)} µs per fstat syscall, ${(meta.calibration as { jsLoopNsPerIteration: number }).jsLoopNsPerIteration.toFixed(2)} ns per JS loop iteration; the mock, a minimal node:http server, used ${mockFloor(results)} µs CPU per request in the direct cells at c=16), node ${String(meta.node)}, commit ${String(meta.commit).slice(0, 10)}${meta.dirty ? ' (+ uncommitted changes in the working tree)' : ''}; pinning: ${String(meta.pinning)}; mock: ${TOKENS} tokens/response, ${TOKEN_DELAY_MS} ms/token; windows: ${WARMUP_MS} ms warm-up + ${MEASURE_MS} ms measured per cell; load average at start ${(meta.loadavgStart as number[]).map((x) => x.toFixed(2)).join(' ')}, at the end ${(meta.loadavgEnd as number[]).map((x) => x.toFixed(2)).join(' ')}; quiet gate (other load < ${QUIET_CORES} cores before each pair of cells) waited ${(quietWaitedMs / 1000).toFixed(0)} s in all. "Other load" in the tables is the CPU the rest of the machine used during each cell.`,
     '',
   ];
   if (!PROFILE) parts.push('### Targets', '', targetsTable(results));
@@ -583,9 +682,11 @@ function markdown(meta: Record<string, unknown>, results: CompositionResult[]): 
 // ---- main ----------------------------------------------------------------------------------
 
 async function main(): Promise<void> {
-  const taskset = tasksetPath();
+  const taskset = PIN ? tasksetPath() : undefined;
   const selfPinned = taskset ? pin(process.pid, LOAD_CPU) : false;
-  const pinning = taskset
+  const pinning = !PIN
+    ? 'none (--no-pin): every process floats over all CPUs'
+    : taskset
     ? `load generator + mock upstream on CPU ${LOAD_CPU}, Weir on CPU ${WEIR_CPU} (taskset)${selfPinned ? '' : ' — self-pinning FAILED'}`
     : 'none (taskset not found): every process floats over all CPUs';
   const date = new Date().toISOString().slice(0, 10);
@@ -614,6 +715,7 @@ async function main(): Promise<void> {
     pinning,
     loadGeneratorCpus: cpusAllowed(process.pid),
     loadavgStart: os.loadavg(),
+    calibration: calibrate(),
     options: { jitWarmupMs: JIT_WARMUP_MS, warmupMs: WARMUP_MS, measureMs: MEASURE_MS, concurrencies: CONCURRENCIES, tokens: TOKENS, tokenDelayMs: TOKEN_DELAY_MS, maxTokensSent: MAX_TOKENS_SENT, settleMs: SETTLE_MS },
   };
   const workRoot = mkdtempSync(path.join(os.tmpdir(), 'weir-bench-'));
@@ -662,16 +764,23 @@ async function main(): Promise<void> {
       const idleRss: Record<string, number> = {};
       for (const [n, pid] of running.pids) idleRss[n] = rssMiB(pid);
       const cells: Cell[] = [];
+      const foreignLedgers = new Set<number>();
       for (const stream of [false, true]) {
         for (const conc of CONCURRENCIES) {
+          if (name === 'split') {
+            const own = running.pids.get('ledger');
+            for (const pid of pidsMatching('apps/ledger/src/main.ts')) if (pid !== own) foreignLedgers.add(pid);
+          }
+          const gate = await waitQuiet();
           for (const target of PROFILE ? (['weir'] as const) : (['direct', 'weir'] as const)) {
             if (interrupted) break;
             const cell = await runCell(running, { url: mock.url, pid: mock.child.pid }, target, stream, conc);
+            if (target === 'direct' || PROFILE) cell.gate = gate;
             cells.push(cell);
             if (target === 'weir') okThroughWeir += cell.load.okTotal;
             const gw = name === 'split' ? 'gateway-0' : 'all-in-one';
             process.stdout.write(
-              `   ${target.padEnd(6)} ${stream ? 'stream    ' : 'non-stream'} c=${String(conc).padEnd(2)} n=${String(cell.load.sampled).padStart(6)} p50=${ms(cell.load.latency.p50)} p99=${ms(cell.load.latency.p99)} ms${cell.load.ttft ? ` ttft50=${ms(cell.load.ttft.p50)}` : ''} ${cell.load.rps.toFixed(0)} req/s err=${cell.load.errors}${target === 'weir' ? ` gw=${us(cell.cpuPerRequestUs[gw])} µs/req all=${us(cell.cpuPerRequestUs['weir-total'])} µs/req (sys ${((cell.systemCpuSeconds[gw] / cell.cpuSeconds[gw]) * 100).toFixed(0)}%)` : ''} cpu busy=${cell.machineCpuBusy.map((b) => `${(b * 100).toFixed(0)}%`).join('/')} others=${cell.otherLoadCores.toFixed(2)} cores\n`,
+              `   ${target.padEnd(6)} ${stream ? 'stream    ' : 'non-stream'} c=${String(conc).padEnd(2)} n=${String(cell.load.sampled).padStart(6)} p50=${ms(cell.load.latency.p50)} p99=${ms(cell.load.latency.p99)} ms${cell.load.ttft ? ` ttft50=${ms(cell.load.ttft.p50)}` : ''} ${cell.load.rps.toFixed(0)} req/s err=${cell.load.errors}${target === 'weir' ? ` gw=${us(cell.cpuPerRequestUs[gw])} µs/req all=${us(cell.cpuPerRequestUs['weir-total'])} µs/req (sys ${((cell.systemCpuSeconds[gw] / cell.cpuSeconds[gw]) * 100).toFixed(0)}%)` : ''} cpu busy=${cell.machineCpuBusy.map((b) => `${(b * 100).toFixed(0)}%`).join('/')} others=${cell.otherLoadCores.toFixed(2)} cores${cell.gate ? ` (gate: ${cell.gate.quiet ? 'quiet' : 'not quiet'} after ${(cell.gate.waitedMs / 1000).toFixed(1)} s)` : ''}\n`,
             );
             if (cell.load.firstError) process.stdout.write(`     first error: ${cell.load.firstError}\n`);
           }
@@ -679,8 +788,15 @@ async function main(): Promise<void> {
       }
       // Ledger: every successful request through Weir leaves exactly one usage row.
       if (name === 'split') {
-        const until = Date.now() + 20_000;
+        const until = Date.now() + 30_000;
         while (Date.now() < until && ((await running.ledgerRows()) ?? 0) < okThroughWeir) await sleep(250);
+        const own = running.pids.get('ledger');
+        for (const pid of pidsMatching('apps/ledger/src/main.ts')) if (pid !== own) foreignLedgers.add(pid);
+        if (foreignLedgers.size > 0 && !running.infra.has('nats')) {
+          running.notes.push(
+            `another split topology's ledger (pid ${[...foreignLedgers].join(', ')}) ran during this run on the same NATS and shares the JetStream durable consumer 'weir-ledger': usage records of either topology may have been written to the other's database`,
+          );
+        }
       }
       for (const p of profilers.values()) p.close();
       profilers.clear();
@@ -694,6 +810,7 @@ async function main(): Promise<void> {
         url: running.url,
         gatewayProcess: name === 'split' ? 'gateway-0' : 'all-in-one',
         pids: Object.fromEntries(running.pids),
+        infraPids: Object.fromEntries(running.infra),
         cpusAllowed: cpus,
         startupSeconds: running.startupSeconds,
         idleRssMiB: idleRss,
@@ -709,6 +826,7 @@ async function main(): Promise<void> {
     await stopChild(mock.child);
   }
   meta.loadavgEnd = os.loadavg();
+  meta.quietGate = { thresholdCores: QUIET_CORES, waitedSeconds: quietWaitedMs / 1000 };
   meta.finishedAt = new Date().toISOString();
 
   const md = markdown(meta, results);
@@ -717,15 +835,17 @@ async function main(): Promise<void> {
   mkdirSync(resultsDir, { recursive: true });
   if (PROFILE) {
     const out: string[] = [md, '# CPU profiles of the measurement windows', ''];
+    const rawDir = path.join(workRoot, 'profiles');
+    mkdirSync(rawDir, { recursive: true });
     for (const p of profiles) {
+      writeFileSync(path.join(rawDir, `${p.composition}.${p.process}.${p.cell.replace(/[ =]/g, '-')}.cpuprofile`), JSON.stringify(p.profile));
       const summary = summarizeProfile(p.profile as Parameters<typeof summarizeProfile>[0], 30);
       if (summary.totalMs < 100) continue; // a service that did next to nothing
       out.push(formatProfileSummary(`${p.composition}: ${p.process}, ${p.cell}`, summary));
     }
     const file = value('--out') ?? path.join(resultsDir, `${date}-profile.md`);
     writeFileSync(file, out.join('\n'));
-    process.stdout.write(`profile summary written to ${path.relative(REPO_ROOT, file)}\n`);
-    rmSync(workRoot, { recursive: true, force: true });
+    process.stdout.write(`profile summary written to ${path.relative(REPO_ROOT, file)}; raw profiles (open in Chrome DevTools) in ${rawDir}\n`);
     return;
   }
   const file = value('--out') ?? path.join(resultsDir, `${date}${QUICK ? '-quick' : ''}.json`);
@@ -733,6 +853,23 @@ async function main(): Promise<void> {
   writeFileSync(file.replace(/\.json$/, '.md'), md);
   process.stdout.write(`raw results written to ${path.relative(REPO_ROOT, file)}\n`);
   rmSync(workRoot, { recursive: true, force: true });
+}
+
+/**
+ * How fast this machine is at what a proxy does most: a syscall (fstat, µs per call) and a
+ * minimal JS loop (ns per iteration), on the load generator's CPU. For comparing machines.
+ */
+function calibrate(): { syscallUs: number; jsLoopNsPerIteration: number } {
+  const fd = openSync(__filename, 'r');
+  let t = process.hrtime.bigint();
+  for (let i = 0; i < 20_000; i++) fstatSync(fd);
+  const syscallUs = Number(process.hrtime.bigint() - t) / 20_000 / 1000;
+  closeSync(fd);
+  t = process.hrtime.bigint();
+  let x = 0;
+  for (let i = 0; i < 20_000_000; i++) x = (x + i * 31) | 0;
+  const jsLoopNsPerIteration = Number(process.hrtime.bigint() - t) / 20_000_000 + (x === 0.5 ? 1 : 0);
+  return { syscallUs, jsLoopNsPerIteration };
 }
 
 function sleep(ms: number): Promise<void> {

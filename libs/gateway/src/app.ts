@@ -561,7 +561,7 @@ function outcomeError(o: GenerationOutcome): WeirError {
 }
 
 function deadlineInQueue(): WeirError {
-  return new WeirError('deadline_exceeded', 'The deadline passed while the request waited for capacity; raise deadline_ms or retry later.', { retryable: true });
+  return new WeirError('deadline_exceeded', 'The deadline passed before the generation could start (waiting for capacity, or a deadline shorter than the request takes to reach an engine); raise the deadline or retry later.', { retryable: true });
 }
 
 function deadlineOrCancel(o: GenerationOutcome): WeirError {
