@@ -52,7 +52,7 @@ describe('loadAllInOneEnv', () => {
     ['LOG_LEVEL', 'loud', 'LOG_LEVEL: expected one of fatal, error, warn, info, debug, trace, silent, got "loud"'],
     ['WEIR_ALLOW_MODEL_DOWNLOAD', 'maybe', 'WEIR_ALLOW_MODEL_DOWNLOAD: expected true or false, got "maybe"'],
     ['WEIR_SHUTDOWN_GRACE_MS', '-5', 'WEIR_SHUTDOWN_GRACE_MS: expected an integer from 0 to 3600000, got "-5"'],
-    ['WEIR_DEMO_API_KEY', 'sk-secret-value', 'WEIR_DEMO_API_KEY: an API key must look like wk_'],
+    ['WEIR_DEMO_API_KEY', 'sk-secret value', 'WEIR_DEMO_API_KEY: an API key must look like wk_'],
     ['DATABASE_URL', 'mysql://u:secret@db/weir', 'DATABASE_URL: expected a postgres:// or postgresql:// URL (value not shown)'],
   ])('%s=%s is rejected, naming the variable', (name, value, expected) => {
     let error: unknown;

@@ -1,4 +1,4 @@
-import { checkSuppliedApiKey, digestsEqual, hashApiKey, mintApiKey, parseApiKey } from './api-keys';
+import { checkSuppliedApiKey, digestsEqual, displayPrefixOf, hashApiKey, mintApiKey, parseApiKey } from './api-keys';
 
 describe('api keys', () => {
   it('mints wk_<prefix>_<secret> keys with at least 128 bits of secret', () => {
@@ -21,14 +21,23 @@ describe('api keys', () => {
   });
 
   it.each([
-    ['', false],
-    ['sk-abc', false],
-    ['wk_ABCDEFGH_aaaaaaaaaaaaaaaaaaaaaaaa', false],
-    ['wk_abcd1234_short', false],
-    ['wk_abcd1234_aaaaaaaaaaaaaaaaaaaaaa', true],
-  ])('parses %j as well-formed=%s', (input, ok) => {
-    expect(parseApiKey(input) !== undefined).toBe(ok);
-    expect(checkSuppliedApiKey(input) === undefined).toBe(ok);
+    ['', false, false],
+    ['sk-abc', false, false],
+    ['sk-smoke-1234', false, true],
+    ['wk_ABCDEFGH_aaaaaaaaaaaaaaaaaaaaaaaa', false, true],
+    ['wk_abcd1234_short', false, true],
+    ['wk_abcd1234_aaaaaaaaaaaaaaaaaaaaaa', true, true],
+    ['sk-smoke-1234567890', false, true],
+    ['has space inside it ok?', false, false],
+  ])('parses %j as a Weir key=%s, acceptable as a supplied key=%s', (input, weir, supplied) => {
+    expect(parseApiKey(input) !== undefined).toBe(weir);
+    expect(checkSuppliedApiKey(input) === undefined).toBe(supplied);
+  });
+
+  it('derives a display prefix for keys of another format from their hash', () => {
+    const key = mintApiKey();
+    expect(displayPrefixOf(key.plaintext)).toBe(key.prefix);
+    expect(displayPrefixOf('sk-smoke-1234567890')).toBe(hashApiKey('sk-smoke-1234567890').slice(0, 8));
   });
 
   it('compares digests in constant time and by value', () => {

@@ -46,13 +46,23 @@ export function parseApiKey(plaintext: string): { prefix: string } | undefined {
 }
 
 /**
- * Validates an operator-supplied key (e.g. `WEIR_DEMO_API_KEY`): it must be a well-formed
- * Weir key whose secret carries at least 128 bits (22 base64url chars). Returns an error
- * message that says what to fix, or undefined when the key is acceptable.
+ * Validates an operator-supplied key (e.g. `WEIR_DEMO_API_KEY`). A well-formed Weir key is
+ * preferred; any other token of 8 to 256 visible ASCII characters is accepted too (an
+ * operator may reuse a key from an existing setup), and is likewise stored only as its
+ * SHA-256. Returns an error message that says what to fix, or undefined when acceptable.
  */
 export function checkSuppliedApiKey(plaintext: string): string | undefined {
   if (parseApiKey(plaintext)) return undefined;
-  return 'an API key must look like wk_<8 lowercase letters or digits>_<at least 22 base64url characters>; leave it unset to have one generated';
+  if (/^[\x21-\x7e]{8,256}$/.test(plaintext)) return undefined;
+  return 'an API key must look like wk_<8 lowercase letters or digits>_<at least 22 base64url characters> (or be 8 to 256 visible ASCII characters); leave it unset to have one generated';
+}
+
+/**
+ * The public prefix to store and display for a key: a Weir key's own prefix, else the first
+ * 8 hex characters of its SHA-256 (a foreign-format key has no prefix of its own).
+ */
+export function displayPrefixOf(plaintext: string): string {
+  return parseApiKey(plaintext)?.prefix ?? hashApiKey(plaintext).slice(0, API_KEY_PREFIX_LENGTH);
 }
 
 /** Compares two hex digests in constant time. */

@@ -150,14 +150,11 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
       return;
     }
     const key = match[1];
-    if (!parseApiKey(key)) {
-      next(new WeirError('authentication_failed', 'Incorrect API key provided: it is not a Weir key (wk_<prefix>_<secret>).'));
-      return;
-    }
     deps.apiKeys.findByHash(hashApiKey(key)).then(
       (identity) => {
         if (!identity) {
-          next(new WeirError('authentication_failed', `Incorrect API key provided: wk_${identity === undefined ? parseApiKey(key)?.prefix : ''}_… is unknown or revoked.`));
+          const prefix = parseApiKey(key)?.prefix;
+          next(new WeirError('authentication_failed', prefix ? `Incorrect API key provided: wk_${prefix}_… is unknown or revoked.` : 'Incorrect API key provided.'));
           return;
         }
         (req as Authed).caller = { tenantId: identity.tenantId, appId: identity.appId, apiKeyId: identity.keyId };

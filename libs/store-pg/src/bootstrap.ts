@@ -1,5 +1,5 @@
 import type { Kysely } from 'kysely';
-import { type PlatformConfig, WeirError, checkSuppliedApiKey, hashApiKey, mintApiKey, newId, parseApiKey } from '@weir/core';
+import { type PlatformConfig, WeirError, checkSuppliedApiKey, displayPrefixOf, hashApiKey, mintApiKey, newId } from '@weir/core';
 import { createApiKeyRepository } from './api-key-repository';
 import type { StoreLogger } from './logger';
 import type { WeirSchema } from './schema';
@@ -38,7 +38,7 @@ export async function bootstrapTenants(db: Kysely<WeirSchema>, config: PlatformC
   if (suppliedKey) {
     const problem = checkSuppliedApiKey(suppliedKey);
     if (problem) throw new WeirError('invalid_request', `WEIR_DEMO_API_KEY: ${problem}`);
-    const prefix = parseApiKey(suppliedKey)?.prefix as string;
+    const prefix = displayPrefixOf(suppliedKey);
     if (await keys.findByHash(hashApiKey(suppliedKey))) return { demoKeyPrefix: prefix };
     const taken = await db.selectFrom('api_keys').select(['sha256']).where('prefix', '=', prefix).executeTakeFirst();
     if (taken && taken.sha256 !== hashApiKey(suppliedKey)) {
