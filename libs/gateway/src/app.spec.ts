@@ -247,6 +247,20 @@ describe('gateway', () => {
     expect(admission.held()).toEqual([]);
   });
 
+  it('ends an OpenAI stream cancelled through the API with an in-band error, never a clean stop', async () => {
+    engine.options = { tokens: 1000, delayMs: 5 };
+    const res = await post('/v1/chat/completions', { model: 'fake', messages: [{ role: 'user', content: 'hi' }], stream: true, max_tokens: 32 });
+    const generationId = res.headers.get('x-weir-generation-id') as string;
+    const reader = (res.body as ReadableStream<Uint8Array>).getReader();
+    await reader.read();
+    await post(`/v1/generations/${generationId}/cancel`, {});
+    let text = '';
+    for (let r = await reader.read(); !r.done; r = await reader.read()) text += new TextDecoder().decode(r.value);
+    expect(text).toContain('"code":"cancelled"');
+    expect(text).not.toContain('"finish_reason":"stop"');
+    expect(text).not.toContain('[DONE]');
+  });
+
   it('sends : ping heartbeats while a stream is idle', async () => {
     engine.options = { tokens: 2, delayMs: 120 };
     const res = await post('/v1/generations', { model_alias: 'fake', input: 'x', stream: true });

@@ -454,6 +454,12 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
         await send(openAiError(o.error?.message ?? 'the generation failed', HTTP_ERRORS[code].type, code));
         break;
       }
+      if (o.finishReason === 'cancelled') {
+        // Cancelled through the API while this client still reads: OpenAI has no finish reason
+        // for it, and `stop` would pass a cut answer off as whole, so it ends in-band as an error.
+        await send(openAiError('The generation was cancelled (POST /v1/generations/{id}/cancel); the answer is incomplete.', 'invalid_request_error', 'cancelled'));
+        break;
+      }
       const finish = toOpenAiFinishReason(o.finishReason);
       await send(
         kind === 'chat'
