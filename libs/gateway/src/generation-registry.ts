@@ -47,14 +47,26 @@ export function statusOf(reason: FinishReason): string {
   }
 }
 
-/** Creates a registry with a periodic (unref'd) sweep. */
-export function createGenerationRegistry(options: { retentionMs?: number; now?: () => number } = {}): GenerationRegistry {
+/**
+ * Creates a registry with a periodic (unref'd) sweep. Finished entries are kept for
+ * `retentionMs` (default 10 min) but at most `maxFinished` of them (default 10,000; the
+ * oldest go first), so memory stays bounded at any request rate.
+ */
+export function createGenerationRegistry(options: { retentionMs?: number; maxFinished?: number; now?: () => number } = {}): GenerationRegistry {
   const retentionMs = options.retentionMs ?? 600_000;
+  const maxFinished = options.maxFinished ?? 10_000;
   const now = options.now ?? Date.now;
   const entries = new Map<string, TrackedGeneration & { finishedAt?: number }>();
+  // Finished ids in finishing order (Map iteration order), for the cap.
+  const finishedOrder = new Map<string, true>();
   const sweep = setInterval(() => {
     const cutoff = now() - retentionMs;
-    for (const [id, e] of entries) if (e.finishedAt !== undefined && e.finishedAt < cutoff) entries.delete(id);
+    for (const [id, e] of entries) {
+      if (e.finishedAt !== undefined && e.finishedAt < cutoff) {
+        entries.delete(id);
+        finishedOrder.delete(id);
+      }
+    }
   }, Math.min(retentionMs, 60_000));
   sweep.unref();
   return {
@@ -71,6 +83,12 @@ export function createGenerationRegistry(options: { retentionMs?: number; now?: 
       e.state = 'finished';
       e.outcome = outcome;
       e.finishedAt = now();
+      finishedOrder.set(generationId, true);
+      while (finishedOrder.size > maxFinished) {
+        const oldest = finishedOrder.keys().next().value as string;
+        finishedOrder.delete(oldest);
+        entries.delete(oldest);
+      }
     },
     active() {
       return [...entries.values()].filter((e) => e.state !== 'finished');
