@@ -3,7 +3,8 @@
  * and inclusive time by package (`node_modules/<pkg>`, `libs/<lib>`, `apps/<app>`, Node's
  * internals, GC), as shares of the non-idle time.
  *
- * CLI: `node --import tsx tools/bench/cpuprofile-summary.ts <file.cpuprofile> [top]`.
+ * CLI: `node --import tsx tools/bench/cpuprofile-summary.ts <file.cpuprofile> [top]`, or with
+ * `--match <regex>` (repeatable) the inclusive share of the frames each pattern matches.
  */
 import { readFileSync } from 'node:fs';
 
@@ -139,6 +140,35 @@ export function formatProfileSummary(title: string, s: ProfileSummary): string {
   return lines.join('\n');
 }
 
+/**
+ * Share of the non-idle time with a frame matching each pattern on the stack (inclusive, so
+ * patterns overlap). A frame reads `<function> <package path>:<line>`, e.g.
+ * `generate libs/engines/src/openai-compatible/openai-compatible-engine.ts:2`.
+ */
+export function inclusiveShares(profile: CpuProfile, patterns: RegExp[]): { pattern: string; share: number; ms: number }[] {
+  const byId = new Map(profile.nodes.map((n) => [n.id, n]));
+  const parent = new Map<number, number>();
+  for (const n of profile.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
+  const label = (n: ProfileNode) => `${n.callFrame.functionName || '(anonymous)'} ${shortUrl(n.callFrame.url)}:${n.callFrame.lineNumber + 1}`;
+  const hits = patterns.map(() => 0);
+  let total = 0;
+  for (let i = 0; i < profile.samples.length; i++) {
+    const node = byId.get(profile.samples[i]);
+    const us = Math.max(0, profile.timeDeltas[i] ?? 0);
+    if (!node || node.callFrame.functionName === '(idle)') continue;
+    total += us;
+    const stack: string[] = [];
+    for (let cur: number | undefined = node.id; cur !== undefined; cur = parent.get(cur)) {
+      const n = byId.get(cur);
+      if (n) stack.push(label(n));
+    }
+    patterns.forEach((re, k) => {
+      if (stack.some((f) => re.test(f))) hits[k] += us;
+    });
+  }
+  return patterns.map((re, k) => ({ pattern: re.source, share: total > 0 ? hits[k] / total : 0, ms: hits[k] / 1000 }));
+}
+
 if (process.argv[1] && /cpuprofile-summary\.[cm]?[jt]s$/.test(process.argv[1])) {
   const file = process.argv[2];
   if (!file) {
@@ -146,5 +176,11 @@ if (process.argv[1] && /cpuprofile-summary\.[cm]?[jt]s$/.test(process.argv[1])) 
     process.exit(2);
   }
   const profile = JSON.parse(readFileSync(file, 'utf8')) as CpuProfile;
-  process.stdout.write(formatProfileSummary(file, summarizeProfile(profile, Number(process.argv[3] ?? 25))));
+  // `--match <regex>` (repeatable): inclusive shares of those frames instead of the summary.
+  const patterns = process.argv.flatMap((a, i) => (a === '--match' && process.argv[i + 1] ? [new RegExp(process.argv[i + 1])] : []));
+  if (patterns.length > 0) {
+    for (const r of inclusiveShares(profile, patterns)) process.stdout.write(`${(r.share * 100).toFixed(1).padStart(5)}%  ${r.ms.toFixed(0).padStart(6)} ms  ${r.pattern}\n`);
+  } else {
+    process.stdout.write(formatProfileSummary(file, summarizeProfile(profile, Number(process.argv[3] ?? 25))));
+  }
 }

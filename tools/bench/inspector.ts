@@ -18,6 +18,8 @@ export interface CpuProfiler {
   start(): Promise<void>;
   /** Stops and returns the profile (`.cpuprofile` JSON). */
   stop(): Promise<unknown>;
+  /** Runs a full garbage collection and returns the JS heap in use after it (bytes). */
+  heapUsedAfterGc(): Promise<number>;
   close(): void;
 }
 
@@ -52,6 +54,10 @@ export async function connectProfiler(wsUrl: string, intervalUs = 250): Promise<
       await call('Profiler.start');
     },
     stop: async () => ((await call('Profiler.stop')) as { profile: unknown }).profile,
+    heapUsedAfterGc: async () => {
+      await call('HeapProfiler.collectGarbage');
+      return ((await call('Runtime.getHeapUsage')) as { usedSize: number }).usedSize;
+    },
     close: () => ws.close(),
   };
 }

@@ -11,7 +11,8 @@
  *   then `data: [DONE]`. With `tokenDelayMs` = 0 (the default: zero artificial delay) the
  *   whole stream is one pre-built buffer written with one `end()`; with a delay the first
  *   chunk goes out at once and each next token after `tokenDelayMs`.
- * - `stream` absent/false: one `chat.completion` JSON body with the same text and usage.
+ * - `stream` absent/false: one `chat.completion` JSON body with the same text and usage, after
+ *   `tokens × tokenDelayMs` (the time the generation would take; at once with no delay).
  * - `GET /healthz`: 200. Anything else: 404.
  *
  * Responses for a given (token count, stream, include_usage) are built once and cached, so
@@ -106,8 +107,17 @@ export async function startMockUpstream(options: MockUpstreamOptions = {}): Prom
       const key = `j${n}`;
       let buf = cache.get(key) as Buffer | undefined;
       if (!buf) cache.set(key, (buf = buildJson(n, finish)));
-      res.writeHead(200, { 'content-type': 'application/json', 'content-length': buf.length });
-      res.end(buf);
+      const body = buf;
+      const send = () => {
+        if (res.destroyed) return;
+        res.writeHead(200, { 'content-type': 'application/json', 'content-length': body.length });
+        res.end(body);
+      };
+      if (delay <= 0) send();
+      else {
+        const timer = setTimeout(send, n * delay);
+        res.on('close', () => clearTimeout(timer));
+      }
       return;
     }
     const includeUsage = body.stream_options?.include_usage === true;

@@ -2,23 +2,28 @@
  * Weir's overhead benchmark (issue 3, item 8): the latency and CPU Weir adds over a direct call
  * to the same OpenAI-compatible upstream, for the all-in-one and the split topology.
  *
- *   node --import tsx tools/bench/run.ts [--quick] [--only all-in-one|split] [--profile]
- *        [--warmup-ms N] [--measure-ms N] [--tokens N] [--token-delay-ms N] [--out FILE]
+ *   node --import tsx tools/bench/run.ts [--quick] [--profile] [--only all-in-one,all-in-one-pg,split]
+ *        [--warmup-ms N] [--measure-ms N] [--jit-warmup-ms N] [--tokens N] [--token-delay-ms N]
+ *        [--quiet-cores X] [--quiet-budget-ms N] [--no-pin] [--shared-nats] [--out FILE]
  *
  * What it does (see docs/performance.md):
  * - pins itself (the load generator) and the mock upstream (tools/bench/mock-upstream.ts) to
  *   CPU 0 and Weir to CPU 1 (taskset; without taskset nothing is pinned and the JSON says so);
- * - per composition: starts Weir with one `openai-compatible` revision pointing at the mock,
+ * - per composition — the all-in-one on PGlite (npm start's default), the all-in-one on the
+ *   machine's Postgres, the split topology (six co-located processes on a private NATS) —
+ *   starts Weir with one `openai-compatible` revision pointing at the mock, with
  *   authentication by API key, admission, metering and the ledger on;
  * - per cell (non-streaming and streaming × concurrency 1, 16, 64): warm-up, then a fixed
  *   measurement window, direct-to-mock then through Weir; latency p50/p90/p99, TTFB, TTFT
- *   (streams), requests/s, and each Weir process's CPU seconds (/proc/<pid>/stat) and RSS;
+ *   (streams), requests/s, and each process's CPU seconds (/proc/<pid>/stat) and RSS;
  * - checks the ledger: one usage row per successful request through Weir;
- * - prints markdown tables and writes the raw results to tools/bench/results/<date>.json.
+ * - prints markdown tables and writes the raw results to tools/bench/results/<date>.json
+ *   (and the tables to <date>.md).
  *
  * `--profile`: instead of the matrix, starts Weir's processes with `--inspect=127.0.0.1:0`,
  * records a V8 CPU profile of each over a non-streaming and a streaming window at concurrency
- * 16 (through Weir only) and writes where the CPU goes to tools/bench/results/<date>-profile.md.
+ * 16 (through Weir only), measures the JS heap each retains per request (after a full GC), and
+ * writes it all to tools/bench/results/<date>-profile.md.
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { closeSync, fstatSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -329,8 +334,10 @@ async function startSplit(mockUrl: string, workRoot: string, inspect: boolean): 
   const workDir = path.join(workRoot, 'split');
   const t0 = Date.now();
   let topology;
-  try {
-    topology = await startSplitTopology({
+  // The launcher picks ports by binding and releasing them, so a port can be taken before a
+  // service binds it (EADDRINUSE): one more attempt.
+  const start = () =>
+    startSplitTopology({
       configText: configYaml(mockUrl),
       workDir,
       databaseUrl: temp.url,
@@ -343,6 +350,13 @@ async function startSplit(mockUrl: string, workRoot: string, inspect: boolean): 
         ...(inspect ? { NODE_OPTIONS: '--inspect=127.0.0.1:0' } : {}),
       },
     });
+  try {
+    try {
+      topology = await start();
+    } catch (err) {
+      process.stdout.write(`   split did not start (${String(err).split('\n')[0].slice(0, 160)}…); trying once more\n`);
+      topology = await start();
+    }
   } catch (err) {
     await temp.drop();
     if (nats) await stopChild(nats.child);
@@ -416,6 +430,8 @@ interface Cell {
 /** --profile: the profilers of the running composition's processes, and what they recorded. */
 const profilers = new Map<string, CpuProfiler>();
 const profiles: { composition: string; process: string; cell: string; profile: unknown }[] = [];
+/** --profile: JS heap after a full GC, per process, before the first and after the last cell. */
+const heaps: { composition: string; process: string; beforeBytes: number; afterBytes: number; requestsThroughWeir: number }[] = [];
 
 function readCpuTimes(): number[][] {
   // /proc/stat per-CPU lines: user nice system idle iowait irq softirq steal …
@@ -744,10 +760,13 @@ async function main(): Promise<void> {
       if (PROFILE) {
         for (const [n] of running.pids) {
           const ws = findInspectorUrl(running.output(n));
-          if (ws) profilers.set(n, await connectProfiler(ws));
+          if (ws) profilers.set(n, await connectProfiler(ws, 1000));
           else process.stdout.write(`   no inspector URL for ${n}\n`);
         }
       }
+      const heapBefore = new Map<string, number>();
+      for (const [n, p] of profilers) heapBefore.set(n, await p.heapUsedAfterGc());
+      const okBeforeCells = okThroughWeir;
       // JIT warm-up: both modes, through Weir and direct, at concurrency 16; nothing recorded.
       for (const stream of [false, true]) {
         for (const target of ['direct', 'weir'] as const) {
@@ -798,6 +817,9 @@ async function main(): Promise<void> {
           );
         }
       }
+      for (const [n, p] of profilers) {
+        heaps.push({ composition: name, process: n, beforeBytes: heapBefore.get(n) ?? Number.NaN, afterBytes: await p.heapUsedAfterGc(), requestsThroughWeir: okThroughWeir - okBeforeCells });
+      }
       for (const p of profilers.values()) p.close();
       profilers.clear();
       const cpus: Record<string, string> = {};
@@ -834,7 +856,22 @@ async function main(): Promise<void> {
   const resultsDir = path.join(REPO_ROOT, 'tools/bench/results');
   mkdirSync(resultsDir, { recursive: true });
   if (PROFILE) {
-    const out: string[] = [md, '# CPU profiles of the measurement windows', ''];
+    const out: string[] = [
+      md,
+      '# JS heap retained by the requests of the profiled windows',
+      '',
+      'Heap in use after a full GC (inspector `HeapProfiler.collectGarbage`), before the first and after the last window.',
+      '',
+      '| composition | process | before MiB | after MiB | requests | retained bytes/request |',
+      '|---|---|---:|---:|---:|---:|',
+      ...heaps.map(
+        (h) =>
+          `| ${h.composition} | ${h.process} | ${(h.beforeBytes / 2 ** 20).toFixed(1)} | ${(h.afterBytes / 2 ** 20).toFixed(1)} | ${h.requestsThroughWeir} | ${((h.afterBytes - h.beforeBytes) / Math.max(1, h.requestsThroughWeir)).toFixed(0)} |`,
+      ),
+      '',
+      '# CPU profiles of the measurement windows',
+      '',
+    ];
     const rawDir = path.join(workRoot, 'profiles');
     mkdirSync(rawDir, { recursive: true });
     for (const p of profiles) {
@@ -845,6 +882,7 @@ async function main(): Promise<void> {
     }
     const file = value('--out') ?? path.join(resultsDir, `${date}-profile.md`);
     writeFileSync(file, out.join('\n'));
+    for (const d of ['aio-data', 'aio-pg-data', 'split', 'nats']) rmSync(path.join(workRoot, d), { recursive: true, force: true });
     process.stdout.write(`profile summary written to ${path.relative(REPO_ROOT, file)}; raw profiles (open in Chrome DevTools) in ${rawDir}\n`);
     return;
   }
@@ -860,15 +898,20 @@ async function main(): Promise<void> {
  * minimal JS loop (ns per iteration), on the load generator's CPU. For comparing machines.
  */
 function calibrate(): { syscallUs: number; jsLoopNsPerIteration: number } {
+  // CPU time, not wall time: the machine is shared, so waiting for the CPU must not count.
+  const cpu = (from: NodeJS.CpuUsage) => {
+    const d = process.cpuUsage(from);
+    return (d.user + d.system) * 1000; // ns
+  };
   const fd = openSync(__filename, 'r');
-  let t = process.hrtime.bigint();
-  for (let i = 0; i < 20_000; i++) fstatSync(fd);
-  const syscallUs = Number(process.hrtime.bigint() - t) / 20_000 / 1000;
+  let c = process.cpuUsage();
+  for (let i = 0; i < 50_000; i++) fstatSync(fd);
+  const syscallUs = cpu(c) / 50_000 / 1000;
   closeSync(fd);
-  t = process.hrtime.bigint();
+  c = process.cpuUsage();
   let x = 0;
-  for (let i = 0; i < 20_000_000; i++) x = (x + i * 31) | 0;
-  const jsLoopNsPerIteration = Number(process.hrtime.bigint() - t) / 20_000_000 + (x === 0.5 ? 1 : 0);
+  for (let i = 0; i < 100_000_000; i++) x = (x + i * 31) | 0;
+  const jsLoopNsPerIteration = cpu(c) / 100_000_000 + (x === 0.5 ? 1 : 0);
   return { syscallUs, jsLoopNsPerIteration };
 }
 
