@@ -72,8 +72,24 @@ interface ProcessSpec {
   readyUrl: string;
 }
 
-/** Starts the split topology and waits until every process is ready. */
+/**
+ * Starts the split topology and waits until every process is ready. Ports are picked free
+ * just before use, so another program can take one in between: a start that fails is stopped
+ * and retried once on fresh ports.
+ */
 export async function startSplitTopology(options: SplitTopologyOptions): Promise<SplitTopology> {
+  try {
+    return await startOnce(options);
+  } catch (first) {
+    try {
+      return await startOnce(options);
+    } catch {
+      throw first;
+    }
+  }
+}
+
+async function startOnce(options: SplitTopologyOptions): Promise<SplitTopology> {
   const host = '127.0.0.1';
   const natsUrl = options.natsUrl ?? 'nats://127.0.0.1:4222';
   const gatewayCount = options.gateways ?? 2;

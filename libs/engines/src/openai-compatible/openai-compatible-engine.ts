@@ -394,7 +394,9 @@ export function createOpenAICompatibleEngine(
       if (stopTimer) clearTimeout(stopTimer);
       request.signal.removeEventListener('abort', onAbort);
       inFlight.delete(controller);
-      if (!controller.signal.aborted) controller.abort(new Error('generation finished'));
+      // Cut the HTTP call only if the stream did not end normally (building an Error with a
+      // stack for every successful request was a measurable share of the gateway's CPU).
+      if (!controller.signal.aborted && !doneSeen) controller.abort();
       body?.destroy();
     }
   }
