@@ -7,11 +7,14 @@
 import { context, propagation, trace } from '@opentelemetry/api';
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
-import { BasicTracerProvider, type SpanProcessor } from '@opentelemetry/sdk-trace-base';
+import { AlwaysOffSampler, BasicTracerProvider, type SpanProcessor } from '@opentelemetry/sdk-trace-base';
 
 /** Options of {@link installTracing}; used by the first call only. */
 export interface InstallTracingOptions {
-  /** Where finished spans go (e.g. a BatchSpanProcessor with an OTLP exporter). Default: none (spans are created and dropped). */
+  /**
+   * Where finished spans go (e.g. a BatchSpanProcessor with an OTLP exporter). Default: none,
+   * and then spans are not sampled: they carry ids for propagation and log correlation only.
+   */
   spanProcessors?: SpanProcessor[];
 }
 
@@ -29,7 +32,11 @@ let installed: InstalledTracing | undefined;
  */
 export function installTracing(options: InstallTracingOptions = {}): InstalledTracing {
   if (installed) return installed;
-  const tracerProvider = new BasicTracerProvider({ spanProcessors: options.spanProcessors ?? [] });
+  const spanProcessors = options.spanProcessors ?? [];
+  // With nowhere to send spans, record none: spans still get ids (so `traceparent` travels
+  // and log lines carry trace ids) but skip attribute and event recording, a measured share
+  // of the small services' CPU (docs/performance.md).
+  const tracerProvider = new BasicTracerProvider({ spanProcessors, ...(spanProcessors.length === 0 ? { sampler: new AlwaysOffSampler() } : {}) });
   context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
   propagation.setGlobalPropagator(new W3CTraceContextPropagator());
   trace.setGlobalTracerProvider(tracerProvider);
