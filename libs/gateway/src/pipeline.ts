@@ -24,6 +24,7 @@ import {
   type WeirErrorCode,
   WeirError,
 } from '@weir/core';
+import { priceUsage } from '@weir/ledger';
 import { buildUsageRecord, type Relay, type RelayHandle } from '@weir/streaming';
 
 /** What the pipeline reports to metrics. */
@@ -167,8 +168,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
       const deadlineAt = params.arrivedAt + deadlineMs;
       // Worst case: every input token plus the whole output limit at this revision's prices
       // (the fallback chain of issue 6 will take the highest prices across candidates).
-      const worstCase =
-        Math.ceil(inputTokens * revision.pricing.inputPerMTok * 1_000) + Math.ceil(maxOutputTokens * revision.pricing.outputPerMTok * 1_000);
+      const worstCase = priceUsage(revision.pricing, { inputTokens, outputTokens: maxOutputTokens });
       const reserved = await deps.admission.reserve({
         caller,
         requestId: params.requestId,

@@ -68,41 +68,39 @@ export function toOpenAiUsage(usage: TokenUsage): OpenAiUsage {
   };
 }
 
+/** Options shared by every chunk and response builder. */
+interface BodyOptions {
+  usage?: OpenAiUsage | null;
+  weir?: WeirExtension;
+}
+
+/**
+ * The envelope every OpenAI chunk and response shares: id, object, created, model, the
+ * choices (always an array, even empty: the ai SDK's chunk schema requires it), usage, and
+ * Weir's extension when given.
+ */
+function envelope(meta: OpenAiResponseMeta, object: string, choices: unknown[], options: BodyOptions): Record<string, unknown> {
+  const body: Record<string, unknown> = { id: meta.id, object, created: meta.created, model: meta.model, choices, usage: options.usage ?? null };
+  if (options.weir) body.weir = options.weir;
+  return body;
+}
+
 /** A `chat.completion.chunk`. `usage` is null on every chunk but the usage chunk. */
 export function chatCompletionChunk(
   meta: OpenAiResponseMeta,
   choice: { delta: { role?: 'assistant'; content?: string }; finishReason: OpenAiFinishReason | null } | null,
-  options: { usage?: OpenAiUsage | null; weir?: WeirExtension } = {},
+  options: BodyOptions = {},
 ): Record<string, unknown> {
-  const chunk: Record<string, unknown> = {
-    id: meta.id,
-    object: 'chat.completion.chunk',
-    created: meta.created,
-    model: meta.model,
-    // Always an array, even empty: the ai SDK's chunk schema requires it.
-    choices: choice ? [{ index: 0, delta: choice.delta, logprobs: null, finish_reason: choice.finishReason }] : [],
-    usage: options.usage ?? null,
-  };
-  if (options.weir) chunk.weir = options.weir;
-  return chunk;
+  return envelope(meta, 'chat.completion.chunk', choice ? [{ index: 0, delta: choice.delta, logprobs: null, finish_reason: choice.finishReason }] : [], options);
 }
 
 /** A legacy completion chunk (`object: "text_completion"`, same shape as the full response). */
 export function textCompletionChunk(
   meta: OpenAiResponseMeta,
   choice: { text: string; finishReason: OpenAiFinishReason | null } | null,
-  options: { usage?: OpenAiUsage | null; weir?: WeirExtension } = {},
+  options: BodyOptions = {},
 ): Record<string, unknown> {
-  const chunk: Record<string, unknown> = {
-    id: meta.id,
-    object: 'text_completion',
-    created: meta.created,
-    model: meta.model,
-    choices: choice ? [{ index: 0, text: choice.text, logprobs: null, finish_reason: choice.finishReason }] : [],
-    usage: options.usage ?? null,
-  };
-  if (options.weir) chunk.weir = options.weir;
-  return chunk;
+  return envelope(meta, 'text_completion', choice ? [{ index: 0, text: choice.text, logprobs: null, finish_reason: choice.finishReason }] : [], options);
 }
 
 /** A non-stream `chat.completion`. */
@@ -113,23 +111,8 @@ export function chatCompletion(
   usage: OpenAiUsage,
   weir?: WeirExtension,
 ): Record<string, unknown> {
-  const body: Record<string, unknown> = {
-    id: meta.id,
-    object: 'chat.completion',
-    created: meta.created,
-    model: meta.model,
-    choices: [
-      {
-        index: 0,
-        message: { role: 'assistant', content: text, refusal: null },
-        logprobs: null,
-        finish_reason: finishReason,
-      },
-    ],
-    usage,
-  };
-  if (weir) body.weir = weir;
-  return body;
+  const choice = { index: 0, message: { role: 'assistant', content: text, refusal: null }, logprobs: null, finish_reason: finishReason };
+  return envelope(meta, 'chat.completion', [choice], { usage, weir });
 }
 
 /** A non-stream legacy `text_completion`. */
@@ -140,16 +123,7 @@ export function textCompletion(
   usage: OpenAiUsage,
   weir?: WeirExtension,
 ): Record<string, unknown> {
-  const body: Record<string, unknown> = {
-    id: meta.id,
-    object: 'text_completion',
-    created: meta.created,
-    model: meta.model,
-    choices: [{ index: 0, text, logprobs: null, finish_reason: finishReason }],
-    usage,
-  };
-  if (weir) body.weir = weir;
-  return body;
+  return envelope(meta, 'text_completion', [{ index: 0, text, logprobs: null, finish_reason: finishReason }], { usage, weir });
 }
 
 /** OpenAI's error body `{error: {message, type, param, code}}`. */
