@@ -168,13 +168,27 @@ const alias = strict({
   revision: id().optional(),
 });
 
+/** Limits shared by tenants and apps; absent means no limit at that scope. */
+const limitFields = {
+  requests_per_minute: int(1).optional(),
+  tokens_per_minute: int(1).optional(),
+  input_tokens_per_minute: int(1).optional(),
+  output_tokens_per_minute: int(1).optional(),
+  monthly_budget_usd: nonNegativeNumber().optional(),
+  daily_budget_usd: nonNegativeNumber().optional(),
+};
+
+const appLimits = strict({ max_concurrent: int(1).optional(), ...limitFields });
+
 const app = strict({
   id: id(),
   name: text(),
+  limits: section(appLimits.prefault({})),
 });
 
 const tenantLimits = strict({
   max_concurrent: int(1).default(64),
+  ...limitFields,
 });
 
 const tenant = strict({
@@ -191,6 +205,15 @@ const defaults = strict({
   max_body_bytes: int(1).default(1024 * 1024),
   sse_heartbeat_ms: int(1).default(15_000),
   max_queue_per_replica: int(1).default(256),
+  admission: section(
+    strict({
+      reservation_grace_ms: int(0).default(60_000),
+      idempotency_retention_ms: int(1000).default(86_400_000),
+      burn_rate_factor: z.number({ error: expecting('a number > 1') }).gt(1, { error: expecting('a number > 1') }).default(3),
+      burn_rate_baseline_hours: int(1, 24 * 30).default(24),
+      burn_rate_min_hourly_usd: nonNegativeNumber().default(1),
+    }).prefault({}),
+  ),
 });
 
 /** The configuration file's schema (snake_case, defaults applied, before cross-checks). */

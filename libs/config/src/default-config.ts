@@ -1,5 +1,5 @@
 import path from 'node:path';
-import type { PlatformConfig } from '@weir/core';
+import { DEFAULT_ADMISSION, type PlatformConfig } from '@weir/core';
 
 /**
  * The built-in default configuration, used when `WEIR_CONFIG` is unset. It is the same
@@ -59,12 +59,12 @@ export function defaultConfig(options: DefaultConfigOptions = {}): PlatformConfi
       {
         id: 'demo',
         name: 'Demo',
-        apps: [{ id: 'demo-app', name: 'Demo app' }],
+        apps: [{ id: 'demo-app', name: 'Demo app', limits: {} }],
         allowedAliases: ['*'],
         defaultDeadlineMs: 120_000,
         limits: { maxConcurrent: 64 },
       },
     ],
-    defaults: { cancelGraceMs: 250, maxBodyBytes: 1024 * 1024, sseHeartbeatMs: 15_000, maxQueuePerReplica: 256 },
+    defaults: { cancelGraceMs: 250, maxBodyBytes: 1024 * 1024, sseHeartbeatMs: 15_000, maxQueuePerReplica: 256, admission: { ...DEFAULT_ADMISSION } },
   };
 }

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
-import type { AliasSpec, EngineSpec, PlatformConfig, RevisionSpec, TenantSpec } from '@weir/core';
+import type { AdmissionLimits, AliasSpec, EngineSpec, PlatformConfig, RevisionSpec, TenantSpec } from '@weir/core';
 import { parseDocument } from 'yaml';
 import type { z } from 'zod';
 import { ConfigError, describeValue, formatPath, type ConfigProblem } from './config-error';
@@ -292,18 +292,38 @@ function toPlatformConfig(file: ConfigFile, baseDir: string): PlatformConfig {
     tenants: file.tenants.map((t): TenantSpec => ({
       id: t.id,
       name: t.name,
-      apps: t.apps.map((app) => ({ id: app.id, name: app.name })),
+      apps: t.apps.map((app) => ({ id: app.id, name: app.name, limits: toLimits(app.limits) })),
       allowedAliases: [...t.allowed_aliases],
       defaultDeadlineMs: t.default_deadline_ms,
-      limits: { maxConcurrent: t.limits.max_concurrent },
+      limits: { ...toLimits(t.limits), maxConcurrent: t.limits.max_concurrent },
     })),
     defaults: {
       cancelGraceMs: file.defaults.cancel_grace_ms,
       maxBodyBytes: file.defaults.max_body_bytes,
       sseHeartbeatMs: file.defaults.sse_heartbeat_ms,
       maxQueuePerReplica: file.defaults.max_queue_per_replica,
+      admission: {
+        reservationGraceMs: file.defaults.admission.reservation_grace_ms,
+        idempotencyRetentionMs: file.defaults.admission.idempotency_retention_ms,
+        burnRateFactor: file.defaults.admission.burn_rate_factor,
+        burnRateBaselineHours: file.defaults.admission.burn_rate_baseline_hours,
+        burnRateMinHourlyUsd: file.defaults.admission.burn_rate_min_hourly_usd,
+      },
     },
   };
+}
+
+/** snake_case limits → {@link AdmissionLimits}, leaving absent limits out. */
+function toLimits(l: ConfigFile['tenants'][number]['apps'][number]['limits']): AdmissionLimits {
+  const out: AdmissionLimits = {};
+  if (l.max_concurrent !== undefined) out.maxConcurrent = l.max_concurrent;
+  if (l.requests_per_minute !== undefined) out.requestsPerMinute = l.requests_per_minute;
+  if (l.tokens_per_minute !== undefined) out.tokensPerMinute = l.tokens_per_minute;
+  if (l.input_tokens_per_minute !== undefined) out.inputTokensPerMinute = l.input_tokens_per_minute;
+  if (l.output_tokens_per_minute !== undefined) out.outputTokensPerMinute = l.output_tokens_per_minute;
+  if (l.monthly_budget_usd !== undefined) out.monthlyBudgetUsd = l.monthly_budget_usd;
+  if (l.daily_budget_usd !== undefined) out.dailyBudgetUsd = l.daily_budget_usd;
+  return out;
 }
 
 function toEngine(e: ConfigFile['revisions'][number]['engine'], contextWindow: number, baseDir: string): EngineSpec {

@@ -111,14 +111,39 @@ export interface AliasSpec {
   description?: string;
 }
 
+/**
+ * Admission limits of one scope (a tenant, or an app of a tenant). Every field is optional:
+ * absent means "no limit at this scope". A request must fit every limit of its tenant and of
+ * its app. Token limits count the worst case at reservation (input tokens plus the output
+ * limit) and are refunded to the measured tokens at settlement.
+ */
+export interface AdmissionLimits {
+  /** Concurrent in-flight generations. */
+  maxConcurrent?: number;
+  /** Requests per minute (token bucket: capacity = the limit, refilled evenly over 60 s). */
+  requestsPerMinute?: number;
+  /** Input + output tokens per minute (token bucket, as above). */
+  tokensPerMinute?: number;
+  /** Input tokens per minute (token bucket, as above). */
+  inputTokensPerMinute?: number;
+  /** Output tokens per minute (token bucket, as above). */
+  outputTokensPerMinute?: number;
+  /** Hard budget per calendar month (UTC), USD. */
+  monthlyBudgetUsd?: number;
+  /** Hard budget per calendar day (UTC), USD. */
+  dailyBudgetUsd?: number;
+}
+
 /** An app of a tenant; API keys belong to an app. */
 export interface AppSpec {
   id: string;
   name: string;
+  /** The app's own limits, checked in addition to its tenant's. Default: none. */
+  limits: AdmissionLimits;
 }
 
-/** Per-tenant limits (issue 2 enforces concurrency; budgets arrive with admission). */
-export interface TenantLimits {
+/** Per-tenant limits: {@link AdmissionLimits} with a concurrency limit that is always set. */
+export interface TenantLimits extends AdmissionLimits {
   /** Concurrent in-flight generations; default 64. */
   maxConcurrent: number;
 }
@@ -145,6 +170,24 @@ export interface PlatformDefaults {
   sseHeartbeatMs: number;
   /** Longest a request may wait in the scheduler's queue before `queue_full` (entries per replica). Default 256. */
   maxQueuePerReplica: number;
+  admission: AdmissionDefaults;
+}
+
+/** Admission and accounting settings (the `defaults.admission` section). */
+export interface AdmissionDefaults {
+  /**
+   * A reservation never settled (its gateway died) expires this long after the request's
+   * deadline (ms); reconciliation then settles it from the ledger or releases it. Default 60,000.
+   */
+  reservationGraceMs: number;
+  /** How long a `request_id` and its result are retained for idempotent replay (ms). Default 86,400,000 (24 h). */
+  idempotencyRetentionMs: number;
+  /** Burn-rate alert: spend in the last hour above `factor` × the trailing hourly baseline. Default 3. */
+  burnRateFactor: number;
+  /** Trailing window the hourly baseline is averaged over (hours). Default 24. */
+  burnRateBaselineHours: number;
+  /** Spend in the last hour below this (USD) never alerts (a new tenant has no baseline). Default 1. */
+  burnRateMinHourlyUsd: number;
 }
 
 /** The whole validated configuration. */
@@ -154,3 +197,12 @@ export interface PlatformConfig {
   tenants: TenantSpec[];
   defaults: PlatformDefaults;
 }
+
+/** `defaults.admission` when the configuration names none (see {@link AdmissionDefaults}). */
+export const DEFAULT_ADMISSION: Readonly<AdmissionDefaults> = Object.freeze({
+  reservationGraceMs: 60_000,
+  idempotencyRetentionMs: 86_400_000,
+  burnRateFactor: 3,
+  burnRateBaselineHours: 24,
+  burnRateMinHourlyUsd: 1,
+});

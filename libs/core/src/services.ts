@@ -42,38 +42,80 @@ export interface RouterService {
 /** What admission is asked to hold for one request. */
 export interface ReservationRequest {
   caller: Caller;
+  /** The client's idempotency key, else the generation id. */
   requestId: string;
+  /** Weir's generation id (`gen_…`): the ledger row the reservation settles against. */
+  generationId: string;
   /** Worst-case input tokens (tokenizer count or documented upper bound). */
   inputTokens: number;
-  /** The request's output limit. */
+  /** The request's output limit (tokens). */
   maxOutputTokens: number;
   /** Worst-case cost (nano-USD) at the highest prices in the candidate chain. */
   worstCaseCostNanoUsd: number;
+  /**
+   * When an unsettled reservation may be presumed abandoned (epoch ms): the request's
+   * deadline plus `defaults.admission.reservationGraceMs`. Reconciliation then settles it from
+   * the ledger or releases it.
+   */
+  expiresAtMs: number;
 }
+
+/**
+ * One OpenAI-style rate-limit window as the `x-ratelimit-*` headers report it: the limit, what
+ * is left after this request, and the time until the bucket is full again (ms).
+ */
+export interface RateLimitWindow {
+  limit: number;
+  remaining: number;
+  resetMs: number;
+}
+
+/**
+ * The tightest request and token windows that applied to a request (tenant or app scope),
+ * for `x-ratelimit-{limit,remaining,reset}-{requests,tokens}`. A window is absent when no
+ * such limit is configured.
+ */
+export interface RateLimitStatus {
+  requests?: RateLimitWindow;
+  tokens?: RateLimitWindow;
+}
+
+/** Why admission refused a request. */
+export type RejectReason = 'rate_limited' | 'concurrency_limited' | 'budget_exhausted';
 
 /** Admission's answer. Rejections are values with the reason and a retry hint. */
 export type ReserveResult =
-  | { ok: true; reservationId: string }
+  | { ok: true; reservationId: string; rateLimits?: RateLimitStatus }
   | {
       ok: false;
-      reason: 'rate_limited' | 'concurrency_limited' | 'budget_exhausted';
+      reason: RejectReason;
       message: string;
-      /** Hint for `Retry-After` (ms); absent when retrying cannot help. */
+      /** Hint for `Retry-After` (ms), from the limiter; absent when retrying cannot help (budgets). */
       retryAfterMs?: number;
+      rateLimits?: RateLimitStatus;
     };
 
 /** Measured actuals that a reservation is settled to. */
 export interface Settlement {
   usage: TokenUsage;
+  /** Cost at the answering revision's prices (nano-USD). */
   costNanoUsd: number;
 }
 
-/** Admission: reserve before work, settle after (ARCHITECTURE.md §2). */
+/**
+ * Admission: reserve before work, settle after (ARCHITECTURE.md §2). Holds, per tenant and
+ * per app, settled + reserved ≤ budget at every instant, and token and request rates that
+ * do not multiply with replica count.
+ */
 export interface AdmissionService {
+  /** Holds the worst case, or rejects (a value). A rejected request holds nothing. */
   reserve(request: ReservationRequest): Promise<ReserveResult>;
-  /** Settles to actuals and releases the rest. Idempotent per reservation id. */
+  /**
+   * Settles to actuals and releases the rest. Idempotent per reservation id: a second call,
+   * or a call after the reservation expired and was reconciled, changes nothing.
+   */
   settle(reservationId: string, settlement: Settlement): Promise<void>;
-  /** Releases a reservation that did no work (rejected later, failed before the engine). */
+  /** Releases a reservation that did no work (rejected later, ended in the queue). Idempotent. */
   release(reservationId: string): Promise<void>;
 }
 

@@ -9,6 +9,7 @@ import { createConcurrencyAdmission, type InMemoryAdmission } from '@weir/admiss
 import {
   type AdmissionService,
   type CancelMessage,
+  DEFAULT_ADMISSION,
   type EngineAdapter,
   type EngineEvent,
   type EngineRequest,
@@ -70,10 +71,10 @@ const config: PlatformConfig = {
   revisions: [revision],
   aliases: [{ name: 'fake', targets: [{ revision: 'fake@1', weight: 1 }] }],
   tenants: [
-    { id: 't', name: 'T', apps: [{ id: 'a', name: 'A' }], allowedAliases: ['*'], defaultDeadlineMs: 60_000, limits: { maxConcurrent: 3 } },
-    { id: 'u', name: 'U', apps: [{ id: 'b', name: 'B' }], allowedAliases: ['*'], defaultDeadlineMs: 60_000, limits: { maxConcurrent: 3 } },
+    { id: 't', name: 'T', apps: [{ id: 'a', name: 'A', limits: {} }], allowedAliases: ['*'], defaultDeadlineMs: 60_000, limits: { maxConcurrent: 3 } },
+    { id: 'u', name: 'U', apps: [{ id: 'b', name: 'B', limits: {} }], allowedAliases: ['*'], defaultDeadlineMs: 60_000, limits: { maxConcurrent: 3 } },
   ],
-  defaults: { cancelGraceMs: 20, maxBodyBytes: 4096, sseHeartbeatMs: 50, maxQueuePerReplica: 1 },
+  defaults: { cancelGraceMs: 20, maxBodyBytes: 4096, sseHeartbeatMs: 50, maxQueuePerReplica: 1, admission: { ...DEFAULT_ADMISSION } },
 };
 
 const key = mintApiKey();

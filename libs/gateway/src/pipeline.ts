@@ -47,6 +47,8 @@ export interface GenerationPipelineDeps {
   tenants: ReadonlyMap<string, TenantSpec>;
   clock: Clock;
   observer?: PipelineObserver;
+  /** A reservation never settled expires this long after the request's deadline (ms). Default 60,000. */
+  reservationGraceMs?: number;
 }
 
 /** One request, as the routes hand it over. */
@@ -172,6 +174,8 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
       const reserved = await deps.admission.reserve({
         caller,
         requestId: params.requestId,
+        generationId: params.generationId,
+        expiresAtMs: Date.now() + (deadlineAt - clock.now()) + (deps.reservationGraceMs ?? 60_000),
         inputTokens,
         maxOutputTokens,
         worstCaseCostNanoUsd: worstCase,

@@ -1,4 +1,4 @@
-import type { PlatformConfig, RevisionSpec } from '@weir/core';
+import { DEFAULT_ADMISSION, type PlatformConfig, type RevisionSpec } from '@weir/core';
 import { createStaticRouter } from './router';
 
 const revision = (id: string): RevisionSpec => ({
@@ -21,7 +21,7 @@ const config: PlatformConfig = {
     { id: 'a', name: 'A', apps: [], allowedAliases: ['*'], defaultDeadlineMs: 120_000, limits: { maxConcurrent: 4 } },
     { id: 'b', name: 'B', apps: [], allowedAliases: ['chat'], defaultDeadlineMs: 120_000, limits: { maxConcurrent: 4 } },
   ],
-  defaults: { cancelGraceMs: 250, maxBodyBytes: 1 << 20, sseHeartbeatMs: 15_000, maxQueuePerReplica: 8 },
+  defaults: { cancelGraceMs: 250, maxBodyBytes: 1 << 20, sseHeartbeatMs: 15_000, maxQueuePerReplica: 8, admission: { ...DEFAULT_ADMISSION } },
 };
 const callerA = { tenantId: 'a', appId: 'x', apiKeyId: 'k' };
 const callerB = { tenantId: 'b', appId: 'y', apiKeyId: 'k2' };

@@ -65,6 +65,72 @@ export interface UsageLedgerTable {
   finished_at: Date;
   /** Counts are the gateway's best knowledge after a lost relay; reconciliation settles them. */
   uncertain: ColumnType<boolean, boolean | undefined, boolean>;
+  /** The caller's use case, when it named one. */
+  use_case: ColumnType<string | null, string | null | undefined, string | null>;
+}
+
+/** `bigint` columns: written as number or string, read back as a decimal string (`pg`). */
+type BigIntColumn = ColumnType<string, number | string | bigint, number | string | bigint>;
+
+/**
+ * `admission_scopes`: per tenant (`tenant:<id>`) or app (`app:<tenant>/<app>`): in-flight
+ * count and the consumed level of each per-minute token bucket at `used_at_ms`.
+ */
+export interface AdmissionScopesTable {
+  scope: string;
+  in_flight: Generated<number>;
+  requests_used: Generated<number>;
+  tokens_used: Generated<number>;
+  input_tokens_used: Generated<number>;
+  output_tokens_used: Generated<number>;
+  /** Epoch ms the levels were computed at. */
+  used_at_ms: ColumnType<string, number | string | undefined, number | string>;
+}
+
+/** `budget_periods`: settled and reserved nano-USD per scope and UTC calendar period. */
+export interface BudgetPeriodsTable {
+  scope: string;
+  period: 'month' | 'day';
+  /** First day of the period (`YYYY-MM-DD`, UTC). */
+  starts_on: ColumnType<Date, string, string>;
+  settled_nano: ColumnType<string, number | string | bigint | undefined, number | string | bigint>;
+  reserved_nano: ColumnType<string, number | string | bigint | undefined, number | string | bigint>;
+}
+
+/** `reservations`: one per admitted request. */
+export interface ReservationsTable {
+  id: string;
+  tenant_id: string;
+  app_id: string;
+  request_id: string;
+  generation_id: string;
+  state: 'held' | 'settled' | 'released' | 'expired';
+  input_tokens: number;
+  max_output_tokens: number;
+  worst_case_nano: BigIntColumn;
+  month_starts_on: ColumnType<Date, string, string>;
+  day_starts_on: ColumnType<Date, string, string>;
+  created_at: Generated<Date>;
+  expires_at: Date;
+  settled_nano: ColumnType<string | null, number | string | bigint | null | undefined, number | string | bigint | null>;
+  settled_input_tokens: ColumnType<number | null, number | null | undefined, number | null>;
+  settled_output_tokens: ColumnType<number | null, number | null | undefined, number | null>;
+  finished_at: ColumnType<Date | null, Date | null | undefined, Date | null>;
+  /** `gateway` (settled or released by the request), `reconciler` (expired and reconciled). */
+  finished_by: ColumnType<string | null, string | null | undefined, string | null>;
+}
+
+/** `idempotency_keys`: a tenant's `request_id`, the generation that claimed it, and its retained result. */
+export interface IdempotencyKeysTable {
+  tenant_id: string;
+  request_id: string;
+  body_sha256: string;
+  generation_id: string;
+  route: string;
+  state: 'running' | 'done';
+  result: ColumnType<unknown | null, string | null | undefined, string | null>;
+  created_at: Generated<Date>;
+  expires_at: Date;
 }
 
 /** The whole schema as of the latest migration. */
@@ -73,4 +139,8 @@ export interface WeirSchema {
   apps: AppsTable;
   api_keys: ApiKeysTable;
   usage_ledger: UsageLedgerTable;
+  admission_scopes: AdmissionScopesTable;
+  budget_periods: BudgetPeriodsTable;
+  reservations: ReservationsTable;
+  idempotency_keys: IdempotencyKeysTable;
 }

@@ -6,6 +6,8 @@ export function reservationRequest(overrides: Partial<ReservationRequest> = {}):
   return {
     caller: contractCallers.acme,
     requestId: `req_${Math.random().toString(36).slice(2, 10)}`,
+    generationId: `gen_${Math.random().toString(36).slice(2, 10)}`,
+    expiresAtMs: Date.now() + 60_000,
     inputTokens: 10,
     maxOutputTokens: 20,
     worstCaseCostNanoUsd: 9_000_000_000,

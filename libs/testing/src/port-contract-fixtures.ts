@@ -1,4 +1,4 @@
-import type { AliasSpec, Caller, PlatformConfig, RevisionSpec, TenantSpec } from '@weir/core';
+import { type AliasSpec, type Caller, DEFAULT_ADMISSION, type PlatformConfig, type RevisionSpec, type TenantSpec } from '@weir/core';
 
 /**
  * Shared fixtures of the port contract suites (`describeRouterContract` and friends): a
@@ -101,7 +101,7 @@ const tenants: TenantSpec[] = [
   {
     id: 'acme',
     name: 'Acme',
-    apps: [{ id: 'acme-web', name: 'web' }],
+    apps: [{ id: 'acme-web', name: 'web', limits: {} }],
     allowedAliases: ['tiny', 'hosted'],
     defaultDeadlineMs: 120_000,
     limits: { maxConcurrent: 2 },
@@ -109,7 +109,7 @@ const tenants: TenantSpec[] = [
   {
     id: 'globex',
     name: 'Globex',
-    apps: [{ id: 'globex-batch', name: 'batch' }],
+    apps: [{ id: 'globex-batch', name: 'batch', limits: {} }],
     allowedAliases: ['*'],
     defaultDeadlineMs: 60_000,
     limits: { maxConcurrent: 1 },
@@ -122,6 +122,6 @@ export function contractPlatformConfig(): PlatformConfig {
     revisions,
     aliases,
     tenants,
-    defaults: { cancelGraceMs: 50, maxBodyBytes: 1 << 20, sseHeartbeatMs: 15_000, maxQueuePerReplica: 2 },
+    defaults: { cancelGraceMs: 50, maxBodyBytes: 1 << 20, sseHeartbeatMs: 15_000, maxQueuePerReplica: 2, admission: { ...DEFAULT_ADMISSION } },
   });
 }

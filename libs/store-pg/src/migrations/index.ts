@@ -1,6 +1,7 @@
 import type { Migration, MigrationProvider } from 'kysely';
 import { identityAndUsage } from './0001-identity-and-usage';
 import { usageUncertain } from './0002-usage-uncertain';
+import { admissionAndIdempotency } from './0003-admission-and-idempotency';
 
 /**
  * Weir's one migration history, for PGlite and Postgres alike. Names sort in the order they
@@ -11,6 +12,7 @@ import { usageUncertain } from './0002-usage-uncertain';
 export const MIGRATIONS: Readonly<Record<string, Migration>> = Object.freeze({
   '0001_identity_and_usage': identityAndUsage,
   '0002_usage_uncertain': usageUncertain,
+  '0003_admission_and_idempotency': admissionAndIdempotency,
 });
 
 /** An in-code kysely {@link MigrationProvider} over {@link MIGRATIONS} (no filesystem scan). */
