@@ -91,7 +91,17 @@ export interface UsageRecord {
    * settles such records against the engines' counters. Default false.
    */
   uncertain?: boolean;
+  /**
+   * The caller's use case (`use_case` in the body of `/v1/generations`, or the
+   * `x-weir-use-case` header on any generation route): 1–64 characters of
+   * {@link USE_CASE_PATTERN}. Absent when the caller named none (`/v1/usage` reports it as
+   * `null`). A label for reporting, never prompt text.
+   */
+  useCase?: string;
 }
+
+/** What a use case may look like: 1–64 letters, digits and `.` `_` `:` `-`. */
+export const USE_CASE_PATTERN = /^[A-Za-z0-9._:-]{1,64}$/;
 
 /**
  * Where usage records go. `record` never blocks the request: it enqueues (bounded, batched)
@@ -105,6 +115,59 @@ export interface UsageSink {
 /** Durable storage of usage records; inserts are idempotent on `generationId`. */
 export interface UsageRepository {
   insertMany(records: readonly UsageRecord[]): Promise<void>;
+}
+
+/** A UTC calendar period of `/v1/usage`: the month or the day that contains the instant asked about. */
+export type UsageWindow = 'day' | 'month';
+
+/** Sums over a set of usage records. Tokens are counts; cost is exact. */
+export interface UsageAggregate {
+  inputTokens: number;
+  outputTokens: number;
+  /** Of `inputTokens`, tokens served from a prompt cache. */
+  cachedInputTokens: number;
+  /** Total cost in nano-USD (1e-9 USD), exact (a bigint: no float ever touches it). */
+  costNanoUsd: bigint;
+  /** Usage records summed (one per generation, rejected requests have none). */
+  requests: number;
+}
+
+/** A tenant's usage in `[since, until)`, in total and broken down three ways. */
+export interface UsageSummary extends UsageAggregate {
+  byModel: (UsageAggregate & { modelAlias: string; modelRevision: string })[];
+  byApp: (UsageAggregate & { appId: string })[];
+  /** `useCase` null: records whose caller named no use case. */
+  byUseCase: (UsageAggregate & { useCase: string | null })[];
+}
+
+/**
+ * Reads aggregated usage from the ledger (the read side of `GET /v1/usage`). Breakdowns are
+ * ordered by cost, highest first, then by key.
+ */
+export interface UsageReader {
+  /**
+   * Sums `tenantId`'s records that finished in `[since, until)`.
+   * @throws RangeError if a token sum or count exceeds Number.MAX_SAFE_INTEGER (never rounded).
+   */
+  summarize(query: { tenantId: string; since: Date; until: Date }): Promise<UsageSummary>;
+}
+
+/** One tenant's spend in the two windows of the burn-rate check, in nano-USD (exact). */
+export interface TenantSpend {
+  tenantId: string;
+  /** Spend of records that finished in `[recentSince, until)`. */
+  recentNanoUsd: bigint;
+  /** Spend of records that finished in `[baselineSince, recentSince)`. */
+  baselineNanoUsd: bigint;
+}
+
+/** Reads per-tenant spend from the ledger for the burn-rate check. */
+export interface TenantSpendReader {
+  /**
+   * Every tenant with spend in `[baselineSince, until)`, with its spend split at `recentSince`
+   * (`baselineSince ≤ recentSince ≤ until`). Tenants with no records there are absent.
+   */
+  spendByTenant(query: { baselineSince: Date; recentSince: Date; until: Date }): Promise<TenantSpend[]>;
 }
 
 /** A monotonic millisecond clock (injectable for tests). */
@@ -131,6 +194,26 @@ export interface ReplicaHealthEvent {
   reason: string;
   /** Wall-clock ms. */
   at: number;
+}
+
+/**
+ * A burn-rate alert, published (in this snake_case shape, as JSON on NATS) when a tenant's spend
+ * in the last hour exceeds `factor` × its trailing hourly baseline (see `@weir/ledger`
+ * `evaluateBurnRate`). Metadata only.
+ */
+export interface BurnRateAlert {
+  type: 'burn_rate';
+  tenant_id: string;
+  /** Spend in the hour before `at` (USD). */
+  hourly_spend_usd: number;
+  /** Average hourly spend over the baseline window before that hour (USD); 0 when the tenant had none. */
+  baseline_hourly_usd: number;
+  /** `defaults.admission.burnRateFactor` in force. */
+  factor: number;
+  /** `hourly_spend_usd / baseline_hourly_usd`; null when the baseline is 0. */
+  ratio: number | null;
+  /** When the check ran (ISO 8601, UTC). */
+  at: string;
 }
 
 /** A fan-out topic: every subscriber (in every process) receives every message published after it subscribed. */

@@ -172,6 +172,8 @@ export interface RelayJob {
   queueMs: number;
   /** Input tokens counted before admission; billed if the engine fails before reporting its own. */
   inputTokens: number;
+  /** The caller's use case (see `UsageRecord.useCase`), carried into the usage record. Default none. */
+  useCase?: string;
 }
 
 /** Events the relay streams back; exactly one `end`, always last. */

@@ -1,10 +1,10 @@
-import type { UsageRecord } from './ports';
+import { USE_CASE_PATTERN, type UsageRecord } from './ports';
 
 /**
  * Returns what is wrong with a usage record, or undefined when it can be carried and written:
  * ids non-empty strings; token counts and `costNanoUsd` non-negative safe integers; `queueMs`,
  * `totalMs` (and `ttftMs` unless null) finite non-negative ms; `startedAt`/`finishedAt` valid
- * `Date`s. Every usage path (the ledger's batched sink, the in-process channel, the NATS
+ * `Date`s; `useCase`, when present, matches `USE_CASE_PATTERN`. Every usage path (the ledger's batched sink, the in-process channel, the NATS
  * sink) refuses a record by these rules, so one bad record can never block a queue behind it.
  * Never includes field values in the message (only names).
  */
@@ -26,6 +26,9 @@ export function usageRecordFault(r: UsageRecord): string | undefined {
   for (const field of ['startedAt', 'finishedAt'] as const) {
     const v = r[field];
     if (!(v instanceof Date) || Number.isNaN(v.getTime())) return `${field} must be a valid Date`;
+  }
+  if (r.useCase !== undefined && (typeof r.useCase !== 'string' || !USE_CASE_PATTERN.test(r.useCase))) {
+    return 'useCase must be 1-64 characters of [A-Za-z0-9._:-]';
   }
   return undefined;
 }

@@ -82,6 +82,14 @@ describe('createRelay', () => {
     expect(records[0]).toMatchObject({ generationId: 'gen_1', status: 'completed', finishReason: 'stop', outputTokens: 5, costNanoUsd: 13_000 });
   });
 
+  it('carries the use case into the usage record, and leaves it out when none was named', async () => {
+    const { relay, records } = setup(fakeEngine({ tokens: 2 }));
+    await relay.start(job({ generationId: 'gen_uc', useCase: 'support.summaries' })).done;
+    await relay.start(job({ generationId: 'gen_none' })).done;
+    expect(records.find((r) => r.generationId === 'gen_uc')?.useCase).toBe('support.summaries');
+    expect(records.find((r) => r.generationId === 'gen_none')).not.toHaveProperty('useCase');
+  });
+
   it('reports length at the output limit', async () => {
     const { relay } = setup(fakeEngine({ tokens: 100 }));
     const outcome = await relay.start(job({ engineRequest: { input: { kind: 'text', text: 'x' }, maxOutputTokens: 7, sampling: {} } })).done;

@@ -54,7 +54,7 @@ export type Relay = RelayService;
  * gateway for requests that ended before reaching an engine (deadline or cancel in queue).
  */
 export function buildUsageRecord(
-  job: Pick<RelayJob, 'generationId' | 'requestId' | 'route' | 'caller' | 'modelAlias'>,
+  job: Pick<RelayJob, 'generationId' | 'requestId' | 'route' | 'caller' | 'modelAlias' | 'useCase'>,
   outcome: GenerationOutcome,
   finishedAtMs: number,
 ): UsageRecord {
@@ -80,6 +80,7 @@ export function buildUsageRecord(
     startedAt: new Date(finishedAtMs - outcome.timings.totalMs),
     finishedAt: new Date(finishedAtMs),
     ...(outcome.relayLost ? { uncertain: true } : {}),
+    ...(job.useCase !== undefined ? { useCase: job.useCase } : {}),
   };
 }
 

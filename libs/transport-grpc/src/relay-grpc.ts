@@ -138,6 +138,7 @@ export function jobToWire(job: RelayJob, clock: Clock): MessageInitShape<typeof 
     deadlineInMs: Math.max(0, job.deadlineAt - now),
     queueMs: job.queueMs,
     inputTokens: job.inputTokens,
+    ...(job.useCase !== undefined ? { useCase: job.useCase } : {}),
   };
 }
 
@@ -163,6 +164,7 @@ export function jobFromWire(wire: relayV1.RelayJob | undefined, clock: Clock): R
     deadlineAt: now + job.deadlineInMs,
     queueMs: job.queueMs,
     inputTokens: job.inputTokens,
+    ...(job.useCase !== undefined ? { useCase: job.useCase } : {}),
   };
 }
 

@@ -51,6 +51,14 @@ describe('wire translation', () => {
     expect(jobFromWire(wire, receiver)).toEqual({ ...job, arrivedAt: 89_000, deadlineAt: 94_000 });
   });
 
+  it('carries the use case when the job has one, and none when it has none', () => {
+    const clock = { now: () => 0 };
+    const roundTrip = (job: ReturnType<typeof relayJob>) =>
+      jobFromWire(fromBinary(relayV1.RelayJobSchema, toBinary(relayV1.RelayJobSchema, create(relayV1.RelayJobSchema, jobToWire(job, clock)))), clock);
+    expect(roundTrip(relayJob({ tokens: 1 }, { useCase: 'support:triage-v2' })).useCase).toBe('support:triage-v2');
+    expect(roundTrip(relayJob({ tokens: 1 }))).not.toHaveProperty('useCase');
+  });
+
   it('rejects a job with no engine request as invalid_request', () => {
     const wire = create(relayV1.RelayJobSchema, { ...jobToWire(relayJob({ tokens: 1 }), { now: () => 0 }), engineRequest: undefined });
     expect(() => jobFromWire(wire, { now: () => 0 })).toThrow(expect.objectContaining({ code: 'invalid_request' }));
