@@ -9,6 +9,8 @@
  * - `ENGINE_SEQUENCES` (default 4), `ENGINE_THREADS` (default 1), `ENGINE_CONTEXT_SIZE`
  *   (tokens per sequence, default 512), `ENGINE_TEST_TOKEN_DELAY_MS` (test only, default 0)
  * - `ENGINE_MAX_QUEUE` (waiting requests, default 64), `ENGINE_DRAIN_MS` (default 25,000)
+ * - `ENGINE_USAGE_RETENTION_MS` (how long `GET /v1/generations/{id}/usage` answers after a
+ *   generation ended, default 3,600,000), `ENGINE_USAGE_MAX_ENTRIES` (default 100,000)
  * - `LOG_LEVEL` (default info)
  *
  * Shutdown on SIGTERM/SIGINT: `/readyz` turns 503 and new generations get 503; the listener
@@ -19,6 +21,7 @@ import path from 'node:path';
 import { createLlamaCppEngine } from '@weir/engines';
 import pino from 'pino';
 import { createTelemetry } from '@weir/telemetry';
+import { createGenerationUsageLog, DEFAULT_USAGE_MAX_ENTRIES, DEFAULT_USAGE_RETENTION_MS } from './generation-usage-log';
 import { createEngineServer } from './server';
 
 function intEnv(name: string, fallback: number, min: number): number {
@@ -62,6 +65,10 @@ async function main(): Promise<void> {
     modelName,
     logger,
     maxQueue: intEnv('ENGINE_MAX_QUEUE', 64, 0),
+    usageLog: createGenerationUsageLog({
+      retentionMs: intEnv('ENGINE_USAGE_RETENTION_MS', DEFAULT_USAGE_RETENTION_MS, 0),
+      maxEntries: intEnv('ENGINE_USAGE_MAX_ENTRIES', DEFAULT_USAGE_MAX_ENTRIES, 1),
+    }),
     isDraining: () => draining,
   });
   const server = app.listen(port, host, () => logger.info({ host, port, modelName }, 'engine server listening'));

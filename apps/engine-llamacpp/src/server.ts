@@ -18,6 +18,7 @@ import {
 } from '@weir/streaming';
 import express, { type Express, type NextFunction, type Request, type Response } from 'express';
 import { z } from 'zod';
+import { createGenerationUsageLog, type GenerationUsageLog } from './generation-usage-log';
 import { createSlotGate } from './slot-gate';
 
 /** Options of {@link createEngineServer}. */
@@ -35,6 +36,11 @@ export interface EngineServerOptions {
   isDraining?: () => boolean;
   /** Serves `GET /metrics` (Prometheus text) when given. */
   metricsHandler?: (req: Request, res: Response) => void;
+  /**
+   * Per-generation counts served at `GET /v1/generations/{id}/usage`. Default: a log keeping
+   * finished generations for 1 h, at most 100,000 of them.
+   */
+  usageLog?: GenerationUsageLog;
 }
 
 const num = (schema: z.ZodNumber) => schema.nullish().transform((v) => v ?? undefined);
@@ -102,6 +108,11 @@ const COMPLETIONS_DEFAULT_MAX_TOKENS = 16;
  *   200, or 503 while draining. `GET /stats`: the engine's token counters plus `inUse`/`queued`.
  *   `POST /v1/stop/{id}`: stops the running generation whose `x-request-id` was `id`; its
  *   stream then ends normally (finish chunk, usage, `[DONE]`), so the caller bills exactly.
+ *   `GET /v1/generations/{id}/usage`: this replica's own count of generation `id` (the
+ *   caller's `x-request-id`), `{generation_id, prompt_tokens, completion_tokens, finished,
+ *   finish_reason}` (`prompt_tokens` null until it ends), kept for a bounded time after it
+ *   ended (`usageLog`); 404 `not_found` when unknown here. Reconciliation settles a usage
+ *   record whose relay died mid-stream from it.
  *   `GET /metrics`: Prometheus (when `metricsHandler` is given). `POST /tokenize`
  *   `{input: text | chat messages}` → `{input_tokens}` counted by this replica's tokenizer.
  *
@@ -113,6 +124,7 @@ export function createEngineServer(options: EngineServerOptions): Express {
   const draining = options.isDraining ?? (() => false);
   /** Running generations by id (the caller's `x-request-id`), for `POST /v1/stop/{id}`. */
   const running = new Map<string, AbortController>();
+  const usageLog = options.usageLog ?? createGenerationUsageLog();
   const app = express();
   app.disable('x-powered-by');
   app.use(express.json({ limit: options.maxBodyBytes ?? 1024 * 1024 }));
@@ -165,6 +177,21 @@ export function createEngineServer(options: EngineServerOptions): Express {
     }
     controller.abort(new Error('stop requested'));
     res.json({ generation_id: req.params.id, status: 'stopping' });
+  });
+  // Weir's extension: the engine's own count of one generation, for reconciliation.
+  app.get('/v1/generations/:id/usage', (req, res) => {
+    const usage = usageLog.get(String(req.params.id));
+    if (!usage) {
+      sendError(res, new WeirError('not_found', 'no generation with that id on this replica (unknown, or past its retention)'));
+      return;
+    }
+    res.json({
+      generation_id: usage.generationId,
+      prompt_tokens: usage.promptTokens,
+      completion_tokens: usage.completionTokens,
+      finished: usage.finished,
+      finish_reason: usage.finishReason,
+    });
   });
   app.post('/v1/chat/completions', (req, res) => handleGeneration('chat', req, res));
   app.post('/v1/completions', (req, res) => handleGeneration('completions', req, res));
@@ -226,8 +253,9 @@ export function createEngineServer(options: EngineServerOptions): Express {
       model: modelName,
     };
     let end: Extract<EngineEvent, { type: 'end' }> | undefined;
+    usageLog.start(generationId);
     try {
-      const iterator = engine.generate(request)[Symbol.asyncIterator]();
+      const iterator = countedEvents(engine.generate(request), generationId, usageLog)[Symbol.asyncIterator]();
       if (parsed.stream) {
         const running = parsed.continuousUsage ? { inputTokens: await engine.countInputTokens(parsed.input) } : undefined;
         end = await streamResponse(route, res, iterator, meta, parsed.includeUsage, running);
@@ -244,6 +272,7 @@ export function createEngineServer(options: EngineServerOptions): Express {
       }
     } finally {
       release();
+      usageLog.finish(generationId, end?.reason ?? 'error', end?.usage);
       logger.info(
         {
           generationId,
@@ -308,6 +337,14 @@ function parseBody(route: Route, body: unknown): ParsedRequest {
     input: { kind: 'text', text: typeof prompt === 'string' ? prompt : prompt[0] },
     maxOutputTokens: data.max_tokens,
   };
+}
+
+/** Passes the engine's events through, counting output tokens into the usage log as they pass. */
+async function* countedEvents(events: AsyncIterable<EngineEvent>, generationId: string, log: GenerationUsageLog): AsyncGenerator<EngineEvent, void, undefined> {
+  for await (const event of events) {
+    if (event.type === 'delta') log.addOutput(generationId, event.tokens);
+    yield event;
+  }
 }
 
 function toFinishReason(reason: Extract<EngineEvent, { type: 'end' }>['reason']): OpenAiFinishReason {
