@@ -8,6 +8,7 @@ describe('natsNames', () => {
       ledgerDurable: 'weir-ledger',
       cancelSubject: 'weir.cancel',
       healthSubject: 'weir.health',
+      burnRateAlertSubject: 'weir.alerts.burn_rate',
     });
   });
   it('separates deployments', () => {
@@ -17,6 +18,7 @@ describe('natsNames', () => {
       ledgerDurable: 'team-b-ledger',
       cancelSubject: 'team-b.cancel',
       healthSubject: 'team-b.health',
+      burnRateAlertSubject: 'team-b.alerts.burn_rate',
     });
   });
   it.each(['', 'UPPER', 'a.b', 'a b', 'x'.repeat(33)])('refuses %j', (ns) => {

@@ -17,12 +17,14 @@ export interface NatsNames {
   cancelSubject: string;
   /** Replica health subject. */
   healthSubject: string;
+  /** Burn-rate alerts (`BurnRateAlert`, JSON, core NATS), e.g. `weir.alerts.burn_rate`. */
+  burnRateAlertSubject: string;
 }
 
 /**
  * The NATS names of namespace `ns` (`WEIR_NATS_NAMESPACE`; lowercase letters, digits and `-`,
  * at most 32). The default namespace `weir` gives `WEIR_USAGE`, `weir.usage.<tenant>`,
- * `weir-ledger`, `weir.cancel` and `weir.health`.
+ * `weir-ledger`, `weir.cancel`, `weir.health` and `weir.alerts.burn_rate`.
  * @throws WeirError `invalid_request` for a malformed namespace.
  */
 export function natsNames(ns = 'weir'): NatsNames {
@@ -35,5 +37,6 @@ export function natsNames(ns = 'weir'): NatsNames {
     ledgerDurable: `${ns}-ledger`,
     cancelSubject: `${ns}.cancel`,
     healthSubject: `${ns}.health`,
+    burnRateAlertSubject: `${ns}.alerts.burn_rate`,
   };
 }

@@ -1,4 +1,4 @@
-import { cancelMessageCodec, jsonCodec, replicaHealthEventCodec } from './topic-codecs';
+import { burnRateAlertCodec, cancelMessageCodec, jsonCodec, replicaHealthEventCodec } from './topic-codecs';
 import { usageSubject } from './usage-stream';
 
 const enc = (o: unknown) => new TextEncoder().encode(JSON.stringify(o));
@@ -25,6 +25,23 @@ describe('topic codecs', () => {
     ['array', []],
   ])('health codec refuses %s', (_n, v) => {
     expect(() => replicaHealthEventCodec.decode(enc(v))).toThrow(/malformed/);
+  });
+
+  const alert = { type: 'burn_rate' as const, tenant_id: 'acme', hourly_spend_usd: 4.5, baseline_hourly_usd: 1, factor: 3, ratio: 4.5, at: '2026-11-30T12:00:00.000Z' };
+  it('round-trips burn-rate alerts, with and without a baseline', () => {
+    expect(burnRateAlertCodec.decode(burnRateAlertCodec.encode(alert))).toEqual(alert);
+    const noBaseline = { ...alert, baseline_hourly_usd: 0, ratio: null };
+    expect(burnRateAlertCodec.decode(burnRateAlertCodec.encode(noBaseline))).toEqual(noBaseline);
+  });
+
+  it.each<[string, unknown]>([
+    ['another type', { ...alert, type: 'budget' }],
+    ['no tenant', { ...alert, tenant_id: '' }],
+    ['negative spend', { ...alert, hourly_spend_usd: -1 }],
+    ['string ratio', { ...alert, ratio: '4.5' }],
+    ['bad time', { ...alert, at: 'now' }],
+  ])('burn-rate codec refuses %s', (_n, v) => {
+    expect(() => burnRateAlertCodec.decode(enc(v))).toThrow(/malformed/);
   });
 
   it('jsonCodec refuses non-JSON without echoing it', () => {

@@ -1,4 +1,4 @@
-import type { CancelMessage, ReplicaHealthEvent } from '@weir/core';
+import type { BurnRateAlert, CancelMessage, ReplicaHealthEvent } from '@weir/core';
 
 /** Turns topic messages into bytes and back. `decode` throws on a malformed message. */
 export interface TopicCodec<T> {
@@ -55,6 +55,24 @@ export const replicaHealthEventCodec: TopicCodec<ReplicaHealthEvent> = jsonCodec
   if (v.state !== 'healthy' && v.state !== 'unhealthy') return 'state must be healthy or unhealthy';
   if (typeof v.reason !== 'string') return 'reason must be a string';
   if (typeof v.at !== 'number' || !Number.isFinite(v.at)) return 'at must be a number of ms';
+  return undefined;
+});
+
+/**
+ * JSON codec for {@link BurnRateAlert}: `type` `burn_rate`, a non-empty `tenant_id`, finite
+ * non-negative `hourly_spend_usd` and `baseline_hourly_usd`, a finite `factor`, `ratio` a
+ * finite number or null, and `at` an ISO-8601 string.
+ */
+export const burnRateAlertCodec: TopicCodec<BurnRateAlert> = jsonCodec<BurnRateAlert>((v) => {
+  if (!isObject(v)) return 'not an object';
+  if (v.type !== 'burn_rate') return 'type must be burn_rate';
+  if (!nonEmpty(v.tenant_id)) return 'tenant_id must be a non-empty string';
+  for (const f of ['hourly_spend_usd', 'baseline_hourly_usd'] as const) {
+    if (typeof v[f] !== 'number' || !Number.isFinite(v[f]) || v[f] < 0) return `${f} must be a non-negative number of USD`;
+  }
+  if (typeof v.factor !== 'number' || !Number.isFinite(v.factor)) return 'factor must be a number';
+  if (v.ratio !== null && (typeof v.ratio !== 'number' || !Number.isFinite(v.ratio))) return 'ratio must be a number or null';
+  if (typeof v.at !== 'string' || Number.isNaN(Date.parse(v.at))) return 'at must be an ISO-8601 time';
   return undefined;
 });
 

@@ -8,6 +8,7 @@ describe('usage record codec', () => {
     for (const r of [
       buildUsageRecord(1),
       buildUsageRecord(5, { ttftMs: null, uncertain: true, status: 'failed', finishReason: 'error', errorCode: 'upstream_error' }),
+      buildUsageRecord(6, { useCase: 'support.summaries' }),
     ]) {
       const data = encodeUsageRecord(r);
       const wire = JSON.parse(new TextDecoder().decode(data));
@@ -41,6 +42,8 @@ describe('usage record codec', () => {
     ['numeric date', { ...valid, finishedAt: 1 }, /finishedAt/],
     ['numeric errorCode', { ...valid, errorCode: 1 }, /errorCode/],
     ['string uncertain', { ...valid, uncertain: 'yes' }, /uncertain/],
+    ['numeric useCase', { ...valid, useCase: 7 }, /useCase/],
+    ['malformed useCase', { ...valid, useCase: 'has spaces' }, /useCase/],
     ['null totalMs', { ...valid, totalMs: null }, /totalMs/],
   ])('refuses %s', (_name, value, reason) => {
     const data = typeof value === 'string' ? new TextEncoder().encode(value) : enc(value);

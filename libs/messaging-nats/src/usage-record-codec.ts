@@ -61,6 +61,7 @@ export function decodeUsageRecord(data: Uint8Array): DecodeUsageRecordResult {
   if (!FINISH_REASONS.has(o.finishReason as FinishReason)) return { ok: false, reason: 'finishReason is not a known reason' };
   if (o.errorCode !== null && typeof o.errorCode !== 'string') return { ok: false, reason: 'errorCode must be a string or null' };
   if (o.uncertain !== undefined && typeof o.uncertain !== 'boolean') return { ok: false, reason: 'uncertain must be a boolean' };
+  if (o.useCase !== undefined && typeof o.useCase !== 'string') return { ok: false, reason: 'useCase must be a string' };
   for (const f of ['startedAt', 'finishedAt'] as const) {
     if (typeof o[f] !== 'string') return { ok: false, reason: `${f} must be an ISO-8601 string` };
   }
@@ -88,6 +89,7 @@ export function decodeUsageRecord(data: Uint8Array): DecodeUsageRecordResult {
     finishedAt: new Date(o.finishedAt as string),
   };
   if (o.uncertain !== undefined) record.uncertain = o.uncertain as boolean;
+  if (o.useCase !== undefined) record.useCase = o.useCase as string;
   const fault = usageRecordFault(record);
   return fault ? { ok: false, reason: fault } : { ok: true, record };
 }

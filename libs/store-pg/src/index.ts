@@ -11,6 +11,7 @@ export {
   type UsageTotalsQuery,
   type UsageTotals,
 } from './usage-repository';
+export { createUsageQueries, type UsageQueries } from './usage-query';
 export { createApiKeyRepository, type ApiKeyRepository, type NewApiKey } from './api-key-repository';
 export { createTenantRepository, type TenantRepository, type StoredTenant } from './tenant-repository';
 export {

@@ -65,7 +65,7 @@ export interface UsageLedgerRepository extends UsageRepository {
 
 /**
  * Rows per INSERT statement. Postgres binds at most 65,535 parameters per statement and a
- * ledger row takes 20, so 3,000 rows stay well inside the limit.
+ * ledger row takes 22, so 3,000 rows stay well inside the limit.
  */
 export const MAX_ROWS_PER_INSERT = 3000;
 
@@ -169,6 +169,7 @@ function toRow(r: UsageRecord): InsertRow {
     started_at: r.startedAt,
     finished_at: r.finishedAt,
     uncertain: r.uncertain ?? false,
+    use_case: r.useCase ?? null,
   };
 }
 
@@ -195,5 +196,6 @@ function fromRow(r: SelectRow): UsageRecord {
     startedAt: r.started_at,
     finishedAt: r.finished_at,
     ...(r.uncertain ? { uncertain: true } : {}),
+    ...(r.use_case !== null ? { useCase: r.use_case } : {}),
   };
 }

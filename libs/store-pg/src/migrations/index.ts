@@ -2,6 +2,7 @@ import type { Migration, MigrationProvider } from 'kysely';
 import { identityAndUsage } from './0001-identity-and-usage';
 import { usageUncertain } from './0002-usage-uncertain';
 import { admissionAndIdempotency } from './0003-admission-and-idempotency';
+import { usageByTime } from './0005-usage-by-time';
 
 /**
  * Weir's one migration history, for PGlite and Postgres alike. Names sort in the order they
@@ -13,6 +14,7 @@ export const MIGRATIONS: Readonly<Record<string, Migration>> = Object.freeze({
   '0001_identity_and_usage': identityAndUsage,
   '0002_usage_uncertain': usageUncertain,
   '0003_admission_and_idempotency': admissionAndIdempotency,
+  '0005_usage_by_time': usageByTime,
 });
 
 /** An in-code kysely {@link MigrationProvider} over {@link MIGRATIONS} (no filesystem scan). */
