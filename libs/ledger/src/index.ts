@@ -9,3 +9,20 @@ export {
   type UsageWriteFailure,
   type LedgerLogger,
 } from './batched-usage-sink';
+export {
+  reconcileUsage,
+  settleFromEngineCount,
+  type ReconcileUsageInput,
+  type UsageReconciliation,
+  type UsageTally,
+  type GroupTally,
+  type RecordCounts,
+  type LedgerUsageRow,
+  type StreamUsageRecord,
+  type EngineCounterSample,
+  type CostMismatch,
+  type StreamMismatch,
+  type StreamComparison,
+  type EngineComparison,
+  type UncertainSettlement,
+} from './reconcile';
