@@ -29,3 +29,10 @@ export {
   type TestDatabase,
 } from './testing';
 export { bootstrapTenants, type BootstrapResult } from './bootstrap';
+export {
+  createReconcileQueries,
+  type ReconcileQueries,
+  type LedgerWindow,
+  type UncertainUsageRow,
+  type UncertainSettlementWrite,
+} from './reconcile-queries';

@@ -69,6 +69,22 @@ export interface UsageLedgerTable {
   use_case: ColumnType<string | null, string | null | undefined, string | null>;
 }
 
+/**
+ * `usage_reconciliations`: a ledger row settled by reconciliation from an engine's own count,
+ * with its counts as first recorded (what the usage stream carries). Migration 0006.
+ */
+export interface UsageReconciliationsTable {
+  generation_id: string;
+  /** Where the settled count came from, e.g. `engine:stories260k@1/0`. */
+  source: string;
+  recorded_input_tokens: number;
+  recorded_output_tokens: number;
+  recorded_cached_input_tokens: number;
+  /** USD, `numeric(20,9)`. */
+  recorded_cost_usd: ColumnType<string, string, string>;
+  reconciled_at: Generated<Date>;
+}
+
 /** `bigint` columns: written as number or string, read back as a decimal string (`pg`). */
 type BigIntColumn = ColumnType<string, number | string | bigint, number | string | bigint>;
 
@@ -139,6 +155,7 @@ export interface WeirSchema {
   apps: AppsTable;
   api_keys: ApiKeysTable;
   usage_ledger: UsageLedgerTable;
+  usage_reconciliations: UsageReconciliationsTable;
   admission_scopes: AdmissionScopesTable;
   budget_periods: BudgetPeriodsTable;
   reservations: ReservationsTable;

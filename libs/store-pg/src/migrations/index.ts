@@ -3,6 +3,7 @@ import { identityAndUsage } from './0001-identity-and-usage';
 import { usageUncertain } from './0002-usage-uncertain';
 import { admissionAndIdempotency } from './0003-admission-and-idempotency';
 import { usageByTime } from './0005-usage-by-time';
+import { usageReconciliations } from './0006-usage-reconciliations';
 
 /**
  * Weir's one migration history, for PGlite and Postgres alike. Names sort in the order they
@@ -15,6 +16,7 @@ export const MIGRATIONS: Readonly<Record<string, Migration>> = Object.freeze({
   '0002_usage_uncertain': usageUncertain,
   '0003_admission_and_idempotency': admissionAndIdempotency,
   '0005_usage_by_time': usageByTime,
+  '0006_usage_reconciliations': usageReconciliations,
 });
 
 /** An in-code kysely {@link MigrationProvider} over {@link MIGRATIONS} (no filesystem scan). */
