@@ -15,7 +15,7 @@ import { createGatewayApp, createGenerationPipeline, createMetricsObserver, type
 import { createBatchedUsageSink, type BatchedUsageSink } from '@weir/ledger';
 import { createStaticRouter } from '@weir/routing';
 import { createSlotScheduler } from '@weir/scheduling';
-import { bootstrapTenants, createApiKeyRepository, createCachedApiKeyStore, createUsageRepository, openDatabase } from '@weir/store-pg';
+import { bootstrapTenants, createApiKeyRepository, createCachedApiKeyStore, createPgIdempotencyStore, createUsageRepository, openDatabase } from '@weir/store-pg';
 import { createRelay } from '@weir/streaming';
 import { lockDataDir } from './data-dir-lock';
 import { createLogger, createTelemetry, type WeirLogger } from '@weir/telemetry';
@@ -112,6 +112,7 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
     usageSink,
     tenants: new Map(config.tenants.map((t) => [t.id, t])),
     clock: systemClock,
+    reservationGraceMs: config.defaults.admission.reservationGraceMs,
     observer: createMetricsObserver(telemetry.metrics, (revisionId) => engines.get(revisionId)?.kind ?? 'unknown'),
   });
   const gateway: Gateway = createGatewayApp({
@@ -121,6 +122,7 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
     defaults: config.defaults,
     clock: systemClock,
     logger,
+    idempotency: createPgIdempotencyStore(database.db),
     metricsHandler: (req, res) => telemetry.metricsHandler(req, res),
     readiness: () =>
       config.aliases.length === 0

@@ -17,7 +17,7 @@ import { countInputWith, createRemoteTokenCounter, utf8TokenUpperBound } from '@
 import { createGatewayApp, createGenerationPipeline, createMetricsObserver } from '@weir/gateway';
 import { cancelMessageCodec, connectNats, createNatsTopic, createNatsUsageSink, ensureUsageStream, natsNames } from '@weir/messaging-nats';
 import { envInt, envRequired, envString, readEnv, runUntilSignal } from '@weir/service-runtime';
-import { bootstrapTenants, createApiKeyRepository, createCachedApiKeyStore, createUsageRepository, openDatabase } from '@weir/store-pg';
+import { bootstrapTenants, createApiKeyRepository, createCachedApiKeyStore, createPgIdempotencyStore, createUsageRepository, openDatabase } from '@weir/store-pg';
 import { createLogger, createTelemetry } from '@weir/telemetry';
 import {
   createAdmissionGrpcClient,
@@ -85,6 +85,7 @@ runUntilSignal('gateway', logger, async () => {
     usageSink,
     tenants: new Map(config.tenants.map((t) => [t.id, t])),
     clock: systemClock,
+    reservationGraceMs: config.defaults.admission.reservationGraceMs,
     observer: createMetricsObserver(telemetry.metrics, (revisionId) => providerOf.get(revisionId) ?? 'unknown'),
   });
   const gateway = createGatewayApp({
@@ -94,6 +95,7 @@ runUntilSignal('gateway', logger, async () => {
     defaults: config.defaults,
     clock: systemClock,
     logger,
+    idempotency: createPgIdempotencyStore(database.db),
     metricsHandler: (req, res) => telemetry.metricsHandler(req, res),
     readiness: () => (usageSink.saturated() ? { ready: false, reason: 'usage backlog full' } : { ready: true }),
     cancelTopic,

@@ -8,3 +8,4 @@ export * from './services';
 export * from './async-queue';
 export * from './usage-record-check';
 export * from './backoff';
+export * from './idempotency';

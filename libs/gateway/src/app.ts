@@ -13,8 +13,9 @@ import {
   type Clock,
   type GenerationInput,
   type GenerationOutcome,
+  type IdempotencyClaim,
+  type IdempotencyStore,
   type PlatformDefaults,
-  type RelayEvent,
   type RouterService,
   type SamplingParams,
   type Topic,
@@ -42,9 +43,12 @@ import {
 } from '@weir/streaming';
 
 import { createGenerationRegistry, type GenerationRegistry, statusOf } from './generation-registry';
-import type { AdmittedGeneration, GenerationPipeline, ParamNames } from './pipeline';
+import { createMemoryIdempotencyStore, requestBodySha256 } from './idempotency';
+import { AdmissionRejectedError, type GenerationPipeline, type ParamNames } from './pipeline';
+import { rateLimitHeaders } from './rate-limit-headers';
+import { createTranscript, pumpInto, type Transcript, type TranscriptEvent } from './transcript';
 import { chatCompletionsBody, completionsBody, generationsBody, parseBody, toChatInput, toStopList } from './schemas';
-import { openSse } from './sse-writer';
+import { openSse, type SseWriter } from './sse-writer';
 
 /** A minimal structured logger (pino satisfies it). Never pass prompt or output text. */
 export interface GatewayLogger {
@@ -73,6 +77,29 @@ export interface GatewayDeps {
   cancelTopic?: Topic<CancelMessage>;
   /** Split topology: a finished generation's record (from the ledger), for GET and cancel on any gateway. */
   findFinished?: (tenantId: string, generationId: string) => Promise<UsageRecord | undefined>;
+  /**
+   * Idempotency keys and retained results, shared by every gateway of a deployment (the
+   * Postgres store). Default: an in-memory store, right only for a single gateway.
+   */
+  idempotency?: IdempotencyStore;
+  /** How often expired idempotency keys are purged (ms). Default 60,000. */
+  idempotencyPurgeMs?: number;
+}
+
+/**
+ * A generation being answered: one started for this request, or the original generation of
+ * an earlier request with the same idempotency key (a replay: no new reservation or charge).
+ */
+interface Answer {
+  generationId: string;
+  requestId: string;
+  modelRevision: string;
+  /** When the generation's response was created (Unix s), OpenAI's `created`. */
+  createdS: number;
+  transcript: Transcript;
+  replayed: boolean;
+  /** It ended in the queue (deadline or cancel) and never reached an engine. */
+  endedInQueue: boolean;
 }
 
 /** The gateway: the express app plus lifecycle controls. */
@@ -87,10 +114,18 @@ type Authed = Request & { caller: Caller; requestId: string };
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 
+/** How often a repeat polls for an original running behind another gateway (ms). */
+const REPLAY_POLL_MS = 100;
+
 /** Creates the gateway app. */
 export function createGatewayApp(deps: GatewayDeps): Gateway {
   const { pipeline, clock, logger, defaults } = deps;
   const registry = createGenerationRegistry();
+  const idempotency = deps.idempotency ?? createMemoryIdempotencyStore();
+  const purge = setInterval(() => {
+    idempotency.purgeExpired(Date.now()).catch((err: unknown) => logger.warn({ err }, 'idempotency purge failed'));
+  }, deps.idempotencyPurgeMs ?? 60_000);
+  purge.unref();
   let draining = false;
   /** `created` of `/v1/models` entries: when this gateway loaded its configuration (Unix s). */
   const modelsCreated = Math.floor(Date.now() / 1000);
@@ -192,7 +227,12 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     });
   };
 
-  /** Admits and starts a generation; tracks it for GET/cancel; wires disconnects. */
+  /**
+   * Answers a request: replays the original generation when `limits.requestId` (the client's
+   * idempotency key) was already used by this tenant with the same body, else admits and starts
+   * a new generation, tracks it for GET/cancel/events, and wires client disconnects.
+   * Throws `conflict` when the key was used with a different body.
+   */
   const begin = async (
     req: Authed,
     res: Response,
@@ -200,34 +240,52 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     alias: string,
     input: GenerationInput,
     sampling: SamplingParams,
-    limits: { maxOutputTokens?: number; routeDefaultOutputTokens?: number; deadlineMs?: number; requestId?: string; paramNames: ParamNames },
-  ) => {
+    limits: { maxOutputTokens?: number; routeDefaultOutputTokens?: number; deadlineMs?: number; requestId?: string; keyParam?: string; paramNames: ParamNames },
+  ): Promise<Answer> => {
     const arrivedAt = clock.now();
     const generationId = newId('gen');
-    const requestId = limits.requestId ?? generationId;
-    const admitted: AdmittedGeneration = await pipeline.admit({
-      caller: req.caller,
-      route,
-      alias,
-      generationId,
-      requestId,
-      input,
-      maxOutputTokens: limits.maxOutputTokens,
-      routeDefaultOutputTokens: limits.routeDefaultOutputTokens,
-      sampling,
-      deadlineMs: limits.deadlineMs ?? deadlineHeader(req),
-      arrivedAt,
-      paramNames: limits.paramNames,
-    });
+    const key = limits.requestId;
+    const requestId = key ?? generationId;
+    const deadlineMs = limits.deadlineMs ?? deadlineHeader(req);
+    const { tenantId } = req.caller;
+    if (key !== undefined) {
+      const replay = await claimOrReplay(req, res, route, key, generationId, deadlineMs, limits.keyParam ?? 'request_id');
+      if (replay) return replay;
+    }
+    const abandon = () => (key === undefined ? Promise.resolve() : idempotency.abandon(tenantId, key, generationId).catch((err: unknown) => logger.warn({ err }, 'idempotency abandon failed')));
+    const admitted = await pipeline
+      .admit({
+        caller: req.caller,
+        route,
+        alias,
+        generationId,
+        requestId,
+        input,
+        maxOutputTokens: limits.maxOutputTokens,
+        routeDefaultOutputTokens: limits.routeDefaultOutputTokens,
+        sampling,
+        deadlineMs,
+        arrivedAt,
+        paramNames: limits.paramNames,
+      })
+      .catch(async (err: unknown) => {
+        await abandon();
+        throw err;
+      });
+    for (const [name, value] of Object.entries(rateLimitHeaders(admitted.rateLimits))) res.setHeader(name, value);
     const gone = new AbortController();
     // Set once the relay starts; until then a stop aborts the wait in the queue.
     const live: { handle?: RelayHandle } = {};
+    const transcript = createTranscript();
+    const createdS = Math.floor(Date.now() / 1000);
     const tracked = {
       generationId,
       requestId,
-      tenantId: req.caller.tenantId,
+      tenantId,
       modelRevision: admitted.revision.id,
       state: 'queued' as const,
+      transcript,
+      createdS,
       stop(cause: 'client_disconnected' | 'cancel_requested') {
         if (live.handle) live.handle.stop(cause);
         else gone.abort();
@@ -237,19 +295,116 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     watchClient(res, () => tracked.stop('client_disconnected'));
     res.setHeader('x-weir-generation-id', generationId);
     res.setHeader('x-weir-model-revision', admitted.revision.id);
-    const started = await admitted.start(gone.signal).catch((err: unknown) => {
-      registry.finish(generationId, failedOutcome(admitted.revision.id, err));
+    const answer: Answer = { generationId, requestId, modelRevision: admitted.revision.id, createdS, transcript, replayed: false, endedInQueue: false };
+    const started = await admitted.start(gone.signal).catch(async (err: unknown) => {
+      const failed = failedOutcome(admitted.revision.id, err);
+      transcript.end(failed);
+      registry.finish(generationId, failed);
+      await abandon();
       throw err;
     });
     if (started.kind === 'ended') {
+      // Never reached an engine: nothing to replay, so a retry with the same key runs anew.
+      transcript.end(started.outcome);
       registry.finish(generationId, started.outcome);
-      return { generationId, requestId, admitted, handle: undefined, ended: started.outcome };
+      await abandon();
+      return { ...answer, endedInQueue: true };
     }
     const handle = (live.handle = started.handle);
-    const entry = registry.get(req.caller.tenantId, generationId);
+    const entry = registry.get(tenantId, generationId);
     if (entry) entry.state = 'running';
-    void handle.done.then((outcome) => registry.finish(generationId, outcome));
-    return { generationId, requestId, admitted, handle, ended: undefined };
+    // One pump reads the relay; the route, repeats and /events readers follow the transcript.
+    void pumpInto(transcript, handle.events, (err) => failedOutcome(admitted.revision.id, err)).then(async () => {
+      const outcome = transcript.outcome as GenerationOutcome;
+      registry.finish(generationId, outcome);
+      if (key === undefined) return;
+      // Failed before any output: nothing to replay; a retry should run again.
+      if (outcome.finishReason === 'error' && outcome.usage.outputTokens === 0) return abandon();
+      await idempotency
+        .complete(
+          tenantId,
+          key,
+          { generationId, requestId, route, modelRevision: outcome.modelRevision, createdS: answer.createdS, deltas: [...transcript.deltas], outcome },
+          Date.now() + defaults.admission.idempotencyRetentionMs,
+        )
+        .catch((err: unknown) => logger.warn({ err, generationId }, 'idempotency result not retained'));
+    });
+    return answer;
+  };
+
+  /**
+   * Claims an idempotency key, or answers with the generation that holds it: its retained
+   * result, or (while it runs) its live transcript on this gateway, or — running behind another
+   * gateway — its result once it finishes. Resolves undefined when this request claimed the key.
+   */
+  const claimOrReplay = async (
+    req: Authed,
+    res: Response,
+    route: ApiRoute,
+    key: string,
+    generationId: string,
+    deadlineMs: number | undefined,
+    keyParam: string,
+  ): Promise<Answer | undefined> => {
+    const { tenantId } = req.caller;
+    const bodySha256 = requestBodySha256(route, req.body);
+    const waitMs = pipeline.deadlineMsFor(req.caller, deadlineMs);
+    const giveUpAt = Date.now() + waitMs;
+    const gone = new AbortController();
+    watchClient(res, () => gone.abort());
+    for (;;) {
+      const claim = await idempotency.claim({ tenantId, requestId: key, bodySha256, generationId, route, leaseUntilMs: Date.now() + waitMs + defaults.admission.reservationGraceMs });
+      if (claim.claimed) return undefined;
+      const existing = claim.existing;
+      if (existing.bodySha256 !== bodySha256) {
+        throw new WeirError(
+          'conflict',
+          `The idempotency key '${key}' was already used for a different request (generation ${existing.generationId}); resend the same request to get its result, or use a new key.`,
+          { param: keyParam },
+        );
+      }
+      const answer = replayOf(existing);
+      if (answer) {
+        res.setHeader('idempotent-replayed', 'true');
+        res.setHeader('x-weir-generation-id', answer.generationId);
+        res.setHeader('x-weir-model-revision', answer.modelRevision);
+        return answer;
+      }
+      if (gone.signal.aborted) throw new WeirError('invalid_request', 'The client went away while waiting for the original request.');
+      if (Date.now() >= giveUpAt) {
+        throw new WeirError('conflict', `The request with idempotency key '${key}' is still running on another gateway; retry later to get its result.`, { param: keyParam, retryable: true, retryAfterMs: 1_000 });
+      }
+      await new Promise((r) => setTimeout(r, REPLAY_POLL_MS));
+    }
+  };
+
+  /** The answer a claim holder gives a repeat now, or undefined when it must be waited for. */
+  const replayOf = (existing: IdempotencyClaim): Answer | undefined => {
+    if (existing.state === 'done' && existing.result) {
+      const r = existing.result;
+      return {
+        generationId: r.generationId,
+        requestId: r.requestId,
+        modelRevision: r.modelRevision,
+        createdS: r.createdS,
+        transcript: createTranscript({ deltas: r.deltas, outcome: r.outcome }),
+        replayed: true,
+        endedInQueue: false,
+      };
+    }
+    const local = registry.get(existing.tenantId, existing.generationId);
+    if (local?.transcript && local.state !== 'queued') {
+      return {
+        generationId: local.generationId,
+        requestId: local.requestId,
+        modelRevision: local.modelRevision,
+        createdS: local.createdS ?? Math.floor(Date.now() / 1000),
+        transcript: local.transcript,
+        replayed: true,
+        endedInQueue: false,
+      };
+    }
+    return undefined;
   };
 
   // ---- Weir's own route -------------------------------------------------------------
@@ -260,50 +415,96 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
       maxOutputTokens: body.max_output_tokens,
       deadlineMs: body.deadline_ms,
       requestId: body.request_id,
+      keyParam: 'request_id',
       paramNames: { model: 'model_alias', input: 'input', maxOutputTokens: 'max_output_tokens' },
-    });
-    const endData = (o: GenerationOutcome): WeirEndData => ({
-      finish_reason: o.finishReason,
-      usage: { input_tokens: o.usage.inputTokens, output_tokens: o.usage.outputTokens, cost_usd: o.costNanoUsd / 1e9 },
-      model_used: o.modelRevision,
-      ...(o.error ? { error: { type: HTTP_ERRORS[asCode(o.error.code)].type, code: o.error.code, message: o.error.message } } : {}),
     });
 
     if (body.stream) {
       // A failure before any output (a relay or engine that is down) is an HTTP error, not a 200 stream.
-      const events = g.handle ? await firstEventOrThrow(g.handle) : undefined;
+      const events = await firstEventOrThrow(g.transcript.follow(0));
       const sse = openSse(res, { heartbeatMs: defaults.sseHeartbeatMs });
-      let id = 0;
-      const send = (event: string, data: unknown) => sse.write(formatSseEvent({ id: ++id, event, data: JSON.stringify(data) }));
-      await send('start', { generation_id: g.generationId, request_id: g.requestId, model_revision: g.admitted.revision.id });
-      if (g.ended) await send('end', endData(g.ended));
-      else if (events) {
-        for await (const ev of events) {
-          if (ev.type === 'delta') await send('delta', { text: ev.text });
-          else await send('end', endData(ev.outcome));
-        }
-      }
+      await writeWeirStream(sse, g, events, 0);
       sse.end();
       return;
     }
     let text = '';
-    let outcome = g.ended;
-    if (g.handle) {
-      for await (const ev of g.handle.events) {
-        if (ev.type === 'delta') text += ev.text;
-        else outcome = ev.outcome;
-      }
+    let outcome: GenerationOutcome | undefined;
+    for await (const ev of g.transcript.follow(0)) {
+      if (ev.type === 'delta') text += ev.text;
+      else outcome = ev.outcome;
     }
     if (!outcome) throw new WeirError('internal', 'the generation ended without an outcome');
     if (outcome.finishReason === 'error' && outcome.usage.outputTokens === 0) throw outcomeError(outcome);
-    if (outcome.finishReason === 'deadline' && outcome.timings.ttftMs === null && !g.handle) throw deadlineInQueue();
+    if (g.endedInQueue && outcome.finishReason === 'deadline') throw deadlineInQueue();
     res.json({
       generation_id: g.generationId,
       request_id: g.requestId,
-      model_revision: g.admitted.revision.id,
+      model_revision: g.modelRevision,
       text,
-      ...endData(outcome),
+      ...weirEndData(outcome),
     });
+  });
+
+  /**
+   * Writes Weir's stream (ARCHITECTURE.md §8) for the events after `lastEventId`: `start` is
+   * id 1, delta `i` is id `i + 2`, `end` is id `deltas + 2`. `events` must begin at delta
+   * index `max(0, lastEventId - 1)`.
+   */
+  async function writeWeirStream(sse: SseWriter, g: Answer, events: AsyncIterable<TranscriptEvent>, lastEventId: number) {
+    const send = (id: number, event: string, data: unknown) => sse.write(formatSseEvent({ id, event, data: JSON.stringify(data) }));
+    if (lastEventId < 1) await send(1, 'start', { generation_id: g.generationId, request_id: g.requestId, model_revision: g.modelRevision });
+    let ended = 0;
+    for await (const ev of events) {
+      if (ev.type === 'delta') await send(ev.index + 2, 'delta', { text: ev.text });
+      else {
+        ended = g.transcript.deltas.length + 2;
+        if (ended > lastEventId) await send(ended, 'end', weirEndData(ev.outcome));
+      }
+    }
+  }
+
+  app.get('/v1/generations/:id/events', authenticate, async (req, res) => {
+    const { tenantId } = (req as Authed).caller;
+    const id = String(req.params.id);
+    const lastEventId = parseLastEventId(req);
+    const entry = registry.get(tenantId, id);
+    let g: Answer | undefined;
+    if (entry?.transcript) {
+      g = {
+        generationId: entry.generationId,
+        requestId: entry.requestId,
+        modelRevision: entry.modelRevision,
+        createdS: entry.createdS ?? 0,
+        transcript: entry.transcript,
+        replayed: true,
+        endedInQueue: false,
+      };
+    } else {
+      const r = await idempotency.findResult(tenantId, id);
+      if (r) {
+        g = {
+          generationId: r.generationId,
+          requestId: r.requestId,
+          modelRevision: r.modelRevision,
+          createdS: r.createdS,
+          transcript: createTranscript({ deltas: r.deltas, outcome: r.outcome }),
+          replayed: true,
+          endedInQueue: false,
+        };
+      }
+    }
+    if (!g) {
+      throw new WeirError(
+        'not_found',
+        `No retained stream for generation '${id}' of your tenant: streams are kept by the gateway that served them for 10 minutes, and on every gateway for the idempotency retention window when the request had a request_id.`,
+      );
+    }
+    // A reader going away stops reading; it never cancels the generation.
+    const gone = new AbortController();
+    res.on('close', () => gone.abort());
+    const sse = openSse(res, { heartbeatMs: defaults.sseHeartbeatMs });
+    await writeWeirStream(sse, g, g.transcript.follow(Math.max(0, lastEventId - 1), gone.signal), lastEventId);
+    sse.end();
   });
 
   /** A generation another gateway served, as the ledger recorded it. */
@@ -351,6 +552,8 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     const body = parseBody(chatCompletionsBody, req.body);
     const g = await begin(req, res, 'chat.completions', body.model, toChatInput(body.messages), sampling(body), {
       maxOutputTokens: body.max_completion_tokens ?? body.max_tokens ?? undefined,
+      requestId: idempotencyKeyHeader(req),
+      keyParam: 'Idempotency-Key',
       paramNames: { model: 'model', input: 'messages', maxOutputTokens: body.max_completion_tokens != null ? 'max_completion_tokens' : 'max_tokens' },
     });
     await answerOpenAi(res, g, body.model, 'chat', body.stream === true, body.stream_options?.include_usage === true);
@@ -362,6 +565,8 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     const g = await begin(req, res, 'completions', body.model, { kind: 'text', text: prompt }, sampling(body), {
       maxOutputTokens: body.max_tokens ?? undefined,
       routeDefaultOutputTokens: 16, // OpenAI's default for /v1/completions (CONVENTIONS.md §1)
+      requestId: idempotencyKeyHeader(req),
+      keyParam: 'Idempotency-Key',
       paramNames: { model: 'model', input: 'prompt', maxOutputTokens: 'max_tokens' },
     });
     await answerOpenAi(res, g, body.model, 'text', body.stream === true, body.stream_options?.include_usage === true);
@@ -409,20 +614,19 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
 
   async function answerOpenAi(
     res: Response,
-    g: Awaited<ReturnType<typeof begin>>,
+    g: Answer,
     model: string,
     kind: 'chat' | 'text',
     stream: boolean,
     includeUsage: boolean,
   ) {
-    if (g.ended) throw deadlineOrCancel(g.ended);
-    const handle = g.handle as RelayHandle;
-    const meta: OpenAiResponseMeta = { id: `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${g.generationId.slice(4)}`, created: Math.floor(Date.now() / 1000), model };
+    if (g.endedInQueue && g.transcript.outcome) throw deadlineOrCancel(g.transcript.outcome);
+    const meta: OpenAiResponseMeta = { id: `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${g.generationId.slice(4)}`, created: g.createdS, model };
     const weir = (o: GenerationOutcome) => ({ finish_reason: o.finishReason, model_revision: o.modelRevision });
     if (!stream) {
       let text = '';
       let outcome: GenerationOutcome | undefined;
-      for await (const ev of handle.events) {
+      for await (const ev of g.transcript.follow(0)) {
         if (ev.type === 'delta') text += ev.text;
         else outcome = ev.outcome;
       }
@@ -434,7 +638,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     }
     // Headers go out only once a slot is held and the first event is in, so queue rejections
     // and failures before any output are still HTTP errors the SDKs can retry.
-    const events = await firstEventOrThrow(handle);
+    const events = await firstEventOrThrow(g.transcript.follow(0));
     const sse = openSse(res, { heartbeatMs: defaults.sseHeartbeatMs });
     const send = (chunk: unknown) => sse.write(formatSseEvent({ data: JSON.stringify(chunk) }));
     if (kind === 'chat') await send(chatCompletionChunk(meta, { delta: { role: 'assistant', content: '' }, finishReason: null }));
@@ -540,8 +744,8 @@ function describeRecord(r: UsageRecord) {
  * Waits for a generation's first event. A failure before any output throws its Weir error
  * (so the route answers with an HTTP status); otherwise returns every event, first included.
  */
-async function firstEventOrThrow(handle: RelayHandle): Promise<AsyncIterable<RelayEvent>> {
-  const it = handle.events[Symbol.asyncIterator]();
+async function firstEventOrThrow(events: AsyncIterable<TranscriptEvent>): Promise<AsyncIterable<TranscriptEvent>> {
+  const it = events[Symbol.asyncIterator]();
   const first = await it.next();
   if (!first.done && first.value.type === 'end' && first.value.outcome.finishReason === 'error' && first.value.outcome.usage.outputTokens === 0) {
     throw outcomeError(first.value.outcome);
@@ -553,6 +757,37 @@ async function firstEventOrThrow(handle: RelayHandle): Promise<AsyncIterable<Rel
       for (let r = await it.next(); !r.done; r = await it.next()) yield r.value;
     },
   };
+}
+
+/** The `end` event's data on Weir's stream and the tail of its JSON response. */
+function weirEndData(o: GenerationOutcome): WeirEndData {
+  return {
+    finish_reason: o.finishReason,
+    usage: { input_tokens: o.usage.inputTokens, output_tokens: o.usage.outputTokens, cost_usd: o.costNanoUsd / 1e9 },
+    model_used: o.modelRevision,
+    ...(o.error ? { error: { type: HTTP_ERRORS[asCode(o.error.code)].type, code: o.error.code, message: o.error.message } } : {}),
+  };
+}
+
+/** `Last-Event-ID` (header, or `last_event_id` query for clients that cannot set headers); 0 when absent. */
+function parseLastEventId(req: Request): number {
+  const raw = req.header('last-event-id') ?? (typeof req.query.last_event_id === 'string' ? req.query.last_event_id : undefined);
+  if (raw === undefined || raw.trim() === '') return 0;
+  const v = raw.trim();
+  if (!/^\d{1,9}$/.test(v)) {
+    throw new WeirError('invalid_request', '`Last-Event-ID` must be the non-negative integer id of the last event received.', { param: 'Last-Event-ID' });
+  }
+  return Number(v);
+}
+
+/** The OpenAI routes' opt-in idempotency key (`Idempotency-Key`), validated like `request_id`. */
+function idempotencyKeyHeader(req: Request): string | undefined {
+  const v = req.header('idempotency-key');
+  if (v === undefined) return undefined;
+  if (!REQUEST_ID.test(v)) {
+    throw new WeirError('invalid_request', '`Idempotency-Key` must be 1–128 characters of letters, digits and . _ : -.', { param: 'Idempotency-Key' });
+  }
+  return v;
 }
 
 function asCode(code: string): keyof typeof HTTP_ERRORS {
@@ -618,5 +853,8 @@ export function sendError(res: Response, error: WeirError): void {
     res.setHeader('retry-after-ms', String(Math.ceil(error.retryAfterMs)));
   }
   if (error.code === 'budget_exhausted') res.setHeader('x-should-retry', 'false');
+  if (error instanceof AdmissionRejectedError) {
+    for (const [name, value] of Object.entries(rateLimitHeaders(error.rateLimits))) res.setHeader(name, value);
+  }
   res.status(mapping.status).json(openAiError(error.message, mapping.type, error.code, error.param ?? null));
 }

@@ -4,6 +4,7 @@
  * finished generations are kept for `retentionMs` (default 10 min), then swept.
  */
 import type { FinishReason, GenerationOutcome, StopCause } from '@weir/core';
+import type { Transcript } from './transcript';
 
 /** Where a generation is. */
 export type GenerationState = 'queued' | 'running' | 'finished';
@@ -16,6 +17,10 @@ export interface TrackedGeneration {
   modelRevision: string;
   state: GenerationState;
   outcome?: GenerationOutcome;
+  /** Its events, for repeats of its idempotency key and `GET /v1/generations/{id}/events`. */
+  transcript?: Transcript;
+  /** When its response was created (Unix s). */
+  createdS?: number;
   /** Stops it (no-op once finished). */
   stop(cause: StopCause): void;
 }
@@ -49,12 +54,17 @@ export function statusOf(reason: FinishReason): string {
 
 /**
  * Creates a registry with a periodic (unref'd) sweep. Finished entries are kept for
- * `retentionMs` (default 10 min) but at most `maxFinished` of them (default 10,000; the
- * oldest go first), so memory stays bounded at any request rate.
+ * `retentionMs` (default 10 min) but at most `maxFinished` of them (default 10,000) holding at
+ * most `maxRetainedChars` of transcript text (default 32 Mi UTF-16 units, ≈ 64 MiB); the
+ * oldest go first, so memory stays bounded at any request rate.
  */
-export function createGenerationRegistry(options: { retentionMs?: number; maxFinished?: number; now?: () => number } = {}): GenerationRegistry {
+export function createGenerationRegistry(
+  options: { retentionMs?: number; maxFinished?: number; maxRetainedChars?: number; now?: () => number } = {},
+): GenerationRegistry {
   const retentionMs = options.retentionMs ?? 600_000;
   const maxFinished = options.maxFinished ?? 10_000;
+  const maxRetainedChars = options.maxRetainedChars ?? 32 * 1024 * 1024;
+  let retainedChars = 0;
   const now = options.now ?? Date.now;
   const entries = new Map<string, TrackedGeneration & { finishedAt?: number }>();
   // Finished ids in finishing order (Map iteration order), for the cap.
@@ -65,6 +75,7 @@ export function createGenerationRegistry(options: { retentionMs?: number; maxFin
       if (e.finishedAt !== undefined && e.finishedAt < cutoff) {
         entries.delete(id);
         finishedOrder.delete(id);
+        retainedChars -= e.transcript?.size ?? 0;
       }
     }
   }, Math.min(retentionMs, 60_000));
@@ -84,9 +95,11 @@ export function createGenerationRegistry(options: { retentionMs?: number; maxFin
       e.outcome = outcome;
       e.finishedAt = now();
       finishedOrder.set(generationId, true);
-      while (finishedOrder.size > maxFinished) {
+      retainedChars += e.transcript?.size ?? 0;
+      while (finishedOrder.size > maxFinished || (retainedChars > maxRetainedChars && finishedOrder.size > 0)) {
         const oldest = finishedOrder.keys().next().value as string;
         finishedOrder.delete(oldest);
+        retainedChars -= entries.get(oldest)?.transcript?.size ?? 0;
         entries.delete(oldest);
       }
     },

@@ -5,3 +5,6 @@ export * from './pipeline';
 export * from './schemas';
 export * from './sse-writer';
 export * from './metrics-observer';
+export * from './idempotency';
+export * from './rate-limit-headers';
+export * from './transcript';

@@ -15,6 +15,7 @@ import {
   type Clock,
   type GenerationInput,
   type GenerationOutcome,
+  type RateLimitStatus,
   type RevisionSpec,
   type RouterService,
   type SamplingParams,
@@ -82,9 +83,26 @@ export interface ParamNames {
 
 const CHAT_PARAMS: ParamNames = { model: 'model', input: 'messages', maxOutputTokens: 'max_tokens' };
 
+/**
+ * Admission refused the request: a `WeirError` (`rate_limited`, `concurrency_limited`,
+ * `budget_exhausted`) that also carries the rate-limit windows for the `x-ratelimit-*` headers.
+ */
+export class AdmissionRejectedError extends WeirError {
+  constructor(
+    code: 'rate_limited' | 'concurrency_limited' | 'budget_exhausted',
+    message: string,
+    retryAfterMs: number | undefined,
+    readonly rateLimits: RateLimitStatus | undefined,
+  ) {
+    super(code, message, { retryAfterMs, retryable: code !== 'budget_exhausted' });
+  }
+}
+
 /** A request that passed routing, validation and admission and holds a reservation. */
 export interface AdmittedGeneration {
   revision: RevisionSpec;
+  /** The rate-limit windows after this request (for `x-ratelimit-*`); absent when none apply. */
+  rateLimits?: RateLimitStatus;
   inputTokens: number;
   maxOutputTokens: number;
   /** Absolute deadline on the pipeline's clock (ms). */
@@ -103,9 +121,11 @@ export interface GenerationPipeline {
   /**
    * Routes, validates limits and reserves. Throws `WeirError`: `model_not_found`,
    * `output_limit_exceeded`, `context_length_exceeded`, `rate_limited`,
-   * `concurrency_limited`, `budget_exhausted`.
+   * `concurrency_limited`, `budget_exhausted` (the last three as {@link AdmissionRejectedError}).
    */
   admit(params: GenerationParams): Promise<AdmittedGeneration>;
+  /** The deadline a request of `caller` gets (ms from arrival): `requestedMs`, else the tenant's default, else 120,000. */
+  deadlineMsFor(caller: Caller, requestedMs?: number): number;
 }
 
 /** Creates the pipeline. */
@@ -117,7 +137,10 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
     throw error;
   };
 
+  const deadlineMsFor = (caller: Caller, requestedMs?: number) => requestedMs ?? deps.tenants.get(caller.tenantId)?.defaultDeadlineMs ?? 120_000;
+
   return {
+    deadlineMsFor,
     async admit(params) {
       const { caller } = params;
       const names = params.paramNames ?? CHAT_PARAMS;
@@ -165,8 +188,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
         maxOutputTokens = Math.max(1, Math.min(wanted, revision.contextWindow - inputTokens));
       }
 
-      const tenant = deps.tenants.get(caller.tenantId);
-      const deadlineMs = params.deadlineMs ?? tenant?.defaultDeadlineMs ?? 120_000;
+      const deadlineMs = deadlineMsFor(caller, params.deadlineMs);
       const deadlineAt = params.arrivedAt + deadlineMs;
       // Worst case: every input token plus the whole output limit at this revision's prices
       // (the fallback chain of issue 6 will take the highest prices across candidates).
@@ -181,7 +203,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
         worstCaseCostNanoUsd: worstCase,
       });
       if (!reserved.ok) {
-        return reject(caller, new WeirError(reserved.reason, reserved.message, { retryAfterMs: reserved.retryAfterMs, retryable: reserved.reason !== 'budget_exhausted' }));
+        return reject(caller, new AdmissionRejectedError(reserved.reason, reserved.message, reserved.retryAfterMs, reserved.rateLimits));
       }
       const reservationId = reserved.reservationId;
 
@@ -206,6 +228,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
       let started = false;
       return {
         revision,
+        ...(reserved.rateLimits ? { rateLimits: reserved.rateLimits } : {}),
         inputTokens,
         maxOutputTokens,
         deadlineAt,

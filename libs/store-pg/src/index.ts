@@ -36,3 +36,4 @@ export {
   type UncertainUsageRow,
   type UncertainSettlementWrite,
 } from './reconcile-queries';
+export { createPgIdempotencyStore, type PgIdempotencyStoreOptions } from './idempotency-store';

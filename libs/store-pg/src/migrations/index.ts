@@ -4,6 +4,7 @@ import { usageUncertain } from './0002-usage-uncertain';
 import { admissionAndIdempotency } from './0003-admission-and-idempotency';
 import { usageByTime } from './0005-usage-by-time';
 import { usageReconciliations } from './0006-usage-reconciliations';
+import { idempotencyByGeneration } from './0007-idempotency-by-generation';
 
 /**
  * Weir's one migration history, for PGlite and Postgres alike. Names sort in the order they
@@ -17,6 +18,7 @@ export const MIGRATIONS: Readonly<Record<string, Migration>> = Object.freeze({
   '0003_admission_and_idempotency': admissionAndIdempotency,
   '0005_usage_by_time': usageByTime,
   '0006_usage_reconciliations': usageReconciliations,
+  '0007_idempotency_by_generation': idempotencyByGeneration,
 });
 
 /** An in-code kysely {@link MigrationProvider} over {@link MIGRATIONS} (no filesystem scan). */

@@ -1,0 +1,129 @@
+/**
+ * A generation's events as the gateway relays them, kept so that more than one reader can
+ * follow them: the route answering the request, a repeat of the same `request_id`, and
+ * `GET /v1/generations/{id}/events` resuming after a `Last-Event-ID`. One pump reads the
+ * relay handle (its events have one consumer) and appends here; readers follow from any
+ * position and wait for what has not happened yet.
+ *
+ * Weir's SSE event ids over a transcript (ARCHITECTURE.md §8): `start` is id 1, delta `i`
+ * (0-based) is id `i + 2`, and `end` is id `deltas.length + 2`.
+ */
+import type { GenerationOutcome, RelayEvent } from '@weir/core';
+
+/** An event read from a transcript, with its position. */
+export type TranscriptEvent =
+  | { type: 'delta'; index: number; text: string; tokens: number }
+  | { type: 'end'; outcome: GenerationOutcome };
+
+/** The transcript of one generation. */
+export interface Transcript {
+  /** Text deltas so far, in order. */
+  readonly deltas: readonly string[];
+  /** Set once the generation ended. */
+  readonly outcome: GenerationOutcome | undefined;
+  /** Total UTF-16 length of the deltas (a bound on the memory they hold). */
+  readonly size: number;
+  /** Appends a delta. Ignored once ended. */
+  push(text: string, tokens?: number): void;
+  /** Ends it (first call wins). */
+  end(outcome: GenerationOutcome): void;
+  /**
+   * Deltas from index `from` (0-based) and then the end, waiting for live ones. Each call is
+   * an independent reader. Stops early (without the end) when `signal` fires.
+   */
+  follow(from?: number, signal?: AbortSignal): AsyncIterable<TranscriptEvent>;
+  /** The same as relay events (`delta` and one `end`), from the start. */
+  relayEvents(): AsyncIterable<RelayEvent>;
+}
+
+/** Creates an empty transcript, or a finished one from retained deltas and their outcome. */
+export function createTranscript(finished?: { deltas: readonly string[]; outcome: GenerationOutcome }): Transcript {
+  const deltas: string[] = finished ? [...finished.deltas] : [];
+  const tokens: number[] = deltas.map(() => 0);
+  let outcome: GenerationOutcome | undefined = finished?.outcome;
+  let size = deltas.reduce((n, d) => n + d.length, 0);
+  let waiters: (() => void)[] = [];
+  const wake = () => {
+    const w = waiters;
+    waiters = [];
+    for (const f of w) f();
+  };
+
+  const transcript: Transcript = {
+    get deltas() {
+      return deltas;
+    },
+    get outcome() {
+      return outcome;
+    },
+    get size() {
+      return size;
+    },
+    push(text, n = 0) {
+      if (outcome) return;
+      deltas.push(text);
+      tokens.push(n);
+      size += text.length;
+      wake();
+    },
+    end(o) {
+      if (outcome) return;
+      outcome = o;
+      wake();
+    },
+    follow(from = 0, signal) {
+      return {
+        async *[Symbol.asyncIterator]() {
+          let i = Math.max(0, from);
+          for (;;) {
+            if (signal?.aborted) return;
+            if (i < deltas.length) {
+              yield { type: 'delta', index: i, text: deltas[i], tokens: tokens[i] };
+              i++;
+              continue;
+            }
+            if (outcome) {
+              yield { type: 'end', outcome };
+              return;
+            }
+            await new Promise<void>((resolve) => {
+              const done = () => {
+                signal?.removeEventListener('abort', done);
+                resolve();
+              };
+              waiters.push(done);
+              signal?.addEventListener('abort', done, { once: true });
+            });
+          }
+        },
+      };
+    },
+    relayEvents() {
+      const events = transcript.follow(0);
+      return {
+        async *[Symbol.asyncIterator]() {
+          for await (const ev of events) {
+            yield ev.type === 'delta' ? { type: 'delta', text: ev.text, tokens: ev.tokens } : { type: 'end', outcome: ev.outcome };
+          }
+        },
+      };
+    },
+  };
+  return transcript;
+}
+
+/**
+ * Reads a relay handle's events into a transcript until its end. Resolves when it ended.
+ * Never throws: an iterator failure ends the transcript with `fallback(err)`.
+ */
+export async function pumpInto(transcript: Transcript, events: AsyncIterable<RelayEvent>, fallback: (err: unknown) => GenerationOutcome): Promise<void> {
+  try {
+    for await (const ev of events) {
+      if (ev.type === 'delta') transcript.push(ev.text, ev.tokens);
+      else transcript.end(ev.outcome);
+    }
+  } catch (err) {
+    transcript.end(fallback(err));
+  }
+  if (!transcript.outcome) transcript.end(fallback(new Error('the relay ended without an outcome')));
+}
