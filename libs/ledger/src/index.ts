@@ -1,5 +1,14 @@
 export { priceUsage, formatUsd, microUsdPerMTok } from './pricing';
 export { usageStatusFor } from './usage-status';
+export { evaluateBurnRate, debounceBurnRate, HOUR_MS, type BurnRateSettings, type BurnRateVerdict, type BurnRateDebounceState } from './burn-rate';
+export {
+  createBurnRateMonitor,
+  type BurnRateMonitor,
+  type BurnRateMonitorOptions,
+  type BurnRateMonitorDeps,
+  type BurnRateMetrics,
+} from './burn-rate-monitor';
+export { usagePeriod, nanoUsdToDecimal, type UsagePeriod } from './usage-period';
 export {
   createBatchedUsageSink,
   type BatchedUsageSink,
