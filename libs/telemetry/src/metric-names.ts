@@ -48,6 +48,13 @@ export const METRIC_NAMES = {
   replicaSlotsInUse: 'weir.replica.slots_in_use',
   /** Observable gauge, {sequence}: slots the replica has. */
   replicaSlots: 'weir.replica.slots',
+  /**
+   * Gauge, 1: a tenant's spend in the last hour ÷ its trailing hourly baseline, by `tenant`, set
+   * by each burn-rate check (+Inf with spend and no baseline; 0 with no spend).
+   */
+  tenantBurnRateRatio: 'weir.tenant.burn_rate_ratio',
+  /** Counter, {alert}: burn-rate alerts published, by `tenant`. */
+  burnRateAlerts: 'weir.burn_rate_alerts',
 } as const;
 
 /** Attribute (label) keys. Values are bounded: config ids, enums, error codes; never ids of requests or text. */
@@ -105,4 +112,6 @@ export const PROMETHEUS_SERIES = {
   replicaUp: 'weir_replica_up',
   replicaSlotsInUse: 'weir_replica_slots_in_use',
   replicaSlots: 'weir_replica_slots',
+  tenantBurnRateRatio: 'weir_tenant_burn_rate_ratio',
+  burnRateAlerts: 'weir_burn_rate_alerts_total',
 } as const satisfies Record<keyof typeof METRIC_NAMES, string>;

@@ -145,9 +145,19 @@ describe('createTelemetry', () => {
     m.trackInFlight({ tenant: 'demo', revision: 'stories260k@1' });
     release();
     release(); // idempotent
+    m.recordBurnRate({ tenant: 'demo', ratio: 4.5 });
+    m.recordBurnRate({ tenant: 'fresh', ratio: Number.POSITIVE_INFINITY });
+    m.recordBurnRate({ tenant: 'demo', ratio: Number.NaN }); // skipped: the gauge keeps 4.5
+    m.recordBurnRateAlert({ tenant: 'demo' });
 
     const { text } = await scrape(server);
     const { samples, types } = parseExposition(text);
+    expect(types.get(PROMETHEUS_SERIES.tenantBurnRateRatio)).toBe('gauge');
+    expect(find(samples, PROMETHEUS_SERIES.tenantBurnRateRatio, { tenant: 'demo' })[0].value).toBe(4.5);
+    // Spend with no baseline: Prometheus's +Inf (this parser reads it as NaN, so check the text).
+    expect(text).toMatch(/^weir_tenant_burn_rate_ratio\{tenant="fresh"[^}]*\} \+Inf$/m);
+    expect(types.get(PROMETHEUS_SERIES.burnRateAlerts)).toBe('counter');
+    expect(find(samples, PROMETHEUS_SERIES.burnRateAlerts, { tenant: 'demo' })[0].value).toBe(1);
     expect(types.get('weir_requests_total')).toBe('counter');
     expect(types.get('weir_admission_rejections_total')).toBe('counter');
     expect(types.get('weir_tokens_total')).toBe('counter');

@@ -89,6 +89,14 @@ export interface WeirMetrics {
   trackInFlight(attributes: InFlightAttributes): () => void;
   /** `weir.scheduler.expired_leases` +1 by `replica`: a lease whose holder vanished was reclaimed. */
   recordExpiredLease(attributes: { replica: string }): void;
+  /**
+   * `weir.tenant.burn_rate_ratio` (gauge) by `tenant`: the last hour's spend ÷ the trailing
+   * hourly baseline. +Infinity is kept (exported as `+Inf`: spend with no baseline); NaN and
+   * negative values are skipped.
+   */
+  recordBurnRate(sample: { tenant: string; ratio: number }): void;
+  /** `weir.burn_rate_alerts` +1 by `tenant`: a burn-rate alert was published. */
+  recordBurnRateAlert(alert: { tenant: string }): void;
 }
 
 const LABEL_PATTERN = /^[A-Za-z0-9_][A-Za-z0-9._:@/-]{0,127}$/;
@@ -147,6 +155,8 @@ export function createWeirMetrics(meter: Meter): WeirMetrics {
     advice: { explicitBucketBoundaries: [...QUEUE_BUCKETS_S] },
   });
   const inflight = meter.createUpDownCounter(M.inflightRequests, { unit: '{request}', description: 'Requests in flight' });
+  const burnRate = meter.createGauge(M.tenantBurnRateRatio, { unit: '1', description: "A tenant's spend in the last hour divided by its trailing hourly baseline" });
+  const burnRateAlerts = meter.createCounter(M.burnRateAlerts, { unit: '{alert}', description: 'Burn-rate alerts published, by tenant' });
 
   const addInFlight = (attributes: InFlightAttributes, delta: number): void => {
     if (!Number.isFinite(delta)) return;
@@ -201,6 +211,12 @@ export function createWeirMetrics(meter: Meter): WeirMetrics {
     },
     recordExpiredLease({ replica }) {
       expiredLeases.add(1, { replica: label(replica, NONE) });
+    },
+    recordBurnRate({ tenant, ratio }) {
+      if (typeof ratio === 'number' && ratio >= 0) burnRate.record(ratio, { [A.tenant]: label(tenant, NONE) });
+    },
+    recordBurnRateAlert({ tenant }) {
+      burnRateAlerts.add(1, { [A.tenant]: label(tenant, NONE) });
     },
   };
 }
