@@ -28,6 +28,7 @@ describeE2ESuite('split topology', async ({ configYaml, demoKey, databaseUrl }) 
   });
   return {
     url: topology.gateways[0].url,
+    urls: topology.gateways.map((g) => g.url),
     output: topology.output,
     async engineOutputTokens(revisionId) {
       let total = 0;

@@ -15,6 +15,8 @@ type Json = any;
 export interface Topology {
   /** The gateway's base URL (a split topology may have several gateways; this is the first). */
   url: string;
+  /** Every gateway's base URL (the all-in-one has one). Default `[url]`. */
+  urls?: string[];
   /** Everything its processes printed (stdout + stderr). */
   output(): string;
   /** Σ over the revision's replicas of the engines' own output-token counters. */
@@ -355,6 +357,34 @@ export function describeE2ESuite(name: string, start: (options: TopologyOptions)
         billed += end.usage.output_tokens;
       }
       expect((await engineOutputTokens('stories260k@1')) - before).toBe(billed);
+    });
+
+    it('answers a repeated request_id with the original result on any gateway: one generation, one ledger row, no second charge', async () => {
+      const requestId = `idem-${Date.now().toString(36)}`;
+      const body = { model_alias: 'tiny-stories', input: 'The little cat', max_output_tokens: 16, temperature: 0, request_id: requestId };
+      const before = await engineOutputTokens('stories260k@1');
+      const { events } = await streamGeneration(body);
+      const original = checkWeirStream(events);
+      const other = (weir.urls ?? [weir.url]).at(-1) as string;
+      const again = await fetch(`${other}/v1/generations`, { method: 'POST', headers: auth, body: JSON.stringify(body) });
+      expect(again.status).toBe(200);
+      expect(again.headers.get('idempotent-replayed')).toBe('true');
+      const json: Json = await again.json();
+      expect(json).toMatchObject({ generation_id: original.start.generation_id, request_id: requestId, text: original.text, usage: original.end.usage });
+      // The retained stream, resumed after event 2, from the other gateway.
+      const resumed = await fetch(`${other}/v1/generations/${original.start.generation_id}/events`, { headers: { ...auth, 'Last-Event-ID': '2' } });
+      expect(resumed.status).toBe(200);
+      const tail = (await readSse(resumed)).events;
+      expect(tail.map((e) => [e.id, e.event, e.data])).toEqual(events.slice(2).map((e) => [e.id, e.event, e.data]));
+      // The same key with another body is a conflict, and runs nothing.
+      const conflict = await post('/v1/generations', { ...body, input: 'A different story' });
+      expect(conflict.status).toBe(409);
+      expect(await conflict.json()).toMatchObject({ error: { code: 'conflict', param: 'request_id' } });
+      await ledgerRow(original.start.generation_id);
+      await new Promise((r) => setTimeout(r, 300));
+      const rows = await ledger.db.selectFrom('usage_ledger').select(['generation_id']).where('request_id', '=', requestId).execute();
+      expect(rows).toEqual([{ generation_id: original.start.generation_id }]);
+      expect((await engineOutputTokens('stories260k@1')) - before).toBe(16);
     });
 
     it('keeps prompt and output text out of the ledger and the logs', async () => {
