@@ -1,17 +1,23 @@
 /**
  * The ledger service (split topology): consumes usage records from the durable JetStream
- * stream and writes them to Postgres. A batch is acknowledged only after the insert commits,
+ * stream and writes them to Postgres, and runs the burn-rate check (alerts on
+ * `<namespace>.alerts.burn_rate`, metrics `weir_tenant_burn_rate_ratio` and
+ * `weir_burn_rate_alerts_total`). A batch is acknowledged only after the insert commits,
  * and the insert is idempotent on `generation_id`, so a restart or a redelivery never loses
  * or double-bills a record (at-least-once delivery, exactly-once effect). Several instances
  * share the durable consumer and split the work.
  *
  * Environment: DATABASE_URL, NATS_URL, WEIR_NATS_NAMESPACE (default weir: deployments sharing a NATS server need different ones), HOST, OPS_PORT (default 9465), LEDGER_ACK_WAIT_MS (default
  * 5000: how soon JetStream redelivers what a killed ledger had taken but not acknowledged),
- * LOG_LEVEL.
+ * WEIR_CONFIG (optional: its `defaults.admission.burn_rate_*`; else the defaults),
+ * WEIR_BURN_RATE_INTERVAL_MS (default 60000: time between burn-rate checks), LOG_LEVEL.
  */
-import { connectNats, createNatsUsageSource, ensureUsageStream, natsNames } from '@weir/messaging-nats';
+import { loadConfigFile } from '@weir/config';
+import { type BurnRateAlert, DEFAULT_ADMISSION } from '@weir/core';
+import { createBurnRateMonitor } from '@weir/ledger';
+import { burnRateAlertCodec, connectNats, createNatsTopic, createNatsUsageSource, ensureUsageStream, natsNames } from '@weir/messaging-nats';
 import { envInt, envRequired, envString, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
-import { createUsageRepository, openDatabase } from '@weir/store-pg';
+import { createUsageQueries, createUsageRepository, openDatabase } from '@weir/store-pg';
 import { createLogger, createTelemetry } from '@weir/telemetry';
 import { installTracing } from '@weir/transport-grpc';
 
@@ -22,6 +28,8 @@ const env = readEnv({
   HOST: envString('127.0.0.1'),
   OPS_PORT: envInt(9465, 0, 65535),
   LEDGER_ACK_WAIT_MS: envInt(5_000, 1_000),
+  WEIR_CONFIG: envString(''),
+  WEIR_BURN_RATE_INTERVAL_MS: envInt(60_000, 100),
   LOG_LEVEL: envString('info'),
 });
 const logger = createLogger({ name: 'ledger', level: env.LOG_LEVEL as 'info' });
@@ -40,6 +48,17 @@ runUntilSignal('ledger', logger, async () => {
     await repository.insertMany(records);
     written += records.length;
   });
+  const admissionDefaults = env.WEIR_CONFIG ? loadConfigFile(env.WEIR_CONFIG).defaults.admission : DEFAULT_ADMISSION;
+  const burnRate = createBurnRateMonitor(
+    { settings: admissionDefaults, intervalMs: env.WEIR_BURN_RATE_INTERVAL_MS },
+    {
+      spend: createUsageQueries(database.db),
+      alerts: createNatsTopic<BurnRateAlert>(nc, names.burnRateAlertSubject, burnRateAlertCodec, { logger }),
+      metrics: telemetry.metrics,
+      logger,
+    },
+  );
+  burnRate.start();
   let draining = false;
   const ops = await startOpsServer({
     host: env.HOST,
@@ -51,6 +70,7 @@ runUntilSignal('ledger', logger, async () => {
   return {
     async stop() {
       draining = true;
+      await burnRate.stop();
       await source.stop();
       logger.info({ written }, 'ledger stopped consuming');
       await nc.drain().catch(() => undefined);
