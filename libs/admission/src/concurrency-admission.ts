@@ -1,80 +1,50 @@
 /**
- * In-process admission enforcing each tenant's concurrent-request limit with reservations:
- * `reserve` holds a slot (and records the worst-case tokens and cost the request may use),
- * `settle` and `release` free it, each exactly once. Rejections are values with a retry hint.
- *
- * Token-per-minute, request-per-minute and dollar budgets with durable reservations arrive
- * with issue 4 behind the same `AdmissionService` port.
+ * Admission in one process, over the in-memory store: the full engine (every limit, budgets,
+ * reserve → settle → release) without durability. For unit tests and embedders that need no
+ * Postgres; the all-in-one and the admission service use the Postgres store.
  */
-import { type AdmissionService, type ReservationRequest, type Settlement, type TenantSpec, newId } from '@weir/core';
+import type { TenantSpec } from '@weir/core';
+import { type ReservationRecord, tenantScope } from './admission-state';
+import { type Admission, type AdmissionObserver, createAdmission } from './admission';
+import { type InMemoryAdmissionStore, createInMemoryAdmissionStore } from './in-memory-admission-store';
 
-/** A held reservation, as admission sees it. */
-export interface Reservation {
-  id: string;
-  request: ReservationRequest;
-  createdAtMs: number;
-}
-
-/** Admission plus a read-only view of what it holds (for metrics, tests and reconciliation). */
-export interface InMemoryAdmission extends AdmissionService {
+/** Admission plus synchronous read-only views of what it holds (for tests and metrics). */
+export interface InMemoryAdmission extends Admission {
   /** Reservations currently held. */
-  held(): Reservation[];
+  held(): ReservationRecord[];
   /** Concurrent requests held for a tenant. */
   inFlight(tenantId: string): number;
+  /** The store underneath (tests record ledger rows on it). */
+  store: InMemoryAdmissionStore;
 }
 
-/** Options of {@link createConcurrencyAdmission}. */
-export interface ConcurrencyAdmissionOptions {
-  tenants: TenantSpec[];
-  /** Suggested wait before retrying a concurrency rejection (ms). Default 1,000. */
+/** Options of {@link createInMemoryAdmission}. */
+export interface InMemoryAdmissionOptions {
+  tenants: readonly TenantSpec[];
+  /** Retry hint for a concurrency rejection (ms). Default 1,000. */
   retryAfterMs?: number;
+  /** Wall clock (epoch ms). Default `Date.now`. */
   now?: () => number;
+  observer?: AdmissionObserver;
 }
 
-/** Creates in-process concurrency admission. */
-export function createConcurrencyAdmission(options: ConcurrencyAdmissionOptions): InMemoryAdmission {
-  const limits = new Map(options.tenants.map((t) => [t.id, t.limits.maxConcurrent]));
-  const retryAfterMs = options.retryAfterMs ?? 1_000;
-  const now = options.now ?? Date.now;
-  const reservations = new Map<string, Reservation>();
-  const perTenant = new Map<string, number>();
-
-  const free = (id: string) => {
-    const r = reservations.get(id);
-    if (!r) return;
-    reservations.delete(id);
-    const t = r.request.caller.tenantId;
-    perTenant.set(t, (perTenant.get(t) ?? 1) - 1);
-  };
-
+/** Creates admission over a fresh in-memory store. */
+export function createInMemoryAdmission(options: InMemoryAdmissionOptions): InMemoryAdmission {
+  const store = createInMemoryAdmissionStore();
+  const admission = createAdmission(
+    { tenants: options.tenants, concurrencyRetryAfterMs: options.retryAfterMs },
+    { store, clock: options.now ? { now: options.now } : undefined, observer: options.observer },
+  );
   return {
-    async reserve(request) {
-      const tenantId = request.caller.tenantId;
-      const limit = limits.get(tenantId);
-      if (limit === undefined) {
-        return { ok: false, reason: 'concurrency_limited', message: `tenant ${tenantId} has no admission policy` };
-      }
-      const current = perTenant.get(tenantId) ?? 0;
-      if (current >= limit) {
-        return {
-          ok: false,
-          reason: 'concurrency_limited',
-          message: `Your tenant already has ${current} requests in flight, its limit; retry when one finishes.`,
-          retryAfterMs,
-        };
-      }
-      const id = newId('rsv');
-      reservations.set(id, { id, request, createdAtMs: now() });
-      perTenant.set(tenantId, current + 1);
-      return { ok: true, reservationId: id };
-    },
-    async settle(reservationId: string, _settlement: Settlement) {
-      free(reservationId);
-    },
-    async release(reservationId) {
-      free(reservationId);
-    },
-    held: () => [...reservations.values()],
-    inFlight: (tenantId) => perTenant.get(tenantId) ?? 0,
+    ...admission,
+    store,
+    held: () => store.reservations().filter((r) => r.state === 'held'),
+    inFlight: (tenantId) => store.scope(tenantScope(tenantId))?.inFlight ?? 0,
   };
 }
+
+/** @deprecated the name of issue 3's concurrency-only admission; it is now {@link createInMemoryAdmission}. */
+export const createConcurrencyAdmission = createInMemoryAdmission;
+
+/** @deprecated see {@link InMemoryAdmissionOptions}. */
+export type ConcurrencyAdmissionOptions = InMemoryAdmissionOptions;

@@ -1,1 +1,7 @@
+export * from './admission-state';
+export * from './admission-store';
+export * from './decide';
+export * from './admission';
+export * from './in-memory-admission-store';
 export * from './concurrency-admission';
+export * from './reconciler';

@@ -72,6 +72,8 @@ export interface GenerationParams {
   arrivedAt: number;
   /** The route's own names of the fields errors point at (OpenAI's `param`). Default: the chat route's. */
   paramNames?: ParamNames;
+  /** The caller's use case (validated: `USE_CASE_PATTERN`), carried into the usage record. Default none. */
+  useCase?: string;
 }
 
 /** Field names a route's clients know, for error messages and `param`. */
@@ -216,7 +218,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
           timings: { queueMs, ttftMs: null, totalMs: clock.now() - params.arrivedAt },
         };
         deps.usageSink.record(
-          buildUsageRecord({ generationId: params.generationId, requestId: params.requestId, route: params.route, caller, modelAlias: params.alias }, outcome, Date.now()),
+          buildUsageRecord({ generationId: params.generationId, requestId: params.requestId, route: params.route, caller, modelAlias: params.alias, useCase: params.useCase }, outcome, Date.now()),
         );
         deps.observer?.onFinished?.({ caller, route: params.route, alias: params.alias, revision, outcome });
         return outcome;
@@ -265,6 +267,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
             deadlineAt,
             queueMs: lease.queueMs,
             inputTokens,
+            ...(params.useCase !== undefined ? { useCase: params.useCase } : {}),
           });
           void handle.done.then(async (outcome) => {
             // Settlement failures are logged by the transport; they never reach the client.
@@ -272,7 +275,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
             // A lost relay could not record usage: record what was relayed, marked uncertain.
             if (outcome.relayLost) {
               deps.usageSink.record(
-                buildUsageRecord({ generationId: params.generationId, requestId: params.requestId, route: params.route, caller, modelAlias: params.alias }, outcome, Date.now()),
+                buildUsageRecord({ generationId: params.generationId, requestId: params.requestId, route: params.route, caller, modelAlias: params.alias, useCase: params.useCase }, outcome, Date.now()),
               );
             }
             await deps.admission.settle(reservationId, { usage: outcome.usage, costNanoUsd: outcome.costNanoUsd }).catch(() => undefined);

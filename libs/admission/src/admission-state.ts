@@ -1,0 +1,159 @@
+/**
+ * The durable state admission decides on (ADR 0001: Postgres is the atomic arbiter), as plain
+ * values: one {@link ScopeState} per tenant and per app, one {@link BudgetState} per scope and
+ * UTC calendar period, one {@link ReservationRecord} per admitted request. Stores persist
+ * these; the pure functions in `decide.ts` compute the next state from the locked one.
+ */
+
+/** 1 USD in nano-USD: money is integer nano-USD everywhere in admission. */
+export const NANO_PER_USD = 1_000_000_000;
+
+/** A calendar budget period (UTC): the month starting on the 1st, or the day. */
+export type BudgetPeriod = 'month' | 'day';
+
+/** The scope key of a tenant: `tenant:<tenantId>`. */
+export function tenantScope(tenantId: string): string {
+  return `tenant:${tenantId}`;
+}
+
+/** The scope key of an app of a tenant: `app:<tenantId>/<appId>`. */
+export function appScope(tenantId: string, appId: string): string {
+  return `app:${tenantId}/${appId}`;
+}
+
+/**
+ * One scope's concurrency and rate-limit state (`admission_scopes`). Each per-minute limit is a
+ * token bucket stored as the consumed level at `usedAtMs`; the level drains at limit ÷ 60,000
+ * per ms, so a fresh scope (all levels 0) starts full. Levels are fractional (double).
+ */
+export interface ScopeState {
+  scope: string;
+  /** Reservations held now (≥ 0). */
+  inFlight: number;
+  /** Requests bucket level (requests). */
+  requestsUsed: number;
+  /** Input + output tokens bucket level (tokens). */
+  tokensUsed: number;
+  /** Input tokens bucket level (tokens). */
+  inputTokensUsed: number;
+  /** Output tokens bucket level (tokens). */
+  outputTokensUsed: number;
+  /** When the levels were last computed (epoch ms). */
+  usedAtMs: number;
+}
+
+/** A scope with nothing in flight and full buckets. */
+export function emptyScope(scope: string): ScopeState {
+  return { scope, inFlight: 0, requestsUsed: 0, tokensUsed: 0, inputTokensUsed: 0, outputTokensUsed: 0, usedAtMs: 0 };
+}
+
+/** Identifies a budget row: scope, period and its first day (`YYYY-MM-DD`, UTC). */
+export interface BudgetKey {
+  scope: string;
+  period: BudgetPeriod;
+  startsOn: string;
+}
+
+/**
+ * Money of one scope in one calendar period (`budget_periods`), nano-USD. The admission
+ * invariant: settledNano + reservedNano ≤ the period's budget, for every configured budget.
+ */
+export interface BudgetState extends BudgetKey {
+  settledNano: number;
+  reservedNano: number;
+}
+
+/** A budget row with nothing spent or reserved. */
+export function emptyBudget(key: BudgetKey): BudgetState {
+  return { ...key, settledNano: 0, reservedNano: 0 };
+}
+
+/** A stable string for a {@link BudgetKey}; sorting these sorts rows the way stores lock them. */
+export function budgetKeyString(key: BudgetKey): string {
+  return `${key.scope}|${key.period}|${key.startsOn}`;
+}
+
+/** The first day (`YYYY-MM-DD`, UTC) of the month and of the day that contain `epochMs`. */
+export function periodStarts(epochMs: number): { month: string; day: string } {
+  const day = new Date(epochMs).toISOString().slice(0, 10);
+  return { month: `${day.slice(0, 8)}01`, day };
+}
+
+/** What one reservation (or a reserve attempt) locks: its two scopes and their four budget rows, sorted. */
+export interface LockKeys {
+  /** Scope keys, sorted. */
+  scopes: string[];
+  /** Budget rows, sorted by {@link budgetKeyString}. */
+  budgets: BudgetKey[];
+}
+
+/** The rows of a tenant/app pair for the month and day starting on the given dates, sorted for locking. */
+export function lockKeys(tenantId: string, appId: string, monthStartsOn: string, dayStartsOn: string): LockKeys {
+  const scopes = [tenantScope(tenantId), appScope(tenantId, appId)].sort();
+  const budgets = scopes
+    .flatMap((scope) => [
+      { scope, period: 'month' as const, startsOn: monthStartsOn },
+      { scope, period: 'day' as const, startsOn: dayStartsOn },
+    ])
+    .sort((a, b) => compare(budgetKeyString(a), budgetKeyString(b)));
+  return { scopes, budgets };
+}
+
+/** The rows a reservation touches (the periods recorded on it, so a reservation made on the 31st settles in that month). */
+export function reservationLockKeys(r: ReservationRecord): LockKeys {
+  return lockKeys(r.tenantId, r.appId, r.monthStartsOn, r.dayStartsOn);
+}
+
+function compare(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
+/** Where a reservation is in its life. `held` until exactly one of the others. */
+export type ReservationState = 'held' | 'settled' | 'released' | 'expired';
+
+/** Who finished a reservation: the request itself (`gateway`) or reconciliation (`reconciler`). */
+export type FinishedBy = 'gateway' | 'reconciler';
+
+/** One admitted request (`reservations`). Token counts are tokens, money nano-USD, times epoch ms. */
+export interface ReservationRecord {
+  id: string;
+  tenantId: string;
+  appId: string;
+  requestId: string;
+  generationId: string;
+  state: ReservationState;
+  inputTokens: number;
+  maxOutputTokens: number;
+  worstCaseNano: number;
+  /** The budget periods it was reserved in (`YYYY-MM-DD`). */
+  monthStartsOn: string;
+  dayStartsOn: string;
+  createdAtMs: number;
+  expiresAtMs: number;
+  /** Set once settled (also by reconciliation): the cost charged. */
+  settledNano?: number;
+  settledInputTokens?: number;
+  settledOutputTokens?: number;
+  finishedAtMs?: number;
+  finishedBy?: FinishedBy;
+}
+
+/** The state rows a transaction locked, by key. */
+export interface LockedState {
+  scopes: ReadonlyMap<string, ScopeState>;
+  /** By {@link budgetKeyString}. */
+  budgets: ReadonlyMap<string, BudgetState>;
+}
+
+/** Rows to write back at the end of a transaction (only those given are written). */
+export interface StateWrites {
+  scopes: ScopeState[];
+  budgets: BudgetState[];
+}
+
+/** What the usage ledger says a generation measured and cost (the ledger is the truth). */
+export interface LedgerFacts {
+  costNano: number;
+  inputTokens: number;
+  outputTokens: number;
+}
