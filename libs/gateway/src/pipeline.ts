@@ -130,6 +130,17 @@ export interface GenerationPipeline {
   deadlineMsFor(caller: Caller, requestedMs?: number): number;
 }
 
+/**
+ * The most a request can cost (nano-USD): `inputTokens` plus the whole output limit, priced at
+ * whichever candidate revision (the routed one and its fallback chain) charges most for them —
+ * ledger pricing (`priceUsage`), no cached-input discount. 0 for an empty chain.
+ */
+export function worstCaseCostNanoUsd(candidates: readonly RevisionSpec[], inputTokens: number, maxOutputTokens: number): number {
+  let worst = 0;
+  for (const c of candidates) worst = Math.max(worst, priceUsage(c.pricing, { inputTokens, outputTokens: maxOutputTokens }));
+  return worst;
+}
+
 /** Creates the pipeline. */
 export function createGenerationPipeline(deps: GenerationPipelineDeps): GenerationPipeline {
   const { clock } = deps;
@@ -192,9 +203,9 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
 
       const deadlineMs = deadlineMsFor(caller, params.deadlineMs);
       const deadlineAt = params.arrivedAt + deadlineMs;
-      // Worst case: every input token plus the whole output limit at this revision's prices
-      // (the fallback chain of issue 6 will take the highest prices across candidates).
-      const worstCase = priceUsage(revision.pricing, { inputTokens, outputTokens: maxOutputTokens });
+      // Worst case: every input token plus the whole output limit at the highest prices of the
+      // candidate chain, so a fallback can never break the cap (ARCHITECTURE.md §2).
+      const worstCase = worstCaseCostNanoUsd([revision, ...routed.route.fallbacks], inputTokens, maxOutputTokens);
       const reserved = await deps.admission.reserve({
         caller,
         requestId: params.requestId,
