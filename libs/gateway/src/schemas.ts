@@ -3,7 +3,7 @@
  * (snake_case); a failure names the field and says what to fix.
  */
 import { z } from 'zod';
-import { type ChatMessage, type GenerationInput, WeirError } from '@weir/core';
+import { type ChatMessage, type GenerationInput, USE_CASE_PATTERN, WeirError } from '@weir/core';
 
 const stop = z.union([z.string().min(1), z.array(z.string().min(1)).max(4)]).nullish();
 const temperature = z.number().min(0).max(2).nullish();
@@ -81,12 +81,27 @@ export const generationsBody = z.object({
   input: z.union([z.string(), z.array(chatMessage).min(1)]),
   max_output_tokens: positiveInt.optional(),
   deadline_ms: positiveInt.max(3_600_000).optional(),
+  use_case: z.string().regex(USE_CASE_PATTERN, 'use 1-64 letters, digits and . _ : - only').optional(),
   stream: z.boolean().optional(),
   temperature: temperature,
   top_p: topP,
   seed,
   stop,
 }).strict();
+
+/**
+ * The request's use case: `fromBody` (the validated `use_case` of `/v1/generations`) when
+ * given, else the `x-weir-use-case` header, else undefined. The header is checked even when
+ * the body names one.
+ * @throws WeirError `invalid_request` (`param: x-weir-use-case`) for a header that is not 1–64
+ *   characters of `[A-Za-z0-9._:-]`.
+ */
+export function useCaseOf(header: string | undefined, fromBody?: string): string | undefined {
+  if (header !== undefined && !USE_CASE_PATTERN.test(header)) {
+    throw new WeirError('invalid_request', '`x-weir-use-case` must be 1-64 letters, digits and . _ : - (for example `support.summaries`).', { param: 'x-weir-use-case' });
+  }
+  return fromBody ?? header;
+}
 
 /** Parses a body or throws `invalid_request` naming the first bad field. */
 export function parseBody<T extends z.ZodType>(schema: T, body: unknown): z.infer<T> {
