@@ -19,6 +19,7 @@ import {
   type RouterService,
   type SamplingParams,
   type Topic,
+  type UsageReader,
   type UsageRecord,
   WeirError,
   hashApiKey,
@@ -47,7 +48,8 @@ import { createMemoryIdempotencyStore, requestBodySha256 } from './idempotency';
 import { AdmissionRejectedError, type GenerationPipeline, type ParamNames } from './pipeline';
 import { rateLimitHeaders } from './rate-limit-headers';
 import { createTranscript, pumpInto, type Transcript, type TranscriptEvent } from './transcript';
-import { chatCompletionsBody, completionsBody, generationsBody, parseBody, toChatInput, toStopList } from './schemas';
+import { chatCompletionsBody, completionsBody, generationsBody, parseBody, toChatInput, toStopList, useCaseOf } from './schemas';
+import { usageHandler } from './usage-route';
 import { openSse, type SseWriter } from './sse-writer';
 
 /** A minimal structured logger (pino satisfies it). Never pass prompt or output text. */
@@ -77,6 +79,8 @@ export interface GatewayDeps {
   cancelTopic?: Topic<CancelMessage>;
   /** Split topology: a finished generation's record (from the ledger), for GET and cancel on any gateway. */
   findFinished?: (tenantId: string, generationId: string) => Promise<UsageRecord | undefined>;
+  /** The ledger's aggregates for `GET /v1/usage` (the route answers 404 without it). */
+  usage?: UsageReader;
   /**
    * Idempotency keys and retained results, shared by every gateway of a deployment (the
    * Postgres store). Default: an in-memory store, right only for a single gateway.
@@ -240,13 +244,14 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     alias: string,
     input: GenerationInput,
     sampling: SamplingParams,
-    limits: { maxOutputTokens?: number; routeDefaultOutputTokens?: number; deadlineMs?: number; requestId?: string; keyParam?: string; paramNames: ParamNames },
+    limits: { maxOutputTokens?: number; routeDefaultOutputTokens?: number; deadlineMs?: number; requestId?: string; keyParam?: string; paramNames: ParamNames; useCase?: string },
   ): Promise<Answer> => {
     const arrivedAt = clock.now();
     const generationId = newId('gen');
     const key = limits.requestId;
     const requestId = key ?? generationId;
     const deadlineMs = limits.deadlineMs ?? deadlineHeader(req);
+    const useCase = useCaseOf(req.header('x-weir-use-case'), limits.useCase);
     const { tenantId } = req.caller;
     if (key !== undefined) {
       const replay = await claimOrReplay(req, res, route, key, generationId, deadlineMs, limits.keyParam ?? 'request_id');
@@ -267,6 +272,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
         deadlineMs,
         arrivedAt,
         paramNames: limits.paramNames,
+        ...(useCase !== undefined ? { useCase } : {}),
       })
       .catch(async (err: unknown) => {
         await abandon();
@@ -416,6 +422,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
       deadlineMs: body.deadline_ms,
       requestId: body.request_id,
       keyParam: 'request_id',
+      useCase: body.use_case,
       paramNames: { model: 'model_alias', input: 'input', maxOutputTokens: 'max_output_tokens' },
     });
 
@@ -578,6 +585,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
       data: (await deps.router.listAliases((req as Authed).caller)).map((a) => ({ id: a.name, object: 'model', created: modelsCreated, owned_by: 'weir' })),
     });
   });
+  if (deps.usage) app.get('/v1/usage', authenticate, usageHandler(deps.usage));
   app.get('/v1/models/:id', authenticate, async (req, res) => {
     const alias = (await deps.router.listAliases((req as Authed).caller)).find((a) => a.name === req.params.id);
     if (!alias) throw new WeirError('model_not_found', `The model '${String(req.params.id)}' does not exist or you do not have access to it.`, { param: 'model' });
@@ -590,6 +598,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     ['/v1/chat/completions', 'POST'],
     ['/v1/completions', 'POST'],
     ['/v1/models', 'GET'],
+    ['/v1/usage', 'GET'],
   ]);
   app.use((req, res, next) => {
     const allowed = methods.get(req.path);
