@@ -1,8 +1,8 @@
 /**
  * `AdmissionService` over gRPC (`weir.admission.v1.AdmissionService`).
  */
-import { create } from '@bufbuild/protobuf';
-import type { AdmissionService, ReserveResult } from '@weir/core';
+import { type MessageInitShape, create } from '@bufbuild/protobuf';
+import type { AdmissionService, RateLimitStatus, RateLimitWindow, ReserveResult } from '@weir/core';
 import { admissionV1 } from '@weir/proto';
 import { type GrpcClientOptions, createGrpcConnection } from './client-connection';
 import { type GrpcServerBindingOptions, type GrpcServiceBinding, bindService, unaryHandler } from './server-handlers';
@@ -33,6 +33,8 @@ export function createAdmissionGrpcServer(impl: AdmissionService, options: GrpcS
       const result = await impl.reserve({
         caller: callerFromWire(request.caller),
         requestId: request.requestId,
+        generationId: request.generationId,
+        expiresAtMs: Number(request.expiresAtMs),
         inputTokens: request.inputTokens,
         maxOutputTokens: request.maxOutputTokens,
         worstCaseCostNanoUsd: Number(request.worstCaseCostNanoUsd),
@@ -48,6 +50,7 @@ export function createAdmissionGrpcServer(impl: AdmissionService, options: GrpcS
                 retryAfterMs: result.retryAfterMs === undefined ? undefined : Math.max(0, Math.round(result.retryAfterMs)),
               },
             },
+        rateLimits: rateLimitsToWire(result.rateLimits),
       });
     }),
     settle: unaryHandler(method.settle, options.propagator, async (request) => {
@@ -74,13 +77,16 @@ export function createAdmissionGrpcClient(options: GrpcClientOptions): Admission
       const response = await connection.unary(method.reserve, {
         caller: callerToWire(request.caller),
         requestId: request.requestId,
+        generationId: request.generationId,
+        expiresAtMs: BigInt(Math.round(request.expiresAtMs)),
         inputTokens: request.inputTokens,
         maxOutputTokens: request.maxOutputTokens,
         worstCaseCostNanoUsd: toNanoUsd(request.worstCaseCostNanoUsd),
       });
+      const rateLimits = rateLimitsFromWire(response.rateLimits);
       switch (response.result.case) {
         case 'reservation':
-          return { ok: true, reservationId: response.result.value.reservationId };
+          return { ok: true, reservationId: response.result.value.reservationId, ...(rateLimits ? { rateLimits } : {}) };
         case 'rejection': {
           const r = response.result.value;
           return {
@@ -88,6 +94,7 @@ export function createAdmissionGrpcClient(options: GrpcClientOptions): Admission
             reason: enumFromWire(REJECT_REASONS, r.reason, 'rejection.reason'),
             message: r.message,
             ...(r.retryAfterMs === undefined ? {} : { retryAfterMs: r.retryAfterMs }),
+            ...(rateLimits ? { rateLimits } : {}),
           };
         }
         case undefined:
@@ -102,4 +109,25 @@ export function createAdmissionGrpcClient(options: GrpcClientOptions): Admission
     },
     close: () => connection.close(),
   };
+}
+
+/** Rate-limit windows → wire (absent status or window → unset message). */
+function rateLimitsToWire(status: RateLimitStatus | undefined): MessageInitShape<typeof admissionV1.RateLimitStatusSchema> | undefined {
+  if (!status) return undefined;
+  const window = (w: RateLimitWindow | undefined) =>
+    w && { limit: BigInt(Math.max(0, Math.floor(w.limit))), remaining: BigInt(Math.max(0, Math.floor(w.remaining))), resetMs: BigInt(Math.max(0, Math.ceil(w.resetMs))) };
+  return { requests: window(status.requests), tokens: window(status.tokens) };
+}
+
+/** Wire → rate-limit windows; undefined when the server sent none. */
+function rateLimitsFromWire(status: admissionV1.RateLimitStatus | undefined): RateLimitStatus | undefined {
+  if (!status) return undefined;
+  const window = (w: admissionV1.RateLimitWindow | undefined): RateLimitWindow | undefined =>
+    w && { limit: Number(w.limit), remaining: Number(w.remaining), resetMs: Number(w.resetMs) };
+  const out: RateLimitStatus = {};
+  const requests = window(status.requests);
+  const tokens = window(status.tokens);
+  if (requests) out.requests = requests;
+  if (tokens) out.tokens = tokens;
+  return out;
 }

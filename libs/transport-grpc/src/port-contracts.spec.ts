@@ -2,7 +2,7 @@
  * Every port's contract suite, run against the in-process implementation and against the
  * gRPC client talking over loopback to a gRPC server that wraps the same implementation.
  */
-import { createConcurrencyAdmission } from '@weir/admission';
+import { createInMemoryAdmission } from '@weir/admission';
 import { type UsageRecord, systemClock } from '@weir/core';
 import { createStaticRouter } from '@weir/routing';
 import { createSlotScheduler } from '@weir/scheduling';
@@ -29,9 +29,9 @@ describeRouterContract('gRPC loopback', async (config) => {
   return { service: client, close: async () => (client.close(), server.close()) };
 });
 
-describeAdmissionContract('in-process', async (tenants) => ({ service: createConcurrencyAdmission({ tenants }) }));
-describeAdmissionContract('gRPC loopback', async (tenants) => {
-  const server = await startGrpcServer({ services: [createAdmissionGrpcServer(createConcurrencyAdmission({ tenants }))] });
+describeAdmissionContract('in-process', async (tenants, { clock }) => ({ service: createInMemoryAdmission({ tenants, now: clock.now }) }));
+describeAdmissionContract('gRPC loopback', async (tenants, { clock }) => {
+  const server = await startGrpcServer({ services: [createAdmissionGrpcServer(createInMemoryAdmission({ tenants, now: clock.now }))] });
   const client = createAdmissionGrpcClient({ address: server.address });
   return { service: client, close: async () => (client.close(), server.close()) };
 });

@@ -15,7 +15,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file weir/admission/v1/admission.proto.
  */
 export const file_weir_admission_v1_admission: GenFile = /*@__PURE__*/
-  fileDesc("CiF3ZWlyL2FkbWlzc2lvbi92MS9hZG1pc3Npb24ucHJvdG8SEXdlaXIuYWRtaXNzaW9uLnYxIp8BCg5SZXNlcnZlUmVxdWVzdBImCgZjYWxsZXIYASABKAsyFi53ZWlyLmNvbW1vbi52MS5DYWxsZXISEgoKcmVxdWVzdF9pZBgCIAEoCRIUCgxpbnB1dF90b2tlbnMYAyABKA0SGQoRbWF4X291dHB1dF90b2tlbnMYBCABKA0SIAoYd29yc3RfY2FzZV9jb3N0X25hbm9fdXNkGAUgASgDIiUKC1Jlc2VydmF0aW9uEhYKDnJlc2VydmF0aW9uX2lkGAEgASgJIn0KCVJlamVjdGlvbhIvCgZyZWFzb24YASABKA4yHy53ZWlyLmFkbWlzc2lvbi52MS5SZWplY3RSZWFzb24SDwoHbWVzc2FnZRgCIAEoCRIbCg5yZXRyeV9hZnRlcl9tcxgDIAEoDUgAiAEBQhEKD19yZXRyeV9hZnRlcl9tcyKFAQoPUmVzZXJ2ZVJlc3BvbnNlEjUKC3Jlc2VydmF0aW9uGAEgASgLMh4ud2Vpci5hZG1pc3Npb24udjEuUmVzZXJ2YXRpb25IABIxCglyZWplY3Rpb24YAiABKAsyHC53ZWlyLmFkbWlzc2lvbi52MS5SZWplY3Rpb25IAEIICgZyZXN1bHQiaQoNU2V0dGxlUmVxdWVzdBIWCg5yZXNlcnZhdGlvbl9pZBgBIAEoCRIpCgV1c2FnZRgCIAEoCzIaLndlaXIuY29tbW9uLnYxLlRva2VuVXNhZ2USFQoNY29zdF9uYW5vX3VzZBgDIAEoAyIQCg5TZXR0bGVSZXNwb25zZSIoCg5SZWxlYXNlUmVxdWVzdBIWCg5yZXNlcnZhdGlvbl9pZBgBIAEoCSIRCg9SZWxlYXNlUmVzcG9uc2UqmAEKDFJlamVjdFJlYXNvbhIdChlSRUpFQ1RfUkVBU09OX1VOU1BFQ0lGSUVEEAASHgoaUkVKRUNUX1JFQVNPTl9SQVRFX0xJTUlURUQQARIlCiFSRUpFQ1RfUkVBU09OX0NPTkNVUlJFTkNZX0xJTUlURUQQAhIiCh5SRUpFQ1RfUkVBU09OX0JVREdFVF9FWEhBVVNURUQQAzKPAgoQQWRtaXNzaW9uU2VydmljZRJQCgdSZXNlcnZlEiEud2Vpci5hZG1pc3Npb24udjEuUmVzZXJ2ZVJlcXVlc3QaIi53ZWlyLmFkbWlzc2lvbi52MS5SZXNlcnZlUmVzcG9uc2USUgoGU2V0dGxlEiAud2Vpci5hZG1pc3Npb24udjEuU2V0dGxlUmVxdWVzdBohLndlaXIuYWRtaXNzaW9uLnYxLlNldHRsZVJlc3BvbnNlIgOQAgISVQoHUmVsZWFzZRIhLndlaXIuYWRtaXNzaW9uLnYxLlJlbGVhc2VSZXF1ZXN0GiIud2Vpci5hZG1pc3Npb24udjEuUmVsZWFzZVJlc3BvbnNlIgOQAgJiBnByb3RvMw", [file_weir_common_v1_common]);
+  fileDesc("CiF3ZWlyL2FkbWlzc2lvbi92MS9hZG1pc3Npb24ucHJvdG8SEXdlaXIuYWRtaXNzaW9uLnYxIs0BCg5SZXNlcnZlUmVxdWVzdBImCgZjYWxsZXIYASABKAsyFi53ZWlyLmNvbW1vbi52MS5DYWxsZXISEgoKcmVxdWVzdF9pZBgCIAEoCRIUCgxpbnB1dF90b2tlbnMYAyABKA0SGQoRbWF4X291dHB1dF90b2tlbnMYBCABKA0SIAoYd29yc3RfY2FzZV9jb3N0X25hbm9fdXNkGAUgASgDEhUKDWdlbmVyYXRpb25faWQYBiABKAkSFQoNZXhwaXJlc19hdF9tcxgHIAEoAyJFCg9SYXRlTGltaXRXaW5kb3cSDQoFbGltaXQYASABKAQSEQoJcmVtYWluaW5nGAIgASgEEhAKCHJlc2V0X21zGAMgASgEInsKD1JhdGVMaW1pdFN0YXR1cxI0CghyZXF1ZXN0cxgBIAEoCzIiLndlaXIuYWRtaXNzaW9uLnYxLlJhdGVMaW1pdFdpbmRvdxIyCgZ0b2tlbnMYAiABKAsyIi53ZWlyLmFkbWlzc2lvbi52MS5SYXRlTGltaXRXaW5kb3ciJQoLUmVzZXJ2YXRpb24SFgoOcmVzZXJ2YXRpb25faWQYASABKAkifQoJUmVqZWN0aW9uEi8KBnJlYXNvbhgBIAEoDjIfLndlaXIuYWRtaXNzaW9uLnYxLlJlamVjdFJlYXNvbhIPCgdtZXNzYWdlGAIgASgJEhsKDnJldHJ5X2FmdGVyX21zGAMgASgNSACIAQFCEQoPX3JldHJ5X2FmdGVyX21zIr4BCg9SZXNlcnZlUmVzcG9uc2USNQoLcmVzZXJ2YXRpb24YASABKAsyHi53ZWlyLmFkbWlzc2lvbi52MS5SZXNlcnZhdGlvbkgAEjEKCXJlamVjdGlvbhgCIAEoCzIcLndlaXIuYWRtaXNzaW9uLnYxLlJlamVjdGlvbkgAEjcKC3JhdGVfbGltaXRzGAMgASgLMiIud2Vpci5hZG1pc3Npb24udjEuUmF0ZUxpbWl0U3RhdHVzQggKBnJlc3VsdCJpCg1TZXR0bGVSZXF1ZXN0EhYKDnJlc2VydmF0aW9uX2lkGAEgASgJEikKBXVzYWdlGAIgASgLMhoud2Vpci5jb21tb24udjEuVG9rZW5Vc2FnZRIVCg1jb3N0X25hbm9fdXNkGAMgASgDIhAKDlNldHRsZVJlc3BvbnNlIigKDlJlbGVhc2VSZXF1ZXN0EhYKDnJlc2VydmF0aW9uX2lkGAEgASgJIhEKD1JlbGVhc2VSZXNwb25zZSqYAQoMUmVqZWN0UmVhc29uEh0KGVJFSkVDVF9SRUFTT05fVU5TUEVDSUZJRUQQABIeChpSRUpFQ1RfUkVBU09OX1JBVEVfTElNSVRFRBABEiUKIVJFSkVDVF9SRUFTT05fQ09OQ1VSUkVOQ1lfTElNSVRFRBACEiIKHlJFSkVDVF9SRUFTT05fQlVER0VUX0VYSEFVU1RFRBADMo8CChBBZG1pc3Npb25TZXJ2aWNlElAKB1Jlc2VydmUSIS53ZWlyLmFkbWlzc2lvbi52MS5SZXNlcnZlUmVxdWVzdBoiLndlaXIuYWRtaXNzaW9uLnYxLlJlc2VydmVSZXNwb25zZRJSCgZTZXR0bGUSIC53ZWlyLmFkbWlzc2lvbi52MS5TZXR0bGVSZXF1ZXN0GiEud2Vpci5hZG1pc3Npb24udjEuU2V0dGxlUmVzcG9uc2UiA5ACAhJVCgdSZWxlYXNlEiEud2Vpci5hZG1pc3Npb24udjEuUmVsZWFzZVJlcXVlc3QaIi53ZWlyLmFkbWlzc2lvbi52MS5SZWxlYXNlUmVzcG9uc2UiA5ACAmIGcHJvdG8z", [file_weir_common_v1_common]);
 
 /**
  * Set by the gateway.
@@ -57,6 +57,23 @@ export type ReserveRequest = Message<"weir.admission.v1.ReserveRequest"> & {
    * @generated from field: int64 worst_case_cost_nano_usd = 5;
    */
   worstCaseCostNanoUsd: bigint;
+
+  /**
+   * Weir's generation id (`gen_…`): the usage-ledger row the reservation settles against.
+   *
+   * @generated from field: string generation_id = 6;
+   */
+  generationId: string;
+
+  /**
+   * When an unsettled reservation may be presumed abandoned: epoch ms on the wall clock (the
+   * request's deadline plus the reservation grace). Unlike the monotonic durations elsewhere,
+   * this is stored in Postgres and compared by reconciliation on any host; the grace (60 s by
+   * default) dwarfs clock skew between hosts.
+   *
+   * @generated from field: int64 expires_at_ms = 7;
+   */
+  expiresAtMs: bigint;
 };
 
 /**
@@ -65,6 +82,70 @@ export type ReserveRequest = Message<"weir.admission.v1.ReserveRequest"> & {
  */
 export const ReserveRequestSchema: GenMessage<ReserveRequest> = /*@__PURE__*/
   messageDesc(file_weir_admission_v1_admission, 0);
+
+/**
+ * One rate-limit window as OpenAI's `x-ratelimit-*` headers report it.
+ *
+ * @generated from message weir.admission.v1.RateLimitWindow
+ */
+export type RateLimitWindow = Message<"weir.admission.v1.RateLimitWindow"> & {
+  /**
+   * The per-minute limit (requests or tokens).
+   *
+   * @generated from field: uint64 limit = 1;
+   */
+  limit: bigint;
+
+  /**
+   * What is left after this request (before it, on a rejection).
+   *
+   * @generated from field: uint64 remaining = 2;
+   */
+  remaining: bigint;
+
+  /**
+   * Time until the bucket is full again (ms).
+   *
+   * @generated from field: uint64 reset_ms = 3;
+   */
+  resetMs: bigint;
+};
+
+/**
+ * Describes the message weir.admission.v1.RateLimitWindow.
+ * Use `create(RateLimitWindowSchema)` to create a new message.
+ */
+export const RateLimitWindowSchema: GenMessage<RateLimitWindow> = /*@__PURE__*/
+  messageDesc(file_weir_admission_v1_admission, 1);
+
+/**
+ * The tightest request and token windows across the tenant and app scopes; a window is
+ * absent when no such limit is configured.
+ *
+ * @generated from message weir.admission.v1.RateLimitStatus
+ */
+export type RateLimitStatus = Message<"weir.admission.v1.RateLimitStatus"> & {
+  /**
+   * Requests per minute.
+   *
+   * @generated from field: weir.admission.v1.RateLimitWindow requests = 1;
+   */
+  requests?: RateLimitWindow | undefined;
+
+  /**
+   * Tokens per minute (total, input or output: whichever has the least remaining).
+   *
+   * @generated from field: weir.admission.v1.RateLimitWindow tokens = 2;
+   */
+  tokens?: RateLimitWindow | undefined;
+};
+
+/**
+ * Describes the message weir.admission.v1.RateLimitStatus.
+ * Use `create(RateLimitStatusSchema)` to create a new message.
+ */
+export const RateLimitStatusSchema: GenMessage<RateLimitStatus> = /*@__PURE__*/
+  messageDesc(file_weir_admission_v1_admission, 2);
 
 /**
  * A held reservation.
@@ -85,7 +166,7 @@ export type Reservation = Message<"weir.admission.v1.Reservation"> & {
  * Use `create(ReservationSchema)` to create a new message.
  */
 export const ReservationSchema: GenMessage<Reservation> = /*@__PURE__*/
-  messageDesc(file_weir_admission_v1_admission, 1);
+  messageDesc(file_weir_admission_v1_admission, 3);
 
 /**
  * A refusal with its reason and retry hint.
@@ -120,7 +201,7 @@ export type Rejection = Message<"weir.admission.v1.Rejection"> & {
  * Use `create(RejectionSchema)` to create a new message.
  */
 export const RejectionSchema: GenMessage<Rejection> = /*@__PURE__*/
-  messageDesc(file_weir_admission_v1_admission, 2);
+  messageDesc(file_weir_admission_v1_admission, 4);
 
 /**
  * Set by admission: exactly one of the cases.
@@ -144,6 +225,13 @@ export type ReserveResponse = Message<"weir.admission.v1.ReserveResponse"> & {
     value: Rejection;
     case: "rejection";
   } | { case: undefined; value?: undefined };
+
+  /**
+   * The rate-limit windows that applied, on a reservation and on a rejection.
+   *
+   * @generated from field: weir.admission.v1.RateLimitStatus rate_limits = 3;
+   */
+  rateLimits?: RateLimitStatus | undefined;
 };
 
 /**
@@ -151,7 +239,7 @@ export type ReserveResponse = Message<"weir.admission.v1.ReserveResponse"> & {
  * Use `create(ReserveResponseSchema)` to create a new message.
  */
 export const ReserveResponseSchema: GenMessage<ReserveResponse> = /*@__PURE__*/
-  messageDesc(file_weir_admission_v1_admission, 3);
+  messageDesc(file_weir_admission_v1_admission, 5);
 
 /**
  * Set by the gateway from the relay's outcome.
@@ -186,7 +274,7 @@ export type SettleRequest = Message<"weir.admission.v1.SettleRequest"> & {
  * Use `create(SettleRequestSchema)` to create a new message.
  */
 export const SettleRequestSchema: GenMessage<SettleRequest> = /*@__PURE__*/
-  messageDesc(file_weir_admission_v1_admission, 4);
+  messageDesc(file_weir_admission_v1_admission, 6);
 
 /**
  * Empty: settling has no answer.
@@ -201,7 +289,7 @@ export type SettleResponse = Message<"weir.admission.v1.SettleResponse"> & {
  * Use `create(SettleResponseSchema)` to create a new message.
  */
 export const SettleResponseSchema: GenMessage<SettleResponse> = /*@__PURE__*/
-  messageDesc(file_weir_admission_v1_admission, 5);
+  messageDesc(file_weir_admission_v1_admission, 7);
 
 /**
  * Set by the gateway.
@@ -222,7 +310,7 @@ export type ReleaseRequest = Message<"weir.admission.v1.ReleaseRequest"> & {
  * Use `create(ReleaseRequestSchema)` to create a new message.
  */
 export const ReleaseRequestSchema: GenMessage<ReleaseRequest> = /*@__PURE__*/
-  messageDesc(file_weir_admission_v1_admission, 6);
+  messageDesc(file_weir_admission_v1_admission, 8);
 
 /**
  * Empty: releasing has no answer.
@@ -237,7 +325,7 @@ export type ReleaseResponse = Message<"weir.admission.v1.ReleaseResponse"> & {
  * Use `create(ReleaseResponseSchema)` to create a new message.
  */
 export const ReleaseResponseSchema: GenMessage<ReleaseResponse> = /*@__PURE__*/
-  messageDesc(file_weir_admission_v1_admission, 7);
+  messageDesc(file_weir_admission_v1_admission, 9);
 
 /**
  * Why admission refused a request.
@@ -265,7 +353,7 @@ export enum RejectReason {
   CONCURRENCY_LIMITED = 2,
 
   /**
-   * The monthly budget; retrying cannot help.
+   * A monthly or daily budget of the tenant or the app; retrying cannot help.
    *
    * @generated from enum value: REJECT_REASON_BUDGET_EXHAUSTED = 3;
    */

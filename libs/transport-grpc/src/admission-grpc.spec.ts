@@ -1,0 +1,49 @@
+/**
+ * `weir.admission.v1` over loopback: every field of a reservation request reaches the server,
+ * and the rate-limit windows come back on reservations and rejections alike.
+ */
+import type { AdmissionService, ReservationRequest, ReserveResult } from '@weir/core';
+import { createAdmissionGrpcClient, createAdmissionGrpcServer, startGrpcServer } from './index';
+
+const request: ReservationRequest = {
+  caller: { tenantId: 'acme', appId: 'web', apiKeyId: 'key_1' },
+  requestId: 'req_1',
+  generationId: 'gen_1',
+  expiresAtMs: Date.UTC(2026, 10, 30, 12, 1, 0),
+  inputTokens: 12,
+  maxOutputTokens: 34,
+  worstCaseCostNanoUsd: 9_007_199_254,
+};
+
+async function loopback(answer: ReserveResult) {
+  const seen: ReservationRequest[] = [];
+  const impl: AdmissionService = {
+    reserve: async (r) => (seen.push(r), answer),
+    settle: async () => undefined,
+    release: async () => undefined,
+  };
+  const server = await startGrpcServer({ services: [createAdmissionGrpcServer(impl)] });
+  const client = createAdmissionGrpcClient({ address: server.address });
+  try {
+    return { result: await client.reserve(request), seen };
+  } finally {
+    client.close();
+    await server.close();
+  }
+}
+
+describe('admission over gRPC', () => {
+  it('carries the generation id, the expiry and every count, and returns the windows of a reservation', async () => {
+    const rateLimits = { requests: { limit: 60, remaining: 59, resetMs: 1_000 }, tokens: { limit: 10_000, remaining: 9_954, resetMs: 276 } };
+    const { result, seen } = await loopback({ ok: true, reservationId: 'rsv_1', rateLimits });
+    expect(seen).toEqual([request]);
+    expect(result).toEqual({ ok: true, reservationId: 'rsv_1', rateLimits });
+  });
+
+  it('returns the windows and the retry hint of a rejection, and omits absent windows', async () => {
+    const { result } = await loopback({ ok: false, reason: 'rate_limited', message: 'slow down', retryAfterMs: 1_500, rateLimits: { tokens: { limit: 100, remaining: 0, resetMs: 60_000 } } });
+    expect(result).toEqual({ ok: false, reason: 'rate_limited', message: 'slow down', retryAfterMs: 1_500, rateLimits: { tokens: { limit: 100, remaining: 0, resetMs: 60_000 } } });
+    const budget = await loopback({ ok: false, reason: 'budget_exhausted', message: 'spent' });
+    expect(budget.result).toEqual({ ok: false, reason: 'budget_exhausted', message: 'spent' });
+  });
+});
