@@ -21,7 +21,8 @@ export interface UsageSumsBody {
   };
   /**
    * USD as a JSON number with at most 9 decimals, the exact value of `cost_nano_usd` (the
-   * shortest decimal that round-trips; exact up to 999,999.999999999 USD, 15 significant digits).
+   * shortest decimal that round-trips; exact up to 999,999.999999999 USD, 15 significant
+   * digits; JavaScript prints amounts under 0.000001 USD in exponent form, e.g. `1e-9`).
    */
   cost_usd: number;
   /** Exact cost in nano-USD (1e-9 USD), an integer as a decimal string. */
