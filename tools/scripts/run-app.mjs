@@ -12,7 +12,7 @@ if (!existsSync(path.join(root, 'node_modules/.package-lock.json'))) {
   const r = spawnSync('npm', ['ci'], { cwd: root, stdio: 'inherit', env });
   if (r.status !== 0) process.exit(r.status ?? 1);
 }
-const child = spawn(process.execPath, ['--import', 'tsx', path.join(root, 'apps', app, 'src/main.ts')], { stdio: 'inherit', env });
+const child = spawn(process.execPath, ['--import', 'tsx', path.join(root, 'apps', app, 'src/main.ts'), ...process.argv.slice(3)], { stdio: 'inherit', env });
 for (const signal of ['SIGINT', 'SIGTERM']) process.on(signal, () => child.kill(signal));
 // `npm start` does not always pass a SIGTERM on: when npm itself is killed, this process is
 // re-parented. Treat losing the parent as a SIGTERM, so Weir drains and exits instead of

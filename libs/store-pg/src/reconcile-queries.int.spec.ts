@@ -74,4 +74,19 @@ describe.each(backends)('reconcile queries on %s', (_name, open) => {
     expect(rows.map((r) => r.generationId)).toEqual(records.slice(1, 6).map((r) => r.generationId));
     expect(rows.every((r) => r.costNanoUsd === 123_456_789_012)).toBe(true);
   });
+
+  it('counts reservations held past their expiry', async () => {
+    const q = createReconcileQueries(database.db);
+    const now = new Date(base);
+    const reservation = (id: string, state: 'held' | 'settled', expiresAt: Date) => ({
+      id, tenant_id: 'acme', app_id: 'web', request_id: id, generation_id: id, state, input_tokens: 1, max_output_tokens: 1,
+      worst_case_nano: 1, month_starts_on: '2026-11-01', day_starts_on: '2026-11-01', expires_at: expiresAt,
+    });
+    await database.db.insertInto('reservations').values([
+      reservation('res_1', 'held', new Date(base - 1)),
+      reservation('res_2', 'held', new Date(base + 60_000)),
+      reservation('res_3', 'settled', new Date(base - 1)),
+    ]).execute();
+    expect(await q.countHeldPastExpiry(now)).toBe(1);
+  });
 });

@@ -60,6 +60,8 @@ export interface ReconcileQueries {
    * @throws RangeError when the cost is not a safe integer.
    */
   settleUncertain(settlement: UncertainSettlementWrite): Promise<boolean>;
+  /** Reservations still `held` whose `expires_at` is before `now` (reservation reconciliation leaves none). */
+  countHeldPastExpiry(now: Date): Promise<number>;
 }
 
 /** Creates {@link ReconcileQueries} over an open database. */
@@ -176,6 +178,16 @@ export function createReconcileQueries(db: Kysely<WeirSchema>): ReconcileQueries
         from old join settled on settled.generation_id = old.generation_id
         returning generation_id`.execute(db);
       return result.rows.length === 1;
+    },
+
+    async countHeldPastExpiry(now) {
+      const row = await db
+        .selectFrom('reservations')
+        .select((eb) => eb.fn.countAll<string>().as('n'))
+        .where('state', '=', 'held')
+        .where('expires_at', '<', now)
+        .executeTakeFirstOrThrow();
+      return toSafeInteger(row.n, 'held reservation count');
     },
   };
 }
