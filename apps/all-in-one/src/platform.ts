@@ -9,13 +9,14 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { createConcurrencyAdmission } from '@weir/admission';
 import { type AllInOneEnv, loadConfigFile, defaultConfig, resolveModelFile } from '@weir/config';
-import { type EngineAdapter, type PlatformConfig, type RevisionSpec, systemClock } from '@weir/core';
+import { type BurnRateAlert, type EngineAdapter, type PlatformConfig, type RevisionSpec, type Topic, systemClock } from '@weir/core';
 import { createEngine, type LlamaCppEngine } from '@weir/engines';
 import { createGatewayApp, createGenerationPipeline, createMetricsObserver, type Gateway } from '@weir/gateway';
-import { createBatchedUsageSink, type BatchedUsageSink } from '@weir/ledger';
+import { createBatchedUsageSink, createBurnRateMonitor, type BatchedUsageSink } from '@weir/ledger';
+import { createInProcessTopic } from '@weir/messaging';
 import { createStaticRouter } from '@weir/routing';
 import { createSlotScheduler } from '@weir/scheduling';
-import { bootstrapTenants, createApiKeyRepository, createCachedApiKeyStore, createPgIdempotencyStore, createUsageRepository, openDatabase } from '@weir/store-pg';
+import { bootstrapTenants, createApiKeyRepository, createCachedApiKeyStore, createPgIdempotencyStore, createUsageQueries, createUsageRepository, openDatabase } from '@weir/store-pg';
 import { createRelay } from '@weir/streaming';
 import { lockDataDir } from './data-dir-lock';
 import { createLogger, createTelemetry, type WeirLogger } from '@weir/telemetry';
@@ -34,6 +35,8 @@ export interface Platform {
   aliases: string[];
   /** Problems that removed a revision at start (e.g. no model file), already logged. */
   warnings: string[];
+  /** Burn-rate alerts (in-process), checked every `settings.burnRateIntervalMs`; subscribe to act on them. */
+  burnRateAlerts: Topic<BurnRateAlert>;
   /** Graceful stop: not ready, drain streams within `graceMs`, flush usage, close engines and DB. */
   stop(graceMs?: number): Promise<void>;
 }
@@ -81,6 +84,13 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
   const telemetry = createTelemetry({ serviceName: 'weir-all-in-one' });
   const usageSink: BatchedUsageSink = createBatchedUsageSink(createUsageRepository(database.db), { logger });
   const apiKeys = createCachedApiKeyStore(createApiKeyRepository(database.db));
+  const usageQueries = createUsageQueries(database.db);
+  const burnRateAlerts = createInProcessTopic<BurnRateAlert>({ onHandlerError: (err) => logger.warn({ err }, 'burn-rate alert subscriber failed') });
+  const burnRate = createBurnRateMonitor(
+    { settings: config.defaults.admission, intervalMs: settings.burnRateIntervalMs },
+    { spend: usageQueries, alerts: burnRateAlerts, metrics: telemetry.metrics, logger },
+  );
+  burnRate.start();
   const router = createStaticRouter(config);
   const scheduler = createSlotScheduler({
     replicas: servingRevisions.map((r) => ({ id: replicaId(r), revisionId: r.id, slots: engines.get(r.id)?.capacity.slots ?? 1 })),
@@ -123,6 +133,7 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
     clock: systemClock,
     logger,
     idempotency: createPgIdempotencyStore(database.db),
+    usage: usageQueries,
     metricsHandler: (req, res) => telemetry.metricsHandler(req, res),
     readiness: () =>
       config.aliases.length === 0
@@ -151,6 +162,7 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
     demoKeyPrefix: boot.demoKeyPrefix,
     aliases: config.aliases.map((a) => a.name),
     warnings,
+    burnRateAlerts,
     stop(graceMs = settings.shutdownGraceMs) {
       stopping ??= (async () => {
         // Keep listening while draining: /healthz stays 200, /readyz and new generations 503.
@@ -159,6 +171,7 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
         server.closeIdleConnections();
         const result = await usageSink.close({ timeoutMs: 10_000 });
         if (result.unwritten > 0) logger.error({ unwritten: result.unwritten }, 'usage records could not be written before exit');
+        await burnRate.stop();
         for (const engine of engines.values()) await engine.close().catch(() => undefined);
         await telemetry.shutdown().catch(() => undefined);
         await database.close();

@@ -17,7 +17,7 @@ import { countInputWith, createRemoteTokenCounter, utf8TokenUpperBound } from '@
 import { createGatewayApp, createGenerationPipeline, createMetricsObserver } from '@weir/gateway';
 import { cancelMessageCodec, connectNats, createNatsTopic, createNatsUsageSink, ensureUsageStream, natsNames } from '@weir/messaging-nats';
 import { envInt, envRequired, envString, readEnv, runUntilSignal } from '@weir/service-runtime';
-import { bootstrapTenants, createApiKeyRepository, createCachedApiKeyStore, createPgIdempotencyStore, createUsageRepository, openDatabase } from '@weir/store-pg';
+import { bootstrapTenants, createApiKeyRepository, createCachedApiKeyStore, createPgIdempotencyStore, createUsageQueries, createUsageRepository, openDatabase } from '@weir/store-pg';
 import { createLogger, createTelemetry } from '@weir/telemetry';
 import {
   createAdmissionGrpcClient,
@@ -99,6 +99,7 @@ runUntilSignal('gateway', logger, async () => {
     metricsHandler: (req, res) => telemetry.metricsHandler(req, res),
     readiness: () => (usageSink.saturated() ? { ready: false, reason: 'usage backlog full' } : { ready: true }),
     cancelTopic,
+    usage: createUsageQueries(database.db),
     findFinished: async (tenantId, generationId) => {
       const record = await usageRepository.getUsage(generationId);
       return record?.tenantId === tenantId ? record : undefined;

@@ -11,6 +11,7 @@ describe('loadAllInOneEnv', () => {
       logLevel: 'info',
       allowModelDownload: true,
       shutdownGraceMs: 10_000,
+      burnRateIntervalMs: 60_000,
     });
   });
 
@@ -28,6 +29,7 @@ describe('loadAllInOneEnv', () => {
         LOG_LEVEL: 'DEBUG',
         WEIR_ALLOW_MODEL_DOWNLOAD: 'false',
         WEIR_SHUTDOWN_GRACE_MS: '30000',
+        WEIR_BURN_RATE_INTERVAL_MS: '500',
       }),
     ).toEqual({
       port: 0,
@@ -41,6 +43,7 @@ describe('loadAllInOneEnv', () => {
       logLevel: 'debug',
       allowModelDownload: false,
       shutdownGraceMs: 30_000,
+      burnRateIntervalMs: 500,
     });
     expect(loadAllInOneEnv({ PORT: '', WEIR_CONFIG: ' ' })).toMatchObject({ port: 8080 });
     expect(loadAllInOneEnv({ WEIR_CONFIG: '' }).configPath).toBeUndefined();
@@ -52,6 +55,7 @@ describe('loadAllInOneEnv', () => {
     ['LOG_LEVEL', 'loud', 'LOG_LEVEL: expected one of fatal, error, warn, info, debug, trace, silent, got "loud"'],
     ['WEIR_ALLOW_MODEL_DOWNLOAD', 'maybe', 'WEIR_ALLOW_MODEL_DOWNLOAD: expected true or false, got "maybe"'],
     ['WEIR_SHUTDOWN_GRACE_MS', '-5', 'WEIR_SHUTDOWN_GRACE_MS: expected an integer from 0 to 3600000, got "-5"'],
+    ['WEIR_BURN_RATE_INTERVAL_MS', '10', 'WEIR_BURN_RATE_INTERVAL_MS: expected an integer from 100 to 86400000, got "10"'],
     ['WEIR_DEMO_API_KEY', 'sk-secret value', 'WEIR_DEMO_API_KEY: an API key must look like wk_'],
     ['DATABASE_URL', 'mysql://u:secret@db/weir', 'DATABASE_URL: expected a postgres:// or postgresql:// URL (value not shown)'],
   ])('%s=%s is rejected, naming the variable', (name, value, expected) => {

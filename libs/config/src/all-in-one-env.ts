@@ -31,6 +31,8 @@ export interface AllInOneEnv {
   allowModelDownload: boolean;
   /** `WEIR_SHUTDOWN_GRACE_MS`: how long in-flight streams may finish after SIGTERM (ms). Default 10,000. */
   shutdownGraceMs: number;
+  /** `WEIR_BURN_RATE_INTERVAL_MS`: time between burn-rate checks (ms), 100–86,400,000. Default 60,000. */
+  burnRateIntervalMs: number;
 }
 
 /**
@@ -90,6 +92,7 @@ export function loadAllInOneEnv(env: NodeJS.ProcessEnv): AllInOneEnv {
   }
 
   const shutdownGraceMs = integer('WEIR_SHUTDOWN_GRACE_MS', 10_000, 0, 3_600_000, 'set the drain budget in milliseconds, e.g. 10000');
+  const burnRateIntervalMs = integer('WEIR_BURN_RATE_INTERVAL_MS', 60_000, 100, 86_400_000, 'set the time between burn-rate checks in milliseconds, e.g. 60000');
 
   if (problems.length > 0) throw new ConfigError('environment', problems);
   return {
@@ -104,6 +107,7 @@ export function loadAllInOneEnv(env: NodeJS.ProcessEnv): AllInOneEnv {
     logLevel: logLevel ?? 'info',
     allowModelDownload,
     shutdownGraceMs,
+    burnRateIntervalMs,
   };
 }
 
