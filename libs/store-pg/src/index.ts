@@ -29,6 +29,7 @@ export {
   type TestDatabase,
 } from './testing';
 export { bootstrapTenants, type BootstrapResult } from './bootstrap';
+export { createPgAdmissionStore } from './admission-store';
 export {
   createReconcileQueries,
   type ReconcileQueries,

@@ -61,6 +61,8 @@ export const admissionAndIdempotency: Migration = {
       .execute();
     await db.schema.createIndex('reservations_held_expiry_idx').on('reservations').column('expires_at').where(sql.ref('state'), '=', 'held').execute();
     await db.schema.createIndex('reservations_generation_idx').on('reservations').column('generation_id').execute();
+    // Reconciliation compares recently finished reservations with the ledger.
+    await db.schema.createIndex('reservations_finished_idx').on('reservations').column('finished_at').where(sql.ref('state'), '<>', 'held').execute();
 
     await db.schema
       .createTable('idempotency_keys')
