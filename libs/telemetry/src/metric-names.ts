@@ -55,6 +55,14 @@ export const METRIC_NAMES = {
   tenantBurnRateRatio: 'weir.tenant.burn_rate_ratio',
   /** Counter, {alert}: burn-rate alerts published, by `tenant`. */
   burnRateAlerts: 'weir.burn_rate_alerts',
+  /** Counter, {request}: admission decisions by `outcome` (admitted/rejected) and `reason` (`none` when admitted). */
+  admissionDecisions: 'weir.admission.decisions',
+  /** Gauge, {reservation}: reservations held now (every tenant), set by each reconciliation pass. */
+  admissionReservationsHeld: 'weir.admission.reservations_held',
+  /** Counter, {reservation}: reconciliation actions by `action` (expired_settled, expired_released, corrected). */
+  admissionReconciled: 'weir.admission.reconciled',
+  /** Counter, {reservation}: settlements above their reservation's worst case, by `tenant` (should stay 0). */
+  admissionOverspends: 'weir.admission.overspends',
 } as const;
 
 /** Attribute (label) keys. Values are bounded: config ids, enums, error codes; never ids of requests or text. */
@@ -114,4 +122,8 @@ export const PROMETHEUS_SERIES = {
   replicaSlots: 'weir_replica_slots',
   tenantBurnRateRatio: 'weir_tenant_burn_rate_ratio',
   burnRateAlerts: 'weir_burn_rate_alerts_total',
+  admissionDecisions: 'weir_admission_decisions_total',
+  admissionReservationsHeld: 'weir_admission_reservations_held',
+  admissionReconciled: 'weir_admission_reconciled_total',
+  admissionOverspends: 'weir_admission_overspends_total',
 } as const satisfies Record<keyof typeof METRIC_NAMES, string>;

@@ -149,8 +149,19 @@ describe('createTelemetry', () => {
     m.recordBurnRate({ tenant: 'fresh', ratio: Number.POSITIVE_INFINITY });
     m.recordBurnRate({ tenant: 'demo', ratio: Number.NaN }); // skipped: the gauge keeps 4.5
     m.recordBurnRateAlert({ tenant: 'demo' });
+    m.recordAdmissionDecision({ outcome: 'admitted' });
+    m.recordAdmissionDecision({ outcome: 'rejected', reason: 'budget_exhausted' });
+    m.recordReservationsHeld(3);
+    m.recordReconciliation({ expiredSettled: 2, expiredReleased: 0, corrected: 1 });
+    m.recordAdmissionOverspend({ tenant: 'demo' });
 
     const { text } = await scrape(server);
+    expect(find(parseExposition(text).samples, PROMETHEUS_SERIES.admissionDecisions, { outcome: 'admitted', reason: 'none' })[0].value).toBe(1);
+    expect(find(parseExposition(text).samples, PROMETHEUS_SERIES.admissionDecisions, { outcome: 'rejected', reason: 'budget_exhausted' })[0].value).toBe(1);
+    expect(find(parseExposition(text).samples, PROMETHEUS_SERIES.admissionReservationsHeld, {})[0].value).toBe(3);
+    expect(find(parseExposition(text).samples, PROMETHEUS_SERIES.admissionReconciled, { action: 'expired_settled' })[0].value).toBe(2);
+    expect(find(parseExposition(text).samples, PROMETHEUS_SERIES.admissionReconciled, { action: 'expired_released' })).toEqual([]);
+    expect(find(parseExposition(text).samples, PROMETHEUS_SERIES.admissionOverspends, { tenant: 'demo' })[0].value).toBe(1);
     const { samples, types } = parseExposition(text);
     expect(types.get(PROMETHEUS_SERIES.tenantBurnRateRatio)).toBe('gauge');
     expect(find(samples, PROMETHEUS_SERIES.tenantBurnRateRatio, { tenant: 'demo' })[0].value).toBe(4.5);

@@ -97,6 +97,14 @@ export interface WeirMetrics {
   recordBurnRate(sample: { tenant: string; ratio: number }): void;
   /** `weir.burn_rate_alerts` +1 by `tenant`: a burn-rate alert was published. */
   recordBurnRateAlert(alert: { tenant: string }): void;
+  /** `weir.admission.decisions` +1 by `outcome` and `reason` (`none` when admitted): every reserve, on the admission side. */
+  recordAdmissionDecision(decision: { outcome: 'admitted' | 'rejected'; reason?: string }): void;
+  /** `weir.admission.reservations_held` (gauge): reservations held now. */
+  recordReservationsHeld(count: number): void;
+  /** `weir.admission.reconciled` + the counts of one reconciliation pass, by `action`. */
+  recordReconciliation(report: { expiredSettled: number; expiredReleased: number; corrected: number }): void;
+  /** `weir.admission.overspends` +1 by `tenant`: a settlement above its worst case. */
+  recordAdmissionOverspend(event: { tenant: string }): void;
 }
 
 const LABEL_PATTERN = /^[A-Za-z0-9_][A-Za-z0-9._:@/-]{0,127}$/;
@@ -157,6 +165,10 @@ export function createWeirMetrics(meter: Meter): WeirMetrics {
   const inflight = meter.createUpDownCounter(M.inflightRequests, { unit: '{request}', description: 'Requests in flight' });
   const burnRate = meter.createGauge(M.tenantBurnRateRatio, { unit: '1', description: "A tenant's spend in the last hour divided by its trailing hourly baseline" });
   const burnRateAlerts = meter.createCounter(M.burnRateAlerts, { unit: '{alert}', description: 'Burn-rate alerts published, by tenant' });
+  const admissionDecisions = meter.createCounter(M.admissionDecisions, { unit: '{request}', description: 'Admission decisions by outcome and reason' });
+  const reservationsHeld = meter.createGauge(M.admissionReservationsHeld, { unit: '{reservation}', description: 'Reservations held now' });
+  const reconciled = meter.createCounter(M.admissionReconciled, { unit: '{reservation}', description: 'Reservations reconciled with the ledger, by action' });
+  const overspends = meter.createCounter(M.admissionOverspends, { unit: '{reservation}', description: 'Settlements above the reservation worst case' });
 
   const addInFlight = (attributes: InFlightAttributes, delta: number): void => {
     if (!Number.isFinite(delta)) return;
@@ -217,6 +229,24 @@ export function createWeirMetrics(meter: Meter): WeirMetrics {
     },
     recordBurnRateAlert({ tenant }) {
       burnRateAlerts.add(1, { [A.tenant]: label(tenant, NONE) });
+    },
+    recordAdmissionDecision({ outcome, reason }) {
+      admissionDecisions.add(1, { outcome, [A.reason]: label(reason, NONE) });
+    },
+    recordReservationsHeld(count) {
+      if (usable(count)) reservationsHeld.record(count);
+    },
+    recordReconciliation(report) {
+      for (const [action, n] of [
+        ['expired_settled', report.expiredSettled],
+        ['expired_released', report.expiredReleased],
+        ['corrected', report.corrected],
+      ] as const) {
+        if (usable(n) && n > 0) reconciled.add(n, { action });
+      }
+    },
+    recordAdmissionOverspend({ tenant }) {
+      overspends.add(1, { [A.tenant]: label(tenant, NONE) });
     },
   };
 }
