@@ -22,12 +22,13 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
+import { createAdmission } from '@weir/admission';
 import type { RevisionPricing } from '@weir/core';
 import { loadConfigFile } from '@weir/config';
 import { type SplitTopology, startSplitTopology } from '@weir/launcher';
 import { connectNats, natsNames } from '@weir/messaging-nats';
 import { type ReconciliationReport, runReconciliation } from '@weir/reconcile';
-import { createReconcileQueries, createTemporaryPostgresDatabase, openDatabase, type TemporaryPostgresDatabase, type WeirDatabase } from '@weir/store-pg';
+import { createPgAdmissionStore, createReconcileQueries, createTemporaryPostgresDatabase, openDatabase, type TemporaryPostgresDatabase, type WeirDatabase } from '@weir/store-pg';
 import { type PrivateNats, startPrivateNats, tinyModelPath, uniqueTag } from '@weir/testing';
 import { DEMO_KEY, E2E_CONFIG } from './support/fixtures';
 import { readSse } from './support/sse';
@@ -219,7 +220,12 @@ it('after cancels, deadlines, retries, a lost relay and a killed engine, the led
   try {
     reportA = await runReconciliation(
       { ...reconcileOptions(), since: phaseAStart, until: phaseAEnd, engineCounters: 'assert', fix: true, usageStream: natsNames(namespace).usageStream },
-      { queries: createReconcileQueries(ledger.db), nats: nc, countExpiredHeld: (now) => createReconcileQueries(ledger.db).countHeldPastExpiry(now) },
+      {
+        queries: createReconcileQueries(ledger.db),
+        nats: nc,
+        reconcileReservations: () => createAdmission({ tenants: loadConfigFile(topology.configPath).tenants }, { store: createPgAdmissionStore(ledger.db) }).reconcileReservations(),
+        countExpiredHeld: (now) => createReconcileQueries(ledger.db).countHeldPastExpiry(now),
+      },
     );
   } finally {
     await nc.close();
@@ -239,7 +245,7 @@ it('after cancels, deadlines, retries, a lost relay and a killed engine, the led
   expect(reportA.usage.stream?.ok).toBe(true);
   expect(reportA.usage.cost).toMatchObject({ ok: true, expectedNanoUsd: reportA.usage.ledgerTotals.costNanoUsd });
   expect(reportA.usage.uncertain.count).toBe(0);
-  expect(reportA.reservations.expiredHeld).toBe(0);
+  expect(reportA.reservations).toMatchObject({ ran: true, expiredHeld: 0 });
 
   // Phase B: an engine replica killed (SIGKILL) while it streams; its counters die with it.
   await waitForReplicasUp();
@@ -290,7 +296,7 @@ it('after cancels, deadlines, retries, a lost relay and a killed engine, the led
   ]);
   expect(report.usage.cost.expectedNanoUsd).toBe(report.usage.ledgerTotals.costNanoUsd);
   expect(report.uncertain.found).toBe(0);
-  expect(report.reservations.expiredHeld).toBe(0);
+  expect(report.reservations).toMatchObject({ ran: true, expiredHeld: 0 });
   const held = await ledger.db.selectFrom('reservations').select((eb) => eb.fn.countAll<string>().as('n')).where('state', '=', 'held').where('expires_at', '<', new Date()).executeTakeFirstOrThrow();
   expect(Number(held.n)).toBe(0);
 });

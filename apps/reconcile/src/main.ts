@@ -9,9 +9,10 @@
  * 1. Settles usage rows marked `uncertain` (a relay lost mid-stream) from the engine replicas'
  *    own count of the generation (`GET /v1/generations/{id}/usage`), priced with the revision's
  *    prices, exactly once (only with `--fix`; without it, says what it would settle).
- * 2. With `--fix`, reconciles reservations with the ledger (admission's `reconcileReservations`,
- *    when this build has a Postgres admission store) and reports reservations still held past
- *    their expiry.
+ * 2. With `--fix`, reconciles reservations with the ledger (admission's `reconcileReservations`
+ *    over the Postgres admission store: held reservations past their expiry are settled from
+ *    the ledger or released; settled amounts that differ from the ledger are corrected), then
+ *    reports reservations still held past their expiry.
  * 3. Compares over the window `[since, until)` (by `finished_at`; default: everything until
  *    now): the ledger's sums per tenant and revision, the usage stream's records (a fresh
  *    ephemeral consumer; the ledger's durable consumer is untouched), the engines' token
@@ -30,11 +31,12 @@
  * store cannot be reached.
  */
 import { parseArgs } from 'node:util';
+import { createAdmission } from '@weir/admission';
 import { defaultConfig, loadConfigFile } from '@weir/config';
 import type { PlatformConfig, RevisionPricing } from '@weir/core';
 import { connectNats, natsNames } from '@weir/messaging-nats';
 import { type EngineEndpoint, formatReport, runReconciliation } from '@weir/reconcile';
-import { createReconcileQueries, openDatabase } from '@weir/store-pg';
+import { createPgAdmissionStore, createReconcileQueries, openDatabase } from '@weir/store-pg';
 
 const USAGE = `usage: npm run reconcile -- [--since <ISO>] [--until <ISO>] [--fix] [--json] [--nats-url <url>] [--namespace <ns>] [--no-stream] [--engines <url,url>] [--engines-fresh | --no-engine-counters]
 environment: DATABASE_URL (required), NATS_URL, WEIR_NATS_NAMESPACE, WEIR_CONFIG`;
@@ -111,6 +113,7 @@ async function main(argv: string[]): Promise<number> {
       {
         queries,
         nats: nc,
+        reconcileReservations: () => createAdmission({ tenants: config.tenants }, { store: createPgAdmissionStore(database.db) }).reconcileReservations(),
         countExpiredHeld: (now) => queries.countHeldPastExpiry(now),
       },
     );
