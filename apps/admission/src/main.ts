@@ -1,20 +1,32 @@
 /**
  * The admission service (split topology): reserve → settle → release over gRPC
- * (`weir.admission.v1`). One instance is the arbiter for every gateway, so limits do not
- * multiply with gateway replicas. Environment: WEIR_CONFIG, HOST, GRPC_PORT (default 50052),
- * OPS_PORT (default 9462), LOG_LEVEL.
+ * (`weir.admission.v1`), with its state in Postgres (ADR 0001: Postgres is the atomic
+ * arbiter). Any number of instances may run against one database: each reserve is one
+ * transaction on the tenant's and app's locked rows, so limits and budgets hold across all of
+ * them and a restarted instance simply continues. Each instance also reconciles expired
+ * reservations with the usage ledger every ADMISSION_RECONCILE_INTERVAL_MS (idempotent, so
+ * instances may overlap).
+ *
+ * Environment: WEIR_CONFIG, DATABASE_URL, HOST, GRPC_PORT (default 50052), OPS_PORT (default
+ * 9462), ADMISSION_RECONCILE_INTERVAL_MS (default 10,000), ADMISSION_DB_POOL (default 10),
+ * LOG_LEVEL.
  */
-import { createConcurrencyAdmission } from '@weir/admission';
+import { createAdmission, startReconciler } from '@weir/admission';
 import { loadConfigFile } from '@weir/config';
 import { envInt, envRequired, envString, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
+import { createPgAdmissionStore, openDatabase } from '@weir/store-pg';
 import { createLogger, createTelemetry } from '@weir/telemetry';
 import { createAdmissionGrpcServer, installTracing, startGrpcServer } from '@weir/transport-grpc';
+import { admissionObserver } from './observer';
 
 const env = readEnv({
   WEIR_CONFIG: envRequired('the configuration file'),
+  DATABASE_URL: envRequired('the Postgres URL, e.g. postgres://postgres@127.0.0.1:5432/weir'),
   HOST: envString('127.0.0.1'),
   GRPC_PORT: envInt(50052, 0, 65535),
   OPS_PORT: envInt(9462, 0, 65535),
+  ADMISSION_RECONCILE_INTERVAL_MS: envInt(10_000, 100),
+  ADMISSION_DB_POOL: envInt(10, 1, 200),
   LOG_LEVEL: envString('info'),
 });
 const logger = createLogger({ name: 'admission', level: env.LOG_LEVEL as 'info' });
@@ -23,7 +35,13 @@ runUntilSignal('admission', logger, async () => {
   installTracing();
   const config = loadConfigFile(env.WEIR_CONFIG);
   const telemetry = createTelemetry({ serviceName: 'weir-admission' });
-  const admission = createConcurrencyAdmission({ tenants: config.tenants });
+  const database = await openDatabase({ databaseUrl: env.DATABASE_URL, maxConnections: env.ADMISSION_DB_POOL, logger });
+  const admission = createAdmission({ tenants: config.tenants }, { store: createPgAdmissionStore(database.db), observer: admissionObserver(telemetry.metrics, logger) });
+  const reconciler = startReconciler(admission, {
+    intervalMs: env.ADMISSION_RECONCILE_INTERVAL_MS,
+    onReport: () => void admission.countHeld().then((n) => telemetry.metrics.recordReservationsHeld(n), () => undefined),
+    onError: (err) => logger.warn({ err }, 'reservation reconciliation failed; retrying next interval'),
+  });
   const grpc = await startGrpcServer({ host: env.HOST, port: env.GRPC_PORT, services: [createAdmissionGrpcServer(admission)] });
   let draining = false;
   const ops = await startOpsServer({
@@ -37,6 +55,8 @@ runUntilSignal('admission', logger, async () => {
     async stop() {
       draining = true;
       await grpc.close(5_000);
+      await reconciler.stop();
+      await database.close();
       await ops.close();
       await telemetry.shutdown();
     },

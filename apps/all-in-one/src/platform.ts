@@ -7,7 +7,7 @@
 import { mkdirSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { createConcurrencyAdmission } from '@weir/admission';
+import { createAdmission, startReconciler } from '@weir/admission';
 import { type AllInOneEnv, loadConfigFile, defaultConfig, resolveModelFile } from '@weir/config';
 import { type BurnRateAlert, type EngineAdapter, type PlatformConfig, type RevisionSpec, type Topic, systemClock } from '@weir/core';
 import { createEngine, type LlamaCppEngine } from '@weir/engines';
@@ -16,7 +16,7 @@ import { createBatchedUsageSink, createBurnRateMonitor, type BatchedUsageSink } 
 import { createInProcessTopic } from '@weir/messaging';
 import { createStaticRouter } from '@weir/routing';
 import { createSlotScheduler } from '@weir/scheduling';
-import { bootstrapTenants, createApiKeyRepository, createCachedApiKeyStore, createPgIdempotencyStore, createUsageQueries, createUsageRepository, openDatabase } from '@weir/store-pg';
+import { bootstrapTenants, createApiKeyRepository, createCachedApiKeyStore, createPgIdempotencyStore, createUsageQueries, createPgAdmissionStore, createUsageRepository, openDatabase } from '@weir/store-pg';
 import { createRelay } from '@weir/streaming';
 import { lockDataDir } from './data-dir-lock';
 import { createLogger, createTelemetry, type WeirLogger } from '@weir/telemetry';
@@ -91,6 +91,25 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
     { spend: usageQueries, alerts: burnRateAlerts, metrics: telemetry.metrics, logger },
   );
   burnRate.start();
+  // Admission on the ledger's database (ADR 0001); reconciles expired reservations every 10 s.
+  const admission = createAdmission(
+    { tenants: config.tenants },
+    {
+      store: createPgAdmissionStore(database.db),
+      observer: {
+        onDecision: (d) => telemetry.metrics.recordAdmissionDecision({ outcome: d.outcome, reason: d.reason }),
+        onOverspend: (o) => {
+          telemetry.metrics.recordAdmissionOverspend({ tenant: o.tenantId });
+          logger.warn({ tenant: o.tenantId, app: o.appId, reservationId: o.reservationId, overspendNano: o.overspendNano }, 'settlement above the reserved worst case');
+        },
+        onReconciled: (r) => telemetry.metrics.recordReconciliation(r),
+      },
+    },
+  );
+  const reconciler = startReconciler(admission, {
+    onReport: () => void admission.countHeld().then((n) => telemetry.metrics.recordReservationsHeld(n), () => undefined),
+    onError: (err) => logger.warn({ err }, 'reservation reconciliation failed; retrying next interval'),
+  });
   const router = createStaticRouter(config);
   const scheduler = createSlotScheduler({
     replicas: servingRevisions.map((r) => ({ id: replicaId(r), revisionId: r.id, slots: engines.get(r.id)?.capacity.slots ?? 1 })),
@@ -115,7 +134,7 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
   });
   const pipeline = createGenerationPipeline({
     router,
-    admission: createConcurrencyAdmission({ tenants: config.tenants }),
+    admission,
     scheduler,
     relay,
     countInputTokens: (revision, input) => (engines.get(revision.id) as EngineAdapter).countInputTokens(input),
@@ -172,6 +191,7 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
         const result = await usageSink.close({ timeoutMs: 10_000 });
         if (result.unwritten > 0) logger.error({ unwritten: result.unwritten }, 'usage records could not be written before exit');
         await burnRate.stop();
+        await reconciler.stop();
         for (const engine of engines.values()) await engine.close().catch(() => undefined);
         await telemetry.shutdown().catch(() => undefined);
         await database.close();
