@@ -1,7 +1,8 @@
 /**
  * The split topology on one machine (`npm run split`, and the e2e and fault suites): each
- * data-plane service its own process — router, admission, scheduler, streaming relay,
- * ledger, N gateways — plus M llama.cpp engine replicas per llama.cpp revision, talking
+ * data-plane service its own process — router, K admission instances (default 2, sharing one
+ * Postgres, gateways assigned round-robin), scheduler, streaming relay, ledger, N gateways —
+ * plus M llama.cpp engine replicas per llama.cpp revision, talking
  * gRPC and NATS JetStream, with state in Postgres. The configuration file is the all-in-one's;
  * the launcher adds each revision's `replicas` (the engine processes it starts) and hands the
  * derived file to every service.
@@ -35,6 +36,11 @@ export interface SplitTopologyOptions {
   deleteNatsStreamOnStop?: boolean;
   /** Gateway replicas. Default 2. */
   gateways?: number;
+  /**
+   * Admission instances, all on `databaseUrl` (Postgres is the arbiter, ADR 0001); gateway i
+   * talks to instance i mod N. Default 2.
+   */
+  admissionInstances?: number;
   /** Engine replicas per llama.cpp revision. Default 2. */
   enginesPerRevision?: number;
   /** Extra environment for every process (e.g. WEIR_DEMO_API_KEY, LOG_LEVEL). */
@@ -49,10 +55,13 @@ export interface SplitTopologyOptions {
 export interface SplitTopology {
   gateways: { name: string; url: string; process: ManagedProcess }[];
   engines: { name: string; replicaId: string; revisionId: string; url: string; process: ManagedProcess }[];
-  /** Every process by name: `router`, `admission`, `scheduler`, `relay`, `ledger`, `gateway-0`, `engine:<replica id>`. */
+  /**
+   * Every process by name: `router`, `admission` (and `admission-1`, … for more instances),
+   * `scheduler`, `relay`, `ledger`, `gateway-0`, `engine:<replica id>`.
+   */
   processes: Map<string, ManagedProcess>;
-  /** gRPC addresses of the services (`host:port`). */
-  addresses: { router: string; admission: string; scheduler: string; relay: string };
+  /** gRPC addresses of the services (`host:port`); `admission` is the first admission instance, `admissions` all of them. */
+  addresses: { router: string; admission: string; admissions: string[]; scheduler: string; relay: string };
   /** Ops (healthz/readyz/metrics) base URLs by process name. */
   opsUrls: Map<string, string>;
   /** The derived configuration file every service reads. */
@@ -93,6 +102,7 @@ async function startOnce(options: SplitTopologyOptions): Promise<SplitTopology> 
   const host = '127.0.0.1';
   const natsUrl = options.natsUrl ?? 'nats://127.0.0.1:4222';
   const gatewayCount = options.gateways ?? 2;
+  const admissionCount = Math.max(1, options.admissionInstances ?? 2);
   const perRevision = options.enginesPerRevision ?? 2;
   mkdirSync(options.workDir, { recursive: true });
   const log: OutputLog = { lines: [], echo: options.echo ?? false };
@@ -149,9 +159,13 @@ async function startOnce(options: SplitTopologyOptions): Promise<SplitTopology> 
     scheduler: await freePort(),
     relay: await freePort(),
   };
+  const admissionNames = Array.from({ length: admissionCount }, (_, i) => (i === 0 ? 'admission' : `admission-${i}`));
+  const admissionPorts = [ports.admission];
+  for (let i = 1; i < admissionCount; i++) admissionPorts.push(await freePort());
   const addresses = {
     router: `${host}:${ports.router}`,
     admission: `${host}:${ports.admission}`,
+    admissions: admissionPorts.map((p) => `${host}:${p}`),
     scheduler: `${host}:${ports.scheduler}`,
     relay: `${host}:${ports.relay}`,
   };
@@ -175,6 +189,16 @@ async function startOnce(options: SplitTopologyOptions): Promise<SplitTopology> 
       env: { ...common, GRPC_PORT: String(ports[service]), OPS_PORT: String(ops) },
     });
   }
+  for (let i = 1; i < admissionCount; i++) {
+    const ops = await freePort();
+    opsUrls.set(admissionNames[i], `http://${host}:${ops}`);
+    specs.push({
+      name: admissionNames[i],
+      app: 'admission',
+      readyUrl: `http://${host}:${ops}/readyz`,
+      env: { ...common, GRPC_PORT: String(admissionPorts[i]), OPS_PORT: String(ops) },
+    });
+  }
   {
     const ops = await freePort();
     opsUrls.set('ledger', `http://${host}:${ops}`);
@@ -195,7 +219,7 @@ async function startOnce(options: SplitTopologyOptions): Promise<SplitTopology> 
         ...common,
         PORT: String(port),
         ROUTER_ADDR: addresses.router,
-        ADMISSION_ADDR: addresses.admission,
+        ADMISSION_ADDR: addresses.admissions[i % admissionCount],
         SCHEDULER_ADDR: addresses.scheduler,
         RELAY_ADDR: addresses.relay,
       },
