@@ -25,6 +25,9 @@ import { createGatewayApp, type Gateway } from './app';
 import { createGenerationPipeline } from './pipeline';
 import { parseUsageQuery, usageBody } from './usage-route';
 
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- parsed JSON bodies in assertions
+type Json = any;
+
 const engine: EngineAdapter = {
   kind: 'fake',
   capacity: { slots: 4, contextTokens: 64 },
@@ -171,7 +174,7 @@ describe('use case on generation routes', () => {
   ])('refuses %s with a 400 naming the field, before any work', async (_name, send, param) => {
     const res = await send();
     expect(res.status).toBe(400);
-    const body = await res.json();
+    const body = (await res.json()) as Json;
     expect(body.error).toMatchObject({ type: 'invalid_request_error', param });
     expect(body.error.message).toContain(param === 'use_case' ? '`use_case`' : '`x-weir-use-case`');
     expect(records).toEqual([]);
@@ -189,7 +192,7 @@ describe('GET /v1/usage', () => {
     const res = await usage();
     expect(res.status).toBe(200);
     expect(res.headers.get('x-request-id')).toBeTruthy();
-    const body = await res.json();
+    const body = (await res.json()) as Json;
     const now = new Date();
     const usd = ['0', '0.8', '1.6', '2.4'];
     const sums = (n: number) => ({ tokens: { input: 2 * n, output: 3 * n, cached_input: 0, total: 5 * n }, cost_usd: Number(usd[n]), cost_nano_usd: String(800_000_000 * n), requests: n });
@@ -211,7 +214,7 @@ describe('GET /v1/usage', () => {
   });
 
   it('answers the current UTC day with window=day', async () => {
-    const body = await (await usage('?window=day')).json();
+    const body = (await (await usage('?window=day')).json()) as Json;
     expect(body).toMatchObject({ window: 'day', requests: 0, cost_usd: 0, cost_nano_usd: '0', by_model: [], by_app: [], by_use_case: [] });
     expect(Date.parse(body.period_end) - Date.parse(body.period_start)).toBe(86_400_000);
     expect(body.period_start).toMatch(/T00:00:00\.000Z$/);
@@ -226,7 +229,7 @@ describe('GET /v1/usage', () => {
   ])('refuses %s with a 400 that says what to fix', async (_name, query, param) => {
     const res = await usage(query);
     expect(res.status).toBe(400);
-    const body = await res.json();
+    const body = (await res.json()) as Json;
     expect(body.error).toMatchObject({ type: 'invalid_request_error', param });
     expect(reader.queries).toEqual([]);
   });
