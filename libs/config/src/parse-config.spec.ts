@@ -81,9 +81,57 @@ describe('parseConfig: valid documents', () => {
       { name: 'canary', targets: [{ revision: 'tiny@1', weight: 9 }, { revision: 'gpt@1', weight: 1 }] },
     ]);
     expect(fromYaml.tenants).toEqual([
-      { id: 't1', name: 'Team one', apps: [{ id: 'app1', name: 'App one' }], allowedAliases: ['tiny'], defaultDeadlineMs: 120_000, limits: { maxConcurrent: 64 } },
+      { id: 't1', name: 'Team one', apps: [{ id: 'app1', name: 'App one', limits: {} }], allowedAliases: ['tiny'], defaultDeadlineMs: 120_000, limits: { maxConcurrent: 64 } },
     ]);
-    expect(fromYaml.defaults).toEqual({ cancelGraceMs: 250, maxBodyBytes: 1_048_576, sseHeartbeatMs: 15_000, maxQueuePerReplica: 256 });
+    expect(fromYaml.defaults).toEqual({
+      cancelGraceMs: 250,
+      maxBodyBytes: 1_048_576,
+      sseHeartbeatMs: 15_000,
+      maxQueuePerReplica: 256,
+      admission: { reservationGraceMs: 60_000, idempotencyRetentionMs: 86_400_000, burnRateFactor: 3, burnRateBaselineHours: 24, burnRateMinHourlyUsd: 1 },
+    });
+  });
+
+  it('reads admission limits of tenants and apps, and the admission defaults', () => {
+    const file = validFile();
+    file.tenants = [
+      {
+        id: 't',
+        name: 'T',
+        limits: { max_concurrent: 8, requests_per_minute: 600, tokens_per_minute: 90_000, input_tokens_per_minute: 60_000, output_tokens_per_minute: 30_000, monthly_budget_usd: 250.5, daily_budget_usd: 20 },
+        apps: [{ id: 'a', name: 'A', limits: { max_concurrent: 2, monthly_budget_usd: 10 } }],
+      },
+    ];
+    (file as Record<string, unknown>).defaults = { admission: { reservation_grace_ms: 5_000, idempotency_retention_ms: 3_600_000, burn_rate_factor: 2.5, burn_rate_baseline_hours: 48, burn_rate_min_hourly_usd: 0 } };
+    const cfg = parseConfig(JSON.stringify(file), 'w.json');
+    expect(cfg.tenants[0].limits).toEqual({
+      maxConcurrent: 8,
+      requestsPerMinute: 600,
+      tokensPerMinute: 90_000,
+      inputTokensPerMinute: 60_000,
+      outputTokensPerMinute: 30_000,
+      monthlyBudgetUsd: 250.5,
+      dailyBudgetUsd: 20,
+    });
+    expect(cfg.tenants[0].apps[0].limits).toEqual({ maxConcurrent: 2, monthlyBudgetUsd: 10 });
+    expect(cfg.defaults.admission).toEqual({ reservationGraceMs: 5_000, idempotencyRetentionMs: 3_600_000, burnRateFactor: 2.5, burnRateBaselineHours: 48, burnRateMinHourlyUsd: 0 });
+  });
+
+  it('refuses bad admission limits, naming the field', () => {
+    const file = validFile();
+    file.tenants = [{ id: 't', name: 'T', limits: { requests_per_minute: 0, monthly_budget_usd: -1 }, apps: [{ id: 'a', name: 'A', limits: { tokens_per_minute: 1.5, budget: 3 } }] }];
+    (file as Record<string, unknown>).defaults = { admission: { burn_rate_factor: 1 } };
+    let message = '';
+    try {
+      parseConfig(JSON.stringify(file), 'w.json');
+    } catch (err) {
+      message = (err as Error).message;
+    }
+    expect(message).toContain('tenants[0].limits.requests_per_minute');
+    expect(message).toContain('tenants[0].limits.monthly_budget_usd');
+    expect(message).toContain('tenants[0].apps[0].limits.tokens_per_minute');
+    expect(message).toContain('budget');
+    expect(message).toContain('defaults.admission.burn_rate_factor');
   });
 
   it('defaults allowed_aliases to ["*"], apps to [] and aliases/tenants to []', () => {
