@@ -8,7 +8,8 @@
  * (default postgres://postgres@127.0.0.1:5432/weir, created if missing), NATS_URL (default
  * nats://127.0.0.1:4222), WEIR_NATS_NAMESPACE (default weir; two topologies on one NATS server
  * need different ones), WEIR_DEMO_API_KEY (default: a new key, printed), SPLIT_GATEWAYS
- * (default 2), SPLIT_ENGINES_PER_REVISION (default 2), WEIR_DATA_DIR (default .data), LOG_LEVEL.
+ * (default 2), SPLIT_ADMISSION_INSTANCES (default 2), SPLIT_ENGINES_PER_REVISION (default 2),
+ * WEIR_DATA_DIR (default .data), LOG_LEVEL.
  */
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
@@ -25,6 +26,7 @@ const env = readEnv({
   WEIR_NATS_NAMESPACE: envString('weir'),
   WEIR_DEMO_API_KEY: envString(''),
   SPLIT_GATEWAYS: envInt(2, 1, 16),
+  SPLIT_ADMISSION_INSTANCES: envInt(2, 1, 16),
   SPLIT_ENGINES_PER_REVISION: envInt(2, 1, 16),
   WEIR_DATA_DIR: envString('.data'),
   LOG_LEVEL: envString('info'),
@@ -41,6 +43,7 @@ async function main(): Promise<void> {
     natsUrl: env.NATS_URL,
     natsNamespace: env.WEIR_NATS_NAMESPACE,
     gateways: env.SPLIT_GATEWAYS,
+    admissionInstances: env.SPLIT_ADMISSION_INSTANCES,
     enginesPerRevision: env.SPLIT_ENGINES_PER_REVISION,
     env: { WEIR_DEMO_API_KEY: demoKey, LOG_LEVEL: env.LOG_LEVEL },
     echo: true,
@@ -49,9 +52,13 @@ async function main(): Promise<void> {
     '',
     'Weir (split topology) is up:',
     ...topology.gateways.map((g) => `  ${g.name.padEnd(28)} ${g.url}   (pid ${g.process.pid})`),
-    ...(['router', 'admission', 'scheduler', 'relay'] as const).map(
+    ...(['router', 'scheduler', 'relay'] as const).map(
       (s) => `  ${s.padEnd(28)} grpc ${topology.addresses[s]}, ops ${topology.opsUrls.get(s)}   (pid ${topology.processes.get(s)?.pid})`,
     ),
+    ...topology.addresses.admissions.map((address, i) => {
+      const name = i === 0 ? 'admission' : `admission-${i}`;
+      return `  ${name.padEnd(28)} grpc ${address}, ops ${topology.opsUrls.get(name)}   (pid ${topology.processes.get(name)?.pid})`;
+    }),
     `  ${'ledger'.padEnd(28)} ops ${topology.opsUrls.get('ledger')}   (pid ${topology.processes.get('ledger')?.pid})`,
     ...topology.engines.map((e) => `  ${e.name.padEnd(28)} ${e.url}   (pid ${e.process.pid})`),
     `  config: ${topology.configPath}`,
