@@ -85,6 +85,17 @@ export interface RevisionSpec {
    * in-process; `engine` still describes how the replicas are built. Default: none.
    */
   replicas?: ReplicaEndpoint[];
+  /**
+   * Pool of the revision's in-process engine replica (all-in-one), and the default pool of its
+   * `replicas`: `interactive`, `batch`, or a dedicated pool named by tenants'
+   * `dedicatedPool`. Default `interactive`.
+   */
+  pool?: string;
+  /**
+   * KV-cache tokens of the in-process engine replica (context tokens across its active
+   * sequences), and the default of its `replicas`. Default: sequences × context window.
+   */
+  kvTokens?: number;
 }
 
 /** One remote replica of a revision. */
@@ -95,7 +106,16 @@ export interface ReplicaEndpoint {
   baseUrl: string;
   /** Concurrent sequences it serves (its engine's sequences). */
   slots: number;
+  /** Its pool (see `RevisionSpec.pool`). Default: the revision's pool, else `interactive`. */
+  pool?: string;
+  /** KV-cache tokens across its sequences. Default: the revision's `kvTokens`, else slots × context window. */
+  kvTokens?: number;
 }
+
+/** The shared pool every request without a dedicated pool uses. */
+export const INTERACTIVE_POOL = 'interactive';
+/** The pool batch-class requests use when it serves their revision. */
+export const BATCH_POOL = 'batch';
 
 /** A weighted arm of an alias (the canary weight). */
 export interface AliasTarget {
@@ -158,6 +178,17 @@ export interface TenantSpec {
   /** Default deadline when a request gives none (ms). Default 120,000. */
   defaultDeadlineMs: number;
   limits: TenantLimits;
+  /**
+   * Share of scheduler capacity between tenants queued in the same pool, counted in tokens
+   * (deficit round robin): a tenant with weight 2 gets twice the tokens of one with weight 1
+   * while both wait. Default 1.
+   */
+  schedulingWeight?: number;
+  /**
+   * The dedicated pool this tenant's requests run on (only on it: a revision that pool does not
+   * serve answers `no_replica`), and which no other tenant may use. Default none (shared pools).
+   */
+  dedicatedPool?: string;
 }
 
 /** Process-wide defaults. */
@@ -171,7 +202,42 @@ export interface PlatformDefaults {
   /** Longest a request may wait in the scheduler's queue before `queue_full` (entries per replica). Default 256. */
   maxQueuePerReplica: number;
   admission: AdmissionDefaults;
+  /** Scheduler settings (the `defaults.scheduling` section). Default {@link DEFAULT_SCHEDULING}. */
+  scheduling?: SchedulingDefaults;
 }
+
+/**
+ * Scheduler settings (the `defaults.scheduling` section). Queue bounds scale with the pool's
+ * remaining capacity (healthy replicas, discounted for a measured slowdown), so they shrink in
+ * a brownout. See `docs/architecture.md` (Scheduling).
+ */
+export interface SchedulingDefaults {
+  /** Queued bytes (request inputs) per replica of a pool's revision queue. Default 16 MiB. */
+  maxQueueBytesPerReplica: number;
+  /** Fraction (0, 1] of a pool's length and byte bounds one tenant may fill. Default 0.5. */
+  tenantQueueShare: number;
+  /** Deficit-round-robin quantum (tokens) a weight-1 tenant earns per round. Default 4,096. */
+  quantumTokens: number;
+  /** Prefill throughput (tokens/s per sequence) assumed for a replica before any measurement. Default 1,000. */
+  priorPrefillTokensPerS: number;
+  /**
+   * Decode throughput (tokens/s per sequence) assumed before any measurement. Default 20: the
+   * seed's 50 ms time-per-output-token target.
+   */
+  priorDecodeTokensPerS: number;
+  /** Weight of a new measurement in the throughput EWMAs, (0, 1]. Default 0.2. */
+  ewmaAlpha: number;
+}
+
+/** `defaults.scheduling` when the configuration names none (see {@link SchedulingDefaults}). */
+export const DEFAULT_SCHEDULING: Readonly<SchedulingDefaults> = Object.freeze({
+  maxQueueBytesPerReplica: 16 * 1024 * 1024,
+  tenantQueueShare: 0.5,
+  quantumTokens: 4_096,
+  priorPrefillTokensPerS: 1_000,
+  priorDecodeTokensPerS: 20,
+  ewmaAlpha: 0.2,
+});
 
 /** Admission and accounting settings (the `defaults.admission` section). */
 export interface AdmissionDefaults {

@@ -119,13 +119,40 @@ export interface AdmissionService {
   release(reservationId: string): Promise<void>;
 }
 
-/** A held slot on one replica; `release()` must be called exactly once (idempotent). */
+/**
+ * What a generation measured on its replica, handed back with the lease so the scheduler can
+ * keep its service-rate estimate (an EWMA of prefill and decode throughput per replica). Times
+ * are from the moment the lease was granted (ms), not from the request's arrival.
+ */
+export interface LeaseUsageReport {
+  /** Prompt tokens the replica evaluated. */
+  inputTokens: number;
+  /** Output tokens it produced. */
+  outputTokens: number;
+  /** From the grant to the first output token (ms); null when no token came. */
+  ttftMs: number | null;
+  /** From the grant to the end of the generation (ms). */
+  durationMs: number;
+}
+
+/**
+ * A held slot on one replica; `release()` must be called exactly once (idempotent). Passing
+ * the generation's measurements feeds the scheduler's service-rate estimate; a release without
+ * them (nothing ran, or nothing was measured) frees the capacity only.
+ */
 export interface SlotLease {
   replicaId: string;
   /** Time spent queued for the slot (ms). */
   queueMs: number;
-  release(): void;
+  release(report?: LeaseUsageReport): void;
 }
+
+/**
+ * A request's scheduling class: `interactive` (default) is served first; `batch` only gets
+ * capacity interactive work does not want, runs on the `batch` pool when one serves the
+ * revision, and is shed first when a pool loses capacity (brownout).
+ */
+export type RequestPriority = 'interactive' | 'batch';
 
 /** What the scheduler needs to place one request. */
 export interface ScheduleRequest {
@@ -139,15 +166,35 @@ export interface ScheduleRequest {
   signal: AbortSignal;
   /** Replicas not to use (a retry after a failure before the first token). Default none. */
   avoidReplicas?: readonly string[];
+  /** Prompt tokens (prefill work) within `tokens`, for the start-time estimate. Default 0 (all of `tokens` counted as output). */
+  inputTokens?: number;
+  /** Scheduling class. Default `interactive`. */
+  priority?: RequestPriority;
+  /** Bytes the request holds while queued (its input), for the byte bounds. Default `tokens × 4`. */
+  bytes?: number;
 }
 
 /**
- * Scheduler result: a lease, or a rejection value. `cancelled` and `deadline` happen while
- * queued; `queue_full` is immediate; `no_replica` means the revision has no serving replica.
+ * Why the scheduler did not grant a lease:
+ * - `queue_full` (immediate): the pool's or the tenant's queue is at its bound (length or bytes);
+ * - `deadline_unmeetable` (immediate): the estimated start plus prefill is past the deadline;
+ * - `shed`: batch work dropped because its pool lost capacity (brownout), at arrival or while queued;
+ * - `deadline` / `cancelled`: the deadline passed / the client left while queued;
+ * - `no_replica`: no replica of the request's pool serves the revision.
  */
+export type ScheduleRejectReason = 'queue_full' | 'deadline_unmeetable' | 'shed' | 'deadline' | 'cancelled' | 'no_replica';
+
+/** Scheduler result: a lease, or a rejection value (see {@link ScheduleRejectReason}). */
 export type ScheduleResult =
   | { ok: true; lease: SlotLease }
-  | { ok: false; reason: 'queue_full' | 'deadline' | 'cancelled' | 'no_replica'; message: string; queueMs: number };
+  | {
+      ok: false;
+      reason: ScheduleRejectReason;
+      message: string;
+      queueMs: number;
+      /** Hint for `Retry-After` (ms): when the scheduler expects capacity; absent when it has none. */
+      retryAfterMs?: number;
+    };
 
 /** Per-pool queues over replica capacity. */
 export interface SchedulerService {

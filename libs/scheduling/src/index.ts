@@ -1,2 +1,5 @@
+export * from './fair-queue';
+export * from './estimator';
+export * from './pool-scheduler';
 export * from './slot-scheduler';
 export * from './replica-prober';

@@ -21,7 +21,7 @@ describe('createSlotScheduler', () => {
     const order: string[] = [];
     const c = s.acquire(req()).then((r) => (order.push('c'), r));
     const d = s.acquire(req()).then((r) => (order.push('d'), r));
-    expect(s.stats()).toEqual({ queued: { 'r@1': 2 }, inFlight: { x: 2 }, unhealthy: [] });
+    expect(s.stats()).toMatchObject({ queued: { 'r@1': 2 }, inFlight: { x: 2 }, unhealthy: [] });
     if (a.ok) a.lease.release();
     const cr = await c;
     expect(cr.ok).toBe(true);
