@@ -216,7 +216,11 @@ export interface SchedulingDefaults {
   maxQueueBytesPerReplica: number;
   /** Fraction (0, 1] of a pool's length and byte bounds one tenant may fill. Default 0.5. */
   tenantQueueShare: number;
-  /** Deficit-round-robin quantum (tokens) a weight-1 tenant earns per round. Default 4,096. */
+  /**
+   * Deficit-round-robin quantum (tokens) a weight-1 tenant earns per round. Default 256: below a
+   * typical request, so each turn serves about one request and the order stays close to
+   * weighted fair sharing (larger entries are served after the rounds they need).
+   */
   quantumTokens: number;
   /** Prefill throughput (tokens/s per sequence) assumed for a replica before any measurement. Default 1,000. */
   priorPrefillTokensPerS: number;
@@ -233,7 +237,7 @@ export interface SchedulingDefaults {
 export const DEFAULT_SCHEDULING: Readonly<SchedulingDefaults> = Object.freeze({
   maxQueueBytesPerReplica: 16 * 1024 * 1024,
   tenantQueueShare: 0.5,
-  quantumTokens: 4_096,
+  quantumTokens: 256,
   priorPrefillTokensPerS: 1_000,
   priorDecodeTokensPerS: 20,
   ewmaAlpha: 0.2,
