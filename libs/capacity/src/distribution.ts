@@ -7,7 +7,7 @@ import { type Random, standardNormal } from './prng';
  * - `samples`: each request draws uniformly from `values` (e.g. lengths measured in production);
  * - `lognormal`: given its median `p50` and 95th percentile `p95` (tokens, `p95 ≥ p50`):
  *   μ = ln p50, σ = (ln p95 − ln p50) / 1.6449 (z of the 95th percentile), draw e^(μ + σ·z);
- *   `max` caps a draw (default 16 × p95), so a long tail cannot produce an absurd request.
+ *   `max` caps a draw (default 4 × p95), so a long tail cannot produce an absurd request.
  * Every draw is rounded to an integer ≥ 1.
  */
 export type TokenDistribution =
@@ -54,7 +54,7 @@ export function drawTokens(d: TokenDistribution, random: Random): number {
     case 'lognormal': {
       const sigma = (Math.log(d.p95) - Math.log(d.p50)) / Z_95;
       const value = Math.exp(Math.log(d.p50) + sigma * standardNormal(random));
-      return Math.max(1, Math.min(d.max ?? 16 * Math.ceil(d.p95), Math.round(value)));
+      return Math.max(1, Math.min(d.max ?? 4 * Math.ceil(d.p95), Math.round(value)));
     }
   }
 }

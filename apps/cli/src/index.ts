@@ -1,0 +1,2 @@
+export * from './args';
+export * from './run';
