@@ -1,4 +1,4 @@
-import type { ScheduleRequest, ScheduleResult, SchedulerService, SlotLease } from '@weir/core';
+import type { ScheduleRequest, ScheduleResult, SchedulerService, SchedulingDefaults, SlotLease } from '@weir/core';
 import { type ContractSubject, contractCallers } from './port-contract-fixtures';
 
 /** The replicas and queue bound a scheduler under contract must be built with. */
@@ -7,6 +7,12 @@ export interface SchedulerContractTopology {
   replicas: Array<{ id: string; revisionId: string; slots: number }>;
   /** Queue entries per replica of a revision (so `solo@1` queues at most 2). */
   maxQueuePerReplica: number;
+  /**
+   * Scheduler settings: one tenant may fill the whole queue, and the prior service rate is
+   * 1,000,000 tokens/s per sequence, so a request of `tokens` tokens holds a sequence for
+   * `tokens` µs in the start-time estimate (a 64-token lease: 0.064 ms).
+   */
+  settings: Partial<SchedulingDefaults>;
 }
 
 const topology: SchedulerContractTopology = {
@@ -16,6 +22,7 @@ const topology: SchedulerContractTopology = {
     { id: 'pair@1/1', revisionId: 'pair@1', slots: 1 },
   ],
   maxQueuePerReplica: 2,
+  settings: { tenantQueueShare: 1, priorPrefillTokensPerS: 1_000_000, priorDecodeTokensPerS: 1_000_000 },
 };
 
 /** Deadlines in the contract are on `performance.now()` (the `systemClock` of `@weir/core`). */
@@ -49,7 +56,11 @@ const settled = async <T>(promise: Promise<T>, ms: number): Promise<T | 'pending
  *   queue time; a bounded queue answers `queue_full`;
  * - a queued request leaves with `deadline` when its deadline passes and `cancelled` when
  *   its signal fires, and leaving frees its queue entry;
- * - `release()` is idempotent: releasing twice frees one slot.
+ * - `release()` is idempotent: releasing twice frees one slot; it accepts the generation's
+ *   measurements (a usage report);
+ * - a request whose estimated start is past its deadline answers `deadline_unmeetable` at
+ *   once, with a retry hint;
+ * - batch-class work waits behind interactive work queued after it.
  */
 export function describeSchedulerContract(name: string, setup: (topology: SchedulerContractTopology) => Promise<ContractSubject<SchedulerService>>): void {
   describe(`scheduler contract: ${name}`, () => {
@@ -140,6 +151,36 @@ export function describeSchedulerContract(name: string, setup: (topology: Schedu
       const next = leaseOf(await staying);
       next.release();
       leaseOf(await third).release();
+    });
+
+    it('answers deadline_unmeetable at once, with a retry hint, when the estimated start is past the deadline', async () => {
+      // 20,000,000 tokens at the prior 1,000,000 tokens/s: the only slot is busy for ~20 s.
+      const held = leaseOf(await acquire('solo@1', { tokens: 20_000_000 }));
+      const started = performance.now();
+      const result = await acquire('solo@1', { deadlineAt: performance.now() + 2_000 });
+      expect(result).toMatchObject({ ok: false, reason: 'deadline_unmeetable', queueMs: 0 });
+      expect(result.ok || result.retryAfterMs).toBeGreaterThanOrEqual(1_000);
+      expect(performance.now() - started).toBeLessThan(1_000);
+      held.release();
+    });
+
+    it('serves interactive work before batch work queued earlier', async () => {
+      const held = leaseOf(await acquire('solo@1'));
+      const order: string[] = [];
+      const batch = acquire('solo@1', { priority: 'batch', caller: contractCallers.globex }).then((r) => (order.push('batch'), r));
+      await new Promise((r) => setTimeout(r, 20));
+      const interactive = acquire('solo@1').then((r) => (order.push('interactive'), r));
+      await new Promise((r) => setTimeout(r, 20));
+      held.release();
+      leaseOf(await interactive).release();
+      leaseOf(await batch).release();
+      expect(order).toEqual(['interactive', 'batch']);
+    });
+
+    it('takes the generation’s measurements with release and frees the slot', async () => {
+      const held = leaseOf(await acquire('solo@1', { inputTokens: 10 }));
+      held.release({ inputTokens: 10, outputTokens: 54, ttftMs: 5, durationMs: 120 });
+      leaseOf(await acquire('solo@1')).release();
     });
 
     it('frees one slot for a double release', async () => {

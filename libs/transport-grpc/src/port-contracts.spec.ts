@@ -5,7 +5,7 @@
 import { createInMemoryAdmission } from '@weir/admission';
 import { type UsageRecord, systemClock } from '@weir/core';
 import { createStaticRouter } from '@weir/routing';
-import { createSlotScheduler } from '@weir/scheduling';
+import { createPoolScheduler } from '@weir/scheduling';
 import { createRelay } from '@weir/streaming';
 import { describeAdmissionContract, describeRelayContract, describeRouterContract, describeSchedulerContract } from '@weir/testing';
 import {
@@ -37,10 +37,10 @@ describeAdmissionContract('gRPC loopback', async (tenants, { clock }) => {
 });
 
 describeSchedulerContract('in-process', async (t) => ({
-  service: createSlotScheduler({ replicas: t.replicas, maxQueuePerReplica: t.maxQueuePerReplica, clock: systemClock }),
+  service: createPoolScheduler({ replicas: t.replicas, maxQueuePerReplica: t.maxQueuePerReplica, settings: t.settings, clock: systemClock }),
 }));
 describeSchedulerContract('gRPC loopback', async (t) => {
-  const impl = createSlotScheduler({ replicas: t.replicas, maxQueuePerReplica: t.maxQueuePerReplica, clock: systemClock });
+  const impl = createPoolScheduler({ replicas: t.replicas, maxQueuePerReplica: t.maxQueuePerReplica, settings: t.settings, clock: systemClock });
   const server = await startGrpcServer({ services: [createSchedulerGrpcServer(impl)] });
   const client = createSchedulerGrpcClient({ address: server.address });
   return { service: client, close: async () => (client.close(), server.close()) };

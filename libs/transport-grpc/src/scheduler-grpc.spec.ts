@@ -1,4 +1,4 @@
-import { type ScheduleResult, type SchedulerService, systemClock } from '@weir/core';
+import { type LeaseUsageReport, type ScheduleRequest, type ScheduleResult, type SchedulerService, systemClock } from '@weir/core';
 import { createSlotScheduler } from '@weir/scheduling';
 import { contractCallers } from '@weir/testing';
 import { createSchedulerGrpcClient, createSchedulerGrpcServer } from './index';
@@ -41,16 +41,16 @@ describe('scheduler over gRPC', () => {
     let released = 0;
     let grantedAfterCancel = false;
     const controller = new AbortController();
-    // Grants 80 ms after the call arrives, whatever happens to its signal; the client cancels
-    // 10 ms after arrival, so the grant races the cancel.
+    // The client cancels as soon as the call arrives; the scheduler grants only once it has
+    // seen the cancellation (ignoring it), so the grant always loses the race.
     const slow: SchedulerService = {
       acquire: (req) => {
-        setTimeout(() => controller.abort(), 10);
+        controller.abort();
         return new Promise<ScheduleResult>((resolve) =>
-          setTimeout(() => {
+          req.signal.addEventListener('abort', () => {
             grantedAfterCancel = req.signal.aborted;
             resolve({ ok: true, lease: { replicaId: 'r/0', queueMs: 80, release: () => void released++ } });
-          }, 80),
+          }),
         );
       },
     };
@@ -80,6 +80,29 @@ describe('scheduler over gRPC', () => {
     expect(impl.stats().inFlight['solo@1/0']).toBe(1);
     b.lease.release();
     expect(await eventually(() => impl.stats().inFlight['solo@1/0'] === 0)).toBe(true);
+  });
+
+  it('carries priority, input tokens, bytes, the retry hint and the usage report across the wire', async () => {
+    const seen: ScheduleRequest[] = [];
+    const reports: Array<LeaseUsageReport | undefined> = [];
+    const fake: SchedulerService = {
+      acquire: async (req) => {
+        seen.push(req);
+        if (req.priority === 'batch') return { ok: false, reason: 'shed', message: 'brownout', queueMs: 0, retryAfterMs: 5_000 };
+        return { ok: true, lease: { replicaId: 'r/0', queueMs: 0, release: (report) => void reports.push(report) } };
+      },
+    };
+    const server = await serve([createSchedulerGrpcServer(fake)]);
+    const client = track(createSchedulerGrpcClient({ address: server.address }));
+    expect(await client.acquire({ ...request(), priority: 'batch', inputTokens: 7, bytes: 123 })).toEqual({ ok: false, reason: 'shed', message: 'brownout', queueMs: 0, retryAfterMs: 5_000 });
+    expect(seen[0]).toMatchObject({ priority: 'batch', inputTokens: 7, bytes: 123, tokens: 10 });
+    const granted = await client.acquire(request());
+    expect(seen[1]).toMatchObject({ priority: 'interactive', inputTokens: 0 });
+    expect(seen[1].bytes).toBeUndefined();
+    if (!granted.ok) throw new Error('expected a lease');
+    granted.lease.release({ inputTokens: 7, outputTokens: 20, ttftMs: null, durationMs: 33 });
+    expect(await eventually(() => reports.length === 1)).toBe(true);
+    expect(reports[0]).toEqual({ inputTokens: 7, outputTokens: 20, ttftMs: null, durationMs: 33 });
   });
 
   it('releases every held lease when the server closes', async () => {

@@ -10,21 +10,39 @@
 import { randomUUID } from 'node:crypto';
 import { create } from '@bufbuild/protobuf';
 import * as grpc from '@grpc/grpc-js';
-import { type Clock, type ScheduleResult, type SchedulerService, type SlotLease, WeirError, systemClock } from '@weir/core';
+import { type Clock, type LeaseUsageReport, type RequestPriority, type ScheduleRejectReason, type ScheduleResult, type SchedulerService, type SlotLease, WeirError, systemClock } from '@weir/core';
 import { schedulerV1 } from '@weir/proto';
 import { type GrpcClientOptions, createGrpcConnection, isServiceError } from './client-connection';
 import { fromGrpcError, weirCodeOf } from './grpc-errors';
 import { type GrpcServerBindingOptions, type GrpcServiceBinding, bindService, unaryHandler } from './server-handlers';
 import { callerFromWire, callerToWire, enumFromWire, malformed } from './wire-common';
 
-type RejectReason = Extract<ScheduleResult, { ok: false }>['reason'];
-
-const REJECT_REASONS: Record<RejectReason, schedulerV1.RejectReason> = {
+const REJECT_REASONS: Record<ScheduleRejectReason, schedulerV1.RejectReason> = {
   queue_full: schedulerV1.RejectReason.QUEUE_FULL,
   deadline: schedulerV1.RejectReason.DEADLINE,
   cancelled: schedulerV1.RejectReason.CANCELLED,
   no_replica: schedulerV1.RejectReason.NO_REPLICA,
+  deadline_unmeetable: schedulerV1.RejectReason.DEADLINE_UNMEETABLE,
+  shed: schedulerV1.RejectReason.SHED,
 };
+
+const PRIORITIES: Record<RequestPriority, schedulerV1.Priority> = {
+  interactive: schedulerV1.Priority.INTERACTIVE,
+  batch: schedulerV1.Priority.BATCH,
+};
+
+function reportToWire(report: LeaseUsageReport): schedulerV1.UsageReport {
+  return create(schedulerV1.UsageReportSchema, {
+    inputTokens: report.inputTokens,
+    outputTokens: report.outputTokens,
+    ...(report.ttftMs !== null ? { ttftMs: report.ttftMs } : {}),
+    durationMs: report.durationMs,
+  });
+}
+
+function reportFromWire(report: schedulerV1.UsageReport): LeaseUsageReport {
+  return { inputTokens: report.inputTokens, outputTokens: report.outputTokens, ttftMs: report.ttftMs ?? null, durationMs: report.durationMs };
+}
 
 /** Options of {@link createSchedulerGrpcServer}. */
 export interface SchedulerGrpcServerOptions extends GrpcServerBindingOptions {
@@ -106,6 +124,9 @@ export function createSchedulerGrpcServer(impl: SchedulerService, options: Sched
             deadlineAt: clock.now() + Math.max(0, request.deadlineInMs),
             signal: abort.signal,
             ...(request.avoidReplicas.length > 0 ? { avoidReplicas: [...request.avoidReplicas] } : {}),
+            inputTokens: request.inputTokens,
+            priority: request.priority === schedulerV1.Priority.BATCH ? 'batch' : 'interactive',
+            ...(request.bytes > 0n ? { bytes: Number(request.bytes) } : {}),
           });
         } finally {
           pending.delete(leaseId);
@@ -125,14 +146,22 @@ export function createSchedulerGrpcServer(impl: SchedulerService, options: Sched
           });
         }
         return create(schedulerV1.AcquireResponseSchema, {
-          result: { case: 'rejection', value: { reason: REJECT_REASONS[result.reason], message: result.message, queueMs: result.queueMs } },
+          result: {
+            case: 'rejection',
+            value: {
+              reason: REJECT_REASONS[result.reason],
+              message: result.message,
+              queueMs: result.queueMs,
+              ...(result.retryAfterMs !== undefined ? { retryAfterMs: result.retryAfterMs } : {}),
+            },
+          },
         });
       }),
       release: unaryHandler(method.release, options.propagator, async (request) => {
         const lease = leases.get(request.leaseId);
         if (lease) {
           leases.delete(request.leaseId);
-          lease.release();
+          lease.release(request.report ? reportFromWire(request.report) : undefined);
         } else {
           rememberEarlyRelease(request.leaseId);
           pending.get(request.leaseId)?.abort();
@@ -163,7 +192,8 @@ export function createSchedulerGrpcClient(options: SchedulerGrpcClientOptions): 
   const marginMs = options.acquireMarginMs ?? 1_000;
   const { method } = schedulerV1.SchedulerService;
 
-  const releaseInBackground = (leaseId: string) => connection.background('scheduler.Release', () => connection.unary(method.release, { leaseId }));
+  const releaseInBackground = (leaseId: string, report?: LeaseUsageReport) =>
+    connection.background('scheduler.Release', () => connection.unary(method.release, { leaseId, ...(report ? { report: reportToWire(report) } : {}) }));
 
   return {
     async acquire(request): Promise<ScheduleResult> {
@@ -182,6 +212,9 @@ export function createSchedulerGrpcClient(options: SchedulerGrpcClientOptions): 
             tokens: request.tokens,
             deadlineInMs: remainingMs,
             avoidReplicas: request.avoidReplicas ? [...request.avoidReplicas] : [],
+            inputTokens: request.inputTokens ?? 0,
+            priority: PRIORITIES[request.priority ?? 'interactive'],
+            bytes: BigInt(Math.max(0, Math.round(request.bytes ?? 0))),
           }),
           Date.now() + remainingMs + marginMs,
           request.signal,
@@ -203,17 +236,23 @@ export function createSchedulerGrpcClient(options: SchedulerGrpcClientOptions): 
           const lease: SlotLease = {
             replicaId: granted.replicaId,
             queueMs: granted.queueMs,
-            release() {
+            release(report) {
               if (released) return;
               released = true;
-              releaseInBackground(leaseId);
+              releaseInBackground(leaseId, report);
             },
           };
           return { ok: true, lease };
         }
         case 'rejection': {
           const r = response.result.value;
-          return { ok: false, reason: enumFromWire(REJECT_REASONS, r.reason, 'rejection.reason'), message: r.message, queueMs: r.queueMs };
+          return {
+            ok: false,
+            reason: enumFromWire(REJECT_REASONS, r.reason, 'rejection.reason'),
+            message: r.message,
+            queueMs: r.queueMs,
+            ...(r.retryAfterMs !== undefined ? { retryAfterMs: r.retryAfterMs } : {}),
+          };
         }
         case undefined:
           releaseInBackground(leaseId);

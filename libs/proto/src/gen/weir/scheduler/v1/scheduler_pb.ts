@@ -15,7 +15,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file weir/scheduler/v1/scheduler.proto.
  */
 export const file_weir_scheduler_v1_scheduler: GenFile = /*@__PURE__*/
-  fileDesc("CiF3ZWlyL3NjaGVkdWxlci92MS9zY2hlZHVsZXIucHJvdG8SEXdlaXIuc2NoZWR1bGVyLnYxIp8BCg5BY3F1aXJlUmVxdWVzdBIQCghsZWFzZV9pZBgBIAEoCRImCgZjYWxsZXIYAiABKAsyFi53ZWlyLmNvbW1vbi52MS5DYWxsZXISEwoLcmV2aXNpb25faWQYAyABKAkSDgoGdG9rZW5zGAQgASgNEhYKDmRlYWRsaW5lX2luX21zGAUgASgBEhYKDmF2b2lkX3JlcGxpY2FzGAYgAygJIj8KBUxlYXNlEhAKCGxlYXNlX2lkGAEgASgJEhIKCnJlcGxpY2FfaWQYAiABKAkSEAoIcXVldWVfbXMYAyABKAEiXwoJUmVqZWN0aW9uEi8KBnJlYXNvbhgBIAEoDjIfLndlaXIuc2NoZWR1bGVyLnYxLlJlamVjdFJlYXNvbhIPCgdtZXNzYWdlGAIgASgJEhAKCHF1ZXVlX21zGAMgASgBInkKD0FjcXVpcmVSZXNwb25zZRIpCgVsZWFzZRgBIAEoCzIYLndlaXIuc2NoZWR1bGVyLnYxLkxlYXNlSAASMQoJcmVqZWN0aW9uGAIgASgLMhwud2Vpci5zY2hlZHVsZXIudjEuUmVqZWN0aW9uSABCCAoGcmVzdWx0IiIKDlJlbGVhc2VSZXF1ZXN0EhAKCGxlYXNlX2lkGAEgASgJIhEKD1JlbGVhc2VSZXNwb25zZSqiAQoMUmVqZWN0UmVhc29uEh0KGVJFSkVDVF9SRUFTT05fVU5TUEVDSUZJRUQQABIcChhSRUpFQ1RfUkVBU09OX1FVRVVFX0ZVTEwQARIaChZSRUpFQ1RfUkVBU09OX0RFQURMSU5FEAISGwoXUkVKRUNUX1JFQVNPTl9DQU5DRUxMRUQQAxIcChhSRUpFQ1RfUkVBU09OX05PX1JFUExJQ0EQBDK7AQoQU2NoZWR1bGVyU2VydmljZRJQCgdBY3F1aXJlEiEud2Vpci5zY2hlZHVsZXIudjEuQWNxdWlyZVJlcXVlc3QaIi53ZWlyLnNjaGVkdWxlci52MS5BY3F1aXJlUmVzcG9uc2USVQoHUmVsZWFzZRIhLndlaXIuc2NoZWR1bGVyLnYxLlJlbGVhc2VSZXF1ZXN0GiIud2Vpci5zY2hlZHVsZXIudjEuUmVsZWFzZVJlc3BvbnNlIgOQAgJiBnByb3RvMw", [file_weir_common_v1_common]);
+  fileDesc("CiF3ZWlyL3NjaGVkdWxlci92MS9zY2hlZHVsZXIucHJvdG8SEXdlaXIuc2NoZWR1bGVyLnYxIvMBCg5BY3F1aXJlUmVxdWVzdBIQCghsZWFzZV9pZBgBIAEoCRImCgZjYWxsZXIYAiABKAsyFi53ZWlyLmNvbW1vbi52MS5DYWxsZXISEwoLcmV2aXNpb25faWQYAyABKAkSDgoGdG9rZW5zGAQgASgNEhYKDmRlYWRsaW5lX2luX21zGAUgASgBEhYKDmF2b2lkX3JlcGxpY2FzGAYgAygJEhQKDGlucHV0X3Rva2VucxgHIAEoDRItCghwcmlvcml0eRgIIAEoDjIbLndlaXIuc2NoZWR1bGVyLnYxLlByaW9yaXR5Eg0KBWJ5dGVzGAkgASgEIj8KBUxlYXNlEhAKCGxlYXNlX2lkGAEgASgJEhIKCnJlcGxpY2FfaWQYAiABKAkSEAoIcXVldWVfbXMYAyABKAEijwEKCVJlamVjdGlvbhIvCgZyZWFzb24YASABKA4yHy53ZWlyLnNjaGVkdWxlci52MS5SZWplY3RSZWFzb24SDwoHbWVzc2FnZRgCIAEoCRIQCghxdWV1ZV9tcxgDIAEoARIbCg5yZXRyeV9hZnRlcl9tcxgEIAEoAUgAiAEBQhEKD19yZXRyeV9hZnRlcl9tcyJ5Cg9BY3F1aXJlUmVzcG9uc2USKQoFbGVhc2UYASABKAsyGC53ZWlyLnNjaGVkdWxlci52MS5MZWFzZUgAEjEKCXJlamVjdGlvbhgCIAEoCzIcLndlaXIuc2NoZWR1bGVyLnYxLlJlamVjdGlvbkgAQggKBnJlc3VsdCJSCg5SZWxlYXNlUmVxdWVzdBIQCghsZWFzZV9pZBgBIAEoCRIuCgZyZXBvcnQYAiABKAsyHi53ZWlyLnNjaGVkdWxlci52MS5Vc2FnZVJlcG9ydCJxCgtVc2FnZVJlcG9ydBIUCgxpbnB1dF90b2tlbnMYASABKA0SFQoNb3V0cHV0X3Rva2VucxgCIAEoDRIUCgd0dGZ0X21zGAMgASgBSACIAQESEwoLZHVyYXRpb25fbXMYBCABKAFCCgoIX3R0ZnRfbXMiEQoPUmVsZWFzZVJlc3BvbnNlKlIKCFByaW9yaXR5EhgKFFBSSU9SSVRZX1VOU1BFQ0lGSUVEEAASGAoUUFJJT1JJVFlfSU5URVJBQ1RJVkUQARISCg5QUklPUklUWV9CQVRDSBACKuEBCgxSZWplY3RSZWFzb24SHQoZUkVKRUNUX1JFQVNPTl9VTlNQRUNJRklFRBAAEhwKGFJFSkVDVF9SRUFTT05fUVVFVUVfRlVMTBABEhoKFlJFSkVDVF9SRUFTT05fREVBRExJTkUQAhIbChdSRUpFQ1RfUkVBU09OX0NBTkNFTExFRBADEhwKGFJFSkVDVF9SRUFTT05fTk9fUkVQTElDQRAEEiUKIVJFSkVDVF9SRUFTT05fREVBRExJTkVfVU5NRUVUQUJMRRAFEhYKElJFSkVDVF9SRUFTT05fU0hFRBAGMrsBChBTY2hlZHVsZXJTZXJ2aWNlElAKB0FjcXVpcmUSIS53ZWlyLnNjaGVkdWxlci52MS5BY3F1aXJlUmVxdWVzdBoiLndlaXIuc2NoZWR1bGVyLnYxLkFjcXVpcmVSZXNwb25zZRJVCgdSZWxlYXNlEiEud2Vpci5zY2hlZHVsZXIudjEuUmVsZWFzZVJlcXVlc3QaIi53ZWlyLnNjaGVkdWxlci52MS5SZWxlYXNlUmVzcG9uc2UiA5ACAmIGcHJvdG8z", [file_weir_common_v1_common]);
 
 /**
  * Set by the gateway.
@@ -66,6 +66,27 @@ export type AcquireRequest = Message<"weir.scheduler.v1.AcquireRequest"> & {
    * @generated from field: repeated string avoid_replicas = 6;
    */
   avoidReplicas: string[];
+
+  /**
+   * Prompt tokens within `tokens` (prefill work), for the start-time estimate. Default 0.
+   *
+   * @generated from field: uint32 input_tokens = 7;
+   */
+  inputTokens: number;
+
+  /**
+   * Scheduling class. UNSPECIFIED means interactive.
+   *
+   * @generated from field: weir.scheduler.v1.Priority priority = 8;
+   */
+  priority: Priority;
+
+  /**
+   * Bytes the request holds while queued, for the byte bounds. 0 means `tokens` × 4.
+   *
+   * @generated from field: uint64 bytes = 9;
+   */
+  bytes: bigint;
 };
 
 /**
@@ -136,6 +157,13 @@ export type Rejection = Message<"weir.scheduler.v1.Rejection"> & {
    * @generated from field: double queue_ms = 3;
    */
   queueMs: number;
+
+  /**
+   * Hint for Retry-After (ms); absent when the scheduler has none.
+   *
+   * @generated from field: optional double retry_after_ms = 4;
+   */
+  retryAfterMs?: number | undefined;
 };
 
 /**
@@ -188,6 +216,14 @@ export type ReleaseRequest = Message<"weir.scheduler.v1.ReleaseRequest"> & {
    * @generated from field: string lease_id = 1;
    */
   leaseId: string;
+
+  /**
+   * What the generation measured, for the scheduler's service-rate estimate. Absent when
+   * nothing ran or nothing was measured.
+   *
+   * @generated from field: weir.scheduler.v1.UsageReport report = 2;
+   */
+  report?: UsageReport | undefined;
 };
 
 /**
@@ -196,6 +232,48 @@ export type ReleaseRequest = Message<"weir.scheduler.v1.ReleaseRequest"> & {
  */
 export const ReleaseRequestSchema: GenMessage<ReleaseRequest> = /*@__PURE__*/
   messageDesc(file_weir_scheduler_v1_scheduler, 4);
+
+/**
+ * A generation's measurements, from the grant (see `LeaseUsageReport` in `@weir/core`).
+ *
+ * @generated from message weir.scheduler.v1.UsageReport
+ */
+export type UsageReport = Message<"weir.scheduler.v1.UsageReport"> & {
+  /**
+   * Prompt tokens the replica evaluated.
+   *
+   * @generated from field: uint32 input_tokens = 1;
+   */
+  inputTokens: number;
+
+  /**
+   * Output tokens it produced.
+   *
+   * @generated from field: uint32 output_tokens = 2;
+   */
+  outputTokens: number;
+
+  /**
+   * From the grant to the first output token (ms); absent when no token came.
+   *
+   * @generated from field: optional double ttft_ms = 3;
+   */
+  ttftMs?: number | undefined;
+
+  /**
+   * From the grant to the end of the generation (ms).
+   *
+   * @generated from field: double duration_ms = 4;
+   */
+  durationMs: number;
+};
+
+/**
+ * Describes the message weir.scheduler.v1.UsageReport.
+ * Use `create(UsageReportSchema)` to create a new message.
+ */
+export const UsageReportSchema: GenMessage<UsageReport> = /*@__PURE__*/
+  messageDesc(file_weir_scheduler_v1_scheduler, 5);
 
 /**
  * Empty: releasing has no answer.
@@ -210,7 +288,41 @@ export type ReleaseResponse = Message<"weir.scheduler.v1.ReleaseResponse"> & {
  * Use `create(ReleaseResponseSchema)` to create a new message.
  */
 export const ReleaseResponseSchema: GenMessage<ReleaseResponse> = /*@__PURE__*/
-  messageDesc(file_weir_scheduler_v1_scheduler, 5);
+  messageDesc(file_weir_scheduler_v1_scheduler, 6);
+
+/**
+ * A request's scheduling class.
+ *
+ * @generated from enum weir.scheduler.v1.Priority
+ */
+export enum Priority {
+  /**
+   * Interactive.
+   *
+   * @generated from enum value: PRIORITY_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Served first; the default.
+   *
+   * @generated from enum value: PRIORITY_INTERACTIVE = 1;
+   */
+  INTERACTIVE = 1,
+
+  /**
+   * Only capacity interactive work does not want; the batch pool if it serves the revision; shed first.
+   *
+   * @generated from enum value: PRIORITY_BATCH = 2;
+   */
+  BATCH = 2,
+}
+
+/**
+ * Describes the enum weir.scheduler.v1.Priority.
+ */
+export const PrioritySchema: GenEnum<Priority> = /*@__PURE__*/
+  enumDesc(file_weir_scheduler_v1_scheduler, 0);
 
 /**
  * Why no slot was granted.
@@ -245,18 +357,32 @@ export enum RejectReason {
   CANCELLED = 3,
 
   /**
-   * The revision has no serving replica.
+   * The revision has no serving replica in the request's pool.
    *
    * @generated from enum value: REJECT_REASON_NO_REPLICA = 4;
    */
   NO_REPLICA = 4,
+
+  /**
+   * The estimated start plus prefill is past the deadline (immediate).
+   *
+   * @generated from enum value: REJECT_REASON_DEADLINE_UNMEETABLE = 5;
+   */
+  DEADLINE_UNMEETABLE = 5,
+
+  /**
+   * Batch work shed because its pool lost capacity (brownout), or displaced by interactive work.
+   *
+   * @generated from enum value: REJECT_REASON_SHED = 6;
+   */
+  SHED = 6,
 }
 
 /**
  * Describes the enum weir.scheduler.v1.RejectReason.
  */
 export const RejectReasonSchema: GenEnum<RejectReason> = /*@__PURE__*/
-  enumDesc(file_weir_scheduler_v1_scheduler, 0);
+  enumDesc(file_weir_scheduler_v1_scheduler, 1);
 
 /**
  * Grants slots on replicas.
