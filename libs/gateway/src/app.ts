@@ -48,7 +48,7 @@ import { createMemoryIdempotencyStore, requestBodySha256 } from './idempotency';
 import { AdmissionRejectedError, type GenerationPipeline, type ParamNames } from './pipeline';
 import { rateLimitHeaders } from './rate-limit-headers';
 import { createTranscript, pumpInto, type Transcript, type TranscriptEvent } from './transcript';
-import { chatCompletionsBody, completionsBody, generationsBody, parseBody, toChatInput, toStopList, useCaseOf } from './schemas';
+import { chatCompletionsBody, completionsBody, generationsBody, parseBody, priorityOf, toChatInput, toStopList, useCaseOf } from './schemas';
 import { usageHandler } from './usage-route';
 import { openSse, type SseWriter } from './sse-writer';
 
@@ -244,7 +244,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     alias: string,
     input: GenerationInput,
     sampling: SamplingParams,
-    limits: { maxOutputTokens?: number; routeDefaultOutputTokens?: number; deadlineMs?: number; requestId?: string; keyParam?: string; paramNames: ParamNames; useCase?: string },
+    limits: { maxOutputTokens?: number; routeDefaultOutputTokens?: number; deadlineMs?: number; requestId?: string; keyParam?: string; paramNames: ParamNames; useCase?: string; priority?: 'interactive' | 'batch' },
   ): Promise<Answer> => {
     const arrivedAt = clock.now();
     const generationId = newId('gen');
@@ -252,6 +252,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     const requestId = key ?? generationId;
     const deadlineMs = limits.deadlineMs ?? deadlineHeader(req);
     const useCase = useCaseOf(req.header('x-weir-use-case'), limits.useCase);
+    const priority = priorityOf(req.header('x-weir-priority'), limits.priority, (req.body as { service_tier?: unknown } | undefined)?.service_tier);
     const { tenantId } = req.caller;
     if (key !== undefined) {
       const replay = await claimOrReplay(req, res, route, key, generationId, deadlineMs, limits.keyParam ?? 'request_id');
@@ -273,6 +274,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
         arrivedAt,
         paramNames: limits.paramNames,
         ...(useCase !== undefined ? { useCase } : {}),
+        ...(priority !== undefined ? { priority } : {}),
       })
       .catch(async (err: unknown) => {
         await abandon();
@@ -423,6 +425,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
       requestId: body.request_id,
       keyParam: 'request_id',
       useCase: body.use_case,
+      priority: body.priority,
       paramNames: { model: 'model_alias', input: 'input', maxOutputTokens: 'max_output_tokens' },
     });
 

@@ -16,6 +16,7 @@ import {
   type GenerationInput,
   type GenerationOutcome,
   type RateLimitStatus,
+  type RequestPriority,
   type RevisionSpec,
   type RouterService,
   type SamplingParams,
@@ -74,6 +75,14 @@ export interface GenerationParams {
   paramNames?: ParamNames;
   /** The caller's use case (validated: `USE_CASE_PATTERN`), carried into the usage record. Default none. */
   useCase?: string;
+  /** Scheduling class (`batch` runs after interactive work, on the batch pool if any, shed first). Default `interactive`. */
+  priority?: RequestPriority;
+}
+
+/** Bytes a request's input holds while it waits in the scheduler's queue (UTF-8). */
+function inputBytes(input: GenerationInput): number {
+  if (input.kind === 'text') return Buffer.byteLength(input.text);
+  return input.messages.reduce((sum, m) => sum + Buffer.byteLength(m.content) + (m.name ? Buffer.byteLength(m.name) : 0), 0);
 }
 
 /** Field names a route's clients know, for error messages and `param`. */
@@ -112,7 +121,8 @@ export interface AdmittedGeneration {
   /**
    * Waits for a slot, then starts the relay. Resolves `running` with the relay handle, or
    * `ended` when the request ended in the queue (deadline passed, or `signal` fired).
-   * Throws `WeirError` (`queue_full`, `engine_unavailable`) after releasing the reservation.
+   * Throws `WeirError` (`queue_full` — also for batch work shed in a brownout —,
+   * `deadline_unmeetable`, `engine_unavailable`) after releasing the reservation.
    * Call at most once.
    */
   start(signal: AbortSignal): Promise<{ kind: 'running'; handle: RelayHandle } | { kind: 'ended'; outcome: GenerationOutcome }>;
@@ -250,7 +260,16 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
           started = true;
           let scheduled;
           try {
-            scheduled = await deps.scheduler.acquire({ caller, revisionId: revision.id, tokens: inputTokens + maxOutputTokens, deadlineAt, signal });
+            scheduled = await deps.scheduler.acquire({
+              caller,
+              revisionId: revision.id,
+              tokens: inputTokens + maxOutputTokens,
+              inputTokens,
+              bytes: inputBytes(params.input),
+              ...(params.priority !== undefined ? { priority: params.priority } : {}),
+              deadlineAt,
+              signal,
+            });
           } catch (err) {
             // The scheduler is unreachable: hold nothing.
             await releaseQuietly();
@@ -261,10 +280,12 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
             if (scheduled.reason === 'deadline' || scheduled.reason === 'cancelled') {
               return { kind: 'ended', outcome: endedInQueue(scheduled.reason, scheduled.queueMs) };
             }
-            const code = scheduled.reason === 'queue_full' ? 'queue_full' : 'engine_unavailable';
-            return reject(caller, new WeirError(code, scheduled.message, { retryable: true, retryAfterMs: 1_000 }));
+            // `shed` (batch work in a brownout) answers like a full queue: 503 queue_full, with the reason in the message.
+            const code = scheduled.reason === 'queue_full' || scheduled.reason === 'shed' ? 'queue_full' : scheduled.reason === 'deadline_unmeetable' ? 'deadline_unmeetable' : 'engine_unavailable';
+            return reject(caller, new WeirError(code, scheduled.message, { retryable: true, retryAfterMs: scheduled.retryAfterMs ?? 1_000 }));
           }
           const { lease } = scheduled;
+          const grantedAt = clock.now();
           const handle = deps.relay.start({
             generationId: params.generationId,
             requestId: params.requestId,
@@ -282,7 +303,14 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
           });
           void handle.done.then(async (outcome) => {
             // Settlement failures are logged by the transport; they never reach the client.
-            lease.release();
+            // The measurements feed the scheduler's service-rate estimate (times from the grant).
+            const startedAt = grantedAt - params.arrivedAt;
+            lease.release({
+              inputTokens: outcome.usage.inputTokens,
+              outputTokens: outcome.usage.outputTokens,
+              ttftMs: outcome.timings.ttftMs === null ? null : Math.max(0, outcome.timings.ttftMs - startedAt),
+              durationMs: Math.max(0, outcome.timings.totalMs - startedAt),
+            });
             // A lost relay could not record usage: record what was relayed, marked uncertain.
             if (outcome.relayLost) {
               deps.usageSink.record(

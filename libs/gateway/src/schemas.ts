@@ -82,6 +82,7 @@ export const generationsBody = z.object({
   max_output_tokens: positiveInt.optional(),
   deadline_ms: positiveInt.max(3_600_000).optional(),
   use_case: z.string().regex(USE_CASE_PATTERN, 'use 1-64 letters, digits and . _ : - only').optional(),
+  priority: z.enum(['interactive', 'batch']).optional(),
   stream: z.boolean().optional(),
   temperature: temperature,
   top_p: topP,
@@ -101,6 +102,20 @@ export function useCaseOf(header: string | undefined, fromBody?: string): string
     throw new WeirError('invalid_request', '`x-weir-use-case` must be 1-64 letters, digits and . _ : - (for example `support.summaries`).', { param: 'x-weir-use-case' });
   }
   return fromBody ?? header;
+}
+
+/**
+ * The request's scheduling class: `fromBody` (the validated `priority` of `/v1/generations`)
+ * when given, else the `x-weir-priority` header (`interactive` or `batch`), else `batch` for
+ * OpenAI's `service_tier: "flex"` (cheaper, slower), else undefined (interactive).
+ * @throws WeirError `invalid_request` (`param: x-weir-priority`) for another header value.
+ */
+export function priorityOf(header: string | undefined, fromBody?: 'interactive' | 'batch', serviceTier?: unknown): 'interactive' | 'batch' | undefined {
+  const h = header?.trim().toLowerCase();
+  if (h !== undefined && h !== 'interactive' && h !== 'batch') {
+    throw new WeirError('invalid_request', '`x-weir-priority` must be `interactive` or `batch`.', { param: 'x-weir-priority' });
+  }
+  return fromBody ?? (h as 'interactive' | 'batch' | undefined) ?? (serviceTier === 'flex' ? 'batch' : undefined);
 }
 
 /** Parses a body or throws `invalid_request` naming the first bad field. */
