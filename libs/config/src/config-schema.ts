@@ -143,6 +143,8 @@ const replica = strict({
   id: id(),
   base_url: httpUrl(),
   slots: int(1, 4096),
+  pool: id().optional(),
+  kv_tokens: int(1).optional(),
 });
 
 const revision = strict({
@@ -154,6 +156,8 @@ const revision = strict({
   default_output_tokens: int(1),
   pricing,
   replicas: list(replica, 'replicas').optional(),
+  pool: id().optional(),
+  kv_tokens: int(1).optional(),
 });
 
 const aliasTarget = strict({
@@ -198,6 +202,8 @@ const tenant = strict({
   allowed_aliases: list(z.string({ error: expecting('an alias name or "*"') }), 'alias names').default(['*']),
   default_deadline_ms: int(1).default(120_000),
   limits: section(tenantLimits.prefault({})),
+  scheduling_weight: z.number({ error: expecting('a number > 0') }).gt(0, { error: expecting('a number > 0') }).optional(),
+  dedicated_pool: id().optional(),
 });
 
 const defaults = strict({
@@ -205,6 +211,16 @@ const defaults = strict({
   max_body_bytes: int(1).default(1024 * 1024),
   sse_heartbeat_ms: int(1).default(15_000),
   max_queue_per_replica: int(1).default(256),
+  scheduling: section(
+    strict({
+      max_queue_bytes_per_replica: int(1).default(16 * 1024 * 1024),
+      tenant_queue_share: z.number({ error: expecting('a number > 0 and <= 1') }).gt(0, { error: expecting('a number > 0 and <= 1') }).max(1, { error: expecting('a number > 0 and <= 1') }).default(0.5),
+      quantum_tokens: int(1).default(256),
+      prior_prefill_tokens_per_s: z.number({ error: expecting('a number > 0 (tokens/s)') }).gt(0, { error: expecting('a number > 0 (tokens/s)') }).default(1_000),
+      prior_decode_tokens_per_s: z.number({ error: expecting('a number > 0 (tokens/s)') }).gt(0, { error: expecting('a number > 0 (tokens/s)') }).default(20),
+      ewma_alpha: z.number({ error: expecting('a number > 0 and <= 1') }).gt(0, { error: expecting('a number > 0 and <= 1') }).max(1, { error: expecting('a number > 0 and <= 1') }).default(0.2),
+    }).prefault({}),
+  ),
   admission: section(
     strict({
       reservation_grace_ms: int(0).default(60_000),

@@ -234,6 +234,30 @@ function crossCheck(file: ConfigFile): ConfigProblem[] {
     (i) => add(['revisions'], `duplicate replica id (number ${i + 1} among all replicas); replica ids are unique across revisions`),
   );
   firstIndexes(file.tenants.map((t) => t.id), (i, first) => add(['tenants', i, 'id'], `duplicate tenant id (also tenants[${first}].id)`));
+  // Pools: `interactive`, `batch`, or a dedicated pool some tenant is assigned to.
+  const dedicated = new Set(file.tenants.flatMap((t) => (t.dedicated_pool !== undefined ? [t.dedicated_pool] : [])));
+  file.tenants.forEach((t, i) => {
+    if (t.dedicated_pool === 'interactive' || t.dedicated_pool === 'batch') {
+      add(['tenants', i, 'dedicated_pool'], `"${t.dedicated_pool}" is a shared pool; name the tenant's own pool (for example "${t.id}-dedicated")`);
+    }
+  });
+  const checkPool = (p: PropertyKey[], pool: string | undefined) => {
+    if (pool !== undefined && pool !== 'interactive' && pool !== 'batch' && !dedicated.has(pool)) {
+      add(p, `unknown pool ${describeValue(pool)}: use "interactive", "batch", or a pool named by a tenant's dedicated_pool`);
+    }
+  };
+  file.revisions.forEach((r, i) => {
+    checkPool(['revisions', i, 'pool'], r.pool);
+    if (r.kv_tokens !== undefined && r.kv_tokens < r.context_window) {
+      add(['revisions', i, 'kv_tokens'], `must be >= context_window (${r.kv_tokens} < ${r.context_window}), or a request that fits the window would never fit the replica`);
+    }
+    (r.replicas ?? []).forEach((x, j) => {
+      checkPool(['revisions', i, 'replicas', j, 'pool'], x.pool);
+      if (x.kv_tokens !== undefined && x.kv_tokens < r.context_window) {
+        add(['revisions', i, 'replicas', j, 'kv_tokens'], `must be >= context_window (${x.kv_tokens} < ${r.context_window}), or a request that fits the window would never fit the replica`);
+      }
+    });
+  });
   const appIds = new Map<string, string>();
   file.tenants.forEach((t, i) => {
     t.apps.forEach((app, j) => {
@@ -282,7 +306,19 @@ function toPlatformConfig(file: ConfigFile, baseDir: string): PlatformConfig {
         outputPerMTok: r.pricing.output_per_mtok,
         cachedInputPerMTok: r.pricing.cached_input_per_mtok ?? r.pricing.input_per_mtok,
       },
-      ...(r.replicas ? { replicas: r.replicas.map((x) => ({ id: x.id, baseUrl: x.base_url, slots: x.slots })) } : {}),
+      ...(r.replicas
+        ? {
+            replicas: r.replicas.map((x) => ({
+              id: x.id,
+              baseUrl: x.base_url,
+              slots: x.slots,
+              ...(x.pool !== undefined ? { pool: x.pool } : {}),
+              ...(x.kv_tokens !== undefined ? { kvTokens: x.kv_tokens } : {}),
+            })),
+          }
+        : {}),
+      ...(r.pool !== undefined ? { pool: r.pool } : {}),
+      ...(r.kv_tokens !== undefined ? { kvTokens: r.kv_tokens } : {}),
     })),
     aliases: file.aliases.map((a): AliasSpec => ({
       name: a.name,
@@ -296,12 +332,22 @@ function toPlatformConfig(file: ConfigFile, baseDir: string): PlatformConfig {
       allowedAliases: [...t.allowed_aliases],
       defaultDeadlineMs: t.default_deadline_ms,
       limits: { ...toLimits(t.limits), maxConcurrent: t.limits.max_concurrent },
+      ...(t.scheduling_weight !== undefined ? { schedulingWeight: t.scheduling_weight } : {}),
+      ...(t.dedicated_pool !== undefined ? { dedicatedPool: t.dedicated_pool } : {}),
     })),
     defaults: {
       cancelGraceMs: file.defaults.cancel_grace_ms,
       maxBodyBytes: file.defaults.max_body_bytes,
       sseHeartbeatMs: file.defaults.sse_heartbeat_ms,
       maxQueuePerReplica: file.defaults.max_queue_per_replica,
+      scheduling: {
+        maxQueueBytesPerReplica: file.defaults.scheduling.max_queue_bytes_per_replica,
+        tenantQueueShare: file.defaults.scheduling.tenant_queue_share,
+        quantumTokens: file.defaults.scheduling.quantum_tokens,
+        priorPrefillTokensPerS: file.defaults.scheduling.prior_prefill_tokens_per_s,
+        priorDecodeTokensPerS: file.defaults.scheduling.prior_decode_tokens_per_s,
+        ewmaAlpha: file.defaults.scheduling.ewma_alpha,
+      },
       admission: {
         reservationGraceMs: file.defaults.admission.reservation_grace_ms,
         idempotencyRetentionMs: file.defaults.admission.idempotency_retention_ms,
