@@ -16,4 +16,4 @@ export {
   type ResolveModelFileResult,
 } from './resolve-model-file';
 export { loadAllInOneEnv, LOG_LEVELS, type AllInOneEnv, type LogLevel } from './all-in-one-env';
-export { servingReplicas } from './serving-replicas';
+export { replicaPlacement, servingReplicas, type ReplicaPlacement } from './serving-replicas';

@@ -1,5 +1,5 @@
 import { defaultConfig } from './default-config';
-import { servingReplicas } from './serving-replicas';
+import { replicaPlacement, servingReplicas } from './serving-replicas';
 
 describe('servingReplicas', () => {
   const tiny = defaultConfig().revisions[0];
@@ -15,5 +15,16 @@ describe('servingReplicas', () => {
       engine: { kind: 'openai-compatible' as const, baseUrl: 'http://127.0.0.1:8000/v1', upstreamModel: 'm', api: 'chat' as const, firstTokenTimeoutMs: 1, idleTimeoutMs: 1, maxConcurrency: 8 },
     };
     expect(servingReplicas(upstream)).toEqual([{ id: 'gpt@1/0', baseUrl: 'http://127.0.0.1:8000/v1', slots: 8 }]);
+  });
+});
+
+describe('replicaPlacement', () => {
+  const tiny = defaultConfig().revisions[0];
+  it.each([
+    { label: 'no pools named: interactive, slots × context window', revision: tiny, replica: { slots: 4 }, want: { pool: 'interactive', kvTokens: 4 * 512 } },
+    { label: "the revision's pool and KV tokens", revision: { ...tiny, pool: 'batch', kvTokens: 4_096 }, replica: { slots: 4 }, want: { pool: 'batch', kvTokens: 4_096 } },
+    { label: "the replica's own, over the revision's", revision: { ...tiny, pool: 'batch', kvTokens: 4_096 }, replica: { slots: 4, pool: 'acme', kvTokens: 1_024 }, want: { pool: 'acme', kvTokens: 1_024 } },
+  ])('$label', ({ revision, replica, want }) => {
+    expect(replicaPlacement(revision, replica)).toEqual(want);
   });
 });

@@ -1,4 +1,4 @@
-import type { ReplicaEndpoint, RevisionSpec } from '@weir/core';
+import { INTERACTIVE_POOL, type ReplicaEndpoint, type RevisionSpec } from '@weir/core';
 
 /**
  * The replicas that serve a revision in the split topology: its configured `replicas`, or
@@ -12,4 +12,26 @@ export function servingReplicas(revision: RevisionSpec): ReplicaEndpoint[] {
     return [{ id: `${revision.id}/0`, baseUrl: revision.engine.baseUrl, slots: revision.engine.maxConcurrency }];
   }
   return [];
+}
+
+/** A replica's place and size for the scheduler. */
+export interface ReplicaPlacement {
+  /** `interactive`, `batch` or a dedicated pool. */
+  pool: string;
+  /** KV-cache tokens across its sequences. */
+  kvTokens: number;
+}
+
+/**
+ * Where a replica of `revision` serves and how many context tokens it holds: the replica's own
+ * `pool`/`kvTokens`, else the revision's, else `interactive` and `slots × context window`
+ * (every sequence may hold a full window: the behaviour of configs that name no pools).
+ *
+ * @param slots the replica's concurrent sequences (for an in-process engine: its capacity).
+ */
+export function replicaPlacement(revision: RevisionSpec, replica: { pool?: string; kvTokens?: number; slots: number }): ReplicaPlacement {
+  return {
+    pool: replica.pool ?? revision.pool ?? INTERACTIVE_POOL,
+    kvTokens: replica.kvTokens ?? revision.kvTokens ?? replica.slots * revision.contextWindow,
+  };
 }
