@@ -100,9 +100,9 @@ export function describeBudgetSuite(name: string, start: (databaseUrl: string) =
       const rejected = responses.filter((r) => r.status !== 200);
       expect(admitted.length).toBeGreaterThan(0);
       expect(rejected.length).toBeGreaterThan(0);
+      // Every rejection is a 429; anything else is listed with its error (code and message).
+      expect(rejected.filter((r) => r.status !== 429).map((r) => ({ status: r.status, error: r.body.error }))).toEqual([]);
       for (const r of rejected) {
-        // The pair shows the code when it fails (a 504 under a starved machine is a deadline or upstream timeout).
-        expect([r.status, r.body.error?.code]).toEqual([429, expect.any(String)]);
         const { type, code } = r.body.error ?? {};
         expect([
           ['insufficient_quota', 'budget_exhausted'],

@@ -15,6 +15,8 @@ export interface ReserveStep<T> {
   writes?: StateWrites;
   /** The reservation to insert (state `held`), with the writes. */
   insert?: ReservationRecord;
+  /** More reservations to insert (a batch of reserves decided in one transaction). */
+  inserts?: readonly ReservationRecord[];
 }
 
 /** How a held reservation ends, as stored on it. Times are epoch ms. */

@@ -109,3 +109,80 @@ describe('startReconciler', () => {
     expect(await store.countHeld()).toBe(0);
   });
 });
+
+describe('group commit of a tenant’s reserves', () => {
+  const budgetTenants: TenantSpec[] = [
+    {
+      id: 't',
+      name: 'T',
+      apps: [
+        { id: 'a', name: 'A', limits: {} },
+        { id: 'b', name: 'B', limits: { maxConcurrent: 3 } },
+      ],
+      allowedAliases: ['*'],
+      defaultDeadlineMs: 1_000,
+      // $0.00001 = 10,000 nano-USD: exactly 7 reserves of 1,400 fit (9,800), the 8th does not.
+      limits: { maxConcurrent: 1_000, monthlyBudgetUsd: 0.00001 },
+    },
+  ];
+
+  /** The in-memory store, counting its reserve transactions. */
+  function countingStore() {
+    const store = createInMemoryAdmissionStore();
+    let transactions = 0;
+    let failNext = false;
+    return {
+      store: {
+        ...store,
+        reserve: ((keys, step) => {
+          transactions++;
+          if (failNext) {
+            failNext = false;
+            return Promise.reject(new Error('connection lost'));
+          }
+          return store.reserve(keys, step);
+        }) as typeof store.reserve,
+      },
+      raw: store,
+      transactions: () => transactions,
+      failNextReserve: () => (failNext = true),
+    };
+  }
+
+  it('decides a burst in a few transactions, exactly as one after another', async () => {
+    const s = countingStore();
+    const adm = createAdmission({ tenants: budgetTenants }, { store: s.store, clock: manualClock() });
+    const results = await Promise.all(
+      Array.from({ length: 100 }, (_, i) => adm.reserve(reservationRequest({ caller: { tenantId: 't', appId: i % 2 ? 'a' : 'b', apiKeyId: 'k' }, worstCaseCostNanoUsd: 1_400 }))),
+    );
+    const admitted = results.filter((r) => r.ok);
+    // Budget: floor(10,000 / 1,400) = 7, but app b holds at most 3 at once: b's first 3 and a's first 4.
+    expect(admitted).toHaveLength(7);
+    expect(results.filter((r) => !r.ok && r.reason === 'budget_exhausted').length + results.filter((r) => !r.ok && r.reason === 'concurrency_limited').length).toBe(93);
+    expect(s.transactions()).toBeLessThanOrEqual(3);
+    const held = s.raw.reservations().filter((r) => r.state === 'held');
+    expect(held).toHaveLength(7);
+    expect(held.filter((r) => r.appId === 'b')).toHaveLength(3);
+    expect(new Set(held.map((r) => r.id)).size).toBe(7);
+    const month = s.raw.budgets().find((b) => b.scope === 'tenant:t' && b.period === 'month');
+    expect(month).toMatchObject({ reservedNano: 9_800, settledNano: 0 });
+  });
+
+  it('fails only the batch whose transaction failed, holding nothing for it, and goes on', async () => {
+    const s = countingStore();
+    const adm = createAdmission({ tenants: budgetTenants }, { store: s.store, clock: manualClock() });
+    const first = adm.reserve(reservationRequest({ worstCaseCostNanoUsd: 100 }));
+    s.failNextReserve();
+    expect(s.transactions()).toBe(1);
+    const burst = Array.from({ length: 5 }, () => adm.reserve(reservationRequest({ worstCaseCostNanoUsd: 100 })));
+    // The first runs alone at once (nothing was waiting); the five wait for it, then their
+    // one transaction fails and all five fail with it.
+    expect((await first).ok).toBe(true);
+    const settled = await Promise.allSettled(burst);
+    expect(settled.every((r) => r.status === 'rejected')).toBe(true);
+    const after = await adm.reserve(reservationRequest({ worstCaseCostNanoUsd: 100 }));
+    expect(after.ok).toBe(true);
+    expect(s.transactions()).toBe(3);
+    expect(s.raw.reservations().filter((r) => r.state === 'held')).toHaveLength(2);
+  });
+});

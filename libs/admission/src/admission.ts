@@ -7,7 +7,18 @@
  * (ADR 0001).
  */
 import { type AdmissionService, type ReserveResult, type ReservationRequest, type Settlement, type TenantSpec, WeirError, newId } from '@weir/core';
-import { type LockedState, type ReservationRecord, type ScopeState, appScope, lockKeys, periodStarts, tenantScope } from './admission-state';
+import {
+  type BudgetKey,
+  type LockKeys,
+  type LockedState,
+  type ReservationRecord,
+  type ScopeState,
+  appScope,
+  budgetKeyString,
+  lockKeys,
+  periodStarts,
+  tenantScope,
+} from './admission-state';
 import type { AdmissionStore, FinishTransition } from './admission-store';
 import { type FinishOutcome, type ReserveDecision, type ScopeCheck, budgetsOf, correctBudgets, decideReservation, finishReservation } from './decide';
 
@@ -33,6 +44,11 @@ export interface AdmissionOptions {
   reconcileBatchSize?: number;
   /** How far back reconciliation compares settled reservations with the ledger (ms). Default 7 days. */
   correctionWindowMs?: number;
+  /**
+   * Most reserves of one tenant decided in one store transaction (group commit). Reserves that
+   * arrive while a tenant's transaction runs wait for it and then go together. Default 128.
+   */
+  maxReserveBatch?: number;
 }
 
 /** Dependencies of {@link createAdmission}. */
@@ -109,21 +125,56 @@ export function createAdmission(options: AdmissionOptions, deps: AdmissionDeps):
     return done;
   };
 
-  return {
-    async reserve(request: ReservationRequest): Promise<ReserveResult> {
-      checkRequest(request);
-      const { tenantId, appId } = request.caller;
-      const tenant = tenants.get(tenantId);
-      if (!tenant) {
-        observer?.onDecision?.({ tenantId, outcome: 'rejected', reason: 'concurrency_limited' });
-        return { ok: false, reason: 'concurrency_limited', message: `Tenant ${tenantId} has no admission policy; ask the platform team to configure it.` };
+  // Group commit: a tenant's reserves are decided one transaction at a time (they would wait
+  // on its row locks anyway); those that arrive meanwhile go together in the next one, so a
+  // burst costs a few transactions instead of one each (ADR 0001, Consequences).
+  interface Waiting {
+    request: ReservationRequest;
+    resolve(decision: ReserveDecision & { id: string }): void;
+    reject(err: unknown): void;
+  }
+  const waiting = new Map<string, Waiting[]>();
+  const draining = new Set<string>();
+  const maxBatch = Math.max(1, options.maxReserveBatch ?? 128);
+
+  const drain = async (tenantId: string) => {
+    draining.add(tenantId);
+    try {
+      for (;;) {
+        const queue = waiting.get(tenantId) ?? [];
+        if (queue.length === 0) break;
+        const batch = queue.splice(0, maxBatch);
+        try {
+          const decisions = await reserveBatch(tenantId, batch.map((w) => w.request));
+          batch.forEach((w, i) => w.resolve(decisions[i]));
+        } catch (err) {
+          for (const w of batch) w.reject(err);
+        }
       }
-      const appLimits = tenant.apps.find((a) => a.id === appId)?.limits ?? {};
-      const nowMs = clock.now();
-      const starts = periodStarts(nowMs);
-      const keys = lockKeys(tenantId, appId, starts.month, starts.day);
-      const id = newId('rsv');
-      const result = await store.reserve<ReserveDecision>(keys, (locked) => {
+    } finally {
+      draining.delete(tenantId);
+      if ((waiting.get(tenantId) ?? []).length === 0) waiting.delete(tenantId);
+      else void drain(tenantId);
+    }
+  };
+
+  /**
+   * Decides `requests` of one tenant in one store transaction, in order, each against the
+   * state the previous ones left (exactly as if they had been reserved one after another at
+   * the same instant), and inserts the admitted ones' reservations.
+   */
+  const reserveBatch = async (tenantId: string, requests: readonly ReservationRequest[]): Promise<(ReserveDecision & { id: string })[]> => {
+    const tenant = tenants.get(tenantId) as TenantSpec;
+    const nowMs = clock.now();
+    const starts = periodStarts(nowMs);
+    const keys = mergeLockKeys(requests.map((r) => lockKeys(tenantId, r.caller.appId, starts.month, starts.day)));
+    return store.reserve(keys, (lockedRows) => {
+      // A working copy: each decision sees the holds of the ones before it.
+      const locked = { scopes: new Map(lockedRows.scopes), budgets: new Map(lockedRows.budgets) };
+      const decisions: (ReserveDecision & { id: string })[] = [];
+      const inserts: ReservationRecord[] = [];
+      for (const request of requests) {
+        const { appId } = request.caller;
         const check = (kind: 'tenant' | 'app', scope: string, limits: ScopeCheck['limits']): ScopeCheck => ({
           kind,
           limits,
@@ -133,14 +184,20 @@ export function createAdmission(options: AdmissionOptions, deps: AdmissionDeps):
             day: budgetsOf(locked.budgets, [{ scope, period: 'day', startsOn: starts.day }])[0],
           },
         });
+        const appLimits = tenant.apps.find((a) => a.id === appId)?.limits ?? {};
         const decision = decideReservation({
           request,
           scopes: [check('tenant', tenantScope(tenantId), tenant.limits), check('app', appScope(tenantId, appId), appLimits)],
           nowMs,
           concurrencyRetryAfterMs,
         });
-        if (!decision.ok) return { result: decision };
-        const record: ReservationRecord = {
+        const id = newId('rsv');
+        decisions.push({ ...decision, id });
+        if (!decision.ok) continue;
+        // The next request of the batch sees this one's holds.
+        for (const sc of decision.scopes) locked.scopes.set(sc.scope, sc);
+        for (const b of decision.budgets) locked.budgets.set(budgetKeyString(b), b);
+        inserts.push({
           id,
           tenantId,
           appId,
@@ -154,11 +211,30 @@ export function createAdmission(options: AdmissionOptions, deps: AdmissionDeps):
           dayStartsOn: starts.day,
           createdAtMs: nowMs,
           expiresAtMs: request.expiresAtMs,
-        };
-        return { result: decision, writes: { scopes: decision.scopes, budgets: decision.budgets }, insert: record };
+        });
+      }
+      // A batch that admits nothing holds nothing and writes nothing.
+      if (inserts.length === 0) return { result: decisions };
+      return { result: decisions, writes: { scopes: [...locked.scopes.values()], budgets: [...locked.budgets.values()] }, inserts };
+    });
+  };
+
+  return {
+    async reserve(request: ReservationRequest): Promise<ReserveResult> {
+      checkRequest(request);
+      const { tenantId } = request.caller;
+      if (!tenants.has(tenantId)) {
+        observer?.onDecision?.({ tenantId, outcome: 'rejected', reason: 'concurrency_limited' });
+        return { ok: false, reason: 'concurrency_limited', message: `Tenant ${tenantId} has no admission policy; ask the platform team to configure it.` };
+      }
+      const result = await new Promise<ReserveDecision & { id: string }>((resolve, reject) => {
+        const queue = waiting.get(tenantId) ?? [];
+        queue.push({ request, resolve, reject });
+        waiting.set(tenantId, queue);
+        if (!draining.has(tenantId)) void drain(tenantId);
       });
       observer?.onDecision?.(result.ok ? { tenantId, outcome: 'admitted' } : { tenantId, outcome: 'rejected', reason: result.reason });
-      if (result.ok) return { ok: true, reservationId: id, rateLimits: result.rateLimits };
+      if (result.ok) return { ok: true, reservationId: result.id, rateLimits: result.rateLimits };
       return {
         ok: false,
         reason: result.reason,
@@ -223,6 +299,14 @@ export function createAdmission(options: AdmissionOptions, deps: AdmissionDeps):
 
     countHeld: () => store.countHeld(),
   };
+}
+
+/** The union of several reserves' lock keys, sorted as stores lock them. */
+function mergeLockKeys(all: readonly LockKeys[]): LockKeys {
+  const scopes = [...new Set(all.flatMap((k) => k.scopes))].sort();
+  const budgets = new Map<string, BudgetKey>();
+  for (const k of all) for (const b of k.budgets) budgets.set(budgetKeyString(b), b);
+  return { scopes, budgets: [...budgets.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([, b]) => b) };
 }
 
 function lockKeysOf(r: ReservationRecord) {

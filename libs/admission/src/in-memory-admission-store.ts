@@ -69,6 +69,7 @@ export function createInMemoryAdmissionStore(): InMemoryAdmissionStore {
         const out = step(state);
         if (out.writes) write(out.writes);
         if (out.insert) reservations.set(out.insert.id, { ...out.insert });
+        for (const r of out.inserts ?? []) reservations.set(r.id, { ...r });
         return out.result;
       });
     },

@@ -97,7 +97,8 @@ export function createPgAdmissionStore(db: Kysely<WeirSchema>): AdmissionStore {
       db.transaction().execute(async (trx) => {
         const out = step(await lockRows(trx, keys));
         if (out.writes) await writeRows(trx, out.writes);
-        if (out.insert) await insertReservation(trx, out.insert);
+        const inserts = [...(out.insert ? [out.insert] : []), ...(out.inserts ?? [])];
+        if (inserts.length > 0) await insertReservations(trx, inserts);
         return out.result;
       }),
 
@@ -232,10 +233,11 @@ async function writeRows(trx: Db, writes: StateWrites): Promise<void> {
   }
 }
 
-async function insertReservation(trx: Db, r: ReservationRecord): Promise<void> {
+/** Inserts held reservations, one statement. */
+async function insertReservations(trx: Db, records: readonly ReservationRecord[]): Promise<void> {
   await trx
     .insertInto('reservations')
-    .values({
+    .values(records.map((r) => ({
       id: r.id,
       tenant_id: r.tenantId,
       app_id: r.appId,
@@ -249,7 +251,7 @@ async function insertReservation(trx: Db, r: ReservationRecord): Promise<void> {
       day_starts_on: r.dayStartsOn,
       created_at: new Date(r.createdAtMs),
       expires_at: new Date(r.expiresAtMs),
-    } as never)
+    })) as never)
     .execute();
 }
 
