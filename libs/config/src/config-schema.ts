@@ -121,9 +121,41 @@ const openAICompatibleEngine = strict({
   continuous_usage_stats: z.boolean({ error: expecting('true or false') }).default(false),
 });
 
-const ENGINE_KINDS = ['llamacpp', 'openai-compatible'] as const;
+/**
+ * A simulated GPU replica (capacity and load work only; see docs/capacity.md). Defaults are
+ * issue 5's example profile: 10,000 prefill tokens/s, 20 ms decode step at batch 1 rising to
+ * 40 ms at batch 32, 65,536 KV tokens, 32 sequences.
+ */
+const simulatedEngine = strict({
+  kind: z.literal('simulated'),
+  prefill_tokens_per_second: z
+    .number({ error: expecting('a number > 0 (prompt tokens/s)') })
+    .positive({ error: expecting('a number > 0 (prompt tokens/s)') })
+    .default(10_000),
+  decode_step_ms: z
+    .array(
+      z.tuple(
+        [
+          z.number({ error: expecting('a batch size, an integer >= 1') }).int({ error: expecting('a batch size, an integer >= 1') }).min(1, { error: expecting('a batch size, an integer >= 1') }),
+          z.number({ error: expecting('a step time in ms > 0') }).positive({ error: expecting('a step time in ms > 0') }),
+        ],
+        { error: expecting('a [batch, ms] pair such as [1, 20]') },
+      ),
+      { error: expecting('a list of [batch, ms] pairs such as [[1, 20], [32, 40]]') },
+    )
+    .min(1, { error: expecting('at least one [batch, ms] pair such as [[1, 20], [32, 40]]') })
+    .default([
+      [1, 20],
+      [32, 40],
+    ]),
+  kv_tokens: int(1).default(65_536),
+  max_sequences: int(1, 4096).default(32),
+  seed: int(0).default(1),
+});
 
-const engine = z.discriminatedUnion('kind', [llamaCppEngine, openAICompatibleEngine], {
+const ENGINE_KINDS = ['llamacpp', 'openai-compatible', 'simulated'] as const;
+
+const engine = z.discriminatedUnion('kind', [llamaCppEngine, openAICompatibleEngine, simulatedEngine], {
   error: (iss: IssueLike) => {
     const input = iss.input;
     if (input === null || typeof input !== 'object' || Array.isArray(input)) return expecting('a mapping')(iss);

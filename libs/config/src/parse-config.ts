@@ -198,6 +198,15 @@ function crossCheck(file: ConfigFile): ConfigProblem[] {
         add(['revisions', i, 'engine', 'context_size'], `must be >= context_window (${e.context_size} < ${r.context_window}), or a request that fits the window would not fit the engine`);
       }
     }
+    if (e.kind === 'simulated') {
+      e.decode_step_ms.forEach(([batch], j) => {
+        const previous = j > 0 ? e.decode_step_ms[j - 1][0] : 0;
+        if (batch <= previous) add(['revisions', i, 'engine', 'decode_step_ms', j], `batch sizes must increase (${batch} after ${previous})`);
+      });
+      if (e.kv_tokens < r.context_window) {
+        add(['revisions', i, 'engine', 'kv_tokens'], `must be >= context_window (${e.kv_tokens} < ${r.context_window}), or a request that fits the window would never fit the replica`);
+      }
+    }
   });
 
   const aliasNames = firstIndexes(file.aliases.map((a) => a.name), (i, first) =>
@@ -396,6 +405,15 @@ function toEngine(e: ConfigFile['revisions'][number]['engine'], contextWindow: n
         idleTimeoutMs: e.idle_timeout_ms,
         maxConcurrency: e.max_concurrency,
         ...(e.continuous_usage_stats ? { continuousUsageStats: true } : {}),
+      };
+    case 'simulated':
+      return {
+        kind: 'simulated',
+        prefillTokensPerSecond: e.prefill_tokens_per_second,
+        decodeStepMs: e.decode_step_ms.map(([batch, ms]) => [batch, ms] as [number, number]),
+        kvTokens: e.kv_tokens,
+        maxSequences: e.max_sequences,
+        seed: e.seed,
       };
     default: {
       const unreachable: never = e;

@@ -62,8 +62,31 @@ export interface OpenAICompatibleEngineSpec {
   gracefulStop?: boolean;
 }
 
+/**
+ * A simulated GPU replica (`@weir/capacity`'s replica model driven in real time): no model, it
+ * emits filler tokens (`tok1 tok2 …`) with the timing of the profile below. For capacity and
+ * load work only; never presented as a real model. See docs/capacity.md.
+ */
+export interface SimulatedEngineSpec {
+  kind: 'simulated';
+  /** Prompt tokens prefilled per second (tokens/s). */
+  prefillTokensPerSecond: number;
+  /** Decode step time by batch size: `[batch, ms]` points, batches increasing, linear between them. */
+  decodeStepMs: Array<[batch: number, ms: number]>;
+  /** KV-cache capacity: context tokens (input + generated) across active sequences. */
+  kvTokens: number;
+  /** Largest running batch (concurrent sequences). */
+  maxSequences: number;
+  /**
+   * Seed recorded with the profile, for replaying its arrivals and token lengths offline
+   * (`weir capacity --simulate --seed`). The live engine draws nothing: its output is
+   * deterministic. Default 1.
+   */
+  seed: number;
+}
+
 /** Engine specs: a closed set, switched over exhaustively. */
-export type EngineSpec = LlamaCppEngineSpec | OpenAICompatibleEngineSpec;
+export type EngineSpec = LlamaCppEngineSpec | OpenAICompatibleEngineSpec | SimulatedEngineSpec;
 
 /** An immutable model revision. */
 export interface RevisionSpec {

@@ -3,6 +3,7 @@ import { WeirError } from '@weir/core';
 import { createLlamaCppEngine } from './llamacpp/llamacpp-engine';
 import type { EngineLogger } from './logger';
 import { createOpenAICompatibleEngine, type OpenAICompatibleEngineDeps } from './openai-compatible/openai-compatible-engine';
+import { createSimulatedEngine } from './simulated/simulated-engine';
 
 /** Dependencies of {@link createEngine}, passed on to the adapter the spec selects. */
 export interface CreateEngineDeps {
@@ -18,6 +19,7 @@ export interface CreateEngineDeps {
  * - `llamacpp` → {@link createLlamaCppEngine}; `spec.modelPath` must be resolved already
  *   (config load applies `WEIR_MODEL_PATH`), else `WeirError('engine_unavailable')`.
  * - `openai-compatible` → {@link createOpenAICompatibleEngine}.
+ * - `simulated` → {@link createSimulatedEngine} (filler tokens with a GPU replica's timing; load work only).
  *
  * @throws whatever the chosen factory throws (a model that fails to load).
  */
@@ -30,6 +32,8 @@ export async function createEngine(spec: EngineSpec, deps: CreateEngineDeps = {}
     }
     case 'openai-compatible':
       return createOpenAICompatibleEngine(spec, { ...deps.openai, logger: deps.logger });
+    case 'simulated':
+      return createSimulatedEngine(spec, { logger: deps.logger });
     default: {
       const unreachable: never = spec;
       throw new WeirError('internal', `unknown engine kind ${(unreachable as { kind: string }).kind}`);

@@ -10,4 +10,5 @@ export {
 } from './openai-compatible/token-bound';
 export { upstreamStatusError, retryAfterMs } from './openai-compatible/upstream-errors';
 export { createRemoteTokenCounter, type RemoteTokenCounterOptions, type TokenCounter } from './openai-compatible/remote-token-counter';
+export * from './simulated/simulated-engine';
 export * from './create-engine';

@@ -78,6 +78,17 @@ function engineToWire(engine: EngineSpec): commonV1.Revision['engine'] {
           continuousUsageStats: engine.continuousUsageStats,
         }),
       };
+    case 'simulated':
+      return {
+        case: 'simulated',
+        value: create(commonV1.SimulatedEngineSchema, {
+          prefillTokensPerSecond: engine.prefillTokensPerSecond,
+          decodeStepMs: engine.decodeStepMs.map(([batch, ms]) => ({ batch, ms })),
+          kvTokens: engine.kvTokens,
+          maxSequences: engine.maxSequences,
+          seed: engine.seed,
+        }),
+      };
   }
 }
 
@@ -110,6 +121,17 @@ function engineFromWire(engine: commonV1.Revision['engine']): EngineSpec {
         maxConcurrency: e.maxConcurrency,
         continuousUsageStats: e.continuousUsageStats,
       });
+    }
+    case 'simulated': {
+      const e = engine.value;
+      return {
+        kind: 'simulated' as const,
+        prefillTokensPerSecond: e.prefillTokensPerSecond,
+        decodeStepMs: e.decodeStepMs.map((p): [number, number] => [p.batch, p.ms]),
+        kvTokens: e.kvTokens,
+        maxSequences: e.maxSequences,
+        seed: e.seed,
+      };
     }
     case undefined:
       return malformed('revision.engine is missing');

@@ -17,7 +17,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file weir/common/v1/common.proto.
  */
 export const file_weir_common_v1_common: GenFile = /*@__PURE__*/
-  fileDesc("Cht3ZWlyL2NvbW1vbi92MS9jb21tb24ucHJvdG8SDndlaXIuY29tbW9uLnYxIj8KBkNhbGxlchIRCgl0ZW5hbnRfaWQYASABKAkSDgoGYXBwX2lkGAIgASgJEhIKCmFwaV9rZXlfaWQYAyABKAkibQoPUmV2aXNpb25QcmljaW5nEhoKEmlucHV0X3VzZF9wZXJfbXRvaxgBIAEoARIbChNvdXRwdXRfdXNkX3Blcl9tdG9rGAIgASgBEiEKGWNhY2hlZF9pbnB1dF91c2RfcGVyX210b2sYAyABKAEi4QEKDkxsYW1hQ3BwRW5naW5lEhcKCm1vZGVsX3BhdGgYASABKAlIAIgBARIZCgxtb2RlbF9zaGEyNTYYAiABKAlIAYgBARIWCgltb2RlbF91cmwYAyABKAlIAogBARIPCgd0aHJlYWRzGAQgASgNEhEKCXNlcXVlbmNlcxgFIAEoDRIUCgxjb250ZXh0X3NpemUYBiABKA0SGwoTdGVzdF90b2tlbl9kZWxheV9tcxgHIAEoDUINCgtfbW9kZWxfcGF0aEIPCg1fbW9kZWxfc2hhMjU2QgwKCl9tb2RlbF91cmwiqAIKFk9wZW5BaUNvbXBhdGlibGVFbmdpbmUSEAoIYmFzZV91cmwYASABKAkSFgoOdXBzdHJlYW1fbW9kZWwYAiABKAkSGAoLYXBpX2tleV9lbnYYAyABKAlIAIgBARIoCgNhcGkYBCABKA4yGy53ZWlyLmNvbW1vbi52MS5VcHN0cmVhbUFwaRIeChZmaXJzdF90b2tlbl90aW1lb3V0X21zGAUgASgNEhcKD2lkbGVfdGltZW91dF9tcxgGIAEoDRIXCg9tYXhfY29uY3VycmVuY3kYByABKA0SIwoWY29udGludW91c191c2FnZV9zdGF0cxgIIAEoCEgBiAEBQg4KDF9hcGlfa2V5X2VudkIZChdfY29udGludW91c191c2FnZV9zdGF0cyI+Cg9SZXBsaWNhRW5kcG9pbnQSCgoCaWQYASABKAkSEAoIYmFzZV91cmwYAiABKAkSDQoFc2xvdHMYAyABKA0i3wIKCFJldmlzaW9uEgoKAmlkGAEgASgJEg0KBW1vZGVsGAIgASgJEjIKCGxsYW1hY3BwGAMgASgLMh4ud2Vpci5jb21tb24udjEuTGxhbWFDcHBFbmdpbmVIABJDChFvcGVuYWlfY29tcGF0aWJsZRgEIAEoCzImLndlaXIuY29tbW9uLnYxLk9wZW5BaUNvbXBhdGlibGVFbmdpbmVIABIWCg5jb250ZXh0X3dpbmRvdxgFIAEoDRIZChFtYXhfb3V0cHV0X3Rva2VucxgGIAEoDRIdChVkZWZhdWx0X291dHB1dF90b2tlbnMYByABKA0SMAoHcHJpY2luZxgIIAEoCzIfLndlaXIuY29tbW9uLnYxLlJldmlzaW9uUHJpY2luZxIxCghyZXBsaWNhcxgJIAMoCzIfLndlaXIuY29tbW9uLnYxLlJlcGxpY2FFbmRwb2ludEIICgZlbmdpbmUiMgoLQWxpYXNUYXJnZXQSEwoLcmV2aXNpb25faWQYASABKAkSDgoGd2VpZ2h0GAIgASgBIm0KBUFsaWFzEgwKBG5hbWUYASABKAkSLAoHdGFyZ2V0cxgCIAMoCzIbLndlaXIuY29tbW9uLnYxLkFsaWFzVGFyZ2V0EhgKC2Rlc2NyaXB0aW9uGAMgASgJSACIAQFCDgoMX2Rlc2NyaXB0aW9uInMKClRva2VuVXNhZ2USFAoMaW5wdXRfdG9rZW5zGAEgASgNEhUKDW91dHB1dF90b2tlbnMYAiABKA0SIAoTY2FjaGVkX2lucHV0X3Rva2VucxgDIAEoDUgAiAEBQhYKFF9jYWNoZWRfaW5wdXRfdG9rZW5zIlkKEUdlbmVyYXRpb25UaW1pbmdzEhAKCHF1ZXVlX21zGAEgASgBEhQKB3R0ZnRfbXMYAiABKAFIAIgBARIQCgh0b3RhbF9tcxgDIAEoAUIKCghfdHRmdF9tcyKRAQoPV2VpckVycm9yRGV0YWlsEgwKBGNvZGUYASABKAkSDwoHbWVzc2FnZRgCIAEoCRIbCg5yZXRyeV9hZnRlcl9tcxgDIAEoDUgAiAEBEhEKCXJldHJ5YWJsZRgEIAEoCBISCgVwYXJhbRgFIAEoCUgBiAEBQhEKD19yZXRyeV9hZnRlcl9tc0IICgZfcGFyYW0ilQIKEUdlbmVyYXRpb25PdXRjb21lEjMKDWZpbmlzaF9yZWFzb24YASABKA4yHC53ZWlyLmNvbW1vbi52MS5GaW5pc2hSZWFzb24SKQoFdXNhZ2UYAiABKAsyGi53ZWlyLmNvbW1vbi52MS5Ub2tlblVzYWdlEhUKDWNvc3RfbmFub191c2QYAyABKAMSMgoHdGltaW5ncxgEIAEoCzIhLndlaXIuY29tbW9uLnYxLkdlbmVyYXRpb25UaW1pbmdzEhYKDm1vZGVsX3JldmlzaW9uGAUgASgJEjMKBWVycm9yGAYgASgLMh8ud2Vpci5jb21tb24udjEuV2VpckVycm9yRGV0YWlsSACIAQFCCAoGX2Vycm9yKmAKC1Vwc3RyZWFtQXBpEhwKGFVQU1RSRUFNX0FQSV9VTlNQRUNJRklFRBAAEhUKEVVQU1RSRUFNX0FQSV9DSEFUEAESHAoYVVBTVFJFQU1fQVBJX0NPTVBMRVRJT05TEAIq0wEKDEZpbmlzaFJlYXNvbhIdChlGSU5JU0hfUkVBU09OX1VOU1BFQ0lGSUVEEAASFgoSRklOSVNIX1JFQVNPTl9TVE9QEAESGAoURklOSVNIX1JFQVNPTl9MRU5HVEgQAhIbChdGSU5JU0hfUkVBU09OX0NBTkNFTExFRBADEhoKFkZJTklTSF9SRUFTT05fREVBRExJTkUQBBIXChNGSU5JU0hfUkVBU09OX0VSUk9SEAUSIAocRklOSVNIX1JFQVNPTl9DT05URU5UX0ZJTFRFUhAGYgZwcm90bzM");
+  fileDesc("Cht3ZWlyL2NvbW1vbi92MS9jb21tb24ucHJvdG8SDndlaXIuY29tbW9uLnYxIj8KBkNhbGxlchIRCgl0ZW5hbnRfaWQYASABKAkSDgoGYXBwX2lkGAIgASgJEhIKCmFwaV9rZXlfaWQYAyABKAkibQoPUmV2aXNpb25QcmljaW5nEhoKEmlucHV0X3VzZF9wZXJfbXRvaxgBIAEoARIbChNvdXRwdXRfdXNkX3Blcl9tdG9rGAIgASgBEiEKGWNhY2hlZF9pbnB1dF91c2RfcGVyX210b2sYAyABKAEi4QEKDkxsYW1hQ3BwRW5naW5lEhcKCm1vZGVsX3BhdGgYASABKAlIAIgBARIZCgxtb2RlbF9zaGEyNTYYAiABKAlIAYgBARIWCgltb2RlbF91cmwYAyABKAlIAogBARIPCgd0aHJlYWRzGAQgASgNEhEKCXNlcXVlbmNlcxgFIAEoDRIUCgxjb250ZXh0X3NpemUYBiABKA0SGwoTdGVzdF90b2tlbl9kZWxheV9tcxgHIAEoDUINCgtfbW9kZWxfcGF0aEIPCg1fbW9kZWxfc2hhMjU2QgwKCl9tb2RlbF91cmwiqAIKFk9wZW5BaUNvbXBhdGlibGVFbmdpbmUSEAoIYmFzZV91cmwYASABKAkSFgoOdXBzdHJlYW1fbW9kZWwYAiABKAkSGAoLYXBpX2tleV9lbnYYAyABKAlIAIgBARIoCgNhcGkYBCABKA4yGy53ZWlyLmNvbW1vbi52MS5VcHN0cmVhbUFwaRIeChZmaXJzdF90b2tlbl90aW1lb3V0X21zGAUgASgNEhcKD2lkbGVfdGltZW91dF9tcxgGIAEoDRIXCg9tYXhfY29uY3VycmVuY3kYByABKA0SIwoWY29udGludW91c191c2FnZV9zdGF0cxgIIAEoCEgBiAEBQg4KDF9hcGlfa2V5X2VudkIZChdfY29udGludW91c191c2FnZV9zdGF0cyIsCg9EZWNvZGVTdGVwUG9pbnQSDQoFYmF0Y2gYASABKA0SCgoCbXMYAiABKAEipQEKD1NpbXVsYXRlZEVuZ2luZRIhChlwcmVmaWxsX3Rva2Vuc19wZXJfc2Vjb25kGAEgASgBEjcKDmRlY29kZV9zdGVwX21zGAIgAygLMh8ud2Vpci5jb21tb24udjEuRGVjb2RlU3RlcFBvaW50EhEKCWt2X3Rva2VucxgDIAEoDRIVCg1tYXhfc2VxdWVuY2VzGAQgASgNEgwKBHNlZWQYBSABKA0iPgoPUmVwbGljYUVuZHBvaW50EgoKAmlkGAEgASgJEhAKCGJhc2VfdXJsGAIgASgJEg0KBXNsb3RzGAMgASgNIpUDCghSZXZpc2lvbhIKCgJpZBgBIAEoCRINCgVtb2RlbBgCIAEoCRIyCghsbGFtYWNwcBgDIAEoCzIeLndlaXIuY29tbW9uLnYxLkxsYW1hQ3BwRW5naW5lSAASQwoRb3BlbmFpX2NvbXBhdGlibGUYBCABKAsyJi53ZWlyLmNvbW1vbi52MS5PcGVuQWlDb21wYXRpYmxlRW5naW5lSAASNAoJc2ltdWxhdGVkGAogASgLMh8ud2Vpci5jb21tb24udjEuU2ltdWxhdGVkRW5naW5lSAASFgoOY29udGV4dF93aW5kb3cYBSABKA0SGQoRbWF4X291dHB1dF90b2tlbnMYBiABKA0SHQoVZGVmYXVsdF9vdXRwdXRfdG9rZW5zGAcgASgNEjAKB3ByaWNpbmcYCCABKAsyHy53ZWlyLmNvbW1vbi52MS5SZXZpc2lvblByaWNpbmcSMQoIcmVwbGljYXMYCSADKAsyHy53ZWlyLmNvbW1vbi52MS5SZXBsaWNhRW5kcG9pbnRCCAoGZW5naW5lIjIKC0FsaWFzVGFyZ2V0EhMKC3JldmlzaW9uX2lkGAEgASgJEg4KBndlaWdodBgCIAEoASJtCgVBbGlhcxIMCgRuYW1lGAEgASgJEiwKB3RhcmdldHMYAiADKAsyGy53ZWlyLmNvbW1vbi52MS5BbGlhc1RhcmdldBIYCgtkZXNjcmlwdGlvbhgDIAEoCUgAiAEBQg4KDF9kZXNjcmlwdGlvbiJzCgpUb2tlblVzYWdlEhQKDGlucHV0X3Rva2VucxgBIAEoDRIVCg1vdXRwdXRfdG9rZW5zGAIgASgNEiAKE2NhY2hlZF9pbnB1dF90b2tlbnMYAyABKA1IAIgBAUIWChRfY2FjaGVkX2lucHV0X3Rva2VucyJZChFHZW5lcmF0aW9uVGltaW5ncxIQCghxdWV1ZV9tcxgBIAEoARIUCgd0dGZ0X21zGAIgASgBSACIAQESEAoIdG90YWxfbXMYAyABKAFCCgoIX3R0ZnRfbXMikQEKD1dlaXJFcnJvckRldGFpbBIMCgRjb2RlGAEgASgJEg8KB21lc3NhZ2UYAiABKAkSGwoOcmV0cnlfYWZ0ZXJfbXMYAyABKA1IAIgBARIRCglyZXRyeWFibGUYBCABKAgSEgoFcGFyYW0YBSABKAlIAYgBAUIRCg9fcmV0cnlfYWZ0ZXJfbXNCCAoGX3BhcmFtIpUCChFHZW5lcmF0aW9uT3V0Y29tZRIzCg1maW5pc2hfcmVhc29uGAEgASgOMhwud2Vpci5jb21tb24udjEuRmluaXNoUmVhc29uEikKBXVzYWdlGAIgASgLMhoud2Vpci5jb21tb24udjEuVG9rZW5Vc2FnZRIVCg1jb3N0X25hbm9fdXNkGAMgASgDEjIKB3RpbWluZ3MYBCABKAsyIS53ZWlyLmNvbW1vbi52MS5HZW5lcmF0aW9uVGltaW5ncxIWCg5tb2RlbF9yZXZpc2lvbhgFIAEoCRIzCgVlcnJvchgGIAEoCzIfLndlaXIuY29tbW9uLnYxLldlaXJFcnJvckRldGFpbEgAiAEBQggKBl9lcnJvcipgCgtVcHN0cmVhbUFwaRIcChhVUFNUUkVBTV9BUElfVU5TUEVDSUZJRUQQABIVChFVUFNUUkVBTV9BUElfQ0hBVBABEhwKGFVQU1RSRUFNX0FQSV9DT01QTEVUSU9OUxACKtMBCgxGaW5pc2hSZWFzb24SHQoZRklOSVNIX1JFQVNPTl9VTlNQRUNJRklFRBAAEhYKEkZJTklTSF9SRUFTT05fU1RPUBABEhgKFEZJTklTSF9SRUFTT05fTEVOR1RIEAISGwoXRklOSVNIX1JFQVNPTl9DQU5DRUxMRUQQAxIaChZGSU5JU0hfUkVBU09OX0RFQURMSU5FEAQSFwoTRklOSVNIX1JFQVNPTl9FUlJPUhAFEiAKHEZJTklTSF9SRUFTT05fQ09OVEVOVF9GSUxURVIQBmIGcHJvdG8z");
 
 /**
  * Who is asking. Set by the gateway from the API key only, never from a request body.
@@ -223,6 +223,83 @@ export const OpenAiCompatibleEngineSchema: GenMessage<OpenAiCompatibleEngine> = 
   messageDesc(file_weir_common_v1_common, 3);
 
 /**
+ * One point of a simulated replica's decode-step curve.
+ *
+ * @generated from message weir.common.v1.DecodeStepPoint
+ */
+export type DecodeStepPoint = Message<"weir.common.v1.DecodeStepPoint"> & {
+  /**
+   * Batch size (sequences decoded together), >= 1.
+   *
+   * @generated from field: uint32 batch = 1;
+   */
+  batch: number;
+
+  /**
+   * Step time at that batch (ms).
+   *
+   * @generated from field: double ms = 2;
+   */
+  ms: number;
+};
+
+/**
+ * Describes the message weir.common.v1.DecodeStepPoint.
+ * Use `create(DecodeStepPointSchema)` to create a new message.
+ */
+export const DecodeStepPointSchema: GenMessage<DecodeStepPoint> = /*@__PURE__*/
+  messageDesc(file_weir_common_v1_common, 4);
+
+/**
+ * A simulated GPU replica (capacity and load work only; docs/capacity.md).
+ *
+ * @generated from message weir.common.v1.SimulatedEngine
+ */
+export type SimulatedEngine = Message<"weir.common.v1.SimulatedEngine"> & {
+  /**
+   * Prompt tokens prefilled per second (tokens/s).
+   *
+   * @generated from field: double prefill_tokens_per_second = 1;
+   */
+  prefillTokensPerSecond: number;
+
+  /**
+   * Decode step time by batch size, batches increasing, linear between points.
+   *
+   * @generated from field: repeated weir.common.v1.DecodeStepPoint decode_step_ms = 2;
+   */
+  decodeStepMs: DecodeStepPoint[];
+
+  /**
+   * KV-cache capacity in tokens (input + generated, across active sequences).
+   *
+   * @generated from field: uint32 kv_tokens = 3;
+   */
+  kvTokens: number;
+
+  /**
+   * Largest running batch (concurrent sequences).
+   *
+   * @generated from field: uint32 max_sequences = 4;
+   */
+  maxSequences: number;
+
+  /**
+   * Seed recorded with the profile, for offline replays.
+   *
+   * @generated from field: uint32 seed = 5;
+   */
+  seed: number;
+};
+
+/**
+ * Describes the message weir.common.v1.SimulatedEngine.
+ * Use `create(SimulatedEngineSchema)` to create a new message.
+ */
+export const SimulatedEngineSchema: GenMessage<SimulatedEngine> = /*@__PURE__*/
+  messageDesc(file_weir_common_v1_common, 5);
+
+/**
  * One remote replica of a revision (split topology).
  *
  * @generated from message weir.common.v1.ReplicaEndpoint
@@ -255,7 +332,7 @@ export type ReplicaEndpoint = Message<"weir.common.v1.ReplicaEndpoint"> & {
  * Use `create(ReplicaEndpointSchema)` to create a new message.
  */
 export const ReplicaEndpointSchema: GenMessage<ReplicaEndpoint> = /*@__PURE__*/
-  messageDesc(file_weir_common_v1_common, 4);
+  messageDesc(file_weir_common_v1_common, 6);
 
 /**
  * An immutable model revision (`RevisionSpec`). Set by the control plane's config; the
@@ -295,6 +372,12 @@ export type Revision = Message<"weir.common.v1.Revision"> & {
      */
     value: OpenAiCompatibleEngine;
     case: "openaiCompatible";
+  } | {
+    /**
+     * @generated from field: weir.common.v1.SimulatedEngine simulated = 10;
+     */
+    value: SimulatedEngine;
+    case: "simulated";
   } | { case: undefined; value?: undefined };
 
   /**
@@ -338,7 +421,7 @@ export type Revision = Message<"weir.common.v1.Revision"> & {
  * Use `create(RevisionSchema)` to create a new message.
  */
 export const RevisionSchema: GenMessage<Revision> = /*@__PURE__*/
-  messageDesc(file_weir_common_v1_common, 5);
+  messageDesc(file_weir_common_v1_common, 7);
 
 /**
  * A weighted arm of an alias (canary weight).
@@ -366,7 +449,7 @@ export type AliasTarget = Message<"weir.common.v1.AliasTarget"> & {
  * Use `create(AliasTargetSchema)` to create a new message.
  */
 export const AliasTargetSchema: GenMessage<AliasTarget> = /*@__PURE__*/
-  messageDesc(file_weir_common_v1_common, 6);
+  messageDesc(file_weir_common_v1_common, 8);
 
 /**
  * A model alias: the name clients send as `model`. Set by the control plane's config.
@@ -401,7 +484,7 @@ export type Alias = Message<"weir.common.v1.Alias"> & {
  * Use `create(AliasSchema)` to create a new message.
  */
 export const AliasSchema: GenMessage<Alias> = /*@__PURE__*/
-  messageDesc(file_weir_common_v1_common, 7);
+  messageDesc(file_weir_common_v1_common, 9);
 
 /**
  * Measured token counts of one generation. Set by the relay (or by the gateway's relay
@@ -437,7 +520,7 @@ export type TokenUsage = Message<"weir.common.v1.TokenUsage"> & {
  * Use `create(TokenUsageSchema)` to create a new message.
  */
 export const TokenUsageSchema: GenMessage<TokenUsage> = /*@__PURE__*/
-  messageDesc(file_weir_common_v1_common, 8);
+  messageDesc(file_weir_common_v1_common, 10);
 
 /**
  * Timings measured by the relay on its own clock (ms, fractional).
@@ -472,7 +555,7 @@ export type GenerationTimings = Message<"weir.common.v1.GenerationTimings"> & {
  * Use `create(GenerationTimingsSchema)` to create a new message.
  */
 export const GenerationTimingsSchema: GenMessage<GenerationTimings> = /*@__PURE__*/
-  messageDesc(file_weir_common_v1_common, 9);
+  messageDesc(file_weir_common_v1_common, 11);
 
 /**
  * A Weir error on the wire: the exact `WeirErrorCode`, the public message and the retry
@@ -523,7 +606,7 @@ export type WeirErrorDetail = Message<"weir.common.v1.WeirErrorDetail"> & {
  * Use `create(WeirErrorDetailSchema)` to create a new message.
  */
 export const WeirErrorDetailSchema: GenMessage<WeirErrorDetail> = /*@__PURE__*/
-  messageDesc(file_weir_common_v1_common, 10);
+  messageDesc(file_weir_common_v1_common, 12);
 
 /**
  * How a generation ended, what it measured and what it cost. Set by the relay.
@@ -579,7 +662,7 @@ export type GenerationOutcome = Message<"weir.common.v1.GenerationOutcome"> & {
  * Use `create(GenerationOutcomeSchema)` to create a new message.
  */
 export const GenerationOutcomeSchema: GenMessage<GenerationOutcome> = /*@__PURE__*/
-  messageDesc(file_weir_common_v1_common, 11);
+  messageDesc(file_weir_common_v1_common, 13);
 
 /**
  * Which endpoint of an OpenAI-compatible upstream a revision calls.
