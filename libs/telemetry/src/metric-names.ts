@@ -48,6 +48,28 @@ export const METRIC_NAMES = {
   replicaSlotsInUse: 'weir.replica.slots_in_use',
   /** Observable gauge, {sequence}: slots the replica has. */
   replicaSlots: 'weir.replica.slots',
+  /** Observable gauge, {token}: KV-cache tokens (input + output limit) held by the replica's leases now. */
+  replicaKvTokensInUse: 'weir.replica.kv_tokens_in_use',
+  /** Observable gauge, {token}: KV-cache tokens the replica has (absent when unbounded). */
+  replicaKvTokens: 'weir.replica.kv_tokens',
+  /** Observable gauge, {token}/s: the scheduler's measured per-sequence decode throughput of the replica (EWMA; the prior before any measurement). */
+  replicaDecodeRate: 'weir.replica.decode_rate',
+  /** Observable gauge, {token}/s: the measured per-sequence prefill throughput (EWMA; the prior before any measurement). */
+  replicaPrefillRate: 'weir.replica.prefill_rate',
+  /** Counter, {request}: requests the scheduler did not grant, by `pool`, `tenant`, `priority` and `reason` (queue_full, deadline_unmeetable, shed, deadline, cancelled, no_replica). */
+  schedulerRejections: 'weir.scheduler.rejections',
+  /** Histogram, s: time a request spent in the scheduler's queue, by `pool`, `tenant`, `priority` and `outcome` (granted, deadline, cancelled, shed). */
+  schedulerQueueDuration: 'weir.scheduler.queue.duration',
+  /** Observable gauge, {request}: requests queued, by `pool`, `revision`, `tenant` and `priority`. */
+  schedulerQueueRequests: 'weir.scheduler.queue.requests',
+  /** Observable gauge, {token}: context tokens (input + output limit) queued, by `pool`, `revision`, `tenant` and `priority`. */
+  schedulerQueueTokens: 'weir.scheduler.queue.tokens',
+  /** Observable gauge, 1: a pool queue's remaining capacity ÷ its configured capacity (replica-equivalents), by `pool` and `revision`. */
+  poolCapacityRatio: 'weir.pool.capacity_ratio',
+  /** Observable gauge, 1 or 0: the pool queue is in brownout (lost capacity: batch shed, bounds shrunk). */
+  poolBrownout: 'weir.pool.brownout',
+  /** Observable gauge, {request}: the pool queue's current length bound (shrinks with capacity). */
+  poolQueueBound: 'weir.pool.queue_bound',
   /**
    * Gauge, 1: a tenant's spend in the last hour ÷ its trailing hourly baseline, by `tenant`, set
    * by each burn-rate check (+Inf with spend and no baseline; 0 with no spend).
@@ -78,6 +100,9 @@ export const ATTRIBUTE_NAMES = {
   status: 'status',
   reason: 'reason',
   direction: 'direction',
+  pool: 'pool',
+  priority: 'priority',
+  outcome: 'outcome',
 } as const;
 
 /** semconv bucket boundaries (s) for `gen_ai.server.request.duration`: 0.01 × 2ⁿ up to 81.92. */
@@ -120,6 +145,17 @@ export const PROMETHEUS_SERIES = {
   replicaUp: 'weir_replica_up',
   replicaSlotsInUse: 'weir_replica_slots_in_use',
   replicaSlots: 'weir_replica_slots',
+  replicaKvTokensInUse: 'weir_replica_kv_tokens_in_use',
+  replicaKvTokens: 'weir_replica_kv_tokens',
+  replicaDecodeRate: 'weir_replica_decode_rate',
+  replicaPrefillRate: 'weir_replica_prefill_rate',
+  schedulerRejections: 'weir_scheduler_rejections_total',
+  schedulerQueueDuration: 'weir_scheduler_queue_duration',
+  schedulerQueueRequests: 'weir_scheduler_queue_requests',
+  schedulerQueueTokens: 'weir_scheduler_queue_tokens',
+  poolCapacityRatio: 'weir_pool_capacity_ratio',
+  poolBrownout: 'weir_pool_brownout',
+  poolQueueBound: 'weir_pool_queue_bound',
   tenantBurnRateRatio: 'weir_tenant_burn_rate_ratio',
   burnRateAlerts: 'weir_burn_rate_alerts_total',
   admissionDecisions: 'weir_admission_decisions_total',

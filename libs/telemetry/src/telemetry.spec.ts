@@ -154,8 +154,13 @@ describe('createTelemetry', () => {
     m.recordReservationsHeld(3);
     m.recordReconciliation({ expiredSettled: 2, expiredReleased: 0, corrected: 1 });
     m.recordAdmissionOverspend({ tenant: 'demo' });
+    m.recordSchedulerRejection({ pool: 'interactive', tenant: 'demo', priority: 'interactive', reason: 'deadline_unmeetable' });
+    m.recordSchedulerQueueTime({ pool: 'batch', tenant: 'demo', priority: 'batch', outcome: 'shed', queueS: 0.3 });
 
     const { text } = await scrape(server);
+    const schedulerSamples = parseExposition(text).samples;
+    expect(find(schedulerSamples, PROMETHEUS_SERIES.schedulerRejections, { pool: 'interactive', tenant: 'demo', priority: 'interactive', reason: 'deadline_unmeetable' })[0].value).toBe(1);
+    expect(bucketBounds(schedulerSamples, PROMETHEUS_SERIES.schedulerQueueDuration, { pool: 'batch', outcome: 'shed' })).toEqual(asLe(QUEUE_BUCKETS_S));
     expect(find(parseExposition(text).samples, PROMETHEUS_SERIES.admissionDecisions, { outcome: 'admitted', reason: 'none' })[0].value).toBe(1);
     expect(find(parseExposition(text).samples, PROMETHEUS_SERIES.admissionDecisions, { outcome: 'rejected', reason: 'budget_exhausted' })[0].value).toBe(1);
     expect(find(parseExposition(text).samples, PROMETHEUS_SERIES.admissionReservationsHeld, {})[0].value).toBe(3);
@@ -204,6 +209,15 @@ describe('createTelemetry', () => {
       PROMETHEUS_SERIES.replicaUp,
       PROMETHEUS_SERIES.replicaSlotsInUse,
       PROMETHEUS_SERIES.replicaSlots,
+      PROMETHEUS_SERIES.replicaKvTokensInUse,
+      PROMETHEUS_SERIES.replicaKvTokens,
+      PROMETHEUS_SERIES.replicaDecodeRate,
+      PROMETHEUS_SERIES.replicaPrefillRate,
+      PROMETHEUS_SERIES.schedulerQueueRequests,
+      PROMETHEUS_SERIES.schedulerQueueTokens,
+      PROMETHEUS_SERIES.poolCapacityRatio,
+      PROMETHEUS_SERIES.poolBrownout,
+      PROMETHEUS_SERIES.poolQueueBound,
     ]);
     expect(new Set(samples.map((s) => s.name.replace(/_(bucket|sum|count)$/, '')))).toEqual(
       new Set([...Object.values(PROMETHEUS_SERIES).filter((n) => !observable.has(n)), 'target_info']),
@@ -246,6 +260,33 @@ describe('createTelemetry', () => {
     produced = 12;
     ({ samples, types } = parseExposition((await scrape(server)).text));
     expect(find(samples, 'weir_engine_output_tokens_total', labels)[0]?.value).toBe(12);
+  });
+
+  it("exports the scheduler's queues, pools and replica capacity, read at each scrape", async () => {
+    telemetry.observeReplicas(() => [
+      { replica: 'm@1/0', revision: 'm@1', pool: 'batch', up: true, slotsInUse: 1, slots: 4, kvTokensInUse: 300, kvTokens: 2_048, decodeTokensPerS: 48.5, prefillTokensPerS: 9_000 },
+      { replica: 'm@1/1', revision: 'm@1', up: false, slotsInUse: 0, slots: 4, kvTokensInUse: 0, kvTokens: Number.POSITIVE_INFINITY },
+    ]);
+    telemetry.observeScheduler(() => ({
+      queues: [{ pool: 'interactive', revision: 'm@1', tenant: 'demo', priority: 'interactive', requests: 3, tokens: 900 }],
+      pools: [{ pool: 'interactive', revision: 'm@1', capacityRatio: 0.5, brownout: true, queueBound: 128 }],
+    }));
+    const { samples } = parseExposition((await scrape(server)).text);
+    const batch = { replica: 'm@1/0', revision: 'm@1', pool: 'batch' };
+    expect(find(samples, PROMETHEUS_SERIES.replicaKvTokensInUse, batch)[0]?.value).toBe(300);
+    expect(find(samples, PROMETHEUS_SERIES.replicaKvTokens, batch)[0]?.value).toBe(2_048);
+    expect(find(samples, PROMETHEUS_SERIES.replicaDecodeRate, batch)[0]?.value).toBe(48.5);
+    expect(find(samples, PROMETHEUS_SERIES.replicaPrefillRate, batch)[0]?.value).toBe(9_000);
+    // An unbounded replica has no KV gauge; an absent pool is `interactive`.
+    expect(find(samples, PROMETHEUS_SERIES.replicaKvTokens, { replica: 'm@1/1' })).toEqual([]);
+    expect(find(samples, PROMETHEUS_SERIES.replicaUp, { replica: 'm@1/1', pool: 'interactive' })[0]?.value).toBe(0);
+    const queue = { pool: 'interactive', revision: 'm@1', tenant: 'demo', priority: 'interactive' };
+    expect(find(samples, PROMETHEUS_SERIES.schedulerQueueRequests, queue)[0]?.value).toBe(3);
+    expect(find(samples, PROMETHEUS_SERIES.schedulerQueueTokens, queue)[0]?.value).toBe(900);
+    const pool = { pool: 'interactive', revision: 'm@1' };
+    expect(find(samples, PROMETHEUS_SERIES.poolCapacityRatio, pool)[0]?.value).toBe(0.5);
+    expect(find(samples, PROMETHEUS_SERIES.poolBrownout, pool)[0]?.value).toBe(1);
+    expect(find(samples, PROMETHEUS_SERIES.poolQueueBound, pool)[0]?.value).toBe(128);
   });
 
   it('mounts on express', async () => {

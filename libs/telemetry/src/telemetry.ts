@@ -37,6 +37,13 @@ export interface Telemetry {
    * `replica` and `revision`.
    */
   observeReplicas(read: () => readonly ReplicaSample[]): void;
+  /**
+   * Registers a callback read at each scrape for the scheduler's queues and pools:
+   * `weir.scheduler.queue.requests` / `.tokens` by `pool`, `revision`, `tenant`, `priority`;
+   * `weir.pool.capacity_ratio`, `weir.pool.brownout` (1/0) and `weir.pool.queue_bound` by
+   * `pool` and `revision`. Call once per process.
+   */
+  observeScheduler(read: () => SchedulerSample): void;
   /** Stops the meter provider; later recordings are dropped. Call once at shutdown. */
   shutdown(): Promise<void>;
 }
@@ -48,6 +55,24 @@ export interface ReplicaSample {
   up: boolean;
   slotsInUse: number;
   slots: number;
+  /** Its pool (label `pool`). Default `interactive`. */
+  pool?: string;
+  /** KV tokens held by leases (`weir.replica.kv_tokens_in_use`); omitted when absent. */
+  kvTokensInUse?: number;
+  /** KV tokens it has (`weir.replica.kv_tokens`); omitted when absent or not finite. */
+  kvTokens?: number;
+  /** Measured per-sequence decode throughput (tokens/s, `weir.replica.decode_rate`). */
+  decodeTokensPerS?: number;
+  /** Measured per-sequence prefill throughput (tokens/s, `weir.replica.prefill_rate`). */
+  prefillTokensPerS?: number;
+}
+
+/** The scheduler's queues and pools, for {@link Telemetry.observeScheduler}. */
+export interface SchedulerSample {
+  /** Queued work per pool, revision, tenant and priority (only non-empty ones). */
+  queues: ReadonlyArray<{ pool: string; revision: string; tenant: string; priority: string; requests: number; tokens: number }>;
+  /** Every pool queue (pool × revision). */
+  pools: ReadonlyArray<{ pool: string; revision: string; capacityRatio: number; brownout: boolean; queueBound: number }>;
 }
 
 /** One engine replica's own counters, for {@link Telemetry.observeEngines}. */
@@ -111,16 +136,48 @@ export function createTelemetry(options: TelemetryOptions): Telemetry {
       const up = meter.createObservableGauge(METRIC_NAMES.replicaUp, { unit: '1', description: 'The replica answers health probes and is in rotation' });
       const inUse = meter.createObservableGauge(METRIC_NAMES.replicaSlotsInUse, { unit: '{sequence}', description: 'Slots held by leases' });
       const slots = meter.createObservableGauge(METRIC_NAMES.replicaSlots, { unit: '{sequence}', description: 'Slots of the replica' });
+      const kvInUse = meter.createObservableGauge(METRIC_NAMES.replicaKvTokensInUse, { unit: '{token}', description: 'KV-cache tokens held by leases' });
+      const kv = meter.createObservableGauge(METRIC_NAMES.replicaKvTokens, { unit: '{token}', description: 'KV-cache tokens of the replica' });
+      const decode = meter.createObservableGauge(METRIC_NAMES.replicaDecodeRate, { unit: '{token}/s', description: 'Measured per-sequence decode throughput (EWMA)' });
+      const prefill = meter.createObservableGauge(METRIC_NAMES.replicaPrefillRate, { unit: '{token}/s', description: 'Measured per-sequence prefill throughput (EWMA)' });
       meter.addBatchObservableCallback(
         (result) => {
           for (const r of read()) {
-            const attrs = { replica: r.replica, revision: r.revision };
+            const attrs = { replica: r.replica, revision: r.revision, pool: r.pool ?? 'interactive' };
             result.observe(up, r.up ? 1 : 0, attrs);
             result.observe(inUse, r.slotsInUse, attrs);
             result.observe(slots, r.slots, attrs);
+            if (r.kvTokensInUse !== undefined) result.observe(kvInUse, r.kvTokensInUse, attrs);
+            if (r.kvTokens !== undefined && Number.isFinite(r.kvTokens)) result.observe(kv, r.kvTokens, attrs);
+            if (r.decodeTokensPerS !== undefined && Number.isFinite(r.decodeTokensPerS)) result.observe(decode, r.decodeTokensPerS, attrs);
+            if (r.prefillTokensPerS !== undefined && Number.isFinite(r.prefillTokensPerS)) result.observe(prefill, r.prefillTokensPerS, attrs);
           }
         },
-        [up, inUse, slots],
+        [up, inUse, slots, kvInUse, kv, decode, prefill],
+      );
+    },
+    observeScheduler(read) {
+      const requests = meter.createObservableGauge(METRIC_NAMES.schedulerQueueRequests, { unit: '{request}', description: 'Requests queued in the scheduler' });
+      const tokens = meter.createObservableGauge(METRIC_NAMES.schedulerQueueTokens, { unit: '{token}', description: 'Context tokens queued in the scheduler' });
+      const ratio = meter.createObservableGauge(METRIC_NAMES.poolCapacityRatio, { unit: '1', description: 'Remaining capacity of a pool queue over its configured capacity' });
+      const brownout = meter.createObservableGauge(METRIC_NAMES.poolBrownout, { unit: '1', description: 'The pool queue lost capacity: batch shed, bounds shrunk' });
+      const bound = meter.createObservableGauge(METRIC_NAMES.poolQueueBound, { unit: '{request}', description: 'Current length bound of the pool queue' });
+      meter.addBatchObservableCallback(
+        (result) => {
+          const sample = read();
+          for (const q of sample.queues) {
+            const attrs = { pool: q.pool, revision: q.revision, tenant: q.tenant, priority: q.priority };
+            result.observe(requests, q.requests, attrs);
+            result.observe(tokens, q.tokens, attrs);
+          }
+          for (const p of sample.pools) {
+            const attrs = { pool: p.pool, revision: p.revision };
+            result.observe(ratio, p.capacityRatio, attrs);
+            result.observe(brownout, p.brownout ? 1 : 0, attrs);
+            result.observe(bound, p.queueBound, attrs);
+          }
+        },
+        [requests, tokens, ratio, brownout, bound],
       );
     },
     shutdown: () => (stopped ??= provider.shutdown()),

@@ -89,6 +89,10 @@ export interface WeirMetrics {
   trackInFlight(attributes: InFlightAttributes): () => void;
   /** `weir.scheduler.expired_leases` +1 by `replica`: a lease whose holder vanished was reclaimed. */
   recordExpiredLease(attributes: { replica: string }): void;
+  /** `weir.scheduler.rejections` +1 by `pool`, `tenant`, `priority` and `reason`: the scheduler granted no lease. */
+  recordSchedulerRejection(rejection: { pool: string; tenant: string; priority: string; reason: string }): void;
+  /** `weir.scheduler.queue.duration` (s) by `pool`, `tenant`, `priority` and `outcome`: a request left the scheduler's queue. */
+  recordSchedulerQueueTime(sample: { pool: string; tenant: string; priority: string; outcome: string; queueS: number }): void;
   /**
    * `weir.tenant.burn_rate_ratio` (gauge) by `tenant`: the last hour's spend ÷ the trailing
    * hourly baseline. +Infinity is kept (exported as `+Inf`: spend with no baseline); NaN and
@@ -157,6 +161,15 @@ export function createWeirMetrics(meter: Meter): WeirMetrics {
     unit: '{lease}',
     description: 'Scheduler leases reclaimed after their holder vanished',
   });
+  const schedulerRejections = meter.createCounter(M.schedulerRejections, {
+    unit: '{request}',
+    description: 'Requests the scheduler did not grant, by pool, tenant, priority and reason',
+  });
+  const schedulerQueue = meter.createHistogram(M.schedulerQueueDuration, {
+    unit: 's',
+    description: "Time requests spent in the scheduler's queue, by pool, tenant, priority and outcome",
+    advice: { explicitBucketBoundaries: [...QUEUE_BUCKETS_S] },
+  });
   const queue = meter.createHistogram(M.queueDuration, {
     unit: 's',
     description: 'Time requests waited in the scheduler queue',
@@ -220,6 +233,14 @@ export function createWeirMetrics(meter: Meter): WeirMetrics {
         released = true;
         addInFlight(attributes, -1);
       };
+    },
+    recordSchedulerRejection({ pool, tenant, priority, reason }) {
+      schedulerRejections.add(1, { [A.pool]: label(pool, NONE), [A.tenant]: label(tenant, NONE), [A.priority]: label(priority, NONE), [A.reason]: label(reason, NONE) });
+    },
+    recordSchedulerQueueTime({ pool, tenant, priority, outcome, queueS }) {
+      if (usable(queueS)) {
+        schedulerQueue.record(queueS, { [A.pool]: label(pool, NONE), [A.tenant]: label(tenant, NONE), [A.priority]: label(priority, NONE), [A.outcome]: label(outcome, NONE) });
+      }
     },
     recordExpiredLease({ replica }) {
       expiredLeases.add(1, { replica: label(replica, NONE) });
