@@ -47,3 +47,28 @@ describe('admission over gRPC', () => {
     expect(budget.result).toEqual({ ok: false, reason: 'budget_exhausted', message: 'spent' });
   });
 });
+
+describe('a reservation whose caller gave up', () => {
+  it('is released by the server when the call was cancelled before the answer (the client hit its deadline)', async () => {
+    const released: string[] = [];
+    let answer: (r: ReserveResult) => void = () => undefined;
+    const impl: AdmissionService = {
+      reserve: () => new Promise<ReserveResult>((resolve) => (answer = resolve)),
+      settle: async () => undefined,
+      release: async (id) => void released.push(id),
+    };
+    const server = await startGrpcServer({ services: [createAdmissionGrpcServer(impl)] });
+    const client = createAdmissionGrpcClient({ address: server.address, deadlineMs: 200 });
+    try {
+      await expect(client.reserve(request)).rejects.toMatchObject({ code: 'upstream_timeout' });
+      // The server finishes the reservation after the client's deadline.
+      answer({ ok: true, reservationId: 'rsv_late' });
+      const until = Date.now() + 5_000;
+      while (released.length === 0 && Date.now() < until) await new Promise((r) => setTimeout(r, 10));
+      expect(released).toEqual(['rsv_late']);
+    } finally {
+      client.close();
+      await server.close();
+    }
+  });
+});

@@ -16,6 +16,12 @@ const REJECT_REASONS: Record<RejectReason, admissionV1.RejectReason> = {
   budget_exhausted: admissionV1.RejectReason.BUDGET_EXHAUSTED,
 };
 
+/** True when a call's deadline (a Date, or epoch ms; Infinity when none) has passed. */
+function pastDeadline(deadline: Date | number): boolean {
+  const at = deadline instanceof Date ? deadline.getTime() : deadline;
+  return Number.isFinite(at) && Date.now() >= at;
+}
+
 /** The admission gRPC client: the port plus `close()` for its channel. */
 export interface AdmissionGrpcClient extends AdmissionService {
   /** Closes the channel; later calls fail. */
@@ -29,7 +35,7 @@ export interface AdmissionGrpcClient extends AdmissionService {
 export function createAdmissionGrpcServer(impl: AdmissionService, options: GrpcServerBindingOptions = {}): GrpcServiceBinding {
   const { method } = admissionV1.AdmissionService;
   return bindService(admissionV1.AdmissionService, {
-    reserve: unaryHandler(method.reserve, options.propagator, async (request) => {
+    reserve: unaryHandler(method.reserve, options.propagator, async (request, call) => {
       const result = await impl.reserve({
         caller: callerFromWire(request.caller),
         requestId: request.requestId,
@@ -39,6 +45,10 @@ export function createAdmissionGrpcServer(impl: AdmissionService, options: GrpcS
         maxOutputTokens: request.maxOutputTokens,
         worstCaseCostNanoUsd: Number(request.worstCaseCostNanoUsd),
       });
+      // The caller's deadline passed before the answer: it has given up and will never settle
+      // this reservation, so release it now rather than hold it until it expires. (grpc-js
+      // marks no unary call as cancelled, so the deadline is what tells.)
+      if (result.ok && pastDeadline(call.getDeadline())) await impl.release(result.reservationId);
       return create(admissionV1.ReserveResponseSchema, {
         result: result.ok
           ? { case: 'reservation', value: { reservationId: result.reservationId } }
