@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
 import type { EngineAdapter, EngineEvent, EngineRequest, GenerationInput } from '@weir/core';
 import { newId, toWeirError, WeirError } from '@weir/core';
-import type { EngineLogger, LlamaCppEngineStats } from '@weir/engines';
+import type { EngineLogger } from '@weir/engines';
 import {
   chatCompletion,
   chatCompletionChunk,
@@ -23,8 +23,8 @@ import { createSlotGate } from './slot-gate';
 
 /** Options of {@link createEngineServer}. */
 export interface EngineServerOptions {
-  /** The engine replica (normally the llama.cpp adapter; `stats` feeds `GET /stats`). */
-  engine: EngineAdapter & { stats?: () => LlamaCppEngineStats };
+  /** The engine replica (the llama.cpp or simulated adapter; `stats` feeds `GET /stats`). */
+  engine: EngineAdapter & { stats?: () => object };
   /** The model id served and echoed in responses (the `model` a client sends is not checked). */
   modelName: string;
   logger: EngineLogger;
@@ -41,6 +41,10 @@ export interface EngineServerOptions {
    * finished generations for 1 h, at most 100,000 of them.
    */
   usageLog?: GenerationUsageLog;
+  /** `owned_by` of the model on `/v1/models`. Default `weir` (`weir-simulator` for the simulated engine). */
+  ownedBy?: string;
+  /** Headers set on every response, errors included (e.g. `x-weir-simulated: true`). Default none. */
+  responseHeaders?: Record<string, string>;
 }
 
 const num = (schema: z.ZodNumber) => schema.nullish().transform((v) => v ?? undefined);
@@ -91,8 +95,8 @@ type Route = 'chat' | 'completions';
 const COMPLETIONS_DEFAULT_MAX_TOKENS = 16;
 
 /**
- * The llama.cpp engine as an OpenAI-compatible HTTP server (one model replica), as an express
- * app so tests start it in-process.
+ * An engine replica (the llama.cpp engine, or the simulated one) as an OpenAI-compatible HTTP
+ * server, as an express app so tests start it in-process.
  *
  * Routes:
  * - `POST /v1/chat/completions`, `POST /v1/completions`: stream and non-stream, OpenAI chunk
@@ -127,6 +131,14 @@ export function createEngineServer(options: EngineServerOptions): Express {
   const usageLog = options.usageLog ?? createGenerationUsageLog();
   const app = express();
   app.disable('x-powered-by');
+  const responseHeaders = options.responseHeaders ?? {};
+  if (Object.keys(responseHeaders).length > 0) {
+    app.use((_req, res, next) => {
+      res.set(responseHeaders);
+      next();
+    });
+  }
+  const ownedBy = options.ownedBy ?? 'weir';
   app.use(express.json({ limit: options.maxBodyBytes ?? 1024 * 1024 }));
 
   app.get('/healthz', (_req, res) => {
@@ -161,10 +173,10 @@ export function createEngineServer(options: EngineServerOptions): Express {
     );
   });
   app.get('/v1/models', (_req, res) => {
-    res.json({ object: 'list', data: [modelObject(modelName)] });
+    res.json({ object: 'list', data: [modelObject(modelName, ownedBy)] });
   });
   app.get('/v1/models/:id', (req, res) => {
-    if (req.params.id === modelName) res.json(modelObject(modelName));
+    if (req.params.id === modelName) res.json(modelObject(modelName, ownedBy));
     else sendError(res, new WeirError('model_not_found', `model ${JSON.stringify(req.params.id)} is not served here`, { param: 'model' }));
   });
   // Weir's extension: stop a running generation and let its stream end normally, with the
@@ -432,8 +444,8 @@ async function jsonResponse(
   throw new WeirError('internal', 'engine stream ended without an end event');
 }
 
-function modelObject(id: string): Record<string, unknown> {
-  return { id, object: 'model', created: 0, owned_by: 'weir' };
+function modelObject(id: string, ownedBy: string): Record<string, unknown> {
+  return { id, object: 'model', created: 0, owned_by: ownedBy };
 }
 
 function sendError(res: Response, error: WeirError): void {

@@ -1,0 +1,2 @@
+export * from './sim-server';
+export * from './profile-env';

@@ -1,0 +1,3 @@
+export * from './server';
+export * from './slot-gate';
+export * from './generation-usage-log';
