@@ -8,14 +8,14 @@ import { mkdirSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { createAdmission, startReconciler } from '@weir/admission';
-import { type AllInOneEnv, loadConfigFile, defaultConfig, resolveModelFile } from '@weir/config';
+import { type AllInOneEnv, loadConfigFile, defaultConfig, replicaPlacement, resolveModelFile } from '@weir/config';
 import { type BurnRateAlert, type EngineAdapter, type PlatformConfig, type RevisionSpec, type Topic, systemClock } from '@weir/core';
 import { createEngine, type LlamaCppEngine } from '@weir/engines';
 import { createGatewayApp, createGenerationPipeline, createMetricsObserver, type Gateway } from '@weir/gateway';
 import { createBatchedUsageSink, createBurnRateMonitor, type BatchedUsageSink } from '@weir/ledger';
 import { createInProcessTopic } from '@weir/messaging';
 import { createStaticRouter } from '@weir/routing';
-import { createSlotScheduler } from '@weir/scheduling';
+import { createPoolScheduler, replicaSamples, schedulerMetricsObserver, schedulerSample } from '@weir/scheduling';
 import { bootstrapTenants, createApiKeyRepository, createCachedApiKeyStore, createPgIdempotencyStore, createUsageQueries, createPgAdmissionStore, createUsageRepository, openDatabase } from '@weir/store-pg';
 import { createRelay } from '@weir/streaming';
 import { lockDataDir } from './data-dir-lock';
@@ -111,11 +111,23 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
     onError: (err) => logger.warn({ err }, 'reservation reconciliation failed; retrying next interval'),
   });
   const router = createStaticRouter(config);
-  const scheduler = createSlotScheduler({
-    replicas: servingRevisions.map((r) => ({ id: replicaId(r), revisionId: r.id, slots: engines.get(r.id)?.capacity.slots ?? 1 })),
+  // One in-process engine replica per revision, in the revision's pool (default interactive),
+  // with its sequences and KV tokens (default sequences × context window).
+  const scheduler = createPoolScheduler({
+    replicas: servingRevisions.map((r) => {
+      const slots = engines.get(r.id)?.capacity.slots ?? 1;
+      return { id: replicaId(r), revisionId: r.id, slots, ...replicaPlacement(r, { slots }) };
+    }),
+    tenants: config.tenants,
     maxQueuePerReplica: config.defaults.maxQueuePerReplica,
+    ...(config.defaults.scheduling ? { settings: config.defaults.scheduling } : {}),
+    observer: schedulerMetricsObserver(telemetry.metrics, {
+      onBrownout: (e) => logger[e.active ? 'warn' : 'info']({ pool: e.pool, revision: e.revisionId, capacityRatio: e.capacityRatio }, e.active ? 'pool lost capacity: brownout (batch shed, queue bounds shrunk)' : 'pool capacity back: brownout over'),
+    }),
     clock: systemClock,
   });
+  telemetry.observeScheduler(() => schedulerSample(scheduler.stats()));
+  telemetry.observeReplicas(() => replicaSamples(scheduler));
   telemetry.observeEngines(() =>
     servingRevisions.flatMap((r) => {
       const engine = engines.get(r.id);

@@ -1,16 +1,17 @@
 /**
- * The scheduler service (split topology): owns replica capacity (slots) and the bounded
- * queues in front of it, over gRPC (`weir.scheduler.v1`). It probes every engine replica's
+ * The scheduler service (split topology): owns replica capacity (sequences and KV tokens, per
+ * pool) and the tenant-fair, deadline-aware bounded queues in front of it, over gRPC
+ * (`weir.scheduler.v1`); see `@weir/scheduling`'s `createPoolScheduler`. It probes every engine replica's
  * `/healthz` and takes one that stops answering (killed, or hung: SIGSTOP) out of rotation,
  * and back when it answers again; relays report replicas they could not reach on the NATS
  * health topic, which ejects them at once. Environment: WEIR_CONFIG, NATS_URL, WEIR_NATS_NAMESPACE (default weir: deployments sharing a NATS server need different ones), HOST,
  * GRPC_PORT (default 50053), OPS_PORT (default 9463), PROBE_INTERVAL_MS (default 1000),
  * PROBE_TIMEOUT_MS (default 1000), PROBE_FAILURES (default 3), LOG_LEVEL.
  */
-import { loadConfigFile, servingReplicas } from '@weir/config';
+import { loadConfigFile, replicaPlacement, servingReplicas } from '@weir/config';
 import { type ReplicaHealthEvent, systemClock } from '@weir/core';
 import { connectNats, createNatsTopic, natsNames, replicaHealthEventCodec } from '@weir/messaging-nats';
-import { createReplicaProber, createSlotScheduler } from '@weir/scheduling';
+import { createPoolScheduler, createReplicaProber, replicaSamples, schedulerMetricsObserver, schedulerSample } from '@weir/scheduling';
 import { envInt, envRequired, envString, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
 import { createLogger, createTelemetry } from '@weir/telemetry';
 import { createSchedulerGrpcServer, installTracing, startGrpcServer } from '@weir/transport-grpc';
@@ -34,17 +35,20 @@ runUntilSignal('scheduler', logger, async () => {
   installTracing();
   const config = loadConfigFile(env.WEIR_CONFIG);
   const telemetry = createTelemetry({ serviceName: 'weir-scheduler' });
-  const replicas = config.revisions.flatMap((r) => servingReplicas(r).map((x) => ({ ...x, revisionId: r.id })));
-  const scheduler = createSlotScheduler({
-    replicas: replicas.map(({ id, revisionId, slots }) => ({ id, revisionId, slots })),
+  const replicas = config.revisions.flatMap((r) => servingReplicas(r).map((x) => ({ ...x, revisionId: r.id, ...replicaPlacement(r, x) })));
+  const scheduler = createPoolScheduler({
+    replicas: replicas.map(({ id, revisionId, slots, pool, kvTokens }) => ({ id, revisionId, slots, pool, kvTokens })),
+    tenants: config.tenants,
     maxQueuePerReplica: config.defaults.maxQueuePerReplica,
+    ...(config.defaults.scheduling ? { settings: config.defaults.scheduling } : {}),
     clock: systemClock,
-    onLeaseExpired: (replica) => {
-      telemetry.metrics.recordExpiredLease({ replica });
-      logger.warn({ replica }, 'lease expired unreleased (its holder vanished)');
-    },
+    observer: schedulerMetricsObserver(telemetry.metrics, {
+      onLeaseExpired: (replica) => logger.warn({ replica }, 'lease expired unreleased (its holder vanished)'),
+      onBrownout: (e) => logger[e.active ? 'warn' : 'info']({ pool: e.pool, revision: e.revisionId, capacityRatio: e.capacityRatio }, e.active ? 'pool lost capacity: brownout (batch shed, queue bounds shrunk)' : 'pool capacity back: brownout over'),
+    }),
   });
   telemetry.observeQueues(() => scheduler.stats().queued);
+  telemetry.observeScheduler(() => schedulerSample(scheduler.stats()));
 
   const nc = await connectNats({ servers: env.NATS_URL, name: 'weir-scheduler', logger });
   const health = createNatsTopic<ReplicaHealthEvent>(nc, natsNames(env.WEIR_NATS_NAMESPACE).healthSubject, replicaHealthEventCodec);
@@ -80,16 +84,9 @@ runUntilSignal('scheduler', logger, async () => {
   });
 
   telemetry.observeReplicas(() => {
-    const inFlight = scheduler.stats().inFlight;
     const probe = prober.status();
-    return replicas.map((r) => ({
-      replica: r.id,
-      revision: r.revisionId,
-      // Replicas that are not probed (hosted upstreams) count as up while in rotation.
-      up: probe[r.id]?.up ?? !scheduler.stats().unhealthy.includes(r.id),
-      slotsInUse: inFlight[r.id] ?? 0,
-      slots: r.slots,
-    }));
+    // Replicas that are not probed (hosted upstreams) count as up while in rotation.
+    return replicaSamples(scheduler, (id, inRotation) => probe[id]?.up ?? inRotation);
   });
   const binding = createSchedulerGrpcServer(scheduler);
   const grpc = await startGrpcServer({ host: env.HOST, port: env.GRPC_PORT, services: [binding] });
