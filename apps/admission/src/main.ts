@@ -14,7 +14,8 @@
 import { createAdmission, startReconciler } from '@weir/admission';
 import { loadConfigFile } from '@weir/config';
 import { envInt, envRequired, envString, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
-import { createPgAdmissionStore, openDatabase } from '@weir/store-pg';
+import { settleUncertainUsage } from '@weir/reconcile';
+import { createPgAdmissionStore, createReconcileQueries, openDatabase } from '@weir/store-pg';
 import { createLogger, createTelemetry } from '@weir/telemetry';
 import { createAdmissionGrpcServer, installTracing, startGrpcServer } from '@weir/transport-grpc';
 import { admissionObserver } from './observer';
@@ -37,7 +38,22 @@ runUntilSignal('admission', logger, async () => {
   const telemetry = createTelemetry({ serviceName: 'weir-admission' });
   const database = await openDatabase({ databaseUrl: env.DATABASE_URL, maxConnections: env.ADMISSION_DB_POOL, logger });
   const admission = createAdmission({ tenants: config.tenants }, { store: createPgAdmissionStore(database.db), observer: admissionObserver(telemetry.metrics, logger) });
-  const reconciler = startReconciler(admission, {
+  // Each pass first settles usage rows left uncertain by a lost relay from the engine
+  // replicas' own counts (so the reservations held for them settle exactly), then reconciles
+  // reservations with the ledger.
+  const queries = createReconcileQueries(database.db);
+  const pricing = new Map(config.revisions.map((r) => [r.id, r.pricing]));
+  const enginesByRevision = new Map(config.revisions.map((r) => [r.id, (r.replicas ?? []).map((x) => ({ replicaId: x.id, baseUrl: x.baseUrl }))]));
+  const settleUncertain = async () => {
+    const result = await settleUncertainUsage({ window: { since: new Date(Date.now() - 86_400_000) }, pricing, enginesByRevision, fix: true }, { queries });
+    if (result.settled.length > 0) logger.info({ settled: result.settled.map((r) => r.generationId) }, 'uncertain usage settled from the engines\' counts');
+  };
+  const reconciler = startReconciler({
+    async reconcileReservations() {
+      await settleUncertain().catch((err: unknown) => logger.warn({ err }, 'settling uncertain usage failed; retrying next interval'));
+      return admission.reconcileReservations();
+    },
+  }, {
     intervalMs: env.ADMISSION_RECONCILE_INTERVAL_MS,
     onReport: () => void admission.countHeld().then((n) => telemetry.metrics.recordReservationsHeld(n), () => undefined),
     onError: (err) => logger.warn({ err }, 'reservation reconciliation failed; retrying next interval'),

@@ -6,7 +6,9 @@
  * JetStream; cancels for generations held elsewhere are fanned out on NATS.
  *
  * Environment: WEIR_CONFIG, DATABASE_URL, NATS_URL, WEIR_NATS_NAMESPACE (default weir: deployments sharing a NATS server need different ones), HOST, PORT (default 8080), ROUTER_ADDR,
- * ADMISSION_ADDR, SCHEDULER_ADDR, RELAY_ADDR (host:port), WEIR_DEMO_API_KEY (registered for
+ * ADMISSION_ADDR (host:port, or a comma-separated list of admission instances: the first is
+ * preferred, the others take over when it is unreachable), SCHEDULER_ADDR, RELAY_ADDR
+ * (host:port), WEIR_DEMO_API_KEY (registered for
  * the demo tenant if set), SHUTDOWN_GRACE_MS (default 10000), LOG_LEVEL.
  */
 import { createServer } from 'node:http';
@@ -20,7 +22,7 @@ import { envInt, envRequired, envString, readEnv, runUntilSignal } from '@weir/s
 import { bootstrapTenants, createApiKeyRepository, createCachedApiKeyStore, createPgIdempotencyStore, createUsageQueries, createUsageRepository, openDatabase } from '@weir/store-pg';
 import { createLogger, createTelemetry } from '@weir/telemetry';
 import {
-  createAdmissionGrpcClient,
+  createAdmissionFailoverClient,
   createRelayGrpcClient,
   createRouterGrpcClient,
   createSchedulerGrpcClient,
@@ -60,7 +62,9 @@ runUntilSignal('gateway', logger, async () => {
 
   const onBackgroundError = (error: Error, call: string) => logger.warn({ err: error, call }, 'background gRPC call failed');
   const router = createRouterGrpcClient({ address: env.ROUTER_ADDR, onBackgroundError });
-  const admission = createAdmissionGrpcClient({ address: env.ADMISSION_ADDR, onBackgroundError });
+  const admissionAddresses = env.ADMISSION_ADDR.split(',').map((a) => a.trim()).filter(Boolean);
+  if (admissionAddresses.length === 0) throw new Error('ADMISSION_ADDR: give at least one host:port');
+  const admission = createAdmissionFailoverClient({ addresses: admissionAddresses, onBackgroundError });
   const scheduler = createSchedulerGrpcClient({ address: env.SCHEDULER_ADDR, onBackgroundError });
   const relay = createRelayGrpcClient({ address: env.RELAY_ADDR, onBackgroundError });
 

@@ -156,4 +156,6 @@ export interface LedgerFacts {
   costNano: number;
   inputTokens: number;
   outputTokens: number;
+  /** The row holds the gateway's best knowledge after a lost relay, not yet settled from the engine's count. Default false. */
+  uncertain?: boolean;
 }

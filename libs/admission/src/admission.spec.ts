@@ -186,3 +186,36 @@ describe('group commit of a tenant’s reserves', () => {
     expect(s.raw.reservations().filter((r) => r.state === 'held')).toHaveLength(2);
   });
 });
+
+describe('a reservation whose ledger row is uncertain (its relay was lost)', () => {
+  it('stays held past its expiry until the row is settled from the engine, or until the hold ends', async () => {
+    const clock = manualClock();
+    const store = createInMemoryAdmissionStore();
+    const adm = createAdmission({ tenants, uncertainHoldMs: 60_000 }, { store, clock });
+    const req = reservationRequest({ caller, worstCaseCostNanoUsd: 5_000, expiresAtMs: clock.now() + 1_000 });
+    const r = await adm.reserve(req);
+    if (!r.ok) throw new Error(r.message);
+    // The gateway recorded what it relayed (uncertain) and did not settle.
+    store.recordLedger(req.generationId, { costNano: 1_000, inputTokens: 10, outputTokens: 4, uncertain: true });
+    clock.advance(2_000);
+    expect(await adm.reconcileReservations()).toMatchObject({ expiredSettled: 0, expiredReleased: 0 });
+    expect(store.reservations()[0].state).toBe('held');
+    expect(store.budgets().find((b) => b.scope === 'tenant:t' && b.period === 'month')).toMatchObject({ reservedNano: 5_000, settledNano: 0 });
+    // Reconciliation reads the engine's count: the row is certain now, and the reservation settles to it.
+    store.recordLedger(req.generationId, { costNano: 1_300, inputTokens: 10, outputTokens: 6 });
+    expect(await adm.reconcileReservations()).toMatchObject({ expiredSettled: 1 });
+    expect(store.budgets().find((b) => b.scope === 'tenant:t' && b.period === 'month')).toMatchObject({ reservedNano: 0, settledNano: 1_300 });
+  });
+
+  it('settles from the uncertain row once the hold has passed (no engine ever knew the generation)', async () => {
+    const clock = manualClock();
+    const store = createInMemoryAdmissionStore();
+    const adm = createAdmission({ tenants, uncertainHoldMs: 60_000 }, { store, clock });
+    const req = reservationRequest({ caller, worstCaseCostNanoUsd: 5_000, expiresAtMs: clock.now() + 1_000 });
+    expect((await adm.reserve(req)).ok).toBe(true);
+    store.recordLedger(req.generationId, { costNano: 1_000, inputTokens: 10, outputTokens: 4, uncertain: true });
+    clock.advance(1_000 + 60_000);
+    expect(await adm.reconcileReservations()).toMatchObject({ expiredSettled: 1 });
+    expect(store.reservations()[0]).toMatchObject({ state: 'settled', settledNano: 1_000, finishedBy: 'reconciler' });
+  });
+});

@@ -45,6 +45,13 @@ export interface AdmissionOptions {
   /** How far back reconciliation compares settled reservations with the ledger (ms). Default 7 days. */
   correctionWindowMs?: number;
   /**
+   * An expired reservation whose ledger row is still `uncertain` (its relay was lost, and the
+   * engine's own count has not been read yet) stays held, worst case and all, this much
+   * longer (ms) before it is settled from the uncertain row — so the budget is never handed
+   * out again on a count that may rise. Default 600,000 (10 min).
+   */
+  uncertainHoldMs?: number;
+  /**
    * Most reserves of one tenant decided in one store transaction (group commit). Reserves that
    * arrive while a tenant's transaction runs wait for it and then go together. Default 128.
    */
@@ -79,7 +86,9 @@ export interface Admission extends AdmissionService {
    * Reconciles reservations with the usage ledger (idempotent; safe on several instances at
    * once: every change is a state-guarded update under row locks):
    * 1. every held reservation past its expiry is settled from its ledger row when the ledger
-   *    has one (finished by `reconciler`), else marked `expired` and its hold released;
+   *    has one (finished by `reconciler`), else marked `expired` and its hold released — but
+   *    one whose ledger row is still `uncertain` stays held until `uncertainHoldMs` after its
+   *    expiry, waiting for the row to be settled from the engine's count;
    * 2. every reservation finished within `correctionWindowMs` whose charge differs from its
    *    ledger row's cost is corrected to it (an uncertain ledger row may be corrected later).
    * Repeats each step until a batch comes back short.
@@ -107,6 +116,7 @@ export function createAdmission(options: AdmissionOptions, deps: AdmissionDeps):
   const concurrencyRetryAfterMs = options.concurrencyRetryAfterMs ?? 1_000;
   const batch = options.reconcileBatchSize ?? 500;
   const correctionWindowMs = options.correctionWindowMs ?? 7 * DAY_MS;
+  const uncertainHoldMs = options.uncertainHoldMs ?? 600_000;
 
   const finish = async (reservationId: string, outcome: FinishOutcome, by: 'gateway' | 'reconciler', state: 'settled' | 'released' | 'expired') => {
     const nowMs = clock.now();
@@ -263,8 +273,13 @@ export function createAdmission(options: AdmissionOptions, deps: AdmissionDeps):
       for (;;) {
         const expired = await store.listExpired(clock.now(), batch);
         const facts = await store.ledgerFacts(expired.map((r) => r.generationId));
+        let waiting = 0;
         for (const r of expired) {
           const f = facts.get(r.generationId);
+          if (f?.uncertain && clock.now() < r.expiresAtMs + uncertainHoldMs) {
+            waiting++;
+            continue;
+          }
           const done = f
             ? await finish(r.id, { kind: 'settle', costNano: f.costNano, inputTokens: f.inputTokens, outputTokens: f.outputTokens }, 'reconciler', 'settled')
             : await finish(r.id, { kind: 'release' }, 'reconciler', 'expired');
@@ -272,7 +287,9 @@ export function createAdmission(options: AdmissionOptions, deps: AdmissionDeps):
           else if (f) report.expiredSettled++;
           else report.expiredReleased++;
         }
-        if (expired.length < batch) break;
+        // A full batch of which something finished may have more behind it; one of only
+        // waiting rows would be listed again unchanged.
+        if (expired.length < batch || waiting === expired.length) break;
       }
       const seen = new Set<string>();
       for (;;) {

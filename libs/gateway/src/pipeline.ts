@@ -21,10 +21,12 @@ import {
   type RouterService,
   type SamplingParams,
   type SchedulerService,
+  type Settlement,
   type TenantSpec,
   type UsageSink,
   type WeirErrorCode,
   WeirError,
+  retryDelayMs,
 } from '@weir/core';
 import { priceUsage } from '@weir/ledger';
 import { buildUsageRecord, type Relay, type RelayHandle } from '@weir/streaming';
@@ -151,6 +153,9 @@ export function worstCaseCostNanoUsd(candidates: readonly RevisionSpec[], inputT
   return worst;
 }
 
+/** Attempts of a settlement before it is left to reconciliation (≈ 30 s of backoff). */
+const SETTLE_ATTEMPTS = 7;
+
 /** Creates the pipeline. */
 export function createGenerationPipeline(deps: GenerationPipelineDeps): GenerationPipeline {
   const { clock } = deps;
@@ -158,6 +163,23 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
   const reject = (caller: Caller, error: WeirError): never => {
     deps.observer?.onRejected?.(caller, error.code);
     throw error;
+  };
+
+  /**
+   * Settles, retrying a failed call (admission briefly unreachable) with backoff for about
+   * 30 s; settle is idempotent. If it still fails, the reservation stays held until it expires
+   * and reconciliation settles it from the ledger.
+   */
+  const settleWithRetry = async (reservationId: string, settlement: Settlement) => {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await deps.admission.settle(reservationId, settlement);
+        return;
+      } catch {
+        if (attempt >= SETTLE_ATTEMPTS) return;
+        await new Promise((r) => setTimeout(r, retryDelayMs(attempt, { baseMs: 250, maxMs: 8_000 })).unref());
+      }
+    }
   };
 
   const deadlineMsFor = (caller: Caller, requestedMs?: number) => requestedMs ?? deps.tenants.get(caller.tenantId)?.defaultDeadlineMs ?? 120_000;
@@ -311,13 +333,17 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
               ttftMs: outcome.timings.ttftMs === null ? null : Math.max(0, outcome.timings.ttftMs - startedAt),
               durationMs: Math.max(0, outcome.timings.totalMs - startedAt),
             });
-            // A lost relay could not record usage: record what was relayed, marked uncertain.
             if (outcome.relayLost) {
+              // A lost relay could not record usage: record what was relayed, marked uncertain.
+              // The engine may have produced more than was relayed, so the reservation is not
+              // settled here: its worst case stays held until reconciliation settles it from the
+              // ledger once the row holds the engine's own count (ADR 0001).
               deps.usageSink.record(
                 buildUsageRecord({ generationId: params.generationId, requestId: params.requestId, route: params.route, caller, modelAlias: params.alias, useCase: params.useCase }, outcome, Date.now()),
               );
+            } else {
+              await settleWithRetry(reservationId, { usage: outcome.usage, costNanoUsd: outcome.costNanoUsd });
             }
-            await deps.admission.settle(reservationId, { usage: outcome.usage, costNanoUsd: outcome.costNanoUsd }).catch(() => undefined);
             deps.observer?.onFinished?.({ caller, route: params.route, alias: params.alias, revision, outcome });
           });
           return { kind: 'running', handle };

@@ -219,7 +219,8 @@ async function startOnce(options: SplitTopologyOptions): Promise<SplitTopology> 
         ...common,
         PORT: String(port),
         ROUTER_ADDR: addresses.router,
-        ADMISSION_ADDR: addresses.admissions[i % admissionCount],
+        // Its own instance first, the others to fail over to (admission is stateless).
+        ADMISSION_ADDR: [...addresses.admissions.slice(i % admissionCount), ...addresses.admissions.slice(0, i % admissionCount)].join(','),
         SCHEDULER_ADDR: addresses.scheduler,
         RELAY_ADDR: addresses.relay,
       },

@@ -75,6 +75,7 @@ interface LedgerRow {
   cost_nano: string;
   input_tokens: number;
   output_tokens: number;
+  uncertain?: boolean;
 }
 
 /** The columns of a {@link ReservationRow}, qualified by the table alias `r`. */
@@ -133,7 +134,7 @@ export function createPgAdmissionStore(db: Kysely<WeirSchema>): AdmissionStore {
       const out = new Map<string, LedgerFacts>();
       if (generationIds.length === 0) return out;
       const { rows } = await sql<LedgerRow>`
-        SELECT u.generation_id, ${LEDGER_COST_NANO}::text AS cost_nano, u.input_tokens, u.output_tokens
+        SELECT u.generation_id, ${LEDGER_COST_NANO}::text AS cost_nano, u.input_tokens, u.output_tokens, u.uncertain
         FROM usage_ledger u WHERE u.generation_id = ANY(${[...generationIds]}::text[])`.execute(db);
       for (const r of rows) out.set(r.generation_id, ledgerOf(r));
       return out;
@@ -308,5 +309,10 @@ function asHeld(r: ReservationRecord): ReservationRecord {
 }
 
 function ledgerOf(r: LedgerRow): LedgerFacts {
-  return { costNano: toSafeInteger(r.cost_nano, 'usage_ledger.cost_usd (nano-USD)'), inputTokens: r.input_tokens, outputTokens: r.output_tokens };
+  return {
+    costNano: toSafeInteger(r.cost_nano, 'usage_ledger.cost_usd (nano-USD)'),
+    inputTokens: r.input_tokens,
+    outputTokens: r.output_tokens,
+    ...(r.uncertain ? { uncertain: true } : {}),
+  };
 }

@@ -66,6 +66,13 @@ function openPostgres(url: string, options: OpenDatabaseOptions): WeirDatabase {
   const pool = new Pool({ connectionString: url, max: options.maxConnections ?? 10 });
   // Without a listener an idle client's error (server restart) would crash the process.
   pool.on('error', (err) => options.logger?.warn({ err }, 'idle postgres connection failed'));
+  // The pool listens only to idle clients: a client checked out (by a kysely query or
+  // transaction) whose connection is cut (pg_terminate_backend, a server restart) emits
+  // 'error' with no listener, which would crash the process. Its query rejects anyway, and
+  // the pool drops the broken client on release; here the event is only logged.
+  pool.on('connect', (client) => {
+    client.on('error', (err) => options.logger?.warn({ err }, 'postgres connection failed while in use'));
+  });
   const db = new Kysely<WeirSchema>({ dialect: new PostgresDialect({ pool }) });
   return { db, kind: 'postgres', close: once(() => db.destroy()) };
 }

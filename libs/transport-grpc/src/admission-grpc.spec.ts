@@ -3,7 +3,7 @@
  * and the rate-limit windows come back on reservations and rejections alike.
  */
 import type { AdmissionService, ReservationRequest, ReserveResult } from '@weir/core';
-import { createAdmissionGrpcClient, createAdmissionGrpcServer, startGrpcServer } from './index';
+import { createAdmissionFailoverClient, createAdmissionGrpcClient, createAdmissionGrpcServer, startGrpcServer } from './index';
 
 const request: ReservationRequest = {
   caller: { tenantId: 'acme', appId: 'web', apiKeyId: 'key_1' },
@@ -69,6 +69,34 @@ describe('a reservation whose caller gave up', () => {
     } finally {
       client.close();
       await server.close();
+    }
+  });
+});
+
+describe('admission failover over several instances', () => {
+  it('moves reserve, settle and release to the next instance when one is down, and sticks to the one that answers', async () => {
+    const calls: string[] = [];
+    const impl = (name: string): AdmissionService => ({
+      reserve: async () => (calls.push(`${name}:reserve`), { ok: true, reservationId: `rsv_${name}` }),
+      settle: async () => void calls.push(`${name}:settle`),
+      release: async () => void calls.push(`${name}:release`),
+    });
+    const a = await startGrpcServer({ services: [createAdmissionGrpcServer(impl('a'))] });
+    const b = await startGrpcServer({ services: [createAdmissionGrpcServer(impl('b'))] });
+    const client = createAdmissionFailoverClient({ addresses: [a.address, b.address], retry: { maxAttempts: 1 } });
+    try {
+      expect(await client.reserve(request)).toEqual({ ok: true, reservationId: 'rsv_a' });
+      await a.close();
+      expect(await client.reserve(request)).toEqual({ ok: true, reservationId: 'rsv_b' });
+      await client.settle('rsv_a', { usage: { inputTokens: 1, outputTokens: 2 }, costNanoUsd: 3 });
+      await client.release('rsv_b');
+      expect(calls).toEqual(['a:reserve', 'b:reserve', 'b:settle', 'b:release']);
+      await b.close();
+      await expect(client.reserve(request)).rejects.toMatchObject({ code: 'upstream_unavailable', retryAfterMs: 1_000, message: 'the admission service is unavailable; retry shortly' });
+    } finally {
+      client.close();
+      await a.close().catch(() => undefined);
+      await b.close().catch(() => undefined);
     }
   });
 });

@@ -2,7 +2,7 @@
  * `AdmissionService` over gRPC (`weir.admission.v1.AdmissionService`).
  */
 import { type MessageInitShape, create } from '@bufbuild/protobuf';
-import type { AdmissionService, RateLimitStatus, RateLimitWindow, ReserveResult } from '@weir/core';
+import { type AdmissionService, type RateLimitStatus, type RateLimitWindow, type ReserveResult, WeirError } from '@weir/core';
 import { admissionV1 } from '@weir/proto';
 import { type GrpcClientOptions, createGrpcConnection } from './client-connection';
 import { type GrpcServerBindingOptions, type GrpcServiceBinding, bindService, unaryHandler } from './server-handlers';
@@ -140,4 +140,51 @@ function rateLimitsFromWire(status: admissionV1.RateLimitStatus | undefined): Ra
   if (requests) out.requests = requests;
   if (tokens) out.tokens = tokens;
   return out;
+}
+
+/** Options of {@link createAdmissionFailoverClient}: {@link GrpcClientOptions} with several addresses. */
+export interface AdmissionFailoverOptions extends Omit<GrpcClientOptions, 'address'> {
+  /** Admission instances, preferred first (`host:port`). At least one. */
+  addresses: readonly string[];
+}
+
+/**
+ * Admission over several instances, which are stateless over one Postgres (ADR 0001): a call
+ * goes to the instance that last answered (the first address to begin with); when that
+ * instance is unreachable (`upstream_unavailable`) the call moves on to the next, so losing
+ * an instance costs no requests. `settle` and `release` are idempotent, so moving them is
+ * always safe. `reserve` moves only on `upstream_unavailable`: if the instance died after
+ * committing a reservation, that hold is left until it expires (deadline + grace) and is
+ * then released by reconciliation — a temporary hold, never a double charge. Other errors
+ * (timeouts included) are returned as they are.
+ * @throws RangeError when `addresses` is empty.
+ */
+export function createAdmissionFailoverClient(options: AdmissionFailoverOptions): AdmissionGrpcClient {
+  const { addresses, ...rest } = options;
+  if (addresses.length === 0) throw new RangeError('createAdmissionFailoverClient: at least one address is required');
+  const clients = addresses.map((address) => createAdmissionGrpcClient({ ...rest, address }));
+  let preferred = 0;
+  const call = async <T>(fn: (client: AdmissionService) => Promise<T>): Promise<T> => {
+    let last: unknown;
+    for (let i = 0; i < clients.length; i++) {
+      const index = (preferred + i) % clients.length;
+      try {
+        const result = await fn(clients[index]);
+        preferred = index;
+        return result;
+      } catch (err) {
+        if (!(err instanceof WeirError) || err.code !== 'upstream_unavailable') throw err;
+        last = err;
+      }
+    }
+    throw last;
+  };
+  return {
+    reserve: (request) => call((c) => c.reserve(request)),
+    settle: (id, settlement) => call((c) => c.settle(id, settlement)),
+    release: (id) => call((c) => c.release(id)),
+    close() {
+      for (const c of clients) c.close();
+    },
+  };
 }

@@ -104,7 +104,7 @@ export function weirCodeOf(error: grpc.ServiceError): WeirErrorCode | undefined 
  * Turns a failed call into a `WeirError` (the gRPC error is its `cause`). With Weir trailers
  * the code, message and hints are exactly the server's. Without them the failure is the
  * transport's, named after `service` (e.g. `router`):
- * - `UNAVAILABLE` → `upstream_unavailable` (retryable; 503 at the edge);
+ * - `UNAVAILABLE` → `upstream_unavailable` (retryable, `Retry-After` 1 s; 503 at the edge);
  * - `CANCELLED` (not asked for by the caller: the server went away mid-call) →
  *   `upstream_unavailable` too;
  * - `DEADLINE_EXCEEDED` → `upstream_timeout` (retryable; the call's own deadline fired);
@@ -125,12 +125,14 @@ export function fromGrpcError(error: unknown, service: string): WeirError {
   const code = weirCodeOf(error);
   if (code) return new WeirError(code, error.details, { cause: error });
   switch (error.code) {
+    // Public messages name the service but never its address or the transport's text (those
+    // stay in `cause`, for logs).
     case grpc.status.UNAVAILABLE:
-      return new WeirError('upstream_unavailable', `the ${service} service is unavailable (${error.details})`, { retryable: true, cause: error });
+      return new WeirError('upstream_unavailable', `the ${service} service is unavailable; retry shortly`, { retryable: true, retryAfterMs: 1_000, cause: error });
     case grpc.status.CANCELLED:
-      return new WeirError('upstream_unavailable', `the ${service} service went away during the call`, { retryable: true, cause: error });
+      return new WeirError('upstream_unavailable', `the ${service} service went away during the call; retry shortly`, { retryable: true, retryAfterMs: 1_000, cause: error });
     case grpc.status.DEADLINE_EXCEEDED:
-      return new WeirError('upstream_timeout', `the ${service} service did not answer in time`, { retryable: true, cause: error });
+      return new WeirError('upstream_timeout', `the ${service} service did not answer in time; retry shortly`, { retryable: true, retryAfterMs: 1_000, cause: error });
     default:
       return new WeirError('internal', `the ${service} service failed (gRPC ${grpc.status[error.code] ?? error.code})`, { cause: error });
   }

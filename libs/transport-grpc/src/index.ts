@@ -35,7 +35,13 @@ export {
   createRouterGrpcClient,
   type RouterGrpcClient,
 } from './router-grpc';
-export { createAdmissionGrpcServer, createAdmissionGrpcClient, type AdmissionGrpcClient } from './admission-grpc';
+export {
+  createAdmissionGrpcServer,
+  createAdmissionGrpcClient,
+  createAdmissionFailoverClient,
+  type AdmissionGrpcClient,
+  type AdmissionFailoverOptions,
+} from './admission-grpc';
 export {
   createSchedulerGrpcServer,
   createSchedulerGrpcClient,
