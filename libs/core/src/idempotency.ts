@@ -59,6 +59,8 @@ export interface IdempotencyStore {
   get(tenantId: string, requestId: string): Promise<IdempotencyClaim | undefined>;
   /** The retained result of a tenant's generation, by generation id (for `GET /v1/generations/{id}/events`). */
   findResult(tenantId: string, generationId: string): Promise<RetainedResult | undefined>;
+  /** The live (not expired) claim a tenant's generation holds, running or done, by generation id. */
+  findClaimByGeneration(tenantId: string, generationId: string): Promise<IdempotencyClaim | undefined>;
   /** Deletes expired keys; returns how many. */
   purgeExpired(nowMs: number): Promise<number>;
 }

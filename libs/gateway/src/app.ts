@@ -255,7 +255,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     const priority = priorityOf(req.header('x-weir-priority'), limits.priority, (req.body as { service_tier?: unknown } | undefined)?.service_tier);
     const { tenantId } = req.caller;
     if (key !== undefined) {
-      const replay = await claimOrReplay(req, res, route, key, generationId, deadlineMs, limits.keyParam ?? 'request_id');
+      const replay = await claimOrReplay(req, res, route, key, generationId, deadlineMs, limits.keyParam ?? 'request_id', useCase);
       if (replay) return replay;
     }
     const abandon = () => (key === undefined ? Promise.resolve() : idempotency.abandon(tenantId, key, generationId).catch((err: unknown) => logger.warn({ err }, 'idempotency abandon failed')));
@@ -300,7 +300,11 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
       },
     };
     registry.add(tracked);
-    watchClient(res, () => tracked.stop('client_disconnected'));
+    // A client that leaves stops its generation after the grace period — unless it sent an
+    // idempotency key: then the generation runs on, retained, so the client can resume it
+    // (`/v1/generations/{id}/events` with Last-Event-ID) or repeat the request and get the
+    // whole answer; `POST /v1/generations/{id}/cancel` still stops it.
+    if (key === undefined) watchClient(res, () => tracked.stop('client_disconnected'));
     res.setHeader('x-weir-generation-id', generationId);
     res.setHeader('x-weir-model-revision', admitted.revision.id);
     const answer: Answer = { generationId, requestId, modelRevision: admitted.revision.id, createdS, transcript, replayed: false, endedInQueue: false };
@@ -353,9 +357,10 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     generationId: string,
     deadlineMs: number | undefined,
     keyParam: string,
+    useCase: string | undefined,
   ): Promise<Answer | undefined> => {
     const { tenantId } = req.caller;
-    const bodySha256 = requestBodySha256(route, req.body);
+    const bodySha256 = requestBodySha256(route, req.body, useCase);
     const waitMs = pipeline.deadlineMsFor(req.caller, deadlineMs);
     const giveUpAt = Date.now() + waitMs;
     const gone = new AbortController();
@@ -380,7 +385,11 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
       }
       if (gone.signal.aborted) throw new WeirError('invalid_request', 'The client went away while waiting for the original request.');
       if (Date.now() >= giveUpAt) {
-        throw new WeirError('conflict', `The request with idempotency key '${key}' is still running on another gateway; retry later to get its result.`, { param: keyParam, retryable: true, retryAfterMs: 1_000 });
+        throw new WeirError(
+          'conflict',
+          `The request with idempotency key '${key}' is still running (on another gateway, or on one that stopped before it finished: its key is freed after the original's deadline plus the reservation grace); retry later to get its result, or use a new key.`,
+          { param: keyParam, retryable: true, retryAfterMs: 1_000 },
+        );
       }
       await new Promise((r) => setTimeout(r, REPLAY_POLL_MS));
     }
@@ -422,8 +431,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     const g = await begin(req, res, 'generations', body.model_alias, input, sampling(body), {
       maxOutputTokens: body.max_output_tokens,
       deadlineMs: body.deadline_ms,
-      requestId: body.request_id,
-      keyParam: 'request_id',
+      ...generationsKey(req, body.request_id),
       useCase: body.use_case,
       priority: body.priority,
       paramNames: { model: 'model_alias', input: 'input', maxOutputTokens: 'max_output_tokens' },
@@ -490,7 +498,16 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
         endedInQueue: false,
       };
     } else {
-      const r = await idempotency.findResult(tenantId, id);
+      // A keyed generation running behind another gateway: wait for it to end (its stream is
+      // then retained here too), unless this reader leaves first.
+      const readerGone = new AbortController();
+      res.on('close', () => readerGone.abort());
+      let claim = await idempotency.findClaimByGeneration(tenantId, id);
+      while (claim?.state === 'running' && !readerGone.signal.aborted) {
+        await new Promise((r) => setTimeout(r, REPLAY_POLL_MS));
+        claim = await idempotency.findClaimByGeneration(tenantId, id);
+      }
+      const r = claim?.state === 'done' ? claim.result : undefined;
       if (r) {
         g = {
           generationId: r.generationId,
@@ -603,8 +620,14 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     ['/v1/models', 'GET'],
     ['/v1/usage', 'GET'],
   ]);
+  const patterns: [RegExp, string][] = [
+    [/^\/v1\/generations\/[^/]+$/, 'GET'],
+    [/^\/v1\/generations\/[^/]+\/events$/, 'GET'],
+    [/^\/v1\/generations\/[^/]+\/cancel$/, 'POST'],
+    [/^\/v1\/models\/[^/]+$/, 'GET'],
+  ];
   app.use((req, res, next) => {
-    const allowed = methods.get(req.path);
+    const allowed = methods.get(req.path) ?? patterns.find(([re]) => re.test(req.path))?.[1];
     if (allowed) {
       res.setHeader('allow', allowed);
       next(new WeirError('method_not_allowed', `${req.method} is not allowed on ${req.path}; use ${allowed}.`));
@@ -783,13 +806,29 @@ function weirEndData(o: GenerationOutcome): WeirEndData {
 
 /** `Last-Event-ID` (header, or `last_event_id` query for clients that cannot set headers); 0 when absent. */
 function parseLastEventId(req: Request): number {
-  const raw = req.header('last-event-id') ?? (typeof req.query.last_event_id === 'string' ? req.query.last_event_id : undefined);
+  const header = req.header('last-event-id');
+  const raw = header ?? (typeof req.query.last_event_id === 'string' ? req.query.last_event_id : undefined);
   if (raw === undefined || raw.trim() === '') return 0;
   const v = raw.trim();
   if (!/^\d{1,9}$/.test(v)) {
-    throw new WeirError('invalid_request', '`Last-Event-ID` must be the non-negative integer id of the last event received.', { param: 'Last-Event-ID' });
+    const param = header !== undefined ? 'Last-Event-ID' : 'last_event_id';
+    throw new WeirError('invalid_request', `\`${param}\` must be the non-negative integer id of the last event received.`, { param });
   }
   return Number(v);
+}
+
+/**
+ * The idempotency key of `POST /v1/generations`: `request_id` in the body, or an
+ * `Idempotency-Key` header (the same key both ways is fine; two different keys are a 400).
+ */
+function generationsKey(req: Request, bodyKey: string | undefined): { requestId?: string; keyParam: string } {
+  const headerKey = idempotencyKeyHeader(req);
+  if (bodyKey !== undefined && headerKey !== undefined && bodyKey !== headerKey) {
+    throw new WeirError('invalid_request', '`request_id` and the `Idempotency-Key` header name different keys; send one of them, or the same key in both.', { param: 'request_id' });
+  }
+  if (bodyKey !== undefined) return { requestId: bodyKey, keyParam: 'request_id' };
+  if (headerKey !== undefined) return { requestId: headerKey, keyParam: 'Idempotency-Key' };
+  return { keyParam: 'request_id' };
 }
 
 /** The OpenAI routes' opt-in idempotency key (`Idempotency-Key`), validated like `request_id`. */
@@ -864,7 +903,10 @@ export function sendError(res: Response, error: WeirError): void {
     res.setHeader('retry-after', String(Math.max(1, Math.ceil(error.retryAfterMs / 1000))));
     res.setHeader('retry-after-ms', String(Math.ceil(error.retryAfterMs)));
   }
-  if (error.code === 'budget_exhausted') res.setHeader('x-should-retry', 'false');
+  // The official clients retry 409 and 429 unless told not to: say so when retrying the same
+  // request cannot help (a spent budget, a key used for another request, a request larger
+  // than a rate limit's whole window).
+  if (error.code === 'budget_exhausted' || (!error.retryable && (mapping.status === 409 || mapping.status === 429))) res.setHeader('x-should-retry', 'false');
   if (error instanceof AdmissionRejectedError) {
     for (const [name, value] of Object.entries(rateLimitHeaders(error.rateLimits))) res.setHeader(name, value);
   }

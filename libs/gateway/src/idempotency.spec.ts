@@ -83,6 +83,7 @@ let settles: string[];
 let releases: string[];
 let nextReserve: (() => ReserveResult) | undefined;
 let records: UsageRecord[];
+let store: ReturnType<typeof createMemoryIdempotencyStore>;
 
 beforeEach(async () => {
   engine = scriptedEngine(5, 2);
@@ -91,6 +92,7 @@ beforeEach(async () => {
   releases = [];
   nextReserve = undefined;
   records = [];
+  store = createMemoryIdempotencyStore();
   let n = 0;
   const admission: AdmissionService = {
     async reserve(r) {
@@ -138,7 +140,7 @@ beforeEach(async () => {
     defaults: config.defaults,
     clock,
     logger: { info() {}, warn() {}, error() {} },
-    idempotency: createMemoryIdempotencyStore(),
+    idempotency: store,
   });
   server = createServer(gateway.app);
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
@@ -361,5 +363,82 @@ describe('admission headers', () => {
     expect(res.headers.get('retry-after')).toBeNull();
     expect(await res.json()).toMatchObject({ error: { type: 'insufficient_quota', code: 'budget_exhausted' } });
     expect(releases).toHaveLength(0);
+  });
+});
+
+describe('idempotency keys: header, ignored fields, disconnects, other gateways', () => {
+  const body = { model_alias: 'fake', input: 'a b', max_output_tokens: 4 };
+
+  it('takes the key of POST /v1/generations from an Idempotency-Key header too, and refuses two different keys', async () => {
+    const a = await (await post('/v1/generations', body, { 'Idempotency-Key': 'hk-1' })).json();
+    await until(() => settles.length === 1);
+    const again = await post('/v1/generations', { ...body, request_id: 'hk-1' });
+    expect(again.headers.get('idempotent-replayed')).toBe('true');
+    expect(await again.json()).toEqual(a);
+    const both = await post('/v1/generations', { ...body, request_id: 'hk-2' }, { 'Idempotency-Key': 'hk-3' });
+    expect(both.status).toBe(400);
+    expect(await both.json()).toMatchObject({ error: { param: 'request_id' } });
+    expect(reserves).toHaveLength(1);
+  });
+
+  it('ignores `user` but not the use case (body or header) when telling a repeat from another request', async () => {
+    const chat = { model: 'fake', messages: [{ role: 'user', content: 'hi' }], max_tokens: 3 };
+    expect((await post('/v1/chat/completions', chat, { 'Idempotency-Key': 'u-1', 'x-weir-use-case': 'search' })).status).toBe(200);
+    await until(() => settles.length === 1);
+    const withUser = await post('/v1/chat/completions', { ...chat, user: 'bob' }, { 'Idempotency-Key': 'u-1', 'x-weir-use-case': 'search' });
+    expect(withUser.headers.get('idempotent-replayed')).toBe('true');
+    const otherUseCase = await post('/v1/chat/completions', chat, { 'Idempotency-Key': 'u-1', 'x-weir-use-case': 'summaries' });
+    expect(otherUseCase.status).toBe(409);
+    expect(otherUseCase.headers.get('x-should-retry')).toBe('false');
+    expect(reserves).toHaveLength(1);
+  });
+
+  it('keeps a keyed generation running when its client leaves, so a repeat gets the whole answer', async () => {
+    engine.delayMs = 15;
+    const abort = new AbortController();
+    const res = await fetch(`${url}/v1/generations`, {
+      method: 'POST',
+      headers: { Authorization: `Bearer ${key.plaintext}`, 'Content-Type': 'application/json' },
+      body: JSON.stringify({ ...body, request_id: 'left-1', stream: true }),
+      signal: abort.signal,
+    });
+    const reader = (res.body as ReadableStream<Uint8Array>).getReader();
+    await reader.read();
+    abort.abort();
+    await until(() => settles.length === 1, 5_000);
+    const again = (await (await post('/v1/generations', { ...body, request_id: 'left-1' })).json()) as { finish_reason: string; usage: { output_tokens: number } };
+    expect(again).toMatchObject({ finish_reason: 'length', usage: { output_tokens: 4 } });
+    expect(engine.started).toBe(1);
+  });
+
+  it('makes a reader on another gateway wait for a keyed generation running there, then serves its stream', async () => {
+    const claim = { tenantId: 't', requestId: 'remote-1', bodySha256: 'x', generationId: 'gen_remote', route: 'generations' as const, leaseUntilMs: Date.now() + 60_000 };
+    expect(await store.claim(claim)).toEqual({ claimed: true });
+    const reading = get('/v1/generations/gen_remote/events', { 'Last-Event-ID': '1' }).then(sse);
+    await new Promise((r) => setTimeout(r, 150));
+    const outcome = { finishReason: 'stop' as const, usage: { inputTokens: 2, outputTokens: 2 }, costNanoUsd: 4_000, modelRevision: 'fake@1', timings: { queueMs: 0, ttftMs: 1, totalMs: 2 } };
+    await store.complete('t', 'remote-1', { generationId: 'gen_remote', requestId: 'remote-1', route: 'generations', modelRevision: 'fake@1', createdS: 1, deltas: ['Hi', ' there'], outcome }, Date.now() + 60_000);
+    const events = await reading;
+    expect(events.map((e) => [e.id, e.event])).toEqual([
+      ['2', 'delta'],
+      ['3', 'delta'],
+      ['4', 'end'],
+    ]);
+  });
+
+  it('answers a known path with the wrong method 405 with Allow', async () => {
+    const a = await fetch(`${url}/v1/generations/gen_x/events`, { method: 'POST', headers: { Authorization: `Bearer ${key.plaintext}` } });
+    expect(a.status).toBe(405);
+    expect(a.headers.get('allow')).toBe('GET');
+    const b = await fetch(`${url}/v1/generations/gen_x/cancel`, { method: 'DELETE', headers: { Authorization: `Bearer ${key.plaintext}` } });
+    expect(b.status).toBe(405);
+    expect(b.headers.get('allow')).toBe('POST');
+  });
+
+  it('tells the official clients not to retry a request larger than a rate limit allows', async () => {
+    nextReserve = () => ({ ok: false, reason: 'rate_limited', message: 'This request needs 203 tokens; the limit is 100 per minute, so it can never pass: lower max_tokens.' });
+    const res = await post('/v1/generations', body);
+    expect(res.status).toBe(429);
+    expect(res.headers.get('x-should-retry')).toBe('false');
   });
 });

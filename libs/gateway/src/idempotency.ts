@@ -9,22 +9,25 @@ import type { ApiRoute, IdempotencyClaim, IdempotencyStore } from '@weir/core';
 import { stringify } from 'safe-stable-stringify';
 
 /**
- * Fields that change how a result is delivered, not what is generated: a client may fetch a
- * streamed result as JSON (or the other way round) under the same key.
+ * Fields that change how a result is delivered, not what is generated (a client may fetch a
+ * streamed result as JSON, or the other way round, under the same key), plus the ones Weir
+ * ignores (`user`) and the use-case label, which is hashed separately so the body field and
+ * the `x-weir-use-case` header count alike.
  */
-const DELIVERY_FIELDS = new Set(['stream', 'stream_options', 'request_id']);
+const DELIVERY_FIELDS = new Set(['stream', 'stream_options', 'request_id', 'user', 'use_case']);
 
 /**
- * SHA-256 (hex) of the route and the request body in canonical JSON (keys sorted at every
- * level, delivery fields left out): equal for a repeat of the same request whatever its key
- * order or whitespace.
+ * SHA-256 (hex) of the route, the effective use case (body field or header; undefined = none)
+ * and the request body in canonical JSON (keys sorted at every level, delivery and ignored
+ * fields left out): equal for a repeat of the same request whatever its key order or
+ * whitespace.
  */
-export function requestBodySha256(route: ApiRoute, body: unknown): string {
+export function requestBodySha256(route: ApiRoute, body: unknown, useCase?: string): string {
   const material =
     body !== null && typeof body === 'object' && !Array.isArray(body)
       ? Object.fromEntries(Object.entries(body as Record<string, unknown>).filter(([k]) => !DELIVERY_FIELDS.has(k)))
       : body;
-  return createHash('sha256').update(`${route}\n${stringify(material) ?? ''}`).digest('hex');
+  return createHash('sha256').update(`${route}\n${useCase ?? ''}\n${stringify(material) ?? ''}`).digest('hex');
 }
 
 /**
@@ -69,6 +72,12 @@ export function createMemoryIdempotencyStore(options: { now?: () => number } = {
     async get(tenantId, requestId) {
       const c = live(tenantId, requestId);
       return c ? strip(c) : undefined;
+    },
+    async findClaimByGeneration(tenantId, generationId) {
+      for (const c of keys.values()) {
+        if (c.tenantId === tenantId && c.generationId === generationId && c.expiresAtMs >= now()) return strip(c);
+      }
+      return undefined;
     },
     async findResult(tenantId, generationId) {
       for (const c of keys.values()) {

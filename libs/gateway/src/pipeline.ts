@@ -107,7 +107,9 @@ export class AdmissionRejectedError extends WeirError {
     retryAfterMs: number | undefined,
     readonly rateLimits: RateLimitStatus | undefined,
   ) {
-    super(code, message, { retryAfterMs, retryable: code !== 'budget_exhausted' });
+    // Retrying helps only when the limiter says when (a budget, or a request larger than a
+    // rate limit's whole window, comes with no hint).
+    super(code, message, { retryAfterMs, retryable: code !== 'budget_exhausted' && retryAfterMs !== undefined });
   }
 }
 

@@ -65,6 +65,7 @@ describe.each([['pglite' as const], ['postgres' as const]])('pg idempotency stor
   it('retains the result of the claimant only, finds it by generation id, and round-trips the text', async () => {
     const s = store();
     await s.claim(claim('gen_1'));
+    expect(await s.findClaimByGeneration('t', 'gen_1')).toMatchObject({ state: 'running', generationId: 'gen_1' });
     await s.complete('t', 'order-1', result('gen_other'), now + 3_600_000);
     expect((await s.get('t', 'order-1'))?.state).toBe('running');
     await s.complete('t', 'order-1', result('gen_1'), now + 3_600_000);
@@ -73,6 +74,8 @@ describe.each([['pglite' as const], ['postgres' as const]])('pg idempotency stor
     expect(got?.result).toEqual(result('gen_1'));
     expect(await s.findResult('t', 'gen_1')).toEqual(result('gen_1'));
     expect(await s.findResult('u', 'gen_1')).toBeUndefined();
+    expect(await s.findClaimByGeneration('t', 'gen_1')).toMatchObject({ state: 'done', requestId: 'order-1', result: result('gen_1') });
+    expect(await s.findClaimByGeneration('u', 'gen_1')).toBeUndefined();
     const again = await s.claim(claim('gen_2'));
     expect(again).toMatchObject({ claimed: false, existing: { generationId: 'gen_1', state: 'done' } });
   });

@@ -89,6 +89,16 @@ export function createPgIdempotencyStore(db: Kysely<WeirSchema>, options: PgIdem
         .executeTakeFirst();
       return row ? toClaim(row) : undefined;
     },
+    async findClaimByGeneration(tenantId, generationId) {
+      const row = await db
+        .selectFrom('idempotency_keys')
+        .selectAll()
+        .where('tenant_id', '=', tenantId)
+        .where('generation_id', '=', generationId)
+        .where('expires_at', '>=', new Date(now()))
+        .executeTakeFirst();
+      return row ? toClaim(row) : undefined;
+    },
     async findResult(tenantId, generationId) {
       const row = await db
         .selectFrom('idempotency_keys')
