@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { stringify } from 'yaml';
-import { ConfigError, defaultConfig, loadConfigFile, parseConfig } from './index';
+import { ConfigError, defaultConfig, loadConfigFile, parseConfig, resolveModelFile } from './index';
 
 /** A valid file (snake_case) exercising both engine kinds; each case below breaks one thing. */
 function validFile(): Record<string, any> {
@@ -235,10 +235,22 @@ const badCases: Case[] = [
   ['an unknown allowed alias', (f) => (f.tenants[0].allowed_aliases = ['tiny', 'huge']), 'tenants[0].allowed_aliases[1]: unknown alias "huge"'],
   ['default above max output', (f) => (f.revisions[0].default_output_tokens = 300), 'revisions[0].default_output_tokens: must be <= max_output_tokens (300 > 256)'],
   ['max output not below the window', (f) => (f.revisions[0].max_output_tokens = 512), 'revisions[0].max_output_tokens: must be < context_window (512 >= 512)'],
-  ['a llamacpp engine without a model', (f) => delete f.revisions[0].engine.model_path, 'revisions[0].engine: set model_path'],
   ['a model_url without a sha256', (f) => (f.revisions[0].engine.model_url = 'https://example.com/m.gguf'), 'revisions[0].engine.model_sha256: required when model_url is set'],
   ['a context_size below the window', (f) => (f.revisions[0].engine.context_size = 256), 'revisions[0].engine.context_size: must be >= context_window (256 < 512)'],
 ];
+
+describe('a llamacpp revision that names no model file', () => {
+  it('parses: WEIR_MODEL_PATH stands in for the file, and resolving it says what to set when nothing does', async () => {
+    const file = validFile();
+    delete (file.revisions[0].engine as { model_path?: string }).model_path;
+    const cfg = parseConfig(JSON.stringify(file), 'w.json');
+    const engine = cfg.revisions[0].engine;
+    expect(engine).toMatchObject({ kind: 'llamacpp' });
+    expect(engine.kind === 'llamacpp' ? engine.modelPath : 'set').toBeUndefined();
+    const unresolved = await resolveModelFile(engine as never, { cacheDir: '/nonexistent-weir-cache', allowDownload: false });
+    expect(unresolved).toMatchObject({ ok: false, reason: expect.stringContaining('set WEIR_MODEL_PATH') });
+  });
+});
 
 describe('parseConfig: each bad field is reported with its path', () => {
   it.each(badCases)('%s', (_name, mutate, expected) => {

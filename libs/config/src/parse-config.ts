@@ -188,9 +188,8 @@ function crossCheck(file: ConfigFile): ConfigProblem[] {
     }
     const e = r.engine;
     if (e.kind === 'llamacpp') {
-      if (e.model_path === undefined && e.model_url === undefined) {
-        add(['revisions', i, 'engine'], 'set model_path (a local GGUF file) or model_url with model_sha256 (downloaded once into the data directory)');
-      }
+      // Neither model_path nor model_url is fine here: WEIR_MODEL_PATH stands in for the file,
+      // and resolveModelFile says what to set when nothing names one.
       if (e.model_url !== undefined && e.model_sha256 === undefined) {
         add(['revisions', i, 'engine', 'model_sha256'], 'required when model_url is set (a download is verified against it)');
       }
