@@ -77,7 +77,11 @@ async function main(argv: string[]): Promise<number> {
   if (since && until && since >= until) throw new UsageError('--since must be before --until');
   if (values['engines-fresh'] && values['no-engine-counters']) throw new UsageError('--engines-fresh and --no-engine-counters exclude each other');
   const databaseUrl = process.env.DATABASE_URL?.trim();
-  if (!databaseUrl) throw new UsageError('DATABASE_URL is required, e.g. postgres://postgres@127.0.0.1:5432/weir');
+  if (!databaseUrl) {
+    throw new UsageError(
+      'DATABASE_URL is required, e.g. postgres://postgres@127.0.0.1:5432/weir (an all-in-one on its embedded PGlite cannot be reconciled while it runs: PGlite serves one process; run it with DATABASE_URL to reconcile it live)',
+    );
+  }
 
   const config: PlatformConfig = process.env.WEIR_CONFIG ? loadConfigFile(process.env.WEIR_CONFIG) : defaultConfig();
   const pricing = new Map<string, RevisionPricing>(config.revisions.map((r) => [r.id, r.pricing]));
@@ -103,6 +107,7 @@ async function main(argv: string[]): Promise<number> {
       {
         since,
         until,
+        tenants: config.tenants,
         pricing,
         enginesByRevision,
         engines,
@@ -129,7 +134,10 @@ main(process.argv.slice(2)).then(
   (code) => process.exit(code),
   (error: unknown) => {
     const message = error instanceof Error ? error.message : String(error);
-    console.error(error instanceof UsageError || (error as { code?: string }).code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION' ? `${message}\n${USAGE}` : `reconcile failed: ${message}`);
+    const hint = /stream not found/i.test(message)
+      ? ' (no usage stream under this NATS namespace: the all-in-one writes none — run with --no-stream — or set --namespace / WEIR_NATS_NAMESPACE to the deployment\'s)'
+      : '';
+    console.error(error instanceof UsageError || (error as { code?: string }).code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION' ? `${message}\n${USAGE}` : `reconcile failed: ${message}${hint}`);
     process.exit(2);
   },
 );

@@ -5,11 +5,12 @@
  * `reconcileUsage`).
  */
 import type { NatsConnection } from '@nats-io/transport-node';
-import type { RevisionPricing } from '@weir/core';
+import type { RevisionPricing, TenantSpec } from '@weir/core';
 import { type EngineComparison, type EngineCounterSample, formatUsd, reconcileUsage, type UsageReconciliation } from '@weir/ledger';
 import type { ReconcileQueries } from '@weir/store-pg';
 import { fetchEngineCounters } from './engine-client';
 import { type EngineEndpoint, settleUncertainUsage, type SettleUncertainResult } from './settle-uncertain';
+import { budgetOverruns } from './budget-check';
 import { readUsageStream, type UsageStreamRead } from './usage-stream-reader';
 
 /**
@@ -22,6 +23,8 @@ export type EngineCounterMode = 'off' | 'report' | 'assert';
 
 /** Options of {@link runReconciliation}. */
 export interface RunReconciliationOptions {
+  /** The configured tenants: when given, every budget row is checked against its budget. */
+  tenants?: readonly TenantSpec[];
   /** Window over `finished_at`: `since ≤ t < until`. `since` default: everything; `until` default: now. */
   since?: Date;
   until?: Date;
@@ -125,6 +128,17 @@ export async function runReconciliation(options: RunReconciliationOptions, deps:
     if (reservations.expiredHeld > 0) {
       (fix ? differences : notes).push(`${reservations.expiredHeld} reservation(s) still held past their expiry`);
     }
+  }
+
+  // Budgets: settled + reserved ≤ budget for every configured budget (a settlement raised by
+  // step 1 or 2 must not hide an overrun), and reservations that expired with no usage record
+  // (their gateway stopped mid-generation: what it produced is not billed).
+  if (options.tenants) differences.push(...budgetOverruns(await deps.queries.budgetRows(), options.tenants));
+  const unrecorded = await deps.queries.listExpiredWithoutUsage(window);
+  if (unrecorded.length > 0) {
+    notes.push(
+      `${unrecorded.length} reservation(s) expired with no usage record (their gateway stopped before the generation's usage was recorded; tokens it produced are not billed): ${unrecorded.slice(0, 10).join(', ')}${unrecorded.length > 10 ? ', …' : ''}`,
+    );
   }
 
   // 3. Compare.

@@ -38,6 +38,26 @@ describe.each(backends)('reconcile queries on %s', (_name, open) => {
   }, 60_000);
   afterAll(() => cleanup?.());
 
+  it('lists reservations that expired with no usage record, and reads every budget row', async () => {
+    const q = createReconcileQueries(database.db);
+    const recorded = record();
+    await createUsageRepository(database.db).insertMany([recorded]);
+    const row = (id: string, generationId: string, state: 'expired' | 'settled', createdAt: number) => ({
+      id, tenant_id: 'acme', app_id: 'web', request_id: id, generation_id: generationId, state,
+      input_tokens: 1, max_output_tokens: 2, worst_case_nano: 10, month_starts_on: '2026-11-01', day_starts_on: '2026-11-01',
+      created_at: new Date(createdAt), expires_at: new Date(createdAt + 1_000),
+    });
+    await database.db.insertInto('reservations').values([
+      row('rsv_lost', 'gen_lost', 'expired', base + 100),
+      row('rsv_recorded', recorded.generationId, 'expired', base + 200),
+      row('rsv_settled', 'gen_settled', 'settled', base + 300),
+      row('rsv_old', 'gen_old', 'expired', base - 86_400_000),
+    ] as never).execute();
+    expect(await q.listExpiredWithoutUsage({ since: new Date(base) })).toEqual(['gen_lost']);
+    await database.db.insertInto('budget_periods').values({ scope: 'tenant:acme', period: 'month', starts_on: '2026-11-01', settled_nano: 12_345, reserved_nano: 10 }).execute();
+    expect(await q.budgetRows()).toContainEqual({ scope: 'tenant:acme', period: 'month', startsOn: '2026-11-01', settledNano: 12_345, reservedNano: 10 });
+  });
+
   it('settles an uncertain row exactly once, keeping its first-recorded counts', async () => {
     const uncertain = record({ uncertain: true });
     const certain = record();

@@ -62,6 +62,14 @@ export interface ReconcileQueries {
   settleUncertain(settlement: UncertainSettlementWrite): Promise<boolean>;
   /** Reservations still `held` whose `expires_at` is before `now` (reservation reconciliation leaves none). */
   countHeldPastExpiry(now: Date): Promise<number>;
+  /**
+   * Reservations that expired without a usage record in the window (by `created_at`): their
+   * gateway stopped before the generation's usage was recorded, so whatever it produced is not
+   * billed. Their generation ids, oldest first (at most `limit`, default 1,000).
+   */
+  listExpiredWithoutUsage(window: LedgerWindow, limit?: number): Promise<string[]>;
+  /** Every budget row (settled and reserved nano-USD per scope and UTC period), for the budget check. */
+  budgetRows(): Promise<{ scope: string; period: 'month' | 'day'; startsOn: string; settledNano: number; reservedNano: number }[]>;
 }
 
 /** Creates {@link ReconcileQueries} over an open database. */
@@ -180,6 +188,29 @@ export function createReconcileQueries(db: Kysely<WeirSchema>): ReconcileQueries
       return result.rows.length === 1;
     },
 
+    async listExpiredWithoutUsage(window, limit = 1_000) {
+      let q = db
+        .selectFrom('reservations as r')
+        .select('r.generation_id')
+        .where('r.state', '=', 'expired')
+        .where(({ not, exists, selectFrom }) => not(exists(selectFrom('usage_ledger as u').select('u.generation_id').whereRef('u.generation_id', '=', 'r.generation_id'))));
+      if (window.since) q = q.where('r.created_at', '>=', window.since);
+      if (window.until) q = q.where('r.created_at', '<', window.until);
+      const rows = await q.orderBy('r.created_at').limit(limit).execute();
+      return rows.map((r) => r.generation_id);
+    },
+    async budgetRows() {
+      const { rows } = await sql<{ scope: string; period: 'month' | 'day'; starts_on: string; settled_nano: string; reserved_nano: string }>`
+        SELECT scope, period, starts_on::text AS starts_on, settled_nano::text AS settled_nano, reserved_nano::text AS reserved_nano
+        FROM budget_periods ORDER BY scope, period, starts_on`.execute(db);
+      return rows.map((r) => ({
+        scope: r.scope,
+        period: r.period,
+        startsOn: r.starts_on,
+        settledNano: toSafeInteger(r.settled_nano, 'budget_periods.settled_nano'),
+        reservedNano: toSafeInteger(r.reserved_nano, 'budget_periods.reserved_nano'),
+      }));
+    },
     async countHeldPastExpiry(now) {
       const row = await db
         .selectFrom('reservations')

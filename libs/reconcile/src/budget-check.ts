@@ -1,0 +1,49 @@
+/**
+ * The admission invariant checked after the fact: for every configured budget, settled +
+ * reserved ≤ budget in each of its periods (ADR 0001). Reconciliation raises a settled charge
+ * when an uncertain row is settled from the engine's count; this check makes any overrun that
+ * produces visible instead of silent.
+ */
+import type { AdmissionLimits, TenantSpec } from '@weir/core';
+
+/** One `budget_periods` row. */
+export interface BudgetPeriodRow {
+  scope: string;
+  period: 'month' | 'day';
+  /** First day of the period, `YYYY-MM-DD` (UTC). */
+  startsOn: string;
+  settledNano: number;
+  reservedNano: number;
+}
+
+/** The configured budget of a scope key (`tenant:<id>`, `app:<tenant>/<app>`) and period, in nano-USD; undefined when none. */
+export function budgetNanoOf(scope: string, period: 'month' | 'day', tenants: readonly TenantSpec[]): number | undefined {
+  let limits: AdmissionLimits | undefined;
+  if (scope.startsWith('tenant:')) limits = tenants.find((t) => t.id === scope.slice('tenant:'.length))?.limits;
+  else if (scope.startsWith('app:')) {
+    const [tenantId, appId] = scope.slice('app:'.length).split('/');
+    limits = tenants.find((t) => t.id === tenantId)?.apps.find((a) => a.id === appId)?.limits;
+  }
+  const usd = period === 'month' ? limits?.monthlyBudgetUsd : limits?.dailyBudgetUsd;
+  // The same conversion admission uses when it decides.
+  return usd === undefined ? undefined : Math.round(usd * 1_000_000_000);
+}
+
+/**
+ * Every budget row over its configured budget, as report lines (empty when none). Rows whose
+ * scope or period has no configured budget are not checked.
+ */
+export function budgetOverruns(rows: readonly BudgetPeriodRow[], tenants: readonly TenantSpec[]): string[] {
+  const out: string[] = [];
+  for (const r of rows) {
+    const budget = budgetNanoOf(r.scope, r.period, tenants);
+    if (budget === undefined) continue;
+    const committed = r.settledNano + r.reservedNano;
+    if (committed > budget) {
+      out.push(
+        `${r.scope} ${r.period} from ${r.startsOn}: settled ${r.settledNano} + reserved ${r.reservedNano} = ${committed} nano-USD is over its budget of ${budget} by ${committed - budget}`,
+      );
+    }
+  }
+  return out;
+}
