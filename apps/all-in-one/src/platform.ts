@@ -16,7 +16,7 @@ import { createBatchedUsageSink, createBurnRateMonitor, type BatchedUsageSink } 
 import { createInProcessTopic } from '@weir/messaging';
 import { createStaticRouter } from '@weir/routing';
 import { createPoolScheduler, replicaSamples, schedulerMetricsObserver, schedulerSample } from '@weir/scheduling';
-import { bootstrapTenants, createApiKeyRepository, createCachedApiKeyStore, createPgIdempotencyStore, createUsageQueries, createPgAdmissionStore, createUsageRepository, openDatabase } from '@weir/store-pg';
+import { bootstrapTenants, createApiKeyRepository, createCachedApiKeyStore, createPgIdempotencyStore, createUsageQueries, createPgAdmissionStore, createUsageRepository, expireOrphans, openDatabase } from '@weir/store-pg';
 import { createRelay } from '@weir/streaming';
 import { lockDataDir } from './data-dir-lock';
 import { createLogger, createTelemetry, type WeirLogger } from '@weir/telemetry';
@@ -106,6 +106,16 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
       },
     },
   );
+  // On its own PGlite this process is the only one: whatever a previous run left running or
+  // held (it was killed) is orphaned. Free those keys, and settle or release those
+  // reservations now rather than after their deadline and grace.
+  if (database.kind === 'pglite') {
+    const orphans = await expireOrphans(database.db);
+    if (orphans.claimsFreed + orphans.reservationsExpired > 0) {
+      const report = await admission.reconcileReservations();
+      logger.warn({ ...orphans, settledFromLedger: report.expiredSettled, released: report.expiredReleased }, 'the previous run stopped with requests in flight: their keys are freed and their reservations reconciled');
+    }
+  }
   const reconciler = startReconciler(admission, {
     onReport: () => void admission.countHeld().then((n) => telemetry.metrics.recordReservationsHeld(n), () => undefined),
     onError: (err) => logger.warn({ err }, 'reservation reconciliation failed; retrying next interval'),

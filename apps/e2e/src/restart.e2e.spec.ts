@@ -3,11 +3,12 @@
  * The first start creates and prints a demo key once; SIGTERM drains and flushes the usage
  * ledger; a restart keeps the data (the key still works and is not printed again).
  */
-import { mkdtempSync } from 'node:fs';
+import { mkdirSync, mkdtempSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { openDatabase } from '@weir/store-pg';
 import { type AllInOneProcess, removeDir, startAllInOne } from './support/all-in-one-process';
+import { DEMO_KEY, E2E_CONFIG } from './support/fixtures';
 
 jest.setTimeout(180_000);
 
@@ -61,4 +62,49 @@ it('creates a demo key once, flushes usage on SIGTERM, and keeps data across res
   const models = await fetch(`${second.url}/v1/models`, { headers });
   expect(models.status).toBe(200);
   expect(await second.stop()).toBe(0);
+});
+
+it('after a kill -9 mid-stream, a restart frees the orphaned idempotency key and reservation at once', async () => {
+  const root = mkdtempSync(path.join(os.tmpdir(), 'weir-crash-'));
+  const data = path.join(root, 'data');
+  mkdirSync(data, { recursive: true });
+  const env = { WEIR_DEMO_API_KEY: DEMO_KEY };
+  let crashed: AllInOneProcess | undefined = await startAllInOne({ dataDir: data, configYaml: E2E_CONFIG, env });
+  let restarted: AllInOneProcess | undefined;
+  try {
+    const headers = { Authorization: `Bearer ${DEMO_KEY}`, 'Content-Type': 'application/json' };
+    const body = { request_id: 'crash-1', model_alias: 'tiny-stories-slow', input: 'Once upon a time', max_output_tokens: 200, stream: true };
+    const res = await fetch(`${crashed.url}/v1/generations`, { method: 'POST', headers, body: JSON.stringify(body) });
+    const reader = (res.body as ReadableStream<Uint8Array>).getReader();
+    await reader.read();
+    process.kill(crashed.pid, 'SIGKILL');
+    await crashed.stop();
+    crashed = undefined;
+
+    restarted = await startAllInOne({ dataDir: data, configYaml: E2E_CONFIG, env });
+    expect(restarted.output()).toContain('the previous run stopped with requests in flight');
+    // The same key runs again at once (not a 409 after the original's deadline), and nothing stays held.
+    const started = Date.now();
+    const again = await fetch(`${restarted.url}/v1/generations`, { method: 'POST', headers, body: JSON.stringify({ ...body, max_output_tokens: 5, stream: false }) });
+    expect(again.status).toBe(200);
+    expect(again.headers.get('idempotent-replayed')).toBeNull();
+    expect(Date.now() - started).toBeLessThan(30_000);
+    await new Promise((r) => setTimeout(r, 500));
+    expect(await restarted.stop()).toBe(0);
+    restarted = undefined;
+    const db = await openDatabase({ dataDir: `${data}/pg`, migrate: false });
+    try {
+      const held = await db.db.selectFrom('reservations').select(['state', 'finished_by']).orderBy('created_at').execute();
+      expect(held).toEqual([
+        { state: 'expired', finished_by: 'reconciler' },
+        { state: 'settled', finished_by: 'gateway' },
+      ]);
+    } finally {
+      await db.close();
+    }
+  } finally {
+    await crashed?.stop();
+    await restarted?.stop();
+    removeDir(root);
+  }
 });

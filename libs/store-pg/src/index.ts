@@ -38,3 +38,4 @@ export {
   type UncertainSettlementWrite,
 } from './reconcile-queries';
 export { createPgIdempotencyStore, type PgIdempotencyStoreOptions } from './idempotency-store';
+export { expireOrphans, type OrphanReport } from './orphans';
