@@ -1,5 +1,5 @@
 import { WeirError } from '@weir/core';
-import { chatCompletionsBody, generationsBody, parseBody } from './schemas';
+import { chatCompletionsBody, completionsBody, generationsBody, parseBody } from './schemas';
 
 function errorOf(schema: Parameters<typeof parseBody>[0], body: unknown): WeirError {
   try {
@@ -39,5 +39,17 @@ describe('parseBody', () => {
 
   it('parses a valid body', () => {
     expect(parseBody(chatCompletionsBody, { ...chat, max_tokens: 5 })).toMatchObject({ model: 'm', max_tokens: 5 });
+  });
+});
+
+describe('the legacy completions prompt', () => {
+  it.each([
+    ['two prompts', ['a', 'b'], 'batches of prompts are not supported'],
+    ['token ids', [1, 2, 3], 'send one prompt: a string, or an array of one string'],
+    ['a number', 42, 'send one prompt: a string, or an array of one string'],
+  ])('says what is accepted for %s', (_name, prompt, expected) => {
+    const err = errorOf(completionsBody, { model: 'm', prompt });
+    expect(err.param).toBe('prompt');
+    expect(err.message).toContain(expected);
   });
 });

@@ -58,7 +58,9 @@ export const chatCompletionsBody = z.object({
 /** `POST /v1/completions` (legacy). */
 export const completionsBody = z.object({
   model: z.string().min(1),
-  prompt: z.union([z.string(), z.array(z.string()).length(1, { message: 'send one prompt (a string or an array of one string)' })]),
+  prompt: z.union([z.string(), z.array(z.string()).length(1, { message: 'send one prompt (a string or an array of one string)' })], {
+    error: 'send one prompt: a string, or an array of one string (token arrays and batches of prompts are not supported)',
+  }),
   stream: z.boolean().nullish(),
   stream_options: z.object({ include_usage: z.boolean().optional() }).loose().nullish(),
   max_tokens: positiveInt.nullish(),
