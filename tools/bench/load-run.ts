@@ -190,6 +190,7 @@ async function runOnce(name: 'steady' | 'brownout', topology: SplitTopology, rep
   process.stdout.write(`\n== ${name}: ${(durationMs / 1000).toFixed(0)} s of arrivals (first ${(warm / 1000).toFixed(0)} s warm-up)${killAt ? `; SIGKILL ${victim.name} at ${(killAt / 1000).toFixed(0)} s` : ''}\n`);
   let killedAtMs: number | undefined;
   let victimCpu = Number.NaN;
+  let lastTick = 0;
   const records = await runOpenLoop({
     gateways: topology.gateways.map((g) => g.url),
     streams,
@@ -209,7 +210,9 @@ async function runOnce(name: 'steady' | 'brownout', topology: SplitTopology, rep
         ]
       : [],
     onTick(elapsed, recs) {
-      if (Math.floor(elapsed / 1000) % 5 !== 0) return;
+      const tick = Math.floor(elapsed / 5000);
+      if (tick === lastTick) return;
+      lastTick = tick;
       const last = recs.filter((r) => r.endMs > elapsed - 5000);
       const line = STREAMS.map((s) => {
         const rs = last.filter((r) => r.stream === s);
@@ -259,18 +262,21 @@ async function runOnce(name: 'steady' | 'brownout', topology: SplitTopology, rep
   };
 }
 
-/** Queue time per generation from the usage ledger (waits until the rows stop arriving, ≤ 30 s). */
-async function ledgerQueueTimes(databaseUrl: string, ids: string[]): Promise<Map<string, { queueMs: number; status: string; finishReason: string }>> {
+/** Queue time and Weir's TTFT per generation from the usage ledger (waits until the rows stop arriving, ≤ 30 s). */
+async function ledgerTimings(databaseUrl: string, ids: string[]): Promise<Map<string, { queueMs: number; ttftMs: number | null; status: string; finishReason: string }>> {
   const pg = new PgPool({ connectionString: databaseUrl, max: 1 });
   try {
     const want = new Set(ids);
-    const out = new Map<string, { queueMs: number; status: string; finishReason: string }>();
+    const out = new Map<string, { queueMs: number; ttftMs: number | null; status: string; finishReason: string }>();
     const until = Date.now() + 30_000;
     let lastCount = -1;
     for (;;) {
-      const r = await pg.query<{ generation_id: string; queue_ms: number; status: string; finish_reason: string }>('SELECT generation_id, queue_ms, status, finish_reason FROM usage_ledger WHERE model_alias = $1', [BENCH_ALIAS]);
+      const r = await pg.query<{ generation_id: string; queue_ms: number; ttft_ms: number | null; status: string; finish_reason: string }>(
+        'SELECT generation_id, queue_ms, ttft_ms, status, finish_reason FROM usage_ledger WHERE model_alias = $1',
+        [BENCH_ALIAS],
+      );
       out.clear();
-      for (const row of r.rows) if (want.has(row.generation_id)) out.set(row.generation_id, { queueMs: row.queue_ms, status: row.status, finishReason: row.finish_reason });
+      for (const row of r.rows) if (want.has(row.generation_id)) out.set(row.generation_id, { queueMs: row.queue_ms, ttftMs: row.ttft_ms, status: row.status, finishReason: row.finish_reason });
       if (out.size >= want.size || (out.size === lastCount && Date.now() > until - 25_000) || Date.now() > until) return out;
       lastCount = out.size;
       await new Promise((res) => setTimeout(res, 1_000));
@@ -294,14 +300,16 @@ const counts = (m: Record<string, number>) =>
 
 function windowTable(streams: StreamSummary[]): string {
   const rows = [
-    '| stream | offered req/s | completed (req/s) | TTFT p50 / p95 ms | TPOT p50 / p95 ms | end-to-end p50 / p95 ms | queue p50 / p95 ms (ledger) | rejected (429/503, by code) | deadline | errors |',
-    '|---|---:|---:|---:|---:|---:|---:|---|---|---|',
+    '| stream | offered req/s | completed (req/s) | TTFT p50 / p95 ms | TPOT p50 / p95 ms | end-to-end p50 / p95 ms | queue p50 / p95 ms (ledger) | Weir TTFT p50 / p95 ms (ledger) | before Weir p50 / p95 ms | rejected (429/503, by code) | deadline | errors |',
+    '|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|',
   ];
   for (const s of streams) {
     rows.push(
-      `| ${s.stream} | ${s.offeredRps.toFixed(2)} | ${s.ok} (${s.goodputRps.toFixed(2)}) | ${f0(s.ttftMs.p50)} / ${f0(s.ttftMs.p95)} | ${f1(s.tpotMs.p50)} / ${f1(s.tpotMs.p95)} | ${f0(s.e2eMs.p50)} / ${f0(s.e2eMs.p95)} | ${f0(s.queueMs.p50)} / ${f0(s.queueMs.p95)} | ${counts(s.rejected)} | ${counts(s.deadline)} | ${counts(s.errors)} |`,
+      `| ${s.stream} | ${s.offeredRps.toFixed(2)} | ${s.ok} (${s.goodputRps.toFixed(2)}) | ${f0(s.ttftMs.p50)} / ${f0(s.ttftMs.p95)} | ${f1(s.tpotMs.p50)} / ${f1(s.tpotMs.p95)} | ${f0(s.e2eMs.p50)} / ${f0(s.e2eMs.p95)} | ${f0(s.queueMs.p50)} / ${f0(s.queueMs.p95)} | ${f0(s.weirTtftMs.p50)} / ${f0(s.weirTtftMs.p95)} | ${f0(s.outsideTtftMs.p50)} / ${f0(s.outsideTtftMs.p95)} | ${counts(s.rejected)} | ${counts(s.deadline)} | ${counts(s.errors)} |`,
     );
   }
+  const messages = streams.flatMap((s) => Object.entries(s.messages).map(([code, m]) => `${s.stream} ${code}: "${m}"`));
+  if (messages.length > 0) rows.push('', `Messages (first of each code): ${messages.join('; ')}.`);
   return rows.join('\n');
 }
 
@@ -314,6 +322,8 @@ function verdict(s: StreamSummary | undefined): string {
 
 function markdown(meta: Record<string, unknown>, runs: RunResult[]): string {
   const parts: string[] = [`## Load benchmark — ${String(meta.date)}${SMOKE ? ' (smoke)' : ''}`, '', String(meta.summary), ''];
+  const logged = Object.entries((meta.logged ?? {}) as Record<string, number>);
+  if (logged.length > 0) parts.push(`Logged warnings and errors (process: message × count): ${logged.map(([k, v]) => `${k} × ${v}`).join('; ')}.`, '');
   for (const run of runs) {
     parts.push(`### ${run.name}`, '');
     for (const w of run.windows) {
@@ -429,10 +439,26 @@ async function main(): Promise<void> {
     }
     // Queue time from the usage ledger.
     const ids = runs.flatMap((r) => r.records.flatMap((x) => (x.generationId && x.outcome === 'ok' ? [x.generationId] : [])));
-    const ledger = await ledgerQueueTimes(temp.url, ids);
+    const ledger = await ledgerTimings(temp.url, ids);
     for (const run of runs) {
-      for (const r of run.records) if (r.generationId) r.queueMs = ledger.get(r.generationId)?.queueMs;
+      for (const r of run.records) {
+        const row = r.generationId ? ledger.get(r.generationId) : undefined;
+        r.queueMs = row?.queueMs;
+        r.weirTtftMs = row?.ttftMs ?? undefined;
+      }
       for (const w of run.windows) w.streams = summarizeStreams(run.records, [...STREAMS], w.fromMs, w.toMs);
+    }
+    // Warnings and errors the services logged (pino JSON, level ≥ 40), counted by process and message.
+    const logged: Record<string, number> = {};
+    for (const line of [...topology.output().split('\n'), ...log.lines]) {
+      const m = /^\[([^\]]+)\] (\{.*\})$/.exec(line);
+      if (!m) continue;
+      try {
+        const j = JSON.parse(m[2]) as { level?: number; msg?: string };
+        if ((j.level ?? 0) >= 40) logged[`${m[1]}: ${j.msg ?? '?'}`] = (logged[`${m[1]}: ${j.msg ?? '?'}`] ?? 0) + 1;
+      } catch {
+        // not a log line
+      }
     }
     const rejections = samples(await scrape(`${topology.opsUrls.get('scheduler')}/metrics`), 'weir_scheduler_rejections_total').map((s) => ({ ...s.labels, count: s.value }));
     meta = {
@@ -457,6 +483,7 @@ async function main(): Promise<void> {
       ledgerRowsFound: ledger.size,
       ledgerRowsWanted: ids.length,
       schedulerRejectionsTotal: rejections,
+      logged: Object.fromEntries(Object.entries(logged).sort((a, b) => b[1] - a[1]).slice(0, 25)),
     };
     meta.summary =
       `${String(meta.cpuModel)}, ${String(meta.cpus)} CPUs, node ${String(meta.node)}, commit ${String(meta.commit).slice(0, 10)}${meta.dirty ? ' (+ uncommitted changes)' : ''}; load average at start ${loadavgStart.map((x) => x.toFixed(2)).join(' ')}. ` +
@@ -485,8 +512,8 @@ async function main(): Promise<void> {
     meta,
     runs: runs.map(({ records, ...rest }) => ({
       ...rest,
-      recordFields: ['stream', 'sentMs', 'scheduledMs', 'status', 'outcome', 'code', 'ttftMs', 'tpotMs', 'e2eMs', 'queueMs', 'completionTokens'],
-      records: records.map((r) => [r.stream, r1(r.sentMs), r1(r.scheduledMs), r.status, r.outcome, r.code ?? null, r1(r.ttftMs), r1(r.tpotMs), r1(r.e2eMs), r.queueMs ?? null, r.completionTokens ?? null]),
+      recordFields: ['stream', 'sentMs', 'scheduledMs', 'status', 'outcome', 'code', 'ttftMs', 'tpotMs', 'e2eMs', 'queueMs', 'weirTtftMs', 'completionTokens'],
+      records: records.map((r) => [r.stream, r1(r.sentMs), r1(r.scheduledMs), r.status, r.outcome, r.code ?? null, r1(r.ttftMs), r1(r.tpotMs), r1(r.e2eMs), r.queueMs ?? null, r.weirTtftMs ?? null, r.completionTokens ?? null]),
     })),
   };
   writeFileSync(file, JSON.stringify(raw) + '\n');

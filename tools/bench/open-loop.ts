@@ -67,8 +67,11 @@ export interface RequestRecord {
   promptTokens?: number;
   /** `x-weir-generation-id`, to join the usage ledger (queue time). */
   generationId?: string;
-  /** Queue time from the ledger (filled in after the run). */
+  /** The error body's message (server-written, never prompt text), for rejections and errors. */
+  message?: string;
+  /** From the usage ledger (filled in after the run): scheduler queue time, and Weir's own TTFT (from the gateway's arrival, after auth and body parsing). */
   queueMs?: number;
+  weirTtftMs?: number;
 }
 
 /** Options of {@link runOpenLoop}. */
@@ -188,13 +191,15 @@ async function oneRequest(agent: Agent, origin: string, stream: StreamSpec, body
       const text = await res.body.text();
       const endMs = now();
       let code = `http_${status}`;
+      let message: string | undefined;
       try {
-        const e = (JSON.parse(text) as { error?: { code?: string | null; type?: string } }).error;
+        const e = (JSON.parse(text) as { error?: { code?: string | null; type?: string; message?: string } }).error;
         code = e?.code ?? e?.type ?? code;
+        message = e?.message;
       } catch {
         // not JSON: keep the status
       }
-      return { ...base, endMs, status, outcome: isRejection(status, code) ? 'rejected' : 'error', code, e2eMs: endMs - sentMs, generationId };
+      return { ...base, endMs, status, outcome: isRejection(status, code) ? 'rejected' : 'error', code, message, e2eMs: endMs - sentMs, generationId };
     }
     const parsed = await readStream(res.body as AsyncIterable<Buffer>, now);
     const endMs = now();
@@ -203,9 +208,11 @@ async function oneRequest(agent: Agent, origin: string, stream: StreamSpec, body
     const tpotMs = parsed.firstContentMs !== undefined && parsed.lastContentMs !== undefined && n !== undefined && n > 1 ? (parsed.lastContentMs - parsed.firstContentMs) / (n - 1) : undefined;
     let outcome: Outcome = 'ok';
     let code: string | undefined;
+    let message: string | undefined;
     if (parsed.error) {
       outcome = 'error';
       code = parsed.error;
+      message = parsed.errorMessage;
     } else if (parsed.weirFinish === 'deadline') {
       outcome = 'deadline';
       code = ttftMs === undefined ? 'deadline_in_queue' : 'deadline_mid_stream';
@@ -213,11 +220,11 @@ async function oneRequest(agent: Agent, origin: string, stream: StreamSpec, body
       outcome = 'error';
       code = parsed.done ? 'no_usage' : 'stream_truncated';
     }
-    return { ...base, endMs, status, outcome, code, ttftMs, tpotMs, e2eMs: endMs - sentMs, completionTokens: n, promptTokens: parsed.promptTokens, generationId };
+    return { ...base, endMs, status, outcome, code, message, ttftMs, tpotMs, e2eMs: endMs - sentMs, completionTokens: n, promptTokens: parsed.promptTokens, generationId };
   } catch (err) {
     const endMs = now();
     const code = (err as { code?: string }).code ?? (err instanceof Error ? err.name : 'error');
-    return { ...base, endMs, status, outcome: 'error', code, e2eMs: endMs - sentMs };
+    return { ...base, endMs, status, outcome: 'error', code, message: err instanceof Error ? err.message : undefined, e2eMs: endMs - sentMs };
   }
 }
 
@@ -228,6 +235,7 @@ interface ParsedStream {
   promptTokens?: number;
   weirFinish?: string;
   error?: string;
+  errorMessage?: string;
   done: boolean;
 }
 
@@ -256,14 +264,17 @@ async function readStream(body: AsyncIterable<Buffer>, now: () => number): Promi
         if (data.includes('"usage":{') || data.includes('"error"') || data.includes('"weir"')) {
           const json = JSON.parse(data) as {
             usage?: { completion_tokens?: number; prompt_tokens?: number } | null;
-            error?: { code?: string | null; type?: string };
+            error?: { code?: string | null; type?: string; message?: string };
             weir?: { finish_reason?: string };
           };
           if (json.usage) {
             out.completionTokens = json.usage.completion_tokens;
             out.promptTokens = json.usage.prompt_tokens;
           }
-          if (json.error) out.error = json.error.code ?? json.error.type ?? 'error';
+          if (json.error) {
+            out.error = json.error.code ?? json.error.type ?? 'error';
+            out.errorMessage = json.error.message;
+          }
           if (json.weir?.finish_reason) out.weirFinish = json.weir.finish_reason;
         }
       }
@@ -316,6 +327,12 @@ export interface StreamSummary {
   e2eMs: Stat;
   /** From the usage ledger, over `ok` requests with a ledger row (ms). */
   queueMs: Stat;
+  /** Weir's TTFT from the ledger (gateway arrival → first token), over `ok` requests (ms). */
+  weirTtftMs: Stat;
+  /** Client TTFT − Weir's TTFT: time before the gateway's clock starts (connect, accept backlog, auth, body parsing) and delivery lag (ms). */
+  outsideTtftMs: Stat;
+  /** One message per rejection/error code (the first seen). */
+  messages: Record<string, string>;
   /** Client lateness: send − scheduled arrival (ms), over all requests. */
   sendLagMs: Stat;
 }
@@ -347,6 +364,9 @@ export function summarizeStreams(records: readonly RequestRecord[], streams: rea
       tpotMs: stat(ok.flatMap((r) => (r.tpotMs === undefined ? [] : [r.tpotMs]))),
       e2eMs: stat(ok.map((r) => r.e2eMs)),
       queueMs: stat(ok.flatMap((r) => (r.queueMs === undefined ? [] : [r.queueMs]))),
+      weirTtftMs: stat(ok.flatMap((r) => (r.weirTtftMs === undefined ? [] : [r.weirTtftMs]))),
+      outsideTtftMs: stat(ok.flatMap((r) => (r.weirTtftMs === undefined || r.ttftMs === undefined ? [] : [r.ttftMs - r.weirTtftMs]))),
+      messages: Object.fromEntries(rs.filter((r) => r.code && r.message).reverse().map((r) => [r.code as string, (r.message as string).slice(0, 200)])),
       sendLagMs: stat(rs.map((r) => r.sentMs - r.scheduledMs)),
     };
   });
