@@ -107,6 +107,30 @@ describe('createRelay', () => {
     expect(records[0]).toMatchObject({ status: 'deadline', outputTokens: engine.produced });
   });
 
+  it('bills the reserved input count, not the adapter\'s loose estimate, when the engine reported no usage', async () => {
+    // An engine cut before its usage chunk: the adapter's estimate (a UTF-8 byte bound) is 609,
+    // the revision's tokenizer counted 200 at admission. Billing 609 would exceed the reservation.
+    const engine: EngineAdapter = {
+      kind: 'fake',
+      capacity: { slots: 1, contextTokens: 1024 },
+      countInputTokens: async () => 609,
+      async *generate() {
+        yield { type: 'end', reason: 'aborted', usage: { inputTokens: 609, outputTokens: 0 }, usageReported: false };
+      },
+      async close() {},
+    };
+    const { relay, records } = setup(engine);
+    const outcome = await relay.start(job({ inputTokens: 200 })).done;
+    expect(outcome.usage).toMatchObject({ inputTokens: 200, outputTokens: 0 });
+    // $1 per million input tokens = 1,000 nano-USD a token.
+    expect(outcome.costNanoUsd).toBe(200 * 1_000);
+    expect(records[0]).toMatchObject({ inputTokens: 200 });
+    // A reported count is the engine's own and stands as it is.
+    const reporting = fakeEngine({ tokens: 2, reportUsage: true });
+    const reported = await setup(reporting).relay.start(job({ inputTokens: 200 })).done;
+    expect(reported.usage.inputTokens).toBe(3);
+  });
+
   it('on a client disconnect keeps generating for the grace period, then stops and bills every token', async () => {
     const engine = fakeEngine({ tokens: 1000, delayMs: 5 });
     const { relay, records } = setup(engine, 100);

@@ -125,7 +125,8 @@ export function createRelay(deps: RelayDeps): Relay {
           const late = job.deadlineAt <= deps.clock.now();
           if (late) {
             stopReason = 'deadline';
-            end = { type: 'end', reason: 'aborted', usage: { inputTokens: 0, outputTokens: 0, cachedInputTokens: 0 }, usageReported: false };
+            // Nothing ran: zero is the exact count (so it is "reported", not estimated).
+            end = { type: 'end', reason: 'aborted', usage: { inputTokens: 0, outputTokens: 0, cachedInputTokens: 0 }, usageReported: true };
           }
           const stream = late ? [] : engine.generate({ ...job.engineRequest, signal: abort.signal, generationId: job.generationId });
           for await (const ev of stream) {
@@ -147,8 +148,15 @@ export function createRelay(deps: RelayDeps): Relay {
           if (graceTimer) clearTimeout(graceTimer);
         }
 
+        // The engine's own count when it reported one. When it did not (stopped before its
+        // usage chunk, e.g. cut at a deadline while queued or in prefill), the adapter's
+        // estimate may be a loose upper bound (UTF-8 bytes); the input is then billed at the
+        // count admission reserved with the revision's tokenizer (`job.inputTokens`), which is
+        // the engine's count where Weir runs the model, and never above the reservation.
         const usage: TokenUsage = end
-          ? end.usage
+          ? end.usageReported
+            ? end.usage
+            : { ...end.usage, inputTokens: job.inputTokens }
           : { inputTokens: job.inputTokens, outputTokens: producedTokens, cachedInputTokens: 0 };
         let finishReason: FinishReason;
         if (failure) finishReason = 'error';
