@@ -3,5 +3,5 @@ export * from './admission-store';
 export * from './decide';
 export * from './admission';
 export * from './in-memory-admission-store';
-export * from './concurrency-admission';
+export * from './in-memory-admission';
 export * from './reconciler';

@@ -5,7 +5,7 @@
  */
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { createConcurrencyAdmission, type InMemoryAdmission } from '@weir/admission';
+import { createInMemoryAdmission, type InMemoryAdmission } from '@weir/admission';
 import {
   type AdmissionService,
   type CancelMessage,
@@ -94,7 +94,7 @@ let splitMode = false;
 
 beforeEach(async () => {
   engine = fakeEngine({ tokens: 5, delayMs: 2 });
-  admission = createConcurrencyAdmission({ tenants: config.tenants, retryAfterMs: 1500 });
+  admission = createInMemoryAdmission({ tenants: config.tenants, retryAfterMs: 1500 });
   admissionOverride = {};
   records = [];
   cancels = [];

@@ -15,6 +15,7 @@ import {
   type GenerationOutcome,
   type IdempotencyClaim,
   type IdempotencyStore,
+  type RetainedResult,
   type PlatformDefaults,
   type RouterService,
   type SamplingParams,
@@ -43,7 +44,7 @@ import {
   toOpenAiUsage,
 } from '@weir/streaming';
 
-import { createGenerationRegistry, type GenerationRegistry, statusOf } from './generation-registry';
+import { createGenerationRegistry, type GenerationRegistry, statusOf, type TrackedGeneration } from './generation-registry';
 import { createMemoryIdempotencyStore, requestBodySha256 } from './idempotency';
 import { AdmissionRejectedError, type GenerationPipeline, type ParamNames } from './pipeline';
 import { rateLimitHeaders } from './rate-limit-headers';
@@ -397,31 +398,9 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
 
   /** The answer a claim holder gives a repeat now, or undefined when it must be waited for. */
   const replayOf = (existing: IdempotencyClaim): Answer | undefined => {
-    if (existing.state === 'done' && existing.result) {
-      const r = existing.result;
-      return {
-        generationId: r.generationId,
-        requestId: r.requestId,
-        modelRevision: r.modelRevision,
-        createdS: r.createdS,
-        transcript: createTranscript({ deltas: r.deltas, outcome: r.outcome }),
-        replayed: true,
-        endedInQueue: false,
-      };
-    }
+    if (existing.state === 'done' && existing.result) return answerFromResult(existing.result);
     const local = registry.get(existing.tenantId, existing.generationId);
-    if (local?.transcript && local.state !== 'queued') {
-      return {
-        generationId: local.generationId,
-        requestId: local.requestId,
-        modelRevision: local.modelRevision,
-        createdS: local.createdS ?? Math.floor(Date.now() / 1000),
-        transcript: local.transcript,
-        replayed: true,
-        endedInQueue: false,
-      };
-    }
-    return undefined;
+    return local && local.state !== 'queued' ? answerFromEntry(local) : undefined;
   };
 
   // ---- Weir's own route -------------------------------------------------------------
@@ -486,18 +465,8 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     const id = String(req.params.id);
     const lastEventId = parseLastEventId(req);
     const entry = registry.get(tenantId, id);
-    let g: Answer | undefined;
-    if (entry?.transcript) {
-      g = {
-        generationId: entry.generationId,
-        requestId: entry.requestId,
-        modelRevision: entry.modelRevision,
-        createdS: entry.createdS ?? 0,
-        transcript: entry.transcript,
-        replayed: true,
-        endedInQueue: false,
-      };
-    } else {
+    let g = entry ? answerFromEntry(entry) : undefined;
+    if (!g) {
       // A keyed generation running behind another gateway: wait for it to end (its stream is
       // then retained here too), unless this reader leaves first.
       const readerGone = new AbortController();
@@ -507,18 +476,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
         await new Promise((r) => setTimeout(r, REPLAY_POLL_MS));
         claim = await idempotency.findClaimByGeneration(tenantId, id);
       }
-      const r = claim?.state === 'done' ? claim.result : undefined;
-      if (r) {
-        g = {
-          generationId: r.generationId,
-          requestId: r.requestId,
-          modelRevision: r.modelRevision,
-          createdS: r.createdS,
-          transcript: createTranscript({ deltas: r.deltas, outcome: r.outcome }),
-          replayed: true,
-          endedInQueue: false,
-        };
-      }
+      if (claim?.state === 'done' && claim.result) g = answerFromResult(claim.result);
     }
     if (!g) {
       throw new WeirError(
@@ -726,6 +684,33 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
       while (registry.active().length > 0 && Date.now() < hardStop) await new Promise((r) => setTimeout(r, 20));
       registry.close();
     },
+  };
+}
+
+/** A replay of a generation this gateway holds (running or finished), from its transcript; undefined without one. */
+function answerFromEntry(entry: TrackedGeneration): Answer | undefined {
+  if (!entry.transcript) return undefined;
+  return {
+    generationId: entry.generationId,
+    requestId: entry.requestId,
+    modelRevision: entry.modelRevision,
+    createdS: entry.createdS ?? Math.floor(Date.now() / 1000),
+    transcript: entry.transcript,
+    replayed: true,
+    endedInQueue: false,
+  };
+}
+
+/** A replay of a retained result (finished, possibly on another gateway). */
+function answerFromResult(r: RetainedResult): Answer {
+  return {
+    generationId: r.generationId,
+    requestId: r.requestId,
+    modelRevision: r.modelRevision,
+    createdS: r.createdS,
+    transcript: createTranscript({ deltas: r.deltas, outcome: r.outcome }),
+    replayed: true,
+    endedInQueue: false,
   };
 }
 

@@ -3,51 +3,13 @@
  * and the admission headers, through the real express app, pipeline, scheduler and relay over
  * a scripted engine and a counting fake admission.
  */
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
-import {
-  type AdmissionService,
-  DEFAULT_ADMISSION,
-  type EngineAdapter,
-  type EngineEvent,
-  type EngineRequest,
-  type PlatformConfig,
-  type ReservationRequest,
-  type ReserveResult,
-  type RevisionSpec,
-  type UsageRecord,
-  mintApiKey,
-} from '@weir/core';
-import { createStaticRouter } from '@weir/routing';
-import { createSlotScheduler } from '@weir/scheduling';
-import { createRelay } from '@weir/streaming';
+import type { AdmissionService, EngineAdapter, EngineEvent, EngineRequest, ReservationRequest, ReserveResult, UsageRecord } from '@weir/core';
 import { createParser, type EventSourceMessage } from 'eventsource-parser';
-import { createGatewayApp, type Gateway } from './app';
+import type { Gateway } from './app';
 import { createMemoryIdempotencyStore, requestBodySha256 } from './idempotency';
-import { createGenerationPipeline } from './pipeline';
+import { startTestGateway, type TestGateway, twoTenantConfig } from './test-support';
 
-const revision: RevisionSpec = {
-  id: 'fake@1',
-  model: 'fake',
-  engine: { kind: 'openai-compatible', baseUrl: 'http://127.0.0.1:1/v1', upstreamModel: 'x', api: 'chat', firstTokenTimeoutMs: 1, idleTimeoutMs: 1, maxConcurrency: 1 },
-  contextWindow: 64,
-  maxOutputTokens: 32,
-  defaultOutputTokens: 8,
-  pricing: { inputPerMTok: 1, outputPerMTok: 1, cachedInputPerMTok: 1 },
-};
-const config: PlatformConfig = {
-  revisions: [revision],
-  aliases: [{ name: 'fake', targets: [{ revision: 'fake@1', weight: 1 }] }],
-  tenants: [
-    { id: 't', name: 'T', apps: [{ id: 'a', name: 'A', limits: {} }], allowedAliases: ['*'], defaultDeadlineMs: 60_000, limits: { maxConcurrent: 8 } },
-    { id: 'u', name: 'U', apps: [{ id: 'b', name: 'B', limits: {} }], allowedAliases: ['*'], defaultDeadlineMs: 60_000, limits: { maxConcurrent: 8 } },
-  ],
-  defaults: { cancelGraceMs: 20, maxBodyBytes: 4096, sseHeartbeatMs: 10_000, maxQueuePerReplica: 8, admission: { ...DEFAULT_ADMISSION } },
-};
-
-const key = mintApiKey();
-const otherKey = mintApiKey();
-const clock = { now: () => performance.now() };
+const config = twoTenantConfig();
 
 /** An engine that streams `tokens` words, `delayMs` apart, and counts its generations. */
 function scriptedEngine(tokens: number, delayMs: number): EngineAdapter & { started: number; delayMs: number } {
@@ -74,9 +36,11 @@ function scriptedEngine(tokens: number, delayMs: number): EngineAdapter & { star
   return engine;
 }
 
-let server: Server;
+let harness: TestGateway;
 let url: string;
 let gateway: Gateway;
+let key: TestGateway['key'];
+let otherKey: TestGateway['otherKey'];
 let engine: ReturnType<typeof scriptedEngine>;
 let reserves: ReservationRequest[];
 let settles: string[];
@@ -91,7 +55,6 @@ beforeEach(async () => {
   settles = [];
   releases = [];
   nextReserve = undefined;
-  records = [];
   store = createMemoryIdempotencyStore();
   let n = 0;
   const admission: AdmissionService = {
@@ -114,48 +77,14 @@ beforeEach(async () => {
       releases.push(id);
     },
   };
-  const router = createStaticRouter(config);
-  const usageSink = { record: (r: UsageRecord) => records.push(r), flush: async () => {} };
-  const pipeline = createGenerationPipeline({
-    router,
-    admission,
-    scheduler: createSlotScheduler({ replicas: [{ id: 'r0', revisionId: 'fake@1', slots: 4 }], maxQueuePerReplica: 8, clock }),
-    relay: createRelay({ engineFor: () => engine, usageSink, clock, cancelGraceMs: 20 }),
-    countInputTokens: (_rev, input) => engine.countInputTokens(input),
-    usageSink,
-    tenants: new Map(config.tenants.map((t) => [t.id, t])),
-    clock,
-  });
-  gateway = createGatewayApp({
-    pipeline,
-    router,
-    apiKeys: {
-      findByHash: async (h) =>
-        h === key.sha256
-          ? { keyId: 'k', prefix: key.prefix, tenantId: 't', appId: 'a' }
-          : h === otherKey.sha256
-            ? { keyId: 'k2', prefix: otherKey.prefix, tenantId: 'u', appId: 'b' }
-            : undefined,
-    },
-    defaults: config.defaults,
-    clock,
-    logger: { info() {}, warn() {}, error() {} },
-    idempotency: store,
-  });
-  server = createServer(gateway.app);
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
-  url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  harness = await startTestGateway({ config, engine, admission, idempotency: store });
+  ({ url, gateway, key, otherKey, records } = harness);
 });
 
-afterEach(async () => {
-  gateway.registry.close();
-  server.closeAllConnections();
-  await new Promise((r) => server.close(r));
-});
+afterEach(() => harness.close());
 
-const post = (path: string, body: unknown, extra: Record<string, string> = {}, apiKey = key.plaintext) =>
-  fetch(`${url}${path}`, { method: 'POST', headers: { Authorization: `Bearer ${apiKey}`, 'Content-Type': 'application/json', ...extra }, body: JSON.stringify(body) });
-const get = (path: string, extra: Record<string, string> = {}) => fetch(`${url}${path}`, { headers: { Authorization: `Bearer ${key.plaintext}`, ...extra } });
+const post = (path: string, body: unknown, extra: Record<string, string> = {}, apiKey?: string) => harness.post(path, body, extra, apiKey);
+const get = (path: string, extra: Record<string, string> = {}) => harness.get(path, extra);
 
 async function sse(res: Response): Promise<EventSourceMessage[]> {
   const out: EventSourceMessage[] = [];

@@ -3,26 +3,9 @@
  * domain parts, a hand-written engine, and a hand-written ledger reader that aggregates the
  * usage records the requests produced.
  */
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
-import { createConcurrencyAdmission } from '@weir/admission';
-import {
-  DEFAULT_ADMISSION,
-  type EngineAdapter,
-  type EngineEvent,
-  type EngineRequest,
-  type PlatformConfig,
-  type UsageAggregate,
-  type UsageReader,
-  type UsageRecord,
-  type UsageSummary,
-  mintApiKey,
-} from '@weir/core';
-import { createStaticRouter } from '@weir/routing';
-import { createSlotScheduler } from '@weir/scheduling';
-import { createRelay } from '@weir/streaming';
-import { createGatewayApp, type Gateway } from './app';
-import { createGenerationPipeline } from './pipeline';
+import { createInMemoryAdmission } from '@weir/admission';
+import type { EngineAdapter, EngineEvent, EngineRequest, UsageAggregate, UsageReader, UsageRecord, UsageSummary } from '@weir/core';
+import { fakeRevision, startTestGateway, type TestGateway, twoTenantConfig } from './test-support';
 import { parseUsageQuery, usageBody } from './usage-route';
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- parsed JSON bodies in assertions
@@ -41,26 +24,8 @@ const engine: EngineAdapter = {
   async close() {},
 };
 
-const config: PlatformConfig = {
-  revisions: [
-    {
-      id: 'fake@1',
-      model: 'fake',
-      engine: { kind: 'openai-compatible', baseUrl: 'http://127.0.0.1:1/v1', upstreamModel: 'x', api: 'chat', firstTokenTimeoutMs: 1, idleTimeoutMs: 1, maxConcurrency: 1 },
-      contextWindow: 64,
-      maxOutputTokens: 32,
-      defaultOutputTokens: 8,
-      // 0.1 USD per token in, 0.2 USD per token out: 2 in + 3 out = 0.8 USD a request.
-      pricing: { inputPerMTok: 100_000, outputPerMTok: 200_000, cachedInputPerMTok: 100_000 },
-    },
-  ],
-  aliases: [{ name: 'fake', targets: [{ revision: 'fake@1', weight: 1 }] }],
-  tenants: [
-    { id: 't', name: 'T', apps: [{ id: 'a', name: 'A', limits: {} }], allowedAliases: ['*'], defaultDeadlineMs: 60_000, limits: { maxConcurrent: 8 } },
-    { id: 'u', name: 'U', apps: [{ id: 'b', name: 'B', limits: {} }], allowedAliases: ['*'], defaultDeadlineMs: 60_000, limits: { maxConcurrent: 8 } },
-  ],
-  defaults: { cancelGraceMs: 20, maxBodyBytes: 4096, sseHeartbeatMs: 1_000, maxQueuePerReplica: 4, admission: { ...DEFAULT_ADMISSION } },
-};
+// 0.1 USD per token in, 0.2 USD per token out: 2 in + 3 out = 0.8 USD a request.
+const config = twoTenantConfig(fakeRevision({ inputPerMTok: 100_000, outputPerMTok: 200_000, cachedInputPerMTok: 100_000 }));
 
 /** A hand-written ledger reader: aggregates the records in memory, the way the SQL does. */
 function memoryUsageReader(records: UsageRecord[]): UsageReader & { queries: { tenantId: string; since: Date; until: Date }[] } {
@@ -97,57 +62,21 @@ function memoryUsageReader(records: UsageRecord[]): UsageReader & { queries: { t
   };
 }
 
-const key = mintApiKey();
-const otherKey = mintApiKey();
-const clock = { now: () => performance.now() };
-let server: Server;
+let harness: TestGateway;
 let url: string;
-let gateway: Gateway;
+let key: TestGateway['key'];
+let otherKey: TestGateway['otherKey'];
 let records: UsageRecord[];
 let reader: ReturnType<typeof memoryUsageReader>;
 
 beforeEach(async () => {
   records = [];
   reader = memoryUsageReader(records);
-  const router = createStaticRouter(config);
-  const admission = createConcurrencyAdmission({ tenants: config.tenants });
-  const usageSink = { record: (r: UsageRecord) => void records.push(r), flush: async () => {} };
-  const pipeline = createGenerationPipeline({
-    router,
-    admission,
-    scheduler: createSlotScheduler({ replicas: [{ id: 'r0', revisionId: 'fake@1', slots: 4 }], maxQueuePerReplica: 4, clock }),
-    relay: createRelay({ engineFor: () => engine, usageSink, clock, cancelGraceMs: 20 }),
-    countInputTokens: (_rev, input) => engine.countInputTokens(input),
-    usageSink,
-    tenants: new Map(config.tenants.map((t) => [t.id, t])),
-    clock,
-  });
-  gateway = createGatewayApp({
-    pipeline,
-    router,
-    apiKeys: {
-      findByHash: async (h) =>
-        h === key.sha256
-          ? { keyId: 'k', prefix: key.prefix, tenantId: 't', appId: 'a' }
-          : h === otherKey.sha256
-            ? { keyId: 'k2', prefix: otherKey.prefix, tenantId: 'u', appId: 'b' }
-            : undefined,
-    },
-    defaults: config.defaults,
-    clock,
-    logger: { info() {}, warn() {}, error() {} },
-    usage: reader,
-  });
-  server = createServer(gateway.app);
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
-  url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  harness = await startTestGateway({ config, engine, admission: createInMemoryAdmission({ tenants: config.tenants }), usage: reader, records });
+  ({ url, key, otherKey } = harness);
 });
 
-afterEach(async () => {
-  gateway.registry.close();
-  server.closeAllConnections();
-  await new Promise((r) => server.close(r));
-});
+afterEach(() => harness.close());
 
 const auth = (k = key) => ({ Authorization: `Bearer ${k.plaintext}`, 'Content-Type': 'application/json' });
 const post = (path: string, body: unknown, extra: Record<string, string> = {}) =>

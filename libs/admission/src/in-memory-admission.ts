@@ -42,9 +42,3 @@ export function createInMemoryAdmission(options: InMemoryAdmissionOptions): InMe
     inFlight: (tenantId) => store.scope(tenantScope(tenantId))?.inFlight ?? 0,
   };
 }
-
-/** @deprecated the name of issue 3's concurrency-only admission; it is now {@link createInMemoryAdmission}. */
-export const createConcurrencyAdmission = createInMemoryAdmission;
-
-/** @deprecated see {@link InMemoryAdmissionOptions}. */
-export type ConcurrencyAdmissionOptions = InMemoryAdmissionOptions;

@@ -1,0 +1,137 @@
+/**
+ * A gateway for the gateway's own specs: the real express app, pipeline, router, scheduler
+ * and relay over a hand-written engine, with two tenants (`t`/app `a`, `u`/app `b`) and a key
+ * for each. Specs choose the admission, the idempotency store and the usage reader.
+ */
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import {
+  type AdmissionService,
+  DEFAULT_ADMISSION,
+  type EngineAdapter,
+  type IdempotencyStore,
+  type MintedApiKey,
+  type PlatformConfig,
+  type RevisionSpec,
+  type UsageReader,
+  type UsageRecord,
+  mintApiKey,
+} from '@weir/core';
+import { createStaticRouter } from '@weir/routing';
+import { createSlotScheduler } from '@weir/scheduling';
+import { createRelay } from '@weir/streaming';
+import { createGatewayApp, type Gateway } from './app';
+import { createGenerationPipeline } from './pipeline';
+
+/** The fake revision `fake@1` (context 64, output ≤ 32, default 8) with the given prices (USD per million tokens). */
+export function fakeRevision(pricing: RevisionSpec['pricing'] = { inputPerMTok: 1, outputPerMTok: 1, cachedInputPerMTok: 1 }): RevisionSpec {
+  return {
+    id: 'fake@1',
+    model: 'fake',
+    engine: { kind: 'openai-compatible', baseUrl: 'http://127.0.0.1:1/v1', upstreamModel: 'x', api: 'chat', firstTokenTimeoutMs: 1, idleTimeoutMs: 1, maxConcurrency: 1 },
+    contextWindow: 64,
+    maxOutputTokens: 32,
+    defaultOutputTokens: 8,
+    pricing,
+  };
+}
+
+/** Two tenants (`t` with app `a`, `u` with app `b`, 8 concurrent each) on alias `fake` → `revision`. */
+export function twoTenantConfig(revision: RevisionSpec = fakeRevision()): PlatformConfig {
+  return {
+    revisions: [revision],
+    aliases: [{ name: 'fake', targets: [{ revision: revision.id, weight: 1 }] }],
+    tenants: [
+      { id: 't', name: 'T', apps: [{ id: 'a', name: 'A', limits: {} }], allowedAliases: ['*'], defaultDeadlineMs: 60_000, limits: { maxConcurrent: 8 } },
+      { id: 'u', name: 'U', apps: [{ id: 'b', name: 'B', limits: {} }], allowedAliases: ['*'], defaultDeadlineMs: 60_000, limits: { maxConcurrent: 8 } },
+    ],
+    defaults: { cancelGraceMs: 20, maxBodyBytes: 4096, sseHeartbeatMs: 10_000, maxQueuePerReplica: 8, admission: { ...DEFAULT_ADMISSION } },
+  };
+}
+
+/** What {@link startTestGateway} needs. */
+export interface TestGatewayOptions {
+  config: PlatformConfig;
+  engine: EngineAdapter;
+  admission: AdmissionService;
+  idempotency?: IdempotencyStore;
+  usage?: UsageReader;
+  /** Concurrent sequences of the one replica `r0`. Default 4. */
+  slots?: number;
+  /** Where usage records go (e.g. an array a usage reader aggregates). Default a new array. */
+  records?: UsageRecord[];
+}
+
+/** A running test gateway. */
+export interface TestGateway {
+  url: string;
+  gateway: Gateway;
+  /** Tenant `t`, app `a`. */
+  key: MintedApiKey;
+  /** Tenant `u`, app `b`. */
+  otherKey: MintedApiKey;
+  /** Every usage record the requests produced, in order. */
+  records: UsageRecord[];
+  /** POSTs JSON with tenant `t`'s key (or `apiKey`). */
+  post(path: string, body: unknown, headers?: Record<string, string>, apiKey?: string): Promise<Response>;
+  /** GETs with tenant `t`'s key (or `apiKey`). */
+  get(path: string, headers?: Record<string, string>, apiKey?: string): Promise<Response>;
+  close(): Promise<void>;
+}
+
+/** Starts a gateway on a free port (see the module comment). */
+export async function startTestGateway(options: TestGatewayOptions): Promise<TestGateway> {
+  const { config, engine } = options;
+  const clock = { now: () => performance.now() };
+  const key = mintApiKey();
+  const otherKey = mintApiKey();
+  const records: UsageRecord[] = options.records ?? [];
+  const usageSink = { record: (r: UsageRecord) => void records.push(r), flush: async () => {} };
+  const router = createStaticRouter(config);
+  const pipeline = createGenerationPipeline({
+    router,
+    admission: options.admission,
+    scheduler: createSlotScheduler({ replicas: [{ id: 'r0', revisionId: config.revisions[0].id, slots: options.slots ?? 4 }], maxQueuePerReplica: config.defaults.maxQueuePerReplica, clock }),
+    relay: createRelay({ engineFor: () => engine, usageSink, clock, cancelGraceMs: config.defaults.cancelGraceMs }),
+    countInputTokens: (_rev, input) => engine.countInputTokens(input),
+    usageSink,
+    tenants: new Map(config.tenants.map((t) => [t.id, t])),
+    clock,
+  });
+  const gateway = createGatewayApp({
+    pipeline,
+    router,
+    apiKeys: {
+      findByHash: async (h) =>
+        h === key.sha256
+          ? { keyId: 'k', prefix: key.prefix, tenantId: 't', appId: 'a' }
+          : h === otherKey.sha256
+            ? { keyId: 'k2', prefix: otherKey.prefix, tenantId: 'u', appId: 'b' }
+            : undefined,
+    },
+    defaults: config.defaults,
+    clock,
+    logger: { info() {}, warn() {}, error() {} },
+    ...(options.idempotency ? { idempotency: options.idempotency } : {}),
+    ...(options.usage ? { usage: options.usage } : {}),
+  });
+  const server: Server = createServer(gateway.app);
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  const auth = (apiKey: string) => ({ Authorization: `Bearer ${apiKey}` });
+  return {
+    url,
+    gateway,
+    key,
+    otherKey,
+    records,
+    post: (path, body, headers = {}, apiKey = key.plaintext) =>
+      fetch(`${url}${path}`, { method: 'POST', headers: { ...auth(apiKey), 'Content-Type': 'application/json', ...headers }, body: JSON.stringify(body) }),
+    get: (path, headers = {}, apiKey = key.plaintext) => fetch(`${url}${path}`, { headers: { ...auth(apiKey), ...headers } }),
+    async close() {
+      gateway.registry.close();
+      server.closeAllConnections();
+      await new Promise((r) => server.close(r));
+    },
+  };
+}
