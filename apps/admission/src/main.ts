@@ -11,7 +11,7 @@
  * 9462), ADMISSION_RECONCILE_INTERVAL_MS (default 10,000), ADMISSION_DB_POOL (default 10),
  * LOG_LEVEL.
  */
-import { createAdmission, startReconciler } from '@weir/admission';
+import { createAdmission, startReconciler, withStoreFaultsAsUnavailable } from '@weir/admission';
 import { loadConfigFile } from '@weir/config';
 import { envInt, envRequired, envString, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
 import { settleUncertainUsage } from '@weir/reconcile';
@@ -58,7 +58,9 @@ runUntilSignal('admission', logger, async () => {
     onReport: () => void admission.countHeld().then((n) => telemetry.metrics.recordReservationsHeld(n), () => undefined),
     onError: (err) => logger.warn({ err }, 'reservation reconciliation failed; retrying next interval'),
   });
-  const grpc = await startGrpcServer({ host: env.HOST, port: env.GRPC_PORT, services: [createAdmissionGrpcServer(admission)] });
+  // A database fault is a retryable 503 (the gateway may fail over to another instance), not a 500.
+  const served = withStoreFaultsAsUnavailable(admission, (err, call) => logger.warn({ err, call }, 'admission database call failed'));
+  const grpc = await startGrpcServer({ host: env.HOST, port: env.GRPC_PORT, services: [createAdmissionGrpcServer(served)] });
   let draining = false;
   const ops = await startOpsServer({
     host: env.HOST,

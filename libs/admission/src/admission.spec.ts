@@ -1,6 +1,6 @@
 /** The admission engine around the pure decisions: validation, observer events, the reconciler loop. */
 import type { ReservationRequest, TenantSpec } from '@weir/core';
-import { createAdmission, createInMemoryAdmission, createInMemoryAdmissionStore, startReconciler } from './index';
+import { createAdmission, createInMemoryAdmission, createInMemoryAdmissionStore, startReconciler, withStoreFaultsAsUnavailable } from './index';
 
 // The full port and store contracts (@weir/testing) run on this store from @weir/store-pg's
 // specs, beside the Postgres store (a spec here importing @weir/testing would be circular).
@@ -217,5 +217,21 @@ describe('a reservation whose ledger row is uncertain (its relay was lost)', () 
     clock.advance(1_000 + 60_000);
     expect(await adm.reconcileReservations()).toMatchObject({ expiredSettled: 1 });
     expect(store.reservations()[0]).toMatchObject({ state: 'settled', settledNano: 1_000, finishedBy: 'reconciler' });
+  });
+});
+
+describe('withStoreFaultsAsUnavailable', () => {
+  it('turns a store fault into a retryable upstream_unavailable, and passes rejections and Weir errors through', async () => {
+    const store = createInMemoryAdmissionStore();
+    const faults: string[] = [];
+    let broken = true;
+    const failing = { ...store, reserve: ((keys, step) => (broken ? Promise.reject(new Error('Connection terminated unexpectedly')) : store.reserve(keys, step))) as typeof store.reserve };
+    const adm = withStoreFaultsAsUnavailable(createAdmission({ tenants }, { store: failing, clock: manualClock() }), (_err, call) => void faults.push(call));
+    await expect(adm.reserve(reservationRequest({ caller }))).rejects.toMatchObject({ code: 'upstream_unavailable', retryable: true, retryAfterMs: 1_000 });
+    expect(faults).toEqual(['reserve']);
+    await expect(adm.reserve(reservationRequest({ caller, inputTokens: -1 }))).rejects.toMatchObject({ code: 'invalid_request' });
+    broken = false;
+    expect((await adm.reserve(reservationRequest({ caller }))).ok).toBe(true);
+    expect(faults).toEqual(['reserve']);
   });
 });

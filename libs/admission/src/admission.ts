@@ -354,3 +354,26 @@ function checkSettlement(s: Settlement): void {
 function isCount(n: number): boolean {
   return Number.isSafeInteger(n) && n >= 0;
 }
+
+/**
+ * Admission whose store faults (a database connection cut or refused: any error that is not
+ * a `WeirError`) reach callers as `upstream_unavailable` (retryable, `Retry-After` 1 s, a 503
+ * at the edge) instead of `internal` — a failed store transaction changed nothing, so the
+ * caller may retry, here or on another admission instance. `onFault` sees the original error
+ * (for a log line). Rejections and `WeirError`s pass through unchanged.
+ */
+export function withStoreFaultsAsUnavailable<T extends AdmissionService>(admission: T, onFault: (err: unknown, call: string) => void = () => undefined): T {
+  const guard =
+    (call: string) =>
+    (err: unknown): never => {
+      if (err instanceof WeirError) throw err;
+      onFault(err, call);
+      throw new WeirError('upstream_unavailable', 'admission could not reach its database; retry shortly', { retryable: true, retryAfterMs: 1_000, cause: err });
+    };
+  return {
+    ...admission,
+    reserve: (request) => admission.reserve(request).catch(guard('reserve')),
+    settle: (id, settlement) => admission.settle(id, settlement).catch(guard('settle')),
+    release: (id) => admission.release(id).catch(guard('release')),
+  };
+}

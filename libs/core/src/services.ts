@@ -237,7 +237,7 @@ export interface GenerationOutcome {
   /** The revision that produced the tokens. */
   modelRevision: string;
   /** Set when finishReason is `error`. */
-  error?: { code: string; message: string };
+  error?: { code: string; message: string; /** Retry hint (ms) when the failure was a refusal before any work. */ retryAfterMs?: number };
   /**
    * True when the relay was lost mid-stream (its process died): the outcome was made by the
    * caller from what it had received, and the relay could not record usage. The caller then

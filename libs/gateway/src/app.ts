@@ -331,8 +331,9 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
       const outcome = transcript.outcome as GenerationOutcome;
       registry.finish(generationId, outcome);
       if (key === undefined) return;
-      // Failed before any output: nothing to replay; a retry should run again.
-      if (outcome.finishReason === 'error' && outcome.usage.outputTokens === 0) return abandon();
+      // A failure (before or after some output) is not a result to replay: a retry runs again.
+      // (A failure mid-stream was billed for the tokens it produced; the retry is a new generation.)
+      if (outcome.finishReason === 'error') return abandon();
       await idempotency
         .complete(
           tenantId,
@@ -831,7 +832,8 @@ function asCode(code: string): keyof typeof HTTP_ERRORS {
 }
 
 function outcomeError(o: GenerationOutcome): WeirError {
-  return new WeirError(asCode(o.error?.code ?? 'internal'), o.error?.message ?? 'the generation failed');
+  const retryAfterMs = o.error?.retryAfterMs;
+  return new WeirError(asCode(o.error?.code ?? 'internal'), o.error?.message ?? 'the generation failed', retryAfterMs !== undefined ? { retryable: true, retryAfterMs } : {});
 }
 
 function deadlineInQueue(): WeirError {

@@ -3,7 +3,7 @@
  * and the admission headers, through the real express app, pipeline, scheduler and relay over
  * a scripted engine and a counting fake admission.
  */
-import type { AdmissionService, EngineAdapter, EngineEvent, EngineRequest, ReservationRequest, ReserveResult, UsageRecord } from '@weir/core';
+import { type AdmissionService, type EngineAdapter, type EngineEvent, type EngineRequest, type ReservationRequest, type ReserveResult, type UsageRecord, WeirError } from '@weir/core';
 import { createParser, type EventSourceMessage } from 'eventsource-parser';
 import type { Gateway } from './app';
 import { createMemoryIdempotencyStore, requestBodySha256 } from './idempotency';
@@ -12,20 +12,24 @@ import { startTestGateway, type TestGateway, twoTenantConfig } from './test-supp
 const config = twoTenantConfig();
 
 /** An engine that streams `tokens` words, `delayMs` apart, and counts its generations. */
-function scriptedEngine(tokens: number, delayMs: number): EngineAdapter & { started: number; delayMs: number } {
+function scriptedEngine(tokens: number, delayMs: number): EngineAdapter & { started: number; delayMs: number; failAfter?: number; refuse?: WeirError } {
   const engine = {
     kind: 'fake',
     capacity: { slots: 4, contextTokens: 64 },
     started: 0,
     delayMs,
+    failAfter: undefined as number | undefined,
+    refuse: undefined as WeirError | undefined,
     async countInputTokens(input: EngineRequest['input']) {
       return input.kind === 'text' ? input.text.split(/\s+/).filter(Boolean).length : 4;
     },
     async *generate(request: EngineRequest): AsyncIterable<EngineEvent> {
       engine.started++;
+      if (engine.refuse) throw engine.refuse;
       let n = 0;
       for (; n < Math.min(tokens, request.maxOutputTokens); n++) {
         if (request.signal.aborted) break;
+        if (engine.failAfter !== undefined && n === engine.failAfter) throw new WeirError('upstream_error', 'the upstream closed mid-stream');
         await new Promise((r) => setTimeout(r, engine.delayMs));
         yield { type: 'delta', text: `w${n} `, tokens: 1 };
       }
@@ -369,5 +373,30 @@ describe('idempotency keys: header, ignored fields, disconnects, other gateways'
     const res = await post('/v1/generations', body);
     expect(res.status).toBe(429);
     expect(res.headers.get('x-should-retry')).toBe('false');
+  });
+});
+
+describe('failures are not results', () => {
+  const body = { model_alias: 'fake', input: 'a b', max_output_tokens: 4 };
+
+  it('does not replay a generation that failed mid-stream: a retry with the same key runs again', async () => {
+    engine.failAfter = 2;
+    const first = (await (await post('/v1/generations', { ...body, request_id: 'fail-1' })).json()) as { finish_reason: string; usage: { output_tokens: number } };
+    expect(first).toMatchObject({ finish_reason: 'error', usage: { output_tokens: 2 } });
+    await until(() => settles.length === 1);
+    engine.failAfter = undefined;
+    const retry = await post('/v1/generations', { ...body, request_id: 'fail-1' });
+    expect(retry.headers.get('idempotent-replayed')).toBeNull();
+    expect(await retry.json()).toMatchObject({ finish_reason: 'length', usage: { output_tokens: 4 } });
+    expect(engine.started).toBe(2);
+    expect(records.map((r) => r.finishReason)).toEqual(['error', 'length']);
+  });
+
+  it('passes a refusal\'s retry hint on as Retry-After', async () => {
+    engine.refuse = new WeirError('engine_unavailable', 'the replica is restarting; retry shortly', { retryable: true, retryAfterMs: 1_500 });
+    const res = await post('/v1/generations', body);
+    expect(res.status).toBe(503);
+    expect(res.headers.get('retry-after')).toBe('2');
+    expect(res.headers.get('retry-after-ms')).toBe('1500');
   });
 });

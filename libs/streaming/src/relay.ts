@@ -171,7 +171,7 @@ export function createRelay(deps: RelayDeps): Relay {
           costNanoUsd: priceUsage(job.revision.pricing, usage),
           modelRevision: job.revision.id,
           timings: { queueMs: job.queueMs, ttftMs, totalMs: now - job.arrivedAt },
-          ...(failure ? { error: { code: failure.code, message: failure.message } } : {}),
+          ...(failure ? { error: { code: failure.code, message: failure.message, ...(failure.retryAfterMs !== undefined && producedTokens === 0 ? { retryAfterMs: failure.retryAfterMs } : {}) } } : {}),
         };
         deps.usageSink.record(buildUsageRecord(job, outcome, wall()));
         deps.onOutcome?.(job, outcome);

@@ -25,7 +25,7 @@ describe('relay over gRPC', () => {
   it('answers a retryable engine_unavailable with zero usage, not a lost stream, when the relay is unreachable', async () => {
     const client = track(createRelayGrpcClient({ address: `127.0.0.1:${await freePort()}` }));
     const outcome = await client.start(relayJob({ tokens: 5 })).done;
-    expect(outcome).toMatchObject({ finishReason: 'error', error: { code: 'engine_unavailable' }, usage: { outputTokens: 0 }, costNanoUsd: 0 });
+    expect(outcome).toMatchObject({ finishReason: 'error', error: { code: 'engine_unavailable', retryAfterMs: 1_000 }, usage: { outputTokens: 0 }, costNanoUsd: 0 });
     expect(isRelayLost(outcome)).toBe(false);
   });
 

@@ -353,7 +353,7 @@ export function createRelayGrpcClient(options: RelayGrpcClientOptions): RelayGrp
         costNanoUsd: 0,
         timings: { queueMs: job.queueMs, ttftMs: null, totalMs: clock.now() - job.arrivedAt },
         modelRevision: job.revision.id,
-        error: { code: error.code, message: error.message },
+        error: { code: error.code, message: error.message, ...(error.retryAfterMs !== undefined ? { retryAfterMs: error.retryAfterMs } : {}) },
       });
 
       const metadata = new grpc.Metadata();
