@@ -73,10 +73,24 @@ it('after a kill -9 mid-stream, a restart frees the orphaned idempotency key and
   let restarted: AllInOneProcess | undefined;
   try {
     const headers = { Authorization: `Bearer ${DEMO_KEY}`, 'Content-Type': 'application/json' };
-    const body = { request_id: 'crash-1', model_alias: 'tiny-stories-slow', input: 'Once upon a time', max_output_tokens: 200, stream: true };
-    const res = await fetch(`${crashed.url}/v1/generations`, { method: 'POST', headers, body: JSON.stringify(body) });
-    const reader = (res.body as ReadableStream<Uint8Array>).getReader();
-    await reader.read();
+    // The tiny model may end a story early: keep starting keyed generations until one is still
+    // running (a delta out, no end yet) when the process is killed.
+    let body: Record<string, unknown> | undefined;
+    for (let attempt = 1; attempt <= 5 && !body; attempt++) {
+      const candidate = { request_id: `crash-${attempt}`, model_alias: 'tiny-stories-slow', input: 'Once upon a time', max_output_tokens: 200, temperature: 1, seed: attempt, stream: true };
+      const res = await fetch(`${crashed.url}/v1/generations`, { method: 'POST', headers, body: JSON.stringify(candidate) });
+      expect(res.status).toBe(200);
+      const reader = (res.body as ReadableStream<Uint8Array>).getReader();
+      let seen = '';
+      while (!seen.includes('event: delta') && !seen.includes('event: end')) {
+        const chunk = await reader.read();
+        if (chunk.done) break;
+        seen += new TextDecoder().decode(chunk.value);
+      }
+      if (!seen.includes('event: end')) body = candidate;
+      else await reader.cancel();
+    }
+    if (!body) throw new Error('every generation ended before it could be interrupted');
     process.kill(crashed.pid, 'SIGKILL');
     await crashed.stop();
     crashed = undefined;
@@ -94,7 +108,7 @@ it('after a kill -9 mid-stream, a restart frees the orphaned idempotency key and
     restarted = undefined;
     const db = await openDatabase({ dataDir: `${data}/pg`, migrate: false });
     try {
-      const held = await db.db.selectFrom('reservations').select(['state', 'finished_by']).orderBy('created_at').execute();
+      const held = await db.db.selectFrom('reservations').select(['state', 'finished_by']).where('request_id', '=', String(body.request_id)).orderBy('created_at').execute();
       expect(held).toEqual([
         { state: 'expired', finished_by: 'reconciler' },
         { state: 'settled', finished_by: 'gateway' },
