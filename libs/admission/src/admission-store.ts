@@ -46,6 +46,17 @@ export interface AdmissionStore {
    * held, or undefined (nothing changed) when it is unknown or no longer held.
    */
   finish(id: string, transition: FinishTransition, apply: (reservation: ReservationRecord, state: LockedState) => StateWrites): Promise<ReservationRecord | undefined>;
+  /**
+   * {@link finish} for several reservations in one transaction: each of `items` still `held`
+   * moves to its transition (state-guarded), then the rows of all their scopes and budget
+   * periods are locked (scopes, then budgets, each in key order) and `apply` — given the
+   * reservations as they were while held, in `items` order — returns what to write. Resolves
+   * with those reservations; ids unknown or no longer held are left out.
+   */
+  finishMany(
+    items: readonly { id: string; transition: FinishTransition }[],
+    apply: (reservations: readonly ReservationRecord[], state: LockedState) => StateWrites,
+  ): Promise<ReservationRecord[]>;
   /** Held reservations whose `expiresAtMs` ≤ `nowMs`, oldest expiry first, at most `limit`. */
   listExpired(nowMs: number, limit: number): Promise<ReservationRecord[]>;
   /** The ledger's facts for those of `generationIds` that have a `usage_ledger` row. */

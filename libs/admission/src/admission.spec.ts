@@ -235,3 +235,28 @@ describe('withStoreFaultsAsUnavailable', () => {
     expect(faults).toEqual(['reserve']);
   });
 });
+
+describe('group commit of settlements and releases', () => {
+  it('finishes a burst in a few transactions, with the same totals as one after another', async () => {
+    const store = createInMemoryAdmissionStore();
+    let finishTransactions = 0;
+    const counting = { ...store, finishMany: ((items, apply) => (finishTransactions++, store.finishMany(items, apply))) as typeof store.finishMany };
+    const bigTenants: TenantSpec[] = [{ ...tenants[0], limits: { maxConcurrent: 1_000, monthlyBudgetUsd: 1 } }];
+    const adm = createAdmission({ tenants: bigTenants }, { store: counting, clock: manualClock() });
+    const held = await Promise.all(Array.from({ length: 60 }, () => adm.reserve(reservationRequest({ caller, worstCaseCostNanoUsd: 10_000 }))));
+    const ids = held.map((r) => (r.ok ? r.reservationId : ''));
+    expect(ids.every(Boolean)).toBe(true);
+    // Half settle at 1..30 × 100 nano, half release; each id twice (a retried call) — the repeat changes nothing.
+    await Promise.all([
+      ...ids.slice(0, 30).flatMap((id, i) => [adm.settle(id, { usage: { inputTokens: 1, outputTokens: 1 }, costNanoUsd: (i + 1) * 100 }), adm.settle(id, { usage: { inputTokens: 9, outputTokens: 9 }, costNanoUsd: 9_999 })]),
+      ...ids.slice(30).flatMap((id) => [adm.release(id), adm.release(id)]),
+    ]);
+    expect(finishTransactions).toBeLessThanOrEqual(3);
+    const month = store.budgets().find((b) => b.scope === 'tenant:t' && b.period === 'month');
+    // Σ (i + 1) × 100 for i < 30 = 46,500; nothing left reserved.
+    expect(month).toMatchObject({ settledNano: 46_500, reservedNano: 0 });
+    expect(store.scope('tenant:t')?.inFlight).toBe(0);
+    expect(store.reservations().filter((r) => r.state === 'settled')).toHaveLength(30);
+    expect(store.reservations().filter((r) => r.state === 'released')).toHaveLength(30);
+  });
+});

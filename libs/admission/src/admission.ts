@@ -229,6 +229,66 @@ export function createAdmission(options: AdmissionOptions, deps: AdmissionDeps):
     });
   };
 
+  // Group commit of settlements and releases too: one transaction at a time, and those that
+  // arrive meanwhile are finished together in the next (each against the state the previous
+  // ones left), so a busy instance does not pay a transaction per request twice.
+  interface Finishing {
+    id: string;
+    outcome: FinishOutcome;
+    resolve(): void;
+    reject(err: unknown): void;
+  }
+  const finishing: Finishing[] = [];
+  let finishDraining = false;
+  const enqueueFinish = (id: string, outcome: FinishOutcome) =>
+    new Promise<void>((resolve, reject) => {
+      finishing.push({ id, outcome, resolve, reject });
+      if (!finishDraining) void drainFinishes();
+    });
+  const drainFinishes = async () => {
+    finishDraining = true;
+    try {
+      while (finishing.length > 0) {
+        const batch = finishing.splice(0, maxBatch);
+        try {
+          await finishBatch(batch);
+          for (const w of batch) w.resolve();
+        } catch (err) {
+          for (const w of batch) w.reject(err);
+        }
+      }
+    } finally {
+      finishDraining = false;
+      if (finishing.length > 0) void drainFinishes();
+    }
+  };
+  /** Settles or releases a batch in one store transaction (the first outcome of an id wins; a repeat is a no-op, as one call after another would be). */
+  const finishBatch = async (batch: readonly Finishing[]) => {
+    const nowMs = clock.now();
+    const outcomes = new Map<string, FinishOutcome>();
+    for (const w of batch) if (!outcomes.has(w.id)) outcomes.set(w.id, w.outcome);
+    const items = [...outcomes].map(([id, outcome]) => ({
+      id,
+      transition:
+        outcome.kind === 'settle'
+          ? ({ state: 'settled', settledNano: outcome.costNano, inputTokens: outcome.inputTokens, outputTokens: outcome.outputTokens, finishedBy: 'gateway', finishedAtMs: nowMs } as const)
+          : ({ state: 'released', finishedBy: 'gateway', finishedAtMs: nowMs } as const),
+    }));
+    const overspends: { r: ReservationRecord; nano: number }[] = [];
+    await store.finishMany(items, (held, lockedRows) => {
+      const work = { scopes: new Map(lockedRows.scopes), budgets: new Map(lockedRows.budgets) };
+      for (const r of held) {
+        const keys = lockKeysOf(r);
+        const effect = finishReservation(r, outcomes.get(r.id) as FinishOutcome, keys.scopes.map((sc) => scopeOf(work, sc)), budgetsOf(work.budgets, keys.budgets));
+        for (const sc of effect.scopes) work.scopes.set(sc.scope, sc);
+        for (const b of effect.budgets) work.budgets.set(budgetKeyString(b), b);
+        if (effect.overspendNano > 0) overspends.push({ r, nano: effect.overspendNano });
+      }
+      return { scopes: [...work.scopes.values()], budgets: [...work.budgets.values()] };
+    });
+    for (const o of overspends) observer?.onOverspend?.({ tenantId: o.r.tenantId, appId: o.r.appId, reservationId: o.r.id, overspendNano: o.nano });
+  };
+
   return {
     async reserve(request: ReservationRequest): Promise<ReserveResult> {
       checkRequest(request);
@@ -256,16 +316,16 @@ export function createAdmission(options: AdmissionOptions, deps: AdmissionDeps):
 
     async settle(reservationId: string, settlement: Settlement): Promise<void> {
       checkSettlement(settlement);
-      await finish(
-        reservationId,
-        { kind: 'settle', costNano: settlement.costNanoUsd, inputTokens: settlement.usage.inputTokens, outputTokens: settlement.usage.outputTokens },
-        'gateway',
-        'settled',
-      );
+      await enqueueFinish(reservationId, {
+        kind: 'settle',
+        costNano: settlement.costNanoUsd,
+        inputTokens: settlement.usage.inputTokens,
+        outputTokens: settlement.usage.outputTokens,
+      });
     },
 
     async release(reservationId: string): Promise<void> {
-      await finish(reservationId, { kind: 'release' }, 'gateway', 'released');
+      await enqueueFinish(reservationId, { kind: 'release' });
     },
 
     async reconcileReservations(): Promise<ReconcileReport> {

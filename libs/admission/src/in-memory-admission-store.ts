@@ -89,6 +89,26 @@ export function createInMemoryAdmissionStore(): InMemoryAdmissionStore {
       await withLocked(reservationLockKeys(before), (state) => write(apply(before, state)));
       return before;
     },
+    async finishMany(items, apply) {
+      const before: ReservationRecord[] = [];
+      for (const { id, transition } of items) {
+        const held = reservations.get(id);
+        if (!held || held.state !== 'held') continue;
+        before.push({ ...held });
+        reservations.set(id, {
+          ...held,
+          state: transition.state,
+          finishedAtMs: transition.finishedAtMs,
+          finishedBy: transition.finishedBy,
+          ...(transition.state === 'settled'
+            ? { settledNano: transition.settledNano, settledInputTokens: transition.inputTokens, settledOutputTokens: transition.outputTokens }
+            : {}),
+        });
+      }
+      if (before.length === 0) return [];
+      await withLocked(mergeKeys(before.map(reservationLockKeys)), (state) => write(apply(before, state)));
+      return before;
+    },
     async listExpired(nowMs, limit) {
       return [...reservations.values()]
         .filter((r) => r.state === 'held' && r.expiresAtMs <= nowMs)
@@ -145,6 +165,14 @@ export function createInMemoryAdmissionStore(): InMemoryAdmissionStore {
       ledger.set(generationId, { ...facts });
     },
   };
+}
+
+/** The union of several lock keys, sorted as rows are locked. */
+function mergeKeys(all: readonly LockKeys[]): LockKeys {
+  const scopes = [...new Set(all.flatMap((k) => k.scopes))].sort();
+  const budgets = new Map<string, LockKeys['budgets'][number]>();
+  for (const k of all) for (const b of k.budgets) budgets.set(budgetKeyString(b), b);
+  return { scopes, budgets: [...budgets.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([, b]) => b) };
 }
 
 /** A mutex per key: `acquire` resolves with a release function once every earlier holder released. */

@@ -122,6 +122,32 @@ export function createPgAdmissionStore(db: Kysely<WeirSchema>): AdmissionStore {
         return held;
       }),
 
+    finishMany: (items, apply) =>
+      db.transaction().execute(async (trx) => {
+        if (items.length === 0) return [];
+        const values = items.map(({ id, transition: t }) => {
+          const settled = t.state === 'settled' ? t : undefined;
+          return sql`(${id}::text, ${t.state}::text, ${settled ? settled.settledNano : null}::bigint, ${settled ? settled.inputTokens : null}::integer,
+            ${settled ? settled.outputTokens : null}::integer, ${new Date(t.finishedAtMs)}::timestamptz, ${t.finishedBy}::text)`;
+        });
+        const { rows } = await sql<ReservationRow>`
+          UPDATE reservations AS r SET state = v.state, settled_nano = v.settled_nano, settled_input_tokens = v.settled_input_tokens,
+            settled_output_tokens = v.settled_output_tokens, finished_at = v.finished_at, finished_by = v.finished_by
+          FROM (VALUES ${sql.join(values)}) AS v(id, state, settled_nano, settled_input_tokens, settled_output_tokens, finished_at, finished_by)
+          WHERE r.id = v.id AND r.state = 'held'
+          RETURNING ${RESERVATION_COLUMNS}`.execute(trx);
+        if (rows.length === 0) return [];
+        const order = new Map(items.map((it, i) => [it.id, i]));
+        const held = rows.map((r) => asHeld(toRecord(r))).sort((a, b) => (order.get(a.id) ?? 0) - (order.get(b.id) ?? 0));
+        const keys = held.map(reservationLockKeys);
+        const merged = {
+          scopes: [...new Set(keys.flatMap((k) => k.scopes))],
+          budgets: [...new Map(keys.flatMap((k) => k.budgets).map((b) => [budgetKeyString(b), b])).values()],
+        };
+        await writeRows(trx, apply(held, await lockRows(trx, merged)));
+        return held;
+      }),
+
     async listExpired(nowMs, limit) {
       const { rows } = await sql<ReservationRow>`
         SELECT ${RESERVATION_COLUMNS} FROM reservations r
