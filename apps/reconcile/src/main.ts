@@ -69,7 +69,7 @@ async function main(argv: string[]): Promise<number> {
     strict: true,
   });
   if (values.help) {
-    console.log(USAGE);
+    process.stdout.write(`${USAGE}\n`);
     return 0;
   }
   const since = parseDate('since', values.since);
@@ -122,7 +122,8 @@ async function main(argv: string[]): Promise<number> {
         countExpiredHeld: (now) => queries.countHeldPastExpiry(now),
       },
     );
-    console.log(values.json ? JSON.stringify(report, null, 2) : formatReport(report));
+    // The report is this command's output (stdout), not a log line; it holds no prompt or output text.
+    process.stdout.write(`${values.json ? JSON.stringify(report, null, 2) : formatReport(report)}\n`);
     return report.ok ? 0 : 1;
   } finally {
     await nc?.close().catch(() => undefined);
@@ -137,7 +138,8 @@ main(process.argv.slice(2)).then(
     const hint = /stream not found/i.test(message)
       ? ' (no usage stream under this NATS namespace: the all-in-one writes none — run with --no-stream — or set --namespace / WEIR_NATS_NAMESPACE to the deployment\'s)'
       : '';
-    console.error(error instanceof UsageError || (error as { code?: string }).code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION' ? `${message}\n${USAGE}` : `reconcile failed: ${message}${hint}`);
+    const usage = error instanceof UsageError || (error as { code?: string }).code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION';
+    process.stderr.write(`${usage ? `${message}\n${USAGE}` : `reconcile failed: ${message}${hint}`}\n`);
     process.exit(2);
   },
 );
