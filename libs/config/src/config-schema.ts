@@ -251,6 +251,8 @@ const defaults = strict({
       prior_prefill_tokens_per_s: z.number({ error: expecting('a number > 0 (tokens/s)') }).gt(0, { error: expecting('a number > 0 (tokens/s)') }).default(1_000),
       prior_decode_tokens_per_s: z.number({ error: expecting('a number > 0 (tokens/s)') }).gt(0, { error: expecting('a number > 0 (tokens/s)') }).default(20),
       ewma_alpha: z.number({ error: expecting('a number > 0 and <= 1') }).gt(0, { error: expecting('a number > 0 and <= 1') }).max(1, { error: expecting('a number > 0 and <= 1') }).default(0.2),
+      pushback_ms: int(0, 5_000).default(250),
+      tpot_target_ms: z.number({ error: expecting('a number > 0 (ms)') }).gt(0, { error: expecting('a number > 0 (ms)') }).optional(),
     }).prefault({}),
   ),
   admission: section(

@@ -355,6 +355,8 @@ function toPlatformConfig(file: ConfigFile, baseDir: string): PlatformConfig {
         priorPrefillTokensPerS: file.defaults.scheduling.prior_prefill_tokens_per_s,
         priorDecodeTokensPerS: file.defaults.scheduling.prior_decode_tokens_per_s,
         ewmaAlpha: file.defaults.scheduling.ewma_alpha,
+        pushbackMs: file.defaults.scheduling.pushback_ms,
+        ...(file.defaults.scheduling.tpot_target_ms !== undefined ? { tpotTargetMs: file.defaults.scheduling.tpot_target_ms } : {}),
       },
       admission: {
         reservationGraceMs: file.defaults.admission.reservation_grace_ms,

@@ -54,7 +54,7 @@ describe('scheduling configuration', () => {
     ]);
     expect(cfg.tenants[0]).toMatchObject({ schedulingWeight: 3, dedicatedPool: 'acme-dedicated' });
     expect(cfg.tenants[1].schedulingWeight).toBeUndefined();
-    expect(cfg.defaults.scheduling).toEqual({ maxQueueBytesPerReplica: 16_777_216, tenantQueueShare: 0.25, quantumTokens: 256, priorPrefillTokensPerS: 1_000, priorDecodeTokensPerS: 40, ewmaAlpha: 0.2 });
+    expect(cfg.defaults.scheduling).toEqual({ maxQueueBytesPerReplica: 16_777_216, tenantQueueShare: 0.25, quantumTokens: 256, priorPrefillTokensPerS: 1_000, priorDecodeTokensPerS: 40, ewmaAlpha: 0.2, pushbackMs: 250 });
   });
 
   it.each([

@@ -254,6 +254,24 @@ export interface SchedulingDefaults {
   priorDecodeTokensPerS: number;
   /** Weight of a new measurement in the throughput EWMAs, (0, 1]. Default 0.2. */
   ewmaAlpha: number;
+  /**
+   * Scheduler pushback at the gateway (ms, 0 = off): after the scheduler refuses a tenant's
+   * request to a revision with `queue_full` or `deadline_unmeetable` (or sheds its batch work),
+   * the gateway refuses that tenant's like requests for up to this long itself — before
+   * counting tokens or reserving — unless a grant for the same tenant and revision arrives
+   * first. It keeps a flooding tenant's refusals cheap, so they do not consume the front end
+   * every tenant shares (the server-pushback idea of gRPC's retry design, A6). Default 250.
+   */
+  pushbackMs: number;
+  /**
+   * Time-per-output-token target (ms) for every pool (absent = off). When set, the scheduler
+   * lowers a replica's admitted batch below its declared slots while the replica's measured
+   * p95 TPOT is above the target, and raises it back while it is comfortably below: batch
+   * size trades throughput for TPOT (the decode step grows with the batch), and this keeps
+   * the latency promise at the cost of throughput (additive increase, multiplicative
+   * decrease; see `libs/scheduling/src/tpot-limiter.ts`). Default absent.
+   */
+  tpotTargetMs?: number;
 }
 
 /** `defaults.scheduling` when the configuration names none (see {@link SchedulingDefaults}). */
@@ -264,6 +282,7 @@ export const DEFAULT_SCHEDULING: Readonly<SchedulingDefaults> = Object.freeze({
   priorPrefillTokensPerS: 1_000,
   priorDecodeTokensPerS: 20,
   ewmaAlpha: 0.2,
+  pushbackMs: 250,
 });
 
 /** Admission and accounting settings (the `defaults.admission` section). */
