@@ -45,6 +45,7 @@ runUntilSignal('scheduler', logger, async () => {
     observer: schedulerMetricsObserver(telemetry.metrics, {
       onLeaseExpired: (replica) => logger.warn({ replica }, 'lease expired unreleased (its holder vanished)'),
       onBrownout: (e) => logger[e.active ? 'warn' : 'info']({ pool: e.pool, revision: e.revisionId, capacityRatio: e.capacityRatio }, e.active ? 'pool lost capacity: brownout (batch shed, queue bounds shrunk)' : 'pool capacity back: brownout over'),
+      onSlotLimit: (e) => logger.info({ replica: e.replicaId, limit: e.limit, slots: e.slots, p95TpotMs: Math.round(e.p95Ms) }, `TPOT target: replica batch ${e.change} to ${e.limit} of ${e.slots} sequences`),
     }),
   });
   telemetry.observeQueues(() => scheduler.stats().queued);

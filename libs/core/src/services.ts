@@ -177,9 +177,11 @@ export interface ScheduleRequest {
 /**
  * Why the scheduler did not grant a lease:
  * - `queue_full` (immediate): the pool's or the tenant's queue is at its bound (length or bytes);
- * - `deadline_unmeetable` (immediate): the estimated start plus prefill is past the deadline;
+ * - `deadline_unmeetable` (immediate): the estimated start plus the estimated run (prefill and
+ *   the expected output at the measured decode rate) ends past the deadline;
  * - `shed`: batch work dropped because its pool lost capacity (brownout), at arrival or while queued;
- * - `deadline` / `cancelled`: the deadline passed / the client left while queued;
+ * - `deadline` / `cancelled`: while queued, the deadline passed or the request could no longer
+ *   finish by it (dropped before starting) / the client left;
  * - `no_replica`: no replica of the request's pool serves the revision.
  */
 export type ScheduleRejectReason = 'queue_full' | 'deadline_unmeetable' | 'shed' | 'deadline' | 'cancelled' | 'no_replica';

@@ -66,12 +66,20 @@ describe('estimateStartMs', () => {
 
 describe('speedFactor', () => {
   it.each([
-    { fast: undefined, slow: undefined, want: 1 },
-    { fast: 90, slow: 100, want: 1 },
-    { fast: 40, slow: 100, want: 0.4 },
-    { fast: 120, slow: 100, want: 1 },
-  ])('fast $fast / slow $slow → $want (threshold 0.8)', ({ fast, slow, want }) => {
-    expect(speedFactor(fast, slow, 0.8)).toBe(want);
+    { rate: undefined, peers: [100], want: 1 },
+    { rate: 40, peers: [], want: 1 },
+    { rate: 90, peers: [100], want: 1 },
+    { rate: 40, peers: [100], want: 0.4 },
+    { rate: 120, peers: [100], want: 1 },
+    { rate: 40, peers: [100, 80, 10_000], want: 0.4 },
+    { rate: 40, peers: [60, 100], want: 0.5 },
+  ])('rate $rate against peers $peers → $want (threshold 0.8)', ({ rate, peers, want }) => {
+    expect(speedFactor(rate, peers, 0.8)).toBe(want);
+  });
+
+  it('does not read a pool that slows together (fuller batches) as lost capacity', () => {
+    // Every replica went from 50 to 25 tokens/s per sequence as their batches filled.
+    expect(speedFactor(25, [25, 26], 0.8)).toBe(1);
   });
 });
 

@@ -95,12 +95,23 @@ export function estimateStartMs(input: StartEstimateInput): number {
 }
 
 /**
- * A replica's speed relative to its own history: `fast ÷ slow` EWMA of decode throughput when
- * it is below `threshold` (a real slowdown), else 1 (noise). 1 until there is history.
+ * A replica's speed relative to its peers: its measured per-sequence decode rate ÷ the median
+ * of its peers' (the other usable replicas of its pool queue that have a measurement), when
+ * that is below `threshold` (a real slowdown), else 1 (noise). 1 without a measurement or
+ * without measured peers.
+ *
+ * Why peers and not its own history: per-sequence decode rate falls with batch size by design
+ * (a decode step of 20 ms at batch 1 and 40 ms at batch 32 halves it), and every replica of a
+ * pool under the same load slows together. Comparing with its own past read plain load as lost
+ * capacity; comparing with peers that share the load finds the one replica that is sick.
  */
-export function speedFactor(fast: number | undefined, slow: number | undefined, threshold: number): number {
-  if (fast === undefined || slow === undefined || slow <= 0) return 1;
-  const ratio = fast / slow;
+export function speedFactor(rate: number | undefined, peerRates: readonly number[], threshold: number): number {
+  if (rate === undefined || peerRates.length === 0) return 1;
+  const sorted = [...peerRates].sort((a, b) => a - b);
+  const mid = sorted.length >> 1;
+  const median = sorted.length % 2 === 1 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
+  if (!(median > 0)) return 1;
+  const ratio = rate / median;
   return ratio < threshold ? Math.max(0, ratio) : 1;
 }
 

@@ -268,18 +268,47 @@ describe('createPoolScheduler: deadlines', () => {
     const s = createPoolScheduler(base({ settings: { tenantQueueShare: 1, quantumTokens: 100 }, maxQueuePerReplica: 100 }));
     const held = leaseOf(await s.acquire(req('acme', { tokens: 1, inputTokens: 1 })));
     // acme queues 10 requests of 5 s of decode each. With equal weights globex's first request
-    // goes after about one of them (5 s), not after all ten (50 s).
+    // goes after about one of them (5 s), not after all ten (50 s), then runs 5 s itself.
     const order: string[] = [];
     for (let i = 0; i < 10; i++) void s.acquire(req('acme', { tokens: 100, inputTokens: 0 })).then((r) => (order.push('acme'), leaseOf(r).release()));
     await flush();
-    expect(await s.acquire(req('globex', { tokens: 100, inputTokens: 0, deadlineAt: Date.now() + 4_500 }))).toMatchObject({ ok: false, reason: 'deadline_unmeetable' });
-    const queued = s.acquire(req('globex', { tokens: 100, inputTokens: 0, deadlineAt: Date.now() + 6_000 })).then((r) => (order.push('globex'), leaseOf(r).release()));
+    expect(await s.acquire(req('globex', { tokens: 100, inputTokens: 0, deadlineAt: Date.now() + 9_000 }))).toMatchObject({ ok: false, reason: 'deadline_unmeetable' });
+    const queued = s.acquire(req('globex', { tokens: 100, inputTokens: 0, deadlineAt: Date.now() + 11_000 })).then((r) => (order.push('globex'), leaseOf(r).release()));
     await flush();
     expect(s.stats().lanes[0].byTenant).toContainEqual({ tenant: 'globex', priority: 'interactive', requests: 1, tokens: 100 });
     held.release();
     await queued;
     await flush();
     expect(order.indexOf('globex')).toBeLessThanOrEqual(1);
+  });
+
+  it('counts the request’s own run: a start in time is not enough when the answer would end past the deadline', async () => {
+    const s = createPoolScheduler(base());
+    // In flight: 5.05 s of work on the only sequence.
+    leaseOf(await s.acquire(req('acme', { tokens: 150, inputTokens: 50 })));
+    // Starts in ≈ 5 s (before the 7 s deadline) but 100 output tokens take 5 s more.
+    const cut = await s.acquire(req('globex', { tokens: 100, inputTokens: 0, deadlineAt: Date.now() + 7_000 }));
+    expect(cut).toMatchObject({ ok: false, reason: 'deadline_unmeetable', message: expect.stringContaining('estimated run (5000 ms') });
+    // 10 output tokens (0.5 s) fit.
+    void s.acquire(req('globex', { tokens: 10, inputTokens: 0, deadlineAt: Date.now() + 7_000 }));
+    await flush();
+    expect(s.stats().lanes[0].requests).toBe(1);
+  });
+
+  it('drops queued work that can no longer finish by its deadline before it starts, holding nothing', async () => {
+    const s = createPoolScheduler(base());
+    const held = leaseOf(await s.acquire(req('acme', { tokens: 150, inputTokens: 50 })));
+    // Estimated start ≈ 5 s, run 5 s: meets an 11 s deadline when it arrives.
+    const queued = s.acquire(req('globex', { tokens: 100, inputTokens: 0, deadlineAt: Date.now() + 11_000 }));
+    await flush();
+    expect(s.stats().lanes[0].requests).toBe(1);
+    // The lease ahead runs long: at 7 s only 4 s are left for 5 s of work.
+    await jest.advanceTimersByTimeAsync(7_000);
+    held.release();
+    expect(await queued).toMatchObject({ ok: false, reason: 'deadline', message: expect.stringContaining('could no longer finish') });
+    expect(s.stats()).toMatchObject({ inFlight: { r0: 0 }, lanes: [{ requests: 0 }] });
+    // Work that still fits starts as usual.
+    expect((await s.acquire(req('globex', { tokens: 100, inputTokens: 0, deadlineAt: Date.now() + 6_000 }))).ok).toBe(true);
   });
 
   it('learns the replica’s rates from lease reports (EWMA) and estimates with them', async () => {
@@ -338,18 +367,73 @@ describe('createPoolScheduler: brownout', () => {
     expect(brownouts).toEqual(['true@0.5', 'false@1']);
   });
 
-  it('treats a replica whose measured decode rate collapsed as lost capacity', async () => {
+  it('treats a replica whose decode rate collapsed against its peers as lost capacity, not a pool that slows together', async () => {
     const s = createPoolScheduler(base({ replicas: [{ id: 'r0', revisionId: 'm@1', slots: 1 }, { id: 'r1', revisionId: 'm@1', slots: 1 }], settings: { ewmaAlpha: 0.5 } }));
-    const run = async (decodeMsPerToken: number) => {
-      const lease = leaseOf(await s.acquire(req('acme')));
-      if (lease.replicaId !== 'r0') throw new Error('expected r0 (least loaded, first)');
-      lease.release({ inputTokens: 10, outputTokens: 101, ttftMs: 10, durationMs: 10 + 100 * decodeMsPerToken });
+    const report = (decodeMsPerToken: number) => ({ inputTokens: 10, outputTokens: 101, ttftMs: 10, durationMs: 10 + 100 * decodeMsPerToken });
+    /** One generation on each replica, at the given ms per output token. */
+    const run = async (r0MsPerToken: number, r1MsPerToken: number) => {
+      const a = leaseOf(await s.acquire(req('acme')));
+      const b = leaseOf(await s.acquire(req('acme')));
+      expect([a.replicaId, b.replicaId]).toEqual(['r0', 'r1']);
+      a.release(report(r0MsPerToken));
+      b.release(report(r1MsPerToken));
     };
-    for (let i = 0; i < 5; i++) await run(10); // 100 tokens/s
+    for (let i = 0; i < 5; i++) await run(10, 10); // 100 tokens/s each
     expect(s.stats().lanes[0]).toMatchObject({ brownout: false, capacityRatio: 1 });
-    for (let i = 0; i < 3; i++) await run(50); // 20 tokens/s
+    // Both slow down together (fuller batches, a busy host): the same capacity, no brownout.
+    for (let i = 0; i < 5; i++) await run(40, 40);
+    expect(s.stats().lanes[0]).toMatchObject({ brownout: false, capacityRatio: 1 });
+    // r0 alone falls to a fifth of r1's rate.
+    for (let i = 0; i < 5; i++) await run(200, 40);
     const lane = s.stats().lanes[0];
     expect(lane.brownout).toBe(true);
     expect(lane.capacityRatio).toBeLessThan(0.8);
+    expect(s.stats().replicas.find((r) => r.id === 'r0')?.capacity).toBeLessThan(0.5);
+  });
+});
+
+describe('createPoolScheduler: TPOT target', () => {
+  it('holds a replica’s batch below its slots while its p95 TPOT is over the target, and raises it back', async () => {
+    const changes: string[] = [];
+    const s = createPoolScheduler(
+      base({
+        replicas: [{ id: 'r0', revisionId: 'm@1', slots: 10 }],
+        settings: { tpotTargetMs: 50 },
+        maxQueuePerReplica: 100,
+        observer: { onSlotLimit: (e) => changes.push(`${e.change}:${e.limit}/${e.slots}`) },
+      }),
+    );
+    const report = (tpotMs: number) => ({ inputTokens: 10, outputTokens: 101, ttftMs: 10, durationMs: 10 + 100 * tpotMs });
+    /** Fills the replica to its limit and releases every lease with the given TPOT. */
+    const wave = async (tpotMs: number) => {
+      const limit = s.stats().replicas[0].slotLimit;
+      const leases = await Promise.all(Array.from({ length: limit }, () => s.acquire(req('acme'))));
+      await jest.advanceTimersByTimeAsync(1);
+      for (const l of leases) leaseOf(l).release(report(tpotMs));
+      return limit;
+    };
+    expect(await wave(80)).toBe(10);
+    // p95 80 ms over a 50 ms target: 10 × 50/80 → 6.
+    expect(s.stats().replicas[0]).toMatchObject({ slots: 10, slotLimit: 6 });
+    expect(changes).toEqual(['decreased:6/10']);
+    // The scheduler never gives it more than its limit: the 7th waits.
+    const six = await Promise.all(Array.from({ length: 6 }, () => s.acquire(req('acme'))));
+    const seventh = s.acquire(req('acme'));
+    await flush();
+    expect(s.stats()).toMatchObject({ inFlight: { r0: 6 }, lanes: [{ requests: 1 }] });
+    await jest.advanceTimersByTimeAsync(1);
+    for (const l of six) leaseOf(l).release(report(30));
+    leaseOf(await seventh).release(report(30));
+    // Fast again and full: one more at a time.
+    await wave(30);
+    expect(s.stats().replicas[0].slotLimit).toBeGreaterThan(6);
+    expect(changes[changes.length - 1]).toMatch(/^increased:/);
+  });
+
+  it('keeps the declared slots when no target is set', async () => {
+    const s = createPoolScheduler(base({ replicas: [{ id: 'r0', revisionId: 'm@1', slots: 4 }] }));
+    const leases = await Promise.all(Array.from({ length: 4 }, () => s.acquire(req('acme'))));
+    for (const l of leases) leaseOf(l).release({ inputTokens: 10, outputTokens: 101, ttftMs: 10, durationMs: 10_010 });
+    expect(s.stats().replicas[0]).toMatchObject({ slots: 4, slotLimit: 4 });
   });
 });

@@ -15,10 +15,15 @@
  *   tenants by weight, in tokens; earliest deadline first inside a tenant). Bounded in entries
  *   and bytes per pool and per tenant, scaled by the pool's remaining capacity.
  * - **Deadlines**: a request that cannot start now is rejected with `deadline_unmeetable` when
- *   its estimated start plus its own prefill is past its deadline (see `estimator.ts`); one that
- *   waits past its deadline leaves with `deadline`; one whose client leaves, with `cancelled`.
+ *   its estimated start plus its estimated run (prefill, then its expected output at the
+ *   measured decode rate) ends past its deadline (see `estimator.ts`): work that would be cut
+ *   at its deadline is refused while that is still cheap, instead of taking a sequence it
+ *   cannot use. One that waits until it can no longer finish in time leaves with `deadline`
+ *   before it starts; one whose client leaves, with `cancelled`.
+ * - **TPOT target** (`settings.tpotTargetMs`, optional): each replica's admitted batch follows
+ *   its measured p95 time per output token (`tpot-limiter.ts`), below its declared slots.
  * - **Brownout**: when a pool's capacity drops (a replica unhealthy, or its measured decode
- *   rate falls below `slowdownThreshold` of its own history) the bounds shrink with it, entries
+ *   rate falls below `slowdownThreshold` of its peers') the bounds shrink with it, entries
  *   over the new bound are shed (batch first), and in pools that serve interactive work batch
  *   work is shed and refused (`shed`) until the capacity is back.
  */
@@ -38,6 +43,7 @@ import {
 } from '@weir/core';
 import { ewma, estimateStartMs, fairShareAhead, queueBounds, type QueueBounds, type SequenceRates, sequenceSeconds, speedFactor, throughputFromReport } from './estimator';
 import { FairQueue } from './fair-queue';
+import { TpotLimiter } from './tpot-limiter';
 
 /** A replica the scheduler may place work on. */
 export interface ReplicaCapacity {
@@ -81,6 +87,8 @@ export interface SchedulerObserver {
   onBrownout?(event: { pool: string; revisionId: string; active: boolean; capacityRatio: number }): void;
   /** A lease expired unreleased (its holder vanished). */
   onLeaseExpired?(replicaId: string): void;
+  /** The TPOT target moved a replica's admitted batch (`limit` sequences; `p95Ms` the measured TPOT that moved it). */
+  onSlotLimit?(event: { replicaId: string; limit: number; slots: number; p95Ms: number; change: 'decreased' | 'increased' }): void;
 }
 
 /** Options of {@link createPoolScheduler}. */
@@ -93,11 +101,15 @@ export interface PoolSchedulerOptions {
   /** See {@link SchedulingDefaults}; absent fields take {@link DEFAULT_SCHEDULING}. */
   settings?: Partial<SchedulingDefaults>;
   /**
-   * Measured decode rate (fast EWMA) below this fraction of the replica's long-run rate (slow
-   * EWMA, alpha ÷ 10) counts as lost capacity (brownout). Default 0.8.
+   * A replica whose measured per-sequence decode rate (EWMA) is below this fraction of the
+   * median of its pool queue's other replicas counts as lost capacity (brownout). Default 0.8.
    */
   slowdownThreshold?: number;
-  /** Reject with `deadline_unmeetable` at arrival (true), or only let deadlines pass in the queue (false). Default true. */
+  /**
+   * Reject with `deadline_unmeetable` at arrival, and drop queued work that can no longer
+   * finish by its deadline before it starts (true); or only let deadlines pass in the queue
+   * (false). Default true.
+   */
   rejectUnmeetable?: boolean;
   /**
    * A lease not released by its deadline plus this (ms) is released automatically, so a caller
@@ -117,6 +129,8 @@ export interface ReplicaStats {
   pool: string;
   healthy: boolean;
   slots: number;
+  /** Sequences it may be given now: `slots`, or less while the TPOT target holds it back. */
+  slotLimit: number;
   inFlight: number;
   /** KV tokens (Infinity when unbounded). */
   kvTokens: number;
@@ -184,8 +198,10 @@ interface ReplicaState {
   kvInUse: number;
   healthy: boolean;
   prefill?: number;
-  decodeFast?: number;
-  decodeSlow?: number;
+  /** Per-sequence decode rate (EWMA, tokens/s). */
+  decode?: number;
+  /** Present when the settings name a TPOT target. */
+  limiter?: TpotLimiter;
   /** Work still to run on each held lease: [granted at (ms), sequence-seconds]. */
   leases: Set<{ grantedAt: number; seconds: number }>;
 }
@@ -239,7 +255,16 @@ export function createPoolScheduler(options: PoolSchedulerOptions): PoolSchedule
   const laneOf = new Map<ReplicaState, Lane>();
   for (const spec of options.replicas) {
     const pool = spec.pool ?? INTERACTIVE_POOL;
-    const state: ReplicaState = { spec, pool, kvTokens: spec.kvTokens ?? Infinity, inFlight: 0, kvInUse: 0, healthy: true, leases: new Set() };
+    const state: ReplicaState = {
+      spec,
+      pool,
+      kvTokens: spec.kvTokens ?? Infinity,
+      inFlight: 0,
+      kvInUse: 0,
+      healthy: true,
+      leases: new Set(),
+      ...(settings.tpotTargetMs !== undefined ? { limiter: new TpotLimiter({ targetMs: settings.tpotTargetMs, maxLimit: spec.slots }) } : {}),
+    };
     const key = laneKey(pool, spec.revisionId);
     let lane = lanes.get(key);
     if (!lane) {
@@ -260,8 +285,15 @@ export function createPoolScheduler(options: PoolSchedulerOptions): PoolSchedule
   // healthy, health is ignored for it, so a prober that misjudges every replica (a starved
   // host, a network blip) cannot turn a working fleet into 503s.
   const usable = (lane: Lane, r: ReplicaState) => r.healthy || !lane.replicas.some((x) => x.healthy);
-  const ratesOf = (r: ReplicaState): SequenceRates => ({ prefillTokensPerS: r.prefill ?? prior.prefillTokensPerS, decodeTokensPerS: r.decodeFast ?? prior.decodeTokensPerS });
-  const replicaCapacity = (lane: Lane, r: ReplicaState) => (usable(lane, r) ? speedFactor(r.decodeFast, r.decodeSlow, slowdownThreshold) : 0);
+  const ratesOf = (r: ReplicaState): SequenceRates => ({ prefillTokensPerS: r.prefill ?? prior.prefillTokensPerS, decodeTokensPerS: r.decode ?? prior.decodeTokensPerS });
+  /** Sequences the replica may be given now (its slots, or the TPOT target's lower limit). */
+  const slotLimit = (r: ReplicaState) => r.limiter?.limit ?? r.spec.slots;
+  const replicaCapacity = (lane: Lane, r: ReplicaState) => {
+    if (!usable(lane, r)) return 0;
+    const peers: number[] = [];
+    for (const p of lane.replicas) if (p !== r && p.decode !== undefined && usable(lane, p)) peers.push(p.decode);
+    return speedFactor(r.decode, peers, slowdownThreshold);
+  };
   /** Remaining capacity in replica-equivalents. */
   const laneCapacity = (lane: Lane) => lane.replicas.reduce((sum, r) => sum + replicaCapacity(lane, r), 0);
   const boundsOf = (lane: Lane) => queueBounds(laneCapacity(lane), perReplica, settings.tenantQueueShare);
@@ -275,9 +307,10 @@ export function createPoolScheduler(options: PoolSchedulerOptions): PoolSchedule
     for (const r of lane.replicas) {
       if (!usable(lane, r)) continue;
       const rates = ratesOf(r);
-      slots += r.spec.slots;
-      prefill += rates.prefillTokensPerS * r.spec.slots;
-      decode += rates.decodeTokensPerS * r.spec.slots;
+      const n = slotLimit(r);
+      slots += n;
+      prefill += rates.prefillTokensPerS * n;
+      decode += rates.decodeTokensPerS * n;
     }
     return slots === 0 ? prior : { prefillTokensPerS: prefill / slots, decodeTokensPerS: decode / slots };
   };
@@ -288,12 +321,12 @@ export function createPoolScheduler(options: PoolSchedulerOptions): PoolSchedule
     let load = Infinity;
     let avoided = false;
     for (const r of lane.replicas) {
-      if (!usable(lane, r) || r.inFlight >= r.spec.slots || r.kvInUse + tokens > r.kvTokens) continue;
+      if (!usable(lane, r) || r.inFlight >= slotLimit(r) || r.kvInUse + tokens > r.kvTokens) continue;
       if (avoid?.includes(r.spec.id)) {
         avoided = true;
         continue;
       }
-      const l = Math.max(r.inFlight / r.spec.slots, r.kvTokens === Infinity ? 0 : r.kvInUse / r.kvTokens);
+      const l = Math.max(r.inFlight / slotLimit(r), r.kvTokens === Infinity ? 0 : r.kvInUse / r.kvTokens);
       if (l < load) {
         best = r;
         load = l;
@@ -307,6 +340,7 @@ export function createPoolScheduler(options: PoolSchedulerOptions): PoolSchedule
   const grant = (lane: Lane, replica: ReplicaState, entry: Pick<Entry, 'cost' | 'inputTokens' | 'outputTokens' | 'request'>, queueMs: number): SlotLease => {
     replica.inFlight++;
     replica.kvInUse += entry.cost;
+    replica.limiter?.noteInFlight(replica.inFlight);
     const work = { grantedAt: clock.now(), seconds: sequenceSeconds(entry.inputTokens, entry.outputTokens * (lane.outputFill ?? 1), ratesOf(replica)) };
     replica.leases.add(work);
     let released = false;
@@ -317,7 +351,7 @@ export function createPoolScheduler(options: PoolSchedulerOptions): PoolSchedule
       replica.inFlight--;
       replica.kvInUse -= entry.cost;
       replica.leases.delete(work);
-      if (report) learn(lane, replica, report, entry.outputTokens);
+      if (report) learn(lane, replica, report, entry.outputTokens, work.grantedAt);
       rebalance(lane);
     };
     const expiry = setTimeout(() => {
@@ -328,13 +362,18 @@ export function createPoolScheduler(options: PoolSchedulerOptions): PoolSchedule
     return { replicaId: replica.spec.id, queueMs, release };
   };
 
-  const learn = (lane: Lane, r: ReplicaState, report: LeaseUsageReport, outputLimit: number) => {
+  const learn = (lane: Lane, r: ReplicaState, report: LeaseUsageReport, outputLimit: number, grantedAt: number) => {
     const sample = throughputFromReport(report);
     const alpha = settings.ewmaAlpha;
     if (sample.prefillTokensPerS !== undefined) r.prefill = ewma(r.prefill, sample.prefillTokensPerS, alpha);
     if (sample.decodeTokensPerS !== undefined) {
-      r.decodeFast = ewma(r.decodeFast, sample.decodeTokensPerS, alpha);
-      r.decodeSlow = ewma(r.decodeSlow, sample.decodeTokensPerS, alpha / 10);
+      r.decode = ewma(r.decode, sample.decodeTokensPerS, alpha);
+      if (r.limiter) {
+        const tpotMs = 1000 / sample.decodeTokensPerS;
+        const p95Before = r.limiter.p95();
+        const change = r.limiter.observe(tpotMs, grantedAt, clock.now());
+        if (change) observer.onSlotLimit?.({ replicaId: r.spec.id, limit: r.limiter.limit, slots: r.spec.slots, p95Ms: Math.max(p95Before ?? tpotMs, tpotMs), change });
+      }
     }
     if (outputLimit > 0) lane.outputFill = ewma(lane.outputFill, Math.min(1, report.outputTokens / outputLimit), alpha);
   };
@@ -392,6 +431,16 @@ export function createPoolScheduler(options: PoolSchedulerOptions): PoolSchedule
       }
       // 'blocked': no replica has room for the head; it keeps its place (no starvation of large requests).
       if (!chosen || !replica) return;
+      if (rejectUnmeetable) {
+        // Started now, would it end by its deadline? If not, the sequence would only produce a
+        // stream cut at the deadline: drop it before it costs a replica anything.
+        const runMs = entrySeconds(lane, chosen, ratesOf(replica)) * 1000;
+        const slackMs = chosen.deadlineAt - clock.now();
+        if (runMs > slackMs) {
+          leave(lane, chosen, 'deadline', `the request waited until it could no longer finish before its deadline (its estimated run is ${Math.round(runMs)} ms, ${Math.round(slackMs)} ms were left); it was dropped before starting. Raise deadline_ms or retry later`);
+          continue;
+        }
+      }
       queue.take(chosen);
       untrackBytes(lane, chosen);
       const queueMs = clock.now() - chosen.enqueuedAt;
@@ -436,7 +485,7 @@ export function createPoolScheduler(options: PoolSchedulerOptions): PoolSchedule
     let servers = 0;
     for (const r of lane.replicas) {
       for (const l of r.leases) inFlightSeconds += Math.max(0, l.seconds - (now - l.grantedAt) / 1000);
-      servers += r.spec.slots * replicaCapacity(lane, r);
+      servers += slotLimit(r) * replicaCapacity(lane, r);
     }
     const classAhead = (queue: FairQueue<Entry>) => {
       let own = 0;
@@ -458,7 +507,7 @@ export function createPoolScheduler(options: PoolSchedulerOptions): PoolSchedule
     } else {
       aheadSeconds += classAhead(lane.interactive);
     }
-    return { waitMs: estimateStartMs({ inFlightSeconds, aheadSeconds, servers }), prefillMs: sequenceSeconds(e.inputTokens, 0, rates) * 1000 };
+    return { waitMs: estimateStartMs({ inFlightSeconds, aheadSeconds, servers }), runMs: entrySeconds(lane, e, rates) * 1000 };
   };
 
   const reject = (lane: Lane | undefined, request: ScheduleRequest, priority: RequestPriority, reason: ScheduleRejectReason, message: string, retryAfterMs?: number): Promise<ScheduleResult> => {
@@ -540,16 +589,16 @@ export function createPoolScheduler(options: PoolSchedulerOptions): PoolSchedule
         return reject(lane, request, priority, 'queue_full', `this tenant's share of the queue of pool ${lane.pool} for ${request.revisionId} is full (${load} waiting); retry later`, 1_000);
       }
       if (rejectUnmeetable) {
-        const { waitMs, prefillMs } = estimateWait(lane, entry);
+        const { waitMs, runMs } = estimateWait(lane, entry);
         const slackMs = request.deadlineAt - clock.now();
-        if (waitMs + prefillMs > slackMs) {
-          const retryAfterMs = Number.isFinite(waitMs) ? Math.max(1_000, Math.ceil(waitMs + prefillMs - slackMs)) : 5_000;
+        if (waitMs + runMs > slackMs) {
+          const retryAfterMs = Number.isFinite(waitMs) ? Math.max(1_000, Math.ceil(waitMs + runMs - slackMs)) : 5_000;
           return reject(
             lane,
             request,
             priority,
             'deadline_unmeetable',
-            `the estimated start (in ${Math.round(waitMs)} ms) plus prefill (${Math.round(prefillMs)} ms) is past the deadline (in ${Math.round(slackMs)} ms); raise deadline_ms or retry later`,
+            `the estimated start (in ${Math.round(waitMs)} ms) plus the estimated run (${Math.round(runMs)} ms: prefill and the expected output at the measured rate) ends past the deadline (in ${Math.round(slackMs)} ms); raise deadline_ms, lower the output limit, or retry later`,
             retryAfterMs,
           );
         }
@@ -605,6 +654,7 @@ export function createPoolScheduler(options: PoolSchedulerOptions): PoolSchedule
           pool: r.pool,
           healthy: r.healthy,
           slots: r.spec.slots,
+          slotLimit: slotLimit(r),
           inFlight: r.inFlight,
           kvTokens: r.kvTokens,
           kvTokensInUse: r.kvInUse,

@@ -28,7 +28,7 @@ describe('scheduler metrics adapters', () => {
       pools: [{ pool: 'interactive', revision: 'm@1', capacityRatio: 1, brownout: false, queueBound: 1 }],
     });
     expect(replicaSamples(s, (_id, inRotation) => inRotation)).toEqual([
-      { replica: 'r0', revision: 'm@1', pool: 'interactive', up: true, slotsInUse: 1, slots: 1, kvTokensInUse: 300, kvTokens: 1_000, decodeTokensPerS: 20, prefillTokensPerS: 1_000 },
+      { replica: 'r0', revision: 'm@1', pool: 'interactive', up: true, slotsInUse: 1, slots: 1, slotLimit: 1, kvTokensInUse: 300, kvTokens: 1_000, decodeTokensPerS: 20, prefillTokensPerS: 1_000 },
     ]);
     if (held.ok) held.lease.release();
   });

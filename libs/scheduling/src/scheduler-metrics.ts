@@ -14,7 +14,7 @@ export interface SchedulerMetricsSink {
 
 /**
  * An observer that records rejections (by pool, tenant, priority, reason), queue time (s, by
- * outcome) and expired leases; `onBrownout` and `onLeaseExpired` are also forwarded to `also`
+ * outcome) and expired leases; `onBrownout`, `onSlotLimit` and `onLeaseExpired` are also forwarded to `also`
  * (for log lines).
  */
 export function schedulerMetricsObserver(sink: SchedulerMetricsSink, also: SchedulerObserver = {}): SchedulerObserver {
@@ -28,6 +28,7 @@ export function schedulerMetricsObserver(sink: SchedulerMetricsSink, also: Sched
       also.onDequeued?.(e);
     },
     onBrownout: (e) => also.onBrownout?.(e),
+    onSlotLimit: (e) => also.onSlotLimit?.(e),
     onLeaseExpired(replicaId) {
       sink.recordExpiredLease({ replica: replicaId });
       also.onLeaseExpired?.(replicaId);
@@ -53,7 +54,7 @@ export function schedulerSample(stats: SchedulerStats): {
 export function replicaSamples(
   scheduler: Pick<PoolScheduler, 'stats'>,
   up?: (replicaId: string, inRotation: boolean) => boolean,
-): Array<{ replica: string; revision: string; pool: string; up: boolean; slotsInUse: number; slots: number; kvTokensInUse: number; kvTokens: number; decodeTokensPerS: number; prefillTokensPerS: number }> {
+): Array<{ replica: string; revision: string; pool: string; up: boolean; slotsInUse: number; slots: number; slotLimit: number; kvTokensInUse: number; kvTokens: number; decodeTokensPerS: number; prefillTokensPerS: number }> {
   return scheduler.stats().replicas.map((r) => ({
     replica: r.id,
     revision: r.revisionId,
@@ -61,6 +62,7 @@ export function replicaSamples(
     up: up ? up(r.id, r.healthy) : r.healthy,
     slotsInUse: r.inFlight,
     slots: r.slots,
+    slotLimit: r.slotLimit,
     kvTokensInUse: r.kvTokensInUse,
     kvTokens: r.kvTokens,
     decodeTokensPerS: r.decodeTokensPerS,

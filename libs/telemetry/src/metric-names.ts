@@ -48,6 +48,8 @@ export const METRIC_NAMES = {
   replicaSlotsInUse: 'weir.replica.slots_in_use',
   /** Observable gauge, {sequence}: slots the replica has. */
   replicaSlots: 'weir.replica.slots',
+  /** Observable gauge, {sequence}: sequences the scheduler may give the replica now (its slots, or fewer while a TPOT target holds it back). */
+  replicaSlotLimit: 'weir.replica.slot_limit',
   /** Observable gauge, {token}: KV-cache tokens (input + output limit) held by the replica's leases now. */
   replicaKvTokensInUse: 'weir.replica.kv_tokens_in_use',
   /** Observable gauge, {token}: KV-cache tokens the replica has (absent when unbounded). */
@@ -145,6 +147,7 @@ export const PROMETHEUS_SERIES = {
   replicaUp: 'weir_replica_up',
   replicaSlotsInUse: 'weir_replica_slots_in_use',
   replicaSlots: 'weir_replica_slots',
+  replicaSlotLimit: 'weir_replica_slot_limit',
   replicaKvTokensInUse: 'weir_replica_kv_tokens_in_use',
   replicaKvTokens: 'weir_replica_kv_tokens',
   replicaDecodeRate: 'weir_replica_decode_rate',

@@ -209,6 +209,7 @@ describe('createTelemetry', () => {
       PROMETHEUS_SERIES.replicaUp,
       PROMETHEUS_SERIES.replicaSlotsInUse,
       PROMETHEUS_SERIES.replicaSlots,
+      PROMETHEUS_SERIES.replicaSlotLimit,
       PROMETHEUS_SERIES.replicaKvTokensInUse,
       PROMETHEUS_SERIES.replicaKvTokens,
       PROMETHEUS_SERIES.replicaDecodeRate,
@@ -264,7 +265,7 @@ describe('createTelemetry', () => {
 
   it("exports the scheduler's queues, pools and replica capacity, read at each scrape", async () => {
     telemetry.observeReplicas(() => [
-      { replica: 'm@1/0', revision: 'm@1', pool: 'batch', up: true, slotsInUse: 1, slots: 4, kvTokensInUse: 300, kvTokens: 2_048, decodeTokensPerS: 48.5, prefillTokensPerS: 9_000 },
+      { replica: 'm@1/0', revision: 'm@1', pool: 'batch', up: true, slotsInUse: 1, slots: 4, slotLimit: 3, kvTokensInUse: 300, kvTokens: 2_048, decodeTokensPerS: 48.5, prefillTokensPerS: 9_000 },
       { replica: 'm@1/1', revision: 'm@1', up: false, slotsInUse: 0, slots: 4, kvTokensInUse: 0, kvTokens: Number.POSITIVE_INFINITY },
     ]);
     telemetry.observeScheduler(() => ({
@@ -273,6 +274,8 @@ describe('createTelemetry', () => {
     }));
     const { samples } = parseExposition((await scrape(server)).text);
     const batch = { replica: 'm@1/0', revision: 'm@1', pool: 'batch' };
+    expect(find(samples, PROMETHEUS_SERIES.replicaSlotLimit, batch)[0]?.value).toBe(3);
+    expect(find(samples, PROMETHEUS_SERIES.replicaSlotLimit, { replica: 'm@1/1' })).toEqual([]);
     expect(find(samples, PROMETHEUS_SERIES.replicaKvTokensInUse, batch)[0]?.value).toBe(300);
     expect(find(samples, PROMETHEUS_SERIES.replicaKvTokens, batch)[0]?.value).toBe(2_048);
     expect(find(samples, PROMETHEUS_SERIES.replicaDecodeRate, batch)[0]?.value).toBe(48.5);

@@ -55,6 +55,8 @@ export interface ReplicaSample {
   up: boolean;
   slotsInUse: number;
   slots: number;
+  /** Sequences the scheduler may give it now (`weir.replica.slot_limit`); omitted when absent. */
+  slotLimit?: number;
   /** Its pool (label `pool`). Default `interactive`. */
   pool?: string;
   /** KV tokens held by leases (`weir.replica.kv_tokens_in_use`); omitted when absent. */
@@ -136,6 +138,7 @@ export function createTelemetry(options: TelemetryOptions): Telemetry {
       const up = meter.createObservableGauge(METRIC_NAMES.replicaUp, { unit: '1', description: 'The replica answers health probes and is in rotation' });
       const inUse = meter.createObservableGauge(METRIC_NAMES.replicaSlotsInUse, { unit: '{sequence}', description: 'Slots held by leases' });
       const slots = meter.createObservableGauge(METRIC_NAMES.replicaSlots, { unit: '{sequence}', description: 'Slots of the replica' });
+      const slotLimit = meter.createObservableGauge(METRIC_NAMES.replicaSlotLimit, { unit: '{sequence}', description: 'Sequences the scheduler may give the replica now (below its slots while a TPOT target holds it back)' });
       const kvInUse = meter.createObservableGauge(METRIC_NAMES.replicaKvTokensInUse, { unit: '{token}', description: 'KV-cache tokens held by leases' });
       const kv = meter.createObservableGauge(METRIC_NAMES.replicaKvTokens, { unit: '{token}', description: 'KV-cache tokens of the replica' });
       const decode = meter.createObservableGauge(METRIC_NAMES.replicaDecodeRate, { unit: '{token}/s', description: 'Measured per-sequence decode throughput (EWMA)' });
@@ -147,13 +150,14 @@ export function createTelemetry(options: TelemetryOptions): Telemetry {
             result.observe(up, r.up ? 1 : 0, attrs);
             result.observe(inUse, r.slotsInUse, attrs);
             result.observe(slots, r.slots, attrs);
+            if (r.slotLimit !== undefined) result.observe(slotLimit, r.slotLimit, attrs);
             if (r.kvTokensInUse !== undefined) result.observe(kvInUse, r.kvTokensInUse, attrs);
             if (r.kvTokens !== undefined && Number.isFinite(r.kvTokens)) result.observe(kv, r.kvTokens, attrs);
             if (r.decodeTokensPerS !== undefined && Number.isFinite(r.decodeTokensPerS)) result.observe(decode, r.decodeTokensPerS, attrs);
             if (r.prefillTokensPerS !== undefined && Number.isFinite(r.prefillTokensPerS)) result.observe(prefill, r.prefillTokensPerS, attrs);
           }
         },
-        [up, inUse, slots, kvInUse, kv, decode, prefill],
+        [up, inUse, slots, slotLimit, kvInUse, kv, decode, prefill],
       );
     },
     observeScheduler(read) {

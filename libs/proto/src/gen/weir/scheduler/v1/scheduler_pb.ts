@@ -343,7 +343,7 @@ export enum RejectReason {
   QUEUE_FULL = 1,
 
   /**
-   * The deadline passed while queued.
+   * The deadline passed while queued, or the request could no longer finish by it.
    *
    * @generated from enum value: REJECT_REASON_DEADLINE = 2;
    */
@@ -364,7 +364,7 @@ export enum RejectReason {
   NO_REPLICA = 4,
 
   /**
-   * The estimated start plus prefill is past the deadline (immediate).
+   * The estimated start plus the estimated run is past the deadline (immediate).
    *
    * @generated from enum value: REJECT_REASON_DEADLINE_UNMEETABLE = 5;
    */
