@@ -164,6 +164,7 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
     tenants: new Map(config.tenants.map((t) => [t.id, t])),
     clock: systemClock,
     reservationGraceMs: config.defaults.admission.reservationGraceMs,
+    ...(config.defaults.scheduling ? { pushbackMs: config.defaults.scheduling.pushbackMs } : {}),
     observer: createMetricsObserver(telemetry.metrics, (revisionId) => engines.get(revisionId)?.kind ?? 'unknown'),
   });
   const gateway: Gateway = createGatewayApp({

@@ -90,6 +90,7 @@ runUntilSignal('gateway', logger, async () => {
     tenants: new Map(config.tenants.map((t) => [t.id, t])),
     clock: systemClock,
     reservationGraceMs: config.defaults.admission.reservationGraceMs,
+    ...(config.defaults.scheduling ? { pushbackMs: config.defaults.scheduling.pushbackMs } : {}),
     observer: createMetricsObserver(telemetry.metrics, (revisionId) => providerOf.get(revisionId) ?? 'unknown'),
   });
   const gateway = createGatewayApp({

@@ -2,6 +2,7 @@ export * from './app';
 export * from './generation-registry';
 export { HTTP_ERRORS, type HttpErrorMapping } from '@weir/streaming';
 export * from './pipeline';
+export * from './scheduler-pushback';
 export * from './schemas';
 export * from './sse-writer';
 export * from './metrics-observer';

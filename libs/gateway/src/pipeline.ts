@@ -2,7 +2,9 @@
  * The request path behind every public route (ARCHITECTURE.md §2): route → count input
  * tokens → check limits → reserve → schedule → relay → settle. Routes only translate
  * between their wire format and this pipeline, so every door gets the same admission,
- * metering and exactly-once accounting.
+ * metering and exactly-once accounting. A request like one the scheduler refused moments ago
+ * (same tenant, revision and priority) is refused right after routing, before the token count
+ * and the reservation (scheduler pushback, `scheduler-pushback.ts`).
  *
  * Invariants kept here: a request rejected before the engine holds nothing (its
  * reservation is released); a request that ended in the queue gets one zero-token usage
@@ -25,11 +27,13 @@ import {
   type TenantSpec,
   type UsageSink,
   type WeirErrorCode,
+  DEFAULT_SCHEDULING,
   WeirError,
   retryDelayMs,
 } from '@weir/core';
 import { priceUsage } from '@weir/ledger';
 import { buildUsageRecord, type Relay, type RelayHandle } from '@weir/streaming';
+import { createSchedulerPushback, type PushbackKey } from './scheduler-pushback';
 
 /** What the pipeline reports to metrics. */
 export interface PipelineObserver {
@@ -53,6 +57,14 @@ export interface GenerationPipelineDeps {
   observer?: PipelineObserver;
   /** A reservation never settled expires this long after the request's deadline (ms). Default 60,000. */
   reservationGraceMs?: number;
+  /**
+   * Scheduler pushback (ms, 0 = off; `defaults.scheduling.pushback_ms`): after the scheduler
+   * refuses a request with `queue_full` (or sheds batch work) or `deadline_unmeetable`, like
+   * requests of the same tenant, revision and priority are refused by `admit` for up to this
+   * long — before counting tokens or reserving — unless a grant for that key comes first
+   * (see `scheduler-pushback.ts`). Default 250 (`DEFAULT_SCHEDULING.pushbackMs`).
+   */
+  pushbackMs?: number;
 }
 
 /** One request, as the routes hand it over. */
@@ -137,7 +149,10 @@ export interface GenerationPipeline {
   /**
    * Routes, validates limits and reserves. Throws `WeirError`: `model_not_found`,
    * `output_limit_exceeded`, `context_length_exceeded`, `rate_limited`,
-   * `concurrency_limited`, `budget_exhausted` (the last three as {@link AdmissionRejectedError}).
+   * `concurrency_limited`, `budget_exhausted` (the last three as {@link AdmissionRejectedError}),
+   * and `queue_full` / `deadline_unmeetable` (retryable, message prefixed "recently refused: ")
+   * when the scheduler refused a like request moments ago (scheduler pushback,
+   * {@link GenerationPipelineDeps.pushbackMs}); those hold nothing and cost no token count.
    */
   admit(params: GenerationParams): Promise<AdmittedGeneration>;
   /** The deadline a request of `caller` gets (ms from arrival): `requestedMs`, else the tenant's default, else 120,000. */
@@ -161,6 +176,7 @@ const SETTLE_ATTEMPTS = 7;
 /** Creates the pipeline. */
 export function createGenerationPipeline(deps: GenerationPipelineDeps): GenerationPipeline {
   const { clock } = deps;
+  const pushback = createSchedulerPushback({ holdMs: deps.pushbackMs ?? DEFAULT_SCHEDULING.pushbackMs, clock });
 
   const reject = (caller: Caller, error: WeirError): never => {
     deps.observer?.onRejected?.(caller, error.code);
@@ -195,6 +211,30 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
       if (!routed.ok) return reject(caller, new WeirError('model_not_found', routed.message, { param: names.model }));
       const { revision } = routed.route;
 
+      // Checks that need no token count come first, so an invalid request learns it is invalid.
+      if (params.maxOutputTokens !== undefined && params.maxOutputTokens > revision.maxOutputTokens) {
+        return reject(
+          caller,
+          new WeirError(
+            'output_limit_exceeded',
+            `The output limit ${params.maxOutputTokens} is above the maximum of model '${params.alias}' (${revision.maxOutputTokens} tokens); lower \`${names.maxOutputTokens}\`.`,
+            { param: names.maxOutputTokens },
+          ),
+        );
+      }
+
+      const deadlineMs = deadlineMsFor(caller, params.deadlineMs);
+      const deadlineAt = params.arrivedAt + deadlineMs;
+      // Scheduler pushback: the scheduler refused a like request moments ago, so refuse this one
+      // before the token count, the reservation and the scheduler call it would cost.
+      // Slack is compared where the memo is consulted (here), for the refused request too: its
+      // slack at the scheduler was already lowered by its token count and reservation, so a like
+      // request (same deadline) would otherwise always look roomier and slip through.
+      const pushbackKey: PushbackKey = { tenantId: caller.tenantId, revisionId: revision.id, priority: params.priority ?? 'interactive' };
+      const admitSlackMs = deadlineAt - clock.now();
+      const memo = pushback.check(pushbackKey, admitSlackMs);
+      if (memo) return reject(caller, new WeirError(memo.code, `recently refused: ${memo.message}`, { retryable: true, retryAfterMs: memo.retryAfterMs }));
+
       const inputTokens = await deps.countInputTokens(revision, params.input);
       if (inputTokens >= revision.contextWindow) {
         return reject(
@@ -208,16 +248,6 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
       }
       let maxOutputTokens: number;
       if (params.maxOutputTokens !== undefined) {
-        if (params.maxOutputTokens > revision.maxOutputTokens) {
-          return reject(
-            caller,
-            new WeirError(
-              'output_limit_exceeded',
-              `The output limit ${params.maxOutputTokens} is above the maximum of model '${params.alias}' (${revision.maxOutputTokens} tokens); lower \`${names.maxOutputTokens}\`.`,
-              { param: names.maxOutputTokens },
-            ),
-          );
-        }
         if (inputTokens + params.maxOutputTokens > revision.contextWindow) {
           return reject(
             caller,
@@ -235,8 +265,6 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
         maxOutputTokens = Math.max(1, Math.min(wanted, revision.contextWindow - inputTokens));
       }
 
-      const deadlineMs = deadlineMsFor(caller, params.deadlineMs);
-      const deadlineAt = params.arrivedAt + deadlineMs;
       // Worst case: every input token plus the whole output limit at the highest prices of the
       // candidate chain, so a fallback can never break the cap (ARCHITECTURE.md §2).
       const worstCase = worstCaseCostNanoUsd([revision, ...routed.route.fallbacks], inputTokens, maxOutputTokens);
@@ -300,6 +328,16 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
             throw err;
           }
           if (!scheduled.ok) {
+            // Capacity refusals are remembered for like requests at once, before the release is
+            // awaited (`deadline`, `cancelled` and `no_replica` say nothing about overload).
+            if (scheduled.reason === 'queue_full' || scheduled.reason === 'shed' || scheduled.reason === 'deadline_unmeetable') {
+              pushback.noteRefusal(pushbackKey, {
+                code: scheduled.reason === 'deadline_unmeetable' ? 'deadline_unmeetable' : 'queue_full',
+                message: scheduled.message,
+                ...(scheduled.retryAfterMs !== undefined ? { retryAfterMs: scheduled.retryAfterMs } : {}),
+                slackMs: admitSlackMs,
+              });
+            }
             await releaseQuietly();
             if (scheduled.reason === 'deadline' || scheduled.reason === 'cancelled') {
               return { kind: 'ended', outcome: endedInQueue(scheduled.reason, scheduled.queueMs) };
@@ -308,6 +346,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
             const code = scheduled.reason === 'queue_full' || scheduled.reason === 'shed' ? 'queue_full' : scheduled.reason === 'deadline_unmeetable' ? 'deadline_unmeetable' : 'engine_unavailable';
             return reject(caller, new WeirError(code, scheduled.message, { retryable: true, retryAfterMs: scheduled.retryAfterMs ?? 1_000 }));
           }
+          pushback.noteGrant(pushbackKey);
           const { lease } = scheduled;
           const grantedAt = clock.now();
           const handle = deps.relay.start({
