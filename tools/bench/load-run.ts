@@ -1,15 +1,16 @@
 /**
  * Weir's load benchmark (issue 5, deliverable 7): two tenants with equal weights on simulated
- * GPU replicas (`apps/engine-sim`, real HTTP between the relay and every replica), through the
- * split topology; the quiet tenant sends half its fair share, the noisy one ten times its fair
- * share (≈ 5× the fleet's capacity in all), plus a small batch-class stream. Two runs:
+ * GPU replicas (`apps/engine-sim` processes, real HTTP to every replica), through Weir in the
+ * split topology (default) or as the single all-in-one process (`--topology all-in-one`; see
+ * load-topology.ts); the quiet tenant sends half its fair share, the noisy one ten times its
+ * fair share (≈ 5× the fleet's capacity in all), plus a small batch-class stream. Two runs:
  *
  * 1. **steady**: the fleet whole;
  * 2. **brownout**: the same load, and one replica SIGKILLed mid-run (figures before and after).
  *
  *   npm run bench:load                      # both runs, ≈ 4 min; results/<date>-load.json and .md
- *   node --import tsx tools/bench/load-run.ts [--only steady|brownout] [--quiet-share X]
- *        [--noisy-share X] [--replicas N] [--smoke] [--out FILE]
+ *   node --import tsx tools/bench/load-run.ts [--topology split|all-in-one] [--only steady|brownout]
+ *        [--quiet-share X] [--noisy-share X] [--replicas N] [--smoke] [--out FILE]
  *
  * The profile is fixed in tools/bench/load-profile.ts (and docs/performance.md) before any
  * result was taken. Capacity comes from libs/capacity's simulator; see `fleetCapacity`.
@@ -22,10 +23,11 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseConfig } from '@weir/config';
 import { hashApiKey, mintApiKey, newId } from '@weir/core';
-import { freePort, type ManagedProcess, type OutputLog, REPO_ROOT, spawnApp, startSplitTopology, type SplitTopology, waitReady } from '@weir/launcher';
+import { freePort, type ManagedProcess, type OutputLog, REPO_ROOT, spawnApp, waitReady } from '@weir/launcher';
 import { bootstrapTenants, createApiKeyRepository, createTemporaryPostgresDatabase, openDatabase } from '@weir/store-pg';
 import { Pool as PgPool } from 'pg';
 import { BENCH_ALIAS, BENCH_PROFILE, BENCH_REPLICA, benchConfigYaml, fleetCapacity, type LoadProfile, offeredRates, replicaEnv, SMOKE_PROFILE, TENANTS } from './load-profile';
+import { startWeir, TOPOLOGIES, type TopologyName, type WeirUnderTest } from './load-topology';
 import { type RequestRecord, runOpenLoop, stat, type StreamSpec, type StreamSummary, summarizeStreams } from './open-loop';
 import { cpuSeconds } from './proc';
 
@@ -44,10 +46,10 @@ function numberFlag(name: string, fallback: number, min: number, max = Number.PO
   return n;
 }
 function usage(message: string): never {
-  process.stderr.write(`bench:load: ${message}\nusage: node --import tsx tools/bench/load-run.ts [--only steady|brownout] [--quiet-share X] [--noisy-share X] [--replicas N] [--smoke] [--out FILE]\n`);
+  process.stderr.write(`bench:load: ${message}\nusage: node --import tsx tools/bench/load-run.ts [--topology split|all-in-one] [--only steady|brownout] [--quiet-share X] [--noisy-share X] [--replicas N] [--smoke] [--out FILE]\n`);
   process.exit(2);
 }
-const known = new Set(['--only', '--quiet-share', '--noisy-share', '--replicas', '--smoke', '--out']);
+const known = new Set(['--topology', '--only', '--quiet-share', '--noisy-share', '--replicas', '--smoke', '--out']);
 for (let i = 0; i < argv.length; i++) {
   if (!known.has(argv[i])) usage(`unknown option ${argv[i]}`);
   if (argv[i] !== '--smoke') i++;
@@ -64,6 +66,8 @@ if (!Number.isInteger(PROFILE.replicas)) usage('--replicas must be an integer');
 const ONLY = value('--only');
 if (ONLY !== undefined && ONLY !== 'steady' && ONLY !== 'brownout') usage('--only takes steady or brownout');
 const RUNS = ONLY ? [ONLY] : ['steady', 'brownout'];
+const TOPOLOGY = (value('--topology') ?? 'split') as TopologyName;
+if (!(TOPOLOGIES as readonly string[]).includes(TOPOLOGY)) usage(`--topology takes ${TOPOLOGIES.join(' or ')}`);
 
 const STREAMS = ['quiet', 'noisy', 'quiet-batch'] as const;
 
@@ -130,6 +134,16 @@ async function scrape(url: string): Promise<string> {
   return res.text();
 }
 
+/** Output tokens a replica has generated so far (engine-sim's `weir_engine_output_tokens_total`); undefined if it does not answer. */
+async function replicaOutputTokens(replica: Replica): Promise<number | undefined> {
+  if (!replica.process.alive()) return undefined;
+  try {
+    return samples(await scrape(`${replica.url}/metrics`), 'weir_engine_output_tokens_total').reduce((a, s) => a + s.value, 0);
+  } catch {
+    return undefined;
+  }
+}
+
 // ---- machine CPU ---------------------------------------------------------------------------
 
 /** Busy and total jiffies of the whole machine (/proc/stat). */
@@ -152,27 +166,42 @@ interface RunResult {
   killed?: string;
   /** CPU seconds per process over the run, and the machine's busy share (0–1 of all cores). */
   cpuSeconds: Record<string, number>;
+  /**
+   * Output tokens each engine-sim replica generated over the run (its `/metrics`, sampled each
+   * second: a killed replica's count is its last sample before the kill), and the completion
+   * tokens the client received: the check that the replicas, not something else, served the run.
+   */
+  replicaOutputTokens: Record<string, number>;
+  clientCompletionTokens: number;
   machineBusy: number;
   durationMs: number;
   records: RequestRecord[];
 }
 
-async function runOnce(name: 'steady' | 'brownout', topology: SplitTopology, replicas: Replica[], streams: StreamSpec[], prompt: string): Promise<RunResult> {
+async function runOnce(name: 'steady' | 'brownout', weir: WeirUnderTest, replicas: Replica[], streams: StreamSpec[], prompt: string): Promise<RunResult> {
   const warm = PROFILE.warmupMs;
   const durationMs = name === 'steady' ? warm + PROFILE.steadyMs : warm + PROFILE.beforeKillMs + PROFILE.afterKillMs;
   const killAt = name === 'brownout' ? warm + PROFILE.beforeKillMs : undefined;
   const victim = replicas[0];
-  const pids = new Map<string, number>([...[...topology.processes].map(([n, p]) => [n, p.pid] as const), ...replicas.map((r) => [r.name, r.process.pid] as const), ['client', process.pid]]);
+  const pids = new Map<string, number>([...[...weir.processes].map(([n, p]) => [n, p.pid] as const), ...replicas.map((r) => [r.name, r.process.pid] as const), ['client', process.pid]]);
+  const tokens0 = new Map(await Promise.all(replicas.map(async (r) => [r.name, await replicaOutputTokens(r)] as const)));
+  const tokensLast = new Map(tokens0);
   const cpu0 = new Map([...pids].map(([n, pid]) => [n, cpuSeconds(pid)]));
   const m0 = machineJiffies();
   const queueSamples: QueueSample[] = [];
   const t0 = Date.now();
   let sampling = true;
-  const schedulerMetrics = `${topology.opsUrls.get('scheduler')}/metrics`;
   const sampler = (async () => {
     while (sampling) {
+      // The replicas' token counters, alongside the scheduler's scrape (not delaying it).
+      const replicaScrapes = Promise.all(
+        replicas.map(async (r) => {
+          const n = await replicaOutputTokens(r);
+          if (n !== undefined) tokensLast.set(r.name, n);
+        }),
+      );
       try {
-        const text = await scrape(schedulerMetrics);
+        const text = await scrape(weir.schedulerMetricsUrl);
         const queued: Record<string, number> = {};
         for (const s of samples(text, 'weir_scheduler_queue_requests')) {
           const k = `${s.labels.tenant}/${s.labels.priority}`;
@@ -184,6 +213,7 @@ async function runOnce(name: 'steady' | 'brownout', topology: SplitTopology, rep
       } catch {
         // a missed sample is not a result
       }
+      await replicaScrapes;
       await new Promise((r) => setTimeout(r, 1000));
     }
   })();
@@ -192,7 +222,7 @@ async function runOnce(name: 'steady' | 'brownout', topology: SplitTopology, rep
   let victimCpu = Number.NaN;
   let lastTick = 0;
   const records = await runOpenLoop({
-    gateways: topology.gateways.map((g) => g.url),
+    gateways: weir.gatewayUrls,
     streams,
     shape: { prompt, model: BENCH_ALIAS, maxTokens: PROFILE.outputTokens },
     durationMs,
@@ -229,7 +259,18 @@ async function runOnce(name: 'steady' | 'brownout', topology: SplitTopology, rep
   const cpu: Record<string, number> = {};
   for (const [n, pid] of pids) {
     const now = killAt !== undefined && n === victim.name ? victimCpu : cpuSeconds(pid);
-    cpu[n] = Math.max(0, now - (cpu0.get(n) ?? 0));
+    cpu[n] = Math.round(Math.max(0, now - (cpu0.get(n) ?? 0)) * 100) / 100;
+  }
+  // A last scrape of the replicas' counters: runOpenLoop returned once every request had ended.
+  for (const r of replicas) {
+    const n = await replicaOutputTokens(r);
+    if (n !== undefined) tokensLast.set(r.name, n);
+  }
+  const replicaTokens: Record<string, number> = {};
+  for (const r of replicas) {
+    const first = tokens0.get(r.name);
+    const last = tokensLast.get(r.name);
+    if (first !== undefined && last !== undefined) replicaTokens[r.name] = last - first;
   }
   const windows =
     name === 'steady'
@@ -256,6 +297,8 @@ async function runOnce(name: 'steady' | 'brownout', topology: SplitTopology, rep
     killedAtMs,
     killed: killAt ? victim.name : undefined,
     cpuSeconds: cpu,
+    replicaOutputTokens: replicaTokens,
+    clientCompletionTokens: records.reduce((a, r) => a + (r.completionTokens ?? 0), 0),
     machineBusy: (m1.busy - m0.busy) / Math.max(1, m1.total - m0.total),
     durationMs,
     records,
@@ -321,11 +364,11 @@ function verdict(s: StreamSummary | undefined): string {
 }
 
 function markdown(meta: Record<string, unknown>, runs: RunResult[]): string {
-  const parts: string[] = [`## Load benchmark — ${String(meta.date)}${SMOKE ? ' (smoke)' : ''}`, '', String(meta.summary), ''];
+  const parts: string[] = [`## Load benchmark — ${String(meta.date)}, ${TOPOLOGY} topology${SMOKE ? ' (smoke)' : ''}`, '', String(meta.summary), ''];
   const logged = Object.entries((meta.logged ?? {}) as Record<string, number>);
   if (logged.length > 0) parts.push(`Logged warnings and errors (process: message × count): ${logged.map(([k, v]) => `${k} × ${v}`).join('; ')}.`, '');
   for (const run of runs) {
-    parts.push(`### ${run.name}`, '');
+    parts.push(`### ${run.name} (${TOPOLOGY})`, '');
     for (const w of run.windows) {
       parts.push(`**${w.name}** (requests sent from ${(w.fromMs / 1000).toFixed(0)} s to ${(w.toMs / 1000).toFixed(0)} s). Quiet tenant: ${verdict(w.streams.find((s) => s.stream === 'quiet'))}.`, '', windowTable(w.streams), '');
     }
@@ -335,6 +378,15 @@ function markdown(meta: Record<string, unknown>, runs: RunResult[]): string {
         .sort((a, b) => b[1] - a[1])
         .map(([n, s]) => `${n} ${s.toFixed(1)}`)
         .join(', ')}.`,
+      '',
+    );
+    const served = Object.values(run.replicaOutputTokens).reduce((a, b) => a + b, 0);
+    parts.push(
+      `Output tokens generated by the engine-sim replicas: ${served} (${Object.entries(run.replicaOutputTokens)
+        .map(([n, t]) => `${n} ${t}`)
+        .join(', ')}); completion tokens the client received: ${run.clientCompletionTokens}.${
+        run.clientCompletionTokens > 0 && served < run.clientCompletionTokens / 2 ? ' **The replicas did not serve this run: its figures are not those of the engine-sim fleet.**' : ''
+      }`,
       '',
     );
     parts.push(
@@ -376,7 +428,7 @@ async function main(): Promise<void> {
   const log: OutputLog = { lines: [], echo: false };
   const temp = await createTemporaryPostgresDatabase();
   let replicas: Replica[] = [];
-  let topology: SplitTopology | undefined;
+  let weir: WeirUnderTest | undefined;
   let interrupted = false;
   const onSignal = () => {
     if (interrupted) process.exit(130);
@@ -413,19 +465,12 @@ async function main(): Promise<void> {
         await db.close();
       }
     }
-    process.stdout.write(`replicas up: ${replicas.map((r) => `${r.name}=${r.url} (pid ${r.process.pid})`).join(', ')}; starting the split topology…\n`);
+    process.stdout.write(`replicas up: ${replicas.map((r) => `${r.name}=${r.url} (pid ${r.process.pid})`).join(', ')}; starting the ${TOPOLOGY} topology…\n`);
     const t0 = Date.now();
-    topology = await startSplitTopology({
-      configText,
-      workDir,
-      databaseUrl: temp.url,
-      natsNamespace: `bench-load-${process.pid}`,
-      deleteNatsStreamOnStop: true,
-      gateways: 1,
-      admissionInstances: 1,
-      env: { LOG_LEVEL: 'warn' },
-    });
-    process.stdout.write(`split up in ${((Date.now() - t0) / 1000).toFixed(1)} s: gateway ${topology.gateways.map((g) => g.url).join(', ')}\n`);
+    weir = await startWeir(TOPOLOGY, { configText, workDir, databaseUrl: temp.url, natsNamespace: `bench-load-${process.pid}`, env: { LOG_LEVEL: 'warn' } });
+    process.stdout.write(
+      `${TOPOLOGY} up in ${((Date.now() - t0) / 1000).toFixed(1)} s: gateway ${weir.gatewayUrls.join(', ')}; processes ${[...weir.processes].map(([n, p]) => `${n} (pid ${p.pid})`).join(', ')}\n`,
+    );
     const streams: StreamSpec[] = [
       { name: 'quiet', tenant: TENANTS.quiet.id, apiKey: keys.quiet.plaintext, rps: rates.quiet, priority: 'interactive', deadlineMs: PROFILE.interactiveDeadlineMs, seed: PROFILE.seed },
       { name: 'noisy', tenant: TENANTS.noisy.id, apiKey: keys.noisy.plaintext, rps: rates.noisy, priority: 'interactive', deadlineMs: PROFILE.interactiveDeadlineMs, seed: PROFILE.seed + 1 },
@@ -433,7 +478,14 @@ async function main(): Promise<void> {
     ];
     for (const name of RUNS as Array<'steady' | 'brownout'>) {
       if (interrupted) break;
-      runs.push(await runOnce(name, topology, replicas, streams, prompt));
+      const run = await runOnce(name, weir, replicas, streams, prompt);
+      runs.push(run);
+      const served = Object.values(run.replicaOutputTokens).reduce((a, b) => a + b, 0);
+      if (run.clientCompletionTokens > 0 && served < run.clientCompletionTokens / 2) {
+        process.stderr.write(
+          `bench:load: WARNING: the engine-sim replicas generated ${served} output tokens in the ${name} run, the client received ${run.clientCompletionTokens}: the ${TOPOLOGY} topology did not serve this run from the replicas\n`,
+        );
+      }
       // Let the survivors drain before the next run; a killed replica is not restarted here.
       await new Promise((r) => setTimeout(r, 2_000));
     }
@@ -450,7 +502,7 @@ async function main(): Promise<void> {
     }
     // Warnings and errors the services logged (pino JSON, level ≥ 40), counted by process and message.
     const logged: Record<string, number> = {};
-    for (const line of [...topology.output().split('\n'), ...log.lines]) {
+    for (const line of [...weir.output().split('\n'), ...log.lines]) {
       const m = /^\[([^\]]+)\] (\{.*\})$/.exec(line);
       if (!m) continue;
       try {
@@ -460,7 +512,7 @@ async function main(): Promise<void> {
         // not a log line
       }
     }
-    const rejections = samples(await scrape(`${topology.opsUrls.get('scheduler')}/metrics`), 'weir_scheduler_rejections_total').map((s) => ({ ...s.labels, count: s.value }));
+    const rejections = samples(await scrape(weir.schedulerMetricsUrl), 'weir_scheduler_rejections_total').map((s) => ({ ...s.labels, count: s.value }));
     meta = {
       date,
       startedAt: new Date(Date.now() - runs.reduce((a, r) => a + r.durationMs, 0)).toISOString(),
@@ -479,7 +531,8 @@ async function main(): Promise<void> {
       capacity,
       survivorCapacity: survivors,
       offered: rates,
-      topology: 'split: 1 gateway, 1 admission, router, scheduler, relay, ledger; a throwaway Postgres database; the machine\'s NATS (own namespace); engine-sim replicas as processes, reached by the relay over HTTP',
+      topology: weir.topology,
+      topologyDescription: weir.description,
       ledgerRowsFound: ledger.size,
       ledgerRowsWanted: ids.length,
       schedulerRejectionsTotal: rejections,
@@ -487,15 +540,16 @@ async function main(): Promise<void> {
     };
     meta.summary =
       `${String(meta.cpuModel)}, ${String(meta.cpus)} CPUs, node ${String(meta.node)}, commit ${String(meta.commit).slice(0, 10)}${meta.dirty ? ' (+ uncommitted changes)' : ''}; load average at start ${loadavgStart.map((x) => x.toFixed(2)).join(' ')}. ` +
+      `Weir: ${weir.description}. ` +
       `${PROFILE.replicas} engine-sim replicas (${BENCH_REPLICA.prefillTokensPerSecond} prefill tokens/s, decode ${BENCH_REPLICA.decodeStepMs.map(([b, ms]) => `${ms} ms at batch ${b}`).join(' → ')}, ${BENCH_REPLICA.kvTokens} KV tokens, ${BENCH_REPLICA.maxSequences} sequences); requests of ${PROFILE.inputTokens} prompt + ${PROFILE.outputTokens} output tokens. ` +
       `Capacity at the targets ${capacity.rps} req/s (${PROFILE.replicas - 1} survivors: ${survivors.rps}) by ${capacity.method}. ` +
       `Offered (Poisson): quiet ${rates.quiet.toFixed(2)} req/s (${PROFILE.quietShare} × its fair share of ${rates.fairShare.toFixed(2)}), noisy ${rates.noisy.toFixed(2)} req/s (${PROFILE.noisyShare} ×), quiet-batch ${rates.batch} req/s (x-weir-priority: batch); total ${rates.total.toFixed(1)} req/s = ${rates.overload.toFixed(2)} × capacity. ` +
       `Deadlines ${PROFILE.interactiveDeadlineMs} ms interactive, ${PROFILE.batchDeadlineMs} ms batch. Queue times from the usage ledger (${ledger.size} of ${ids.length} completed requests found).`;
   } catch (err) {
-    process.stderr.write(`last output:\n${[...log.lines.slice(-20), ...(topology?.output().split('\n').slice(-40) ?? [])].join('\n')}\n`);
+    process.stderr.write(`last output:\n${[...log.lines.slice(-20), ...(weir?.output().split('\n').slice(-40) ?? [])].join('\n')}\n`);
     throw err;
   } finally {
-    if (topology) await topology.stop().catch(() => false);
+    if (weir) await weir.stop().catch(() => false);
     await Promise.all(replicas.map((r) => r.process.stop(10_000)));
     await temp.drop().catch(() => undefined);
     rmSync(workDir, { recursive: true, force: true });
@@ -505,7 +559,7 @@ async function main(): Promise<void> {
   process.stdout.write(`\n${md}\n`);
   const resultsDir = path.join(REPO_ROOT, 'tools/bench/results');
   mkdirSync(resultsDir, { recursive: true });
-  const file = value('--out') ?? path.join(resultsDir, `${date}-load${SMOKE ? '-smoke' : ''}.json`);
+  const file = value('--out') ?? path.join(resultsDir, `${date}-load${TOPOLOGY === 'split' ? '' : `-${TOPOLOGY}`}${SMOKE ? '-smoke' : ''}.json`);
   // Raw records, compact: one array per request (times in ms, 0.1 ms).
   const r1 = (x: number | undefined) => (x === undefined ? null : Math.round(x * 10) / 10);
   const raw = {
