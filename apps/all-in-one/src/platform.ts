@@ -133,9 +133,11 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
     ...(config.defaults.scheduling ? { settings: config.defaults.scheduling } : {}),
     observer: schedulerMetricsObserver(telemetry.metrics, {
       onBrownout: (e) => logger[e.active ? 'warn' : 'info']({ pool: e.pool, revision: e.revisionId, capacityRatio: e.capacityRatio }, e.active ? 'pool lost capacity: brownout (batch shed, queue bounds shrunk)' : 'pool capacity back: brownout over'),
+      onSlotLimit: (e) => logger.info({ replica: e.replicaId, limit: e.limit, slots: e.slots, p95TpotMs: Math.round(e.p95Ms) }, `TPOT target: replica batch ${e.change} to ${e.limit} of ${e.slots} sequences`),
     }),
     clock: systemClock,
   });
+  const poolOfReplica = new Map(scheduler.replicas().map((r) => [r.id, r.pool ?? 'interactive']));
   telemetry.observeScheduler(() => schedulerSample(scheduler.stats()));
   telemetry.observeReplicas(() => replicaSamples(scheduler));
   telemetry.observeEngines(() =>
@@ -165,7 +167,7 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
     clock: systemClock,
     reservationGraceMs: config.defaults.admission.reservationGraceMs,
     ...(config.defaults.scheduling ? { pushbackMs: config.defaults.scheduling.pushbackMs } : {}),
-    observer: createMetricsObserver(telemetry.metrics, (revisionId) => engines.get(revisionId)?.kind ?? 'unknown'),
+    observer: createMetricsObserver(telemetry.metrics, (revisionId) => engines.get(revisionId)?.kind ?? 'unknown', (id) => poolOfReplica.get(id)),
   });
   const gateway: Gateway = createGatewayApp({
     pipeline,

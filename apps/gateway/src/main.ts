@@ -13,7 +13,7 @@
  */
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { loadConfigFile } from '@weir/config';
+import { loadConfigFile, replicaPlacement, servingReplicas } from '@weir/config';
 import { type CancelMessage, type GenerationInput, systemClock } from '@weir/core';
 import { countInputWith, createRemoteTokenCounter, utf8TokenUpperBound } from '@weir/engines';
 import { createGatewayApp, createGenerationPipeline, createMetricsObserver } from '@weir/gateway';
@@ -79,6 +79,7 @@ runUntilSignal('gateway', logger, async () => {
     ]),
   );
   const providerOf = new Map(config.revisions.map((r) => [r.id, r.engine.kind]));
+  const poolOf = new Map(config.revisions.flatMap((r) => servingReplicas(r).map((x) => [x.id, replicaPlacement(r, x).pool] as const)));
   const usageRepository = createUsageRepository(database.db);
   const pipeline = createGenerationPipeline({
     router,
@@ -91,7 +92,7 @@ runUntilSignal('gateway', logger, async () => {
     clock: systemClock,
     reservationGraceMs: config.defaults.admission.reservationGraceMs,
     ...(config.defaults.scheduling ? { pushbackMs: config.defaults.scheduling.pushbackMs } : {}),
-    observer: createMetricsObserver(telemetry.metrics, (revisionId) => providerOf.get(revisionId) ?? 'unknown'),
+    observer: createMetricsObserver(telemetry.metrics, (revisionId) => providerOf.get(revisionId) ?? 'unknown', (replicaId) => poolOf.get(replicaId)),
   });
   const gateway = createGatewayApp({
     pipeline,

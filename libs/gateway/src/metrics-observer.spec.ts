@@ -9,7 +9,7 @@ const revision = { id: 'rev@1' } as RevisionSpec;
 
 it('counts shedding apart from errors and records finished requests with TTFT and TPOT', async () => {
   const telemetry = createTelemetry({ serviceName: 'test' });
-  const observer = createMetricsObserver(telemetry.metrics, () => 'llamacpp');
+  const observer = createMetricsObserver(telemetry.metrics, () => 'llamacpp', (replicaId) => (replicaId === 'rev@1/0' ? 'batch' : undefined));
   observer.onRejected?.(caller, 'queue_full');
   observer.onRejected?.(caller, 'invalid_request');
   observer.onFinished?.({
@@ -18,6 +18,7 @@ it('counts shedding apart from errors and records finished requests with TTFT an
     alias: 'tiny',
     revision,
     outcome: { finishReason: 'length', usage: { inputTokens: 5, outputTokens: 11 }, costNanoUsd: 1, modelRevision: 'rev@1', timings: { queueMs: 3, ttftMs: 100, totalMs: 600 } },
+    replicaId: 'rev@1/0',
   });
   const server = createServer(telemetry.metricsHandler);
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
@@ -30,6 +31,9 @@ it('counts shedding apart from errors and records finished requests with TTFT an
     // TPOT = (0.6 − 0.1) / (11 − 1) = 0.05 s
     expect(text).toMatch(/gen_ai_server_time_per_output_token_sum\{[^}]*gen_ai_provider_name="llamacpp"[^}]*\} 0\.05/);
     expect(text).toMatch(/gen_ai_server_time_to_first_token_sum\{[^}]*\} 0\.1/);
+    // Latency per tenant and pool (the replica's pool).
+    expect(text).toMatch(/gen_ai_server_time_to_first_token_sum\{(?=[^}]*tenant="demo")(?=[^}]*pool="batch")[^}]*\} 0\.1/);
+    expect(text).toMatch(/gen_ai_server_time_per_output_token_sum\{(?=[^}]*tenant="demo")(?=[^}]*pool="batch")[^}]*\} 0\.05/);
   } finally {
     server.close();
     await telemetry.shutdown();

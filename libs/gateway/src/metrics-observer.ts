@@ -17,15 +17,16 @@ export function isShedding(code: WeirErrorCode): code is RejectionReason {
 
 /**
  * Creates the observer. `providerOf(revisionId)` names the engine kind for
- * `gen_ai.provider.name` (`llamacpp`, `openai-compatible`).
+ * `gen_ai.provider.name` (`llamacpp`, `openai-compatible`); `poolOf(replicaId)` the scheduler
+ * pool of a replica for the `pool` label (default: `interactive` for every replica).
  */
-export function createMetricsObserver(metrics: WeirMetrics, providerOf: (revisionId: string) => string): PipelineObserver {
+export function createMetricsObserver(metrics: WeirMetrics, providerOf: (revisionId: string) => string, poolOf: (replicaId: string) => string | undefined = () => 'interactive'): PipelineObserver {
   return {
     onRejected(caller, reason) {
       if (isShedding(reason)) metrics.recordRejection({ tenant: caller.tenantId, reason });
       metrics.recordRequest({ tenant: caller.tenantId, operation: 'generation', requestModel: 'none', status: 'rejected', errorType: reason, durationS: 0, inputTokens: 0, outputTokens: 0 });
     },
-    onFinished({ caller, route, alias, revision, outcome }) {
+    onFinished({ caller, route, alias, revision, outcome, replicaId }) {
       const { timings, usage } = outcome;
       metrics.recordQueueTime({ tenant: caller.tenantId, revision: revision.id, queueS: timings.queueMs / 1000 });
       metrics.recordRequest({
@@ -34,6 +35,7 @@ export function createMetricsObserver(metrics: WeirMetrics, providerOf: (revisio
         requestModel: alias,
         responseModel: revision.id,
         provider: providerOf(revision.id),
+        ...(replicaId !== undefined ? { pool: poolOf(replicaId) ?? 'interactive' } : {}),
         status: usageStatusFor(outcome.finishReason),
         errorType: outcome.error?.code,
         durationS: timings.totalMs / 1000,

@@ -40,7 +40,7 @@ export interface PipelineObserver {
   /** A request refused before any work (4xx/429/503); `reason` is the Weir error code. */
   onRejected?(caller: Caller, reason: WeirErrorCode): void;
   /** A request that was admitted has ended (engine or queue), after its usage record is queued. */
-  onFinished?(summary: { caller: Caller; route: ApiRoute; alias: string; revision: RevisionSpec; outcome: GenerationOutcome }): void;
+  onFinished?(summary: { caller: Caller; route: ApiRoute; alias: string; revision: RevisionSpec; outcome: GenerationOutcome; /** The replica that served; absent when the request ended in the queue. */ replicaId?: string }): void;
 }
 
 /** Dependencies of {@link createGenerationPipeline}. */
@@ -385,7 +385,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
             } else {
               await settleWithRetry(reservationId, { usage: outcome.usage, costNanoUsd: outcome.costNanoUsd });
             }
-            deps.observer?.onFinished?.({ caller, route: params.route, alias: params.alias, revision, outcome });
+            deps.observer?.onFinished?.({ caller, route: params.route, alias: params.alias, revision, outcome, replicaId: lease.replicaId });
           });
           return { kind: 'running', handle };
         },

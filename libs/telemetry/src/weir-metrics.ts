@@ -37,6 +37,8 @@ export interface RequestMetrics {
   responseModel?: string;
   /** Engine kind (`llamacpp`, `openai-compatible`); absent when no engine was involved. */
   provider?: string;
+  /** The scheduler pool of the replica that served (label `pool` on duration, TTFT and TPOT); absent when none did (`none`). */
+  pool?: string;
   status: RequestStatus;
   /** Low-cardinality error class (a Weir error code or provider error code); see `recordRequest`. */
   errorType?: string;
@@ -200,6 +202,9 @@ export function createWeirMetrics(meter: Meter): WeirMetrics {
         [A.providerName]: label(r.provider, 'weir'),
         [A.requestModel]: label(r.requestModel, NONE),
         [A.responseModel]: revision,
+        // Weir's own dimensions, so latency targets can be read per tenant and pool (issue 5).
+        [A.tenant]: tenant,
+        [A.pool]: label(r.pool, NONE),
       };
       const errorType = errorTypeOf(r);
       if (errorType !== undefined) attrs[A.errorType] = errorType;
