@@ -179,6 +179,17 @@ describe('scheduler pushback in the pipeline', () => {
     expect(h.work().acquire).toBe(3);
   });
 
+  it('keeps the memo when a request that had queued is granted (the queue moves; a new one would still not fit)', async () => {
+    const h = harness();
+    const early = await h.admit(A);
+    h.answers.push(QUEUE_FULL);
+    await h.run(A);
+    h.answers.push({ ...GRANT, lease: { ...GRANT.lease, queueMs: 800 } } as ScheduleResult);
+    expect(await early.start(new AbortController().signal)).toMatchObject({ kind: 'running' });
+    expect(asError(await h.run(A)).code).toBe('queue_full');
+    expect(h.work().acquire).toBe(2);
+  });
+
   it('after deadline_unmeetable refuses requests with as little slack, and lets a longer deadline through', async () => {
     const h = harness();
     h.answers.push(UNMEETABLE);
@@ -208,7 +219,8 @@ describe('scheduler pushback in the pipeline', () => {
     // A request with the same deadline has 1,000 ms left at the memo, 960 ms at the scheduler: refused.
     expect(asError(await h.run(A, { deadlineMs: 1_000 })).message).toMatch(/^recently refused: /);
     expect(h.work()).toEqual({ count: 1, reserve: 1, acquire: 1 });
-    expect(await h.run(A, { deadlineMs: 1_001 })).toMatchObject({ kind: 'running' });
+    // More slack than the refused request's plus the scheduler's hint (2,010 ms): it goes through.
+    expect(await h.run(A, { deadlineMs: 3_011 })).toMatchObject({ kind: 'running' });
     expect(h.work()).toEqual({ count: 2, reserve: 2, acquire: 2 });
   });
 

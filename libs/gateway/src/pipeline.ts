@@ -346,7 +346,8 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
             const code = scheduled.reason === 'queue_full' || scheduled.reason === 'shed' ? 'queue_full' : scheduled.reason === 'deadline_unmeetable' ? 'deadline_unmeetable' : 'engine_unavailable';
             return reject(caller, new WeirError(code, scheduled.message, { retryable: true, retryAfterMs: scheduled.retryAfterMs ?? 1_000 }));
           }
-          pushback.noteGrant(pushbackKey);
+          // Only a grant without queueing shows free capacity; a queued one only shows that the queue moves.
+          if (scheduled.lease.queueMs < 1) pushback.noteGrant(pushbackKey);
           const { lease } = scheduled;
           const grantedAt = clock.now();
           const handle = deps.relay.start({

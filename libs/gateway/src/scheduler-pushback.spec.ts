@@ -56,12 +56,14 @@ describe('createSchedulerPushback', () => {
     expect(memo.size).toBe(0);
   });
 
-  it('refuses after deadline_unmeetable only requests with no more slack than the refused one', () => {
+  it('refuses after deadline_unmeetable only requests with no more slack than the refused one plus its overshoot hint', () => {
     const memo = createSchedulerPushback({ holdMs: 250, clock: fakeClock() });
     memo.noteRefusal(key(), { code: 'deadline_unmeetable', message: 'the estimated start is past the deadline; raise deadline_ms or retry later', retryAfterMs: 2_000, slackMs: 1_000 });
     expect(memo.check(key(), 500)).toMatchObject({ code: 'deadline_unmeetable', retryAfterMs: 2_000 });
     expect(memo.check(key(), 1_000)).toMatchObject({ code: 'deadline_unmeetable' });
-    expect(memo.check(key(), 1_001)).toBeUndefined();
+    // The scheduler's 2 s hint is at least its overshoot: up to 1 s + 2 s of slack is refused too.
+    expect(memo.check(key(), 3_000)).toMatchObject({ code: 'deadline_unmeetable' });
+    expect(memo.check(key(), 3_001)).toBeUndefined();
     expect(memo.check(key(), 30_000)).toBeUndefined();
     // A longer deadline passing does not forget the memo for shorter ones.
     expect(memo.check(key(), 900)).toMatchObject({ code: 'deadline_unmeetable' });

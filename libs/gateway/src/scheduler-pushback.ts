@@ -90,14 +90,19 @@ export interface SchedulerPushback {
    * stores nothing.
    */
   noteRefusal(key: PushbackKey, refusal: PushbackRefusal): void;
-  /** Forgets `key`'s refusal: the scheduler just granted a request of that key, so there is capacity. */
+  /**
+   * Forgets `key`'s refusal: the scheduler just granted a request of that key *at once*, so
+   * there is free capacity. (A grant to a request that had queued says only that the queue
+   * moves, not that a new one would fit: the pipeline does not call this for those.)
+   */
   noteGrant(key: PushbackKey): void;
   /**
    * The remembered refusal that applies to a request of `key` with `slackMs` (ms) left to its
    * deadline, or undefined when it should go to the scheduler. A `queue_full` memo applies to
    * every request of the key; a `deadline_unmeetable` memo only to requests with no more slack
-   * than the refused one had (a longer deadline might still be met). Expired entries are
-   * dropped here.
+   * than the refused one had plus the scheduler's `Retry-After` hint (which is at least how far
+   * its estimate overshot the deadline: a request with more slack than that might still be
+   * met). Expired entries are dropped here.
    */
   check(key: PushbackKey, slackMs: number): PushbackMemo | undefined;
   /** Keys currently stored, expired ones not yet dropped included (for tests and metrics). */
@@ -108,6 +113,8 @@ interface Entry {
   code: PushbackCode;
   message: string;
   slackMs: number;
+  /** The scheduler's hint (ms), 0 without one: how much more slack would still be refused. */
+  overshootMs: number;
   /** Clock time (ms) the memo stops holding the refusal. */
   expiresAt: number;
   /** Clock time (ms) the scheduler's hint points at; undefined when it gave none. */
@@ -156,6 +163,7 @@ export function createSchedulerPushback(options: SchedulerPushbackOptions): Sche
         code: refusal.code,
         message: refusal.message,
         slackMs: refusal.slackMs,
+        overshootMs: refusal.retryAfterMs ?? 0,
         expiresAt: now + hold,
         retryAt: refusal.retryAfterMs === undefined ? undefined : now + refusal.retryAfterMs,
       });
@@ -175,7 +183,7 @@ export function createSchedulerPushback(options: SchedulerPushbackOptions): Sche
         entries.delete(k);
         return undefined;
       }
-      if (e.code === 'deadline_unmeetable' && slackMs > e.slackMs) return undefined;
+      if (e.code === 'deadline_unmeetable' && slackMs > e.slackMs + e.overshootMs) return undefined;
       const remainingMs = Math.ceil(e.expiresAt - now);
       const retryAfterMs = e.retryAt === undefined ? remainingMs : Math.max(remainingMs, Math.ceil(e.retryAt - now));
       return { code: e.code, message: e.message, remainingMs, retryAfterMs };
