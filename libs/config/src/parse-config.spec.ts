@@ -88,7 +88,7 @@ describe('parseConfig: valid documents', () => {
       maxBodyBytes: 1_048_576,
       sseHeartbeatMs: 15_000,
       maxQueuePerReplica: 256,
-      scheduling: { maxQueueBytesPerReplica: 16_777_216, tenantQueueShare: 0.5, quantumTokens: 256, priorPrefillTokensPerS: 1_000, priorDecodeTokensPerS: 20, ewmaAlpha: 0.2 },
+      scheduling: { maxQueueBytesPerReplica: 16_777_216, tenantQueueShare: 0.5, quantumTokens: 256, priorPrefillTokensPerS: 1_000, priorDecodeTokensPerS: 20, ewmaAlpha: 0.2, pushbackMs: 1_000, fairShareHeadroom: 0.1 },
       admission: { reservationGraceMs: 60_000, idempotencyRetentionMs: 86_400_000, burnRateFactor: 3, burnRateBaselineHours: 24, burnRateMinHourlyUsd: 1 },
     });
   });

@@ -356,6 +356,7 @@ function toPlatformConfig(file: ConfigFile, baseDir: string): PlatformConfig {
         priorDecodeTokensPerS: file.defaults.scheduling.prior_decode_tokens_per_s,
         ewmaAlpha: file.defaults.scheduling.ewma_alpha,
         pushbackMs: file.defaults.scheduling.pushback_ms,
+        fairShareHeadroom: file.defaults.scheduling.fair_share_headroom,
         ...(file.defaults.scheduling.tpot_target_ms !== undefined ? { tpotTargetMs: file.defaults.scheduling.tpot_target_ms } : {}),
       },
       admission: {

@@ -54,10 +54,20 @@ describe('scheduling configuration', () => {
     ]);
     expect(cfg.tenants[0]).toMatchObject({ schedulingWeight: 3, dedicatedPool: 'acme-dedicated' });
     expect(cfg.tenants[1].schedulingWeight).toBeUndefined();
-    expect(cfg.defaults.scheduling).toEqual({ maxQueueBytesPerReplica: 16_777_216, tenantQueueShare: 0.25, quantumTokens: 256, priorPrefillTokensPerS: 1_000, priorDecodeTokensPerS: 40, ewmaAlpha: 0.2, pushbackMs: 250 });
+    expect(cfg.defaults.scheduling).toEqual({ maxQueueBytesPerReplica: 16_777_216, tenantQueueShare: 0.25, quantumTokens: 256, priorPrefillTokensPerS: 1_000, priorDecodeTokensPerS: 40, ewmaAlpha: 0.2, pushbackMs: 1_000, fairShareHeadroom: 0.1 });
+  });
+
+  it('reads the pushback, TPOT target and fair-share headroom settings', () => {
+    const doc = file();
+    doc.defaults = { scheduling: { pushback_ms: 1_000, tpot_target_ms: 45, fair_share_headroom: 0.05 } };
+    expect(parseConfig(JSON.stringify(doc), 'w.json').defaults.scheduling).toMatchObject({ pushbackMs: 1_000, tpotTargetMs: 45, fairShareHeadroom: 0.05 });
+    // No TPOT target unless one is named.
+    expect(parseConfig(JSON.stringify(file()), 'w.json').defaults.scheduling?.tpotTargetMs).toBeUndefined();
   });
 
   it.each([
+    ['a TPOT target of 0', (f: Record<string, any>) => (f.defaults = { scheduling: { tpot_target_ms: 0 } }), 'defaults.scheduling.tpot_target_ms: expected a number > 0 (ms), got 0'],
+    ['a headroom above 0.5', (f: Record<string, any>) => (f.defaults = { scheduling: { fair_share_headroom: 0.6 } }), 'defaults.scheduling.fair_share_headroom: expected a number >= 0 and <= 0.5, got 0.6'],
     ['a pool no tenant is assigned to', (f: Record<string, any>) => (f.revisions[0].replicas[0].pool = 'nobody'), 'revisions[0].replicas[0].pool: unknown pool "nobody"'],
     ['a shared pool as a dedicated pool', (f: Record<string, any>) => (f.tenants[1].dedicated_pool = 'interactive'), 'tenants[1].dedicated_pool: "interactive" is a shared pool'],
     ['KV tokens below the context window', (f: Record<string, any>) => (f.revisions[0].replicas[1].kv_tokens = 1_000), 'revisions[0].replicas[1].kv_tokens: must be >= context_window (1000 < 4096)'],

@@ -260,7 +260,7 @@ export interface SchedulingDefaults {
    * the gateway refuses that tenant's like requests for up to this long itself — before
    * counting tokens or reserving — unless a grant for the same tenant and revision arrives
    * first. It keeps a flooding tenant's refusals cheap, so they do not consume the front end
-   * every tenant shares (the server-pushback idea of gRPC's retry design, A6). Default 250.
+   * every tenant shares (the server-pushback idea of gRPC's retry design, A6). Default 1,000: the scheduler's own Retry-After for a full queue, so the gateway holds a tenant off no longer than it already told its clients to wait.
    */
   pushbackMs: number;
   /**
@@ -272,6 +272,19 @@ export interface SchedulingDefaults {
    * decrease; see `libs/scheduling/src/tpot-limiter.ts`). Default absent.
    */
   tpotTargetMs?: number;
+  /**
+   * Fair-share headroom, a fraction [0, 0.5] of a pool queue's sequences: while some active
+   * tenant (one with work in flight or queued there) is below its weighted share of the pool's
+   * sequences, a tenant at or above its own share may not take the last `floor(headroom ×
+   * sequences)` free ones. Without it the queue's order is fair but its *slots* are not: a
+   * flooding tenant refills every sequence the moment it frees, and a tenant within its share
+   * waits for the next release, which with generations of similar length come in waves seconds
+   * apart. The headroom lets an under-share tenant start at once, at the cost of up to that many
+   * idle sequences while only over-share tenants wait (the minimum-guarantee-with-borrowing idea
+   * of YARN's capacity scheduler, without preemption). Pools under 1 ÷ headroom sequences keep
+   * none. Default 0.1.
+   */
+  fairShareHeadroom: number;
 }
 
 /** `defaults.scheduling` when the configuration names none (see {@link SchedulingDefaults}). */
@@ -282,7 +295,8 @@ export const DEFAULT_SCHEDULING: Readonly<SchedulingDefaults> = Object.freeze({
   priorPrefillTokensPerS: 1_000,
   priorDecodeTokensPerS: 20,
   ewmaAlpha: 0.2,
-  pushbackMs: 250,
+  pushbackMs: 1_000,
+  fairShareHeadroom: 0.1,
 });
 
 /** Admission and accounting settings (the `defaults.admission` section). */

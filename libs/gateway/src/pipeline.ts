@@ -62,7 +62,7 @@ export interface GenerationPipelineDeps {
    * refuses a request with `queue_full` (or sheds batch work) or `deadline_unmeetable`, like
    * requests of the same tenant, revision and priority are refused by `admit` for up to this
    * long — before counting tokens or reserving — unless a grant for that key comes first
-   * (see `scheduler-pushback.ts`). Default 250 (`DEFAULT_SCHEDULING.pushbackMs`).
+   * (see `scheduler-pushback.ts`). Default 1,000 (`DEFAULT_SCHEDULING.pushbackMs`).
    */
   pushbackMs?: number;
 }

@@ -109,6 +109,28 @@ describe('FairQueue (deficit round robin in tokens, EDF inside a tenant)', () =>
     expect(queue.peek()).toBeUndefined();
   });
 
+  it('passes over tenants the eligibility check refuses, without giving them credit meanwhile', () => {
+    const q = new FairQueue<FairEntry>({ quantum: 100, weightOf: () => 1 });
+    for (let i = 0; i < 4; i++) q.push(entry('noisy', 100));
+    q.push(entry('quiet', 100));
+    const notNoisy = (t: string) => t !== 'noisy';
+    expect(q.peek(notNoisy)?.tenant).toBe('quiet');
+    q.take(q.peek(notNoisy) as FairEntry);
+    // Nothing eligible left: undefined, and the queue is untouched.
+    expect(q.peek(notNoisy)).toBeUndefined();
+    expect(q.size).toBe(4);
+    // Paused, noisy earned nothing: once eligible it alternates with a new quiet tenant as usual.
+    q.push(entry('quiet', 100));
+    const order: string[] = [];
+    for (let i = 0; i < 4; i++) {
+      const e = q.peek() as FairEntry;
+      q.take(e);
+      order.push(e.tenant);
+      if (e.tenant === 'quiet') q.push(entry('quiet', 100));
+    }
+    expect(order.filter((t) => t === 'noisy')).toHaveLength(2);
+  });
+
   it('rejects a quantum that is not positive', () => {
     expect(() => new FairQueue<FairEntry>({ quantum: 0, weightOf: () => 1 })).toThrow(/quantum must be > 0/);
   });

@@ -94,14 +94,22 @@ export class FairQueue<E extends FairEntry> {
 
   /**
    * The entry DRR serves next, or undefined when empty. Repeated calls without `take` return
-   * the same entry.
+   * the same entry. With `eligible`, tenants it refuses are passed over in the round as if
+   * absent: they earn no credit while passed over (a paused flow, not a starved one), and
+   * undefined is returned when no backlogged tenant is eligible.
    */
-  peek(): E | undefined {
+  peek(eligible?: (tenant: string) => boolean): E | undefined {
     if (this.active.length === 0) return undefined;
+    if (eligible && !this.active.some(eligible)) return undefined;
     for (;;) {
       for (let visited = 0; visited < this.active.length; visited++) {
         const name = this.active[this.ptr];
         const t = this.tenants.get(name) as TenantQueue<E>;
+        if (eligible && !eligible(name)) {
+          this.turnOpen = false;
+          this.ptr = (this.ptr + 1) % this.active.length;
+          continue;
+        }
         if (!this.turnOpen) {
           t.deficit += this.options.quantum * this.weight(name);
           this.turnOpen = true;
@@ -115,11 +123,15 @@ export class FairQueue<E extends FairEntry> {
       // the rounds it would take at once instead of looping through them.
       let rounds = Infinity;
       for (const name of this.active) {
+        if (eligible && !eligible(name)) continue;
         const t = this.tenants.get(name) as TenantQueue<E>;
         rounds = Math.min(rounds, Math.ceil((t.items[0].cost - t.deficit) / (this.options.quantum * this.weight(name))));
       }
       if (rounds > 1) {
-        for (const name of this.active) (this.tenants.get(name) as TenantQueue<E>).deficit += (rounds - 1) * this.options.quantum * this.weight(name);
+        for (const name of this.active) {
+          if (eligible && !eligible(name)) continue;
+          (this.tenants.get(name) as TenantQueue<E>).deficit += (rounds - 1) * this.options.quantum * this.weight(name);
+        }
       }
     }
   }

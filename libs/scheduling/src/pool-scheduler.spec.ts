@@ -392,6 +392,48 @@ describe('createPoolScheduler: brownout', () => {
   });
 });
 
+describe('createPoolScheduler: fair share of sequences', () => {
+  // One replica of 10 sequences; headroom 0.2 keeps 2 for tenants below their share.
+  const ten = () => createPoolScheduler(base({ replicas: [{ id: 'r0', revisionId: 'm@1', slots: 10, kvTokens: 100_000 }], maxQueuePerReplica: 100, settings: { tenantQueueShare: 1, fairShareHeadroom: 0.2 } }));
+
+  it('lets a flooding tenant fill every sequence while nobody else is active', async () => {
+    const s = ten();
+    const leases = await Promise.all(Array.from({ length: 10 }, () => s.acquire(req('acme'))));
+    expect(leases.every((l) => l.ok)).toBe(true);
+    expect(s.stats().inFlight.r0).toBe(10);
+  });
+
+  it('keeps the last free sequences for an active tenant below its share, who then starts at once', async () => {
+    const s = ten();
+    // globex is active (one generation in flight), far below its share of 5.
+    const globexFirst = leaseOf(await s.acquire(req('globex')));
+    // acme floods: it gets 7 (10 − 1 − the headroom of 2), the rest queue.
+    const acme = Array.from({ length: 12 }, () => s.acquire(req('acme')));
+    await flush();
+    expect(s.stats()).toMatchObject({ inFlight: { r0: 8 }, lanes: [{ requests: 5 }] });
+    // globex's next request starts at once, though acme was queued first.
+    const globexNext = leaseOf(await s.acquire(req('globex')));
+    expect(globexNext.queueMs).toBe(0);
+    expect(s.stats().inFlight.r0).toBe(9);
+    // When globex has nothing more in flight, acme may use everything again.
+    globexFirst.release();
+    globexNext.release();
+    await flush();
+    expect(s.stats()).toMatchObject({ inFlight: { r0: 10 }, lanes: [{ requests: 2 }] });
+    void acme;
+  });
+
+  it('keeps none in a pool too small for the fraction, and none when set to 0', async () => {
+    const small = createPoolScheduler(base({ replicas: [{ id: 'r0', revisionId: 'm@1', slots: 4 }], settings: { fairShareHeadroom: 0.2 } }));
+    leaseOf(await small.acquire(req('globex')));
+    for (let i = 0; i < 3; i++) leaseOf(await small.acquire(req('acme')));
+    const off = createPoolScheduler(base({ replicas: [{ id: 'r0', revisionId: 'm@1', slots: 10 }], settings: { fairShareHeadroom: 0 } }));
+    leaseOf(await off.acquire(req('globex')));
+    for (let i = 0; i < 9; i++) leaseOf(await off.acquire(req('acme')));
+    expect(off.stats().inFlight.r0).toBe(10);
+  });
+});
+
 describe('createPoolScheduler: TPOT target', () => {
   it('holds a replica’s batch below its slots while its p95 TPOT is over the target, and raises it back', async () => {
     const changes: string[] = [];

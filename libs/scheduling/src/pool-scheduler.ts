@@ -20,6 +20,10 @@
  *   at its deadline is refused while that is still cheap, instead of taking a sequence it
  *   cannot use. One that waits until it can no longer finish in time leaves with `deadline`
  *   before it starts; one whose client leaves, with `cancelled`.
+ * - **Fair share of sequences** (`settings.fairShareHeadroom`): the queue's order is fair, and
+ *   so are the slots: while a tenant of the pool queue is below its weighted share of the
+ *   sequences, tenants at or above theirs leave the last few free sequences to it, so it starts
+ *   at once instead of waiting for a flooding tenant's next release.
  * - **TPOT target** (`settings.tpotTargetMs`, optional): each replica's admitted batch follows
  *   its measured p95 time per output token (`tpot-limiter.ts`), below its declared slots.
  * - **Brownout**: when a pool's capacity drops (a replica unhealthy, or its measured decode
@@ -232,6 +236,8 @@ interface Lane {
   /** EWMA of output tokens ÷ output limit: how much of its limit a request uses. Prior 1. */
   outputFill?: number;
   brownout: boolean;
+  /** Leases held per tenant in this lane (absent = 0). */
+  tenantInFlight: Map<string, number>;
 }
 
 const laneKey = (pool: string, revisionId: string) => `${pool}\u0000${revisionId}`;
@@ -270,7 +276,7 @@ export function createPoolScheduler(options: PoolSchedulerOptions): PoolSchedule
     if (!lane) {
       const queue = () => new FairQueue<Entry>({ quantum: settings.quantumTokens, weightOf });
       const kind = pool === INTERACTIVE_POOL ? 'interactive' : pool === BATCH_POOL ? 'batch' : 'dedicated';
-      lane = { pool, revisionId: spec.revisionId, kind, replicas: [], interactive: queue(), batch: queue(), bytes: 0, tenantBytes: new Map(), brownout: false };
+      lane = { pool, revisionId: spec.revisionId, kind, replicas: [], interactive: queue(), batch: queue(), bytes: 0, tenantBytes: new Map(), brownout: false, tenantInFlight: new Map() };
       lanes.set(key, lane);
     }
     lane.replicas.push(state);
@@ -335,11 +341,50 @@ export function createPoolScheduler(options: PoolSchedulerOptions): PoolSchedule
     return best ?? (avoided ? 'avoided' : 'blocked');
   };
 
+  // --- fair share of sequences ------------------------------------------------------------
+
+  /**
+   * Who may take a free sequence of the lane now (see `SchedulingDefaults.fairShareHeadroom`):
+   * everyone while more than the headroom is free, or no active tenant is below its weighted
+   * share; else only tenants below their share. Computed once per decision.
+   */
+  const shareGate = (lane: Lane): ((tenant: string) => boolean) | undefined => {
+    if (!(settings.fairShareHeadroom > 0)) return undefined;
+    let slots = 0;
+    let free = 0;
+    for (const r of lane.replicas) {
+      if (!usable(lane, r)) continue;
+      const n = slotLimit(r);
+      slots += n;
+      free += Math.max(0, n - r.inFlight);
+    }
+    const headroom = Math.floor(settings.fairShareHeadroom * slots + 1e-9);
+    if (headroom === 0 || free > headroom) return undefined;
+    const active = new Set<string>();
+    for (const [t, n] of lane.tenantInFlight) if (n > 0) active.add(t);
+    for (const t of lane.interactive.backlogged()) active.add(t);
+    for (const t of lane.batch.backlogged()) active.add(t);
+    let weights = 0;
+    for (const t of active) weights += weightOf(t);
+    const underShare = (t: string) => (lane.tenantInFlight.get(t) ?? 0) < (slots * weightOf(t)) / (weights + (active.has(t) ? 0 : weightOf(t)));
+    let someoneUnder = false;
+    for (const t of active) {
+      if (underShare(t)) {
+        someoneUnder = true;
+        break;
+      }
+    }
+    if (!someoneUnder) return undefined;
+    return underShare;
+  };
+
   // --- leases ------------------------------------------------------------------------------
 
   const grant = (lane: Lane, replica: ReplicaState, entry: Pick<Entry, 'cost' | 'inputTokens' | 'outputTokens' | 'request'>, queueMs: number): SlotLease => {
     replica.inFlight++;
     replica.kvInUse += entry.cost;
+    const tenant = entry.request.caller.tenantId;
+    lane.tenantInFlight.set(tenant, (lane.tenantInFlight.get(tenant) ?? 0) + 1);
     replica.limiter?.noteInFlight(replica.inFlight);
     const work = { grantedAt: clock.now(), seconds: sequenceSeconds(entry.inputTokens, entry.outputTokens * (lane.outputFill ?? 1), ratesOf(replica)) };
     replica.leases.add(work);
@@ -350,6 +395,9 @@ export function createPoolScheduler(options: PoolSchedulerOptions): PoolSchedule
       clearTimeout(expiry);
       replica.inFlight--;
       replica.kvInUse -= entry.cost;
+      const held = (lane.tenantInFlight.get(tenant) ?? 1) - 1;
+      if (held > 0) lane.tenantInFlight.set(tenant, held);
+      else lane.tenantInFlight.delete(tenant);
       replica.leases.delete(work);
       if (report) learn(lane, replica, report, entry.outputTokens, work.grantedAt);
       rebalance(lane);
@@ -410,7 +458,10 @@ export function createPoolScheduler(options: PoolSchedulerOptions): PoolSchedule
     for (;;) {
       const queue = lane.interactive.size > 0 ? lane.interactive : batchRuns(lane) ? lane.batch : undefined;
       if (!queue || queue.size === 0) return;
-      const head = queue.peek() as Entry;
+      const eligible = shareGate(lane);
+      const head = queue.peek(eligible);
+      // Every waiting tenant is at its share and only the headroom is free: it is kept for the others.
+      if (!head) return;
       let chosen: Entry | undefined;
       let replica: ReplicaState | undefined;
       const placed = place(lane, head.cost, head.request.avoidReplicas);
@@ -421,6 +472,7 @@ export function createPoolScheduler(options: PoolSchedulerOptions): PoolSchedule
         // The head avoids the only replica with room (a retry after a failure there): let the
         // first entry that may use it go instead; its tenant is charged as usual.
         for (const e of queue.entries()) {
+          if (eligible && !eligible(e.tenant)) continue;
           const p = place(lane, e.cost, e.request.avoidReplicas);
           if (typeof p !== 'string') {
             chosen = e;
@@ -563,7 +615,8 @@ export function createPoolScheduler(options: PoolSchedulerOptions): PoolSchedule
       };
 
       const nothingAhead = priority === 'batch' ? lane.interactive.size === 0 && lane.batch.size === 0 : lane.interactive.size === 0;
-      if (nothingAhead) {
+      const gate = nothingAhead ? shareGate(lane) : undefined;
+      if (nothingAhead && (!gate || gate(tenant))) {
         const placed = place(lane, request.tokens, request.avoidReplicas);
         if (typeof placed !== 'string') {
           observer.onDequeued?.({ ...labels(lane, entry), outcome: 'granted', queueMs: 0 });
