@@ -2,15 +2,18 @@
  * The all-in-one composition: every data-plane service in one process, wired through
  * in-process ports — gateway, admission, scheduler, router, streaming relay, ledger and the
  * engines — on PGlite (or Postgres when `DATABASE_URL` is set). The split topology binds
- * the same libraries to gRPC and NATS adapters instead.
+ * the same libraries to gRPC and NATS adapters instead. A revision that lists `replicas` is
+ * served by those engine servers over HTTP exactly as in the split (`@weir/engines`' remote
+ * replicas: an adapter per replica, their `/tokenize` for prompt tokens, `/healthz` probes and
+ * ejection of a replica the relay cannot reach); any other revision runs its engine in-process.
  */
 import { mkdirSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { createAdmission, startReconciler } from '@weir/admission';
 import { type AllInOneEnv, loadConfigFile, defaultConfig, replicaPlacement, resolveModelFile } from '@weir/config';
-import { type BurnRateAlert, type EngineAdapter, type PlatformConfig, type RevisionSpec, type Topic, systemClock } from '@weir/core';
-import { createEngine, type LlamaCppEngine } from '@weir/engines';
+import { type BurnRateAlert, type EngineAdapter, type GenerationInput, type PlatformConfig, type RevisionSpec, type Topic, systemClock } from '@weir/core';
+import { createEngine, createReplicaEngines, type LlamaCppEngine, remoteReplicas, replicaTokenCounter, replicaUnreachable, startReplicaHealthChecks } from '@weir/engines';
 import { createGatewayApp, createGenerationPipeline, createMetricsObserver, type Gateway } from '@weir/gateway';
 import { createBatchedUsageSink, createBurnRateMonitor, type BatchedUsageSink } from '@weir/ledger';
 import { createInProcessTopic } from '@weir/messaging';
@@ -49,11 +52,18 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
   // PGlite is single-process: a second all-in-one on the same directory would lose rows.
   const lock = settings.databaseUrl ? undefined : lockDataDir(settings.dataDir);
 
-  // Engines: one replica per revision. A revision whose engine cannot start is removed with a
-  // loud warning that says how to fix it; the platform still starts for the rest.
+  // Engines: a revision that lists `replicas` is served by those engine servers over HTTP (as
+  // in the split topology); any other runs one in-process engine replica. A revision whose
+  // engine cannot start is removed with a loud warning that says how to fix it; the platform
+  // still starts for the rest.
   const engines = new Map<string, EngineAdapter>();
   const servingRevisions: RevisionSpec[] = [];
   for (const revision of loaded.revisions) {
+    if (revision.replicas && revision.replicas.length > 0) {
+      servingRevisions.push(revision);
+      logger.info({ revision: revision.id, replicas: revision.replicas.map((r) => r.id) }, 'revision served by its remote replicas');
+      continue;
+    }
     try {
       let spec = revision.engine;
       if (spec.kind === 'llamacpp') {
@@ -76,6 +86,10 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
       logger.error({ revision: revision.id }, message);
     }
   }
+  // The remote replicas (one OpenAI-compatible adapter each) and the in-process engine replicas.
+  const remote = remoteReplicas(servingRevisions, { configuredOnly: true });
+  const remoteEngines = createReplicaEngines(servingRevisions, remote, { logger });
+  const inProcess = servingRevisions.filter((r) => engines.has(r.id));
   const config = withServingRevisions(loaded, servingRevisions);
 
   const database = await openDatabase({ databaseUrl: settings.databaseUrl, dataDir: settings.databaseUrl ? undefined : `${settings.dataDir}/pg`, logger });
@@ -121,13 +135,17 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
     onError: (err) => logger.warn({ err }, 'reservation reconciliation failed; retrying next interval'),
   });
   const router = createStaticRouter(config);
-  // One in-process engine replica per revision, in the revision's pool (default interactive),
-  // with its sequences and KV tokens (default sequences × context window).
+  // The scheduler's replicas: each remote replica with its slots, pool and KV tokens; one
+  // in-process engine replica per other revision, in the revision's pool (default
+  // interactive), with its sequences and KV tokens (default sequences × context window).
   const scheduler = createPoolScheduler({
-    replicas: servingRevisions.map((r) => {
-      const slots = engines.get(r.id)?.capacity.slots ?? 1;
-      return { id: replicaId(r), revisionId: r.id, slots, ...replicaPlacement(r, { slots }) };
-    }),
+    replicas: [
+      ...remote.map(({ id, revisionId, slots, pool, kvTokens }) => ({ id, revisionId, slots, pool, kvTokens })),
+      ...inProcess.map((r) => {
+        const slots = engines.get(r.id)?.capacity.slots ?? 1;
+        return { id: replicaId(r), revisionId: r.id, slots, ...replicaPlacement(r, { slots }) };
+      }),
+    ],
     tenants: config.tenants,
     maxQueuePerReplica: config.defaults.maxQueuePerReplica,
     ...(config.defaults.scheduling ? { settings: config.defaults.scheduling } : {}),
@@ -139,9 +157,12 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
   });
   const poolOfReplica = new Map(scheduler.replicas().map((r) => [r.id, r.pool ?? 'interactive']));
   telemetry.observeScheduler(() => schedulerSample(scheduler.stats()));
-  telemetry.observeReplicas(() => replicaSamples(scheduler));
+  // Remote replicas are probed on /healthz (out of rotation after failed probes, back when they
+  // answer) and ejected at once when the relay cannot reach one; in-process ones are always up.
+  const replicaHealth = startReplicaHealthChecks({ scheduler, replicas: remote, logger });
+  telemetry.observeReplicas(() => replicaSamples(scheduler, replicaHealth.up));
   telemetry.observeEngines(() =>
-    servingRevisions.flatMap((r) => {
+    inProcess.flatMap((r) => {
       const engine = engines.get(r.id);
       if (engine?.kind !== 'llamacpp') return [];
       const stats = (engine as LlamaCppEngine).stats();
@@ -149,25 +170,38 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
     }),
   );
   telemetry.observeQueues(() => scheduler.stats().queued);
-  const enginesByReplica = new Map(servingRevisions.map((r) => [replicaId(r), engines.get(r.id) as EngineAdapter]));
+  const enginesByReplica = new Map([...remoteEngines, ...inProcess.map((r) => [replicaId(r), engines.get(r.id) as EngineAdapter] as const)]);
   const relay = createRelay({
     engineFor: (id) => enginesByReplica.get(id),
     usageSink,
     clock: systemClock,
     cancelGraceMs: config.defaults.cancelGraceMs,
+    onOutcome(job, outcome) {
+      // A remote replica it could not reach leaves rotation now (ids of in-process ones are ignored).
+      if (replicaUnreachable(outcome)) replicaHealth.reportUnreachable(job.replicaId);
+    },
   });
+  // Prompt tokens: a revision with replicas counts with their tokenizer (`/tokenize`), any other
+  // with its in-process engine.
+  const counters = new Map(
+    servingRevisions.map((r) => {
+      const engine = engines.get(r.id);
+      return [r.id, replicaTokenCounter(r) ?? ((input: GenerationInput) => (engine as EngineAdapter).countInputTokens(input))] as const;
+    }),
+  );
+  const providerOf = new Map(servingRevisions.map((r) => [r.id, engines.get(r.id)?.kind ?? r.engine.kind]));
   const pipeline = createGenerationPipeline({
     router,
     admission,
     scheduler,
     relay,
-    countInputTokens: (revision, input) => (engines.get(revision.id) as EngineAdapter).countInputTokens(input),
+    countInputTokens: (revision, input) => (counters.get(revision.id) as (input: GenerationInput) => Promise<number>)(input),
     usageSink,
     tenants: new Map(config.tenants.map((t) => [t.id, t])),
     clock: systemClock,
     reservationGraceMs: config.defaults.admission.reservationGraceMs,
     ...(config.defaults.scheduling ? { pushbackMs: config.defaults.scheduling.pushbackMs } : {}),
-    observer: createMetricsObserver(telemetry.metrics, (revisionId) => engines.get(revisionId)?.kind ?? 'unknown', (id) => poolOfReplica.get(id)),
+    observer: createMetricsObserver(telemetry.metrics, (revisionId) => providerOf.get(revisionId) ?? 'unknown', (id) => poolOfReplica.get(id)),
   });
   const gateway: Gateway = createGatewayApp({
     pipeline,
@@ -217,7 +251,8 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
         if (result.unwritten > 0) logger.error({ unwritten: result.unwritten }, 'usage records could not be written before exit');
         await burnRate.stop();
         await reconciler.stop();
-        for (const engine of engines.values()) await engine.close().catch(() => undefined);
+        replicaHealth.stop();
+        for (const engine of enginesByReplica.values()) await engine.close().catch(() => undefined);
         await telemetry.shutdown().catch(() => undefined);
         await database.close();
         lock?.release();

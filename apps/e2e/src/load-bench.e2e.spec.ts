@@ -102,9 +102,8 @@ describe.each(TOPOLOGIES)('load benchmark harness (--smoke --topology %s)', (top
     }
   });
 
-  // The all-in-one runs each revision's engine in-process and does not use a revision's
-  // `replicas` (the engine-sim processes), so there the replicas serve nothing yet.
-  (topology === 'split' ? it : it.skip)('serves the runs from the engine-sim replicas', () => {
+  // Both topologies serve the revision through its `replicas` (the engine-sim processes).
+  it('serves the runs from the engine-sim replicas', () => {
     const steady = results.runs[0];
     expect(steady.clientCompletionTokens).toBeGreaterThan(0);
     // Every completed stream's tokens came from a replica (a counter scraped at the end may lag a little).

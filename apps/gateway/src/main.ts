@@ -13,9 +13,9 @@
  */
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { loadConfigFile, replicaPlacement, servingReplicas } from '@weir/config';
+import { loadConfigFile } from '@weir/config';
 import { type CancelMessage, type GenerationInput, systemClock } from '@weir/core';
-import { countInputWith, createRemoteTokenCounter, utf8TokenUpperBound } from '@weir/engines';
+import { countInputWith, remoteReplicas, replicaTokenCounter, utf8TokenUpperBound } from '@weir/engines';
 import { createGatewayApp, createGenerationPipeline, createMetricsObserver } from '@weir/gateway';
 import { cancelMessageCodec, connectNats, createNatsTopic, createNatsUsageSink, ensureUsageStream, natsNames } from '@weir/messaging-nats';
 import { envInt, envRequired, envString, readEnv, runUntilSignal } from '@weir/service-runtime';
@@ -70,23 +70,17 @@ runUntilSignal('gateway', logger, async () => {
 
   // Prompt tokens with the revision's own tokenizer (its replicas' /tokenize) where Weir
   // runs the model; the documented upper bound for hosted upstreams.
-  const counters = new Map(
-    config.revisions.map((r) => [
-      r.id,
-      r.replicas && r.replicas.length > 0
-        ? createRemoteTokenCounter({ baseUrls: r.replicas.map((x) => x.baseUrl) })
-        : (input: GenerationInput) => countInputWith(input, utf8TokenUpperBound),
-    ]),
-  );
+  const upperBound = (input: GenerationInput) => countInputWith(input, utf8TokenUpperBound);
+  const counters = new Map(config.revisions.map((r) => [r.id, replicaTokenCounter(r) ?? upperBound]));
   const providerOf = new Map(config.revisions.map((r) => [r.id, r.engine.kind]));
-  const poolOf = new Map(config.revisions.flatMap((r) => servingReplicas(r).map((x) => [x.id, replicaPlacement(r, x).pool] as const)));
+  const poolOf = new Map(remoteReplicas(config.revisions).map((x) => [x.id, x.pool]));
   const usageRepository = createUsageRepository(database.db);
   const pipeline = createGenerationPipeline({
     router,
     admission,
     scheduler,
     relay,
-    countInputTokens: (revision, input) => (counters.get(revision.id) ?? ((i: GenerationInput) => countInputWith(i, utf8TokenUpperBound)))(input),
+    countInputTokens: (revision, input) => (counters.get(revision.id) ?? upperBound)(input),
     usageSink,
     tenants: new Map(config.tenants.map((t) => [t.id, t])),
     clock: systemClock,

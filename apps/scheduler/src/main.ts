@@ -8,14 +8,14 @@
  * GRPC_PORT (default 50053), OPS_PORT (default 9463), PROBE_INTERVAL_MS (default 1000),
  * PROBE_TIMEOUT_MS (default 1000), PROBE_FAILURES (default 3), LOG_LEVEL.
  */
-import { loadConfigFile, replicaPlacement, servingReplicas } from '@weir/config';
+import { loadConfigFile } from '@weir/config';
 import { type ReplicaHealthEvent, systemClock } from '@weir/core';
+import { remoteReplicas, startReplicaHealthChecks } from '@weir/engines';
 import { connectNats, createNatsTopic, natsNames, replicaHealthEventCodec } from '@weir/messaging-nats';
-import { createPoolScheduler, createReplicaProber, replicaSamples, schedulerMetricsObserver, schedulerSample } from '@weir/scheduling';
+import { createPoolScheduler, replicaSamples, schedulerMetricsObserver, schedulerSample } from '@weir/scheduling';
 import { envInt, envRequired, envString, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
 import { createLogger, createTelemetry } from '@weir/telemetry';
 import { createSchedulerGrpcServer, installTracing, startGrpcServer } from '@weir/transport-grpc';
-import { request } from 'undici';
 
 const env = readEnv({
   WEIR_CONFIG: envRequired('the configuration file'),
@@ -35,7 +35,7 @@ runUntilSignal('scheduler', logger, async () => {
   installTracing();
   const config = loadConfigFile(env.WEIR_CONFIG);
   const telemetry = createTelemetry({ serviceName: 'weir-scheduler' });
-  const replicas = config.revisions.flatMap((r) => servingReplicas(r).map((x) => ({ ...x, revisionId: r.id, ...replicaPlacement(r, x) })));
+  const replicas = remoteReplicas(config.revisions);
   const scheduler = createPoolScheduler({
     replicas: replicas.map(({ id, revisionId, slots, pool, kvTokens }) => ({ id, revisionId, slots, pool, kvTokens })),
     tenants: config.tenants,
@@ -53,42 +53,25 @@ runUntilSignal('scheduler', logger, async () => {
 
   const nc = await connectNats({ servers: env.NATS_URL, name: 'weir-scheduler', logger });
   const health = createNatsTopic<ReplicaHealthEvent>(nc, natsNames(env.WEIR_NATS_NAMESPACE).healthSubject, replicaHealthEventCodec);
-  const probed = replicas.filter((r) => config.revisions.some((rev) => rev.replicas?.some((x) => x.id === r.id)));
-  const healthUrl = new Map(probed.map((r) => [r.id, `${r.baseUrl.replace(/\/v1\/?$/, '')}/healthz`]));
-  const revisionOf = new Map(replicas.map((r) => [r.id, r.revisionId]));
-  const prober = createReplicaProber({
-    replicaIds: probed.map((r) => r.id),
+  // Configured replicas are probed on /healthz; any replica a relay reports is ejected at
+  // once, and a probed one comes back when it answers again.
+  const checks = startReplicaHealthChecks({
+    scheduler,
+    replicas,
     intervalMs: env.PROBE_INTERVAL_MS,
     timeoutMs: env.PROBE_TIMEOUT_MS,
     failuresToEject: env.PROBE_FAILURES,
-    async probe(id, timeoutMs) {
-      try {
-        const res = await request(healthUrl.get(id) as string, { headersTimeout: timeoutMs, bodyTimeout: timeoutMs });
-        await res.body.dump();
-        return res.statusCode === 200;
-      } catch (err) {
-        logger.debug({ replica: id, err }, 'probe failed');
-        throw err;
-      }
-    },
-    onChange(replicaId, healthy, reason) {
-      scheduler.setReplicaHealth(replicaId, healthy);
-      logger[healthy ? 'info' : 'warn']({ replica: replicaId, reason }, healthy ? 'replica back in rotation' : 'replica out of rotation');
-      health.publish({ replicaId, revisionId: revisionOf.get(replicaId) ?? '', state: healthy ? 'healthy' : 'unhealthy', reason, at: Date.now() });
-    },
+    logger,
+    onChange: ({ replicaId, revisionId, healthy, reason }) =>
+      health.publish({ replicaId, revisionId, state: healthy ? 'healthy' : 'unhealthy', reason, at: Date.now() }),
   });
   const unsubscribe = health.subscribe((event) => {
-    if (event.state !== 'unhealthy' || !revisionOf.has(event.replicaId)) return;
     // A relay could not reach it: eject now; the prober brings it back when it answers.
-    scheduler.setReplicaHealth(event.replicaId, false);
-    prober.markUnhealthy(event.replicaId);
+    if (event.state === 'unhealthy') checks.reportUnreachable(event.replicaId);
   });
 
-  telemetry.observeReplicas(() => {
-    const probe = prober.status();
-    // Replicas that are not probed (hosted upstreams) count as up while in rotation.
-    return replicaSamples(scheduler, (id, inRotation) => probe[id]?.up ?? inRotation);
-  });
+  // Replicas that are not probed (hosted upstreams) count as up while in rotation.
+  telemetry.observeReplicas(() => replicaSamples(scheduler, checks.up));
   const binding = createSchedulerGrpcServer(scheduler);
   const grpc = await startGrpcServer({ host: env.HOST, port: env.GRPC_PORT, services: [binding] });
   let draining = false;
@@ -102,7 +85,7 @@ runUntilSignal('scheduler', logger, async () => {
   return {
     async stop() {
       draining = true;
-      prober.stop();
+      checks.stop();
       unsubscribe();
       await grpc.close(5_000);
       await nc.drain().catch(() => undefined);

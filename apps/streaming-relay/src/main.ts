@@ -10,9 +10,9 @@
  * RELAY_FIRST_TOKEN_TIMEOUT_MS (default 10000), RELAY_IDLE_TIMEOUT_MS (default 10000),
  * SHUTDOWN_GRACE_MS (default 10000), LOG_LEVEL.
  */
-import { loadConfigFile, servingReplicas } from '@weir/config';
-import { type CancelMessage, type EngineAdapter, type RelayHandle, type ReplicaHealthEvent, systemClock } from '@weir/core';
-import { createOpenAICompatibleEngine } from '@weir/engines';
+import { loadConfigFile } from '@weir/config';
+import { type CancelMessage, type RelayHandle, type ReplicaHealthEvent, systemClock } from '@weir/core';
+import { createReplicaEngines, remoteReplicas, replicaUnreachable } from '@weir/engines';
 import {
   cancelMessageCodec,
   connectNats,
@@ -41,44 +41,19 @@ const env = readEnv({
 });
 const logger = createLogger({ name: 'streaming-relay', level: env.LOG_LEVEL as 'info' });
 
-/** Errors that mean the replica itself is unreachable or hung (not a bad request). */
-const REPLICA_DOWN = new Set(['upstream_unavailable', 'upstream_timeout']);
-
 runUntilSignal('streaming-relay', logger, async () => {
   installTracing();
   const config = loadConfigFile(env.WEIR_CONFIG);
   const telemetry = createTelemetry({ serviceName: 'weir-streaming-relay' });
 
   // One OpenAI-compatible adapter per replica; the scheduler chose the replica.
-  const engines = new Map<string, EngineAdapter>();
-  const revisionOf = new Map<string, string>();
-  for (const revision of config.revisions) {
-    const upstream = revision.engine.kind === 'openai-compatible' ? revision.engine : undefined;
-    for (const replica of servingReplicas(revision)) {
-      revisionOf.set(replica.id, revision.id);
-      engines.set(
-        replica.id,
-        createOpenAICompatibleEngine(
-          {
-            kind: 'openai-compatible',
-            baseUrl: replica.baseUrl,
-            upstreamModel: upstream?.upstreamModel ?? revision.id,
-            apiKeyEnv: upstream?.apiKeyEnv,
-            api: upstream?.api ?? 'chat',
-            firstTokenTimeoutMs: upstream?.firstTokenTimeoutMs ?? env.RELAY_FIRST_TOKEN_TIMEOUT_MS,
-            idleTimeoutMs: upstream?.idleTimeoutMs ?? env.RELAY_IDLE_TIMEOUT_MS,
-            maxConcurrency: replica.slots,
-            // Weir's own engine replicas report cumulative usage on every chunk, so a stream
-            // cut by a cancel or deadline is billed from the engine's count.
-            continuousUsageStats: upstream ? upstream.continuousUsageStats : true,
-            gracefulStop: upstream ? upstream.gracefulStop : true,
-            contextTokens: revision.contextWindow,
-          },
-          { logger },
-        ),
-      );
-    }
-  }
+  const replicas = remoteReplicas(config.revisions);
+  const engines = createReplicaEngines(config.revisions, replicas, {
+    firstTokenTimeoutMs: env.RELAY_FIRST_TOKEN_TIMEOUT_MS,
+    idleTimeoutMs: env.RELAY_IDLE_TIMEOUT_MS,
+    logger,
+  });
+  const revisionOf = new Map(replicas.map((r) => [r.id, r.revisionId]));
 
   const nc = await connectNats({ servers: env.NATS_URL, name: 'weir-streaming-relay', logger });
   const names = natsNames(env.WEIR_NATS_NAMESPACE);
@@ -93,7 +68,7 @@ runUntilSignal('streaming-relay', logger, async () => {
     clock: systemClock,
     cancelGraceMs: config.defaults.cancelGraceMs,
     onOutcome(job, outcome) {
-      if (outcome.error && REPLICA_DOWN.has(outcome.error.code) && outcome.usage.outputTokens === 0) {
+      if (replicaUnreachable(outcome)) {
         health.publish({ replicaId: job.replicaId, revisionId: revisionOf.get(job.replicaId) ?? job.revision.id, state: 'unhealthy', reason: outcome.error.code, at: Date.now() });
       }
     },

@@ -12,3 +12,4 @@ export { upstreamStatusError, retryAfterMs } from './openai-compatible/upstream-
 export { createRemoteTokenCounter, type RemoteTokenCounterOptions, type TokenCounter } from './openai-compatible/remote-token-counter';
 export * from './simulated/simulated-engine';
 export * from './create-engine';
+export * from './remote-replicas';
