@@ -199,6 +199,9 @@ async function oneRequest(agent: Agent, origin: string, stream: StreamSpec, body
       } catch {
         // not JSON: keep the status
       }
+      // A request that waited in the queue until its deadline (the gateway answers before any
+      // stream starts) is a deadline outcome, like one Weir ended in-stream, not an error.
+      if (code === 'deadline_exceeded') return { ...base, endMs, status, outcome: 'deadline', code: 'deadline_in_queue', message, e2eMs: endMs - sentMs, generationId };
       return { ...base, endMs, status, outcome: isRejection(status, code) ? 'rejected' : 'error', code, message, e2eMs: endMs - sentMs, generationId };
     }
     const parsed = await readStream(res.body as AsyncIterable<Buffer>, now);
