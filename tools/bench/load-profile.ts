@@ -189,10 +189,12 @@ export const TENANTS = { quiet: { id: 'quiet', app: 'quiet-app', batchApp: 'quie
  * The configuration every service reads: one `simulated` revision whose `replicas` are the
  * engine-sim processes (so the relay reaches them over real HTTP), two tenants with equal
  * weights and a concurrency limit high enough that the scheduler, not admission, throttles.
+ * `platform.tpotTargetMs` (diagnostic runs only; the profile sets none) becomes
+ * `defaults.scheduling.tpot_target_ms`.
  */
-export function benchConfigYaml(replicaUrls: readonly string[], replica: ReplicaProfile): string {
+export function benchConfigYaml(replicaUrls: readonly string[], replica: ReplicaProfile, platform: { tpotTargetMs?: number } = {}): string {
   return `# tools/bench/load-run.ts: simulated replicas (engine-sim), two tenants with equal weights
-revisions:
+${platform.tpotTargetMs === undefined ? '' : `defaults:\n  scheduling:\n    tpot_target_ms: ${platform.tpotTargetMs}\n`}revisions:
   - id: ${BENCH_REVISION}
     model: sim
     engine:

@@ -46,10 +46,10 @@ function numberFlag(name: string, fallback: number, min: number, max = Number.PO
   return n;
 }
 function usage(message: string): never {
-  process.stderr.write(`bench:load: ${message}\nusage: node --import tsx tools/bench/load-run.ts [--topology split|all-in-one] [--only steady|brownout] [--quiet-share X] [--noisy-share X] [--replicas N] [--smoke] [--out FILE]\n`);
+  process.stderr.write(`bench:load: ${message}\nusage: node --import tsx tools/bench/load-run.ts [--topology split|all-in-one] [--only steady|brownout] [--quiet-share X] [--noisy-share X] [--replicas N] [--tpot-target-ms MS] [--smoke] [--out FILE]\n`);
   process.exit(2);
 }
-const known = new Set(['--topology', '--only', '--quiet-share', '--noisy-share', '--replicas', '--smoke', '--out']);
+const known = new Set(['--topology', '--only', '--quiet-share', '--noisy-share', '--replicas', '--tpot-target-ms', '--smoke', '--out']);
 for (let i = 0; i < argv.length; i++) {
   if (!known.has(argv[i])) usage(`unknown option ${argv[i]}`);
   if (argv[i] !== '--smoke') i++;
@@ -63,6 +63,8 @@ const PROFILE: LoadProfile = {
   replicas: numberFlag('--replicas', base.replicas, 2, 16),
 };
 if (!Number.isInteger(PROFILE.replicas)) usage('--replicas must be an integer');
+/** Diagnostic: the scheduler's TPOT target (`defaults.scheduling.tpot_target_ms`); the profile sets none. */
+const TPOT_TARGET_MS = value('--tpot-target-ms') === undefined ? undefined : numberFlag('--tpot-target-ms', 0, 1, 10_000);
 const ONLY = value('--only');
 if (ONLY !== undefined && ONLY !== 'steady' && ONLY !== 'brownout') usage('--only takes steady or brownout');
 const RUNS = ONLY ? [ONLY] : ['steady', 'brownout'];
@@ -446,6 +448,7 @@ async function main(): Promise<void> {
     const configText = benchConfigYaml(
       replicas.map((r) => r.url),
       BENCH_REPLICA,
+      TPOT_TARGET_MS === undefined ? {} : { tpotTargetMs: TPOT_TARGET_MS },
     );
     // Tenants, apps and one key per app, before the services start (they read keys from Postgres).
     const keys = { quiet: mintApiKey(), noisy: mintApiKey(), batch: mintApiKey() };
@@ -533,6 +536,7 @@ async function main(): Promise<void> {
       offered: rates,
       topology: weir.topology,
       topologyDescription: weir.description,
+      tpotTargetMs: TPOT_TARGET_MS ?? null,
       ledgerRowsFound: ledger.size,
       ledgerRowsWanted: ids.length,
       schedulerRejectionsTotal: rejections,
