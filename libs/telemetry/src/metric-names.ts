@@ -87,7 +87,18 @@ export const METRIC_NAMES = {
   admissionReconciled: 'weir.admission.reconciled',
   /** Counter, {reservation}: settlements above their reservation's worst case, by `tenant` (should stay 0). */
   admissionOverspends: 'weir.admission.overspends',
+  /**
+   * Observable gauge, 1: a circuit breaker's state by `key` (a revision id, or `provider:<name>`),
+   * encoded as {@link CIRCUIT_BREAKER_STATE_VALUES}: 0 closed, 1 half-open, 2 open, so a higher
+   * value is worse and `max by (key)` across gateways shows the worst view.
+   */
+  circuitBreakerState: 'weir.circuit_breaker.state',
+  /** Counter, {transition}: circuit-breaker state changes by `key`, `from` and `to` (`closed`, `half_open`, `open`). */
+  circuitBreakerTransitions: 'weir.circuit_breaker.transitions',
 } as const;
+
+/** The values of `weir.circuit_breaker.state`: ordered by severity (closed < half-open < open). */
+export const CIRCUIT_BREAKER_STATE_VALUES = { closed: 0, half_open: 1, open: 2 } as const;
 
 /** Attribute (label) keys. Values are bounded: config ids, enums, error codes; never ids of requests or text. */
 export const ATTRIBUTE_NAMES = {
@@ -105,6 +116,11 @@ export const ATTRIBUTE_NAMES = {
   pool: 'pool',
   priority: 'priority',
   outcome: 'outcome',
+  /** A circuit breaker's key: a revision id, or `provider:<name>`. */
+  breakerKey: 'key',
+  /** A transition's previous and next state. */
+  from: 'from',
+  to: 'to',
 } as const;
 
 /** semconv bucket boundaries (s) for `gen_ai.server.request.duration`: 0.01 × 2ⁿ up to 81.92. */
@@ -165,4 +181,6 @@ export const PROMETHEUS_SERIES = {
   admissionReservationsHeld: 'weir_admission_reservations_held',
   admissionReconciled: 'weir_admission_reconciled_total',
   admissionOverspends: 'weir_admission_overspends_total',
+  circuitBreakerState: 'weir_circuit_breaker_state',
+  circuitBreakerTransitions: 'weir_circuit_breaker_transitions_total',
 } as const satisfies Record<keyof typeof METRIC_NAMES, string>;

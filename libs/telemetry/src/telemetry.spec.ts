@@ -12,6 +12,7 @@ import {
   type RequestMetrics,
   type Telemetry,
 } from './index';
+import { CIRCUIT_BREAKER_STATE_VALUES } from './metric-names';
 
 interface Sample {
   name: string;
@@ -156,6 +157,10 @@ describe('createTelemetry', () => {
     m.recordAdmissionOverspend({ tenant: 'demo' });
     m.recordSchedulerRejection({ pool: 'interactive', tenant: 'demo', priority: 'interactive', reason: 'deadline_unmeetable' });
     m.recordSchedulerQueueTime({ pool: 'batch', tenant: 'demo', priority: 'batch', outcome: 'shed', queueS: 0.3 });
+    m.recordCircuitBreakerTransition({ key: 'provider:openai', from: 'closed', to: 'open' });
+    m.recordCircuitBreakerTransition({ key: 'provider:openai', from: 'open', to: 'half_open' });
+    m.recordCircuitBreakerTransition({ key: 'provider:openai', from: 'half_open', to: 'open' });
+    m.recordCircuitBreakerTransition({ key: 'provider:openai', from: 'open', to: 'half_open' });
 
     const { text } = await scrape(server);
     const schedulerSamples = parseExposition(text).samples;
@@ -168,6 +173,9 @@ describe('createTelemetry', () => {
     expect(find(parseExposition(text).samples, PROMETHEUS_SERIES.admissionReconciled, { action: 'expired_released' })).toEqual([]);
     expect(find(parseExposition(text).samples, PROMETHEUS_SERIES.admissionOverspends, { tenant: 'demo' })[0].value).toBe(1);
     const { samples, types } = parseExposition(text);
+    expect(types.get(PROMETHEUS_SERIES.circuitBreakerTransitions)).toBe('counter');
+    expect(find(samples, PROMETHEUS_SERIES.circuitBreakerTransitions, { key: 'provider:openai', from: 'open', to: 'half_open' })[0].value).toBe(2);
+    expect(find(samples, PROMETHEUS_SERIES.circuitBreakerTransitions, { key: 'provider:openai', from: 'half_open', to: 'open' })[0].value).toBe(1);
     expect(types.get(PROMETHEUS_SERIES.tenantBurnRateRatio)).toBe('gauge');
     expect(find(samples, PROMETHEUS_SERIES.tenantBurnRateRatio, { tenant: 'demo' })[0].value).toBe(4.5);
     // Spend with no baseline: Prometheus's +Inf (this parser reads it as NaN, so check the text).
@@ -219,6 +227,7 @@ describe('createTelemetry', () => {
       PROMETHEUS_SERIES.poolCapacityRatio,
       PROMETHEUS_SERIES.poolBrownout,
       PROMETHEUS_SERIES.poolQueueBound,
+      PROMETHEUS_SERIES.circuitBreakerState,
     ]);
     expect(new Set(samples.map((s) => s.name.replace(/_(bucket|sum|count)$/, '')))).toEqual(
       new Set([...Object.values(PROMETHEUS_SERIES).filter((n) => !observable.has(n)), 'target_info']),
@@ -290,6 +299,23 @@ describe('createTelemetry', () => {
     expect(find(samples, PROMETHEUS_SERIES.poolCapacityRatio, pool)[0]?.value).toBe(0.5);
     expect(find(samples, PROMETHEUS_SERIES.poolBrownout, pool)[0]?.value).toBe(1);
     expect(find(samples, PROMETHEUS_SERIES.poolQueueBound, pool)[0]?.value).toBe(128);
+  });
+
+  it('exports circuit-breaker states, read at each scrape: 0 closed, 1 half-open, 2 open', async () => {
+    let openaiState: 'closed' | 'half_open' | 'open' = 'open';
+    telemetry.observeCircuitBreakers(() => [
+      { key: 'm@1', state: 'closed' },
+      { key: 'provider:openai', state: openaiState },
+      { key: 'provider:anthropic', state: 'half_open' },
+    ]);
+    let { samples, types } = parseExposition((await scrape(server)).text);
+    expect(types.get(PROMETHEUS_SERIES.circuitBreakerState)).toBe('gauge');
+    expect(find(samples, PROMETHEUS_SERIES.circuitBreakerState, { key: 'm@1' })[0]?.value).toBe(CIRCUIT_BREAKER_STATE_VALUES.closed);
+    expect(find(samples, PROMETHEUS_SERIES.circuitBreakerState, { key: 'provider:openai' })[0]?.value).toBe(2);
+    expect(find(samples, PROMETHEUS_SERIES.circuitBreakerState, { key: 'provider:anthropic' })[0]?.value).toBe(1);
+    openaiState = 'closed';
+    ({ samples, types } = parseExposition((await scrape(server)).text));
+    expect(find(samples, PROMETHEUS_SERIES.circuitBreakerState, { key: 'provider:openai' })[0]?.value).toBe(0);
   });
 
   it('mounts on express', async () => {

@@ -2,8 +2,8 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { PrometheusExporter } from '@opentelemetry/exporter-prometheus';
 import { resourceFromAttributes } from '@opentelemetry/resources';
 import { MeterProvider } from '@opentelemetry/sdk-metrics';
-import { METRIC_NAMES } from './metric-names';
-import { createWeirMetrics, type WeirMetrics } from './weir-metrics';
+import { ATTRIBUTE_NAMES, CIRCUIT_BREAKER_STATE_VALUES, METRIC_NAMES } from './metric-names';
+import { createWeirMetrics, label, type CircuitBreakerStateName, type WeirMetrics } from './weir-metrics';
 
 /** Options of {@link createTelemetry}. */
 export interface TelemetryOptions {
@@ -44,6 +44,12 @@ export interface Telemetry {
    * `pool` and `revision`. Call once per process.
    */
   observeScheduler(read: () => SchedulerSample): void;
+  /**
+   * Registers a callback read at each scrape for `weir.circuit_breaker.state` by `key`: 0
+   * closed, 1 half-open, 2 open ({@link CIRCUIT_BREAKER_STATE_VALUES}). `@weir/routing`'s
+   * `BreakerRegistry.snapshot(now)` fits. Call once per process.
+   */
+  observeCircuitBreakers(read: () => readonly CircuitBreakerSample[]): void;
   /** Stops the meter provider; later recordings are dropped. Call once at shutdown. */
   shutdown(): Promise<void>;
 }
@@ -75,6 +81,13 @@ export interface SchedulerSample {
   queues: ReadonlyArray<{ pool: string; revision: string; tenant: string; priority: string; requests: number; tokens: number }>;
   /** Every pool queue (pool × revision). */
   pools: ReadonlyArray<{ pool: string; revision: string; capacityRatio: number; brownout: boolean; queueBound: number }>;
+}
+
+/** One circuit breaker, for {@link Telemetry.observeCircuitBreakers}. */
+export interface CircuitBreakerSample {
+  /** A revision id, or `provider:<name>`. */
+  key: string;
+  state: CircuitBreakerStateName;
 }
 
 /** One engine replica's own counters, for {@link Telemetry.observeEngines}. */
@@ -183,6 +196,15 @@ export function createTelemetry(options: TelemetryOptions): Telemetry {
         },
         [requests, tokens, ratio, brownout, bound],
       );
+    },
+    observeCircuitBreakers(read) {
+      const state = meter.createObservableGauge(METRIC_NAMES.circuitBreakerState, { unit: '1', description: 'Circuit-breaker state: 0 closed, 1 half-open, 2 open' });
+      state.addCallback((result) => {
+        for (const b of read()) {
+          if (!Object.hasOwn(CIRCUIT_BREAKER_STATE_VALUES, b.state)) continue;
+          result.observe(CIRCUIT_BREAKER_STATE_VALUES[b.state], { [ATTRIBUTE_NAMES.breakerKey]: label(b.key, 'none') });
+        }
+      });
     },
     shutdown: () => (stopped ??= provider.shutdown()),
   };

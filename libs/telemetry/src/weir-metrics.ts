@@ -2,6 +2,7 @@ import type { Attributes, Meter } from '@opentelemetry/api';
 import type { UsageStatus, WeirErrorCode } from '@weir/core';
 import {
   ATTRIBUTE_NAMES as A,
+  CIRCUIT_BREAKER_STATE_VALUES,
   DURATION_BUCKETS_S,
   METRIC_NAMES as M,
   QUEUE_BUCKETS_S,
@@ -111,7 +112,15 @@ export interface WeirMetrics {
   recordReconciliation(report: { expiredSettled: number; expiredReleased: number; corrected: number }): void;
   /** `weir.admission.overspends` +1 by `tenant`: a settlement above its worst case. */
   recordAdmissionOverspend(event: { tenant: string }): void;
+  /**
+   * `weir.circuit_breaker.transitions` +1 by `key`, `from` and `to`: a circuit breaker changed
+   * state (`@weir/routing`'s `breakerTransitionRecorder` calls it).
+   */
+  recordCircuitBreakerTransition(transition: { key: string; from: CircuitBreakerStateName; to: CircuitBreakerStateName }): void;
 }
+
+/** A circuit breaker's state, as `@weir/routing` names it (the keys of `CIRCUIT_BREAKER_STATE_VALUES`). */
+export type CircuitBreakerStateName = keyof typeof CIRCUIT_BREAKER_STATE_VALUES;
 
 const LABEL_PATTERN = /^[A-Za-z0-9_][A-Za-z0-9._:@/-]{0,127}$/;
 /** semconv's fallback value for an unknown `error.type`, used here for any unacceptable label. */
@@ -119,7 +128,7 @@ const OTHER = '_OTHER';
 const NONE = 'none';
 
 /** Keeps label values bounded and text-free: anything that is not a short identifier becomes `_OTHER`. */
-function label(value: string | undefined, absent: string): string {
+export function label(value: string | undefined, absent: string): string {
   if (value === undefined || value === '') return absent;
   return LABEL_PATTERN.test(value) ? value : OTHER;
 }
@@ -184,6 +193,7 @@ export function createWeirMetrics(meter: Meter): WeirMetrics {
   const reservationsHeld = meter.createGauge(M.admissionReservationsHeld, { unit: '{reservation}', description: 'Reservations held now' });
   const reconciled = meter.createCounter(M.admissionReconciled, { unit: '{reservation}', description: 'Reservations reconciled with the ledger, by action' });
   const overspends = meter.createCounter(M.admissionOverspends, { unit: '{reservation}', description: 'Settlements above the reservation worst case' });
+  const breakerTransitions = meter.createCounter(M.circuitBreakerTransitions, { unit: '{transition}', description: 'Circuit-breaker state changes, by key, from and to' });
 
   const addInFlight = (attributes: InFlightAttributes, delta: number): void => {
     if (!Number.isFinite(delta)) return;
@@ -273,6 +283,10 @@ export function createWeirMetrics(meter: Meter): WeirMetrics {
     },
     recordAdmissionOverspend({ tenant }) {
       overspends.add(1, { [A.tenant]: label(tenant, NONE) });
+    },
+    recordCircuitBreakerTransition({ key, from, to }) {
+      if (!Object.hasOwn(CIRCUIT_BREAKER_STATE_VALUES, from) || !Object.hasOwn(CIRCUIT_BREAKER_STATE_VALUES, to)) return;
+      breakerTransitions.add(1, { [A.breakerKey]: label(key, NONE), [A.from]: from, [A.to]: to });
     },
   };
 }
