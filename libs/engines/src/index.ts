@@ -11,5 +11,6 @@ export {
 export { upstreamStatusError, retryAfterMs } from './openai-compatible/upstream-errors';
 export { createRemoteTokenCounter, type RemoteTokenCounterOptions, type TokenCounter } from './openai-compatible/remote-token-counter';
 export * from './simulated/simulated-engine';
+export * from './anthropic/anthropic-engine';
 export * from './create-engine';
 export * from './remote-replicas';

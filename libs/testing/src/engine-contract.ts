@@ -1,5 +1,15 @@
-import type { EngineAdapter, EngineEvent, EngineRequest, GenerationInput, WeirErrorCode } from '@weir/core';
+import type { EngineAdapter, EngineEvent, EngineRequest, GenerationInput, TokenUsage, WeirErrorCode } from '@weir/core';
 import { isWeirError } from '@weir/core';
+import { freePort } from './paths';
+import {
+  chatStreamEvents,
+  type ScriptedUpstream,
+  splitBytes,
+  sseEvent,
+  sseReply,
+  startScriptedUpstream,
+  type UpstreamReply,
+} from './scripted-upstream';
 
 /** What {@link describeEngineContract} needs to exercise one adapter. */
 export interface EngineContractHarness {
@@ -167,3 +177,282 @@ export function describeEngineContract(name: string, setup: () => Promise<Engine
     });
   });
 }
+
+/** How a scripted upstream ends a stream, in Weir's terms (the wire translates it). */
+export interface UpstreamEnd {
+  /** Weir's end reason; the wire sends the provider's equivalent stop/finish reason. */
+  reason: 'stop' | 'length' | 'content_filter';
+  /** The counts the upstream reports, in Weir's terms (`inputTokens` includes cached tokens). */
+  usage: TokenUsage;
+}
+
+/**
+ * One provider's wire format, for {@link describeUpstreamEngineContract}: it renders the
+ * contract's scenarios as that provider's SSE events and error bodies, so one suite runs
+ * against every HTTP upstream adapter (TensorZero-style: one set of scenarios per provider).
+ */
+export interface UpstreamWire {
+  /** Provider name, for test titles. */
+  readonly name: string;
+  /** The path the adapter must `POST` to on the scripted upstream, e.g. `/v1/messages`. */
+  readonly path: string;
+  /**
+   * SSE events (one string each) of a streamed answer made of `pieces`, one text delta each.
+   * Without `end`, the events stop after the text (no finish, usage or terminator): a stream
+   * still running, or one about to fail.
+   */
+  streamEvents(pieces: string[], end?: UpstreamEnd): string[];
+  /** One in-band error event (overloaded or server error) carrying `message`. */
+  errorEvent(message: string): string;
+  /** An HTTP error reply with the provider's error body, carrying `message`. */
+  errorReply(status: number, message: string): UpstreamReply;
+}
+
+/** What {@link describeUpstreamEngineContract} needs to exercise one HTTP upstream adapter. */
+export interface UpstreamContractHarness {
+  wire: UpstreamWire;
+  /**
+   * Creates the adapter for an upstream at `url` (a scripted upstream's `url`, which ends in
+   * `/v1`; for connection failures, a URL on a closed port). First-token and idle timeouts
+   * should be at least 2 s so they never fire here.
+   */
+  createAdapter(url: string): EngineAdapter;
+  /** The prompt sent in every scenario. Default: chat, one user message `Say hi`. */
+  input?: GenerationInput;
+}
+
+/**
+ * How every HTTP upstream adapter maps an upstream's HTTP error status (the table of
+ * `libs/engines/src/openai-compatible/upstream-errors.ts`): a request the upstream refuses is
+ * `upstream_bad_request`; a rejected credential is Weir's misconfiguration, `upstream_error`;
+ * rate limits, server errors and overload (Anthropic's 529) are `upstream_unavailable`,
+ * retryable.
+ */
+export const UPSTREAM_STATUS_CONTRACT: ReadonlyArray<{ status: number; code: WeirErrorCode; retryable: boolean }> = [
+  { status: 400, code: 'upstream_bad_request', retryable: false },
+  { status: 401, code: 'upstream_error', retryable: false },
+  { status: 403, code: 'upstream_error', retryable: false },
+  { status: 429, code: 'upstream_unavailable', retryable: true },
+  { status: 500, code: 'upstream_unavailable', retryable: true },
+  { status: 529, code: 'upstream_unavailable', retryable: true },
+];
+
+/** Upstream error text the suite plants: it must reach `cause` only, never a public message. */
+const PLANTED_UPSTREAM_MESSAGE = 'upstream detail that may echo the prompt';
+
+/**
+ * The contract of an adapter over an HTTP upstream, against a scripted fake upstream speaking
+ * `wire` (a jest `describe` block; complements {@link describeEngineContract}, which checks
+ * model behaviour):
+ * - simple: one text piece → one `delta` and a `stop` end, via `POST wire.path`;
+ * - streaming: pieces (multi-byte, events split across 5-byte reads) → one delta each, in
+ *   order, then exactly one `end`, last;
+ * - usage: input, output and cached input counts exactly as the upstream reports them
+ *   (`usageReported: true`), Σ delta tokens ≤ output tokens;
+ * - end reasons: `length` and `content_filter` as the provider spells them;
+ * - error mapping: HTTP statuses per {@link UPSTREAM_STATUS_CONTRACT}; an in-band error event
+ *   after output began and a connection cut mid-stream → `upstream_error` (earlier deltas
+ *   delivered); a refused connection → `upstream_unavailable`, retryable; the upstream's error
+ *   text never appears in a public message;
+ * - cancellation: aborting mid-stream ends with `aborted` within 1 s and closes the upstream
+ *   connection; an already-aborted signal ends with `aborted` without calling the upstream.
+ */
+export function describeUpstreamEngineContract(
+  name: string,
+  setup: () => UpstreamContractHarness | Promise<UpstreamContractHarness>,
+): void {
+  describe(`upstream engine contract: ${name}`, () => {
+    let h: UpstreamContractHarness;
+    let upstream: ScriptedUpstream;
+    let adapter: EngineAdapter;
+    const input = (): GenerationInput => h.input ?? { kind: 'chat', messages: [{ role: 'user', content: 'Say hi' }] };
+    const usage = (inputTokens: number, outputTokens: number): TokenUsage => ({ inputTokens, outputTokens });
+    const endOf = (events: EngineEvent[]): Extract<EngineEvent, { type: 'end' }> => {
+      const end = events[events.length - 1];
+      if (end?.type !== 'end') throw new Error('the stream did not end with an end event');
+      return end;
+    };
+    const deltasOf = (events: EngineEvent[]): Array<Extract<EngineEvent, { type: 'delta' }>> =>
+      events.filter((e): e is Extract<EngineEvent, { type: 'delta' }> => e.type === 'delta');
+
+    beforeAll(async () => {
+      h = await setup();
+      upstream = await startScriptedUpstream();
+      adapter = h.createAdapter(upstream.url);
+    });
+    afterAll(async () => {
+      await adapter?.close();
+      await upstream?.close();
+    });
+    beforeEach(() => {
+      upstream.requests.length = 0;
+    });
+
+    it('simple: one answer, then a stop end', async () => {
+      upstream.setScript(() => sseReply(h.wire.streamEvents(['Hello'], { reason: 'stop', usage: usage(9, 1) })));
+      const { events, error } = await collectEngineEvents(adapter, engineRequest(input()));
+      expect(error).toBeUndefined();
+      expect(deltasOf(events).map((d) => d.text)).toEqual(['Hello']);
+      expect(endOf(events)).toMatchObject({ type: 'end', reason: 'stop' });
+      expect(upstream.requests.map((r) => [r.method, r.path])).toEqual([['POST', h.wire.path]]);
+    });
+
+    it('streaming: deltas in order (events split across reads), then exactly one end, last', async () => {
+      const pieces = ['Once', ' upon', ' a tïme', ' 🌍', ' 日本語', '.'];
+      const events = h.wire.streamEvents(pieces, { reason: 'stop', usage: usage(9, pieces.length) });
+      const total = Buffer.byteLength(events.join(''));
+      const offsets = Array.from({ length: Math.floor(total / 5) }, (_, i) => (i + 1) * 5);
+      upstream.setScript(() => ({ kind: 'sse', steps: splitBytes(events, offsets).map((data) => ({ data })) }));
+      const result = await collectEngineEvents(adapter, engineRequest(input()));
+      expect(result.error).toBeUndefined();
+      expect(deltasOf(result.events).map((d) => d.text)).toEqual(pieces);
+      expect(result.events.filter((e) => e.type === 'end')).toHaveLength(1);
+      expect(endOf(result.events).reason).toBe('stop');
+    });
+
+    it('usage: input, output and cached input counts as the upstream reports them', async () => {
+      const reported: TokenUsage = { inputTokens: 1200, outputTokens: 17, cachedInputTokens: 1024 };
+      upstream.setScript(() => sseReply(h.wire.streamEvents(['a', 'b', 'c'], { reason: 'stop', usage: reported })));
+      const { events, error } = await collectEngineEvents(adapter, engineRequest(input()));
+      expect(error).toBeUndefined();
+      const end = endOf(events);
+      expect(end).toEqual({ type: 'end', reason: 'stop', usage: reported, usageReported: true });
+      const deltaTokens = deltasOf(events).reduce((n, d) => n + d.tokens, 0);
+      expect(deltaTokens).toBeGreaterThan(0);
+      expect(deltaTokens).toBeLessThanOrEqual(end.usage.outputTokens);
+    });
+
+    it.each(['length', 'content_filter'] as const)('end reason: %s', async (reason) => {
+      upstream.setScript(() => sseReply(h.wire.streamEvents(['cut'], { reason, usage: usage(3, 1) })));
+      const { events, error } = await collectEngineEvents(adapter, engineRequest(input()));
+      expect(error).toBeUndefined();
+      expect(endOf(events).reason).toBe(reason);
+    });
+
+    it.each(UPSTREAM_STATUS_CONTRACT)('error mapping: HTTP $status → $code (retryable $retryable)', async ({ status, code, retryable }) => {
+      upstream.setScript(() => h.wire.errorReply(status, PLANTED_UPSTREAM_MESSAGE));
+      const { events, error } = await collectEngineEvents(adapter, engineRequest(input()));
+      expect(events).toEqual([]);
+      expect(isWeirError(error) && { code: error.code, retryable: error.retryable }).toEqual({ code, retryable });
+      expect(isWeirError(error) && error.message).not.toContain(PLANTED_UPSTREAM_MESSAGE);
+    });
+
+    it('error mapping: an in-band error event after output began → upstream_error, earlier deltas delivered', async () => {
+      upstream.setScript(() => sseReply([...h.wire.streamEvents(['partial', ' answer']), h.wire.errorEvent(PLANTED_UPSTREAM_MESSAGE)]));
+      const { events, error } = await collectEngineEvents(adapter, engineRequest(input()));
+      expect(deltasOf(events).map((d) => d.text)).toEqual(['partial', ' answer']);
+      expect(events.some((e) => e.type === 'end')).toBe(false);
+      expect(isWeirError(error) && { code: error.code, retryable: error.retryable }).toEqual({ code: 'upstream_error', retryable: false });
+      expect(isWeirError(error) && error.message).not.toContain(PLANTED_UPSTREAM_MESSAGE);
+    });
+
+    it('error mapping: the connection cut mid-stream → upstream_error', async () => {
+      const head = h.wire.streamEvents(['partial']);
+      upstream.setScript(() => ({ kind: 'sse', steps: [...head.map((data) => ({ data })), { destroy: true, delayMs: 20 }] }));
+      const { events, error } = await collectEngineEvents(adapter, engineRequest(input()));
+      expect(deltasOf(events).map((d) => d.text)).toEqual(['partial']);
+      expect(isWeirError(error) && error.code).toBe('upstream_error');
+    });
+
+    it('error mapping: a refused connection → upstream_unavailable (retryable)', async () => {
+      const refused = h.createAdapter(`http://127.0.0.1:${await freePort()}/v1`);
+      try {
+        const { error } = await collectEngineEvents(refused, engineRequest(input()));
+        expect(isWeirError(error) && { code: error.code, retryable: error.retryable }).toEqual({ code: 'upstream_unavailable', retryable: true });
+      } finally {
+        await refused.close();
+      }
+    });
+
+    it('cancellation: an abort mid-stream ends with aborted and closes the upstream connection', async () => {
+      const pieces = Array.from({ length: 50 }, (_, i) => `w${i} `);
+      upstream.setScript(() => sseReply(h.wire.streamEvents(pieces), { delayMs: 20, hang: true }));
+      const controller = new AbortController();
+      let abortedAt = 0;
+      const { events, error } = await collectEngineEvents(adapter, engineRequest(input(), { maxOutputTokens: 400, signal: controller.signal }), (event) => {
+        if (event.type === 'delta' && abortedAt === 0) {
+          abortedAt = performance.now();
+          controller.abort();
+        }
+      });
+      const endedAt = performance.now();
+      expect(error).toBeUndefined();
+      const end = endOf(events);
+      expect(end.reason).toBe('aborted');
+      const deltaTokens = deltasOf(events).reduce((n, d) => n + d.tokens, 0);
+      expect(deltaTokens).toBeGreaterThan(0);
+      expect(end.usage.outputTokens).toBeGreaterThanOrEqual(deltaTokens);
+      expect(endedAt - abortedAt).toBeLessThan(1000);
+      const deadline = Date.now() + 2000;
+      while (!upstream.requests[0]?.clientAborted && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+      expect(upstream.requests[0]?.clientAborted).toBe(true);
+    });
+
+    it('cancellation: an abort while the upstream is silent ends with aborted within 1 s', async () => {
+      upstream.setScript(() => sseReply(h.wire.streamEvents(['first']), { hang: true }));
+      const controller = new AbortController();
+      let abortedAt = 0;
+      const { events, error } = await collectEngineEvents(adapter, engineRequest(input(), { signal: controller.signal }), (event) => {
+        if (event.type === 'delta') {
+          setTimeout(() => {
+            abortedAt = performance.now();
+            controller.abort();
+          }, 50);
+        }
+      });
+      expect(error).toBeUndefined();
+      expect(endOf(events).reason).toBe('aborted');
+      expect(performance.now() - abortedAt).toBeLessThan(1000);
+      const deadline = Date.now() + 2000;
+      while (!upstream.requests[0]?.clientAborted && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+      expect(upstream.requests[0]?.clientAborted).toBe(true);
+    });
+
+    it('cancellation: an already-aborted signal ends with aborted without calling the upstream', async () => {
+      const controller = new AbortController();
+      controller.abort();
+      const { events, error } = await collectEngineEvents(adapter, engineRequest(input(), { signal: controller.signal }));
+      expect(error).toBeUndefined();
+      expect(endOf(events).reason).toBe('aborted');
+      expect(upstream.requests).toHaveLength(0);
+    });
+  });
+}
+
+/**
+ * OpenAI Chat Completions for {@link describeUpstreamEngineContract}: chunks from
+ * {@link chatStreamEvents}, the usage chunk with `prompt_tokens_details.cached_tokens`
+ * (cached tokens are part of `prompt_tokens`), `[DONE]`; in-band errors as
+ * `data: {"error":{…}}` frames and OpenAI error bodies.
+ */
+export const openAIChatWire: UpstreamWire = {
+  name: 'openai-compatible (chat)',
+  path: '/v1/chat/completions',
+  streamEvents(pieces, end) {
+    if (!end) return chatStreamEvents(pieces, { finishReason: null, usage: false, done: false });
+    const { inputTokens, outputTokens, cachedInputTokens } = end.usage;
+    return [
+      ...chatStreamEvents(pieces, { finishReason: end.reason, usage: false, done: false }),
+      sseEvent({
+        id: 'chatcmpl-scripted',
+        object: 'chat.completion.chunk',
+        created: 1_700_000_000,
+        model: 'scripted-model',
+        choices: [],
+        usage: {
+          prompt_tokens: inputTokens,
+          completion_tokens: outputTokens,
+          total_tokens: inputTokens + outputTokens,
+          ...(cachedInputTokens !== undefined ? { prompt_tokens_details: { cached_tokens: cachedInputTokens } } : {}),
+        },
+      }),
+      sseEvent('[DONE]'),
+    ];
+  },
+  errorEvent: (message) => sseEvent({ error: { message, type: 'server_error', param: null, code: null } }),
+  errorReply: (status, message) => ({
+    kind: 'error',
+    status,
+    body: { error: { message, type: status === 429 ? 'rate_limit_exceeded' : status < 500 ? 'invalid_request_error' : 'server_error', param: null, code: null } },
+  }),
+};

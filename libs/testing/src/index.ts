@@ -11,3 +11,4 @@ export * from './admission-contract';
 export * from './scheduler-contract';
 export * from './scripted-engine';
 export * from './relay-contract';
+export * from './anthropic-upstream';
