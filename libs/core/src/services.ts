@@ -223,6 +223,14 @@ export interface RelayJob {
   inputTokens: number;
   /** The caller's use case (see `UsageRecord.useCase`), carried into the usage record. Default none. */
   useCase?: string;
+  /**
+   * The caller will try elsewhere if this attempt fails before its first output token with a
+   * retryable error (a fallback or retry, issue 6). The relay then records no usage for it —
+   * nothing was produced or delivered, so nothing is billed — and ends with
+   * `outcome.unrecorded` set; the caller records the request once, on its last attempt.
+   * Default false: every attempt records its usage.
+   */
+  retryBeforeFirstToken?: boolean;
 }
 
 /** Events the relay streams back; exactly one `end`, always last. */
@@ -239,13 +247,31 @@ export interface GenerationOutcome {
   /** The revision that produced the tokens. */
   modelRevision: string;
   /** Set when finishReason is `error`. */
-  error?: { code: string; message: string; /** Retry hint (ms) when the failure was a refusal before any work. */ retryAfterMs?: number };
+  error?: {
+    code: string;
+    message: string;
+    /** Retry hint (ms) when the failure was a refusal before any work. */
+    retryAfterMs?: number;
+    /** The failure was transient (an upstream 408/429/5xx, a refused connection, no first token in time): trying again, elsewhere, may succeed. */
+    retryable?: boolean;
+  };
   /**
    * True when the relay was lost mid-stream (its process died): the outcome was made by the
    * caller from what it had received, and the relay could not record usage. The caller then
    * records it, marked uncertain, for reconciliation against the engines' counters.
    */
   relayLost?: boolean;
+  /**
+   * Set by the relay when the job allowed a retry (`RelayJob.retryBeforeFirstToken`) and the
+   * attempt failed retryably before any output token: no usage was recorded for it.
+   */
+  unrecorded?: boolean;
+  /**
+   * Set when the request was answered (or finally failed) after the first choice failed before
+   * its first token: why (`upstream_unavailable`, `circuit_open`, …), the revision first chosen,
+   * and the attempts made. `modelRevision` names the revision that answered.
+   */
+  fallback?: { reason: string; from: string; attempts: number };
 }
 
 /** Why the relay was asked to stop early. */

@@ -2,7 +2,7 @@ import { type EngineAdapter, type EngineEvent, type EngineRequest, type RelayJob
 import { createRelay } from './relay';
 
 /** A hand-written engine: emits `tokens` one-token deltas `delayMs` apart, honours abort, optionally fails after `failAfter`. */
-function fakeEngine(options: { tokens: number; delayMs?: number; failAfter?: number; reportUsage?: boolean }): EngineAdapter & { produced: number } {
+function fakeEngine(options: { tokens: number; delayMs?: number; failAfter?: number; reportUsage?: boolean; failRetryable?: boolean }): EngineAdapter & { produced: number } {
   const engine = {
     kind: 'fake',
     capacity: { slots: 4, contextTokens: 512 },
@@ -14,7 +14,9 @@ function fakeEngine(options: { tokens: number; delayMs?: number; failAfter?: num
       let n = 0;
       for (; n < Math.min(options.tokens, request.maxOutputTokens); n++) {
         if (request.signal.aborted) break;
-        if (options.failAfter !== undefined && n === options.failAfter) throw new WeirError('upstream_error', 'upstream died');
+        if (options.failAfter !== undefined && n === options.failAfter) {
+          throw options.failRetryable ? new WeirError('upstream_unavailable', 'upstream connection failed', { retryable: true }) : new WeirError('upstream_error', 'upstream died');
+        }
         if (options.delayMs) await new Promise((r) => setTimeout(r, options.delayMs));
         engine.produced++;
         yield { type: 'delta', text: `t${n} `, tokens: 1 };
@@ -169,6 +171,28 @@ describe('createRelay', () => {
     const outcome = await handle.done;
     expect(outcome).toMatchObject({ finishReason: 'error', error: { code: 'upstream_error' }, usage: { inputTokens: 3, outputTokens: 4 } });
     expect(records[0]).toMatchObject({ status: 'failed', errorCode: 'upstream_error', outputTokens: 4 });
+  });
+
+  it('records nothing for an attempt the caller will retry: a retryable failure before the first token', async () => {
+    const { relay, records } = setup(fakeEngine({ tokens: 5, failAfter: 0, failRetryable: true }));
+    const outcome = await relay.start(job({ retryBeforeFirstToken: true })).done;
+    expect(outcome).toMatchObject({ finishReason: 'error', unrecorded: true, costNanoUsd: 0, usage: { inputTokens: 0, outputTokens: 0 }, error: { code: 'upstream_unavailable', retryable: true } });
+    expect(records).toHaveLength(0);
+  });
+
+  it('records the attempt as usual when no retry follows, when the failure is not retryable, or when output began', async () => {
+    const last = setup(fakeEngine({ tokens: 5, failAfter: 0, failRetryable: true }));
+    expect(await last.relay.start(job()).done).toMatchObject({ finishReason: 'error', error: { code: 'upstream_unavailable', retryable: true } });
+    expect(last.records).toHaveLength(1);
+    const permanent = setup(fakeEngine({ tokens: 5, failAfter: 0 }));
+    expect((await permanent.relay.start(job({ retryBeforeFirstToken: true })).done).unrecorded).toBeUndefined();
+    expect(permanent.records).toHaveLength(1);
+    const midStream = setup(fakeEngine({ tokens: 5, failAfter: 2, failRetryable: true }));
+    const outcome = await midStream.relay.start(job({ retryBeforeFirstToken: true })).done;
+    expect(outcome).toMatchObject({ finishReason: 'error', usage: { outputTokens: 2 } });
+    expect(outcome.unrecorded).toBeUndefined();
+    expect(outcome.error?.retryable).toBeUndefined();
+    expect(midStream.records).toMatchObject([{ status: 'failed', outputTokens: 2 }]);
   });
 
   it('fails cleanly when the replica is gone', async () => {

@@ -165,13 +165,39 @@ export function createRelay(deps: RelayDeps): Relay {
         else finishReason = 'cancelled';
 
         const now = deps.clock.now();
+        // An attempt the caller will retry elsewhere (it failed before any output, retryably):
+        // nothing was produced or delivered, so it is neither billed nor recorded.
+        if (failure && failure.retryable && producedTokens === 0 && job.retryBeforeFirstToken && !stopReason) {
+          const unrecorded: GenerationOutcome = {
+            finishReason: 'error',
+            usage: { inputTokens: 0, outputTokens: 0, cachedInputTokens: 0 },
+            costNanoUsd: 0,
+            modelRevision: job.revision.id,
+            timings: { queueMs: job.queueMs, ttftMs: null, totalMs: now - job.arrivedAt },
+            error: { code: failure.code, message: failure.message, retryable: true, ...(failure.retryAfterMs !== undefined ? { retryAfterMs: failure.retryAfterMs } : {}) },
+            unrecorded: true,
+          };
+          deps.onOutcome?.(job, unrecorded);
+          queue.push({ type: 'end', outcome: unrecorded });
+          queue.end();
+          return unrecorded;
+        }
         const outcome: GenerationOutcome = {
           finishReason,
           usage,
           costNanoUsd: priceUsage(job.revision.pricing, usage),
           modelRevision: job.revision.id,
           timings: { queueMs: job.queueMs, ttftMs, totalMs: now - job.arrivedAt },
-          ...(failure ? { error: { code: failure.code, message: failure.message, ...(failure.retryAfterMs !== undefined && producedTokens === 0 ? { retryAfterMs: failure.retryAfterMs } : {}) } } : {}),
+          ...(failure
+            ? {
+                error: {
+                  code: failure.code,
+                  message: failure.message,
+                  ...(failure.retryAfterMs !== undefined && producedTokens === 0 ? { retryAfterMs: failure.retryAfterMs } : {}),
+                  ...(failure.retryable && producedTokens === 0 ? { retryable: true } : {}),
+                },
+              }
+            : {}),
         };
         deps.usageSink.record(buildUsageRecord(job, outcome, wall()));
         deps.onOutcome?.(job, outcome);

@@ -139,6 +139,7 @@ export function jobToWire(job: RelayJob, clock: Clock): MessageInitShape<typeof 
     queueMs: job.queueMs,
     inputTokens: job.inputTokens,
     ...(job.useCase !== undefined ? { useCase: job.useCase } : {}),
+    retryBeforeFirstToken: job.retryBeforeFirstToken === true,
   };
 }
 
@@ -165,6 +166,7 @@ export function jobFromWire(wire: relayV1.RelayJob | undefined, clock: Clock): R
     queueMs: job.queueMs,
     inputTokens: job.inputTokens,
     ...(job.useCase !== undefined ? { useCase: job.useCase } : {}),
+    ...(job.retryBeforeFirstToken ? { retryBeforeFirstToken: true } : {}),
   };
 }
 

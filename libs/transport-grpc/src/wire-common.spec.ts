@@ -30,6 +30,18 @@ describe('wire translation', () => {
       },
     ],
     [
+      'an unrecorded attempt (a retryable failure before the first token)',
+      {
+        finishReason: 'error',
+        usage: { inputTokens: 0, outputTokens: 0, cachedInputTokens: 0 },
+        costNanoUsd: 0,
+        timings: { queueMs: 2, ttftMs: null, totalMs: 30 },
+        modelRevision: 'hosted@1',
+        error: { code: 'upstream_unavailable', message: 'upstream returned 503', retryAfterMs: 1_500, retryable: true },
+        unrecorded: true,
+      },
+    ],
+    [
       'a cached stop',
       {
         finishReason: 'stop',
@@ -57,6 +69,14 @@ describe('wire translation', () => {
       jobFromWire(fromBinary(relayV1.RelayJobSchema, toBinary(relayV1.RelayJobSchema, create(relayV1.RelayJobSchema, jobToWire(job, clock)))), clock);
     expect(roundTrip(relayJob({ tokens: 1 }, { useCase: 'support:triage-v2' })).useCase).toBe('support:triage-v2');
     expect(roundTrip(relayJob({ tokens: 1 }))).not.toHaveProperty('useCase');
+  });
+
+  it('carries the retry-before-first-token flag when set, and nothing when not', () => {
+    const clock = { now: () => 0 };
+    const roundTrip = (job: ReturnType<typeof relayJob>) =>
+      jobFromWire(fromBinary(relayV1.RelayJobSchema, toBinary(relayV1.RelayJobSchema, create(relayV1.RelayJobSchema, jobToWire(job, clock)))), clock);
+    expect(roundTrip(relayJob({ tokens: 1 }, { retryBeforeFirstToken: true })).retryBeforeFirstToken).toBe(true);
+    expect(roundTrip(relayJob({ tokens: 1 }))).not.toHaveProperty('retryBeforeFirstToken');
   });
 
   it('rejects a job with no engine request as invalid_request', () => {

@@ -227,7 +227,15 @@ export function outcomeToWire(outcome: GenerationOutcome): MessageInitShape<type
       totalMs: outcome.timings.totalMs,
     },
     modelRevision: outcome.modelRevision,
-    error: outcome.error ? { code: outcome.error.code, message: outcome.error.message } : undefined,
+    error: outcome.error
+      ? {
+          code: outcome.error.code,
+          message: outcome.error.message,
+          ...(outcome.error.retryAfterMs !== undefined ? { retryAfterMs: Math.max(0, Math.round(outcome.error.retryAfterMs)) } : {}),
+          retryable: outcome.error.retryable === true,
+        }
+      : undefined,
+    unrecorded: outcome.unrecorded === true,
   };
 }
 
@@ -240,6 +248,16 @@ export function outcomeFromWire(outcome: commonV1.GenerationOutcome | undefined)
     costNanoUsd: Number(o.costNanoUsd),
     timings: { queueMs: timings.queueMs, ttftMs: timings.ttftMs ?? null, totalMs: timings.totalMs },
     modelRevision: o.modelRevision,
-    ...(o.error ? { error: { code: o.error.code, message: o.error.message } } : {}),
+    ...(o.error
+      ? {
+          error: {
+            code: o.error.code,
+            message: o.error.message,
+            ...(o.error.retryAfterMs !== undefined ? { retryAfterMs: o.error.retryAfterMs } : {}),
+            ...(o.error.retryable ? { retryable: true } : {}),
+          },
+        }
+      : {}),
+    ...(o.unrecorded ? { unrecorded: true } : {}),
   };
 }
