@@ -17,7 +17,7 @@ import { createEngine, createReplicaEngines, type LlamaCppEngine, remoteReplicas
 import { createGatewayApp, createGenerationPipeline, createMetricsObserver, type Gateway } from '@weir/gateway';
 import { createBatchedUsageSink, createBurnRateMonitor, type BatchedUsageSink } from '@weir/ledger';
 import { createInProcessTopic } from '@weir/messaging';
-import { createStaticRouter } from '@weir/routing';
+import { breakerTransitionRecorder, createBreakerRegistry, createStaticRouter } from '@weir/routing';
 import { createPoolScheduler, replicaSamples, schedulerMetricsObserver, schedulerSample } from '@weir/scheduling';
 import { bootstrapTenants, createApiKeyRepository, createCachedApiKeyStore, createPgIdempotencyStore, createUsageQueries, createPgAdmissionStore, createUsageRepository, expireOrphans, openDatabase } from '@weir/store-pg';
 import { createRelay } from '@weir/streaming';
@@ -190,8 +190,16 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
     }),
   );
   const providerOf = new Map(servingRevisions.map((r) => [r.id, engines.get(r.id)?.kind ?? r.engine.kind]));
+  // Circuit breakers per revision: a failing revision is skipped for its fallbacks before any work.
+  const breakers = createBreakerRegistry({
+    onStateChange: breakerTransitionRecorder(telemetry.metrics, (key, change) =>
+      logger[change.to === 'closed' ? 'info' : 'warn']({ revision: key, from: change.from, to: change.to, reason: change.reason }, `circuit breaker ${change.to}`),
+    ),
+  });
+  telemetry.observeCircuitBreakers(() => breakers.snapshot(Date.now()));
   const pipeline = createGenerationPipeline({
     router,
+    health: breakers,
     admission,
     scheduler,
     relay,

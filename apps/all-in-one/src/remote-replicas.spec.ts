@@ -4,7 +4,8 @@
  * `simulated` revision, the platform started in-process on its own PGlite. Proves that both
  * replicas serve requests (their own token counters), that prompt tokens are counted by the
  * replicas' tokenizer (`/tokenize`), that a killed replica is ejected at once (the relay could
- * not reach it) while the survivor keeps serving (`weir_replica_up` says so), and that it
+ * not reach it) while the survivor keeps serving — the request that found it dead retried there
+ * before its first token — (`weir_replica_up` says so), and that it
  * comes back in rotation when its `/healthz` answers again.
  */
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -119,6 +120,8 @@ interface Completion {
   completionTokens: number;
   errorCode?: string;
   errorMessage?: string;
+  /** `x-weir-fallback-reason`: set when the first choice failed before the first token and another attempt answered. */
+  fallbackReason?: string;
 }
 
 async function complete(platform: Platform, content: string, maxTokens = 20): Promise<Completion> {
@@ -129,7 +132,13 @@ async function complete(platform: Platform, content: string, maxTokens = 20): Pr
     signal: AbortSignal.timeout(60_000),
   });
   const body = (await res.json()) as { usage?: { completion_tokens: number }; error?: { code: string; message: string } };
-  return { status: res.status, completionTokens: body.usage?.completion_tokens ?? 0, errorCode: body.error?.code, errorMessage: body.error?.message };
+  return {
+    status: res.status,
+    completionTokens: body.usage?.completion_tokens ?? 0,
+    errorCode: body.error?.code,
+    errorMessage: body.error?.message,
+    fallbackReason: res.headers.get('x-weir-fallback-reason') ?? undefined,
+  };
 }
 
 describe('all-in-one with a revision served by remote engine-sim replicas', () => {
@@ -205,20 +214,19 @@ describe('all-in-one with a revision served by remote engine-sim replicas', () =
     expect(refused.errorMessage).toContain(`The input is ${replicaCount} tokens`);
   });
 
-  it('ejects a killed replica at once (the relay could not reach it) and keeps serving on the survivor', async () => {
+  it('retries on the survivor the request that found a killed replica dead (before its first token), ejects the dead one at once, and keeps serving', async () => {
     const weir = platform as Platform;
     const [victim, survivor] = replicas;
     victim.process.signal('SIGKILL');
     await victim.process.exited;
     const before = await replicaOutputTokens(survivor);
     // One request at a time: both replicas are idle, so the scheduler picks the first — the
-    // dead one — until it is out of rotation. Only the request that found it dead fails.
+    // dead one — until it is out of rotation. The request that found it dead is retried on the
+    // survivor before any token reached the client, and says so.
     const results: Completion[] = [];
     for (let i = 0; i < 6; i++) results.push(await complete(weir, `after the kill ${i}`));
-    const failed = results.filter((r) => r.status !== 200);
-    expect(failed.map((r) => r.errorCode)).toEqual(['upstream_unavailable']);
-    expect(results[0].status).not.toBe(200);
-    expect(results.slice(1).map((r) => r.status)).toEqual([200, 200, 200, 200, 200]);
+    expect(results.map((r) => r.status)).toEqual([200, 200, 200, 200, 200, 200]);
+    expect(results.map((r) => r.fallbackReason)).toEqual(['upstream_unavailable', undefined, undefined, undefined, undefined, undefined]);
     expect(await metric(weir.url, 'weir_replica_up', victim.id)).toBe(0);
     expect(await metric(weir.url, 'weir_replica_up', survivor.id)).toBe(1);
     expect((await replicaOutputTokens(survivor)) - before).toBe(results.reduce((n, r) => n + r.completionTokens, 0));

@@ -21,6 +21,7 @@ import { cancelMessageCodec, connectNats, createNatsTopic, createNatsUsageSink, 
 import { envInt, envRequired, envString, readEnv, runUntilSignal } from '@weir/service-runtime';
 import { bootstrapTenants, createApiKeyRepository, createCachedApiKeyStore, createPgIdempotencyStore, createUsageQueries, createUsageRepository, openDatabase } from '@weir/store-pg';
 import { createLogger, createTelemetry } from '@weir/telemetry';
+import { breakerTransitionRecorder, createBreakerRegistry } from '@weir/routing';
 import {
   createAdmissionFailoverClient,
   createRelayGrpcClient,
@@ -75,8 +76,16 @@ runUntilSignal('gateway', logger, async () => {
   const providerOf = new Map(config.revisions.map((r) => [r.id, r.engine.kind]));
   const poolOf = new Map(remoteReplicas(config.revisions).map((x) => [x.id, x.pool]));
   const usageRepository = createUsageRepository(database.db);
+  // Circuit breakers per revision (per gateway process): a failing revision is skipped for its fallbacks before any work.
+  const breakers = createBreakerRegistry({
+    onStateChange: breakerTransitionRecorder(telemetry.metrics, (key, change) =>
+      logger[change.to === 'closed' ? 'info' : 'warn']({ revision: key, from: change.from, to: change.to, reason: change.reason }, `circuit breaker ${change.to}`),
+    ),
+  });
+  telemetry.observeCircuitBreakers(() => breakers.snapshot(Date.now()));
   const pipeline = createGenerationPipeline({
     router,
+    health: breakers,
     admission,
     scheduler,
     relay,

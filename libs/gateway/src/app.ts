@@ -434,6 +434,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     if (!outcome) throw new WeirError('internal', 'the generation ended without an outcome');
     if (outcome.finishReason === 'error' && outcome.usage.outputTokens === 0) throw outcomeError(outcome);
     if (g.endedInQueue && outcome.finishReason === 'deadline') throw deadlineInQueue();
+    answeredBy(res, outcome);
     res.json({
       generation_id: g.generationId,
       request_id: g.requestId,
@@ -616,7 +617,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
   ) {
     if (g.endedInQueue && g.transcript.outcome) throw deadlineOrCancel(g.transcript.outcome);
     const meta: OpenAiResponseMeta = { id: `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${g.generationId.slice(4)}`, created: g.createdS, model };
-    const weir = (o: GenerationOutcome) => ({ finish_reason: o.finishReason, model_revision: o.modelRevision });
+    const weir = (o: GenerationOutcome) => ({ finish_reason: o.finishReason, model_revision: o.modelRevision, ...(o.fallback ? { fallback_reason: o.fallback.reason } : {}) });
     if (!stream) {
       let text = '';
       let outcome: GenerationOutcome | undefined;
@@ -627,6 +628,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
       if (!outcome) throw new WeirError('internal', 'the generation ended without an outcome');
       if (outcome.finishReason === 'error') throw outcomeError(outcome);
       const build = kind === 'chat' ? chatCompletion : textCompletion;
+      answeredBy(res, outcome);
       res.json(build(meta, text, toOpenAiFinishReason(outcome.finishReason), toOpenAiUsage(outcome.usage), weir(outcome)));
       return;
     }
@@ -780,12 +782,24 @@ async function firstEventOrThrow(events: AsyncIterable<TranscriptEvent>): Promis
   };
 }
 
+/**
+ * On a response whose headers are still unsent: the revision that answered
+ * (`x-weir-model-revision`, which before the answer named the first choice) and, after a
+ * fallback, why (`x-weir-fallback-reason`).
+ */
+function answeredBy(res: Response, o: GenerationOutcome): void {
+  if (res.headersSent) return;
+  res.setHeader('x-weir-model-revision', o.modelRevision);
+  if (o.fallback) res.setHeader('x-weir-fallback-reason', o.fallback.reason);
+}
+
 /** The `end` event's data on Weir's stream and the tail of its JSON response. */
 function weirEndData(o: GenerationOutcome): WeirEndData {
   return {
     finish_reason: o.finishReason,
     usage: { input_tokens: o.usage.inputTokens, output_tokens: o.usage.outputTokens, cost_usd: o.costNanoUsd / 1e9 },
     model_used: o.modelRevision,
+    ...(o.fallback ? { fallback_reason: o.fallback.reason } : {}),
     ...(o.error ? { error: { type: HTTP_ERRORS[asCode(o.error.code)].type, code: o.error.code, message: o.error.message } } : {}),
   };
 }

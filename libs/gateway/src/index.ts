@@ -1,6 +1,7 @@
 export * from './app';
 export * from './generation-registry';
 export { HTTP_ERRORS, type HttpErrorMapping } from '@weir/streaming';
+export * from './failover';
 export * from './pipeline';
 export * from './scheduler-pushback';
 export * from './schemas';

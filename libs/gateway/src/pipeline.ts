@@ -33,6 +33,7 @@ import {
 } from '@weir/core';
 import { priceUsage } from '@weir/ledger';
 import { buildUsageRecord, type Relay, type RelayHandle } from '@weir/streaming';
+import { type CandidateHealth, type FailoverOptions, startWithFailover } from './failover';
 import { createSchedulerPushback, type PushbackKey } from './scheduler-pushback';
 
 /** What the pipeline reports to metrics. */
@@ -65,6 +66,14 @@ export interface GenerationPipelineDeps {
    * (see `scheduler-pushback.ts`). Default 1,000 (`DEFAULT_SCHEDULING.pushbackMs`).
    */
   pushbackMs?: number;
+  /**
+   * Health of revisions (circuit breakers, keyed by revision id; `createBreakerRegistry` from
+   * `@weir/routing` fits): a revision whose breaker is open is skipped for the next one of the
+   * chain. Default none (every revision is tried).
+   */
+  health?: CandidateHealth;
+  /** Retry and fallback bounds before the first token (see `failover.ts`). Default 3 attempts, 50–1,000 ms backoff. */
+  failover?: FailoverOptions;
 }
 
 /** One request, as the routes hand it over. */
@@ -210,6 +219,8 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
       const routed = await deps.router.resolve(caller, params.alias, params.requestId);
       if (!routed.ok) return reject(caller, new WeirError('model_not_found', routed.message, { param: names.model }));
       const { revision } = routed.route;
+      /** The candidates before the first token: the chosen revision, then its fallback chain. */
+      const chain = [revision, ...routed.route.fallbacks];
 
       // Checks that need no token count come first, so an invalid request learns it is invalid.
       if (params.maxOutputTokens !== undefined && params.maxOutputTokens > revision.maxOutputTokens) {
@@ -267,7 +278,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
 
       // Worst case: every input token plus the whole output limit at the highest prices of the
       // candidate chain, so a fallback can never break the cap (ARCHITECTURE.md §2).
-      const worstCase = worstCaseCostNanoUsd([revision, ...routed.route.fallbacks], inputTokens, maxOutputTokens);
+      const worstCase = worstCaseCostNanoUsd(chain, inputTokens, maxOutputTokens);
       const reserved = await deps.admission.reserve({
         caller,
         requestId: params.requestId,
@@ -310,11 +321,35 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
         async start(signal) {
           if (started) throw new Error('AdmittedGeneration.start called twice');
           started = true;
+          // The first choice, unless its circuit breaker is open: then the first revision of the
+          // chain whose breaker lets a call through (fallback before any work).
+          let firstIndex = 0;
+          let permit = deps.health?.tryAcquire(chain[0].id, clock.now()) ?? { allowed: true as const, probe: false };
+          let refusedFor = 0;
+          while (!permit.allowed) {
+            refusedFor = Math.max(refusedFor, permit.retryAfterMs);
+            firstIndex++;
+            if (firstIndex >= chain.length) {
+              await releaseQuietly();
+              return reject(
+                caller,
+                new WeirError('upstream_unavailable', `Model '${params.alias}' (revision ${chain[0].id}${chain.length > 1 ? ' and its fallbacks' : ''}) is failing and its circuit breaker is open; retry later.`, {
+                  retryable: true,
+                  retryAfterMs: Math.max(1_000, refusedFor),
+                }),
+              );
+            }
+            permit = deps.health?.tryAcquire(chain[firstIndex].id, clock.now()) ?? { allowed: true as const, probe: false };
+          }
+          const firstRevision = chain[firstIndex];
+          const giveBackProbe = () => {
+            if (permit.allowed && permit.probe) deps.health?.record(firstRevision.id, 'ignored', undefined, clock.now(), true);
+          };
           let scheduled;
           try {
             scheduled = await deps.scheduler.acquire({
               caller,
-              revisionId: revision.id,
+              revisionId: firstRevision.id,
               tokens: inputTokens + maxOutputTokens,
               inputTokens,
               bytes: inputBytes(params.input),
@@ -324,10 +359,12 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
             });
           } catch (err) {
             // The scheduler is unreachable: hold nothing.
+            giveBackProbe();
             await releaseQuietly();
             throw err;
           }
           if (!scheduled.ok) {
+            giveBackProbe();
             // Capacity refusals are remembered for like requests at once, before the release is
             // awaited (`deadline`, `cancelled` and `no_replica` say nothing about overload).
             if (scheduled.reason === 'queue_full' || scheduled.reason === 'shed' || scheduled.reason === 'deadline_unmeetable') {
@@ -348,45 +385,65 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
           }
           // Only a grant without queueing shows free capacity; a queued one only shows that the queue moves.
           if (scheduled.lease.queueMs < 1) pushback.noteGrant(pushbackKey);
-          const { lease } = scheduled;
-          const grantedAt = clock.now();
-          const handle = deps.relay.start({
-            generationId: params.generationId,
-            requestId: params.requestId,
-            route: params.route,
-            caller,
-            modelAlias: params.alias,
-            revision,
-            replicaId: lease.replicaId,
-            engineRequest: { input: params.input, maxOutputTokens, sampling: params.sampling },
-            arrivedAt: params.arrivedAt,
-            deadlineAt,
-            queueMs: lease.queueMs,
-            inputTokens,
-            ...(params.useCase !== undefined ? { useCase: params.useCase } : {}),
-          });
+          const usageJob = { generationId: params.generationId, requestId: params.requestId, route: params.route, caller, modelAlias: params.alias, useCase: params.useCase };
+          let answeredOn = scheduled.lease.replicaId;
+          let answeredBy = firstRevision;
+          const handle = startWithFailover(
+            {
+              job: {
+                generationId: params.generationId,
+                requestId: params.requestId,
+                route: params.route,
+                caller,
+                modelAlias: params.alias,
+                engineRequest: { input: params.input, maxOutputTokens, sampling: params.sampling },
+                arrivedAt: params.arrivedAt,
+                deadlineAt,
+                inputTokens,
+                ...(params.useCase !== undefined ? { useCase: params.useCase } : {}),
+              },
+              caller,
+              ...(params.priority !== undefined ? { priority: params.priority } : {}),
+              tokens: inputTokens + maxOutputTokens,
+              bytes: inputBytes(params.input),
+              chain,
+              first: { revision: firstRevision, lease: scheduled.lease, grantedAt: clock.now(), probe: permit.allowed && permit.probe },
+              firstIndex,
+              ...(firstIndex > 0 ? { initialFallbackReason: 'circuit_open' } : {}),
+            },
+            {
+              relay: deps.relay,
+              scheduler: deps.scheduler,
+              clock,
+              ...(deps.health ? { health: deps.health } : {}),
+              ...(deps.failover ? { options: deps.failover } : {}),
+              onAttemptEnd(attempt, outcome) {
+                // The measurements feed the scheduler's service-rate estimate (times from the grant).
+                const startedAt = attempt.grantedAt - params.arrivedAt;
+                attempt.lease.release({
+                  inputTokens: outcome.usage.inputTokens,
+                  outputTokens: outcome.usage.outputTokens,
+                  ttftMs: outcome.timings.ttftMs === null ? null : Math.max(0, outcome.timings.ttftMs - startedAt),
+                  durationMs: Math.max(0, outcome.timings.totalMs - startedAt),
+                });
+                answeredOn = attempt.lease.replicaId;
+                answeredBy = attempt.revision;
+              },
+              recordFailure: (outcome) => deps.usageSink.record(buildUsageRecord(usageJob, outcome, Date.now())),
+            },
+          );
           void handle.done.then(async (outcome) => {
             // Settlement failures are logged by the transport; they never reach the client.
-            // The measurements feed the scheduler's service-rate estimate (times from the grant).
-            const startedAt = grantedAt - params.arrivedAt;
-            lease.release({
-              inputTokens: outcome.usage.inputTokens,
-              outputTokens: outcome.usage.outputTokens,
-              ttftMs: outcome.timings.ttftMs === null ? null : Math.max(0, outcome.timings.ttftMs - startedAt),
-              durationMs: Math.max(0, outcome.timings.totalMs - startedAt),
-            });
             if (outcome.relayLost) {
               // A lost relay could not record usage: record what was relayed, marked uncertain.
               // The engine may have produced more than was relayed, so the reservation is not
               // settled here: its worst case stays held until reconciliation settles it from the
               // ledger once the row holds the engine's own count (ADR 0001).
-              deps.usageSink.record(
-                buildUsageRecord({ generationId: params.generationId, requestId: params.requestId, route: params.route, caller, modelAlias: params.alias, useCase: params.useCase }, outcome, Date.now()),
-              );
+              deps.usageSink.record(buildUsageRecord(usageJob, outcome, Date.now()));
             } else {
               await settleWithRetry(reservationId, { usage: outcome.usage, costNanoUsd: outcome.costNanoUsd });
             }
-            deps.observer?.onFinished?.({ caller, route: params.route, alias: params.alias, revision, outcome, replicaId: lease.replicaId });
+            deps.observer?.onFinished?.({ caller, route: params.route, alias: params.alias, revision: answeredBy, outcome, replicaId: answeredOn });
           });
           return { kind: 'running', handle };
         },

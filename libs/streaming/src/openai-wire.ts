@@ -34,7 +34,10 @@ export interface OpenAiResponseMeta {
  */
 export interface WeirExtension {
   finish_reason: FinishReason;
+  /** The revision that answered (after a fallback, not the first choice). */
   model_revision: string;
+  /** Why the first choice did not answer (`upstream_unavailable`, `circuit_open`, …); absent when it did. */
+  fallback_reason?: string;
 }
 
 /**

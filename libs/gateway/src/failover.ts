@@ -1,0 +1,241 @@
+/**
+ * Failover before the first token (issue 6: retries and fallback chains). One request, many
+ * possible attempts: the chosen revision on another replica, then each revision of its
+ * fallback chain in order — but only while nothing has reached the client. Once a first output
+ * token exists, the attempt that produced it is the answer: if it fails later, the stream ends
+ * with an explicit error and the tokens produced are billed; tokens of two generations are
+ * never spliced.
+ *
+ * Billing stays exactly-once: every attempt but the last possible one runs with
+ * `RelayJob.retryBeforeFirstToken`, so an attempt that fails retryably before its first token
+ * records nothing (the relay says so with `outcome.unrecorded`); the request's one usage record
+ * is the answering attempt's, or — when no attempt could answer — one failure record written
+ * here. The reservation was made for the dearest revision of the chain, so any fallback fits it.
+ *
+ * Retries are bounded (`maxAttempts`), spaced by jittered exponential backoff, never after a
+ * non-retryable failure (a 4xx other than 408/429 from an upstream is not retryable: the
+ * adapters decide, see `upstream-errors.ts`), never past the request's deadline, and never once
+ * the client has gone. A revision whose circuit breaker is open is skipped (fallback reason
+ * `circuit_open`).
+ */
+import {
+  type Caller,
+  type Clock,
+  type GenerationOutcome,
+  type RelayEvent,
+  type RelayHandle,
+  type RelayJob,
+  type RequestPriority,
+  type RevisionSpec,
+  type SchedulerService,
+  type SlotLease,
+  type StopCause,
+  createAsyncQueue,
+  retryDelayMs,
+} from '@weir/core';
+import type { Relay } from '@weir/streaming';
+
+/**
+ * Health of candidate revisions, keyed by revision id. A circuit-breaker registry from
+ * `@weir/routing` (`createBreakerRegistry`) fits as is.
+ */
+export interface CandidateHealth {
+  /** May a call go to `key` now? `probe`: it is one of a half-open breaker's probes. */
+  tryAcquire(key: string, nowMs: number): { allowed: true; probe: boolean } | { allowed: false; retryAfterMs: number };
+  /** The call's outcome: `failure` for a transient upstream failure, `ignored` for a client that left. `latencyMs`: its TTFT. */
+  record(key: string, outcome: 'success' | 'failure' | 'ignored', latencyMs: number | undefined, nowMs: number, wasProbe: boolean): void;
+}
+
+/** Failover settings. */
+export interface FailoverOptions {
+  /** Attempts per request in all, the first included (≥ 1). Default 3. */
+  maxAttempts?: number;
+  /** Backoff before a retry: `retryDelayMs(attempt, {baseMs, maxMs})`. Defaults 50 and 1,000 ms. */
+  backoffBaseMs?: number;
+  backoffMaxMs?: number;
+}
+
+/** One granted attempt: its revision and its lease. */
+export interface GrantedAttempt {
+  revision: RevisionSpec;
+  lease: SlotLease;
+  /** When the lease was granted (`clock` ms). */
+  grantedAt: number;
+  /** The breaker permit was a half-open probe. */
+  probe: boolean;
+}
+
+/** Everything {@link startWithFailover} needs of the request. */
+export interface FailoverRequest {
+  /** The job of the first attempt, without its revision and replica (filled per attempt). */
+  job: Omit<RelayJob, 'revision' | 'replicaId' | 'queueMs' | 'retryBeforeFirstToken'>;
+  caller: Caller;
+  priority?: RequestPriority;
+  /** Context tokens and bytes for the scheduler. */
+  tokens: number;
+  bytes: number;
+  /** The candidates in order: the chosen revision, then its fallback chain. */
+  chain: readonly RevisionSpec[];
+  /** The first attempt, already granted (by the pipeline, which answers refusals of the first choice itself). */
+  first: GrantedAttempt;
+  /** Index in `chain` of the first attempt's revision (0 unless the first choice's breaker was open). */
+  firstIndex: number;
+  /** Why the first attempt is not on `chain[0]` (its breaker was open); undefined when it is. */
+  initialFallbackReason?: string;
+}
+
+/** Dependencies. */
+export interface FailoverDeps {
+  relay: Relay;
+  scheduler: SchedulerService;
+  clock: Clock;
+  health?: CandidateHealth;
+  options?: FailoverOptions;
+  /** Called once per attempt when its lease is to be released, with the attempt's outcome (metrics, the scheduler's estimates). */
+  onAttemptEnd(attempt: GrantedAttempt, outcome: GenerationOutcome): void;
+  /** Called when no attempt could answer and nothing was recorded: the caller records this outcome once. */
+  recordFailure(outcome: GenerationOutcome): void;
+}
+
+/**
+ * Starts the first attempt and returns one handle for the whole request: its events are the
+ * answering attempt's (a retry is invisible to the reader until the end), `done` resolves with
+ * the final outcome — `modelRevision` names the revision that answered, and `fallback` says
+ * why and from what when it is not the first choice — and `stop` reaches whichever attempt is
+ * running. Never throws: a failure ends the stream with an error outcome.
+ */
+export function startWithFailover(request: FailoverRequest, deps: FailoverDeps): RelayHandle {
+  const { clock } = deps;
+  const maxAttempts = Math.max(1, deps.options?.maxAttempts ?? 3);
+  const backoff = { baseMs: deps.options?.backoffBaseMs ?? 50, maxMs: deps.options?.backoffMaxMs ?? 1_000 };
+  const events = createAsyncQueue<RelayEvent>();
+  const stopped = new AbortController();
+  let stopCause: StopCause | undefined;
+  let live: RelayHandle | undefined;
+
+  const runAttempt = (attempt: GrantedAttempt, retryable: boolean): RelayHandle => {
+    const handle = deps.relay.start({
+      ...request.job,
+      revision: attempt.revision,
+      replicaId: attempt.lease.replicaId,
+      queueMs: attempt.lease.queueMs,
+      ...(retryable ? { retryBeforeFirstToken: true } : {}),
+    });
+    live = handle;
+    if (stopCause) handle.stop(stopCause);
+    return handle;
+  };
+
+  /** The next attempt after a failure on `failed`: another replica of the same revision, else the next revision with an allowing breaker. */
+  const nextAttempt = async (failed: GrantedAttempt, index: number, avoid: string[]): Promise<{ attempt: GrantedAttempt; index: number } | undefined> => {
+    for (let i = index; i < request.chain.length; i++) {
+      if (stopped.signal.aborted || clock.now() >= request.job.deadlineAt) return undefined;
+      const revision = request.chain[i];
+      const permit = deps.health?.tryAcquire(revision.id, clock.now()) ?? { allowed: true as const, probe: false };
+      if (!permit.allowed) continue;
+      const result = await deps.scheduler
+        .acquire({
+          caller: request.caller,
+          revisionId: revision.id,
+          tokens: request.tokens,
+          inputTokens: request.job.inputTokens,
+          bytes: request.bytes,
+          ...(request.priority !== undefined ? { priority: request.priority } : {}),
+          deadlineAt: request.job.deadlineAt,
+          signal: stopped.signal,
+          ...(revision.id === failed.revision.id ? { avoidReplicas: [...avoid] } : {}),
+        })
+        .catch(() => undefined);
+      if (result?.ok) return { attempt: { revision, lease: result.lease, grantedAt: clock.now(), probe: permit.probe }, index: i };
+      // The probe slot taken by tryAcquire was not used.
+      if (permit.probe) deps.health?.record(revision.id, 'ignored', undefined, clock.now(), true);
+    }
+    return undefined;
+  };
+
+  const finish = (outcome: GenerationOutcome): GenerationOutcome => {
+    events.push({ type: 'end', outcome });
+    events.end();
+    return outcome;
+  };
+
+  const done = (async (): Promise<GenerationOutcome> => {
+    let attempt = request.first;
+    let index = request.firstIndex;
+    let attempts = 0;
+    let fallback: GenerationOutcome['fallback'] | undefined = request.initialFallbackReason
+      ? { reason: request.initialFallbackReason, from: request.chain[0].id, attempts: 1 }
+      : undefined;
+    const avoid: string[] = [];
+    for (;;) {
+      attempts++;
+      // More attempts are possible: the attempt budget allows one, and some candidate remains
+      // (another replica of this revision, or a later revision).
+      const retryable = attempts < maxAttempts;
+      const handle = runAttempt(attempt, retryable);
+      let firstTokenAt: number | undefined;
+      let outcome: GenerationOutcome | undefined;
+      for await (const ev of handle.events) {
+        if (ev.type === 'delta') {
+          firstTokenAt ??= clock.now();
+          events.push(ev);
+        } else {
+          outcome = ev.outcome;
+        }
+      }
+      outcome ??= await handle.done;
+      deps.onAttemptEnd(attempt, outcome);
+      const failedTransiently = outcome.finishReason === 'error' && (outcome.unrecorded === true || (outcome.usage.outputTokens === 0 && outcome.error?.retryable === true));
+      deps.health?.record(
+        attempt.revision.id,
+        outcome.finishReason === 'cancelled' ? 'ignored' : outcome.finishReason === 'error' && (failedTransiently || firstTokenAt !== undefined) ? 'failure' : 'success',
+        firstTokenAt === undefined ? undefined : firstTokenAt - attempt.grantedAt,
+        clock.now(),
+        attempt.probe,
+      );
+      if (!outcome.unrecorded) return finish(fallback ? { ...outcome, fallback: { ...fallback, attempts } } : outcome);
+
+      // Failed before any token, nothing recorded: try elsewhere, after a jittered pause.
+      fallback ??= { reason: outcome.error?.code ?? 'upstream_error', from: attempt.revision.id, attempts };
+      avoid.push(attempt.lease.replicaId);
+      const pauseMs = Math.min(retryDelayMs(attempts, backoff), Math.max(0, request.job.deadlineAt - clock.now()));
+      await sleep(pauseMs, stopped.signal);
+      const next = await nextAttempt(attempt, index, avoid);
+      if (!next) {
+        // Nobody could take it: this failure is the answer, recorded once here.
+        const { unrecorded: _unrecorded, ...failed } = outcome;
+        const final: GenerationOutcome = { ...failed, fallback: { ...fallback, attempts } };
+        deps.recordFailure(final);
+        return finish(final);
+      }
+      if (next.attempt.revision.id !== attempt.revision.id) avoid.length = 0;
+      attempt = next.attempt;
+      index = next.index;
+    }
+  })();
+
+  return {
+    events,
+    done,
+    stop(cause) {
+      stopCause ??= cause;
+      // No new attempt for a client that left or cancelled; the running one stops as the relay
+      // decides (after the grace period for a disconnect).
+      stopped.abort();
+      live?.stop(cause);
+    },
+  };
+}
+
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  if (ms <= 0 || signal.aborted) return Promise.resolve();
+  return new Promise((resolve) => {
+    const timer = setTimeout(done, ms);
+    function done() {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', done);
+      resolve();
+    }
+    signal.addEventListener('abort', done, { once: true });
+  });
+}
