@@ -10,7 +10,7 @@ import { WeirError } from '@weir/core';
  * | 400/404/413/422 with `code: context_length_exceeded` | `context_length_exceeded` (param `input`) | no |
  * | 400, 404, 413, 422                                 | `upstream_bad_request`     | no        |
  * | 401, 403 (misconfigured credential)                | `upstream_error`           | no        |
- * | 408, 409, 429, 5xx                                 | `upstream_unavailable`     | yes (`retry-after` honoured) |
+ * | 408, 429, 5xx                                      | `upstream_unavailable`     | yes (`retry-after` honoured) |
  * | any other non-200 status                           | `upstream_error`           | no        |
  * | connection refused/reset/closed before any output  | `upstream_unavailable`     | yes       |
  * | connection reset/closed after output began         | `upstream_error`           | no        |
@@ -40,7 +40,9 @@ export function upstreamStatusError(
   if (status === 401 || status === 403) {
     return new WeirError('upstream_error', `${message}: upstream credential rejected`, { cause });
   }
-  if (status === 408 || status === 409 || status === 429 || status >= 500) {
+  // Only 408 and 429 among the 4xx: a retry (or a fallback before the first token) never
+  // repeats a request the upstream refused for what it is (issue 6).
+  if (status === 408 || status === 429 || status >= 500) {
     return new WeirError('upstream_unavailable', message, {
       retryable: true,
       retryAfterMs: retryAfterMs(headers),
