@@ -1,6 +1,7 @@
 /**
- * The streaming relay service (split topology): runs generations on engine replicas
- * (OpenAI-compatible HTTP: `apps/engine-llamacpp` or a hosted upstream), streams deltas back
+ * The streaming relay service (split topology): runs generations on engine replicas over HTTP
+ * (OpenAI-compatible: `apps/engine-llamacpp` or a hosted upstream; or Anthropic's Messages
+ * API for an `anthropic` revision), streams deltas back
  * over gRPC (`weir.relay.v1`), meters tokens, cuts at deadlines, applies the cancellation grace
  * period, and publishes exactly one usage record per generation to NATS JetStream (buffered,
  * bounded, while NATS is away). Cancels fanned out on NATS (`weir.cancel`) stop the generation
@@ -46,7 +47,8 @@ runUntilSignal('streaming-relay', logger, async () => {
   const config = loadConfigFile(env.WEIR_CONFIG);
   const telemetry = createTelemetry({ serviceName: 'weir-streaming-relay' });
 
-  // One OpenAI-compatible adapter per replica; the scheduler chose the replica.
+  // One adapter per replica (OpenAI-compatible, or Anthropic Messages for an anthropic
+  // revision); the scheduler chose the replica.
   const replicas = remoteReplicas(config.revisions);
   const engines = createReplicaEngines(config.revisions, replicas, {
     firstTokenTimeoutMs: env.RELAY_FIRST_TOKEN_TIMEOUT_MS,

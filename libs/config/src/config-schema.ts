@@ -122,6 +122,24 @@ const openAICompatibleEngine = strict({
 });
 
 /**
+ * Anthropic's Messages API. `base_url` is the API's origin (`https://api.anthropic.com`); the
+ * key is named by `api_key_env` (an `api_key` value is refused as an unknown key, with a hint).
+ * Defaults as openai-compatible: 30 s timeouts, 16 concurrent requests.
+ */
+const anthropicEngine = strict({
+  kind: z.literal('anthropic'),
+  base_url: httpUrl(),
+  upstream_model: text(),
+  api_key_env: z
+    .string({ error: expecting('an environment variable name such as ANTHROPIC_API_KEY') })
+    .regex(/^[A-Za-z_][A-Za-z0-9_]*$/, { error: expecting('an environment variable name such as ANTHROPIC_API_KEY') })
+    .optional(),
+  first_token_timeout_ms: int(1).default(30_000),
+  idle_timeout_ms: int(1).default(30_000),
+  max_concurrency: int(1).default(16),
+});
+
+/**
  * A simulated GPU replica (capacity and load work only; see docs/capacity.md). Defaults are
  * issue 5's example profile: 10,000 prefill tokens/s, 20 ms decode step at batch 1 rising to
  * 40 ms at batch 32, 65,536 KV tokens, 32 sequences.
@@ -153,9 +171,9 @@ const simulatedEngine = strict({
   seed: int(0).default(1),
 });
 
-const ENGINE_KINDS = ['llamacpp', 'openai-compatible', 'simulated'] as const;
+const ENGINE_KINDS = ['llamacpp', 'openai-compatible', 'anthropic', 'simulated'] as const;
 
-const engine = z.discriminatedUnion('kind', [llamaCppEngine, openAICompatibleEngine, simulatedEngine], {
+const engine = z.discriminatedUnion('kind', [llamaCppEngine, openAICompatibleEngine, anthropicEngine, simulatedEngine], {
   error: (iss: IssueLike) => {
     const input = iss.input;
     if (input === null || typeof input !== 'object' || Array.isArray(input)) return expecting('a mapping')(iss);

@@ -27,7 +27,8 @@ export interface ParseConfigOptions {
  * `allowed_aliases` exist (or are `*`); `default_output_tokens ≤ max_output_tokens <
  * context_window`; a llama.cpp engine names `model_path` or `model_url`, a `model_url` comes
  * with `model_sha256`, and `context_size` (default `context_window`) is at least
- * `context_window`. Cross-checks run only once the document matches the schema.
+ * `context_window`; an anthropic engine lists no `replicas`. Cross-checks run only once the
+ * document matches the schema.
  *
  * @param text the document.
  * @param sourceName the file name used in messages (e.g. `weir.yaml`); its extension picks the format.
@@ -196,6 +197,11 @@ function crossCheck(file: ConfigFile): ConfigProblem[] {
       if (e.context_size !== undefined && e.context_size < r.context_window) {
         add(['revisions', i, 'engine', 'context_size'], `must be >= context_window (${e.context_size} < ${r.context_window}), or a request that fits the window would not fit the engine`);
       }
+    }
+    if (e.kind === 'anthropic' && r.replicas !== undefined && r.replicas.length > 0) {
+      // Replicas are Weir engine servers (OpenAI-compatible, probed on /healthz, counted with
+      // /tokenize); none speaks the Messages API. The API itself is the revision's one replica.
+      add(['revisions', i, 'replicas'], 'not allowed for an anthropic engine: the revision is served by its engine.base_url (replicas are Weir engine servers, which speak the OpenAI-compatible API)');
     }
     if (e.kind === 'simulated') {
       e.decode_step_ms.forEach(([batch], j) => {
@@ -407,6 +413,16 @@ function toEngine(e: ConfigFile['revisions'][number]['engine'], contextWindow: n
         idleTimeoutMs: e.idle_timeout_ms,
         maxConcurrency: e.max_concurrency,
         ...(e.continuous_usage_stats ? { continuousUsageStats: true } : {}),
+      };
+    case 'anthropic':
+      return {
+        kind: 'anthropic',
+        baseUrl: e.base_url,
+        upstreamModel: e.upstream_model,
+        ...(e.api_key_env !== undefined ? { apiKeyEnv: e.api_key_env } : {}),
+        firstTokenTimeoutMs: e.first_token_timeout_ms,
+        idleTimeoutMs: e.idle_timeout_ms,
+        maxConcurrency: e.max_concurrency,
       };
     case 'simulated':
       return {

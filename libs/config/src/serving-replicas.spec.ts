@@ -16,6 +16,14 @@ describe('servingReplicas', () => {
     };
     expect(servingReplicas(upstream)).toEqual([{ id: 'gpt@1/0', baseUrl: 'http://127.0.0.1:8000/v1', slots: 8 }]);
   });
+  it('has the upstream itself for an Anthropic revision', () => {
+    const claude = {
+      ...tiny,
+      id: 'claude@1',
+      engine: { kind: 'anthropic' as const, baseUrl: 'https://api.anthropic.com', upstreamModel: 'claude-sonnet-4-5', firstTokenTimeoutMs: 1, idleTimeoutMs: 1, maxConcurrency: 12 },
+    };
+    expect(servingReplicas(claude)).toEqual([{ id: 'claude@1/0', baseUrl: 'https://api.anthropic.com', slots: 12 }]);
+  });
 });
 
 describe('replicaPlacement', () => {

@@ -63,6 +63,30 @@ export interface OpenAICompatibleEngineSpec {
 }
 
 /**
+ * Anthropic's Messages API (`POST {baseUrl}/v1/messages`, streaming), served by
+ * `createAnthropicEngine` of `@weir/engines`. A hosted upstream, like an OpenAI-compatible one:
+ * prompt tokens are counted with the UTF-8 upper bound, never a network call.
+ */
+export interface AnthropicEngineSpec {
+  kind: 'anthropic';
+  /**
+   * The API's origin, e.g. `https://api.anthropic.com` (the adapter appends `/v1/messages`;
+   * a trailing `/v1` is accepted, not doubled).
+   */
+  baseUrl: string;
+  /** The model name the API expects, e.g. `claude-sonnet-4-5`. */
+  upstreamModel: string;
+  /** Name of the environment variable holding the API key, sent as `x-api-key` (never the key itself). */
+  apiKeyEnv?: string;
+  /** Cut the call when no first text arrives within this (ms). Default 30,000. */
+  firstTokenTimeoutMs: number;
+  /** Cut the call when the stream is silent this long after the first text (ms). Default 30,000. */
+  idleTimeoutMs: number;
+  /** Parallel requests this upstream accepts from one Weir replica. Default 16. */
+  maxConcurrency: number;
+}
+
+/**
  * A simulated GPU replica (`@weir/capacity`'s replica model driven in real time): no model, it
  * emits filler tokens (`tok1 tok2 …`) with the timing of the profile below. For capacity and
  * load work only; never presented as a real model. See docs/capacity.md.
@@ -86,7 +110,7 @@ export interface SimulatedEngineSpec {
 }
 
 /** Engine specs: a closed set, switched over exhaustively. */
-export type EngineSpec = LlamaCppEngineSpec | OpenAICompatibleEngineSpec | SimulatedEngineSpec;
+export type EngineSpec = LlamaCppEngineSpec | OpenAICompatibleEngineSpec | AnthropicEngineSpec | SimulatedEngineSpec;
 
 /** An immutable model revision. */
 export interface RevisionSpec {

@@ -1,5 +1,6 @@
 import { isWeirError } from '@weir/core';
 import { tinyModelPath } from '@weir/testing';
+import { ANTHROPIC_DEFAULT_CONTEXT_TOKENS } from './anthropic/anthropic-engine';
 import { createEngine } from './create-engine';
 
 describe('createEngine', () => {
@@ -15,6 +16,28 @@ describe('createEngine', () => {
     });
     expect(engine.kind).toBe('openai-compatible');
     expect(engine.capacity.slots).toBe(3);
+    await engine.close();
+  });
+
+  it('creates an anthropic adapter with the default context and the deps it is given', async () => {
+    const warnings: object[] = [];
+    const logger = { debug: () => undefined, info: () => undefined, warn: (obj: object) => void warnings.push(obj), error: () => undefined };
+    const engine = await createEngine(
+      {
+        kind: 'anthropic',
+        baseUrl: 'http://127.0.0.1:9',
+        upstreamModel: 'claude-up',
+        apiKeyEnv: 'WEIR_TEST_ANTHROPIC_KEY',
+        firstTokenTimeoutMs: 1000,
+        idleTimeoutMs: 1000,
+        maxConcurrency: 5,
+      },
+      { logger, anthropic: { env: {}, countTokens: (text) => text.length } },
+    );
+    expect(engine.kind).toBe('anthropic');
+    expect(engine.capacity).toEqual({ slots: 5, contextTokens: ANTHROPIC_DEFAULT_CONTEXT_TOKENS });
+    // The key variable is looked up in the given env (unset there: a warning naming it, never a value).
+    expect(warnings).toEqual([{ apiKeyEnv: 'WEIR_TEST_ANTHROPIC_KEY' }]);
     await engine.close();
   });
 

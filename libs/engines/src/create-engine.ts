@@ -1,5 +1,6 @@
 import type { EngineAdapter, EngineSpec } from '@weir/core';
 import { WeirError } from '@weir/core';
+import { type AnthropicEngineDeps, createAnthropicEngine } from './anthropic/anthropic-engine';
 import { createLlamaCppEngine } from './llamacpp/llamacpp-engine';
 import type { EngineLogger } from './logger';
 import { createOpenAICompatibleEngine, type OpenAICompatibleEngineDeps } from './openai-compatible/openai-compatible-engine';
@@ -10,6 +11,8 @@ export interface CreateEngineDeps {
   logger?: EngineLogger;
   /** For `openai-compatible` specs: tokenizer, dispatcher, env (see {@link OpenAICompatibleEngineDeps}). */
   openai?: Omit<OpenAICompatibleEngineDeps, 'logger'>;
+  /** For `anthropic` specs: token counter, dispatcher, env (see {@link AnthropicEngineDeps}). */
+  anthropic?: Omit<AnthropicEngineDeps, 'logger'>;
 }
 
 /**
@@ -19,6 +22,7 @@ export interface CreateEngineDeps {
  * - `llamacpp` → {@link createLlamaCppEngine}; `spec.modelPath` must be resolved already
  *   (config load applies `WEIR_MODEL_PATH`), else `WeirError('engine_unavailable')`.
  * - `openai-compatible` → {@link createOpenAICompatibleEngine}.
+ * - `anthropic` → {@link createAnthropicEngine} (context tokens: its default, 200,000).
  * - `simulated` → {@link createSimulatedEngine} (filler tokens with a GPU replica's timing; load work only).
  *
  * @throws whatever the chosen factory throws (a model that fails to load).
@@ -32,6 +36,8 @@ export async function createEngine(spec: EngineSpec, deps: CreateEngineDeps = {}
     }
     case 'openai-compatible':
       return createOpenAICompatibleEngine(spec, { ...deps.openai, logger: deps.logger });
+    case 'anthropic':
+      return createAnthropicEngine(spec, { ...deps.anthropic, logger: deps.logger });
     case 'simulated':
       return createSimulatedEngine(spec, { logger: deps.logger });
     default: {

@@ -1,6 +1,16 @@
 import { type RevisionSpec, systemClock, type TokenUsage } from '@weir/core';
 import { createPoolScheduler, type PoolScheduler } from '@weir/scheduling';
-import { chatStreamEvents, collectEngineEvents, engineRequest, freePort, type ScriptedUpstream, sseReply, startScriptedUpstream, type UpstreamScript } from '@weir/testing';
+import {
+  anthropicModelScript,
+  chatStreamEvents,
+  collectEngineEvents,
+  engineRequest,
+  freePort,
+  type ScriptedUpstream,
+  sseReply,
+  startScriptedUpstream,
+  type UpstreamScript,
+} from '@weir/testing';
 import {
   createReplicaEngine,
   createReplicaEngines,
@@ -33,6 +43,15 @@ const hosted = (baseUrl: string): RevisionSpec => ({
   defaultOutputTokens: 16,
   pricing,
 });
+const claude = (baseUrl: string): RevisionSpec => ({
+  id: 'claude@1',
+  model: 'claude',
+  engine: { kind: 'anthropic', baseUrl, upstreamModel: 'claude-up', apiKeyEnv: 'CLAUDE_KEY', firstTokenTimeoutMs: 30_000, idleTimeoutMs: 30_000, maxConcurrency: 12 },
+  contextWindow: 200_000,
+  maxOutputTokens: 8192,
+  defaultOutputTokens: 16,
+  pricing,
+});
 const llamacpp: RevisionSpec = {
   id: 'local@1',
   model: 'local',
@@ -51,6 +70,7 @@ describe('remoteReplicas', () => {
     ], { pool: 'gold' }),
     hosted('https://api.example/v1'),
     llamacpp,
+    claude('https://api.anthropic.example'),
   ];
 
   it("lists every revision's replicas with their placement, a hosted upstream as its one replica, and nothing for an in-process-only revision", () => {
@@ -58,6 +78,7 @@ describe('remoteReplicas', () => {
       { id: 'sim@1/0', baseUrl: 'http://a:1/v1', slots: 4, revisionId: 'sim@1', pool: 'gold', kvTokens: 4 * 4096, configured: true },
       { id: 'sim@1/1', baseUrl: 'http://b:2/v1', slots: 2, revisionId: 'sim@1', pool: 'batch', kvTokens: 1000, configured: true },
       { id: 'hosted@1/0', baseUrl: 'https://api.example/v1', slots: 16, revisionId: 'hosted@1', pool: 'interactive', kvTokens: 16 * 8192, configured: false },
+      { id: 'claude@1/0', baseUrl: 'https://api.anthropic.example', slots: 12, revisionId: 'claude@1', pool: 'interactive', kvTokens: 12 * 200_000, configured: false },
     ]);
   });
 
@@ -139,6 +160,31 @@ describe('replica adapters and token counting (scripted replicas over HTTP)', ()
     expect(sent?.headers.authorization).toBe('Bearer sk-test-hosted');
     delete process.env.HOSTED_KEY;
     await engine?.close();
+  });
+
+  it("calls an Anthropic upstream (its revision's one replica) with the Messages adapter, its model, key variable and slots", async () => {
+    upstream.setScript(anthropicModelScript());
+    const revision = claude(upstream.url.replace(/\/v1$/, ''));
+    process.env.CLAUDE_KEY = 'sk-ant-test';
+    const engines = createReplicaEngines([revision], remoteReplicas([revision]));
+    expect([...engines.keys()]).toEqual(['claude@1/0']);
+    const engine = engines.get('claude@1/0') as NonNullable<ReturnType<typeof engines.get>>;
+    expect(engine.kind).toBe('anthropic');
+    expect(engine.capacity).toEqual({ slots: 12, contextTokens: 200_000 });
+    const { events, error } = await collectEngineEvents(engine, engineRequest({ kind: 'text', text: 'hi' }));
+    expect(error).toBeUndefined();
+    expect(events.at(-1)).toMatchObject({ type: 'end', reason: 'stop' });
+    const sent = upstream.requests.at(-1);
+    expect(sent?.path).toBe('/v1/messages');
+    expect(sent?.body).toMatchObject({ model: 'claude-up', stream: true });
+    expect(sent?.headers['x-api-key']).toBe('sk-ant-test');
+    delete process.env.CLAUDE_KEY;
+    upstream.setScript(script);
+    await engine.close();
+  });
+
+  it('gives no /tokenize counter to an Anthropic revision', () => {
+    expect(replicaTokenCounter({ ...claude(upstream.url), replicas: [{ id: 'claude@1/a', baseUrl: upstream.url, slots: 1 }] })).toBeUndefined();
   });
 
   it('refuses a replica whose revision is not given', () => {

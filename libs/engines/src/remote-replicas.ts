@@ -1,10 +1,11 @@
 /**
  * Remote engine replicas: the engine servers (`apps/engine-llamacpp`, `apps/engine-sim`, or a
- * hosted OpenAI-compatible upstream) that serve a revision over HTTP, and what every
- * composition that uses them needs: the replicas with their scheduler placement, one
- * OpenAI-compatible adapter per replica, the prompt-token counter over their `/tokenize`, the
- * `/healthz` health checks that take a replica out of rotation (and back), and the test of a
- * generation outcome that says its replica could not be reached.
+ * hosted OpenAI-compatible or Anthropic upstream) that serve a revision over HTTP, and what
+ * every composition that uses them needs: the replicas with their scheduler placement, one
+ * adapter per replica (OpenAI-compatible; Anthropic Messages for an Anthropic upstream), the
+ * prompt-token counter over their `/tokenize`, the `/healthz` health checks that take a
+ * replica out of rotation (and back), and the test of a generation outcome that says its
+ * replica could not be reached.
  *
  * The split topology spreads these over its services (the relay builds the adapters and reports
  * unreachable replicas, the scheduler places work on the replicas and runs the health checks,
@@ -15,6 +16,7 @@ import { replicaPlacement, servingReplicas } from '@weir/config';
 import type { EngineAdapter, GenerationOutcome, ReplicaEndpoint, RevisionSpec } from '@weir/core';
 import { createReplicaProber, type PoolScheduler } from '@weir/scheduling';
 import { request } from 'undici';
+import { createAnthropicEngine } from './anthropic/anthropic-engine';
 import { type EngineLogger, silentLogger } from './logger';
 import { createOpenAICompatibleEngine } from './openai-compatible/openai-compatible-engine';
 import { createRemoteTokenCounter, type TokenCounter } from './openai-compatible/remote-token-counter';
@@ -30,7 +32,8 @@ export interface RemoteReplica extends ReplicaEndpoint {
   /**
    * True for one of the revision's configured `replicas` (a Weir engine server: it answers
    * `/healthz` and `/tokenize` beside `/v1`, reports usage on every chunk, stops gracefully);
-   * false for a hosted OpenAI-compatible upstream standing in as its revision's one replica.
+   * false for a hosted upstream (OpenAI-compatible or Anthropic) standing in as its
+   * revision's one replica.
    */
   configured: boolean;
 }
@@ -39,8 +42,9 @@ export interface RemoteReplica extends ReplicaEndpoint {
 export interface RemoteReplicasOptions {
   /**
    * Only the revisions' configured `replicas` (true: the all-in-one, which runs a hosted
-   * upstream without replicas in-process); or also a hosted OpenAI-compatible upstream as its
-   * revision's one replica `<revision>/0` (false: the split, see `servingReplicas`). Default false.
+   * upstream without replicas in-process); or also a hosted upstream (OpenAI-compatible or
+   * Anthropic) as its revision's one replica `<revision>/0` (false: the split, see
+   * `servingReplicas`). Default false.
    */
   configuredOnly?: boolean;
 }
@@ -48,8 +52,8 @@ export interface RemoteReplicasOptions {
 /**
  * The replicas of `revisions` reached over HTTP, in config order, each with its revision and
  * its scheduler placement (`servingReplicas` + `replicaPlacement` of `@weir/config`). A
- * revision that lists no `replicas` contributes nothing, except a hosted OpenAI-compatible
- * upstream when `configuredOnly` is false.
+ * revision that lists no `replicas` contributes nothing, except a hosted upstream
+ * (OpenAI-compatible or Anthropic) when `configuredOnly` is false.
  */
 export function remoteReplicas(revisions: readonly RevisionSpec[], options: RemoteReplicasOptions = {}): RemoteReplica[] {
   return revisions.flatMap((revision) => {
@@ -78,14 +82,23 @@ export interface ReplicaEngineOptions {
 }
 
 /**
- * The OpenAI-compatible adapter of one replica of `revision`: `baseUrl` the replica's,
- * `maxConcurrency` its slots, `contextTokens` the revision's context window. For a hosted
- * upstream revision (`engine.kind: openai-compatible`) the upstream's model name, API key
- * variable, API and timeouts are kept; for Weir's own engine servers the model is the revision
- * id, the chat API is used, and usage on every chunk and graceful stop are on (so a stream cut
- * by a cancel or deadline is billed from the engine's own count).
+ * The adapter of one replica of `revision`: `baseUrl` the replica's, `maxConcurrency` its
+ * slots, `contextTokens` the revision's context window. An Anthropic revision
+ * (`engine.kind: anthropic`, whose one replica is the API itself: `servingReplicas`) gets the
+ * Anthropic Messages adapter with the revision's model name, API key variable and timeouts.
+ * Any other gets the OpenAI-compatible adapter: for a hosted upstream revision
+ * (`engine.kind: openai-compatible`) the upstream's model name, API key variable, API and
+ * timeouts are kept; for Weir's own engine servers the model is the revision id, the chat API
+ * is used, and usage on every chunk and graceful stop are on (so a stream cut by a cancel or
+ * deadline is billed from the engine's own count).
  */
 export function createReplicaEngine(revision: RevisionSpec, replica: ReplicaEndpoint, options: ReplicaEngineOptions = {}): EngineAdapter {
+  if (revision.engine.kind === 'anthropic') {
+    return createAnthropicEngine(
+      { ...revision.engine, baseUrl: replica.baseUrl, maxConcurrency: replica.slots, contextTokens: revision.contextWindow },
+      { logger: options.logger ?? silentLogger },
+    );
+  }
   const upstream = revision.engine.kind === 'openai-compatible' ? revision.engine : undefined;
   return createOpenAICompatibleEngine(
     {
@@ -125,11 +138,12 @@ export function createReplicaEngines(revisions: readonly RevisionSpec[], replica
 /**
  * The revision's prompt-token counter over its configured replicas' `POST /tokenize` (each
  * tried in turn, `timeoutMs` per attempt, default 1,000; the UTF-8 upper bound when none
- * answers: see `createRemoteTokenCounter`), or undefined when it lists no `replicas` (the
- * caller counts another way: an in-process engine, or the upper bound for a hosted upstream).
+ * answers: see `createRemoteTokenCounter`), or undefined when it lists no `replicas` or is an
+ * Anthropic revision (no `/tokenize` there; the caller counts another way: an in-process
+ * engine, or the upper bound for a hosted upstream).
  */
 export function replicaTokenCounter(revision: RevisionSpec, options: { timeoutMs?: number } = {}): TokenCounter | undefined {
-  if (!revision.replicas || revision.replicas.length === 0) return undefined;
+  if (!revision.replicas || revision.replicas.length === 0 || revision.engine.kind === 'anthropic') return undefined;
   return createRemoteTokenCounter({ baseUrls: revision.replicas.map((r) => r.baseUrl), ...(options.timeoutMs !== undefined ? { timeoutMs: options.timeoutMs } : {}) });
 }
 

@@ -2,9 +2,9 @@ import { type AliasSpec, type Caller, DEFAULT_ADMISSION, type PlatformConfig, ty
 
 /**
  * Shared fixtures of the port contract suites (`describeRouterContract` and friends): a
- * small platform configuration whose revisions exercise every `RevisionSpec` field (both
- * engine kinds, optional fields set and unset, remote replicas) so a transport that drops a
- * field fails the suite.
+ * small platform configuration whose revisions exercise every `RevisionSpec` field (the
+ * llamacpp, openai-compatible and anthropic engine kinds, optional fields set and unset,
+ * remote replicas) so a transport that drops a field fails the suite.
  */
 
 /** A subject under test: the service and how to tear it down. */
@@ -82,6 +82,24 @@ const revisions: RevisionSpec[] = [
     defaultOutputTokens: 1_024,
     pricing: { inputPerMTok: 2.5, outputPerMTok: 10, cachedInputPerMTok: 1.25 },
   },
+  {
+    // No alias targets it: here for the engine kind on the wire (revision round trips).
+    id: 'claude@1',
+    model: 'claude',
+    engine: {
+      kind: 'anthropic',
+      baseUrl: 'https://api.anthropic.example.invalid',
+      upstreamModel: 'claude-up',
+      apiKeyEnv: 'ANTHROPIC_API_KEY',
+      firstTokenTimeoutMs: 20_000,
+      idleTimeoutMs: 12_000,
+      maxConcurrency: 6,
+    },
+    contextWindow: 200_000,
+    maxOutputTokens: 8_192,
+    defaultOutputTokens: 1_024,
+    pricing: { inputPerMTok: 3, outputPerMTok: 15, cachedInputPerMTok: 0.3 },
+  },
 ];
 
 const aliases: AliasSpec[] = [
@@ -116,7 +134,7 @@ const tenants: TenantSpec[] = [
   },
 ];
 
-/** A fresh copy of the fixture configuration (3 revisions, 3 aliases, 2 tenants). */
+/** A fresh copy of the fixture configuration (4 revisions, 3 aliases, 2 tenants). */
 export function contractPlatformConfig(): PlatformConfig {
   return structuredClone({
     revisions,

@@ -17,6 +17,19 @@ describe('wire translation', () => {
     expect(viaWire(commonV1.RevisionSchema, revisionToWire, revisionFromWire, revision)).toEqual(revision);
   });
 
+  it('carries an anthropic engine in its own oneof case, an absent key variable staying absent', () => {
+    const claude = contractPlatformConfig().revisions.find((r) => r.engine.kind === 'anthropic');
+    if (!claude || claude.engine.kind !== 'anthropic') throw new Error('the fixture has no anthropic revision');
+    const { apiKeyEnv: _unset, ...engine } = claude.engine;
+    const revision = { ...claude, engine };
+    const wire = create(commonV1.RevisionSchema, revisionToWire(revision));
+    expect(wire.engine.case).toBe('anthropic');
+    expect(wire.engine.value).toMatchObject({ baseUrl: engine.baseUrl, upstreamModel: engine.upstreamModel, maxConcurrency: engine.maxConcurrency });
+    const back = viaWire(commonV1.RevisionSchema, revisionToWire, revisionFromWire, revision);
+    expect(back).toEqual(revision);
+    expect('apiKeyEnv' in back.engine).toBe(false);
+  });
+
   it.each<[string, GenerationOutcome]>([
     [
       'an error before the first token',

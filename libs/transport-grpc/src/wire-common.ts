@@ -78,6 +78,18 @@ function engineToWire(engine: EngineSpec): commonV1.Revision['engine'] {
           continuousUsageStats: engine.continuousUsageStats,
         }),
       };
+    case 'anthropic':
+      return {
+        case: 'anthropic',
+        value: create(commonV1.AnthropicEngineSchema, {
+          baseUrl: engine.baseUrl,
+          upstreamModel: engine.upstreamModel,
+          apiKeyEnv: engine.apiKeyEnv,
+          firstTokenTimeoutMs: engine.firstTokenTimeoutMs,
+          idleTimeoutMs: engine.idleTimeoutMs,
+          maxConcurrency: engine.maxConcurrency,
+        }),
+      };
     case 'simulated':
       return {
         case: 'simulated',
@@ -120,6 +132,18 @@ function engineFromWire(engine: commonV1.Revision['engine']): EngineSpec {
         idleTimeoutMs: e.idleTimeoutMs,
         maxConcurrency: e.maxConcurrency,
         continuousUsageStats: e.continuousUsageStats,
+      });
+    }
+    case 'anthropic': {
+      const e = engine.value;
+      return defined({
+        kind: 'anthropic' as const,
+        baseUrl: e.baseUrl,
+        upstreamModel: e.upstreamModel,
+        apiKeyEnv: e.apiKeyEnv,
+        firstTokenTimeoutMs: e.firstTokenTimeoutMs,
+        idleTimeoutMs: e.idleTimeoutMs,
+        maxConcurrency: e.maxConcurrency,
       });
     }
     case 'simulated': {

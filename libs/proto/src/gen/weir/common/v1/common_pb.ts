@@ -17,7 +17,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file weir/common/v1/common.proto.
  */
 export const file_weir_common_v1_common: GenFile = /*@__PURE__*/
-  fileDesc("Cht3ZWlyL2NvbW1vbi92MS9jb21tb24ucHJvdG8SDndlaXIuY29tbW9uLnYxIj8KBkNhbGxlchIRCgl0ZW5hbnRfaWQYASABKAkSDgoGYXBwX2lkGAIgASgJEhIKCmFwaV9rZXlfaWQYAyABKAkibQoPUmV2aXNpb25QcmljaW5nEhoKEmlucHV0X3VzZF9wZXJfbXRvaxgBIAEoARIbChNvdXRwdXRfdXNkX3Blcl9tdG9rGAIgASgBEiEKGWNhY2hlZF9pbnB1dF91c2RfcGVyX210b2sYAyABKAEi4QEKDkxsYW1hQ3BwRW5naW5lEhcKCm1vZGVsX3BhdGgYASABKAlIAIgBARIZCgxtb2RlbF9zaGEyNTYYAiABKAlIAYgBARIWCgltb2RlbF91cmwYAyABKAlIAogBARIPCgd0aHJlYWRzGAQgASgNEhEKCXNlcXVlbmNlcxgFIAEoDRIUCgxjb250ZXh0X3NpemUYBiABKA0SGwoTdGVzdF90b2tlbl9kZWxheV9tcxgHIAEoDUINCgtfbW9kZWxfcGF0aEIPCg1fbW9kZWxfc2hhMjU2QgwKCl9tb2RlbF91cmwiqAIKFk9wZW5BaUNvbXBhdGlibGVFbmdpbmUSEAoIYmFzZV91cmwYASABKAkSFgoOdXBzdHJlYW1fbW9kZWwYAiABKAkSGAoLYXBpX2tleV9lbnYYAyABKAlIAIgBARIoCgNhcGkYBCABKA4yGy53ZWlyLmNvbW1vbi52MS5VcHN0cmVhbUFwaRIeChZmaXJzdF90b2tlbl90aW1lb3V0X21zGAUgASgNEhcKD2lkbGVfdGltZW91dF9tcxgGIAEoDRIXCg9tYXhfY29uY3VycmVuY3kYByABKA0SIwoWY29udGludW91c191c2FnZV9zdGF0cxgIIAEoCEgBiAEBQg4KDF9hcGlfa2V5X2VudkIZChdfY29udGludW91c191c2FnZV9zdGF0cyIsCg9EZWNvZGVTdGVwUG9pbnQSDQoFYmF0Y2gYASABKA0SCgoCbXMYAiABKAEipQEKD1NpbXVsYXRlZEVuZ2luZRIhChlwcmVmaWxsX3Rva2Vuc19wZXJfc2Vjb25kGAEgASgBEjcKDmRlY29kZV9zdGVwX21zGAIgAygLMh8ud2Vpci5jb21tb24udjEuRGVjb2RlU3RlcFBvaW50EhEKCWt2X3Rva2VucxgDIAEoDRIVCg1tYXhfc2VxdWVuY2VzGAQgASgNEgwKBHNlZWQYBSABKA0iPgoPUmVwbGljYUVuZHBvaW50EgoKAmlkGAEgASgJEhAKCGJhc2VfdXJsGAIgASgJEg0KBXNsb3RzGAMgASgNIpUDCghSZXZpc2lvbhIKCgJpZBgBIAEoCRINCgVtb2RlbBgCIAEoCRIyCghsbGFtYWNwcBgDIAEoCzIeLndlaXIuY29tbW9uLnYxLkxsYW1hQ3BwRW5naW5lSAASQwoRb3BlbmFpX2NvbXBhdGlibGUYBCABKAsyJi53ZWlyLmNvbW1vbi52MS5PcGVuQWlDb21wYXRpYmxlRW5naW5lSAASNAoJc2ltdWxhdGVkGAogASgLMh8ud2Vpci5jb21tb24udjEuU2ltdWxhdGVkRW5naW5lSAASFgoOY29udGV4dF93aW5kb3cYBSABKA0SGQoRbWF4X291dHB1dF90b2tlbnMYBiABKA0SHQoVZGVmYXVsdF9vdXRwdXRfdG9rZW5zGAcgASgNEjAKB3ByaWNpbmcYCCABKAsyHy53ZWlyLmNvbW1vbi52MS5SZXZpc2lvblByaWNpbmcSMQoIcmVwbGljYXMYCSADKAsyHy53ZWlyLmNvbW1vbi52MS5SZXBsaWNhRW5kcG9pbnRCCAoGZW5naW5lIjIKC0FsaWFzVGFyZ2V0EhMKC3JldmlzaW9uX2lkGAEgASgJEg4KBndlaWdodBgCIAEoASJtCgVBbGlhcxIMCgRuYW1lGAEgASgJEiwKB3RhcmdldHMYAiADKAsyGy53ZWlyLmNvbW1vbi52MS5BbGlhc1RhcmdldBIYCgtkZXNjcmlwdGlvbhgDIAEoCUgAiAEBQg4KDF9kZXNjcmlwdGlvbiJzCgpUb2tlblVzYWdlEhQKDGlucHV0X3Rva2VucxgBIAEoDRIVCg1vdXRwdXRfdG9rZW5zGAIgASgNEiAKE2NhY2hlZF9pbnB1dF90b2tlbnMYAyABKA1IAIgBAUIWChRfY2FjaGVkX2lucHV0X3Rva2VucyJZChFHZW5lcmF0aW9uVGltaW5ncxIQCghxdWV1ZV9tcxgBIAEoARIUCgd0dGZ0X21zGAIgASgBSACIAQESEAoIdG90YWxfbXMYAyABKAFCCgoIX3R0ZnRfbXMikQEKD1dlaXJFcnJvckRldGFpbBIMCgRjb2RlGAEgASgJEg8KB21lc3NhZ2UYAiABKAkSGwoOcmV0cnlfYWZ0ZXJfbXMYAyABKA1IAIgBARIRCglyZXRyeWFibGUYBCABKAgSEgoFcGFyYW0YBSABKAlIAYgBAUIRCg9fcmV0cnlfYWZ0ZXJfbXNCCAoGX3BhcmFtIqkCChFHZW5lcmF0aW9uT3V0Y29tZRIzCg1maW5pc2hfcmVhc29uGAEgASgOMhwud2Vpci5jb21tb24udjEuRmluaXNoUmVhc29uEikKBXVzYWdlGAIgASgLMhoud2Vpci5jb21tb24udjEuVG9rZW5Vc2FnZRIVCg1jb3N0X25hbm9fdXNkGAMgASgDEjIKB3RpbWluZ3MYBCABKAsyIS53ZWlyLmNvbW1vbi52MS5HZW5lcmF0aW9uVGltaW5ncxIWCg5tb2RlbF9yZXZpc2lvbhgFIAEoCRIzCgVlcnJvchgGIAEoCzIfLndlaXIuY29tbW9uLnYxLldlaXJFcnJvckRldGFpbEgAiAEBEhIKCnVucmVjb3JkZWQYByABKAhCCAoGX2Vycm9yKmAKC1Vwc3RyZWFtQXBpEhwKGFVQU1RSRUFNX0FQSV9VTlNQRUNJRklFRBAAEhUKEVVQU1RSRUFNX0FQSV9DSEFUEAESHAoYVVBTVFJFQU1fQVBJX0NPTVBMRVRJT05TEAIq0wEKDEZpbmlzaFJlYXNvbhIdChlGSU5JU0hfUkVBU09OX1VOU1BFQ0lGSUVEEAASFgoSRklOSVNIX1JFQVNPTl9TVE9QEAESGAoURklOSVNIX1JFQVNPTl9MRU5HVEgQAhIbChdGSU5JU0hfUkVBU09OX0NBTkNFTExFRBADEhoKFkZJTklTSF9SRUFTT05fREVBRExJTkUQBBIXChNGSU5JU0hfUkVBU09OX0VSUk9SEAUSIAocRklOSVNIX1JFQVNPTl9DT05URU5UX0ZJTFRFUhAGYgZwcm90bzM");
+  fileDesc("Cht3ZWlyL2NvbW1vbi92MS9jb21tb24ucHJvdG8SDndlaXIuY29tbW9uLnYxIj8KBkNhbGxlchIRCgl0ZW5hbnRfaWQYASABKAkSDgoGYXBwX2lkGAIgASgJEhIKCmFwaV9rZXlfaWQYAyABKAkibQoPUmV2aXNpb25QcmljaW5nEhoKEmlucHV0X3VzZF9wZXJfbXRvaxgBIAEoARIbChNvdXRwdXRfdXNkX3Blcl9tdG9rGAIgASgBEiEKGWNhY2hlZF9pbnB1dF91c2RfcGVyX210b2sYAyABKAEi4QEKDkxsYW1hQ3BwRW5naW5lEhcKCm1vZGVsX3BhdGgYASABKAlIAIgBARIZCgxtb2RlbF9zaGEyNTYYAiABKAlIAYgBARIWCgltb2RlbF91cmwYAyABKAlIAogBARIPCgd0aHJlYWRzGAQgASgNEhEKCXNlcXVlbmNlcxgFIAEoDRIUCgxjb250ZXh0X3NpemUYBiABKA0SGwoTdGVzdF90b2tlbl9kZWxheV9tcxgHIAEoDUINCgtfbW9kZWxfcGF0aEIPCg1fbW9kZWxfc2hhMjU2QgwKCl9tb2RlbF91cmwiqAIKFk9wZW5BaUNvbXBhdGlibGVFbmdpbmUSEAoIYmFzZV91cmwYASABKAkSFgoOdXBzdHJlYW1fbW9kZWwYAiABKAkSGAoLYXBpX2tleV9lbnYYAyABKAlIAIgBARIoCgNhcGkYBCABKA4yGy53ZWlyLmNvbW1vbi52MS5VcHN0cmVhbUFwaRIeChZmaXJzdF90b2tlbl90aW1lb3V0X21zGAUgASgNEhcKD2lkbGVfdGltZW91dF9tcxgGIAEoDRIXCg9tYXhfY29uY3VycmVuY3kYByABKA0SIwoWY29udGludW91c191c2FnZV9zdGF0cxgIIAEoCEgBiAEBQg4KDF9hcGlfa2V5X2VudkIZChdfY29udGludW91c191c2FnZV9zdGF0cyK3AQoPQW50aHJvcGljRW5naW5lEhAKCGJhc2VfdXJsGAEgASgJEhYKDnVwc3RyZWFtX21vZGVsGAIgASgJEhgKC2FwaV9rZXlfZW52GAMgASgJSACIAQESHgoWZmlyc3RfdG9rZW5fdGltZW91dF9tcxgEIAEoDRIXCg9pZGxlX3RpbWVvdXRfbXMYBSABKA0SFwoPbWF4X2NvbmN1cnJlbmN5GAYgASgNQg4KDF9hcGlfa2V5X2VudiIsCg9EZWNvZGVTdGVwUG9pbnQSDQoFYmF0Y2gYASABKA0SCgoCbXMYAiABKAEipQEKD1NpbXVsYXRlZEVuZ2luZRIhChlwcmVmaWxsX3Rva2Vuc19wZXJfc2Vjb25kGAEgASgBEjcKDmRlY29kZV9zdGVwX21zGAIgAygLMh8ud2Vpci5jb21tb24udjEuRGVjb2RlU3RlcFBvaW50EhEKCWt2X3Rva2VucxgDIAEoDRIVCg1tYXhfc2VxdWVuY2VzGAQgASgNEgwKBHNlZWQYBSABKA0iPgoPUmVwbGljYUVuZHBvaW50EgoKAmlkGAEgASgJEhAKCGJhc2VfdXJsGAIgASgJEg0KBXNsb3RzGAMgASgNIssDCghSZXZpc2lvbhIKCgJpZBgBIAEoCRINCgVtb2RlbBgCIAEoCRIyCghsbGFtYWNwcBgDIAEoCzIeLndlaXIuY29tbW9uLnYxLkxsYW1hQ3BwRW5naW5lSAASQwoRb3BlbmFpX2NvbXBhdGlibGUYBCABKAsyJi53ZWlyLmNvbW1vbi52MS5PcGVuQWlDb21wYXRpYmxlRW5naW5lSAASNAoJc2ltdWxhdGVkGAogASgLMh8ud2Vpci5jb21tb24udjEuU2ltdWxhdGVkRW5naW5lSAASNAoJYW50aHJvcGljGAsgASgLMh8ud2Vpci5jb21tb24udjEuQW50aHJvcGljRW5naW5lSAASFgoOY29udGV4dF93aW5kb3cYBSABKA0SGQoRbWF4X291dHB1dF90b2tlbnMYBiABKA0SHQoVZGVmYXVsdF9vdXRwdXRfdG9rZW5zGAcgASgNEjAKB3ByaWNpbmcYCCABKAsyHy53ZWlyLmNvbW1vbi52MS5SZXZpc2lvblByaWNpbmcSMQoIcmVwbGljYXMYCSADKAsyHy53ZWlyLmNvbW1vbi52MS5SZXBsaWNhRW5kcG9pbnRCCAoGZW5naW5lIjIKC0FsaWFzVGFyZ2V0EhMKC3JldmlzaW9uX2lkGAEgASgJEg4KBndlaWdodBgCIAEoASJtCgVBbGlhcxIMCgRuYW1lGAEgASgJEiwKB3RhcmdldHMYAiADKAsyGy53ZWlyLmNvbW1vbi52MS5BbGlhc1RhcmdldBIYCgtkZXNjcmlwdGlvbhgDIAEoCUgAiAEBQg4KDF9kZXNjcmlwdGlvbiJzCgpUb2tlblVzYWdlEhQKDGlucHV0X3Rva2VucxgBIAEoDRIVCg1vdXRwdXRfdG9rZW5zGAIgASgNEiAKE2NhY2hlZF9pbnB1dF90b2tlbnMYAyABKA1IAIgBAUIWChRfY2FjaGVkX2lucHV0X3Rva2VucyJZChFHZW5lcmF0aW9uVGltaW5ncxIQCghxdWV1ZV9tcxgBIAEoARIUCgd0dGZ0X21zGAIgASgBSACIAQESEAoIdG90YWxfbXMYAyABKAFCCgoIX3R0ZnRfbXMikQEKD1dlaXJFcnJvckRldGFpbBIMCgRjb2RlGAEgASgJEg8KB21lc3NhZ2UYAiABKAkSGwoOcmV0cnlfYWZ0ZXJfbXMYAyABKA1IAIgBARIRCglyZXRyeWFibGUYBCABKAgSEgoFcGFyYW0YBSABKAlIAYgBAUIRCg9fcmV0cnlfYWZ0ZXJfbXNCCAoGX3BhcmFtIqkCChFHZW5lcmF0aW9uT3V0Y29tZRIzCg1maW5pc2hfcmVhc29uGAEgASgOMhwud2Vpci5jb21tb24udjEuRmluaXNoUmVhc29uEikKBXVzYWdlGAIgASgLMhoud2Vpci5jb21tb24udjEuVG9rZW5Vc2FnZRIVCg1jb3N0X25hbm9fdXNkGAMgASgDEjIKB3RpbWluZ3MYBCABKAsyIS53ZWlyLmNvbW1vbi52MS5HZW5lcmF0aW9uVGltaW5ncxIWCg5tb2RlbF9yZXZpc2lvbhgFIAEoCRIzCgVlcnJvchgGIAEoCzIfLndlaXIuY29tbW9uLnYxLldlaXJFcnJvckRldGFpbEgAiAEBEhIKCnVucmVjb3JkZWQYByABKAhCCAoGX2Vycm9yKmAKC1Vwc3RyZWFtQXBpEhwKGFVQU1RSRUFNX0FQSV9VTlNQRUNJRklFRBAAEhUKEVVQU1RSRUFNX0FQSV9DSEFUEAESHAoYVVBTVFJFQU1fQVBJX0NPTVBMRVRJT05TEAIq0wEKDEZpbmlzaFJlYXNvbhIdChlGSU5JU0hfUkVBU09OX1VOU1BFQ0lGSUVEEAASFgoSRklOSVNIX1JFQVNPTl9TVE9QEAESGAoURklOSVNIX1JFQVNPTl9MRU5HVEgQAhIbChdGSU5JU0hfUkVBU09OX0NBTkNFTExFRBADEhoKFkZJTklTSF9SRUFTT05fREVBRExJTkUQBBIXChNGSU5JU0hfUkVBU09OX0VSUk9SEAUSIAocRklOSVNIX1JFQVNPTl9DT05URU5UX0ZJTFRFUhAGYgZwcm90bzM");
 
 /**
  * Who is asking. Set by the gateway from the API key only, never from a request body.
@@ -223,6 +223,62 @@ export const OpenAiCompatibleEngineSchema: GenMessage<OpenAiCompatibleEngine> = 
   messageDesc(file_weir_common_v1_common, 3);
 
 /**
+ * Anthropic's Messages API (`POST {base_url}/v1/messages`, streaming).
+ *
+ * @generated from message weir.common.v1.AnthropicEngine
+ */
+export type AnthropicEngine = Message<"weir.common.v1.AnthropicEngine"> & {
+  /**
+   * The API's origin, e.g. `https://api.anthropic.com` (a trailing `/v1` is accepted).
+   *
+   * @generated from field: string base_url = 1;
+   */
+  baseUrl: string;
+
+  /**
+   * The model name the API expects.
+   *
+   * @generated from field: string upstream_model = 2;
+   */
+  upstreamModel: string;
+
+  /**
+   * Name of the environment variable holding the API key, sent as `x-api-key` (never the key).
+   *
+   * @generated from field: optional string api_key_env = 3;
+   */
+  apiKeyEnv?: string | undefined;
+
+  /**
+   * Cut the call when no first text arrives within this (ms).
+   *
+   * @generated from field: uint32 first_token_timeout_ms = 4;
+   */
+  firstTokenTimeoutMs: number;
+
+  /**
+   * Cut the call when the stream is silent this long after the first text (ms).
+   *
+   * @generated from field: uint32 idle_timeout_ms = 5;
+   */
+  idleTimeoutMs: number;
+
+  /**
+   * Parallel requests this upstream accepts from one relay.
+   *
+   * @generated from field: uint32 max_concurrency = 6;
+   */
+  maxConcurrency: number;
+};
+
+/**
+ * Describes the message weir.common.v1.AnthropicEngine.
+ * Use `create(AnthropicEngineSchema)` to create a new message.
+ */
+export const AnthropicEngineSchema: GenMessage<AnthropicEngine> = /*@__PURE__*/
+  messageDesc(file_weir_common_v1_common, 4);
+
+/**
  * One point of a simulated replica's decode-step curve.
  *
  * @generated from message weir.common.v1.DecodeStepPoint
@@ -248,7 +304,7 @@ export type DecodeStepPoint = Message<"weir.common.v1.DecodeStepPoint"> & {
  * Use `create(DecodeStepPointSchema)` to create a new message.
  */
 export const DecodeStepPointSchema: GenMessage<DecodeStepPoint> = /*@__PURE__*/
-  messageDesc(file_weir_common_v1_common, 4);
+  messageDesc(file_weir_common_v1_common, 5);
 
 /**
  * A simulated GPU replica (capacity and load work only; docs/capacity.md).
@@ -297,7 +353,7 @@ export type SimulatedEngine = Message<"weir.common.v1.SimulatedEngine"> & {
  * Use `create(SimulatedEngineSchema)` to create a new message.
  */
 export const SimulatedEngineSchema: GenMessage<SimulatedEngine> = /*@__PURE__*/
-  messageDesc(file_weir_common_v1_common, 5);
+  messageDesc(file_weir_common_v1_common, 6);
 
 /**
  * One remote replica of a revision (split topology).
@@ -332,7 +388,7 @@ export type ReplicaEndpoint = Message<"weir.common.v1.ReplicaEndpoint"> & {
  * Use `create(ReplicaEndpointSchema)` to create a new message.
  */
 export const ReplicaEndpointSchema: GenMessage<ReplicaEndpoint> = /*@__PURE__*/
-  messageDesc(file_weir_common_v1_common, 6);
+  messageDesc(file_weir_common_v1_common, 7);
 
 /**
  * An immutable model revision (`RevisionSpec`). Set by the control plane's config; the
@@ -378,6 +434,12 @@ export type Revision = Message<"weir.common.v1.Revision"> & {
      */
     value: SimulatedEngine;
     case: "simulated";
+  } | {
+    /**
+     * @generated from field: weir.common.v1.AnthropicEngine anthropic = 11;
+     */
+    value: AnthropicEngine;
+    case: "anthropic";
   } | { case: undefined; value?: undefined };
 
   /**
@@ -421,7 +483,7 @@ export type Revision = Message<"weir.common.v1.Revision"> & {
  * Use `create(RevisionSchema)` to create a new message.
  */
 export const RevisionSchema: GenMessage<Revision> = /*@__PURE__*/
-  messageDesc(file_weir_common_v1_common, 7);
+  messageDesc(file_weir_common_v1_common, 8);
 
 /**
  * A weighted arm of an alias (canary weight).
@@ -449,7 +511,7 @@ export type AliasTarget = Message<"weir.common.v1.AliasTarget"> & {
  * Use `create(AliasTargetSchema)` to create a new message.
  */
 export const AliasTargetSchema: GenMessage<AliasTarget> = /*@__PURE__*/
-  messageDesc(file_weir_common_v1_common, 8);
+  messageDesc(file_weir_common_v1_common, 9);
 
 /**
  * A model alias: the name clients send as `model`. Set by the control plane's config.
@@ -484,7 +546,7 @@ export type Alias = Message<"weir.common.v1.Alias"> & {
  * Use `create(AliasSchema)` to create a new message.
  */
 export const AliasSchema: GenMessage<Alias> = /*@__PURE__*/
-  messageDesc(file_weir_common_v1_common, 9);
+  messageDesc(file_weir_common_v1_common, 10);
 
 /**
  * Measured token counts of one generation. Set by the relay (or by the gateway's relay
@@ -520,7 +582,7 @@ export type TokenUsage = Message<"weir.common.v1.TokenUsage"> & {
  * Use `create(TokenUsageSchema)` to create a new message.
  */
 export const TokenUsageSchema: GenMessage<TokenUsage> = /*@__PURE__*/
-  messageDesc(file_weir_common_v1_common, 10);
+  messageDesc(file_weir_common_v1_common, 11);
 
 /**
  * Timings measured by the relay on its own clock (ms, fractional).
@@ -555,7 +617,7 @@ export type GenerationTimings = Message<"weir.common.v1.GenerationTimings"> & {
  * Use `create(GenerationTimingsSchema)` to create a new message.
  */
 export const GenerationTimingsSchema: GenMessage<GenerationTimings> = /*@__PURE__*/
-  messageDesc(file_weir_common_v1_common, 11);
+  messageDesc(file_weir_common_v1_common, 12);
 
 /**
  * A Weir error on the wire: the exact `WeirErrorCode`, the public message and the retry
@@ -606,7 +668,7 @@ export type WeirErrorDetail = Message<"weir.common.v1.WeirErrorDetail"> & {
  * Use `create(WeirErrorDetailSchema)` to create a new message.
  */
 export const WeirErrorDetailSchema: GenMessage<WeirErrorDetail> = /*@__PURE__*/
-  messageDesc(file_weir_common_v1_common, 12);
+  messageDesc(file_weir_common_v1_common, 13);
 
 /**
  * How a generation ended, what it measured and what it cost. Set by the relay.
@@ -671,7 +733,7 @@ export type GenerationOutcome = Message<"weir.common.v1.GenerationOutcome"> & {
  * Use `create(GenerationOutcomeSchema)` to create a new message.
  */
 export const GenerationOutcomeSchema: GenMessage<GenerationOutcome> = /*@__PURE__*/
-  messageDesc(file_weir_common_v1_common, 13);
+  messageDesc(file_weir_common_v1_common, 14);
 
 /**
  * Which endpoint of an OpenAI-compatible upstream a revision calls.
