@@ -31,6 +31,7 @@ export const WEIR_ERROR_CODES = [
   'upstream_bad_request',
   'engine_unavailable',
   'shutting_down',
+  'output_invalid',
   'internal',
 ] as const;
 

@@ -55,6 +55,15 @@ export interface EngineRequest {
   signal: AbortSignal;
   /** Weir's generation id, for upstream correlation headers and logs. */
   generationId: string;
+  /**
+   * A JSON Schema (draft 2020-12; already validated by the gateway, at most 64 KiB) the output
+   * must be a JSON document of (`output_schema` on `POST /v1/responses`). An engine that can
+   * constrain generation does so (llama.cpp: a JSON-schema grammar; OpenAI-compatible upstreams:
+   * `response_format: {type: "json_schema"}`); the gateway validates the final output against
+   * it either way and ends with `output_invalid` when it does not match. Engines that cannot
+   * constrain are refused such requests at admission. Default: free text.
+   */
+  outputSchema?: object;
 }
 
 /**

@@ -37,5 +37,7 @@ export const HTTP_ERRORS: Record<WeirErrorCode, HttpErrorMapping> = {
   upstream_bad_request: { status: 502, type: 'server_error' },
   engine_unavailable: { status: 503, type: 'server_error' },
   shutting_down: { status: 503, type: 'server_error' },
+  /** The model's output is not JSON matching the request's `output_schema` (its tokens are still billed). */
+  output_invalid: { status: 502, type: 'server_error' },
   internal: { status: 500, type: 'server_error' },
 };

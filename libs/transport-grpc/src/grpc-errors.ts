@@ -46,6 +46,7 @@ export const GRPC_STATUS_BY_WEIR_CODE: Record<WeirErrorCode, grpc.status> = {
   upstream_bad_request: grpc.status.FAILED_PRECONDITION,
   engine_unavailable: grpc.status.UNAVAILABLE,
   shutting_down: grpc.status.UNAVAILABLE,
+  output_invalid: grpc.status.INTERNAL,
   internal: grpc.status.INTERNAL,
 };
 
