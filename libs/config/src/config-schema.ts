@@ -197,6 +197,27 @@ const replica = strict({
   kv_tokens: int(1).optional(),
 });
 
+/** What a revision supports; absent fields take the engine kind's defaults (`defaultCapabilities`). */
+const capabilities = strict({
+  streaming: z.boolean({ error: expecting('true or false') }).optional(),
+  tools: z.boolean({ error: expecting('true or false') }).optional(),
+  json_output: z.boolean({ error: expecting('true or false') }).optional(),
+});
+
+const USE_CASE = /^[A-Za-z0-9._:-]{1,64}$/;
+function useCase() {
+  const error = expecting('a use case of 1 to 64 letters, digits or . _ : -');
+  return z.string({ error }).regex(USE_CASE, { error });
+}
+
+/** A tenant's routing override for one alias (optionally one use case): a pin and/or its own fallback chain. */
+const tenantRoute = strict({
+  alias: id(),
+  use_case: useCase().optional(),
+  pin: id().optional(),
+  fallbacks: list(id(), 'revision ids').optional(),
+});
+
 const revision = strict({
   id: id(),
   model: id(),
@@ -208,6 +229,7 @@ const revision = strict({
   replicas: list(replica, 'replicas').optional(),
   pool: id().optional(),
   kv_tokens: int(1).optional(),
+  capabilities: capabilities.optional(),
 });
 
 const aliasTarget = strict({
@@ -220,6 +242,7 @@ const alias = strict({
   description: text(1000).optional(),
   targets: list(aliasTarget, 'targets').optional(),
   revision: id().optional(),
+  fallbacks: list(id(), 'revision ids').optional(),
 });
 
 /** Limits shared by tenants and apps; absent means no limit at that scope. */
@@ -254,6 +277,7 @@ const tenant = strict({
   limits: section(tenantLimits.prefault({})),
   scheduling_weight: z.number({ error: expecting('a number > 0') }).gt(0, { error: expecting('a number > 0') }).optional(),
   dedicated_pool: id().optional(),
+  routes: section(list(tenantRoute, 'routes').default([])),
 });
 
 const defaults = strict({

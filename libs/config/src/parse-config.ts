@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
-import type { AdmissionLimits, AliasSpec, EngineSpec, PlatformConfig, RevisionSpec, TenantSpec } from '@weir/core';
+import { type AdmissionLimits, type AliasSpec, defaultCapabilities, type EngineSpec, type PlatformConfig, type RevisionCapabilities, type RevisionSpec, type TenantSpec } from '@weir/core';
 import { parseDocument } from 'yaml';
 import type { z } from 'zod';
 import { ConfigError, describeValue, formatPath, type ConfigProblem } from './config-error';
@@ -272,6 +272,48 @@ function crossCheck(file: ConfigFile): ConfigProblem[] {
       }
     });
   });
+  // Fallback chains: known revisions, each with every capability of the revisions it stands in
+  // for (a request that may land on any of them must be servable by the fallback).
+  const capsById = new Map(file.revisions.map((r) => [r.id, capabilitiesFromFile(r)]));
+  const targetsOf = (a: ConfigFile['aliases'][number]) => (a.revision !== undefined ? [a.revision] : (a.targets ?? []).map((t) => t.revision));
+  const checkChain = (chain: string[], primaries: string[], at: (string | number)[]) => {
+    const seen = new Set<string>();
+    chain.forEach((rev, j) => {
+      if (!revisionIds.has(rev)) return add([...at, j], `unknown revision ${describeValue(rev)}${known(revisionIds)}`);
+      if (seen.has(rev)) return add([...at, j], `revision ${describeValue(rev)} is listed twice`);
+      seen.add(rev);
+      const caps = capsById.get(rev) as RevisionCapabilities;
+      for (const primary of primaries) {
+        const need = capsById.get(primary);
+        if (!need) continue;
+        const missing = (['streaming', 'tools', 'jsonOutput'] as const).filter((c) => need[c] && !caps[c]);
+        if (missing.length > 0) {
+          add([...at, j], `revision ${describeValue(rev)} lacks ${missing.map(capabilityName).join(', ')}, which ${describeValue(primary)} offers: a request using it could not fall back there (declare the capability on the revision, or choose another fallback)`);
+        }
+      }
+    });
+  };
+  const aliasByName = new Map(file.aliases.map((a) => [a.name, a]));
+  file.aliases.forEach((a, i) => {
+    if (a.fallbacks) checkChain(a.fallbacks, targetsOf(a), ['aliases', i, 'fallbacks']);
+  });
+  file.tenants.forEach((t, i) => {
+    const seenRoutes = new Map<string, number>();
+    t.routes.forEach((r, j) => {
+      const at = ['tenants', i, 'routes', j];
+      const key = `${r.alias}\u0000${r.use_case ?? ''}`;
+      const first = seenRoutes.get(key);
+      if (first !== undefined) add(at, `duplicate route for alias ${describeValue(r.alias)}${r.use_case ? ` and use case ${describeValue(r.use_case)}` : ''} (also tenants[${i}].routes[${first}])`);
+      else seenRoutes.set(key, j);
+      const alias = aliasByName.get(r.alias);
+      if (!alias) return add([...at, 'alias'], `unknown alias ${describeValue(r.alias)}${known(aliasNames)}`);
+      if (!t.allowed_aliases.includes('*') && !t.allowed_aliases.includes(r.alias)) add([...at, 'alias'], `alias ${describeValue(r.alias)} is not in this tenant's allowed_aliases`);
+      if (r.pin === undefined && r.fallbacks === undefined) add(at, 'set pin (a revision id), fallbacks (revision ids), or both');
+      if (r.pin !== undefined && !revisionIds.has(r.pin)) add([...at, 'pin'], `unknown revision ${describeValue(r.pin)}${known(revisionIds)}`);
+      if (r.fallbacks) checkChain(r.fallbacks, r.pin !== undefined ? [r.pin] : targetsOf(alias), [...at, 'fallbacks']);
+    });
+  });
+
   const appIds = new Map<string, string>();
   file.tenants.forEach((t, i) => {
     t.apps.forEach((app, j) => {
@@ -287,6 +329,18 @@ function crossCheck(file: ConfigFile): ConfigProblem[] {
   });
   return problems;
 }
+
+/** A file revision's capabilities: the declared ones over its engine kind's defaults. */
+function capabilitiesFromFile(r: ConfigFile['revisions'][number]): RevisionCapabilities {
+  const defaults = defaultCapabilities({ kind: r.engine.kind } as EngineSpec);
+  return {
+    streaming: r.capabilities?.streaming ?? defaults.streaming,
+    tools: r.capabilities?.tools ?? defaults.tools,
+    jsonOutput: r.capabilities?.json_output ?? defaults.jsonOutput,
+  };
+}
+
+const capabilityName = (c: keyof RevisionCapabilities) => (c === 'jsonOutput' ? 'json_output' : c);
 
 /** Maps each value to the index of its first occurrence, reporting later duplicates. */
 function firstIndexes(values: string[], onDuplicate: (index: number, firstIndex: number) => void): Map<string, number> {
@@ -333,11 +387,13 @@ function toPlatformConfig(file: ConfigFile, baseDir: string): PlatformConfig {
         : {}),
       ...(r.pool !== undefined ? { pool: r.pool } : {}),
       ...(r.kv_tokens !== undefined ? { kvTokens: r.kv_tokens } : {}),
+      ...(r.capabilities !== undefined ? { capabilities: capabilitiesFromFile(r) } : {}),
     })),
     aliases: file.aliases.map((a): AliasSpec => ({
       name: a.name,
       targets: a.revision !== undefined ? [{ revision: a.revision, weight: 1 }] : (a.targets ?? []).map((t) => ({ revision: t.revision, weight: t.weight })),
       ...(a.description !== undefined ? { description: a.description } : {}),
+      ...(a.fallbacks !== undefined ? { fallbacks: [...a.fallbacks] } : {}),
     })),
     tenants: file.tenants.map((t): TenantSpec => ({
       id: t.id,
@@ -348,6 +404,16 @@ function toPlatformConfig(file: ConfigFile, baseDir: string): PlatformConfig {
       limits: { ...toLimits(t.limits), maxConcurrent: t.limits.max_concurrent },
       ...(t.scheduling_weight !== undefined ? { schedulingWeight: t.scheduling_weight } : {}),
       ...(t.dedicated_pool !== undefined ? { dedicatedPool: t.dedicated_pool } : {}),
+      ...(t.routes.length > 0
+        ? {
+            routes: t.routes.map((r) => ({
+              alias: r.alias,
+              ...(r.use_case !== undefined ? { useCase: r.use_case } : {}),
+              ...(r.pin !== undefined ? { pin: r.pin } : {}),
+              ...(r.fallbacks !== undefined ? { fallbacks: [...r.fallbacks] } : {}),
+            })),
+          }
+        : {}),
     })),
     defaults: {
       cancelGraceMs: file.defaults.cancel_grace_ms,

@@ -143,6 +143,35 @@ export interface RevisionSpec {
    * sequences), and the default of its `replicas`. Default: sequences × context window.
    */
   kvTokens?: number;
+  /**
+   * What requests to this revision may use (the capability check of fallback chains and of
+   * requests). Default {@link defaultCapabilities} of its engine kind.
+   */
+  capabilities?: RevisionCapabilities;
+}
+
+/** What a revision supports. */
+export interface RevisionCapabilities {
+  /** Token-by-token streaming. */
+  streaming: boolean;
+  /** Tool (function) calls: `tools`, `tool_choice`, tool-call deltas. */
+  tools: boolean;
+  /** JSON output constrained by a schema (`response_format` / `output_schema`). */
+  jsonOutput: boolean;
+}
+
+/**
+ * Capabilities a revision has when its configuration declares none: every engine streams;
+ * llama.cpp constrains JSON output with a grammar; tools and JSON output at hosted or remote
+ * upstreams depend on the upstream, so they must be declared.
+ */
+export function defaultCapabilities(engine: EngineSpec): RevisionCapabilities {
+  return { streaming: true, tools: false, jsonOutput: engine.kind === 'llamacpp' };
+}
+
+/** A revision's capabilities: declared, else {@link defaultCapabilities}. */
+export function capabilitiesOf(revision: Pick<RevisionSpec, 'engine' | 'capabilities'>): RevisionCapabilities {
+  return revision.capabilities ?? defaultCapabilities(revision.engine);
 }
 
 /** One remote replica of a revision. */
@@ -175,6 +204,11 @@ export interface AliasTarget {
 export interface AliasSpec {
   name: string;
   targets: AliasTarget[];
+  /**
+   * Revisions tried in order when the chosen one fails before its first token (ids; each has
+   * every capability of every target). Default none. A tenant route may replace it.
+   */
+  fallbacks?: string[];
   description?: string;
 }
 
@@ -236,6 +270,23 @@ export interface TenantSpec {
    * serve answers `no_replica`), and which no other tenant may use. Default none (shared pools).
    */
   dedicatedPool?: string;
+  /**
+   * Per-alias routing of this tenant, optionally per use case: a pinned revision instead of the
+   * alias's canary split, and/or its own fallback chain. The most specific route wins (alias and
+   * use case, then alias alone). Default none (follow the alias).
+   */
+  routes?: TenantRoute[];
+}
+
+/** One tenant routing override (see {@link TenantSpec.routes}). */
+export interface TenantRoute {
+  alias: string;
+  /** Applies only to requests naming this use case; absent = every request of the alias. */
+  useCase?: string;
+  /** Revision id every matching request goes to (no canary split). Default: follow the alias. */
+  pin?: string;
+  /** Fallback chain for matching requests (revision ids), replacing the alias's. */
+  fallbacks?: string[];
 }
 
 /** Process-wide defaults. */

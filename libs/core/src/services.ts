@@ -31,10 +31,11 @@ export type RouteResult =
 /** Resolves model aliases to pinned revisions. */
 export interface RouterService {
   /**
-   * Resolves `alias` for `caller`. `stickyKey` (the request id) makes the canary arm
-   * deterministic: the same key always lands on the same arm.
+   * Resolves `alias` for `caller`. `stickyKey` (the request id, or the end user's key) makes
+   * the canary arm deterministic: the same key always lands on the same arm. `useCase` selects
+   * the tenant's use-case route (pin, fallbacks) when it has one.
    */
-  resolve(caller: Caller, alias: string, stickyKey: string): Promise<RouteResult>;
+  resolve(caller: Caller, alias: string, stickyKey: string, useCase?: string): Promise<RouteResult>;
   /** Aliases this caller may use, in config order. */
   listAliases(caller: Caller): Promise<AliasSpec[]>;
 }

@@ -100,6 +100,8 @@ export interface GenerationParams {
   useCase?: string;
   /** Scheduling class (`batch` runs after interactive work, on the batch pool if any, shed first). Default `interactive`. */
   priority?: RequestPriority;
+  /** The client's end-user id (OpenAI's `user`), used as the canary's sticky key when given. Default none (the request id). */
+  endUser?: string;
 }
 
 /** Bytes a request's input holds while it waits in the scheduler's queue (UTF-8). */
@@ -216,7 +218,9 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
     async admit(params) {
       const { caller } = params;
       const names = params.paramNames ?? CHAT_PARAMS;
-      const routed = await deps.router.resolve(caller, params.alias, params.requestId);
+      // The canary arm follows the end user when the client names one (the same person keeps
+      // one arm across requests), else the request id.
+      const routed = await deps.router.resolve(caller, params.alias, params.endUser ?? params.requestId, params.useCase);
       if (!routed.ok) return reject(caller, new WeirError('model_not_found', routed.message, { param: names.model }));
       const { revision } = routed.route;
       /** The candidates before the first token: the chosen revision, then its fallback chain. */

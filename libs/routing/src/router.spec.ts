@@ -1,5 +1,5 @@
 import { DEFAULT_ADMISSION, type PlatformConfig, type RevisionSpec } from '@weir/core';
-import { createStaticRouter } from './router';
+import { createRouter, createStaticRouter } from './router';
 
 const revision = (id: string): RevisionSpec => ({
   id,
@@ -55,5 +55,69 @@ describe('createStaticRouter', () => {
     expect((await router.listAliases(callerA)).map((a) => a.name)).toEqual(['chat', 'private']);
     expect((await router.listAliases(callerB)).map((a) => a.name)).toEqual(['chat']);
     expect(await router.listAliases({ ...callerA, tenantId: 'ghost' })).toEqual([]);
+  });
+});
+
+describe('createRouter: pins, fallback chains and live updates', () => {
+  const withRouting: PlatformConfig = {
+    ...config,
+    revisions: [revision('m@1'), revision('m@2'), revision('m@3')],
+    aliases: [{ name: 'chat', targets: [{ revision: 'm@1', weight: 50 }, { revision: 'm@2', weight: 50 }], fallbacks: ['m@3', 'm@1'] }],
+    tenants: [
+      { ...config.tenants[0], routes: [{ alias: 'chat', pin: 'm@2' }, { alias: 'chat', useCase: 'triage', pin: 'm@3', fallbacks: ['m@1'] }] },
+      { ...config.tenants[1], allowedAliases: ['chat'] },
+    ],
+  };
+  const ids = (r: Awaited<ReturnType<ReturnType<typeof createRouter>['resolve']>>) => (r.ok ? [r.route.revision.id, r.route.fallbacks.map((f) => f.id)] : r.reason);
+
+  it("follows a tenant's pin, and its use-case route before it", async () => {
+    const router = createRouter(withRouting);
+    for (let i = 0; i < 50; i++) expect(ids(await router.resolve(callerA, 'chat', `id-${i}`))).toEqual(['m@2', ['m@3', 'm@1']]);
+    expect(ids(await router.resolve(callerA, 'chat', 'id-0', 'triage'))).toEqual(['m@3', ['m@1']]);
+    // A use case with no route of its own takes the alias route.
+    expect(ids(await router.resolve(callerA, 'chat', 'id-0', 'other'))).toEqual(['m@2', ['m@3', 'm@1']]);
+  });
+
+  it("gives the alias's fallback chain without the revision chosen", async () => {
+    const router = createRouter(withRouting);
+    const seen = new Map<string, string[]>();
+    for (let i = 0; i < 200; i++) {
+      const r = await router.resolve(callerB, 'chat', `id-${i}`);
+      if (r.ok) seen.set(r.route.revision.id, r.route.fallbacks.map((f) => f.id));
+    }
+    expect(Object.fromEntries(seen)).toEqual({ 'm@1': ['m@3'], 'm@2': ['m@3', 'm@1'] });
+  });
+
+  it('applies a weight change or a rollback to the next request, atomically', async () => {
+    const router = createRouter(withRouting);
+    const split = (weights: [number, number]): PlatformConfig => ({
+      ...withRouting,
+      aliases: [{ name: 'chat', targets: [{ revision: 'm@1', weight: weights[0] }, { revision: 'm@2', weight: weights[1] }] }],
+    });
+    const arms = async () => {
+      const counts: Record<string, number> = {};
+      for (let i = 0; i < 1_000; i++) {
+        const r = await router.resolve(callerB, 'chat', `req-${i}`);
+        if (r.ok) counts[r.route.revision.id] = (counts[r.route.revision.id] ?? 0) + 1;
+      }
+      return counts;
+    };
+    router.update(split([0, 100]));
+    expect(await arms()).toEqual({ 'm@2': 1_000 });
+    // Roll back to the previous revision: every request at once, none in between.
+    router.update(split([100, 0]));
+    expect(await arms()).toEqual({ 'm@1': 1_000 });
+    // A canary at 10 %: within ±3 points over 1,000 ids.
+    router.update(split([90, 10]));
+    expect(Math.abs(((await arms())['m@2'] ?? 0) / 10 - 10)).toBeLessThanOrEqual(3);
+  });
+
+  it('stops routing to a revision the new configuration no longer lists', async () => {
+    const router = createRouter(withRouting);
+    router.update({ ...withRouting, revisions: [revision('m@1'), revision('m@2')], tenants: [withRouting.tenants[1]] });
+    for (let i = 0; i < 50; i++) {
+      const r = await router.resolve(callerB, 'chat', `id-${i}`);
+      expect(r.ok && r.route.fallbacks.map((f) => f.id).includes('m@3')).toBe(false);
+    }
   });
 });

@@ -22,7 +22,7 @@ export function createRouterGrpcServer(impl: RouterService, options: GrpcServerB
   const { method } = routerV1.RouterService;
   return bindService(routerV1.RouterService, {
     resolve: unaryHandler(method.resolve, options.propagator, async (request) => {
-      const result = await impl.resolve(callerFromWire(request.caller), request.alias, request.stickyKey);
+      const result = await impl.resolve(callerFromWire(request.caller), request.alias, request.stickyKey, request.useCase);
       return create(routerV1.ResolveResponseSchema, {
         result: result.ok
           ? {
@@ -53,8 +53,8 @@ export function createRouterGrpcClient(options: GrpcClientOptions): RouterGrpcCl
   const connection = createGrpcConnection(options, 'router');
   const { method } = routerV1.RouterService;
   return {
-    async resolve(caller, alias, stickyKey) {
-      const response = await connection.unary(method.resolve, { caller: callerToWire(caller), alias, stickyKey });
+    async resolve(caller, alias, stickyKey, useCase) {
+      const response = await connection.unary(method.resolve, { caller: callerToWire(caller), alias, stickyKey, ...(useCase !== undefined ? { useCase } : {}) });
       switch (response.result.case) {
         case 'route': {
           const route = response.result.value;

@@ -176,6 +176,7 @@ export function revisionToWire(revision: RevisionSpec): MessageInitShape<typeof 
       cachedInputUsdPerMtok: revision.pricing.cachedInputPerMTok,
     },
     replicas: (revision.replicas ?? []).map((r) => ({ id: r.id, baseUrl: r.baseUrl, slots: r.slots })),
+    ...(revision.capabilities ? { capabilities: { ...revision.capabilities } } : {}),
   };
 }
 
@@ -196,6 +197,7 @@ export function revisionFromWire(revision: commonV1.Revision | undefined, what =
       cachedInputPerMTok: pricing.cachedInputUsdPerMtok,
     },
     ...(r.replicas.length > 0 ? { replicas: r.replicas.map((e) => ({ id: e.id, baseUrl: e.baseUrl, slots: e.slots })) } : {}),
+    ...(r.capabilities ? { capabilities: { streaming: r.capabilities.streaming, tools: r.capabilities.tools, jsonOutput: r.capabilities.jsonOutput } } : {}),
   };
 }
 
@@ -204,6 +206,7 @@ export function aliasToWire(alias: AliasSpec): MessageInitShape<typeof commonV1.
     name: alias.name,
     targets: alias.targets.map((t) => ({ revisionId: t.revision, weight: t.weight })),
     description: alias.description,
+    fallbacks: alias.fallbacks ? [...alias.fallbacks] : [],
   };
 }
 
@@ -213,6 +216,7 @@ export function aliasFromWire(alias: commonV1.Alias | undefined): AliasSpec {
     name: a.name,
     targets: a.targets.map((t) => ({ revision: t.revisionId, weight: t.weight })),
     description: a.description,
+    fallbacks: a.fallbacks.length > 0 ? [...a.fallbacks] : undefined,
   });
 }
 

@@ -17,7 +17,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file weir/common/v1/common.proto.
  */
 export const file_weir_common_v1_common: GenFile = /*@__PURE__*/
-  fileDesc("Cht3ZWlyL2NvbW1vbi92MS9jb21tb24ucHJvdG8SDndlaXIuY29tbW9uLnYxIj8KBkNhbGxlchIRCgl0ZW5hbnRfaWQYASABKAkSDgoGYXBwX2lkGAIgASgJEhIKCmFwaV9rZXlfaWQYAyABKAkibQoPUmV2aXNpb25QcmljaW5nEhoKEmlucHV0X3VzZF9wZXJfbXRvaxgBIAEoARIbChNvdXRwdXRfdXNkX3Blcl9tdG9rGAIgASgBEiEKGWNhY2hlZF9pbnB1dF91c2RfcGVyX210b2sYAyABKAEi4QEKDkxsYW1hQ3BwRW5naW5lEhcKCm1vZGVsX3BhdGgYASABKAlIAIgBARIZCgxtb2RlbF9zaGEyNTYYAiABKAlIAYgBARIWCgltb2RlbF91cmwYAyABKAlIAogBARIPCgd0aHJlYWRzGAQgASgNEhEKCXNlcXVlbmNlcxgFIAEoDRIUCgxjb250ZXh0X3NpemUYBiABKA0SGwoTdGVzdF90b2tlbl9kZWxheV9tcxgHIAEoDUINCgtfbW9kZWxfcGF0aEIPCg1fbW9kZWxfc2hhMjU2QgwKCl9tb2RlbF91cmwiqAIKFk9wZW5BaUNvbXBhdGlibGVFbmdpbmUSEAoIYmFzZV91cmwYASABKAkSFgoOdXBzdHJlYW1fbW9kZWwYAiABKAkSGAoLYXBpX2tleV9lbnYYAyABKAlIAIgBARIoCgNhcGkYBCABKA4yGy53ZWlyLmNvbW1vbi52MS5VcHN0cmVhbUFwaRIeChZmaXJzdF90b2tlbl90aW1lb3V0X21zGAUgASgNEhcKD2lkbGVfdGltZW91dF9tcxgGIAEoDRIXCg9tYXhfY29uY3VycmVuY3kYByABKA0SIwoWY29udGludW91c191c2FnZV9zdGF0cxgIIAEoCEgBiAEBQg4KDF9hcGlfa2V5X2VudkIZChdfY29udGludW91c191c2FnZV9zdGF0cyK3AQoPQW50aHJvcGljRW5naW5lEhAKCGJhc2VfdXJsGAEgASgJEhYKDnVwc3RyZWFtX21vZGVsGAIgASgJEhgKC2FwaV9rZXlfZW52GAMgASgJSACIAQESHgoWZmlyc3RfdG9rZW5fdGltZW91dF9tcxgEIAEoDRIXCg9pZGxlX3RpbWVvdXRfbXMYBSABKA0SFwoPbWF4X2NvbmN1cnJlbmN5GAYgASgNQg4KDF9hcGlfa2V5X2VudiIsCg9EZWNvZGVTdGVwUG9pbnQSDQoFYmF0Y2gYASABKA0SCgoCbXMYAiABKAEipQEKD1NpbXVsYXRlZEVuZ2luZRIhChlwcmVmaWxsX3Rva2Vuc19wZXJfc2Vjb25kGAEgASgBEjcKDmRlY29kZV9zdGVwX21zGAIgAygLMh8ud2Vpci5jb21tb24udjEuRGVjb2RlU3RlcFBvaW50EhEKCWt2X3Rva2VucxgDIAEoDRIVCg1tYXhfc2VxdWVuY2VzGAQgASgNEgwKBHNlZWQYBSABKA0iPgoPUmVwbGljYUVuZHBvaW50EgoKAmlkGAEgASgJEhAKCGJhc2VfdXJsGAIgASgJEg0KBXNsb3RzGAMgASgNIssDCghSZXZpc2lvbhIKCgJpZBgBIAEoCRINCgVtb2RlbBgCIAEoCRIyCghsbGFtYWNwcBgDIAEoCzIeLndlaXIuY29tbW9uLnYxLkxsYW1hQ3BwRW5naW5lSAASQwoRb3BlbmFpX2NvbXBhdGlibGUYBCABKAsyJi53ZWlyLmNvbW1vbi52MS5PcGVuQWlDb21wYXRpYmxlRW5naW5lSAASNAoJc2ltdWxhdGVkGAogASgLMh8ud2Vpci5jb21tb24udjEuU2ltdWxhdGVkRW5naW5lSAASNAoJYW50aHJvcGljGAsgASgLMh8ud2Vpci5jb21tb24udjEuQW50aHJvcGljRW5naW5lSAASFgoOY29udGV4dF93aW5kb3cYBSABKA0SGQoRbWF4X291dHB1dF90b2tlbnMYBiABKA0SHQoVZGVmYXVsdF9vdXRwdXRfdG9rZW5zGAcgASgNEjAKB3ByaWNpbmcYCCABKAsyHy53ZWlyLmNvbW1vbi52MS5SZXZpc2lvblByaWNpbmcSMQoIcmVwbGljYXMYCSADKAsyHy53ZWlyLmNvbW1vbi52MS5SZXBsaWNhRW5kcG9pbnRCCAoGZW5naW5lIjIKC0FsaWFzVGFyZ2V0EhMKC3JldmlzaW9uX2lkGAEgASgJEg4KBndlaWdodBgCIAEoASJtCgVBbGlhcxIMCgRuYW1lGAEgASgJEiwKB3RhcmdldHMYAiADKAsyGy53ZWlyLmNvbW1vbi52MS5BbGlhc1RhcmdldBIYCgtkZXNjcmlwdGlvbhgDIAEoCUgAiAEBQg4KDF9kZXNjcmlwdGlvbiJzCgpUb2tlblVzYWdlEhQKDGlucHV0X3Rva2VucxgBIAEoDRIVCg1vdXRwdXRfdG9rZW5zGAIgASgNEiAKE2NhY2hlZF9pbnB1dF90b2tlbnMYAyABKA1IAIgBAUIWChRfY2FjaGVkX2lucHV0X3Rva2VucyJZChFHZW5lcmF0aW9uVGltaW5ncxIQCghxdWV1ZV9tcxgBIAEoARIUCgd0dGZ0X21zGAIgASgBSACIAQESEAoIdG90YWxfbXMYAyABKAFCCgoIX3R0ZnRfbXMikQEKD1dlaXJFcnJvckRldGFpbBIMCgRjb2RlGAEgASgJEg8KB21lc3NhZ2UYAiABKAkSGwoOcmV0cnlfYWZ0ZXJfbXMYAyABKA1IAIgBARIRCglyZXRyeWFibGUYBCABKAgSEgoFcGFyYW0YBSABKAlIAYgBAUIRCg9fcmV0cnlfYWZ0ZXJfbXNCCAoGX3BhcmFtIqkCChFHZW5lcmF0aW9uT3V0Y29tZRIzCg1maW5pc2hfcmVhc29uGAEgASgOMhwud2Vpci5jb21tb24udjEuRmluaXNoUmVhc29uEikKBXVzYWdlGAIgASgLMhoud2Vpci5jb21tb24udjEuVG9rZW5Vc2FnZRIVCg1jb3N0X25hbm9fdXNkGAMgASgDEjIKB3RpbWluZ3MYBCABKAsyIS53ZWlyLmNvbW1vbi52MS5HZW5lcmF0aW9uVGltaW5ncxIWCg5tb2RlbF9yZXZpc2lvbhgFIAEoCRIzCgVlcnJvchgGIAEoCzIfLndlaXIuY29tbW9uLnYxLldlaXJFcnJvckRldGFpbEgAiAEBEhIKCnVucmVjb3JkZWQYByABKAhCCAoGX2Vycm9yKmAKC1Vwc3RyZWFtQXBpEhwKGFVQU1RSRUFNX0FQSV9VTlNQRUNJRklFRBAAEhUKEVVQU1RSRUFNX0FQSV9DSEFUEAESHAoYVVBTVFJFQU1fQVBJX0NPTVBMRVRJT05TEAIq0wEKDEZpbmlzaFJlYXNvbhIdChlGSU5JU0hfUkVBU09OX1VOU1BFQ0lGSUVEEAASFgoSRklOSVNIX1JFQVNPTl9TVE9QEAESGAoURklOSVNIX1JFQVNPTl9MRU5HVEgQAhIbChdGSU5JU0hfUkVBU09OX0NBTkNFTExFRBADEhoKFkZJTklTSF9SRUFTT05fREVBRExJTkUQBBIXChNGSU5JU0hfUkVBU09OX0VSUk9SEAUSIAocRklOSVNIX1JFQVNPTl9DT05URU5UX0ZJTFRFUhAGYgZwcm90bzM");
+  fileDesc("Cht3ZWlyL2NvbW1vbi92MS9jb21tb24ucHJvdG8SDndlaXIuY29tbW9uLnYxIj8KBkNhbGxlchIRCgl0ZW5hbnRfaWQYASABKAkSDgoGYXBwX2lkGAIgASgJEhIKCmFwaV9rZXlfaWQYAyABKAkibQoPUmV2aXNpb25QcmljaW5nEhoKEmlucHV0X3VzZF9wZXJfbXRvaxgBIAEoARIbChNvdXRwdXRfdXNkX3Blcl9tdG9rGAIgASgBEiEKGWNhY2hlZF9pbnB1dF91c2RfcGVyX210b2sYAyABKAEi4QEKDkxsYW1hQ3BwRW5naW5lEhcKCm1vZGVsX3BhdGgYASABKAlIAIgBARIZCgxtb2RlbF9zaGEyNTYYAiABKAlIAYgBARIWCgltb2RlbF91cmwYAyABKAlIAogBARIPCgd0aHJlYWRzGAQgASgNEhEKCXNlcXVlbmNlcxgFIAEoDRIUCgxjb250ZXh0X3NpemUYBiABKA0SGwoTdGVzdF90b2tlbl9kZWxheV9tcxgHIAEoDUINCgtfbW9kZWxfcGF0aEIPCg1fbW9kZWxfc2hhMjU2QgwKCl9tb2RlbF91cmwiqAIKFk9wZW5BaUNvbXBhdGlibGVFbmdpbmUSEAoIYmFzZV91cmwYASABKAkSFgoOdXBzdHJlYW1fbW9kZWwYAiABKAkSGAoLYXBpX2tleV9lbnYYAyABKAlIAIgBARIoCgNhcGkYBCABKA4yGy53ZWlyLmNvbW1vbi52MS5VcHN0cmVhbUFwaRIeChZmaXJzdF90b2tlbl90aW1lb3V0X21zGAUgASgNEhcKD2lkbGVfdGltZW91dF9tcxgGIAEoDRIXCg9tYXhfY29uY3VycmVuY3kYByABKA0SIwoWY29udGludW91c191c2FnZV9zdGF0cxgIIAEoCEgBiAEBQg4KDF9hcGlfa2V5X2VudkIZChdfY29udGludW91c191c2FnZV9zdGF0cyK3AQoPQW50aHJvcGljRW5naW5lEhAKCGJhc2VfdXJsGAEgASgJEhYKDnVwc3RyZWFtX21vZGVsGAIgASgJEhgKC2FwaV9rZXlfZW52GAMgASgJSACIAQESHgoWZmlyc3RfdG9rZW5fdGltZW91dF9tcxgEIAEoDRIXCg9pZGxlX3RpbWVvdXRfbXMYBSABKA0SFwoPbWF4X2NvbmN1cnJlbmN5GAYgASgNQg4KDF9hcGlfa2V5X2VudiIsCg9EZWNvZGVTdGVwUG9pbnQSDQoFYmF0Y2gYASABKA0SCgoCbXMYAiABKAEipQEKD1NpbXVsYXRlZEVuZ2luZRIhChlwcmVmaWxsX3Rva2Vuc19wZXJfc2Vjb25kGAEgASgBEjcKDmRlY29kZV9zdGVwX21zGAIgAygLMh8ud2Vpci5jb21tb24udjEuRGVjb2RlU3RlcFBvaW50EhEKCWt2X3Rva2VucxgDIAEoDRIVCg1tYXhfc2VxdWVuY2VzGAQgASgNEgwKBHNlZWQYBSABKA0iPgoPUmVwbGljYUVuZHBvaW50EgoKAmlkGAEgASgJEhAKCGJhc2VfdXJsGAIgASgJEg0KBXNsb3RzGAMgASgNIp0ECghSZXZpc2lvbhIKCgJpZBgBIAEoCRINCgVtb2RlbBgCIAEoCRIyCghsbGFtYWNwcBgDIAEoCzIeLndlaXIuY29tbW9uLnYxLkxsYW1hQ3BwRW5naW5lSAASQwoRb3BlbmFpX2NvbXBhdGlibGUYBCABKAsyJi53ZWlyLmNvbW1vbi52MS5PcGVuQWlDb21wYXRpYmxlRW5naW5lSAASNAoJc2ltdWxhdGVkGAogASgLMh8ud2Vpci5jb21tb24udjEuU2ltdWxhdGVkRW5naW5lSAASNAoJYW50aHJvcGljGAsgASgLMh8ud2Vpci5jb21tb24udjEuQW50aHJvcGljRW5naW5lSAASFgoOY29udGV4dF93aW5kb3cYBSABKA0SGQoRbWF4X291dHB1dF90b2tlbnMYBiABKA0SHQoVZGVmYXVsdF9vdXRwdXRfdG9rZW5zGAcgASgNEjAKB3ByaWNpbmcYCCABKAsyHy53ZWlyLmNvbW1vbi52MS5SZXZpc2lvblByaWNpbmcSMQoIcmVwbGljYXMYCSADKAsyHy53ZWlyLmNvbW1vbi52MS5SZXBsaWNhRW5kcG9pbnQSPwoMY2FwYWJpbGl0aWVzGAwgASgLMiQud2Vpci5jb21tb24udjEuUmV2aXNpb25DYXBhYmlsaXRpZXNIAYgBAUIICgZlbmdpbmVCDwoNX2NhcGFiaWxpdGllcyJNChRSZXZpc2lvbkNhcGFiaWxpdGllcxIRCglzdHJlYW1pbmcYASABKAgSDQoFdG9vbHMYAiABKAgSEwoLanNvbl9vdXRwdXQYAyABKAgiMgoLQWxpYXNUYXJnZXQSEwoLcmV2aXNpb25faWQYASABKAkSDgoGd2VpZ2h0GAIgASgBIoABCgVBbGlhcxIMCgRuYW1lGAEgASgJEiwKB3RhcmdldHMYAiADKAsyGy53ZWlyLmNvbW1vbi52MS5BbGlhc1RhcmdldBIYCgtkZXNjcmlwdGlvbhgDIAEoCUgAiAEBEhEKCWZhbGxiYWNrcxgEIAMoCUIOCgxfZGVzY3JpcHRpb24icwoKVG9rZW5Vc2FnZRIUCgxpbnB1dF90b2tlbnMYASABKA0SFQoNb3V0cHV0X3Rva2VucxgCIAEoDRIgChNjYWNoZWRfaW5wdXRfdG9rZW5zGAMgASgNSACIAQFCFgoUX2NhY2hlZF9pbnB1dF90b2tlbnMiWQoRR2VuZXJhdGlvblRpbWluZ3MSEAoIcXVldWVfbXMYASABKAESFAoHdHRmdF9tcxgCIAEoAUgAiAEBEhAKCHRvdGFsX21zGAMgASgBQgoKCF90dGZ0X21zIpEBCg9XZWlyRXJyb3JEZXRhaWwSDAoEY29kZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJEhsKDnJldHJ5X2FmdGVyX21zGAMgASgNSACIAQESEQoJcmV0cnlhYmxlGAQgASgIEhIKBXBhcmFtGAUgASgJSAGIAQFCEQoPX3JldHJ5X2FmdGVyX21zQggKBl9wYXJhbSKpAgoRR2VuZXJhdGlvbk91dGNvbWUSMwoNZmluaXNoX3JlYXNvbhgBIAEoDjIcLndlaXIuY29tbW9uLnYxLkZpbmlzaFJlYXNvbhIpCgV1c2FnZRgCIAEoCzIaLndlaXIuY29tbW9uLnYxLlRva2VuVXNhZ2USFQoNY29zdF9uYW5vX3VzZBgDIAEoAxIyCgd0aW1pbmdzGAQgASgLMiEud2Vpci5jb21tb24udjEuR2VuZXJhdGlvblRpbWluZ3MSFgoObW9kZWxfcmV2aXNpb24YBSABKAkSMwoFZXJyb3IYBiABKAsyHy53ZWlyLmNvbW1vbi52MS5XZWlyRXJyb3JEZXRhaWxIAIgBARISCgp1bnJlY29yZGVkGAcgASgIQggKBl9lcnJvcipgCgtVcHN0cmVhbUFwaRIcChhVUFNUUkVBTV9BUElfVU5TUEVDSUZJRUQQABIVChFVUFNUUkVBTV9BUElfQ0hBVBABEhwKGFVQU1RSRUFNX0FQSV9DT01QTEVUSU9OUxACKtMBCgxGaW5pc2hSZWFzb24SHQoZRklOSVNIX1JFQVNPTl9VTlNQRUNJRklFRBAAEhYKEkZJTklTSF9SRUFTT05fU1RPUBABEhgKFEZJTklTSF9SRUFTT05fTEVOR1RIEAISGwoXRklOSVNIX1JFQVNPTl9DQU5DRUxMRUQQAxIaChZGSU5JU0hfUkVBU09OX0RFQURMSU5FEAQSFwoTRklOSVNIX1JFQVNPTl9FUlJPUhAFEiAKHEZJTklTSF9SRUFTT05fQ09OVEVOVF9GSUxURVIQBmIGcHJvdG8z");
 
 /**
  * Who is asking. Set by the gateway from the API key only, never from a request body.
@@ -476,6 +476,13 @@ export type Revision = Message<"weir.common.v1.Revision"> & {
    * @generated from field: repeated weir.common.v1.ReplicaEndpoint replicas = 9;
    */
   replicas: ReplicaEndpoint[];
+
+  /**
+   * What requests to it may use; absent means its engine kind's defaults.
+   *
+   * @generated from field: optional weir.common.v1.RevisionCapabilities capabilities = 12;
+   */
+  capabilities?: RevisionCapabilities | undefined;
 };
 
 /**
@@ -484,6 +491,41 @@ export type Revision = Message<"weir.common.v1.Revision"> & {
  */
 export const RevisionSchema: GenMessage<Revision> = /*@__PURE__*/
   messageDesc(file_weir_common_v1_common, 8);
+
+/**
+ * What a revision supports (`RevisionCapabilities`).
+ *
+ * @generated from message weir.common.v1.RevisionCapabilities
+ */
+export type RevisionCapabilities = Message<"weir.common.v1.RevisionCapabilities"> & {
+  /**
+   * Token-by-token streaming.
+   *
+   * @generated from field: bool streaming = 1;
+   */
+  streaming: boolean;
+
+  /**
+   * Tool (function) calls.
+   *
+   * @generated from field: bool tools = 2;
+   */
+  tools: boolean;
+
+  /**
+   * JSON output constrained by a schema.
+   *
+   * @generated from field: bool json_output = 3;
+   */
+  jsonOutput: boolean;
+};
+
+/**
+ * Describes the message weir.common.v1.RevisionCapabilities.
+ * Use `create(RevisionCapabilitiesSchema)` to create a new message.
+ */
+export const RevisionCapabilitiesSchema: GenMessage<RevisionCapabilities> = /*@__PURE__*/
+  messageDesc(file_weir_common_v1_common, 9);
 
 /**
  * A weighted arm of an alias (canary weight).
@@ -511,7 +553,7 @@ export type AliasTarget = Message<"weir.common.v1.AliasTarget"> & {
  * Use `create(AliasTargetSchema)` to create a new message.
  */
 export const AliasTargetSchema: GenMessage<AliasTarget> = /*@__PURE__*/
-  messageDesc(file_weir_common_v1_common, 9);
+  messageDesc(file_weir_common_v1_common, 10);
 
 /**
  * A model alias: the name clients send as `model`. Set by the control plane's config.
@@ -539,6 +581,13 @@ export type Alias = Message<"weir.common.v1.Alias"> & {
    * @generated from field: optional string description = 3;
    */
   description?: string | undefined;
+
+  /**
+   * Revision ids tried in order when the chosen one fails before its first token.
+   *
+   * @generated from field: repeated string fallbacks = 4;
+   */
+  fallbacks: string[];
 };
 
 /**
@@ -546,7 +595,7 @@ export type Alias = Message<"weir.common.v1.Alias"> & {
  * Use `create(AliasSchema)` to create a new message.
  */
 export const AliasSchema: GenMessage<Alias> = /*@__PURE__*/
-  messageDesc(file_weir_common_v1_common, 10);
+  messageDesc(file_weir_common_v1_common, 11);
 
 /**
  * Measured token counts of one generation. Set by the relay (or by the gateway's relay
@@ -582,7 +631,7 @@ export type TokenUsage = Message<"weir.common.v1.TokenUsage"> & {
  * Use `create(TokenUsageSchema)` to create a new message.
  */
 export const TokenUsageSchema: GenMessage<TokenUsage> = /*@__PURE__*/
-  messageDesc(file_weir_common_v1_common, 11);
+  messageDesc(file_weir_common_v1_common, 12);
 
 /**
  * Timings measured by the relay on its own clock (ms, fractional).
@@ -617,7 +666,7 @@ export type GenerationTimings = Message<"weir.common.v1.GenerationTimings"> & {
  * Use `create(GenerationTimingsSchema)` to create a new message.
  */
 export const GenerationTimingsSchema: GenMessage<GenerationTimings> = /*@__PURE__*/
-  messageDesc(file_weir_common_v1_common, 12);
+  messageDesc(file_weir_common_v1_common, 13);
 
 /**
  * A Weir error on the wire: the exact `WeirErrorCode`, the public message and the retry
@@ -668,7 +717,7 @@ export type WeirErrorDetail = Message<"weir.common.v1.WeirErrorDetail"> & {
  * Use `create(WeirErrorDetailSchema)` to create a new message.
  */
 export const WeirErrorDetailSchema: GenMessage<WeirErrorDetail> = /*@__PURE__*/
-  messageDesc(file_weir_common_v1_common, 13);
+  messageDesc(file_weir_common_v1_common, 14);
 
 /**
  * How a generation ended, what it measured and what it cost. Set by the relay.
@@ -733,7 +782,7 @@ export type GenerationOutcome = Message<"weir.common.v1.GenerationOutcome"> & {
  * Use `create(GenerationOutcomeSchema)` to create a new message.
  */
 export const GenerationOutcomeSchema: GenMessage<GenerationOutcome> = /*@__PURE__*/
-  messageDesc(file_weir_common_v1_common, 14);
+  messageDesc(file_weir_common_v1_common, 15);
 
 /**
  * Which endpoint of an OpenAI-compatible upstream a revision calls.
