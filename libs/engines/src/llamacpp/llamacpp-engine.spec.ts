@@ -1,4 +1,4 @@
-import type { EngineEvent } from '@weir/core';
+import type { EngineEvent, GenerationInput } from '@weir/core';
 import { isWeirError } from '@weir/core';
 import { collectEngineEvents, describeEngineContract, engineRequest, tinyModelPath } from '@weir/testing';
 import { createLlamaCppEngine, type LlamaCppEngine, type LlamaCppEngineOptions } from './llamacpp-engine';
@@ -162,6 +162,53 @@ describe('createLlamaCppEngine (real stories260K model)', () => {
     const span = (who: 'a' | 'b') => stamps.filter((s) => s.who === who).map((s) => s.at);
     expect(Math.min(...span('b'))).toBeLessThan(Math.max(...span('a')));
     expect(Math.min(...span('a'))).toBeLessThan(Math.max(...span('b')));
+  });
+
+  describe('outputSchema (JSON-schema grammar)', () => {
+    const person = { type: 'object', properties: { name: { type: 'string', maxLength: 20 } }, required: ['name'], additionalProperties: false };
+    const ask: GenerationInput = { kind: 'chat', messages: [{ role: 'user', content: 'Tell me the name of the girl.' }] };
+
+    it('constrains the output to a JSON document of the schema (the tiny model writes none without it)', async () => {
+      const free = await collectEngineEvents(engine, engineRequest(ask, { maxOutputTokens: 40 }));
+      expect(() => JSON.parse(textOf(free.events))).toThrow();
+      for (const temperature of [0, 0.8]) {
+        const { events, error } = await collectEngineEvents(engine, engineRequest(ask, { maxOutputTokens: 60, outputSchema: person, sampling: { temperature } }));
+        expect(error).toBeUndefined();
+        expect(endOf(events).reason).toBe('stop');
+        const parsed = JSON.parse(textOf(events)) as { name: unknown };
+        expect(Object.keys(parsed)).toEqual(['name']);
+        expect(typeof parsed.name).toBe('string');
+        expect((parsed.name as string).length).toBeLessThanOrEqual(20);
+        // Usage is still the tokens produced, deltas included.
+        expect(events.reduce((n, e) => n + (e.type === 'delta' ? e.tokens : 0), 0)).toBe(endOf(events).usage.outputTokens);
+      }
+    });
+
+    it('follows anyOf, enum, integer and array bounds', async () => {
+      const schema = {
+        type: 'object',
+        properties: {
+          n: { type: 'integer' },
+          tags: { type: 'array', items: { enum: ['a', 'b'] }, maxItems: 3 },
+          ok: { anyOf: [{ type: 'boolean' }, { type: 'null' }] },
+        },
+      };
+      const { events } = await collectEngineEvents(engine, engineRequest(story, { maxOutputTokens: 80, outputSchema: schema }));
+      const parsed = JSON.parse(textOf(events)) as { n: number; tags: string[]; ok: boolean | null };
+      expect(Number.isInteger(parsed.n)).toBe(true);
+      expect(parsed.tags.length).toBeLessThanOrEqual(3);
+      expect(parsed.tags.every((t) => t === 'a' || t === 'b')).toBe(true);
+      expect(parsed.ok === null || typeof parsed.ok === 'boolean').toBe(true);
+    });
+
+    it('refuses a schema the grammar cannot express (invalid_request, param output_schema) before producing anything', async () => {
+      const before = engine.stats();
+      const { events, error } = await collectEngineEvents(engine, engineRequest(story, { outputSchema: { allOf: [{ type: 'string' }] } }));
+      expect(events).toEqual([]);
+      expect(isWeirError(error) && [error.code, error.param]).toEqual(['invalid_request', 'output_schema']);
+      expect(isWeirError(error) && error.message).toMatch(/allOf/);
+      expect(engine.stats().generatedTokens).toBe(before.generatedTokens);
+    });
   });
 
   it('keeps the engine counters monotonic and consistent with usage', async () => {

@@ -4,10 +4,12 @@ import type {
   Llama,
   LlamaContext,
   LlamaContextSequence,
+  LlamaGrammar,
   LlamaModel,
   Token,
 } from 'node-llama-cpp' with { 'resolution-mode': 'import' };
 import { type EngineLogger, silentLogger } from '../logger';
+import { toGrammarSchema, UnsupportedSchemaError } from './json-schema-grammar';
 import { renderPlainPrompt } from './render-prompt';
 
 /**
@@ -49,6 +51,9 @@ export const LLAMACPP_DEFAULT_TEMPERATURE = 0.8;
 
 /** How long a generate call waits for a sequence still being cleared before `engine_unavailable` (ms); a sequence clears after the batch in flight, which takes seconds on a loaded 2-core host. The request's own abort signal ends the wait sooner. */
 export const SEQUENCE_WAIT_MS = 30_000;
+
+/** JSON-schema grammars kept per engine (by the schema's JSON text), most recently used last. */
+const GRAMMAR_CACHE_SIZE = 32;
 
 /** Preceding tokens given to `detokenize` so a token's leading space is rendered correctly. */
 const DETOKENIZE_CONTEXT_TOKENS = 8;
@@ -96,6 +101,12 @@ function loadLlama(nlc: NodeLlamaCpp, logger: EngineLogger): Promise<Llama> {
  * - Sampling: `temperature` 0 is greedy and deterministic; undefined means
  *   {@link LLAMACPP_DEFAULT_TEMPERATURE}. `topP`, `seed` and `stop` are passed to llama.cpp;
  *   repeat penalties are off (OpenAI semantics: no penalty unless asked).
+ * - `outputSchema`: generation is constrained by node-llama-cpp's JSON-schema grammar
+ *   (`llama.createGrammarForJsonSchema`) built from the schema as {@link toGrammarSchema}
+ *   rewrites it (grammars are cached per schema, {@link GRAMMAR_CACHE_SIZE} of them); the output
+ *   is then a JSON document of that shape unless it is cut short (`length`, `aborted`). A schema
+ *   the grammar cannot express throws `WeirError('invalid_request', {param: 'output_schema'})`
+ *   before any work.
  * - `spec.testTokenDelayMs` (test only, ms): each sequence waits this long after every token
  *   before decoding the next, so it produces at most one token per delay: a slow producer for
  *   cancellation and deadline tests. 0 (production) adds nothing.
@@ -142,6 +153,34 @@ export async function createLlamaCppEngine(
   const bos = model.tokens.bos;
   const capacity: EngineCapacity = { slots: spec.sequences, contextTokens: spec.contextSize };
 
+  // Grammars by the schema's JSON text (Map order = recency). A grammar is immutable and shared
+  // by concurrent sequences: each completion keeps its own evaluation state.
+  const grammars = new Map<string, Promise<LlamaGrammar>>();
+  const grammarFor = async (schema: object): Promise<LlamaGrammar> => {
+    const key = JSON.stringify(schema);
+    let grammar = grammars.get(key);
+    if (grammar) grammars.delete(key);
+    else {
+      let forGrammar: object;
+      try {
+        forGrammar = toGrammarSchema(schema);
+      } catch (error) {
+        if (error instanceof UnsupportedSchemaError) throw new WeirError('invalid_request', `\`output_schema\` ${error.message}.`, { param: 'output_schema' });
+        throw error;
+      }
+      grammar = llama.createGrammarForJsonSchema(forGrammar as Parameters<Llama['createGrammarForJsonSchema']>[0]) as Promise<LlamaGrammar>;
+      // A schema the grammar generator rejects is the request's fault, and is not cached.
+      grammar.catch(() => grammars.delete(key));
+    }
+    grammars.set(key, grammar);
+    if (grammars.size > GRAMMAR_CACHE_SIZE) grammars.delete(grammars.keys().next().value as string);
+    try {
+      return await grammar;
+    } catch (error) {
+      throw new WeirError('invalid_request', '`output_schema` cannot be turned into a llama.cpp grammar; simplify it (see docs/api.md, output_schema).', { param: 'output_schema', cause: error });
+    }
+  };
+
   const tokenizePrompt = (text: string): Token[] => {
     const tokens = model.tokenize(text);
     return bos == null ? tokens : [bos, ...tokens];
@@ -179,6 +218,7 @@ export async function createLlamaCppEngine(
         { param: 'input' },
       );
     }
+    const grammar = request.outputSchema ? await grammarFor(request.outputSchema) : undefined;
     if (request.signal.aborted) {
       yield { type: 'end', reason: 'aborted', usage: { inputTokens, outputTokens: 0 }, usageReported: true };
       return;
@@ -213,6 +253,7 @@ export async function createLlamaCppEngine(
           topP: request.sampling.topP,
           seed: request.sampling.seed,
           customStopTriggers: stop.length > 0 ? stop : undefined,
+          grammar,
           repeatPenalty: false,
           // Never shift the context silently: output ends with `length` when it is full.
           disableContextShift: true,

@@ -87,6 +87,21 @@ describe('createOpenAICompatibleEngine (scripted upstream)', () => {
     expect(sent.body).toMatchObject({ prompt: 'Once', max_tokens: 2, stream: true });
   });
 
+  it.each(['chat', 'completions'] as const)('passes an outputSchema upstream as response_format json_schema (strict) on the %s API', async (api) => {
+    upstream.setScript(() => sseReply((api === 'chat' ? chatStreamEvents : completionStreamEvents)(['{"a":', '1}'])));
+    const engine = createOpenAICompatibleEngine(specFor(upstream.url, { api }));
+    const schema = { type: 'object', properties: { a: { type: 'integer' } }, required: ['a'], additionalProperties: false };
+    const { events } = await collectEngineEvents(engine, engineRequest(chat, { outputSchema: schema }));
+    expect(textOf(events)).toBe('{"a":1}');
+    expect(upstream.requests[0].body).toMatchObject({ response_format: { type: 'json_schema', json_schema: { name: 'output', schema, strict: true } } });
+  });
+
+  it('sends no response_format without an outputSchema', async () => {
+    upstream.setScript(() => sseReply(chatStreamEvents(['hi'])));
+    await collectEngineEvents(createOpenAICompatibleEngine(specFor(upstream.url)), engineRequest(chat));
+    expect(upstream.requests[0].body).not.toHaveProperty('response_format');
+  });
+
   const pieces = ['héllo ', 'wörld 🌍', ' 日本語'];
   it.each([
     ['events split across reads every 7 bytes', 7],

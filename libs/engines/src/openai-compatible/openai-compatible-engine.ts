@@ -19,6 +19,9 @@ export const OPENAI_COMPATIBLE_DEFAULT_CONTEXT_TOKENS = 8192;
 /** How long a graceful stop waits for the upstream to end its stream before cutting it (ms). */
 export const GRACEFUL_STOP_TIMEOUT_MS = 1_000;
 
+/** `json_schema.name` of the `response_format` sent for an `outputSchema` (OpenAI requires one). */
+const OUTPUT_SCHEMA_NAME = 'output';
+
 /** Largest error body read from a failed upstream response (bytes); the rest is dropped. */
 const MAX_ERROR_BODY_BYTES = 64 * 1024;
 
@@ -51,7 +54,9 @@ export interface OpenAICompatibleEngineDeps {
  * `max_completion_tokens`; a text input is sent as one `user` message) or
  * `${baseUrl}/completions` (`'completions'`, with `prompt` and `max_tokens`; chat messages are
  * joined with `\n`), always `stream: true, stream_options: {include_usage: true}`, plus
- * `temperature`, `top_p`, `seed`, `stop` when set; headers `authorization: Bearer
+ * `temperature`, `top_p`, `seed`, `stop` when set, and `response_format: {type: "json_schema",
+ * json_schema: {name: "output", schema, strict: true}}` when the request has an `outputSchema`
+ * (on either API: vLLM and llama.cpp's server read it on `/completions` too); headers `authorization: Bearer
  * <process.env[spec.apiKeyEnv]>` when that variable is set (the key is never logged) and
  * `x-request-id: <generationId>`.
  *
@@ -116,6 +121,7 @@ export function createOpenAICompatibleEngine(
     if (sampling.topP !== undefined) body.top_p = sampling.topP;
     if (sampling.seed !== undefined) body.seed = sampling.seed;
     if (sampling.stop && sampling.stop.length > 0) body.stop = sampling.stop;
+    if (request.outputSchema) body.response_format = { type: 'json_schema', json_schema: { name: OUTPUT_SCHEMA_NAME, schema: request.outputSchema, strict: true } };
     body.stream = true;
     body.stream_options = spec.continuousUsageStats ? { include_usage: true, continuous_usage_stats: true } : { include_usage: true };
     return body;
