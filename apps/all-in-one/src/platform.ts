@@ -11,13 +11,13 @@ import { mkdirSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { createAdmission, startReconciler } from '@weir/admission';
-import { type AllInOneEnv, loadConfigFile, defaultConfig, replicaPlacement, resolveModelFile } from '@weir/config';
+import { type AllInOneEnv, watchConfigFile, loadConfigFile, defaultConfig, replicaPlacement, resolveModelFile } from '@weir/config';
 import { type BurnRateAlert, type EngineAdapter, type GenerationInput, type PlatformConfig, type RevisionSpec, type Topic, systemClock } from '@weir/core';
 import { createEngine, createReplicaEngines, type LlamaCppEngine, remoteReplicas, replicaTokenCounter, replicaUnreachable, startReplicaHealthChecks } from '@weir/engines';
 import { createGatewayApp, createGenerationPipeline, createMetricsObserver, type Gateway } from '@weir/gateway';
 import { createBatchedUsageSink, createBurnRateMonitor, type BatchedUsageSink } from '@weir/ledger';
 import { createInProcessTopic } from '@weir/messaging';
-import { breakerTransitionRecorder, createBreakerRegistry, createStaticRouter } from '@weir/routing';
+import { breakerTransitionRecorder, createBreakerRegistry, createRouter } from '@weir/routing';
 import { createPoolScheduler, replicaSamples, schedulerMetricsObserver, schedulerSample } from '@weir/scheduling';
 import { bootstrapTenants, createApiKeyRepository, createCachedApiKeyStore, createPgIdempotencyStore, createUsageQueries, createPgAdmissionStore, createUsageRepository, expireOrphans, openDatabase } from '@weir/store-pg';
 import { createRelay } from '@weir/streaming';
@@ -134,7 +134,19 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
     onReport: () => void admission.countHeld().then((n) => telemetry.metrics.recordReservationsHeld(n), () => undefined),
     onError: (err) => logger.warn({ err }, 'reservation reconciliation failed; retrying next interval'),
   });
-  const router = createStaticRouter(config);
+  const router = createRouter(config);
+  // Routing changes in the configuration file (canary weights, pins, fallbacks, a rollback)
+  // apply live; a change to what is served needs a restart (watchConfigFile says so).
+  const configWatch = settings.configPath
+    ? watchConfigFile(settings.configPath, {
+        current: config,
+        onUpdate: (next) => {
+          router.update(next);
+          logger.info({ aliases: next.aliases.map((a) => ({ alias: a.name, targets: a.targets })) }, 'configuration file changed: routing updated');
+        },
+        onRejected: (reason) => logger.warn({ reason }, 'configuration file changed but was not applied'),
+      })
+    : undefined;
   // The scheduler's replicas: each remote replica with its slots, pool and KV tokens; one
   // in-process engine replica per other revision, in the revision's pool (default
   // interactive), with its sequences and KV tokens (default sequences × context window).
@@ -257,6 +269,7 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
         server.closeIdleConnections();
         const result = await usageSink.close({ timeoutMs: 10_000 });
         if (result.unwritten > 0) logger.error({ unwritten: result.unwritten }, 'usage records could not be written before exit');
+        configWatch?.stop();
         await burnRate.stop();
         await reconciler.stop();
         replicaHealth.stop();

@@ -1,10 +1,10 @@
 /**
  * The router service (split topology): alias → pinned revision by canary weight, sticky per
- * request id, over gRPC (`weir.router.v1`). Environment: WEIR_CONFIG, HOST, GRPC_PORT
+ * request id, over gRPC (`weir.router.v1`); routing changes in WEIR_CONFIG apply live. Environment: WEIR_CONFIG, HOST, GRPC_PORT
  * (default 50051), OPS_PORT (healthz/readyz/metrics, default 9461), LOG_LEVEL.
  */
-import { loadConfigFile } from '@weir/config';
-import { createStaticRouter } from '@weir/routing';
+import { loadConfigFile, watchConfigFile } from '@weir/config';
+import { createRouter } from '@weir/routing';
 import { envInt, envRequired, envString, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
 import { createLogger, createTelemetry } from '@weir/telemetry';
 import { createRouterGrpcServer, installTracing, startGrpcServer } from '@weir/transport-grpc';
@@ -22,7 +22,17 @@ runUntilSignal('router', logger, async () => {
   installTracing();
   const config = loadConfigFile(env.WEIR_CONFIG);
   const telemetry = createTelemetry({ serviceName: 'weir-router' });
-  const grpc = await startGrpcServer({ host: env.HOST, port: env.GRPC_PORT, services: [createRouterGrpcServer(createStaticRouter(config))] });
+  const router = createRouter(config);
+  // Routing changes in the file (canary weights, pins, fallbacks, a rollback) apply live.
+  const watch = watchConfigFile(env.WEIR_CONFIG, {
+    current: config,
+    onUpdate: (next) => {
+      router.update(next);
+      logger.info({ aliases: next.aliases.map((a) => ({ alias: a.name, targets: a.targets })) }, 'configuration file changed: routing updated');
+    },
+    onRejected: (reason) => logger.warn({ reason }, 'configuration file changed but was not applied'),
+  });
+  const grpc = await startGrpcServer({ host: env.HOST, port: env.GRPC_PORT, services: [createRouterGrpcServer(router)] });
   let draining = false;
   const ops = await startOpsServer({
     host: env.HOST,
@@ -34,6 +44,7 @@ runUntilSignal('router', logger, async () => {
   return {
     async stop() {
       draining = true;
+      watch.stop();
       await grpc.close(5_000);
       await ops.close();
       await telemetry.shutdown();
