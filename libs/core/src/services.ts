@@ -173,6 +173,12 @@ export interface ScheduleRequest {
   priority?: RequestPriority;
   /** Bytes the request holds while queued (its input), for the byte bounds. Default `tokens × 4`. */
   bytes?: number;
+  /**
+   * Prefix affinity: requests with the same key (the pipeline uses the tenant and a hash of the
+   * prompt's beginning) go to the same replica while its load allows, so its KV cache already
+   * holds their common prefix. Default none (least loaded).
+   */
+  affinityKey?: string;
 }
 
 /**

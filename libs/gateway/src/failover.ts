@@ -74,6 +74,8 @@ export interface FailoverRequest {
   /** Context tokens and bytes for the scheduler. */
   tokens: number;
   bytes: number;
+  /** Prefix affinity for the scheduler (see `ScheduleRequest.affinityKey`). Default none. */
+  affinityKey?: string;
   /** The candidates in order: the chosen revision, then its fallback chain. */
   chain: readonly RevisionSpec[];
   /** The first attempt, already granted (by the pipeline, which answers refusals of the first choice itself). */
@@ -141,6 +143,7 @@ export function startWithFailover(request: FailoverRequest, deps: FailoverDeps):
           inputTokens: request.job.inputTokens,
           bytes: request.bytes,
           ...(request.priority !== undefined ? { priority: request.priority } : {}),
+          ...(request.affinityKey !== undefined ? { affinityKey: request.affinityKey } : {}),
           deadlineAt: request.job.deadlineAt,
           signal: stopped.signal,
           ...(revision.id === failed.revision.id ? { avoidReplicas: [...avoid] } : {}),

@@ -10,6 +10,7 @@
  * reservation is released); a request that ended in the queue gets one zero-token usage
  * record; a request that reached the engine is settled to what the relay measured.
  */
+import { createHash } from 'node:crypto';
 import {
   type AdmissionService,
   type ApiRoute,
@@ -102,6 +103,19 @@ export interface GenerationParams {
   priority?: RequestPriority;
   /** The client's end-user id (OpenAI's `user`), used as the canary's sticky key when given. Default none (the request id). */
   endUser?: string;
+}
+
+/** Characters of a prompt's beginning that make its prefix-affinity key. */
+const AFFINITY_PREFIX_CHARS = 2_048;
+
+/**
+ * The scheduler's prefix-affinity key of a request: its tenant and a hash of its prompt's first
+ * {@link AFFINITY_PREFIX_CHARS} characters (roles included), so requests sharing a system prompt
+ * or a conversation's beginning go to the replica whose KV cache holds it. Never the text itself.
+ */
+export function affinityKeyOf(tenantId: string, input: GenerationInput): string {
+  const text = input.kind === 'text' ? input.text : input.messages.map((m) => `${m.role}\u0000${m.content}`).join('\u0001');
+  return `${tenantId}:${createHash('sha256').update(text.slice(0, AFFINITY_PREFIX_CHARS)).digest('base64url').slice(0, 16)}`;
 }
 
 /** Bytes a request's input holds while it waits in the scheduler's queue (UTF-8). */
@@ -346,6 +360,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
             permit = deps.health?.tryAcquire(chain[firstIndex].id, clock.now()) ?? { allowed: true as const, probe: false };
           }
           const firstRevision = chain[firstIndex];
+          const affinityKey = affinityKeyOf(caller.tenantId, params.input);
           const giveBackProbe = () => {
             if (permit.allowed && permit.probe) deps.health?.record(firstRevision.id, 'ignored', undefined, clock.now(), true);
           };
@@ -358,6 +373,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
               inputTokens,
               bytes: inputBytes(params.input),
               ...(params.priority !== undefined ? { priority: params.priority } : {}),
+              affinityKey,
               deadlineAt,
               signal,
             });
@@ -410,6 +426,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
               ...(params.priority !== undefined ? { priority: params.priority } : {}),
               tokens: inputTokens + maxOutputTokens,
               bytes: inputBytes(params.input),
+              affinityKey,
               chain,
               first: { revision: firstRevision, lease: scheduled.lease, grantedAt: clock.now(), probe: permit.allowed && permit.probe },
               firstIndex,

@@ -434,6 +434,47 @@ describe('createPoolScheduler: fair share of sequences', () => {
   });
 });
 
+describe('createPoolScheduler: prefix affinity', () => {
+  const four = () =>
+    createPoolScheduler(base({ replicas: [0, 1, 2, 3].map((i) => ({ id: `r${i}`, revisionId: 'm@1', slots: 8, kvTokens: 100_000 })), maxQueuePerReplica: 100, settings: { fairShareHeadroom: 0 } }));
+
+  it('sends the same key to the same replica while its load allows, and spreads different keys', async () => {
+    const s = four();
+    const homes = new Map<string, Set<string>>();
+    for (let k = 0; k < 40; k++) {
+      for (let i = 0; i < 3; i++) {
+        const lease = leaseOf(await s.acquire(req('acme', { affinityKey: `acme:prefix-${k}` })));
+        homes.set(`prefix-${k}`, (homes.get(`prefix-${k}`) ?? new Set()).add(lease.replicaId));
+        lease.release();
+      }
+    }
+    for (const replicas of homes.values()) expect(replicas.size).toBe(1);
+    expect(new Set([...homes.values()].map((h) => [...h][0])).size).toBe(4);
+  });
+
+  it('leaves the affinity replica for the least loaded one when it is a quarter fuller or more', async () => {
+    const s = four();
+    const key = 'acme:shared-system-prompt';
+    const home = leaseOf(await s.acquire(req('acme', { affinityKey: key }))).replicaId;
+    // Its home holds 1 of 8 and the rest hold none: within the slack, it stays home.
+    expect(leaseOf(await s.acquire(req('acme', { affinityKey: key }))).replicaId).toBe(home);
+    // Two more on the home replica: 3 of 8 against 0 is over a quarter: elsewhere.
+    leaseOf(await s.acquire(req('acme', { affinityKey: key })));
+    const next = leaseOf(await s.acquire(req('acme', { affinityKey: key })));
+    expect(next.replicaId).not.toBe(home);
+    expect(s.stats().inFlight[home]).toBe(3);
+  });
+
+  it('never places a key on a replica it must avoid (a retry after a failure there)', async () => {
+    const s = four();
+    const key = 'acme:k';
+    const home = leaseOf(await s.acquire(req('acme', { affinityKey: key })));
+    home.release();
+    const retry = leaseOf(await s.acquire(req('acme', { affinityKey: key, avoidReplicas: [home.replicaId] })));
+    expect(retry.replicaId).not.toBe(home.replicaId);
+  });
+});
+
 describe('createPoolScheduler: TPOT target', () => {
   it('holds a replica’s batch below its slots while its p95 TPOT is over the target, and raises it back', async () => {
     const changes: string[] = [];

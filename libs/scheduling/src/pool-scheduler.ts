@@ -242,6 +242,33 @@ interface Lane {
 
 const laneKey = (pool: string, revisionId: string) => `${pool}\u0000${revisionId}`;
 
+/**
+ * How much more loaded (occupancy, 0–1) than the least-loaded replica a request's affinity
+ * replica may be and still get it: the cache hit on a shared prefix is worth a little
+ * imbalance, not a queue. 0.25 = a quarter of the replica's sequences or KV tokens.
+ */
+const AFFINITY_SLACK = 0.25;
+
+/** Rendezvous (highest-random-weight) score of `key` on `replica`, in [0, 2^32): FNV-1a over both, then MurmurHash3's fmix32. */
+function rendezvousScore(key: string, replica: string): number {
+  let h = 0x811c9dc5;
+  const mix = (s: string) => {
+    for (let i = 0; i < s.length; i++) {
+      h ^= s.charCodeAt(i);
+      h = Math.imul(h, 0x01000193);
+    }
+  };
+  mix(key);
+  mix('\u0000');
+  mix(replica);
+  h ^= h >>> 16;
+  h = Math.imul(h, 0x85ebca6b);
+  h ^= h >>> 13;
+  h = Math.imul(h, 0xc2b2ae35);
+  h ^= h >>> 16;
+  return h >>> 0;
+}
+
 /** Creates the scheduler. */
 export function createPoolScheduler(options: PoolSchedulerOptions): PoolScheduler {
   const { clock } = options;
@@ -322,22 +349,41 @@ export function createPoolScheduler(options: PoolSchedulerOptions): PoolSchedule
   };
 
   type Placement = ReplicaState | 'blocked' | 'avoided';
-  const place = (lane: Lane, tokens: number, avoid?: readonly string[]): Placement => {
+  const loadOf = (r: ReplicaState) => Math.max(r.inFlight / slotLimit(r), r.kvTokens === Infinity ? 0 : r.kvInUse / r.kvTokens);
+  /**
+   * The least-loaded replica with room (load = the larger of its sequence and KV-token
+   * occupancy: least outstanding tokens). With an affinity key, the key's own replica —
+   * highest rendezvous score among the lane's usable replicas (Thaler and Ravishankar's HRW
+   * hashing: a key moves only when its replica leaves) — while its load is within
+   * `affinitySlack` of the least loaded.
+   */
+  const place = (lane: Lane, tokens: number, avoid?: readonly string[], affinityKey?: string): Placement => {
     let best: ReplicaState | undefined;
     let load = Infinity;
     let avoided = false;
+    let home: ReplicaState | undefined;
+    let homeScore = -1;
     for (const r of lane.replicas) {
-      if (!usable(lane, r) || r.inFlight >= slotLimit(r) || r.kvInUse + tokens > r.kvTokens) continue;
+      if (!usable(lane, r)) continue;
+      if (affinityKey !== undefined && !avoid?.includes(r.spec.id)) {
+        const score = rendezvousScore(affinityKey, r.spec.id);
+        if (score > homeScore) {
+          home = r;
+          homeScore = score;
+        }
+      }
+      if (r.inFlight >= slotLimit(r) || r.kvInUse + tokens > r.kvTokens) continue;
       if (avoid?.includes(r.spec.id)) {
         avoided = true;
         continue;
       }
-      const l = Math.max(r.inFlight / slotLimit(r), r.kvTokens === Infinity ? 0 : r.kvInUse / r.kvTokens);
+      const l = loadOf(r);
       if (l < load) {
         best = r;
         load = l;
       }
     }
+    if (home && best && home !== best && home.inFlight < slotLimit(home) && home.kvInUse + tokens <= home.kvTokens && loadOf(home) <= load + AFFINITY_SLACK) return home;
     return best ?? (avoided ? 'avoided' : 'blocked');
   };
 
@@ -464,7 +510,7 @@ export function createPoolScheduler(options: PoolSchedulerOptions): PoolSchedule
       if (!head) return;
       let chosen: Entry | undefined;
       let replica: ReplicaState | undefined;
-      const placed = place(lane, head.cost, head.request.avoidReplicas);
+      const placed = place(lane, head.cost, head.request.avoidReplicas, head.request.affinityKey);
       if (typeof placed !== 'string') {
         chosen = head;
         replica = placed;
@@ -473,7 +519,7 @@ export function createPoolScheduler(options: PoolSchedulerOptions): PoolSchedule
         // first entry that may use it go instead; its tenant is charged as usual.
         for (const e of queue.entries()) {
           if (eligible && !eligible(e.tenant)) continue;
-          const p = place(lane, e.cost, e.request.avoidReplicas);
+          const p = place(lane, e.cost, e.request.avoidReplicas, e.request.affinityKey);
           if (typeof p !== 'string') {
             chosen = e;
             replica = p;
@@ -617,7 +663,7 @@ export function createPoolScheduler(options: PoolSchedulerOptions): PoolSchedule
       const nothingAhead = priority === 'batch' ? lane.interactive.size === 0 && lane.batch.size === 0 : lane.interactive.size === 0;
       const gate = nothingAhead ? shareGate(lane) : undefined;
       if (nothingAhead && (!gate || gate(tenant))) {
-        const placed = place(lane, request.tokens, request.avoidReplicas);
+        const placed = place(lane, request.tokens, request.avoidReplicas, request.affinityKey);
         if (typeof placed !== 'string') {
           observer.onDequeued?.({ ...labels(lane, entry), outcome: 'granted', queueMs: 0 });
           return Promise.resolve({ ok: true, lease: grant(lane, placed, entry, 0) });

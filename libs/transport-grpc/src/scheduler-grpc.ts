@@ -127,6 +127,7 @@ export function createSchedulerGrpcServer(impl: SchedulerService, options: Sched
             inputTokens: request.inputTokens,
             priority: request.priority === schedulerV1.Priority.BATCH ? 'batch' : 'interactive',
             ...(request.bytes > 0n ? { bytes: Number(request.bytes) } : {}),
+            ...(request.affinityKey !== undefined ? { affinityKey: request.affinityKey } : {}),
           });
         } finally {
           pending.delete(leaseId);
@@ -215,6 +216,7 @@ export function createSchedulerGrpcClient(options: SchedulerGrpcClientOptions): 
             inputTokens: request.inputTokens ?? 0,
             priority: PRIORITIES[request.priority ?? 'interactive'],
             bytes: BigInt(Math.max(0, Math.round(request.bytes ?? 0))),
+            ...(request.affinityKey !== undefined ? { affinityKey: request.affinityKey } : {}),
           }),
           Date.now() + remainingMs + marginMs,
           request.signal,
