@@ -50,6 +50,8 @@ describe('watchConfigFile', () => {
       onRejected: (reason) => events.push({ kind: 'rejected', value: reason }),
     });
     try {
+      // Let the first poll take its baseline (a write before it would be the baseline itself).
+      await new Promise((r) => setTimeout(r, 200));
       // Sub-second mtime changes are seen; write and wait for each event in turn.
       const started = Date.now();
       let event = nextEvent(events);
