@@ -51,6 +51,7 @@ import { rateLimitHeaders } from './rate-limit-headers';
 import { createTranscript, pumpInto, type Transcript, type TranscriptEvent } from './transcript';
 import { chatCompletionsBody, completionsBody, generationsBody, parseBody, priorityOf, toChatInput, toStopList, useCaseOf } from './schemas';
 import { usageHandler } from './usage-route';
+import { registerResponsesRoute } from './responses-route';
 import { openSse, type SseWriter } from './sse-writer';
 
 /** A minimal structured logger (pino satisfies it). Never pass prompt or output text. */
@@ -245,7 +246,20 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     alias: string,
     input: GenerationInput,
     sampling: SamplingParams,
-    limits: { maxOutputTokens?: number; routeDefaultOutputTokens?: number; deadlineMs?: number; requestId?: string; keyParam?: string; paramNames: ParamNames; useCase?: string; priority?: 'interactive' | 'batch' },
+    limits: {
+      maxOutputTokens?: number;
+      routeDefaultOutputTokens?: number;
+      deadlineMs?: number;
+      requestId?: string;
+      keyParam?: string;
+      paramNames: ParamNames;
+      useCase?: string;
+      priority?: 'interactive' | 'batch';
+      /** A JSON Schema the output must match (`EngineRequest.outputSchema`). */
+      outputSchema?: object;
+      /** Runs before the idempotency claim and admission, with the request's sticky key; throws to refuse the request while it holds nothing. */
+      beforeAdmit?: (requestId: string, useCase: string | undefined) => Promise<void>;
+    },
   ): Promise<Answer> => {
     const arrivedAt = clock.now();
     const generationId = newId('gen');
@@ -255,6 +269,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     const useCase = useCaseOf(req.header('x-weir-use-case'), limits.useCase);
     const priority = priorityOf(req.header('x-weir-priority'), limits.priority, (req.body as { service_tier?: unknown } | undefined)?.service_tier);
     const { tenantId } = req.caller;
+    await limits.beforeAdmit?.(requestId, useCase);
     if (key !== undefined) {
       const replay = await claimOrReplay(req, res, route, key, generationId, deadlineMs, limits.keyParam ?? 'request_id', useCase);
       if (replay) return replay;
@@ -276,6 +291,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
         paramNames: limits.paramNames,
         ...(useCase !== undefined ? { useCase } : {}),
         ...(priority !== undefined ? { priority } : {}),
+        ...(limits.outputSchema !== undefined ? { outputSchema: limits.outputSchema } : {}),
       })
       .catch(async (err: unknown) => {
         await abandon();
@@ -559,6 +575,8 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     await answerOpenAi(res, g, body.model, 'text', body.stream === true, body.stream_options?.include_usage === true);
   });
 
+  registerResponsesRoute({ post, begin, router: deps.router, sseHeartbeatMs: defaults.sseHeartbeatMs, firstEventOrThrow, answeredBy, outcomeError, deadlineOrCancel, generationsKey, idempotencyKeyHeader, sampling });
+
   app.get('/v1/models', authenticate, async (req, res) => {
     res.json({
       object: 'list',
@@ -577,6 +595,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     ['/v1/generations', 'POST'],
     ['/v1/chat/completions', 'POST'],
     ['/v1/completions', 'POST'],
+    ['/v1/responses', 'POST'],
     ['/v1/models', 'GET'],
     ['/v1/usage', 'GET'],
   ]);

@@ -5,6 +5,8 @@ export * from './failover';
 export * from './pipeline';
 export * from './scheduler-pushback';
 export * from './schemas';
+export * from './responses-route';
+export * from './output-schema';
 export * from './sse-writer';
 export * from './metrics-observer';
 export * from './idempotency';

@@ -103,6 +103,8 @@ export interface GenerationParams {
   priority?: RequestPriority;
   /** The client's end-user id (OpenAI's `user`), used as the canary's sticky key when given. Default none (the request id). */
   endUser?: string;
+  /** A JSON Schema the output must match, passed to the engine (`EngineRequest.outputSchema`). Default none. */
+  outputSchema?: object;
 }
 
 /** Characters of a prompt's beginning that make its prefix-affinity key. */
@@ -416,7 +418,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
                 route: params.route,
                 caller,
                 modelAlias: params.alias,
-                engineRequest: { input: params.input, maxOutputTokens, sampling: params.sampling },
+                engineRequest: { input: params.input, maxOutputTokens, sampling: params.sampling, ...(params.outputSchema !== undefined ? { outputSchema: params.outputSchema } : {}) },
                 arrivedAt: params.arrivedAt,
                 deadlineAt,
                 inputTokens,

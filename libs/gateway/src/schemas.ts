@@ -93,6 +93,89 @@ export const generationsBody = z.object({
 }).strict();
 
 /**
+ * `POST /v1/responses` in Weir's shape (the gateway seed): `use_case`, `messages`,
+ * `max_tokens`, `stream`, `output_schema`, plus `/v1/generations`' optional controls. `model`
+ * is optional here only so the route can say why it is needed (Weir has no default model per
+ * use case). `output_schema` is checked by `compileOutputSchema`, not here.
+ */
+export const responsesWeirBody = z.object({
+  model: z.string().min(1).optional(),
+  use_case: z.string().regex(USE_CASE_PATTERN, 'use 1-64 letters, digits and . _ : - only'),
+  messages: z.array(chatMessage).min(1),
+  max_tokens: positiveInt,
+  stream: z.boolean().optional(),
+  output_schema: z.unknown().optional(),
+  request_id: z.string().min(1).max(128).regex(/^[A-Za-z0-9._:-]+$/, 'use letters, digits and . _ : - only').optional(),
+  deadline_ms: positiveInt.max(3_600_000).optional(),
+  priority: z.enum(['interactive', 'batch']).optional(),
+  temperature,
+  top_p: topP,
+  seed,
+  stop,
+}).strict();
+
+/** One content part of a Responses API input message (text only). */
+const responsesPart = z.object({
+  type: z.enum(['input_text', 'output_text'], { message: 'only `input_text` parts (and `output_text` in assistant messages) are supported; images, files and audio are not' }),
+  text: z.string(),
+  annotations: z.array(z.unknown()).optional(),
+}).strict();
+
+/** One Responses API input item: a message (`type: "message"` or no type). */
+const responsesInputItem = z.object({
+  type: z.literal('message', { message: 'only message items are supported (function calls, tool outputs and item references are not)' }).optional(),
+  role: z.enum(['user', 'assistant', 'system', 'developer']),
+  // A string is one input_text part.
+  content: z.preprocess((v) => (typeof v === 'string' ? [{ type: 'input_text', text: v }] : v), z.array(responsesPart)),
+  id: z.string().optional(),
+  status: z.string().optional(),
+}).strict();
+
+/**
+ * `POST /v1/responses` in OpenAI's Responses API shape, text only (openai-node v6.49.0
+ * `ResponseCreateParamsBase`). A string `input` is one user message. `text.format` may ask
+ * for `json_schema` output (Weir's `output_schema`). Fields this shape does not list are
+ * refused by the route, by name, before this schema runs.
+ */
+export const responsesOpenAiBody = z.object({
+  model: z.string().min(1),
+  input: z.preprocess((v) => (typeof v === 'string' ? [{ role: 'user', content: v }] : v), z.array(responsesInputItem).min(1)),
+  instructions: z.string().nullish(),
+  max_output_tokens: positiveInt.nullish(),
+  stream: z.boolean().nullish(),
+  temperature,
+  top_p: topP,
+  store: z.literal(false, { message: 'Weir does not store responses: send `store: false`, or omit it' }).nullish(),
+  service_tier: z.enum(['auto', 'default', 'flex']).nullish(),
+  user: z.string().nullish(),
+  text: z
+    .object({
+      format: z
+        .object({
+          type: z.enum(['text', 'json_schema'], { message: "use `{type: 'text'}` or `{type: 'json_schema', name, schema}` (json_object is not supported: give a schema)" }),
+          name: z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, 'use 1-64 letters, digits, _ and -').optional(),
+          schema: z.unknown().optional(),
+          strict: z.boolean().nullish(),
+          description: z.string().optional(),
+        })
+        .strict()
+        .optional(),
+    })
+    .strict()
+    .nullish(),
+}).strict();
+
+/** The top-level fields {@link responsesOpenAiBody} accepts. */
+export const RESPONSES_OPENAI_FIELDS: ReadonlySet<string> = new Set(Object.keys(responsesOpenAiBody.shape));
+
+/** Flattens Responses API input items (and `instructions`, first, as a system message) to Weir's chat input. */
+export function toResponsesChatInput(items: z.infer<typeof responsesOpenAiBody>['input'], instructions?: string | null): GenerationInput {
+  const messages: ChatMessage[] = items.map((m) => ({ role: m.role, content: m.content.map((p) => p.text).join('') }));
+  if (instructions) messages.unshift({ role: 'system', content: instructions });
+  return { kind: 'chat', messages };
+}
+
+/**
  * The request's use case: `fromBody` (the validated `use_case` of `/v1/generations`) when
  * given, else the `x-weir-use-case` header, else undefined. The header is checked even when
  * the body names one.

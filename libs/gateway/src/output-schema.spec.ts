@@ -1,0 +1,72 @@
+import { isWeirError } from '@weir/core';
+import { compileOutputSchema, MAX_OUTPUT_SCHEMA_BYTES, OUTPUT_SCHEMA_DIALECT } from './output-schema';
+
+const PERSON = { type: 'object', properties: { name: { type: 'string', maxLength: 20 }, age: { type: 'integer', minimum: 0 } }, required: ['name'], additionalProperties: false };
+
+function refusal(schema: unknown, param?: string): { param?: string; message: string } {
+  try {
+    compileOutputSchema(schema, param);
+  } catch (e) {
+    if (isWeirError(e) && e.code === 'invalid_request') return { param: e.param, message: e.message };
+    throw e;
+  }
+  throw new Error('accepted');
+}
+
+describe('compileOutputSchema', () => {
+  it('accepts a draft 2020-12 schema (with or without $schema) and validates outputs', () => {
+    for (const schema of [PERSON, { ...PERSON, $schema: OUTPUT_SCHEMA_DIALECT }, { ...PERSON, $schema: `${OUTPUT_SCHEMA_DIALECT}#` }]) {
+      const compiled = compileOutputSchema(schema);
+      expect(compiled.schema).toBe(schema);
+      expect(compiled.check('{"name": "Ann", "age": 3}')).toEqual({ ok: true, value: { name: 'Ann', age: 3 } });
+    }
+  });
+
+  it.each<[string, string, RegExp]>([
+    ['not JSON', 'Once upon a time', /^the output \(16 bytes\) is not a complete JSON document$/],
+    ['empty', '  ', /^the output is empty/],
+    ['cut short', '{"name": "An', /not a complete JSON document/],
+    ['a wrong type', '{"name": 5}', /`\/name` must be string/],
+    ['a missing property', '{}', /`\/` must have required property 'name'/],
+    ['an extra property', '{"name": "A", "secret": 1}', /`\/` must NOT have additional properties/],
+    ['a number below the minimum', '{"name": "A", "age": -1}', /`\/age` must be >= 0/],
+  ])('fails %s, naming paths and never quoting the output', (_name, text, message) => {
+    const result = compileOutputSchema(PERSON).check(text);
+    expect(result.ok).toBe(false);
+    const m = (result as { message: string }).message;
+    expect(m).toMatch(message);
+    expect(m).not.toMatch(/Once|secret|An"/);
+  });
+
+  it('lists at most 5 failures and counts the rest', () => {
+    const schema = { type: 'object', properties: Object.fromEntries(['a', 'b', 'c', 'd', 'e', 'f', 'g'].map((k) => [k, { type: 'string' }])) };
+    const result = compileOutputSchema(schema).check(JSON.stringify({ a: 1, b: 1, c: 1, d: 1, e: 1, f: 1, g: 1 }));
+    expect((result as { message: string }).message).toMatch(/`\/e` must be string \(and 2 more\)$/);
+  });
+
+  it.each<[string, unknown, RegExp]>([
+    ['an array', [], /must be a JSON Schema object/],
+    ['null', null, /must be a JSON Schema object/],
+    ['a meta-schema failure', { type: 'objec' }, /`my_schema` is not a usable JSON Schema: my_schema\/type must be equal to one of the allowed values/],
+    ['an unknown keyword (a typo)', { type: 'object', requried: ['a'] }, /unknown keyword: "requried"/],
+    ['another dialect', { $schema: 'http://json-schema.org/draft-07/schema#' }, /only draft 2020-12/],
+    ['a bad pattern', { type: 'string', pattern: '((' }, /Invalid regular expression/],
+    ['an unresolvable $ref', { $ref: '#/$defs/missing' }, /can't resolve reference/],
+    ['a schema over the size cap', { type: 'string', description: 'x'.repeat(MAX_OUTPUT_SCHEMA_BYTES) }, /is 655\d\d bytes; at most 65536 are accepted/],
+  ])('refuses %s as invalid_request naming the parameter', (_name, schema, message) => {
+    const r = refusal(schema, 'my_schema');
+    expect(r.param).toBe('my_schema');
+    expect(r.message).toMatch(message);
+  });
+
+  it('keeps schemas apart: two schemas with the same $id compile independently', () => {
+    const a = compileOutputSchema({ $id: 'https://example.com/s', type: 'string' });
+    const b = compileOutputSchema({ $id: 'https://example.com/s', type: 'integer' });
+    expect(a.check('"x"').ok).toBe(true);
+    expect(b.check('"x"').ok).toBe(false);
+    expect(b.check('3').ok).toBe(true);
+    // A schema cannot replace the meta-schema either.
+    expect(refusal({ $id: OUTPUT_SCHEMA_DIALECT, type: 'string' }).message).toMatch(/usable JSON Schema/);
+    expect(compileOutputSchema(PERSON).check('{"name":"A"}').ok).toBe(true);
+  });
+});

@@ -1,0 +1,110 @@
+/**
+ * `output_schema` on `POST /v1/responses`: the JSON Schema a request's output must match,
+ * checked with ajv (draft 2020-12) when the request arrives, and every final output validated
+ * against it. An output that is not JSON, or does not match, is never passed on as a success:
+ * it ends as `output_invalid` with the failing paths summarised (never the output text).
+ */
+import Ajv2020, { type ErrorObject, type Options, type ValidateFunction } from 'ajv/dist/2020';
+import { WeirError } from '@weir/core';
+
+/** Largest accepted `output_schema`, as compact JSON (bytes). */
+export const MAX_OUTPUT_SCHEMA_BYTES = 64 * 1024;
+
+/** The one dialect accepted in `$schema` (an absent `$schema` means this one). */
+export const OUTPUT_SCHEMA_DIALECT = 'https://json-schema.org/draft/2020-12/schema';
+
+/** Compiled schemas kept (by their JSON text), most recently used last. */
+const CACHE_SIZE = 256;
+
+/** Validation errors listed in an `output_invalid` message. */
+const MAX_LISTED_ERRORS = 5;
+
+/**
+ * ajv's options: unknown keywords are errors (a typo such as `requried` would otherwise be
+ * ignored and constrain nothing); `format` is an annotation, as draft 2020-12 specifies by
+ * default (not validated); every error is collected so the message can list the paths.
+ */
+const AJV_OPTIONS: Options = {
+  strict: true,
+  strictTypes: false,
+  strictTuples: false,
+  strictRequired: false,
+  allErrors: true,
+  validateFormats: false,
+  logger: false,
+};
+
+/** Checks schemas against the 2020-12 meta-schema; registers nothing, so it is shared. */
+let metaValidator: Ajv2020 | undefined;
+const compiled = new Map<string, ValidateFunction>();
+
+/** The outcome of checking one output against its schema. */
+export type OutputCheck = { ok: true; value: unknown } | { ok: false; message: string };
+
+/** A request's validated `output_schema`. */
+export interface OutputSchema {
+  /** The schema as the client sent it (passed on to the engine as `EngineRequest.outputSchema`). */
+  readonly schema: object;
+  /**
+   * Parses `text` as JSON and validates it. Failure messages name the JSON Pointer paths of
+   * the first {@link MAX_LISTED_ERRORS} failures and what each must satisfy; they never quote
+   * the output.
+   */
+  check(text: string): OutputCheck;
+}
+
+/**
+ * Validates a request's `output_schema` and compiles it (compiled schemas are cached by their
+ * JSON text, {@link CACHE_SIZE} of them; each compiles in its own ajv instance, so a `$id` in
+ * one schema never clashes with another's).
+ * @throws WeirError `invalid_request` (`param`: `paramName`) when it is not a JSON object, is
+ *   larger than {@link MAX_OUTPUT_SCHEMA_BYTES}, names another `$schema` dialect, fails the
+ *   2020-12 meta-schema, or cannot be compiled (an unknown keyword, an unresolvable `$ref`, a
+ *   bad `pattern`); the message carries ajv's reason.
+ */
+export function compileOutputSchema(schema: unknown, paramName = 'output_schema'): OutputSchema {
+  const bad = (why: string) => new WeirError('invalid_request', `\`${paramName}\` is not a usable JSON Schema: ${why}`, { param: paramName });
+  if (schema === null || typeof schema !== 'object' || Array.isArray(schema)) throw bad('it must be a JSON Schema object, e.g. {"type": "object", "properties": {…}}.');
+  const key = JSON.stringify(schema);
+  const bytes = Buffer.byteLength(key);
+  if (bytes > MAX_OUTPUT_SCHEMA_BYTES) throw bad(`it is ${bytes} bytes; at most ${MAX_OUTPUT_SCHEMA_BYTES} are accepted.`);
+  const dialect = (schema as { $schema?: unknown }).$schema;
+  if (dialect !== undefined && String(dialect).replace(/#$/, '') !== OUTPUT_SCHEMA_DIALECT) {
+    throw bad(`only draft 2020-12 is supported; remove \`$schema\` or set it to "${OUTPUT_SCHEMA_DIALECT}".`);
+  }
+  let validate = compiled.get(key);
+  if (validate) compiled.delete(key);
+  else {
+    metaValidator ??= new Ajv2020(AJV_OPTIONS);
+    if (!metaValidator.validateSchema(schema)) throw bad(`${metaValidator.errorsText(metaValidator.errors, { dataVar: paramName })}.`);
+    try {
+      validate = new Ajv2020({ ...AJV_OPTIONS, validateSchema: false }).compile(schema);
+    } catch (err) {
+      throw bad(`${err instanceof Error ? err.message : String(err)}.`);
+    }
+  }
+  compiled.set(key, validate);
+  if (compiled.size > CACHE_SIZE) compiled.delete(compiled.keys().next().value as string);
+  const check = validate;
+  return {
+    schema,
+    check(text) {
+      let value: unknown;
+      try {
+        value = JSON.parse(text);
+      } catch {
+        // JSON.parse's message quotes the text: say only where it broke down.
+        return { ok: false, message: text.trim() === '' ? 'the output is empty, not a JSON document' : `the output (${Buffer.byteLength(text)} bytes) is not a complete JSON document` };
+      }
+      if (check(value)) return { ok: true, value };
+      return { ok: false, message: `the output does not match \`output_schema\`: ${summarize(check.errors ?? [])}` };
+    },
+  };
+}
+
+/** `/path` must …; …: the JSON Pointer of each failure and ajv's requirement, never the value. */
+function summarize(errors: ErrorObject[]): string {
+  const listed = errors.slice(0, MAX_LISTED_ERRORS).map((e) => `\`${e.instancePath || '/'}\` ${e.message ?? `fails \`${e.keyword}\``}`);
+  const more = errors.length > MAX_LISTED_ERRORS ? ` (and ${errors.length - MAX_LISTED_ERRORS} more)` : '';
+  return `${listed.join('; ')}${more}`;
+}
