@@ -18,7 +18,7 @@ import { createGatewayApp, createGenerationPipeline, createMetricsObserver, type
 import { createBatchedUsageSink, createBurnRateMonitor, type BatchedUsageSink } from '@weir/ledger';
 import { createInProcessTopic } from '@weir/messaging';
 import { breakerTransitionRecorder, createBreakerRegistry, createRouter } from '@weir/routing';
-import { createPoolScheduler, replicaSamples, schedulerMetricsObserver, schedulerSample } from '@weir/scheduling';
+import { createPoolScheduler, createSchedulerSampler, replicaSamples, schedulerMetricsObserver } from '@weir/scheduling';
 import { bootstrapTenants, createApiKeyRepository, createCachedApiKeyStore, createPgIdempotencyStore, createUsageQueries, createPgAdmissionStore, createUsageRepository, expireOrphans, openDatabase } from '@weir/store-pg';
 import { createRelay } from '@weir/streaming';
 import { lockDataDir } from './data-dir-lock';
@@ -168,7 +168,8 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
     clock: systemClock,
   });
   const poolOfReplica = new Map(scheduler.replicas().map((r) => [r.id, r.pool ?? 'interactive']));
-  telemetry.observeScheduler(() => schedulerSample(scheduler.stats()));
+  const sampleScheduler = createSchedulerSampler();
+  telemetry.observeScheduler(() => sampleScheduler(scheduler.stats()));
   // Remote replicas are probed on /healthz (out of rotation after failed probes, back when they
   // answer) and ejected at once when the relay cannot reach one; in-process ones are always up.
   const replicaHealth = startReplicaHealthChecks({ scheduler, replicas: remote, logger });

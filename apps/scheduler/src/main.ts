@@ -2,7 +2,7 @@
  * The scheduler service (split topology): owns replica capacity (sequences and KV tokens, per
  * pool) and the tenant-fair, deadline-aware bounded queues in front of it, over gRPC
  * (`weir.scheduler.v1`); see `@weir/scheduling`'s `createPoolScheduler`. It probes every engine replica's
- * `/healthz` and takes one that stops answering (killed, or hung: SIGSTOP) out of rotation,
+ * `/readyz` and takes one that stops answering or is draining (killed, hung: SIGSTOP, or shutting down) out of rotation,
  * and back when it answers again; relays report replicas they could not reach on the NATS
  * health topic, which ejects them at once. Environment: WEIR_CONFIG, NATS_URL, WEIR_NATS_NAMESPACE (default weir: deployments sharing a NATS server need different ones), HOST,
  * GRPC_PORT (default 50053), OPS_PORT (default 9463), PROBE_INTERVAL_MS (default 1000),
@@ -12,7 +12,7 @@ import { loadConfigFile } from '@weir/config';
 import { type ReplicaHealthEvent, systemClock } from '@weir/core';
 import { remoteReplicas, startReplicaHealthChecks } from '@weir/engines';
 import { connectNats, createNatsTopic, natsNames, replicaHealthEventCodec } from '@weir/messaging-nats';
-import { createPoolScheduler, replicaSamples, schedulerMetricsObserver, schedulerSample } from '@weir/scheduling';
+import { createPoolScheduler, createSchedulerSampler, replicaSamples, schedulerMetricsObserver } from '@weir/scheduling';
 import { envInt, envRequired, envString, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
 import { createLogger, createTelemetry } from '@weir/telemetry';
 import { createSchedulerGrpcServer, installTracing, startGrpcServer } from '@weir/transport-grpc';
@@ -49,11 +49,12 @@ runUntilSignal('scheduler', logger, async () => {
     }),
   });
   telemetry.observeQueues(() => scheduler.stats().queued);
-  telemetry.observeScheduler(() => schedulerSample(scheduler.stats()));
+  const sampleScheduler = createSchedulerSampler();
+  telemetry.observeScheduler(() => sampleScheduler(scheduler.stats()));
 
   const nc = await connectNats({ servers: env.NATS_URL, name: 'weir-scheduler', logger });
   const health = createNatsTopic<ReplicaHealthEvent>(nc, natsNames(env.WEIR_NATS_NAMESPACE).healthSubject, replicaHealthEventCodec);
-  // Configured replicas are probed on /healthz; any replica a relay reports is ejected at
+  // Configured replicas are probed on /readyz; any replica a relay reports is ejected at
   // once, and a probed one comes back when it answers again.
   const checks = startReplicaHealthChecks({
     scheduler,

@@ -104,10 +104,10 @@ describe('replicaUnreachable', () => {
 });
 
 describe('replicaHealthUrl', () => {
-  it('is /healthz beside /v1', () => {
-    expect(replicaHealthUrl('http://127.0.0.1:8091/v1')).toBe('http://127.0.0.1:8091/healthz');
-    expect(replicaHealthUrl('http://127.0.0.1:8091/v1/')).toBe('http://127.0.0.1:8091/healthz');
-    expect(replicaHealthUrl('http://127.0.0.1:8091')).toBe('http://127.0.0.1:8091/healthz');
+  it('is /readyz beside /v1', () => {
+    expect(replicaHealthUrl('http://127.0.0.1:8091/v1')).toBe('http://127.0.0.1:8091/readyz');
+    expect(replicaHealthUrl('http://127.0.0.1:8091/v1/')).toBe('http://127.0.0.1:8091/readyz');
+    expect(replicaHealthUrl('http://127.0.0.1:8091')).toBe('http://127.0.0.1:8091/readyz');
   });
 });
 
@@ -206,7 +206,7 @@ describe('startReplicaHealthChecks (real scheduler, replicas over HTTP)', () => 
   let healthyA = true;
   beforeEach(async () => {
     healthyA = true;
-    a = await startScriptedUpstream({ script: (req) => (req.path === '/healthz' && healthyA ? { kind: 'json', body: { status: 'ok' } } : { kind: 'error', status: 503 }) });
+    a = await startScriptedUpstream({ script: (req) => (req.path === '/readyz' && healthyA ? { kind: 'json', body: { status: 'ok' } } : { kind: 'error', status: 503 }) });
     b = await startScriptedUpstream({ script: () => ({ kind: 'json', body: { status: 'ok' } }) });
   });
   afterEach(async () => {
@@ -235,12 +235,12 @@ describe('startReplicaHealthChecks (real scheduler, replicas over HTTP)', () => 
     return { scheduler, checks, changes, inRotation };
   };
 
-  it('ejects a replica after failuresToEject failed /healthz probes and brings it back on the next success', async () => {
+  it('ejects a replica after failuresToEject failed /readyz probes and brings it back on the next success', async () => {
     const { checks, changes, inRotation } = setup();
     try {
       await checks.probeAll();
       expect(checks.up('sim@1/0', true)).toBe(true);
-      expect(a.requests.map((r) => `${r.method} ${r.path}`)).toEqual(['GET /healthz']);
+      expect(a.requests.map((r) => `${r.method} ${r.path}`)).toEqual(['GET /readyz']);
       healthyA = false;
       await checks.probeAll();
       expect(inRotation('sim@1/0')).toBe(true); // one failure is not enough

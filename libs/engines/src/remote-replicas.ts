@@ -3,7 +3,7 @@
  * hosted OpenAI-compatible or Anthropic upstream) that serve a revision over HTTP, and what
  * every composition that uses them needs: the replicas with their scheduler placement, one
  * adapter per replica (OpenAI-compatible; Anthropic Messages for an Anthropic upstream), the
- * prompt-token counter over their `/tokenize`, the `/healthz` health checks that take a
+ * prompt-token counter over their `/tokenize`, the `/readyz` health checks that take a
  * replica out of rotation (and back), and the test of a generation outcome that says its
  * replica could not be reached.
  *
@@ -31,7 +31,7 @@ export interface RemoteReplica extends ReplicaEndpoint {
   kvTokens: number;
   /**
    * True for one of the revision's configured `replicas` (a Weir engine server: it answers
-   * `/healthz` and `/tokenize` beside `/v1`, reports usage on every chunk, stops gracefully);
+   * `/healthz`, `/readyz` and `/tokenize` beside `/v1`, reports usage on every chunk, stops gracefully);
    * false for a hosted upstream (OpenAI-compatible or Anthropic) standing in as its
    * revision's one replica.
    */
@@ -159,9 +159,15 @@ export function replicaUnreachable<O extends Pick<GenerationOutcome, 'error' | '
   return outcome.error !== undefined && REPLICA_DOWN.has(outcome.error.code) && outcome.usage.outputTokens === 0;
 }
 
-/** `<base without /v1>/healthz` of a replica base URL (`http://host:port/v1`). */
+/**
+ * `<base without /v1>/readyz` of a replica base URL (`http://host:port/v1`): readiness, not
+ * liveness. A draining replica (shutting down gracefully: its in-flight generations finish, new
+ * ones are refused with 503) still answers `/healthz` but not `/readyz`, so it leaves rotation
+ * and stays out until it is ready again — probing `/healthz` put it back every second for the
+ * whole drain, and its refusals reached clients.
+ */
 export function replicaHealthUrl(baseUrl: string): string {
-  return `${baseUrl.replace(/\/+$/, '').replace(/\/v1$/, '')}/healthz`;
+  return `${baseUrl.replace(/\/+$/, '').replace(/\/v1$/, '')}/readyz`;
 }
 
 /** A change of a replica's health, for {@link ReplicaHealthChecksOptions.onChange}. */
@@ -179,7 +185,7 @@ export interface ReplicaHealthChecksOptions {
   scheduler: Pick<PoolScheduler, 'setReplicaHealth'>;
   /**
    * The replicas watched: every one may be reported unreachable; the `configured` ones are
-   * also probed on `/healthz` (a hosted upstream has none).
+   * also probed on `/readyz` (a hosted upstream has none).
    */
   replicas: readonly RemoteReplica[];
   /** Time between probe rounds (ms). Default 1,000. */
@@ -219,8 +225,8 @@ export interface ReplicaHealthChecks {
 }
 
 /**
- * Starts the `/healthz` health checks of `replicas` (`createReplicaProber` of
- * `@weir/scheduling` with an HTTP probe: `GET <base without /v1>/healthz`, healthy on 200).
+ * Starts the `/readyz` health checks of `replicas` (`createReplicaProber` of
+ * `@weir/scheduling` with an HTTP probe: `GET <base without /v1>/readyz`, healthy on 200).
  * A replica that fails `failuresToEject` probes in a row (killed: refused; hung: timeout) is
  * taken out of the scheduler's rotation; one successful probe puts it back. The first round
  * runs after `intervalMs`.

@@ -864,9 +864,16 @@ function asCode(code: string): keyof typeof HTTP_ERRORS {
   return code in HTTP_ERRORS ? (code as keyof typeof HTTP_ERRORS) : 'internal';
 }
 
+/**
+ * The HTTP error of a generation that failed before any output. A transient failure (the
+ * outcome says `retryable`, or gave a hint) is retryable with `Retry-After` (the upstream's
+ * hint, else 1 s) and says so in its message.
+ */
 function outcomeError(o: GenerationOutcome): WeirError {
   const retryAfterMs = o.error?.retryAfterMs;
-  return new WeirError(asCode(o.error?.code ?? 'internal'), o.error?.message ?? 'the generation failed', retryAfterMs !== undefined ? { retryable: true, retryAfterMs } : {});
+  const message = o.error?.message ?? 'the generation failed';
+  if (retryAfterMs === undefined && !o.error?.retryable) return new WeirError(asCode(o.error?.code ?? 'internal'), message);
+  return new WeirError(asCode(o.error?.code ?? 'internal'), /retry/i.test(message) ? message : `${message}; retry shortly`, { retryable: true, retryAfterMs: retryAfterMs ?? 1_000 });
 }
 
 function deadlineInQueue(): WeirError {

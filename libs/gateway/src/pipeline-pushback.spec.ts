@@ -159,7 +159,7 @@ describe('scheduler pushback in the pipeline', () => {
     h.answers.push(QUEUE_FULL);
     await h.run(A);
     h.advance(249);
-    expect(asError(await h.run(A)).message).toMatch(/^recently refused: /);
+    expect(asError(await h.run(A)).message).toMatch(/^recently refused/);
     expect(h.work().acquire).toBe(1);
     h.advance(1);
     expect(await h.run(A)).toMatchObject({ kind: 'running' });
@@ -200,7 +200,7 @@ describe('scheduler pushback in the pipeline', () => {
     for (const deadlineMs of [1_000, 400]) {
       const e = asError(await h.run(A, { deadlineMs }));
       expect(e).toMatchObject({ code: 'deadline_unmeetable', retryable: true });
-      expect(e.message).toBe(`recently refused: ${UNMEETABLE_MESSAGE}`);
+      expect(e.message).toBe(`recently refused a like request (no later deadline, no smaller output limit): ${UNMEETABLE_MESSAGE}`);
       expect(e.retryAfterMs).toBe(2_010 - 20);
     }
     expect(h.work()).toEqual({ count: 1, reserve: 1, acquire: 1 });
@@ -210,6 +210,16 @@ describe('scheduler pushback in the pipeline', () => {
     expect(h.calls.rejected.map(([, code]) => code)).toEqual(['deadline_unmeetable', 'deadline_unmeetable', 'deadline_unmeetable']);
   });
 
+  it('after deadline_unmeetable lets a request asking for less output through, and refuses one asking for as much or more', async () => {
+    const h = harness();
+    h.answers.push(UNMEETABLE);
+    expect(asError(await h.run(A, { deadlineMs: 1_000, maxOutputTokens: 300 })).code).toBe('deadline_unmeetable');
+    expect(asError(await h.run(A, { deadlineMs: 1_000, maxOutputTokens: 500 })).message).toMatch(/^recently refused a like request/);
+    expect(h.work().acquire).toBe(1);
+    expect(await h.run(A, { deadlineMs: 1_000, maxOutputTokens: 2 })).toMatchObject({ kind: 'running' });
+    expect(h.work().acquire).toBe(2);
+  });
+
   it('compares slack where the memo is consulted, so time the refused request spent counting does not let a like request through', async () => {
     // Each token count takes 40 ms: the refused request reached the scheduler with 960 ms left.
     const h = harness({ countMs: 40 });
@@ -217,7 +227,7 @@ describe('scheduler pushback in the pipeline', () => {
     expect(asError(await h.run(A, { deadlineMs: 1_000 })).code).toBe('deadline_unmeetable');
     h.advance(10);
     // A request with the same deadline has 1,000 ms left at the memo, 960 ms at the scheduler: refused.
-    expect(asError(await h.run(A, { deadlineMs: 1_000 })).message).toMatch(/^recently refused: /);
+    expect(asError(await h.run(A, { deadlineMs: 1_000 })).message).toMatch(/^recently refused/);
     expect(h.work()).toEqual({ count: 1, reserve: 1, acquire: 1 });
     // More slack than the refused request's plus the scheduler's hint (2,010 ms): it goes through.
     expect(await h.run(A, { deadlineMs: 3_011 })).toMatchObject({ kind: 'running' });

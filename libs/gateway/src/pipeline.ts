@@ -263,8 +263,13 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
       // request (same deadline) would otherwise always look roomier and slip through.
       const pushbackKey: PushbackKey = { tenantId: caller.tenantId, revisionId: revision.id, priority: params.priority ?? 'interactive' };
       const admitSlackMs = deadlineAt - clock.now();
-      const memo = pushback.check(pushbackKey, admitSlackMs);
-      if (memo) return reject(caller, new WeirError(memo.code, `recently refused: ${memo.message}`, { retryable: true, retryAfterMs: memo.retryAfterMs }));
+      // The output limit asked for (before trimming to the window): a shorter answer may fit where a longer did not.
+      const askedOutputTokens = params.maxOutputTokens ?? params.routeDefaultOutputTokens ?? revision.defaultOutputTokens;
+      const memo = pushback.check(pushbackKey, admitSlackMs, askedOutputTokens);
+      if (memo) {
+        const like = memo.code === 'deadline_unmeetable' ? 'recently refused a like request (no later deadline, no smaller output limit)' : 'recently refused';
+        return reject(caller, new WeirError(memo.code, `${like}: ${memo.message}`, { retryable: true, retryAfterMs: memo.retryAfterMs }));
+      }
 
       const inputTokens = await deps.countInputTokens(revision, params.input);
       if (inputTokens >= revision.contextWindow) {
@@ -395,6 +400,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
                 message: scheduled.message,
                 ...(scheduled.retryAfterMs !== undefined ? { retryAfterMs: scheduled.retryAfterMs } : {}),
                 slackMs: admitSlackMs,
+                outputTokens: maxOutputTokens,
               });
             }
             await releaseQuietly();

@@ -69,6 +69,17 @@ describe('createSchedulerPushback', () => {
     expect(memo.check(key(), 900)).toMatchObject({ code: 'deadline_unmeetable' });
   });
 
+  it('refuses after deadline_unmeetable only requests asking for at least the refused output limit', () => {
+    const memo = createSchedulerPushback({ holdMs: 250, clock: fakeClock() });
+    memo.noteRefusal(key(), { code: 'deadline_unmeetable', message: 'late', retryAfterMs: 1_000, slackMs: 1_000, outputTokens: 300 });
+    expect(memo.check(key(), 1_000, 300)).toMatchObject({ code: 'deadline_unmeetable' });
+    expect(memo.check(key(), 1_000, 4_000)).toMatchObject({ code: 'deadline_unmeetable' });
+    expect(memo.check(key(), 1_000, 299)).toBeUndefined();
+    // A queue_full memo refuses whatever the output limit.
+    memo.noteRefusal(key(), { code: 'queue_full', message: 'full', slackMs: 0, outputTokens: 300 });
+    expect(memo.check(key(), 1_000, 1)).toMatchObject({ code: 'queue_full' });
+  });
+
   it('lets the latest refusal of a key replace the earlier one', () => {
     const memo = createSchedulerPushback({ holdMs: 250, clock: fakeClock() });
     memo.noteRefusal(key(), { code: 'deadline_unmeetable', message: 'late', slackMs: 1_000 });

@@ -48,6 +48,12 @@ export interface PushbackRefusal {
    * memory; unused for `queue_full`.
    */
   slackMs: number;
+  /**
+   * The refused request's output limit (tokens). A `deadline_unmeetable` memo refuses only
+   * requests asking for at least as much output (a shorter answer may fit where a longer did
+   * not). Default 0 (every request).
+   */
+  outputTokens?: number;
 }
 
 /** A remembered refusal that applies to a request, as {@link SchedulerPushback.check} returns it. */
@@ -104,7 +110,7 @@ export interface SchedulerPushback {
    * its estimate overshot the deadline: a request with more slack than that might still be
    * met). Expired entries are dropped here.
    */
-  check(key: PushbackKey, slackMs: number): PushbackMemo | undefined;
+  check(key: PushbackKey, slackMs: number, outputTokens?: number): PushbackMemo | undefined;
   /** Keys currently stored, expired ones not yet dropped included (for tests and metrics). */
   readonly size: number;
 }
@@ -115,6 +121,8 @@ interface Entry {
   slackMs: number;
   /** The scheduler's hint (ms), 0 without one: how much more slack would still be refused. */
   overshootMs: number;
+  /** The refused request's output limit (tokens). */
+  outputTokens: number;
   /** Clock time (ms) the memo stops holding the refusal. */
   expiresAt: number;
   /** Clock time (ms) the scheduler's hint points at; undefined when it gave none. */
@@ -164,6 +172,7 @@ export function createSchedulerPushback(options: SchedulerPushbackOptions): Sche
         message: refusal.message,
         slackMs: refusal.slackMs,
         overshootMs: refusal.retryAfterMs ?? 0,
+        outputTokens: refusal.outputTokens ?? 0,
         expiresAt: now + hold,
         retryAt: refusal.retryAfterMs === undefined ? undefined : now + refusal.retryAfterMs,
       });
@@ -173,7 +182,7 @@ export function createSchedulerPushback(options: SchedulerPushbackOptions): Sche
       entries.delete(keyOf(key));
     },
 
-    check(key, slackMs) {
+    check(key, slackMs, outputTokens) {
       if (holdMs === 0) return undefined;
       const k = keyOf(key);
       const e = entries.get(k);
@@ -183,7 +192,7 @@ export function createSchedulerPushback(options: SchedulerPushbackOptions): Sche
         entries.delete(k);
         return undefined;
       }
-      if (e.code === 'deadline_unmeetable' && slackMs > e.slackMs + e.overshootMs) return undefined;
+      if (e.code === 'deadline_unmeetable' && (slackMs > e.slackMs + e.overshootMs || (outputTokens ?? Infinity) < e.outputTokens)) return undefined;
       const remainingMs = Math.ceil(e.expiresAt - now);
       const retryAfterMs = e.retryAt === undefined ? remainingMs : Math.max(remainingMs, Math.ceil(e.retryAt - now));
       return { code: e.code, message: e.message, remainingMs, retryAfterMs };

@@ -24,11 +24,18 @@ describe('throughputFromReport', () => {
 
   it.each([
     { label: 'no token', report: { inputTokens: 10, outputTokens: 0, ttftMs: null, durationMs: 50 }, want: {} },
-    { label: 'one token: no decode interval', report: { inputTokens: 10, outputTokens: 1, ttftMs: 10, durationMs: 10 }, want: { prefillTokensPerS: 1000 } },
-    { label: 'TTFT under 1 ms', report: { inputTokens: 10, outputTokens: 3, ttftMs: 0, durationMs: 20 }, want: { decodeTokensPerS: 100 } },
-    { label: 'no input', report: { inputTokens: 0, outputTokens: 3, ttftMs: 5, durationMs: 25 }, want: { decodeTokensPerS: 100 } },
+    { label: 'one token: no decode interval', report: { inputTokens: 1000, outputTokens: 1, ttftMs: 100, durationMs: 100 }, want: { prefillTokensPerS: 10_000 } },
+    { label: 'TTFT under 1 ms', report: { inputTokens: 1000, outputTokens: 3, ttftMs: 0, durationMs: 20 }, want: { decodeTokensPerS: 100 } },
+    { label: 'a prompt too short to time prefill', report: { inputTokens: 200, outputTokens: 3, ttftMs: 5, durationMs: 25 }, want: { decodeTokensPerS: 100 } },
   ])('leaves out what it cannot measure ($label)', ({ report, want }) => {
     expect(throughputFromReport(report)).toEqual(want);
+  });
+
+  it('reads a short prompt as the first-token overhead, and times prefill beyond it', () => {
+    // 10 tokens in 150 ms: the overhead (a decode step, the hops), not a 67 tokens/s prefill.
+    expect(throughputFromReport({ inputTokens: 10, outputTokens: 1, ttftMs: 150, durationMs: 150 })).toEqual({ firstTokenOverheadMs: 150 });
+    // 2,000 tokens in 350 ms with 150 ms of overhead: 10,000 tokens/s.
+    expect(throughputFromReport({ inputTokens: 2_000, outputTokens: 1, ttftMs: 350, durationMs: 350 }, 150)).toEqual({ prefillTokensPerS: 10_000 });
   });
 });
 
@@ -37,6 +44,8 @@ describe('sequenceSeconds', () => {
     { input: 2000, output: 300, rates: { prefillTokensPerS: 10_000, decodeTokensPerS: 50 }, want: 0.2 + 6 },
     { input: 0, output: 0, rates: { prefillTokensPerS: 0, decodeTokensPerS: 0 }, want: 0 },
     { input: 1, output: 0, rates: { prefillTokensPerS: 0, decodeTokensPerS: 10 }, want: Infinity },
+    { input: 2000, output: 300, rates: { prefillTokensPerS: 10_000, decodeTokensPerS: 50, firstTokenOverheadS: 0.15 }, want: 0.15 + 0.2 + 6 },
+    { input: 0, output: 0, rates: { prefillTokensPerS: 10_000, decodeTokensPerS: 50, firstTokenOverheadS: 0.15 }, want: 0 },
   ])('$input in + $output out = $want s', ({ input, output, rates, want }) => {
     expect(sequenceSeconds(input, output, rates)).toBeCloseTo(want, 10);
   });

@@ -17,10 +17,22 @@ export function ewma(prev: number | undefined, sample: number, alpha: number): n
   return prev + alpha * (sample - prev);
 }
 
+/** Prompts shorter than this (tokens) measure the first-token overhead, not the prefill rate. */
+export const SHORT_PROMPT_TOKENS = 128;
+/** Prompts at least this long (tokens) measure the prefill rate (their TTFT beyond the overhead). */
+export const PREFILL_SAMPLE_TOKENS = 256;
+
 /** One generation's measured per-sequence throughput (tokens/s); a side is absent when it cannot be measured. */
 export interface ThroughputSample {
-  /** Prompt tokens ÷ time from grant to first token. */
+  /**
+   * Prompt tokens ÷ (time from grant to first token − the first-token overhead), for prompts of
+   * at least {@link PREFILL_SAMPLE_TOKENS}: a short prompt's TTFT is mostly the fixed cost (a
+   * decode step, the hops), and dividing by it read a 10,000 tokens/s replica as 30–55 tokens/s,
+   * which then refused long prompts as unmeetable.
+   */
   prefillTokensPerS?: number;
+  /** TTFT (ms) of a prompt under {@link SHORT_PROMPT_TOKENS}: the first-token overhead. */
+  firstTokenOverheadMs?: number;
   /** (Output tokens − 1) ÷ time from first token to end: the TPOT definition of semconv. */
   decodeTokensPerS?: number;
 }
@@ -30,10 +42,11 @@ export interface ThroughputSample {
  * at least 2 output tokens and ≥ 1 ms between the first and the last (semconv
  * `gen_ai.server.time_per_output_token` = (duration − TTFT) ÷ (output − 1)).
  */
-export function throughputFromReport(report: LeaseUsageReport): ThroughputSample {
+export function throughputFromReport(report: LeaseUsageReport, overheadMs = 0): ThroughputSample {
   const out: ThroughputSample = {};
-  if (report.ttftMs !== null && report.ttftMs >= 1 && report.inputTokens > 0) {
-    out.prefillTokensPerS = report.inputTokens / (report.ttftMs / 1000);
+  if (report.ttftMs !== null && report.inputTokens < SHORT_PROMPT_TOKENS) out.firstTokenOverheadMs = report.ttftMs;
+  if (report.ttftMs !== null && report.inputTokens >= PREFILL_SAMPLE_TOKENS && report.ttftMs - overheadMs >= 1) {
+    out.prefillTokensPerS = report.inputTokens / ((report.ttftMs - overheadMs) / 1000);
   }
   if (report.ttftMs !== null && report.outputTokens >= 2 && report.durationMs - report.ttftMs >= 1) {
     out.decodeTokensPerS = (report.outputTokens - 1) / ((report.durationMs - report.ttftMs) / 1000);
@@ -45,16 +58,20 @@ export function throughputFromReport(report: LeaseUsageReport): ThroughputSample
 export interface SequenceRates {
   prefillTokensPerS: number;
   decodeTokensPerS: number;
+  /** Fixed time to the first token beyond prefill (s): a decode step, the hops. Default 0. */
+  firstTokenOverheadS?: number;
 }
 
 /**
- * Time one sequence needs for a request (s): `input ÷ prefill + output ÷ decode`. Rates that
- * are not positive count as infinitely slow (Infinity).
+ * Time one sequence needs for a request (s): `overhead + input ÷ prefill + output ÷ decode`
+ * (the overhead only when there is work). Rates that are not positive count as infinitely slow
+ * (Infinity).
  */
 export function sequenceSeconds(inputTokens: number, outputTokens: number, rates: SequenceRates): number {
   const prefill = inputTokens <= 0 ? 0 : rates.prefillTokensPerS > 0 ? inputTokens / rates.prefillTokensPerS : Infinity;
   const decode = outputTokens <= 0 ? 0 : rates.decodeTokensPerS > 0 ? outputTokens / rates.decodeTokensPerS : Infinity;
-  return prefill + decode;
+  const overhead = inputTokens > 0 || outputTokens > 0 ? Math.max(0, rates.firstTokenOverheadS ?? 0) : 0;
+  return overhead + prefill + decode;
 }
 
 /**

@@ -328,6 +328,19 @@ describe('createPoolScheduler: deadlines', () => {
     void queued;
   });
 
+  it('does not read short prompts as a slow prefill: a long prompt with a long deadline still queues', async () => {
+    const s = createPoolScheduler(base({ settings: { ewmaAlpha: 0.5 } }));
+    // Short prompts: 10 tokens, 200 ms to the first token (the overhead), 50 tokens/s decode.
+    for (let i = 0; i < 5; i++) leaseOf(await s.acquire(req('acme'))).release({ inputTokens: 10, outputTokens: 51, ttftMs: 200, durationMs: 1_200 });
+    expect(s.stats().replicas[0].prefillTokensPerS).toBe(1_000); // still the prior, not 50 tokens/s
+    // The slot is busy for ~1 s; a 2,700-token prompt with 10 output tokens and a 60 s deadline queues.
+    leaseOf(await s.acquire(req('acme', { tokens: 60, inputTokens: 10 })));
+    const long = s.acquire(req('globex', { tokens: 2_710, inputTokens: 2_700, deadlineAt: Date.now() + 60_000 }));
+    await flush();
+    expect(s.stats().lanes[0].requests).toBe(1);
+    void long;
+  });
+
   it('grants at once when capacity is free, whatever the estimate says', async () => {
     const s = createPoolScheduler(base());
     expect((await s.acquire(req('acme', { tokens: 5_000, inputTokens: 0, deadlineAt: Date.now() + 10 }))).ok).toBe(true);
@@ -389,6 +402,17 @@ describe('createPoolScheduler: brownout', () => {
     expect(lane.brownout).toBe(true);
     expect(lane.capacityRatio).toBeLessThan(0.8);
     expect(s.stats().replicas.find((r) => r.id === 'r0')?.capacity).toBeLessThan(0.5);
+  });
+
+  it('does not judge a replica slow on its first few generations (batch sizes differ by design)', async () => {
+    const s = createPoolScheduler(base({ replicas: [{ id: 'r0', revisionId: 'm@1', slots: 1 }, { id: 'r1', revisionId: 'm@1', slots: 1 }], settings: { ewmaAlpha: 0.5 } }));
+    for (let i = 0; i < 7; i++) {
+      const a = leaseOf(await s.acquire(req('acme')));
+      const b = leaseOf(await s.acquire(req('acme')));
+      a.release({ inputTokens: 10, outputTokens: 101, ttftMs: 10, durationMs: 10 + 100 * 200 });
+      b.release({ inputTokens: 10, outputTokens: 101, ttftMs: 10, durationMs: 10 + 100 * 40 });
+    }
+    expect(s.stats().lanes[0]).toMatchObject({ brownout: false, capacityRatio: 1 });
   });
 });
 

@@ -202,8 +202,12 @@ interface ReplicaState {
   kvInUse: number;
   healthy: boolean;
   prefill?: number;
+  /** First-token overhead (EWMA of short prompts' TTFT, ms). */
+  overheadMs?: number;
   /** Per-sequence decode rate (EWMA, tokens/s). */
   decode?: number;
+  /** Decode measurements so far (the slowdown detector waits for {@link MIN_SPEED_SAMPLES}). */
+  decodeSamples: number;
   /** Present when the settings name a TPOT target. */
   limiter?: TpotLimiter;
   /** Work still to run on each held lease: [granted at (ms), sequence-seconds]. */
@@ -241,6 +245,9 @@ interface Lane {
 }
 
 const laneKey = (pool: string, revisionId: string) => `${pool}\u0000${revisionId}`;
+
+/** Decode measurements a replica and its peers need before a slowdown counts as lost capacity. */
+const MIN_SPEED_SAMPLES = 8;
 
 /**
  * How much more loaded (occupancy, 0–1) than the least-loaded replica a request's affinity
@@ -296,6 +303,7 @@ export function createPoolScheduler(options: PoolSchedulerOptions): PoolSchedule
       kvInUse: 0,
       healthy: true,
       leases: new Set(),
+      decodeSamples: 0,
       ...(settings.tpotTargetMs !== undefined ? { limiter: new TpotLimiter({ targetMs: settings.tpotTargetMs, maxLimit: spec.slots }) } : {}),
     };
     const key = laneKey(pool, spec.revisionId);
@@ -318,13 +326,19 @@ export function createPoolScheduler(options: PoolSchedulerOptions): PoolSchedule
   // healthy, health is ignored for it, so a prober that misjudges every replica (a starved
   // host, a network blip) cannot turn a working fleet into 503s.
   const usable = (lane: Lane, r: ReplicaState) => r.healthy || !lane.replicas.some((x) => x.healthy);
-  const ratesOf = (r: ReplicaState): SequenceRates => ({ prefillTokensPerS: r.prefill ?? prior.prefillTokensPerS, decodeTokensPerS: r.decode ?? prior.decodeTokensPerS });
+  const ratesOf = (r: ReplicaState): SequenceRates => ({
+    prefillTokensPerS: r.prefill ?? prior.prefillTokensPerS,
+    decodeTokensPerS: r.decode ?? prior.decodeTokensPerS,
+    ...(r.overheadMs !== undefined ? { firstTokenOverheadS: r.overheadMs / 1000 } : {}),
+  });
   /** Sequences the replica may be given now (its slots, or the TPOT target's lower limit). */
   const slotLimit = (r: ReplicaState) => r.limiter?.limit ?? r.spec.slots;
   const replicaCapacity = (lane: Lane, r: ReplicaState) => {
     if (!usable(lane, r)) return 0;
+    // A few generations at different batch sizes differ by design: judge only on enough of them.
+    if (r.decodeSamples < MIN_SPEED_SAMPLES) return 1;
     const peers: number[] = [];
-    for (const p of lane.replicas) if (p !== r && p.decode !== undefined && usable(lane, p)) peers.push(p.decode);
+    for (const p of lane.replicas) if (p !== r && p.decode !== undefined && p.decodeSamples >= MIN_SPEED_SAMPLES && usable(lane, p)) peers.push(p.decode);
     return speedFactor(r.decode, peers, slowdownThreshold);
   };
   /** Remaining capacity in replica-equivalents. */
@@ -337,6 +351,7 @@ export function createPoolScheduler(options: PoolSchedulerOptions): PoolSchedule
     let slots = 0;
     let prefill = 0;
     let decode = 0;
+    let overhead = 0;
     for (const r of lane.replicas) {
       if (!usable(lane, r)) continue;
       const rates = ratesOf(r);
@@ -344,8 +359,9 @@ export function createPoolScheduler(options: PoolSchedulerOptions): PoolSchedule
       slots += n;
       prefill += rates.prefillTokensPerS * n;
       decode += rates.decodeTokensPerS * n;
+      overhead += (rates.firstTokenOverheadS ?? 0) * n;
     }
-    return slots === 0 ? prior : { prefillTokensPerS: prefill / slots, decodeTokensPerS: decode / slots };
+    return slots === 0 ? prior : { prefillTokensPerS: prefill / slots, decodeTokensPerS: decode / slots, firstTokenOverheadS: overhead / slots };
   };
 
   type Placement = ReplicaState | 'blocked' | 'avoided';
@@ -457,11 +473,13 @@ export function createPoolScheduler(options: PoolSchedulerOptions): PoolSchedule
   };
 
   const learn = (lane: Lane, r: ReplicaState, report: LeaseUsageReport, outputLimit: number, grantedAt: number) => {
-    const sample = throughputFromReport(report);
+    const sample = throughputFromReport(report, r.overheadMs ?? 0);
     const alpha = settings.ewmaAlpha;
+    if (sample.firstTokenOverheadMs !== undefined) r.overheadMs = ewma(r.overheadMs, sample.firstTokenOverheadMs, alpha);
     if (sample.prefillTokensPerS !== undefined) r.prefill = ewma(r.prefill, sample.prefillTokensPerS, alpha);
     if (sample.decodeTokensPerS !== undefined) {
       r.decode = ewma(r.decode, sample.decodeTokensPerS, alpha);
+      r.decodeSamples++;
       if (r.limiter) {
         const tpotMs = 1000 / sample.decodeTokensPerS;
         const p95Before = r.limiter.p95();
@@ -697,7 +715,7 @@ export function createPoolScheduler(options: PoolSchedulerOptions): PoolSchedule
             request,
             priority,
             'deadline_unmeetable',
-            `the estimated start (in ${Math.round(waitMs)} ms) plus the estimated run (${Math.round(runMs)} ms: prefill and the expected output at the measured rate) ends past the deadline (in ${Math.round(slackMs)} ms); raise deadline_ms, lower the output limit, or retry later`,
+            `the estimated start (in ${Math.round(waitMs)} ms) plus the estimated run (${Math.round(runMs)} ms: prefill and the expected output at the measured rate) ends past the deadline (in ${Math.round(slackMs)} ms); raise the deadline (deadline_ms, or the x-weir-deadline-ms header), lower the output limit, or retry later`,
             retryAfterMs,
           );
         }

@@ -1,5 +1,5 @@
 import { createPoolScheduler } from './pool-scheduler';
-import { replicaSamples, schedulerMetricsObserver, schedulerSample } from './scheduler-metrics';
+import { createSchedulerSampler, replicaSamples, schedulerMetricsObserver, schedulerSample } from './scheduler-metrics';
 
 describe('scheduler metrics adapters', () => {
   it('records rejections and queue time (s) into the sink, and samples queues, pools and replicas', async () => {
@@ -31,5 +31,18 @@ describe('scheduler metrics adapters', () => {
       { replica: 'r0', revision: 'm@1', pool: 'interactive', up: true, slotsInUse: 1, slots: 1, slotLimit: 1, kvTokensInUse: 300, kvTokens: 1_000, decodeTokensPerS: 20, prefillTokensPerS: 1_000 },
     ]);
     if (held.ok) held.lease.release();
+  });
+
+  it('reports a queue that emptied as 0, not its last depth', async () => {
+    const s = createPoolScheduler({ replicas: [{ id: 'r0', revisionId: 'm@1', slots: 1 }], rejectUnmeetable: false, clock: { now: () => 0 } });
+    const sample = createSchedulerSampler();
+    const req = { caller: { tenantId: 'demo', appId: 'a', apiKeyId: 'k' }, revisionId: 'm@1', tokens: 10, deadlineAt: 60_000, signal: new AbortController().signal };
+    const held = await s.acquire(req);
+    const queued = s.acquire(req);
+    expect(sample(s.stats()).queues).toEqual([{ pool: 'interactive', revision: 'm@1', tenant: 'demo', priority: 'interactive', requests: 1, tokens: 10 }]);
+    if (held.ok) held.lease.release();
+    const next = await queued;
+    expect(sample(s.stats()).queues).toEqual([{ pool: 'interactive', revision: 'm@1', tenant: 'demo', priority: 'interactive', requests: 0, tokens: 0 }]);
+    if (next.ok) next.lease.release();
   });
 });

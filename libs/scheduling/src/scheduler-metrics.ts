@@ -36,14 +36,38 @@ export function schedulerMetricsObserver(sink: SchedulerMetricsSink, also: Sched
   };
 }
 
-/** Queued work and pool state for `observeScheduler` (only non-empty queues). */
-export function schedulerSample(stats: SchedulerStats): {
+/** What {@link schedulerSample} returns: queued work per queue and tenant, and pool state. */
+export interface SchedulerSample {
   queues: Array<{ pool: string; revision: string; tenant: string; priority: string; requests: number; tokens: number }>;
   pools: Array<{ pool: string; revision: string; capacityRatio: number; brownout: boolean; queueBound: number }>;
-} {
+}
+
+/** Queued work and pool state for `observeScheduler` (only non-empty queues; see {@link createSchedulerSampler}). */
+export function schedulerSample(stats: SchedulerStats): SchedulerSample {
   return {
     queues: stats.lanes.flatMap((l) => l.byTenant.map((t) => ({ pool: l.pool, revision: l.revisionId, tenant: t.tenant, priority: t.priority, requests: t.requests, tokens: t.tokens }))),
     pools: stats.lanes.map((l) => ({ pool: l.pool, revision: l.revisionId, capacityRatio: l.capacityRatio, brownout: l.brownout, queueBound: l.bounds.length })),
+  };
+}
+
+/**
+ * {@link schedulerSample} that also reports 0 for every queue it reported before and that is
+ * empty now. An observable gauge keeps the last value of a series it is no longer given, so
+ * without the zeros a tenant's queue depth would read its last non-zero value forever. The
+ * series remembered are bounded by configuration (pools × revisions × tenants × 2 classes).
+ */
+export function createSchedulerSampler(): (stats: SchedulerStats) => SchedulerSample {
+  const seen = new Map<string, SchedulerSample['queues'][number]>();
+  return (stats) => {
+    const sample = schedulerSample(stats);
+    const now = new Set<string>();
+    for (const q of sample.queues) {
+      const key = `${q.pool}\u0000${q.revision}\u0000${q.tenant}\u0000${q.priority}`;
+      now.add(key);
+      seen.set(key, { ...q, requests: 0, tokens: 0 });
+    }
+    for (const [key, zero] of seen) if (!now.has(key)) sample.queues.push(zero);
+    return sample;
   };
 }
 

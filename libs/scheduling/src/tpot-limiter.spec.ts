@@ -66,10 +66,31 @@ describe('TpotLimiter', () => {
     l.noteInFlight(26);
     expect(l.observe(30, 1_000, 2_000)).toBe('increased');
     expect(l.limit).toBe(27);
-    // Between 0.85 × target and the target: hold.
+    // Between 0.85 × target and the target: hold (two windows of 8)…
     l.noteInFlight(27);
     expect(feed(l, 45, 16, 2_000, 3_000)).toEqual([]);
     expect(l.limit).toBe(27);
+    // …and after a third window held at a full replica, probe one up.
+    expect(feed(l, 45, 8, 2_000, 3_000)).toEqual(['increased']);
+    expect(l.limit).toBe(28);
+  });
+
+  it('does not ratchet down for good when the target is close to the single-sequence TPOT', () => {
+    // A replica at 50 ms per token alone, 60 ms at 4: target 55.
+    const l = new TpotLimiter({ targetMs: 55, maxLimit: 4 });
+    feed(l, 60, 8, 0, 1);
+    expect(l.limit).toBe(3);
+    // At 3 it runs at 53 ms: within the target, never below 0.85 × 55 = 46.75.
+    let t = 2;
+    const run = (ms: number) => {
+      l.noteInFlight(l.limit);
+      return feed(l, ms, 8, t, ++t);
+    };
+    expect([run(53), run(53), run(53)].flat()).toEqual(['increased']);
+    expect(l.limit).toBe(4);
+    // At 4 it is over the target again: back to 3.
+    expect(run(60)).toEqual(['decreased']);
+    expect(l.limit).toBe(3);
   });
 
   it('never rises above the declared slots', () => {

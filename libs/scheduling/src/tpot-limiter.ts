@@ -7,7 +7,10 @@
  * the batch a replica is given while its recent p95 TPOT is above the target and raises it
  * back, one sequence at a time, while the p95 is comfortably below and the replica is full —
  * additive increase, multiplicative decrease (Chiu and Jain, 1989), the loop TCP congestion
- * control and Netflix's concurrency-limits use for latency.
+ * control and Netflix's concurrency-limits use for latency. Between 0.85 × the target and the
+ * target it holds; after {@link HOLDS_BEFORE_PROBE} such windows at a full replica it probes
+ * one sequence up anyway, so a target close to the replica's single-sequence TPOT cannot
+ * ratchet the batch down for good (the probe is undone by the next decrease if it was wrong).
  *
  * Only generations *granted after the last change* are counted: earlier ones ran (partly) at
  * the old batch size and say nothing about the new one. So each step waits for `minSamples`
@@ -33,6 +36,9 @@ export interface TpotLimiterOptions {
   maxFactor?: number;
 }
 
+/** Windows of holding at a full replica before the limiter probes one sequence up. */
+export const HOLDS_BEFORE_PROBE = 3;
+
 /** What one observation changed. */
 export type TpotLimitChange = 'decreased' | 'increased' | undefined;
 
@@ -54,6 +60,8 @@ export class TpotLimiter {
   /** Whether the replica was given `limit` sequences since the last change. */
   private saturated = false;
   private samples: number[] = [];
+  /** Windows in a row that held at a full replica. */
+  private holds = 0;
   private readonly minSamples: number;
   private readonly window: number;
   private readonly increaseBelow: number;
@@ -96,6 +104,14 @@ export class TpotLimiter {
       this.change(this.limit + 1, now);
       return 'increased';
     }
+    if (p95 <= targetMs && this.saturated && this.limit < maxLimit) {
+      // Within the target at a full replica: a window of holding; after a few, probe up.
+      this.samples = [];
+      if (++this.holds >= HOLDS_BEFORE_PROBE) {
+        this.change(this.limit + 1, now);
+        return 'increased';
+      }
+    }
     return undefined;
   }
 
@@ -109,5 +125,6 @@ export class TpotLimiter {
     this.changedAt = now;
     this.saturated = false;
     this.samples = [];
+    this.holds = 0;
   }
 }
