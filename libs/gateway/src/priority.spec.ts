@@ -26,6 +26,14 @@ describe('priorityOf (the scheduling class of a request)', () => {
     expect(error).toMatchObject({ code: 'invalid_request', param: 'x-weir-priority' });
   });
 
+  it.each(['foo', 5, 'FLEX', ''])('answers invalid_request naming service_tier for %p', (tier) => {
+    expect(() => priorityOf(undefined, undefined, tier)).toThrow(expect.objectContaining({ code: 'invalid_request', param: 'service_tier' }));
+  });
+
+  it('takes every OpenAI service_tier, and null as absent', () => {
+    for (const tier of ['auto', 'default', 'scale', 'priority', null]) expect(priorityOf(undefined, undefined, tier)).toBeUndefined();
+  });
+
   it('accepts priority on /v1/generations and refuses another value, naming the field', () => {
     expect(parseBody(generationsBody, { model_alias: 'm', input: 'x', priority: 'batch' })).toMatchObject({ priority: 'batch' });
     expect(() => parseBody(generationsBody, { model_alias: 'm', input: 'x', priority: 'low' })).toThrow(expect.objectContaining({ param: 'priority' }));

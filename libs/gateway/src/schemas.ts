@@ -193,15 +193,22 @@ export function useCaseOf(header: string | undefined, fromBody?: string): string
  * The request's scheduling class: `fromBody` (the validated `priority` of `/v1/generations`)
  * when given, else the `x-weir-priority` header (`interactive` or `batch`), else `batch` for
  * OpenAI's `service_tier: "flex"` (cheaper, slower), else undefined (interactive).
- * @throws WeirError `invalid_request` (`param: x-weir-priority`) for another header value.
+ * @throws WeirError `invalid_request` (`param: x-weir-priority`) for another header value, and
+ *   (`param: service_tier`) for a `service_tier` that is not one of OpenAI's values.
  */
 export function priorityOf(header: string | undefined, fromBody?: 'interactive' | 'batch', serviceTier?: unknown): 'interactive' | 'batch' | undefined {
   const h = header?.trim().toLowerCase();
   if (h !== undefined && h !== 'interactive' && h !== 'batch') {
     throw new WeirError('invalid_request', '`x-weir-priority` must be `interactive` or `batch`.', { param: 'x-weir-priority' });
   }
+  if (serviceTier !== undefined && serviceTier !== null && !(typeof serviceTier === 'string' && OPENAI_SERVICE_TIERS.has(serviceTier))) {
+    throw new WeirError('invalid_request', `\`service_tier\` must be one of ${[...OPENAI_SERVICE_TIERS].map((t) => `"${t}"`).join(', ')} ("flex" runs as batch work), or be omitted.`, { param: 'service_tier' });
+  }
   return fromBody ?? (h as 'interactive' | 'batch' | undefined) ?? (serviceTier === 'flex' ? 'batch' : undefined);
 }
+
+/** OpenAI's `service_tier` values; only `flex` changes anything here (batch class). */
+const OPENAI_SERVICE_TIERS = new Set(['auto', 'default', 'flex', 'scale', 'priority']);
 
 /** Parses a body or throws `invalid_request` naming the first bad field. */
 export function parseBody<T extends z.ZodType>(schema: T, body: unknown): z.infer<T> {
