@@ -82,6 +82,25 @@ describe('engine-llamacpp server (real tiny model, in-process)', () => {
     expect(body.usage).toMatchObject({ prompt_tokens: 5, completion_tokens: 8, total_tokens: 13 });
   });
 
+  it('constrains the output to response_format json_schema with the grammar (what a relay sends for output_schema)', async () => {
+    const schema = { type: 'object', properties: { name: { type: 'string', maxLength: 12 } }, required: ['name'], additionalProperties: false };
+    const res = await post(`${s.url}/v1/chat/completions`, {
+      model: 'stories260k',
+      messages: [{ role: 'user', content: 'Once upon a time' }],
+      max_tokens: 40,
+      temperature: 0,
+      response_format: { type: 'json_schema', json_schema: { name: 'output', schema, strict: true } },
+    });
+    expect(res.status).toBe(200);
+    const body = (await res.json()) as OpenAiJson;
+    const parsed = JSON.parse(body.choices[0].message?.content ?? '') as { name: unknown };
+    expect(Object.keys(parsed)).toEqual(['name']);
+    expect(typeof parsed.name).toBe('string');
+    // json_object names no schema: nothing to constrain with.
+    const refused = await post(`${s.url}/v1/chat/completions`, { model: 'stories260k', messages: [{ role: 'user', content: 'hi' }], max_tokens: 4, response_format: { type: 'json_object' } });
+    expect(refused.status).toBe(400);
+  });
+
   it('streams OpenAI chunks: role, content, finish, usage (choices []), [DONE], no id: fields', async () => {
     const res = await post(`${s.url}/v1/chat/completions`, {
       model: 'stories260k',

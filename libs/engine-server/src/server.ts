@@ -76,6 +76,14 @@ const chatBodySchema = z.object({
     )
     .min(1),
   max_completion_tokens: num(z.number().int().min(1)),
+  // OpenAI's structured output: a JSON schema the output must match (json_object needs none, so
+  // there is nothing to constrain with: refused).
+  response_format: z
+    .discriminatedUnion('type', [
+      z.object({ type: z.literal('text') }),
+      z.object({ type: z.literal('json_schema'), json_schema: z.object({ name: z.string().optional(), schema: z.record(z.string(), z.unknown()), strict: z.boolean().nullish() }) }),
+    ])
+    .nullish(),
 });
 const completionBodySchema = z.object({
   ...samplingFields,
@@ -232,6 +240,10 @@ export function createEngineServer(options: EngineServerOptions): Express {
       sendError(res, new WeirError('shutting_down', 'the engine is shutting down', { retryable: true }));
       return;
     }
+    if (parsed.outputSchema && engine.kind !== 'llamacpp') {
+      sendError(res, new WeirError('invalid_request', `this replica (${engine.kind}) cannot constrain output to a JSON schema; send no response_format of type json_schema`, { param: 'response_format' }));
+      return;
+    }
     const header = req.headers['x-request-id'];
     const generationId = typeof header === 'string' && /^[\w.:-]{1,128}$/.test(header) ? header : newId('gen');
     const controller = new AbortController();
@@ -258,6 +270,7 @@ export function createEngineServer(options: EngineServerOptions): Express {
       sampling: parsed.sampling,
       signal: controller.signal,
       generationId,
+      ...(parsed.outputSchema ? { outputSchema: parsed.outputSchema } : {}),
     };
     const meta: OpenAiResponseMeta = {
       id: `${route === 'chat' ? 'chatcmpl' : 'cmpl'}-${randomBytes(12).toString('hex')}`,
@@ -311,6 +324,8 @@ interface ParsedRequest {
   includeUsage: boolean;
   /** vLLM's `stream_options.continuous_usage_stats`: cumulative usage on every chunk. */
   continuousUsage: boolean;
+  /** `response_format.json_schema.schema`, when given. */
+  outputSchema?: object;
 }
 
 function parseBody(route: Route, body: unknown): ParsedRequest {
@@ -330,8 +345,10 @@ function parseBody(route: Route, body: unknown): ParsedRequest {
     continuousUsage: data.stream === true && data.stream_options?.continuous_usage_stats === true,
   };
   if ('messages' in data) {
+    const format = data.response_format;
     return {
       ...common,
+      ...(format?.type === 'json_schema' ? { outputSchema: format.json_schema.schema } : {}),
       input: {
         kind: 'chat',
         messages: data.messages.map((m) => ({

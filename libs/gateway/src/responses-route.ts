@@ -138,11 +138,6 @@ function refuseUnconstrained(router: RouterService, caller: Caller, alias: strin
 
 /** Why a revision cannot serve schema-constrained output; undefined when it can. */
 function unconstrainedBecause(r: RevisionSpec): string | undefined {
-  if (r.capabilities === undefined && r.engine.kind === 'llamacpp' && (r.replicas?.length ?? 0) > 0) {
-    // Remote llama.cpp replicas (engine servers) do not read response_format yet: only an
-    // in-process engine applies the grammar, unless the configuration declares otherwise.
-    return 'is served by remote engine replicas, which do not apply JSON-schema grammars';
-  }
   return capabilitiesOf(r).jsonOutput ? undefined : `(engine ${r.engine.kind}) does not offer JSON-schema output`;
 }
 

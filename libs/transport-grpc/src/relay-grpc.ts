@@ -133,6 +133,7 @@ export function jobToWire(job: RelayJob, clock: Clock): MessageInitShape<typeof 
       input: inputToWire(job.engineRequest.input),
       maxOutputTokens: job.engineRequest.maxOutputTokens,
       sampling: samplingToWire(job.engineRequest.sampling),
+      ...(job.engineRequest.outputSchema !== undefined ? { outputSchemaJson: JSON.stringify(job.engineRequest.outputSchema) } : {}),
     },
     arrivedMsAgo: Math.max(0, now - job.arrivedAt),
     deadlineInMs: Math.max(0, job.deadlineAt - now),
@@ -141,6 +142,18 @@ export function jobToWire(job: RelayJob, clock: Clock): MessageInitShape<typeof 
     ...(job.useCase !== undefined ? { useCase: job.useCase } : {}),
     retryBeforeFirstToken: job.retryBeforeFirstToken === true,
   };
+}
+
+/** Decodes `output_schema_json`: a JSON object, else `invalid_request`. */
+function outputSchemaFromWire(json: string): object {
+  let value: unknown;
+  try {
+    value = JSON.parse(json);
+  } catch {
+    return malformed('job.engine_request.output_schema_json is not JSON');
+  }
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) return malformed('job.engine_request.output_schema_json is not a JSON object');
+  return value;
 }
 
 /** Decodes a job, rebasing its durations on `clock`. */
@@ -160,6 +173,7 @@ export function jobFromWire(wire: relayV1.RelayJob | undefined, clock: Clock): R
       input: inputFromWire(engineRequest.input),
       maxOutputTokens: engineRequest.maxOutputTokens,
       sampling: samplingFromWire(engineRequest.sampling),
+      ...(engineRequest.outputSchemaJson !== undefined ? { outputSchema: outputSchemaFromWire(engineRequest.outputSchemaJson) } : {}),
     },
     arrivedAt: now - job.arrivedMsAgo,
     deadlineAt: now + job.deadlineInMs,

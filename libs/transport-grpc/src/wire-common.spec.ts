@@ -84,6 +84,19 @@ describe('wire translation', () => {
     expect(roundTrip(relayJob({ tokens: 1 }))).not.toHaveProperty('useCase');
   });
 
+  it('carries an output schema as JSON, and rejects one that is not a JSON object', () => {
+    const clock = { now: () => 0 };
+    const schema = { type: 'object', properties: { name: { type: 'string' } }, required: ['name'] };
+    const job = relayJob({ tokens: 1 });
+    const withSchema = { ...job, engineRequest: { ...job.engineRequest, outputSchema: schema } };
+    const wire = create(relayV1.RelayJobSchema, jobToWire(withSchema, clock));
+    expect(jobFromWire(fromBinary(relayV1.RelayJobSchema, toBinary(relayV1.RelayJobSchema, wire)), clock).engineRequest.outputSchema).toEqual(schema);
+    expect(jobFromWire(create(relayV1.RelayJobSchema, jobToWire(job, clock)), clock).engineRequest).not.toHaveProperty('outputSchema');
+    const bad = create(relayV1.RelayJobSchema, jobToWire(job, clock));
+    if (bad.engineRequest) bad.engineRequest.outputSchemaJson = '[1, 2]';
+    expect(() => jobFromWire(bad, clock)).toThrow(expect.objectContaining({ code: 'invalid_request' }));
+  });
+
   it('carries the retry-before-first-token flag when set, and nothing when not', () => {
     const clock = { now: () => 0 };
     const roundTrip = (job: ReturnType<typeof relayJob>) =>
