@@ -257,7 +257,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
       priority?: 'interactive' | 'batch';
       /** A JSON Schema the output must match (`EngineRequest.outputSchema`). */
       outputSchema?: object;
-      /** Runs before the idempotency claim and admission, with the request's sticky key; throws to refuse the request while it holds nothing. */
+      /** Runs before the idempotency claim and admission, with the request's sticky key (the end user, else the request id); throws to refuse the request while it holds nothing. */
       beforeAdmit?: (requestId: string, useCase: string | undefined) => Promise<void>;
     },
   ): Promise<Answer> => {
@@ -269,7 +269,10 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     const useCase = useCaseOf(req.header('x-weir-use-case'), limits.useCase);
     const priority = priorityOf(req.header('x-weir-priority'), limits.priority, (req.body as { service_tier?: unknown } | undefined)?.service_tier);
     const { tenantId } = req.caller;
-    await limits.beforeAdmit?.(requestId, useCase);
+    // OpenAI's `user` (the client's end user) keeps one person on one canary arm across requests.
+    const user = (req.body as { user?: unknown } | undefined)?.user;
+    const endUser = typeof user === 'string' && user.length > 0 && user.length <= 256 ? user : undefined;
+    await limits.beforeAdmit?.(endUser ?? requestId, useCase);
     if (key !== undefined) {
       const replay = await claimOrReplay(req, res, route, key, generationId, deadlineMs, limits.keyParam ?? 'request_id', useCase);
       if (replay) return replay;
@@ -292,6 +295,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
         ...(useCase !== undefined ? { useCase } : {}),
         ...(priority !== undefined ? { priority } : {}),
         ...(limits.outputSchema !== undefined ? { outputSchema: limits.outputSchema } : {}),
+        ...(endUser !== undefined ? { endUser } : {}),
       })
       .catch(async (err: unknown) => {
         await abandon();
