@@ -209,13 +209,22 @@ describe('startWithFailover', () => {
     const s = setup({ 'a@1/0': { kind: 'down' } }, [], breakers);
     const { done } = await run(startWithFailover(request([A, B, C]), s.deps));
     expect(done).toMatchObject({ modelRevision: 'c@1', fallback: { from: 'a@1' } });
-    // a@1's failure opened its breaker too (one call is enough here), so no retry on a@1 either.
-    expect(s.scheduler.calls.map((c) => c.revisionId)).toEqual(['c@1']);
+    // a@1 has no other replica; the request left it, so a@1's breaker counts the failure.
+    expect(s.scheduler.calls.map((c) => c.revisionId)).toEqual(['a@1', 'c@1']);
     expect(breakers.snapshot(now).map((b) => [b.key, b.state])).toEqual([
       ['a@1', 'open'],
       ['b@1', 'open'],
       ['c@1', 'closed'],
     ]);
+  });
+
+  it("does not count against a revision's breaker a failure that another replica of it repaired", async () => {
+    const breakers = createBreakerRegistry({ breaker: { minimumCalls: 1, failureRateThreshold: 0.5 } });
+    const s = setup({ 'a@1/0': { kind: 'down' } }, ['a@1'], breakers);
+    const { done } = await run(startWithFailover(request([A, B]), s.deps));
+    expect(done).toMatchObject({ finishReason: 'stop', modelRevision: 'a@1' });
+    // One dead replica of two: the scheduler's business, not the revision's — its breaker stays closed.
+    expect(breakers.snapshot(now).map((b) => [b.key, b.state, b.calls])).toEqual([['a@1', 'closed', 1]]);
   });
 
   it('tries nothing more once the client has left', async () => {

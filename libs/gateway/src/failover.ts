@@ -128,12 +128,24 @@ export function startWithFailover(request: FailoverRequest, deps: FailoverDeps):
     return handle;
   };
 
-  /** The next attempt after a failure on `failed`: another replica of the same revision, else the next revision with an allowing breaker. */
-  const nextAttempt = async (failed: GrantedAttempt, index: number, avoid: string[]): Promise<{ attempt: GrantedAttempt; index: number } | undefined> => {
+  /**
+   * The next attempt after a failure on `failed`: another replica of the same revision (its
+   * breaker was already asked for this request), else the next revision with an allowing
+   * breaker. `onLeave(revision)` is called once for `failed`'s revision when the request moves
+   * past it (its breaker then records the failure).
+   */
+  const nextAttempt = async (failed: GrantedAttempt, index: number, avoid: string[], onLeave: () => void): Promise<{ attempt: GrantedAttempt; index: number } | undefined> => {
+    let left = false;
+    const leave = () => {
+      if (!left) onLeave();
+      left = true;
+    };
     for (let i = index; i < request.chain.length; i++) {
       if (stopped.signal.aborted || clock.now() >= request.job.deadlineAt) return undefined;
       const revision = request.chain[i];
-      const permit = deps.health?.tryAcquire(revision.id, clock.now()) ?? { allowed: true as const, probe: false };
+      const same = revision.id === failed.revision.id;
+      if (!same) leave();
+      const permit = same ? { allowed: true as const, probe: failed.probe } : (deps.health?.tryAcquire(revision.id, clock.now()) ?? { allowed: true as const, probe: false });
       if (!permit.allowed) continue;
       const result = await deps.scheduler
         .acquire({
@@ -150,8 +162,8 @@ export function startWithFailover(request: FailoverRequest, deps: FailoverDeps):
         })
         .catch(() => undefined);
       if (result?.ok) return { attempt: { revision, lease: result.lease, grantedAt: clock.now(), probe: permit.probe }, index: i };
-      // The probe slot taken by tryAcquire was not used.
-      if (permit.probe) deps.health?.record(revision.id, 'ignored', undefined, clock.now(), true);
+      // The probe slot taken by tryAcquire was not used (for the failed revision, `onLeave` records it).
+      if (permit.probe && !same) deps.health?.record(revision.id, 'ignored', undefined, clock.now(), true);
     }
     return undefined;
   };
@@ -188,23 +200,29 @@ export function startWithFailover(request: FailoverRequest, deps: FailoverDeps):
       }
       outcome ??= await handle.done;
       deps.onAttemptEnd(attempt, outcome);
-      const failedTransiently = outcome.finishReason === 'error' && (outcome.unrecorded === true || (outcome.usage.outputTokens === 0 && outcome.error?.retryable === true));
-      deps.health?.record(
-        attempt.revision.id,
-        outcome.finishReason === 'cancelled' ? 'ignored' : outcome.finishReason === 'error' && (failedTransiently || firstTokenAt !== undefined) ? 'failure' : 'success',
-        firstTokenAt === undefined ? undefined : firstTokenAt - attempt.grantedAt,
-        clock.now(),
-        attempt.probe,
-      );
-      if (!outcome.unrecorded) return finish(fallback ? { ...outcome, fallback: { ...fallback, attempts } } : outcome);
+      // The breaker judges a revision per request, not per replica: a failure a retry on another
+      // replica of the same revision repairs is the scheduler's business (it ejects the replica),
+      // not the revision's — one dead replica of three must not open the revision's breaker.
+      const judged = attempt;
+      const recordRevision = (result: 'success' | 'failure' | 'ignored') =>
+        deps.health?.record(judged.revision.id, result, firstTokenAt === undefined ? undefined : firstTokenAt - judged.grantedAt, clock.now(), judged.probe);
+      if (!outcome.unrecorded) {
+        recordRevision(revisionVerdict(outcome));
+        return finish(fallback ? { ...outcome, fallback: { ...fallback, attempts } } : outcome);
+      }
 
       // Failed before any token, nothing recorded: try elsewhere, after a jittered pause.
       fallback ??= { reason: outcome.error?.code ?? 'upstream_error', from: attempt.revision.id, attempts };
       avoid.push(attempt.lease.replicaId);
       const pauseMs = Math.min(retryDelayMs(attempts, backoff), Math.max(0, request.job.deadlineAt - clock.now()));
       await sleep(pauseMs, stopped.signal);
-      const next = await nextAttempt(attempt, index, avoid);
+      let revisionRecorded = false;
+      const next = await nextAttempt(attempt, index, avoid, () => {
+        revisionRecorded = true;
+        recordRevision('failure');
+      });
       if (!next) {
+        if (!revisionRecorded) recordRevision(stopped.signal.aborted ? 'ignored' : 'failure');
         // Nobody could take it: this failure is the answer, recorded once here.
         const { unrecorded: _unrecorded, ...failed } = outcome;
         const final: GenerationOutcome = { ...failed, fallback: { ...fallback, attempts } };
@@ -228,6 +246,16 @@ export function startWithFailover(request: FailoverRequest, deps: FailoverDeps):
       live?.stop(cause);
     },
   };
+}
+
+/** Upstream faults count against a revision; a client's cancel, a deadline or a refused request say nothing about its health. */
+const REVISION_FAULTS = new Set(['upstream_error', 'upstream_unavailable', 'upstream_timeout', 'engine_unavailable']);
+
+/** How a request that ended on a revision counts for its breaker. */
+function revisionVerdict(outcome: GenerationOutcome): 'success' | 'failure' | 'ignored' {
+  if (outcome.finishReason === 'error') return outcome.error && REVISION_FAULTS.has(outcome.error.code) ? 'failure' : 'ignored';
+  if (outcome.finishReason === 'cancelled' || outcome.finishReason === 'deadline') return 'ignored';
+  return 'success';
 }
 
 function sleep(ms: number, signal: AbortSignal): Promise<void> {
