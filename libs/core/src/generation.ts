@@ -6,9 +6,10 @@
 /**
  * Why a generation ended (ARCHITECTURE.md §8). `stop`: natural end or stop sequence;
  * `length`: the output limit; `cancelled`: the client went away or cancelled; `deadline`:
- * cut at `deadline_ms`; `error`: an upstream or internal fault; `content_filter`: moderation.
+ * cut at `deadline_ms`; `error`: an upstream or internal fault; `content_filter`: moderation;
+ * `tool_calls`: the model called one or more tools and waits for their results.
  */
-export type FinishReason = 'stop' | 'length' | 'cancelled' | 'deadline' | 'error' | 'content_filter';
+export type FinishReason = 'stop' | 'length' | 'cancelled' | 'deadline' | 'error' | 'content_filter' | 'tool_calls';
 
 /** Chat roles accepted on the OpenAI-compatible surface. */
 export type ChatRole = 'system' | 'developer' | 'user' | 'assistant' | 'tool';
@@ -18,6 +19,47 @@ export interface ChatMessage {
   role: ChatRole;
   content: string;
   name?: string;
+  /** Assistant messages: the tool calls the model made (OpenAI's `tool_calls`). */
+  toolCalls?: ToolCall[];
+  /** `tool` messages: the id of the call this message answers (OpenAI's `tool_call_id`). */
+  toolCallId?: string;
+}
+
+/** A complete tool call in a chat history (OpenAI's `{id, type: "function", function: {name, arguments}}`). */
+export interface ToolCall {
+  id: string;
+  name: string;
+  /** The arguments as the model wrote them: JSON text, not parsed. */
+  arguments: string;
+}
+
+/**
+ * A function tool the model may call: OpenAI's `{type: "function", function: {name,
+ * description?, parameters?, strict?}}`, validated by the gateway and passed to upstreams
+ * as given.
+ */
+export interface ToolDefinition {
+  type: 'function';
+  function: { name: string; description?: string; parameters?: Record<string, unknown>; strict?: boolean | null };
+}
+
+/**
+ * Whether and which tool the model must call: OpenAI's `tool_choice` (`none`, `auto`,
+ * `required`, or one named function).
+ */
+export type ToolChoice = 'none' | 'auto' | 'required' | { type: 'function'; function: { name: string } };
+
+/**
+ * A fragment of a streamed tool call (OpenAI's `delta.tool_calls[i]`): the first fragment of
+ * call `index` carries its `id` and `name`, later ones carry pieces of its arguments (JSON
+ * text, to be concatenated in order).
+ */
+export interface ToolCallDelta {
+  /** Which call of this response (0-based, in order of first appearance). */
+  index: number;
+  id?: string;
+  name?: string;
+  argumentsDelta?: string;
 }
 
 /** A generation's input: raw text (completion) or chat messages. */
@@ -64,6 +106,16 @@ export interface EngineRequest {
    * constrain are refused such requests at admission. Default: free text.
    */
   outputSchema?: object;
+  /**
+   * Function tools the model may call (OpenAI's `tools`, validated by the gateway, at most
+   * 128). Only engines of revisions declaring `capabilities.tools` take them; the others
+   * refuse a request carrying them with `invalid_request`. Default: none.
+   */
+  tools?: ToolDefinition[];
+  /** OpenAI's `tool_choice`; only with `tools`. Default: the upstream's (`auto`). */
+  toolChoice?: ToolChoice;
+  /** OpenAI's `parallel_tool_calls`; only with `tools`. Default: the upstream's. */
+  parallelToolCalls?: boolean;
 }
 
 /**
@@ -77,11 +129,13 @@ export type EngineEvent =
       text: string;
       /** Output tokens this delta stands for (exact for llama.cpp; 1 per chunk upstream). */
       tokens: number;
+      /** Tool-call fragments of this delta, in the upstream's order; absent when none. */
+      toolCalls?: ToolCallDelta[];
     }
   | {
       type: 'end';
       /** `aborted` when the request's signal fired; the relay decides cancelled vs deadline. */
-      reason: 'stop' | 'length' | 'aborted' | 'content_filter';
+      reason: 'stop' | 'length' | 'aborted' | 'content_filter' | 'tool_calls';
       /** Final counts: the engine's own, or the upstream's usage chunk when it sent one. */
       usage: TokenUsage;
       /** True when `usage` came from the engine/upstream itself rather than Weir's count. */

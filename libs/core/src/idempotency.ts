@@ -5,6 +5,7 @@
  */
 import type { GenerationOutcome } from './services';
 import type { ApiRoute } from './ports';
+import type { ToolCallDelta } from './generation';
 
 /**
  * What a finished generation leaves for replays: enough to rebuild the original response or
@@ -21,6 +22,8 @@ export interface RetainedResult {
   createdS: number;
   /** The text deltas in order, as the original stream sent them. */
   deltas: string[];
+  /** The tool-call fragments of delta `i` at index `i` (null for a delta without); absent when there were none. */
+  deltaToolCalls?: (ToolCallDelta[] | null)[];
   outcome: GenerationOutcome;
 }
 

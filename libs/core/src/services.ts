@@ -4,7 +4,7 @@
  * clients with the same interfaces.
  */
 import type { AliasSpec, RevisionSpec } from './platform-config';
-import type { EngineRequest, FinishReason, GenerationTimings, TokenUsage } from './generation';
+import type { EngineRequest, FinishReason, GenerationTimings, TokenUsage, ToolCallDelta } from './generation';
 import type { ApiRoute } from './ports';
 
 /** Who is asking: from the API key only. */
@@ -242,7 +242,7 @@ export interface RelayJob {
 
 /** Events the relay streams back; exactly one `end`, always last. */
 export type RelayEvent =
-  | { type: 'delta'; text: string; tokens: number }
+  | { type: 'delta'; text: string; tokens: number; toolCalls?: ToolCallDelta[] }
   | { type: 'end'; outcome: GenerationOutcome };
 
 /** How a generation ended, with what it measured and what it cost. */

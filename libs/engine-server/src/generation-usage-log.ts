@@ -5,7 +5,7 @@
  */
 
 /** How one generation ended on this replica (the engine's reasons, plus `error`). */
-export type GenerationEndReason = 'stop' | 'length' | 'content_filter' | 'aborted' | 'error';
+export type GenerationEndReason = 'stop' | 'length' | 'content_filter' | 'tool_calls' | 'aborted' | 'error';
 
 /** One generation's counts, as `GET /v1/generations/{id}/usage` serves them. */
 export interface GenerationUsage {

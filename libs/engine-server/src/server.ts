@@ -378,7 +378,8 @@ async function* countedEvents(events: AsyncIterable<EngineEvent>, generationId: 
 
 function toFinishReason(reason: Extract<EngineEvent, { type: 'end' }>['reason']): OpenAiFinishReason {
   // `aborted` only happens when the client left; nobody reads it.
-  return reason === 'length' ? 'length' : reason === 'content_filter' ? 'content_filter' : 'stop';
+  if (reason === 'length' || reason === 'content_filter' || reason === 'tool_calls') return reason;
+  return 'stop';
 }
 
 async function write(res: Response, text: string): Promise<void> {

@@ -41,6 +41,7 @@ export function statusOf(reason: FinishReason): string {
   switch (reason) {
     case 'stop':
     case 'length':
+    case 'tool_calls':
       return 'completed';
     case 'error':
       return 'failed';

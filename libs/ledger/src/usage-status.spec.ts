@@ -8,6 +8,7 @@ describe('usageStatusFor', () => {
     ['deadline', 'deadline'],
     ['error', 'failed'],
     ['content_filter', 'filtered'],
+    ['tool_calls', 'completed'],
   ] as const)('%s → %s', (reason, status) => {
     expect(usageStatusFor(reason)).toBe(status);
   });

@@ -7,10 +7,11 @@ const STATUS: Record<FinishReason, UsageStatus> = {
   deadline: 'deadline',
   error: 'failed',
   content_filter: 'filtered',
+  tool_calls: 'completed',
 };
 
 /**
- * The ledger status recorded for a terminal `finish_reason`: `stop`/`length` → `completed`,
+ * The ledger status recorded for a terminal `finish_reason`: `stop`/`length`/`tool_calls` → `completed`,
  * `cancelled` → `cancelled`, `deadline` → `deadline`, `error` → `failed`,
  * `content_filter` → `filtered`.
  */

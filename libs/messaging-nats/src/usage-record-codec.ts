@@ -16,6 +16,7 @@ const FINISH_REASONS: ReadonlySet<FinishReason> = new Set<FinishReason>([
   'deadline',
   'error',
   'content_filter',
+  'tool_calls',
 ]);
 
 const encoder = new TextEncoder();

@@ -7,6 +7,7 @@ describe('OpenAI wire shapes', () => {
     ['deadline', 'length'],
     ['cancelled', 'stop'],
     ['content_filter', 'content_filter'],
+    ['tool_calls', 'tool_calls'],
   ] as const)('maps %s to %s (no invented values)', (weir, openai) => {
     expect(toOpenAiFinishReason(weir)).toBe(openai);
   });

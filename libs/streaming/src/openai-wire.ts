@@ -6,7 +6,7 @@
 import type { FinishReason, TokenUsage } from '@weir/core';
 
 /** OpenAI's finish reasons (do not invent others: clients map unknown values to `other`). */
-export type OpenAiFinishReason = 'stop' | 'length' | 'content_filter';
+export type OpenAiFinishReason = 'stop' | 'length' | 'content_filter' | 'tool_calls';
 
 /** OpenAI's usage object. `cached_tokens` is part of `prompt_tokens`, not extra. */
 export interface OpenAiUsage {
@@ -54,6 +54,8 @@ export function toOpenAiFinishReason(reason: FinishReason): OpenAiFinishReason {
       return 'length';
     case 'content_filter':
       return 'content_filter';
+    case 'tool_calls':
+      return 'tool_calls';
     case 'cancelled':
     case 'error':
       return 'stop';

@@ -84,6 +84,37 @@ describe('createRelay', () => {
     expect(records[0]).toMatchObject({ generationId: 'gen_1', status: 'completed', finishReason: 'stop', outputTokens: 5, costNanoUsd: 13_000 });
   });
 
+  it('passes tool-call deltas on in order (text, tool calls, or both), drops empty ones, and ends with tool_calls', async () => {
+    const script: EngineEvent[] = [
+      { type: 'delta', text: 'Let me check. ', tokens: 1 },
+      { type: 'delta', text: '', tokens: 1, toolCalls: [{ index: 0, id: 'call_a', name: 'get_weather', argumentsDelta: '' }] },
+      { type: 'delta', text: '', tokens: 0, toolCalls: [] },
+      { type: 'delta', text: '', tokens: 1, toolCalls: [{ index: 0, argumentsDelta: '{"city":' }] },
+      { type: 'delta', text: 'x', tokens: 1, toolCalls: [{ index: 0, argumentsDelta: '"Paris"}' }, { index: 1, id: 'call_b', name: 'now' }] },
+      { type: 'end', reason: 'tool_calls', usage: { inputTokens: 3, outputTokens: 4 }, usageReported: true },
+    ];
+    const engine: EngineAdapter = {
+      kind: 'fake',
+      capacity: { slots: 1, contextTokens: 512 },
+      countInputTokens: async () => 3,
+      async *generate() {
+        yield* script;
+      },
+      close: async () => {},
+    };
+    const { relay, records } = setup(engine);
+    const handle = relay.start(job());
+    const events = await collect(handle.events);
+    expect(events.slice(0, -1)).toEqual([
+      { type: 'delta', text: 'Let me check. ', tokens: 1 },
+      { type: 'delta', text: '', tokens: 1, toolCalls: [{ index: 0, id: 'call_a', name: 'get_weather', argumentsDelta: '' }] },
+      { type: 'delta', text: '', tokens: 1, toolCalls: [{ index: 0, argumentsDelta: '{"city":' }] },
+      { type: 'delta', text: 'x', tokens: 1, toolCalls: [{ index: 0, argumentsDelta: '"Paris"}' }, { index: 1, id: 'call_b', name: 'now' }] },
+    ]);
+    expect(await handle.done).toMatchObject({ finishReason: 'tool_calls', usage: { outputTokens: 4 } });
+    expect(records[0]).toMatchObject({ status: 'completed', finishReason: 'tool_calls' });
+  });
+
   it('carries the use case into the usage record, and leaves it out when none was named', async () => {
     const { relay, records } = setup(fakeEngine({ tokens: 2 }));
     await relay.start(job({ generationId: 'gen_uc', useCase: 'support.summaries' })).done;

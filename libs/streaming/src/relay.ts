@@ -133,7 +133,9 @@ export function createRelay(deps: RelayDeps): Relay {
             if (ev.type === 'delta') {
               producedTokens += ev.tokens;
               if (ttftMs === null && ev.tokens > 0) ttftMs = deps.clock.now() - job.arrivedAt;
-              if (ev.text.length > 0) queue.push({ type: 'delta', text: ev.text, tokens: ev.tokens });
+              // A delta may carry text, tool-call fragments, or both; one with neither is dropped.
+              const toolCalls = ev.toolCalls !== undefined && ev.toolCalls.length > 0 ? ev.toolCalls : undefined;
+              if (ev.text.length > 0 || toolCalls) queue.push({ type: 'delta', text: ev.text, tokens: ev.tokens, ...(toolCalls ? { toolCalls } : {}) });
             } else {
               end = ev;
             }

@@ -11,6 +11,14 @@ export interface EngineScript {
   delayMs?: number;
   /** Throw `WeirError('upstream_error')` after this many tokens. */
   failAfter?: number;
+  /**
+   * Tool calls to make after the text tokens: per call, one delta with its id and name, then
+   * its arguments in fragments of `argumentsChunk` characters (default 8), one token each;
+   * the generation then ends with `tool_calls`.
+   */
+  toolCalls?: Array<{ id: string; name: string; arguments: string }>;
+  /** Characters per arguments fragment of `toolCalls`. Default 8. */
+  argumentsChunk?: number;
 }
 
 /** Input tokens the scripted engine reports for every request. */
@@ -83,7 +91,19 @@ export function createScriptedEngine(): ScriptedEngine {
         produced++;
         yield { type: 'delta', text: `t${n - 1} `, tokens: 1 };
       }
-      const reason = signal.aborted ? 'aborted' : script.tokens > request.maxOutputTokens ? 'length' : 'stop';
+      const calls = n >= limit && !signal.aborted ? (script.toolCalls ?? []) : [];
+      const step = Math.max(1, script.argumentsChunk ?? 8);
+      for (const [index, call] of calls.entries()) {
+        n++;
+        produced++;
+        yield { type: 'delta', text: '', tokens: 1, toolCalls: [{ index, id: call.id, name: call.name, argumentsDelta: '' }] };
+        for (let at = 0; at < call.arguments.length; at += step) {
+          n++;
+          produced++;
+          yield { type: 'delta', text: '', tokens: 1, toolCalls: [{ index, argumentsDelta: call.arguments.slice(at, at + step) }] };
+        }
+      }
+      const reason = signal.aborted ? 'aborted' : script.tokens > request.maxOutputTokens ? 'length' : calls.length > 0 ? 'tool_calls' : 'stop';
       yield { type: 'end', reason, usage: { inputTokens: SCRIPTED_INPUT_TOKENS, outputTokens: n }, usageReported: true };
     },
     async close() {},

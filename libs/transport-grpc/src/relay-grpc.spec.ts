@@ -67,6 +67,22 @@ describe('relay over gRPC', () => {
     expect(engine.produced()).toBeLessThan(400);
   });
 
+  it('passes tool-call deltas through in order and ends with tool_calls', async () => {
+    const { relay } = relayOver();
+    const server = await serve([createRelayGrpcServer(relay)]);
+    const client = track(createRelayGrpcClient({ address: server.address }));
+    const handle = client.start(relayJob({ tokens: 1, toolCalls: [{ id: 'call_1', name: 'get_weather', arguments: '{"city":"Paris"}' }], argumentsChunk: 6 }));
+    const events = await collectRelayEvents(handle);
+    expect(events.slice(0, -1)).toEqual([
+      { type: 'delta', text: 't0 ', tokens: 1 },
+      { type: 'delta', text: '', tokens: 1, toolCalls: [{ index: 0, id: 'call_1', name: 'get_weather', argumentsDelta: '' }] },
+      { type: 'delta', text: '', tokens: 1, toolCalls: [{ index: 0, argumentsDelta: '{"city' }] },
+      { type: 'delta', text: '', tokens: 1, toolCalls: [{ index: 0, argumentsDelta: '":"Par' }] },
+      { type: 'delta', text: '', tokens: 1, toolCalls: [{ index: 0, argumentsDelta: 'is"}' }] },
+    ]);
+    expect(await handle.done).toMatchObject({ finishReason: 'tool_calls', usage: { outputTokens: 5 } });
+  });
+
   it('is not relay-lost for a normal end', async () => {
     const server = await serve([createRelayGrpcServer(relayOver().relay)]);
     const client = track(createRelayGrpcClient({ address: server.address }));

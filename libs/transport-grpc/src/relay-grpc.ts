@@ -17,6 +17,9 @@ import {
   type SamplingParams,
   type StopCause,
   type TokenUsage,
+  type ToolCallDelta,
+  type ToolChoice,
+  type ToolDefinition,
   WeirError,
   createAsyncQueue,
   systemClock,
@@ -85,7 +88,13 @@ function inputToWire(input: GenerationInput): relayV1.EngineRequest['input'] {
     : {
         case: 'chat',
         value: create(relayV1.ChatInputSchema, {
-          messages: input.messages.map((m) => ({ role: ROLES[m.role], content: m.content, name: m.name })),
+          messages: input.messages.map((m) => ({
+            role: ROLES[m.role],
+            content: m.content,
+            name: m.name,
+            toolCalls: m.toolCalls ?? [],
+            toolCallId: m.toolCallId,
+          })),
         }),
       };
 }
@@ -97,7 +106,15 @@ function inputFromWire(input: relayV1.EngineRequest['input']): GenerationInput {
     case 'chat':
       return {
         kind: 'chat',
-        messages: input.value.messages.map((m) => defined({ role: enumFromWire(ROLES, m.role, 'message.role'), content: m.content, name: m.name })),
+        messages: input.value.messages.map((m) =>
+          defined({
+            role: enumFromWire(ROLES, m.role, 'message.role'),
+            content: m.content,
+            name: m.name,
+            toolCalls: m.toolCalls.length > 0 ? m.toolCalls.map((c) => ({ id: c.id, name: c.name, arguments: c.arguments })) : undefined,
+            toolCallId: m.toolCallId,
+          }),
+        ),
       };
     case undefined:
       return malformed('engine_request.input is missing');
@@ -134,6 +151,9 @@ export function jobToWire(job: RelayJob, clock: Clock): MessageInitShape<typeof 
       maxOutputTokens: job.engineRequest.maxOutputTokens,
       sampling: samplingToWire(job.engineRequest.sampling),
       ...(job.engineRequest.outputSchema !== undefined ? { outputSchemaJson: JSON.stringify(job.engineRequest.outputSchema) } : {}),
+      ...(job.engineRequest.tools !== undefined ? { toolsJson: JSON.stringify(job.engineRequest.tools) } : {}),
+      ...(job.engineRequest.toolChoice !== undefined ? { toolChoiceJson: JSON.stringify(job.engineRequest.toolChoice) } : {}),
+      ...(job.engineRequest.parallelToolCalls !== undefined ? { parallelToolCalls: job.engineRequest.parallelToolCalls } : {}),
     },
     arrivedMsAgo: Math.max(0, now - job.arrivedAt),
     deadlineInMs: Math.max(0, job.deadlineAt - now),
@@ -156,6 +176,34 @@ function outputSchemaFromWire(json: string): object {
   return value;
 }
 
+/** Decodes `tools_json`: a JSON array of function tools (validated by the gateway), else `invalid_request`. */
+function toolsFromWire(json: string): ToolDefinition[] {
+  const value = parseJson(json, 'tools_json');
+  if (!Array.isArray(value) || !value.every((t) => t !== null && typeof t === 'object' && (t as { type?: unknown }).type === 'function')) {
+    return malformed('job.engine_request.tools_json is not an array of function tools');
+  }
+  return value as ToolDefinition[];
+}
+
+/** Decodes `tool_choice_json`: `none`/`auto`/`required` or `{type: "function", function: {name}}`, else `invalid_request`. */
+function toolChoiceFromWire(json: string): ToolChoice {
+  const value = parseJson(json, 'tool_choice_json');
+  if (value === 'none' || value === 'auto' || value === 'required') return value;
+  const name = (value as { function?: { name?: unknown } } | null)?.function?.name;
+  if (value !== null && typeof value === 'object' && (value as { type?: unknown }).type === 'function' && typeof name === 'string') {
+    return { type: 'function', function: { name } };
+  }
+  return malformed('job.engine_request.tool_choice_json is not a tool choice');
+}
+
+function parseJson(json: string, field: string): unknown {
+  try {
+    return JSON.parse(json) as unknown;
+  } catch {
+    return malformed(`job.engine_request.${field} is not JSON`);
+  }
+}
+
 /** Decodes a job, rebasing its durations on `clock`. */
 export function jobFromWire(wire: relayV1.RelayJob | undefined, clock: Clock): RelayJob {
   const job = required(wire, 'job');
@@ -174,6 +222,9 @@ export function jobFromWire(wire: relayV1.RelayJob | undefined, clock: Clock): R
       maxOutputTokens: engineRequest.maxOutputTokens,
       sampling: samplingFromWire(engineRequest.sampling),
       ...(engineRequest.outputSchemaJson !== undefined ? { outputSchema: outputSchemaFromWire(engineRequest.outputSchemaJson) } : {}),
+      ...(engineRequest.toolsJson !== undefined ? { tools: toolsFromWire(engineRequest.toolsJson) } : {}),
+      ...(engineRequest.toolChoiceJson !== undefined ? { toolChoice: toolChoiceFromWire(engineRequest.toolChoiceJson) } : {}),
+      ...(engineRequest.parallelToolCalls !== undefined ? { parallelToolCalls: engineRequest.parallelToolCalls } : {}),
     },
     arrivedAt: now - job.arrivedMsAgo,
     deadlineAt: now + job.deadlineInMs,
@@ -184,9 +235,17 @@ export function jobFromWire(wire: relayV1.RelayJob | undefined, clock: Clock): R
   };
 }
 
-function eventToWire(event: RelayEvent): relayV1.GenerateResponse {
+/** A relay delta from the wire; tool-call fragments keep their order. */
+export function deltaFromWire(d: relayV1.Delta): Extract<RelayEvent, { type: 'delta' }> {
+  if (d.toolCalls.length === 0) return { type: 'delta', text: d.text, tokens: d.tokens };
+  const toolCalls: ToolCallDelta[] = d.toolCalls.map((c) => defined({ index: c.index, id: c.id, name: c.name, argumentsDelta: c.argumentsDelta }));
+  return { type: 'delta', text: d.text, tokens: d.tokens, toolCalls };
+}
+
+/** Encodes a relay event for the Generate stream. */
+export function eventToWire(event: RelayEvent): relayV1.GenerateResponse {
   return event.type === 'delta'
-    ? create(relayV1.GenerateResponseSchema, { event: { case: 'delta', value: { text: event.text, tokens: event.tokens } } })
+    ? create(relayV1.GenerateResponseSchema, { event: { case: 'delta', value: { text: event.text, tokens: event.tokens, toolCalls: event.toolCalls ?? [] } } })
     : create(relayV1.GenerateResponseSchema, { event: { case: 'end', value: { outcome: outcomeToWire(event.outcome) } } });
 }
 
@@ -390,7 +449,7 @@ export function createRelayGrpcClient(options: RelayGrpcClientOptions): RelayGrp
           case 'delta':
             outputTokens += event.value.tokens;
             if (ttftMs === null && event.value.tokens > 0) ttftMs = clock.now() - job.arrivedAt;
-            queue.push({ type: 'delta', text: event.value.text, tokens: event.value.tokens });
+            queue.push(deltaFromWire(event.value));
             break;
           case 'end':
             try {

@@ -3,7 +3,7 @@ import type { GenerationOutcome } from '@weir/core';
 import { commonV1, relayV1 } from '@weir/proto';
 import { contractPlatformConfig, relayJob } from '@weir/testing';
 import { makeGrpcServiceDefinition } from './index';
-import { jobFromWire, jobToWire } from './relay-grpc';
+import { deltaFromWire, eventToWire, jobFromWire, jobToWire } from './relay-grpc';
 import { outcomeFromWire, outcomeToWire, revisionFromWire, revisionToWire } from './wire-common';
 
 /** Encodes with `toWire`, through the binary format, and back. */
@@ -95,6 +95,57 @@ describe('wire translation', () => {
     const bad = create(relayV1.RelayJobSchema, jobToWire(job, clock));
     if (bad.engineRequest) bad.engineRequest.outputSchemaJson = '[1, 2]';
     expect(() => jobFromWire(bad, clock)).toThrow(expect.objectContaining({ code: 'invalid_request' }));
+  });
+
+  it('carries tools, tool_choice, parallel_tool_calls and tool-call chat messages, and rejects malformed tools', () => {
+    const clock = { now: () => 0 };
+    const job = relayJob({ tokens: 1 });
+    const tools = [{ type: 'function' as const, function: { name: 'get_weather', description: 'Weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } } }];
+    const messages = [
+      { role: 'user' as const, content: 'weather in Paris?' },
+      { role: 'assistant' as const, content: '', toolCalls: [{ id: 'call_1', name: 'get_weather', arguments: '{"city":"Paris"}' }] },
+      { role: 'tool' as const, content: '{"temp":21}', toolCallId: 'call_1' },
+    ];
+    const withTools = { ...job, engineRequest: { ...job.engineRequest, input: { kind: 'chat' as const, messages }, tools, toolChoice: { type: 'function' as const, function: { name: 'get_weather' } }, parallelToolCalls: false } };
+    const back = jobFromWire(fromBinary(relayV1.RelayJobSchema, toBinary(relayV1.RelayJobSchema, create(relayV1.RelayJobSchema, jobToWire(withTools, clock)))), clock);
+    expect(back.engineRequest).toMatchObject({ input: { kind: 'chat', messages }, tools, toolChoice: { type: 'function', function: { name: 'get_weather' } }, parallelToolCalls: false });
+    expect(back.engineRequest.input).toEqual({ kind: 'chat', messages });
+    const plain = jobFromWire(create(relayV1.RelayJobSchema, jobToWire(job, clock)), clock).engineRequest;
+    expect(plain).not.toHaveProperty('tools');
+    expect(plain).not.toHaveProperty('toolChoice');
+    expect(plain).not.toHaveProperty('parallelToolCalls');
+    for (const [field, value] of [['toolsJson', '{"type":"function"}'], ['toolsJson', 'not json'], ['toolChoiceJson', '"sometimes"']] as const) {
+      const bad = create(relayV1.RelayJobSchema, jobToWire(job, clock));
+      if (bad.engineRequest) bad.engineRequest[field] = value;
+      expect(() => jobFromWire(bad, clock)).toThrow(expect.objectContaining({ code: 'invalid_request' }));
+    }
+  });
+
+  it('round-trips tool-call deltas in order, and a text-only delta without them', () => {
+    const roundTrip = (ev: Parameters<typeof eventToWire>[0]) => {
+      const m = fromBinary(relayV1.GenerateResponseSchema, toBinary(relayV1.GenerateResponseSchema, eventToWire(ev)));
+      if (m.event.case !== 'delta') throw new Error('not a delta');
+      return deltaFromWire(m.event.value);
+    };
+    const delta = {
+      type: 'delta' as const,
+      text: 'ok',
+      tokens: 2,
+      toolCalls: [{ index: 0, argumentsDelta: '"}' }, { index: 1, id: 'call_2', name: 'now', argumentsDelta: '' }, { index: 1, argumentsDelta: '{}' }],
+    };
+    expect(roundTrip(delta)).toEqual(delta);
+    expect(roundTrip({ type: 'delta', text: 'plain', tokens: 1 })).toEqual({ type: 'delta', text: 'plain', tokens: 1 });
+  });
+
+  it('round-trips the tool_calls finish reason', () => {
+    const outcome: GenerationOutcome = {
+      finishReason: 'tool_calls',
+      usage: { inputTokens: 5, outputTokens: 9, cachedInputTokens: 0 },
+      costNanoUsd: 100,
+      timings: { queueMs: 1, ttftMs: 2, totalMs: 3 },
+      modelRevision: 'tiny@1',
+    };
+    expect(viaWire(commonV1.GenerationOutcomeSchema, outcomeToWire, outcomeFromWire, outcome).finishReason).toBe('tool_calls');
   });
 
   it('carries the retry-before-first-token flag when set, and nothing when not', () => {

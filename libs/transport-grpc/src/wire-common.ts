@@ -236,6 +236,7 @@ const FINISH_REASONS: Record<FinishReason, commonV1.FinishReason> = {
   deadline: commonV1.FinishReason.DEADLINE,
   error: commonV1.FinishReason.ERROR,
   content_filter: commonV1.FinishReason.CONTENT_FILTER,
+  tool_calls: commonV1.FinishReason.TOOL_CALLS,
 };
 
 /** Decodes a wire enum through the inverse of an exhaustive core → wire table. */

@@ -15,7 +15,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file weir/relay/v1/relay.proto.
  */
 export const file_weir_relay_v1_relay: GenFile = /*@__PURE__*/
-  fileDesc("Chl3ZWlyL3JlbGF5L3YxL3JlbGF5LnByb3RvEg13ZWlyLnJlbGF5LnYxImEKC0NoYXRNZXNzYWdlEiUKBHJvbGUYASABKA4yFy53ZWlyLnJlbGF5LnYxLkNoYXRSb2xlEg8KB2NvbnRlbnQYAiABKAkSEQoEbmFtZRgDIAEoCUgAiAEBQgcKBV9uYW1lIjkKCUNoYXRJbnB1dBIsCghtZXNzYWdlcxgBIAMoCzIaLndlaXIucmVsYXkudjEuQ2hhdE1lc3NhZ2UifAoIU2FtcGxpbmcSGAoLdGVtcGVyYXR1cmUYASABKAFIAIgBARISCgV0b3BfcBgCIAEoAUgBiAEBEhEKBHNlZWQYAyABKANIAogBARIMCgRzdG9wGAQgAygJQg4KDF90ZW1wZXJhdHVyZUIICgZfdG9wX3BCBwoFX3NlZWQi0AEKDUVuZ2luZVJlcXVlc3QSDgoEdGV4dBgBIAEoCUgAEigKBGNoYXQYAiABKAsyGC53ZWlyLnJlbGF5LnYxLkNoYXRJbnB1dEgAEhkKEW1heF9vdXRwdXRfdG9rZW5zGAMgASgNEikKCHNhbXBsaW5nGAQgASgLMhcud2Vpci5yZWxheS52MS5TYW1wbGluZxIfChJvdXRwdXRfc2NoZW1hX2pzb24YBSABKAlIAYgBAUIHCgVpbnB1dEIVChNfb3V0cHV0X3NjaGVtYV9qc29uIq4DCghSZWxheUpvYhIVCg1nZW5lcmF0aW9uX2lkGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkSJgoFcm91dGUYAyABKA4yFy53ZWlyLnJlbGF5LnYxLkFwaVJvdXRlEiYKBmNhbGxlchgEIAEoCzIWLndlaXIuY29tbW9uLnYxLkNhbGxlchITCgttb2RlbF9hbGlhcxgFIAEoCRIqCghyZXZpc2lvbhgGIAEoCzIYLndlaXIuY29tbW9uLnYxLlJldmlzaW9uEhIKCnJlcGxpY2FfaWQYByABKAkSNAoOZW5naW5lX3JlcXVlc3QYCCABKAsyHC53ZWlyLnJlbGF5LnYxLkVuZ2luZVJlcXVlc3QSFgoOYXJyaXZlZF9tc19hZ28YCSABKAESFgoOZGVhZGxpbmVfaW5fbXMYCiABKAESEAoIcXVldWVfbXMYCyABKAESFAoMaW5wdXRfdG9rZW5zGAwgASgNEhUKCHVzZV9jYXNlGA0gASgJSACIAQESIAoYcmV0cnlfYmVmb3JlX2ZpcnN0X3Rva2VuGA4gASgIQgsKCV91c2VfY2FzZSI3Cg9HZW5lcmF0ZVJlcXVlc3QSJAoDam9iGAEgASgLMhcud2Vpci5yZWxheS52MS5SZWxheUpvYiIlCgVEZWx0YRIMCgR0ZXh0GAEgASgJEg4KBnRva2VucxgCIAEoDSI5CgNFbmQSMgoHb3V0Y29tZRgBIAEoCzIhLndlaXIuY29tbW9uLnYxLkdlbmVyYXRpb25PdXRjb21lImUKEEdlbmVyYXRlUmVzcG9uc2USJQoFZGVsdGEYASABKAsyFC53ZWlyLnJlbGF5LnYxLkRlbHRhSAASIQoDZW5kGAIgASgLMhIud2Vpci5yZWxheS52MS5FbmRIAEIHCgVldmVudCJNCgtTdG9wUmVxdWVzdBIVCg1nZW5lcmF0aW9uX2lkGAEgASgJEicKBWNhdXNlGAIgASgOMhgud2Vpci5yZWxheS52MS5TdG9wQ2F1c2UiDgoMU3RvcFJlc3BvbnNlKnsKCEFwaVJvdXRlEhkKFUFQSV9ST1VURV9VTlNQRUNJRklFRBAAEhkKFUFQSV9ST1VURV9HRU5FUkFUSU9OUxABEh4KGkFQSV9ST1VURV9DSEFUX0NPTVBMRVRJT05TEAISGQoVQVBJX1JPVVRFX0NPTVBMRVRJT05TEAMqlQEKCENoYXRSb2xlEhkKFUNIQVRfUk9MRV9VTlNQRUNJRklFRBAAEhQKEENIQVRfUk9MRV9TWVNURU0QARIXChNDSEFUX1JPTEVfREVWRUxPUEVSEAISEgoOQ0hBVF9ST0xFX1VTRVIQAxIXChNDSEFUX1JPTEVfQVNTSVNUQU5UEAQSEgoOQ0hBVF9ST0xFX1RPT0wQBSpsCglTdG9wQ2F1c2USGgoWU1RPUF9DQVVTRV9VTlNQRUNJRklFRBAAEiIKHlNUT1BfQ0FVU0VfQ0xJRU5UX0RJU0NPTk5FQ1RFRBABEh8KG1NUT1BfQ0FVU0VfQ0FOQ0VMX1JFUVVFU1RFRBACMqMBCgxSZWxheVNlcnZpY2USTQoIR2VuZXJhdGUSHi53ZWlyLnJlbGF5LnYxLkdlbmVyYXRlUmVxdWVzdBofLndlaXIucmVsYXkudjEuR2VuZXJhdGVSZXNwb25zZTABEkQKBFN0b3ASGi53ZWlyLnJlbGF5LnYxLlN0b3BSZXF1ZXN0Ghsud2Vpci5yZWxheS52MS5TdG9wUmVzcG9uc2UiA5ACAmIGcHJvdG8z", [file_weir_common_v1_common]);
+  fileDesc("Chl3ZWlyL3JlbGF5L3YxL3JlbGF5LnByb3RvEg13ZWlyLnJlbGF5LnYxIroBCgtDaGF0TWVzc2FnZRIlCgRyb2xlGAEgASgOMhcud2Vpci5yZWxheS52MS5DaGF0Um9sZRIPCgdjb250ZW50GAIgASgJEhEKBG5hbWUYAyABKAlIAIgBARIrCgp0b29sX2NhbGxzGAQgAygLMhcud2Vpci5yZWxheS52MS5Ub29sQ2FsbBIZCgx0b29sX2NhbGxfaWQYBSABKAlIAYgBAUIHCgVfbmFtZUIPCg1fdG9vbF9jYWxsX2lkIjcKCFRvb2xDYWxsEgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSEQoJYXJndW1lbnRzGAMgASgJIoQBCg1Ub29sQ2FsbERlbHRhEg0KBWluZGV4GAEgASgNEg8KAmlkGAIgASgJSACIAQESEQoEbmFtZRgDIAEoCUgBiAEBEhwKD2FyZ3VtZW50c19kZWx0YRgEIAEoCUgCiAEBQgUKA19pZEIHCgVfbmFtZUISChBfYXJndW1lbnRzX2RlbHRhIjkKCUNoYXRJbnB1dBIsCghtZXNzYWdlcxgBIAMoCzIaLndlaXIucmVsYXkudjEuQ2hhdE1lc3NhZ2UifAoIU2FtcGxpbmcSGAoLdGVtcGVyYXR1cmUYASABKAFIAIgBARISCgV0b3BfcBgCIAEoAUgBiAEBEhEKBHNlZWQYAyABKANIAogBARIMCgRzdG9wGAQgAygJQg4KDF90ZW1wZXJhdHVyZUIICgZfdG9wX3BCBwoFX3NlZWQi5gIKDUVuZ2luZVJlcXVlc3QSDgoEdGV4dBgBIAEoCUgAEigKBGNoYXQYAiABKAsyGC53ZWlyLnJlbGF5LnYxLkNoYXRJbnB1dEgAEhkKEW1heF9vdXRwdXRfdG9rZW5zGAMgASgNEikKCHNhbXBsaW5nGAQgASgLMhcud2Vpci5yZWxheS52MS5TYW1wbGluZxIfChJvdXRwdXRfc2NoZW1hX2pzb24YBSABKAlIAYgBARIXCgp0b29sc19qc29uGAYgASgJSAKIAQESHQoQdG9vbF9jaG9pY2VfanNvbhgHIAEoCUgDiAEBEiAKE3BhcmFsbGVsX3Rvb2xfY2FsbHMYCCABKAhIBIgBAUIHCgVpbnB1dEIVChNfb3V0cHV0X3NjaGVtYV9qc29uQg0KC190b29sc19qc29uQhMKEV90b29sX2Nob2ljZV9qc29uQhYKFF9wYXJhbGxlbF90b29sX2NhbGxzIq4DCghSZWxheUpvYhIVCg1nZW5lcmF0aW9uX2lkGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkSJgoFcm91dGUYAyABKA4yFy53ZWlyLnJlbGF5LnYxLkFwaVJvdXRlEiYKBmNhbGxlchgEIAEoCzIWLndlaXIuY29tbW9uLnYxLkNhbGxlchITCgttb2RlbF9hbGlhcxgFIAEoCRIqCghyZXZpc2lvbhgGIAEoCzIYLndlaXIuY29tbW9uLnYxLlJldmlzaW9uEhIKCnJlcGxpY2FfaWQYByABKAkSNAoOZW5naW5lX3JlcXVlc3QYCCABKAsyHC53ZWlyLnJlbGF5LnYxLkVuZ2luZVJlcXVlc3QSFgoOYXJyaXZlZF9tc19hZ28YCSABKAESFgoOZGVhZGxpbmVfaW5fbXMYCiABKAESEAoIcXVldWVfbXMYCyABKAESFAoMaW5wdXRfdG9rZW5zGAwgASgNEhUKCHVzZV9jYXNlGA0gASgJSACIAQESIAoYcmV0cnlfYmVmb3JlX2ZpcnN0X3Rva2VuGA4gASgIQgsKCV91c2VfY2FzZSI3Cg9HZW5lcmF0ZVJlcXVlc3QSJAoDam9iGAEgASgLMhcud2Vpci5yZWxheS52MS5SZWxheUpvYiJXCgVEZWx0YRIMCgR0ZXh0GAEgASgJEg4KBnRva2VucxgCIAEoDRIwCgp0b29sX2NhbGxzGAMgAygLMhwud2Vpci5yZWxheS52MS5Ub29sQ2FsbERlbHRhIjkKA0VuZBIyCgdvdXRjb21lGAEgASgLMiEud2Vpci5jb21tb24udjEuR2VuZXJhdGlvbk91dGNvbWUiZQoQR2VuZXJhdGVSZXNwb25zZRIlCgVkZWx0YRgBIAEoCzIULndlaXIucmVsYXkudjEuRGVsdGFIABIhCgNlbmQYAiABKAsyEi53ZWlyLnJlbGF5LnYxLkVuZEgAQgcKBWV2ZW50Ik0KC1N0b3BSZXF1ZXN0EhUKDWdlbmVyYXRpb25faWQYASABKAkSJwoFY2F1c2UYAiABKA4yGC53ZWlyLnJlbGF5LnYxLlN0b3BDYXVzZSIOCgxTdG9wUmVzcG9uc2UqewoIQXBpUm91dGUSGQoVQVBJX1JPVVRFX1VOU1BFQ0lGSUVEEAASGQoVQVBJX1JPVVRFX0dFTkVSQVRJT05TEAESHgoaQVBJX1JPVVRFX0NIQVRfQ09NUExFVElPTlMQAhIZChVBUElfUk9VVEVfQ09NUExFVElPTlMQAyqVAQoIQ2hhdFJvbGUSGQoVQ0hBVF9ST0xFX1VOU1BFQ0lGSUVEEAASFAoQQ0hBVF9ST0xFX1NZU1RFTRABEhcKE0NIQVRfUk9MRV9ERVZFTE9QRVIQAhISCg5DSEFUX1JPTEVfVVNFUhADEhcKE0NIQVRfUk9MRV9BU1NJU1RBTlQQBBISCg5DSEFUX1JPTEVfVE9PTBAFKmwKCVN0b3BDYXVzZRIaChZTVE9QX0NBVVNFX1VOU1BFQ0lGSUVEEAASIgoeU1RPUF9DQVVTRV9DTElFTlRfRElTQ09OTkVDVEVEEAESHwobU1RPUF9DQVVTRV9DQU5DRUxfUkVRVUVTVEVEEAIyowEKDFJlbGF5U2VydmljZRJNCghHZW5lcmF0ZRIeLndlaXIucmVsYXkudjEuR2VuZXJhdGVSZXF1ZXN0Gh8ud2Vpci5yZWxheS52MS5HZW5lcmF0ZVJlc3BvbnNlMAESRAoEU3RvcBIaLndlaXIucmVsYXkudjEuU3RvcFJlcXVlc3QaGy53ZWlyLnJlbGF5LnYxLlN0b3BSZXNwb25zZSIDkAICYgZwcm90bzM", [file_weir_common_v1_common]);
 
 /**
  * One chat message (plain text).
@@ -37,6 +37,20 @@ export type ChatMessage = Message<"weir.relay.v1.ChatMessage"> & {
    * @generated from field: optional string name = 3;
    */
   name?: string | undefined;
+
+  /**
+   * Assistant messages: the tool calls the model made.
+   *
+   * @generated from field: repeated weir.relay.v1.ToolCall tool_calls = 4;
+   */
+  toolCalls: ToolCall[];
+
+  /**
+   * Tool messages: the id of the call this message answers.
+   *
+   * @generated from field: optional string tool_call_id = 5;
+   */
+  toolCallId?: string | undefined;
 };
 
 /**
@@ -45,6 +59,75 @@ export type ChatMessage = Message<"weir.relay.v1.ChatMessage"> & {
  */
 export const ChatMessageSchema: GenMessage<ChatMessage> = /*@__PURE__*/
   messageDesc(file_weir_relay_v1_relay, 0);
+
+/**
+ * A complete tool call in a chat history.
+ *
+ * @generated from message weir.relay.v1.ToolCall
+ */
+export type ToolCall = Message<"weir.relay.v1.ToolCall"> & {
+  /**
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * @generated from field: string name = 2;
+   */
+  name: string;
+
+  /**
+   * The arguments as JSON text, as the model wrote them.
+   *
+   * @generated from field: string arguments = 3;
+   */
+  arguments: string;
+};
+
+/**
+ * Describes the message weir.relay.v1.ToolCall.
+ * Use `create(ToolCallSchema)` to create a new message.
+ */
+export const ToolCallSchema: GenMessage<ToolCall> = /*@__PURE__*/
+  messageDesc(file_weir_relay_v1_relay, 1);
+
+/**
+ * A fragment of a streamed tool call (OpenAI's `delta.tool_calls[i]`).
+ *
+ * @generated from message weir.relay.v1.ToolCallDelta
+ */
+export type ToolCallDelta = Message<"weir.relay.v1.ToolCallDelta"> & {
+  /**
+   * Which call of the response (0-based).
+   *
+   * @generated from field: uint32 index = 1;
+   */
+  index: number;
+
+  /**
+   * @generated from field: optional string id = 2;
+   */
+  id?: string | undefined;
+
+  /**
+   * @generated from field: optional string name = 3;
+   */
+  name?: string | undefined;
+
+  /**
+   * A piece of the call's arguments (JSON text, concatenated in order).
+   *
+   * @generated from field: optional string arguments_delta = 4;
+   */
+  argumentsDelta?: string | undefined;
+};
+
+/**
+ * Describes the message weir.relay.v1.ToolCallDelta.
+ * Use `create(ToolCallDeltaSchema)` to create a new message.
+ */
+export const ToolCallDeltaSchema: GenMessage<ToolCallDelta> = /*@__PURE__*/
+  messageDesc(file_weir_relay_v1_relay, 2);
 
 /**
  * A chat input.
@@ -63,7 +146,7 @@ export type ChatInput = Message<"weir.relay.v1.ChatInput"> & {
  * Use `create(ChatInputSchema)` to create a new message.
  */
 export const ChatInputSchema: GenMessage<ChatInput> = /*@__PURE__*/
-  messageDesc(file_weir_relay_v1_relay, 1);
+  messageDesc(file_weir_relay_v1_relay, 3);
 
 /**
  * Sampling parameters; an absent field means the engine's default.
@@ -105,7 +188,7 @@ export type Sampling = Message<"weir.relay.v1.Sampling"> & {
  * Use `create(SamplingSchema)` to create a new message.
  */
 export const SamplingSchema: GenMessage<Sampling> = /*@__PURE__*/
-  messageDesc(file_weir_relay_v1_relay, 2);
+  messageDesc(file_weir_relay_v1_relay, 4);
 
 /**
  * What the engine is asked to do. Set by the gateway.
@@ -150,6 +233,27 @@ export type EngineRequest = Message<"weir.relay.v1.EngineRequest"> & {
    * @generated from field: optional string output_schema_json = 5;
    */
   outputSchemaJson?: string | undefined;
+
+  /**
+   * The function tools the model may call: OpenAI's `tools` array as JSON text, when given.
+   *
+   * @generated from field: optional string tools_json = 6;
+   */
+  toolsJson?: string | undefined;
+
+  /**
+   * OpenAI's `tool_choice` as JSON text (a string or an object), when given.
+   *
+   * @generated from field: optional string tool_choice_json = 7;
+   */
+  toolChoiceJson?: string | undefined;
+
+  /**
+   * OpenAI's `parallel_tool_calls`, when given.
+   *
+   * @generated from field: optional bool parallel_tool_calls = 8;
+   */
+  parallelToolCalls?: boolean | undefined;
 };
 
 /**
@@ -157,7 +261,7 @@ export type EngineRequest = Message<"weir.relay.v1.EngineRequest"> & {
  * Use `create(EngineRequestSchema)` to create a new message.
  */
 export const EngineRequestSchema: GenMessage<EngineRequest> = /*@__PURE__*/
-  messageDesc(file_weir_relay_v1_relay, 3);
+  messageDesc(file_weir_relay_v1_relay, 5);
 
 /**
  * One generation handed to the relay. Set by the gateway.
@@ -268,7 +372,7 @@ export type RelayJob = Message<"weir.relay.v1.RelayJob"> & {
  * Use `create(RelayJobSchema)` to create a new message.
  */
 export const RelayJobSchema: GenMessage<RelayJob> = /*@__PURE__*/
-  messageDesc(file_weir_relay_v1_relay, 4);
+  messageDesc(file_weir_relay_v1_relay, 6);
 
 /**
  * Set by the gateway.
@@ -287,7 +391,7 @@ export type GenerateRequest = Message<"weir.relay.v1.GenerateRequest"> & {
  * Use `create(GenerateRequestSchema)` to create a new message.
  */
 export const GenerateRequestSchema: GenMessage<GenerateRequest> = /*@__PURE__*/
-  messageDesc(file_weir_relay_v1_relay, 5);
+  messageDesc(file_weir_relay_v1_relay, 7);
 
 /**
  * Output text as it is produced.
@@ -296,7 +400,7 @@ export const GenerateRequestSchema: GenMessage<GenerateRequest> = /*@__PURE__*/
  */
 export type Delta = Message<"weir.relay.v1.Delta"> & {
   /**
-   * Decoded text (never empty).
+   * Decoded text (empty only when the delta carries tool-call fragments).
    *
    * @generated from field: string text = 1;
    */
@@ -308,6 +412,13 @@ export type Delta = Message<"weir.relay.v1.Delta"> & {
    * @generated from field: uint32 tokens = 2;
    */
   tokens: number;
+
+  /**
+   * Tool-call fragments, in order.
+   *
+   * @generated from field: repeated weir.relay.v1.ToolCallDelta tool_calls = 3;
+   */
+  toolCalls: ToolCallDelta[];
 };
 
 /**
@@ -315,7 +426,7 @@ export type Delta = Message<"weir.relay.v1.Delta"> & {
  * Use `create(DeltaSchema)` to create a new message.
  */
 export const DeltaSchema: GenMessage<Delta> = /*@__PURE__*/
-  messageDesc(file_weir_relay_v1_relay, 6);
+  messageDesc(file_weir_relay_v1_relay, 8);
 
 /**
  * The terminal event.
@@ -334,7 +445,7 @@ export type End = Message<"weir.relay.v1.End"> & {
  * Use `create(EndSchema)` to create a new message.
  */
 export const EndSchema: GenMessage<End> = /*@__PURE__*/
-  messageDesc(file_weir_relay_v1_relay, 7);
+  messageDesc(file_weir_relay_v1_relay, 9);
 
 /**
  * Set by the relay: deltas, then exactly one end, last.
@@ -365,7 +476,7 @@ export type GenerateResponse = Message<"weir.relay.v1.GenerateResponse"> & {
  * Use `create(GenerateResponseSchema)` to create a new message.
  */
 export const GenerateResponseSchema: GenMessage<GenerateResponse> = /*@__PURE__*/
-  messageDesc(file_weir_relay_v1_relay, 8);
+  messageDesc(file_weir_relay_v1_relay, 10);
 
 /**
  * Set by the gateway.
@@ -391,7 +502,7 @@ export type StopRequest = Message<"weir.relay.v1.StopRequest"> & {
  * Use `create(StopRequestSchema)` to create a new message.
  */
 export const StopRequestSchema: GenMessage<StopRequest> = /*@__PURE__*/
-  messageDesc(file_weir_relay_v1_relay, 9);
+  messageDesc(file_weir_relay_v1_relay, 11);
 
 /**
  * Empty: stopping has no answer (the generation's end event reports the outcome).
@@ -406,7 +517,7 @@ export type StopResponse = Message<"weir.relay.v1.StopResponse"> & {
  * Use `create(StopResponseSchema)` to create a new message.
  */
 export const StopResponseSchema: GenMessage<StopResponse> = /*@__PURE__*/
-  messageDesc(file_weir_relay_v1_relay, 10);
+  messageDesc(file_weir_relay_v1_relay, 12);
 
 /**
  * Which public route carried the request.
