@@ -5,12 +5,9 @@
  * same request id stays on its arm, a weight change applies live, and a rollback reaches every
  * request within seconds (measured), with a tenant pin and a use-case route honoured.
  */
-import { mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
-import { loadAllInOneEnv } from '@weir/config';
-import { createLogger } from '@weir/telemetry';
-import { type Platform, startPlatform } from './platform';
+import { renameSync, writeFileSync } from 'node:fs';
+import type { Platform } from './platform';
+import { startTestPlatform, type TestPlatform } from './test-platform';
 
 jest.setTimeout(120_000);
 
@@ -42,9 +39,9 @@ tenants:
 }
 
 describe('canary weights and rollback from the configuration file (all-in-one)', () => {
-  let dir: string;
-  let configPath: string;
+  let running: TestPlatform | undefined;
   let platform: Platform | undefined;
+  let configPath: string;
 
   /** Rewrites the file the way an editor saves: a new file renamed over the old one. */
   const rewrite = (weights: { stable: number; canary: number }) => {
@@ -67,24 +64,13 @@ describe('canary weights and rollback from the configuration file (all-in-one)',
   };
 
   beforeAll(async () => {
-    dir = mkdtempSync(path.join(os.tmpdir(), 'weir-aio-canary-'));
-    configPath = path.join(dir, 'weir.yaml');
-    writeFileSync(configPath, configYaml({ stable: 80, canary: 20 }));
-    const settings = loadAllInOneEnv({
-      PORT: '0',
-      HOST: '127.0.0.1',
-      WEIR_DATA_DIR: path.join(dir, 'data'),
-      WEIR_CONFIG: configPath,
-      WEIR_DEMO_API_KEY: DEMO_KEY,
-      WEIR_ALLOW_MODEL_DOWNLOAD: 'false',
-      LOG_LEVEL: 'silent',
-    });
-    platform = await startPlatform(settings, createLogger({ name: 'weir', level: 'silent' }));
+    running = await startTestPlatform('canary', configYaml({ stable: 80, canary: 20 }), DEMO_KEY);
+    platform = running.platform;
+    configPath = running.configPath;
   });
 
   afterAll(async () => {
-    await platform?.stop(5_000);
-    if (dir) rmSync(dir, { recursive: true, force: true });
+    await running?.stop();
   });
 
   it('keeps a request id on its arm, and splits many ids near the weight', async () => {

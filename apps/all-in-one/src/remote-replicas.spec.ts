@@ -8,14 +8,10 @@
  * before its first token — (`weir_replica_up` says so), and that it
  * comes back in rotation when its `/healthz` answers again.
  */
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
-import { loadAllInOneEnv } from '@weir/config';
 import { countInputWith, utf8TokenUpperBound } from '@weir/engines';
 import { freePort, type ManagedProcess, type OutputLog, spawnApp, waitReady } from '@weir/launcher';
-import { createLogger } from '@weir/telemetry';
-import { type Platform, startPlatform } from './platform';
+import type { Platform } from './platform';
+import { startTestPlatform, type TestPlatform } from './test-platform';
 
 jest.setTimeout(300_000);
 
@@ -142,33 +138,21 @@ async function complete(platform: Platform, content: string, maxTokens = 20): Pr
 }
 
 describe('all-in-one with a revision served by remote engine-sim replicas', () => {
-  let dir: string;
+  let running: TestPlatform | undefined;
   let replicas: Replica[] = [];
   let platform: Platform | undefined;
 
   beforeAll(async () => {
-    dir = mkdtempSync(path.join(os.tmpdir(), 'weir-aio-replicas-'));
     const ports = [await freePort(), await freePort()];
     replicas = await Promise.all(ports.map((port, i) => startReplica(i, port)));
-    const configPath = path.join(dir, 'weir.yaml');
-    writeFileSync(configPath, configYaml(replicas));
-    const settings = loadAllInOneEnv({
-      PORT: '0',
-      HOST: '127.0.0.1',
-      WEIR_DATA_DIR: path.join(dir, 'data'),
-      WEIR_CONFIG: configPath,
-      WEIR_DEMO_API_KEY: DEMO_KEY,
-      WEIR_ALLOW_MODEL_DOWNLOAD: 'false',
-      LOG_LEVEL: 'silent',
-    });
-    platform = await startPlatform(settings, createLogger({ name: 'weir', level: 'silent' }));
+    running = await startTestPlatform('replicas', configYaml(replicas), DEMO_KEY);
+    platform = running.platform;
   });
 
   afterAll(async () => {
-    await platform?.stop(5_000);
+    await running?.stop();
     // Every replica process this suite started, by pid (SIGTERM, SIGKILL after 10 s).
     await Promise.all(started.map((p) => p.stop(10_000)));
-    if (dir) rmSync(dir, { recursive: true, force: true });
   });
 
   it("gives the scheduler each replica with its slots, pool and KV tokens, up once its /healthz answers", async () => {

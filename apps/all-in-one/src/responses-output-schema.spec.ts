@@ -5,15 +5,11 @@
  * streamed and not, and the official `openai` SDK; a simulated revision (which cannot constrain
  * output) is refused before anything is held. Small output limits keep it fast.
  */
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
-import { loadAllInOneEnv } from '@weir/config';
-import { createLogger } from '@weir/telemetry';
 import { tinyModelPath } from '@weir/testing';
 import { createParser, type EventSourceMessage } from 'eventsource-parser';
 import OpenAI from 'openai';
-import { type Platform, startPlatform } from './platform';
+import type { Platform } from './platform';
+import { startTestPlatform, type TestPlatform } from './test-platform';
 
 jest.setTimeout(120_000);
 
@@ -55,7 +51,7 @@ function isPerson(value: unknown): boolean {
 }
 
 describe('POST /v1/responses with an output schema on the real tiny model (all-in-one)', () => {
-  let dir: string;
+  let running: TestPlatform | undefined;
   let platform: Platform | undefined;
   const url = () => (platform as Platform).url;
   const post = (body: unknown) =>
@@ -67,24 +63,12 @@ describe('POST /v1/responses with an output schema on the real tiny model (all-i
     });
 
   beforeAll(async () => {
-    dir = mkdtempSync(path.join(os.tmpdir(), 'weir-aio-schema-'));
-    const configPath = path.join(dir, 'weir.yaml');
-    writeFileSync(configPath, CONFIG);
-    const settings = loadAllInOneEnv({
-      PORT: '0',
-      HOST: '127.0.0.1',
-      WEIR_DATA_DIR: path.join(dir, 'data'),
-      WEIR_CONFIG: configPath,
-      WEIR_DEMO_API_KEY: DEMO_KEY,
-      WEIR_ALLOW_MODEL_DOWNLOAD: 'false',
-      LOG_LEVEL: 'silent',
-    });
-    platform = await startPlatform(settings, createLogger({ name: 'weir', level: 'silent' }));
+    running = await startTestPlatform('schema', CONFIG, DEMO_KEY);
+    platform = running.platform;
   });
 
   afterAll(async () => {
-    await platform?.stop(5_000);
-    if (dir) rmSync(dir, { recursive: true, force: true });
+    await running?.stop();
   });
 
   it('serves both revisions', () => {

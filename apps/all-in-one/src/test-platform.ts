@@ -1,0 +1,53 @@
+/**
+ * Test support: the all-in-one started in-process on a configuration text, in a temporary
+ * folder (its own PGlite), silent, on a free port, with a known demo API key. Shared by the
+ * integration specs so that each says only what it tests.
+ */
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { loadAllInOneEnv } from '@weir/config';
+import { createLogger } from '@weir/telemetry';
+import { type Platform, startPlatform } from './platform';
+
+/** A running test platform: the platform, its configuration file, and `stop()` (which also removes the folder). */
+export interface TestPlatform {
+  platform: Platform;
+  /** The configuration file it watches (rewrite it to change routing live). */
+  configPath: string;
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts the all-in-one on `configText` with `demoKey` as the first tenant's API key
+ * (`wk_<8-char prefix>_<43 chars>`), model downloads off, logs silent.
+ * @param name a short tag for the temporary folder's name.
+ */
+export async function startTestPlatform(name: string, configText: string, demoKey: string): Promise<TestPlatform> {
+  const dir = mkdtempSync(path.join(os.tmpdir(), `weir-aio-${name}-`));
+  const configPath = path.join(dir, 'weir.yaml');
+  writeFileSync(configPath, configText);
+  try {
+    const settings = loadAllInOneEnv({
+      PORT: '0',
+      HOST: '127.0.0.1',
+      WEIR_DATA_DIR: path.join(dir, 'data'),
+      WEIR_CONFIG: configPath,
+      WEIR_DEMO_API_KEY: demoKey,
+      WEIR_ALLOW_MODEL_DOWNLOAD: 'false',
+      LOG_LEVEL: 'silent',
+    });
+    const platform = await startPlatform(settings, createLogger({ name: 'weir', level: 'silent' }));
+    return {
+      platform,
+      configPath,
+      async stop() {
+        await platform.stop(5_000);
+        rmSync(dir, { recursive: true, force: true });
+      },
+    };
+  } catch (err) {
+    rmSync(dir, { recursive: true, force: true });
+    throw err;
+  }
+}
