@@ -19,6 +19,7 @@ import {
   type PlatformDefaults,
   type RouterService,
   type SamplingParams,
+  type ToolCallDelta,
   type Topic,
   type UsageReader,
   type UsageRecord,
@@ -30,6 +31,7 @@ import {
 } from '@weir/core';
 import {
   SSE_DONE,
+  accumulateToolCalls,
   chatCompletion,
   chatCompletionChunk,
   formatSseEvent,
@@ -41,6 +43,7 @@ import {
   textCompletion,
   textCompletionChunk,
   toOpenAiFinishReason,
+  toOpenAiToolCallChunks,
   toOpenAiUsage,
 } from '@weir/streaming';
 
@@ -50,6 +53,7 @@ import { AdmissionRejectedError, type GenerationPipeline, type ParamNames } from
 import { rateLimitHeaders } from './rate-limit-headers';
 import { createTranscript, pumpInto, type Transcript, type TranscriptEvent } from './transcript';
 import { chatCompletionsBody, completionsBody, generationsBody, parseBody, priorityOf, toChatInput, toStopList, useCaseOf } from './schemas';
+import { type ChatTools, chatToolsOf, refuseToollessRevisions } from './tools';
 import { usageHandler } from './usage-route';
 import { registerResponsesRoute } from './responses-route';
 import { openSse, type SseWriter } from './sse-writer';
@@ -257,6 +261,8 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
       priority?: 'interactive' | 'batch';
       /** A JSON Schema the output must match (`EngineRequest.outputSchema`). */
       outputSchema?: object;
+      /** Function tools, tool choice and parallel calls for the engine (chat completions only). */
+      tools?: ChatTools;
       /** Runs before the idempotency claim and admission, with the request's sticky key (the end user, else the request id); throws to refuse the request while it holds nothing. */
       beforeAdmit?: (requestId: string, useCase: string | undefined) => Promise<void>;
     },
@@ -295,6 +301,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
         ...(useCase !== undefined ? { useCase } : {}),
         ...(priority !== undefined ? { priority } : {}),
         ...(limits.outputSchema !== undefined ? { outputSchema: limits.outputSchema } : {}),
+        ...(limits.tools !== undefined ? limits.tools : {}),
         ...(endUser !== undefined ? { endUser } : {}),
       })
       .catch(async (err: unknown) => {
@@ -358,7 +365,16 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
         .complete(
           tenantId,
           key,
-          { generationId, requestId, route, modelRevision: outcome.modelRevision, createdS: answer.createdS, deltas: [...transcript.deltas], outcome },
+          {
+            generationId,
+            requestId,
+            route,
+            modelRevision: outcome.modelRevision,
+            createdS: answer.createdS,
+            deltas: [...transcript.deltas],
+            ...(transcript.deltaToolCalls.length > 0 ? { deltaToolCalls: [...transcript.deltaToolCalls] } : {}),
+            outcome,
+          },
           Date.now() + defaults.admission.idempotencyRetentionMs,
         )
         .catch((err: unknown) => logger.warn({ err, generationId }, 'idempotency result not retained'));
@@ -557,11 +573,13 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
   // ---- OpenAI-compatible routes ----------------------------------------------------------
   post('/v1/chat/completions', async (req, res) => {
     const body = parseBody(chatCompletionsBody, req.body);
+    const tools = chatToolsOf(body);
     const g = await begin(req, res, 'chat.completions', body.model, toChatInput(body.messages), sampling(body), {
       maxOutputTokens: body.max_completion_tokens ?? body.max_tokens ?? undefined,
       requestId: idempotencyKeyHeader(req),
       keyParam: 'Idempotency-Key',
       paramNames: { model: 'model', input: 'messages', maxOutputTokens: body.max_completion_tokens != null ? 'max_completion_tokens' : 'max_tokens' },
+      ...(tools ? { tools, beforeAdmit: refuseToollessRevisions(deps.router, req.caller, body.model) } : {}),
     });
     await answerOpenAi(res, g, body.model, 'chat', body.stream === true, body.stream_options?.include_usage === true);
   });
@@ -643,16 +661,23 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     const weir = (o: GenerationOutcome) => ({ finish_reason: o.finishReason, model_revision: o.modelRevision, ...(o.fallback ? { fallback_reason: o.fallback.reason } : {}) });
     if (!stream) {
       let text = '';
+      const toolCallDeltas: ToolCallDelta[][] = [];
       let outcome: GenerationOutcome | undefined;
       for await (const ev of g.transcript.follow(0)) {
-        if (ev.type === 'delta') text += ev.text;
-        else outcome = ev.outcome;
+        if (ev.type === 'delta') {
+          text += ev.text;
+          if (ev.toolCalls) toolCallDeltas.push(ev.toolCalls);
+        } else outcome = ev.outcome;
       }
       if (!outcome) throw new WeirError('internal', 'the generation ended without an outcome');
       if (outcome.finishReason === 'error') throw outcomeError(outcome);
-      const build = kind === 'chat' ? chatCompletion : textCompletion;
       answeredBy(res, outcome);
-      res.json(build(meta, text, toOpenAiFinishReason(outcome.finishReason), toOpenAiUsage(outcome.usage), weir(outcome)));
+      const finish = toOpenAiFinishReason(outcome.finishReason);
+      res.json(
+        kind === 'chat'
+          ? chatCompletion(meta, text, finish, toOpenAiUsage(outcome.usage), weir(outcome), accumulateToolCalls(toolCallDeltas))
+          : textCompletion(meta, text, finish, toOpenAiUsage(outcome.usage), weir(outcome)),
+      );
       return;
     }
     // Headers go out only once a slot is held and the first event is in, so queue rejections
@@ -663,11 +688,10 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     if (kind === 'chat') await send(chatCompletionChunk(meta, { delta: { role: 'assistant', content: '' }, finishReason: null }));
     for await (const ev of events) {
       if (ev.type === 'delta') {
-        await send(
-          kind === 'chat'
-            ? chatCompletionChunk(meta, { delta: { content: ev.text }, finishReason: null })
-            : textCompletionChunk(meta, { text: ev.text, finishReason: null }),
-        );
+        const toolCalls = kind === 'chat' && ev.toolCalls ? toOpenAiToolCallChunks(ev.toolCalls) : undefined;
+        // A delta of tool calls only has no `content`, as OpenAI streams it.
+        const delta = toolCalls ? { ...(ev.text !== '' ? { content: ev.text } : {}), tool_calls: toolCalls } : { content: ev.text };
+        await send(kind === 'chat' ? chatCompletionChunk(meta, { delta, finishReason: null }) : textCompletionChunk(meta, { text: ev.text, finishReason: null }));
         continue;
       }
       const o = ev.outcome;
@@ -734,7 +758,7 @@ function answerFromResult(r: RetainedResult): Answer {
     requestId: r.requestId,
     modelRevision: r.modelRevision,
     createdS: r.createdS,
-    transcript: createTranscript({ deltas: r.deltas, outcome: r.outcome }),
+    transcript: createTranscript({ deltas: r.deltas, ...(r.deltaToolCalls ? { deltaToolCalls: r.deltaToolCalls } : {}), outcome: r.outcome }),
     replayed: true,
     endedInQueue: false,
   };

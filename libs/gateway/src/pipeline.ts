@@ -26,6 +26,8 @@ import {
   type SchedulerService,
   type Settlement,
   type TenantSpec,
+  type ToolChoice,
+  type ToolDefinition,
   type UsageSink,
   type WeirErrorCode,
   DEFAULT_SCHEDULING,
@@ -105,6 +107,12 @@ export interface GenerationParams {
   endUser?: string;
   /** A JSON Schema the output must match, passed to the engine (`EngineRequest.outputSchema`). Default none. */
   outputSchema?: object;
+  /** Function tools the model may call, passed to the engine (`EngineRequest.tools`). Default none. */
+  tools?: ToolDefinition[];
+  /** OpenAI's `tool_choice` (`EngineRequest.toolChoice`); only with `tools`. Default none. */
+  toolChoice?: ToolChoice;
+  /** OpenAI's `parallel_tool_calls` (`EngineRequest.parallelToolCalls`); only with `tools`. Default none. */
+  parallelToolCalls?: boolean;
 }
 
 /** Characters of a prompt's beginning that make its prefix-affinity key. */
@@ -424,7 +432,15 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
                 route: params.route,
                 caller,
                 modelAlias: params.alias,
-                engineRequest: { input: params.input, maxOutputTokens, sampling: params.sampling, ...(params.outputSchema !== undefined ? { outputSchema: params.outputSchema } : {}) },
+                engineRequest: {
+                  input: params.input,
+                  maxOutputTokens,
+                  sampling: params.sampling,
+                  ...(params.outputSchema !== undefined ? { outputSchema: params.outputSchema } : {}),
+                  ...(params.tools !== undefined ? { tools: params.tools } : {}),
+                  ...(params.toolChoice !== undefined ? { toolChoice: params.toolChoice } : {}),
+                  ...(params.parallelToolCalls !== undefined ? { parallelToolCalls: params.parallelToolCalls } : {}),
+                },
                 arrivedAt: params.arrivedAt,
                 deadlineAt,
                 inputTokens,

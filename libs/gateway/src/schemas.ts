@@ -32,10 +32,52 @@ const chatMessage = z.object({
   name: z.string().optional(),
 }).loose();
 
+/** A tool name as OpenAI allows it. */
+export const TOOL_NAME_PATTERN = /^[a-zA-Z0-9_-]{1,64}$/;
+const toolName = z.string().regex(TOOL_NAME_PATTERN, 'use 1-64 letters, digits, _ and -');
+
+/** A complete tool call in an assistant message's `tool_calls`. */
+const messageToolCall = z.object({
+  id: z.string().min(1),
+  type: z.literal('function', { message: "only function tool calls are supported (type: 'function')" }),
+  function: z.object({ name: z.string().min(1), arguments: z.string() }).loose(),
+}).loose();
+
+/** A chat message of `/v1/chat/completions`: assistant `tool_calls`, and `tool` messages answering one by `tool_call_id`. */
+const chatCompletionsMessage = chatMessage
+  .extend({
+    tool_calls: z.array(messageToolCall).nullish(),
+    tool_call_id: z.string().min(1).nullish(),
+  })
+  .superRefine((m, ctx) => {
+    if (m.role === 'tool' && !m.tool_call_id) ctx.addIssue({ code: 'custom', path: ['tool_call_id'], message: 'is required on `tool` messages: the id of the tool call this message answers' });
+    if (m.role !== 'assistant' && m.tool_calls) ctx.addIssue({ code: 'custom', path: ['tool_calls'], message: 'only assistant messages carry `tool_calls`' });
+  });
+
+/** One function tool (OpenAI's `ChatCompletionFunctionTool`). */
+const functionTool = z.object({
+  type: z.literal('function', { message: "only function tools are supported (type: 'function')" }),
+  function: z.object({
+    name: toolName,
+    description: z.string().optional(),
+    parameters: z.record(z.string(), z.unknown(), { message: 'expected a JSON Schema object' }).optional(),
+    strict: z.boolean().nullish(),
+  }).strict(),
+}).strict();
+
+/** OpenAI's `tool_choice`. Whether a named function is one of the tools is checked by `chatToolsOf`. */
+const toolChoice = z.union(
+  [
+    z.enum(['none', 'auto', 'required']),
+    z.object({ type: z.literal('function'), function: z.object({ name: toolName }).strict() }).strict(),
+  ],
+  { error: 'use "none", "auto", "required" or {type: "function", function: {name}}' },
+);
+
 /** `POST /v1/chat/completions` (CONVENTIONS.md §1). */
 export const chatCompletionsBody = z.object({
   model: z.string().min(1),
-  messages: z.array(chatMessage).min(1),
+  messages: z.array(chatCompletionsMessage).min(1),
   stream: z.boolean().nullish(),
   stream_options: z.object({ include_usage: z.boolean().optional() }).loose().nullish(),
   max_tokens: positiveInt.nullish(),
@@ -46,7 +88,9 @@ export const chatCompletionsBody = z.object({
   stop,
   n: z.literal(1, { message: 'only n=1 is supported' }).nullish(),
   user: z.string().nullish(),
-  tools: z.array(z.unknown()).max(0, { message: 'tools are not supported by this model; remove `tools`' }).nullish(),
+  tools: z.array(functionTool).max(128, { message: 'at most 128 tools' }).nullish(),
+  tool_choice: toolChoice.nullish(),
+  parallel_tool_calls: z.boolean().nullish(),
   response_format: z
     .object({ type: z.literal('text', { message: "only response_format {type: 'text'} is supported by this model" }) })
     .loose()
@@ -250,14 +294,19 @@ function describeIssue(issue: z.core.$ZodIssue, value: unknown): string {
   return issue.message;
 }
 
-type ParsedMessage = z.infer<typeof chatMessage>;
+type ParsedMessage = z.infer<typeof chatMessage> & Partial<Pick<z.infer<typeof chatCompletionsMessage>, 'tool_calls' | 'tool_call_id'>>;
 
-/** Flattens chat messages to Weir's text-only shape (text parts joined). */
+/**
+ * Flattens chat messages to Weir's text-only shape (text parts joined); assistant
+ * `tool_calls` and a tool message's `tool_call_id` are kept.
+ */
 export function toChatInput(messages: ParsedMessage[]): GenerationInput {
   const out: ChatMessage[] = messages.map((m) => ({
     role: m.role,
     content: typeof m.content === 'string' ? m.content : m.content === null ? '' : m.content.map((p) => p.text).join(''),
     ...(m.name ? { name: m.name } : {}),
+    ...(m.tool_calls && m.tool_calls.length > 0 ? { toolCalls: m.tool_calls.map((c) => ({ id: c.id, name: c.function.name, arguments: c.function.arguments })) } : {}),
+    ...(m.tool_call_id ? { toolCallId: m.tool_call_id } : {}),
   }));
   return { kind: 'chat', messages: out };
 }

@@ -8,23 +8,25 @@
  * Weir's SSE event ids over a transcript (ARCHITECTURE.md §8): `start` is id 1, delta `i`
  * (0-based) is id `i + 2`, and `end` is id `deltas.length + 2`.
  */
-import type { GenerationOutcome, RelayEvent } from '@weir/core';
+import type { GenerationOutcome, RelayEvent, ToolCallDelta } from '@weir/core';
 
 /** An event read from a transcript, with its position. */
 export type TranscriptEvent =
-  | { type: 'delta'; index: number; text: string; tokens: number }
+  | { type: 'delta'; index: number; text: string; tokens: number; toolCalls?: ToolCallDelta[] }
   | { type: 'end'; outcome: GenerationOutcome };
 
 /** The transcript of one generation. */
 export interface Transcript {
   /** Text deltas so far, in order. */
   readonly deltas: readonly string[];
+  /** The tool-call fragments of delta `i` at index `i` (null for a delta without); empty when no delta had any. */
+  readonly deltaToolCalls: readonly (ToolCallDelta[] | null)[];
   /** Set once the generation ended. */
   readonly outcome: GenerationOutcome | undefined;
   /** Total UTF-16 length of the deltas (a bound on the memory they hold). */
   readonly size: number;
-  /** Appends a delta. Ignored once ended. */
-  push(text: string, tokens?: number): void;
+  /** Appends a delta (text, tool-call fragments, or both). Ignored once ended. */
+  push(text: string, tokens?: number, toolCalls?: ToolCallDelta[]): void;
   /** Ends it (first call wins). */
   end(outcome: GenerationOutcome): void;
   /**
@@ -37,9 +39,11 @@ export interface Transcript {
 }
 
 /** Creates an empty transcript, or a finished one from retained deltas and their outcome. */
-export function createTranscript(finished?: { deltas: readonly string[]; outcome: GenerationOutcome }): Transcript {
+export function createTranscript(finished?: { deltas: readonly string[]; deltaToolCalls?: readonly (ToolCallDelta[] | null)[]; outcome: GenerationOutcome }): Transcript {
   const deltas: string[] = finished ? [...finished.deltas] : [];
   const tokens: number[] = deltas.map(() => 0);
+  // Kept empty until a delta has tool calls (most generations have none).
+  const toolCalls: (ToolCallDelta[] | null)[] = finished?.deltaToolCalls ? [...finished.deltaToolCalls] : [];
   let outcome: GenerationOutcome | undefined = finished?.outcome;
   let size = deltas.reduce((n, d) => n + d.length, 0);
   let waiters: (() => void)[] = [];
@@ -53,14 +57,22 @@ export function createTranscript(finished?: { deltas: readonly string[]; outcome
     get deltas() {
       return deltas;
     },
+    get deltaToolCalls() {
+      return toolCalls;
+    },
     get outcome() {
       return outcome;
     },
     get size() {
       return size;
     },
-    push(text, n = 0) {
+    push(text, n = 0, calls) {
       if (outcome) return;
+      if (calls !== undefined && calls.length > 0) {
+        while (toolCalls.length < deltas.length) toolCalls.push(null);
+        toolCalls.push(calls);
+        size += calls.reduce((k, c) => k + (c.id?.length ?? 0) + (c.name?.length ?? 0) + (c.argumentsDelta?.length ?? 0), 0);
+      }
       deltas.push(text);
       tokens.push(n);
       size += text.length;
@@ -78,7 +90,8 @@ export function createTranscript(finished?: { deltas: readonly string[]; outcome
           for (;;) {
             if (signal?.aborted) return;
             if (i < deltas.length) {
-              yield { type: 'delta', index: i, text: deltas[i], tokens: tokens[i] };
+              const calls = toolCalls[i];
+              yield calls ? { type: 'delta', index: i, text: deltas[i], tokens: tokens[i], toolCalls: calls } : { type: 'delta', index: i, text: deltas[i], tokens: tokens[i] };
               i++;
               continue;
             }
@@ -103,7 +116,8 @@ export function createTranscript(finished?: { deltas: readonly string[]; outcome
       return {
         async *[Symbol.asyncIterator]() {
           for await (const ev of events) {
-            yield ev.type === 'delta' ? { type: 'delta', text: ev.text, tokens: ev.tokens } : { type: 'end', outcome: ev.outcome };
+            if (ev.type === 'end') yield { type: 'end', outcome: ev.outcome };
+            else yield ev.toolCalls ? { type: 'delta', text: ev.text, tokens: ev.tokens, toolCalls: ev.toolCalls } : { type: 'delta', text: ev.text, tokens: ev.tokens };
           }
         },
       };
@@ -119,7 +133,7 @@ export function createTranscript(finished?: { deltas: readonly string[]; outcome
 export async function pumpInto(transcript: Transcript, events: AsyncIterable<RelayEvent>, fallback: (err: unknown) => GenerationOutcome): Promise<void> {
   try {
     for await (const ev of events) {
-      if (ev.type === 'delta') transcript.push(ev.text, ev.tokens);
+      if (ev.type === 'delta') transcript.push(ev.text, ev.tokens, ev.toolCalls);
       else transcript.end(ev.outcome);
     }
   } catch (err) {

@@ -3,7 +3,7 @@
  * that the llama.cpp engine server speaks upstream (CONVENTIONS.md §1, from openai-node
  * v6.49.0 `completions.ts` and `src/resources/completions.ts`). Pure builders: no I/O.
  */
-import type { FinishReason, TokenUsage } from '@weir/core';
+import type { FinishReason, TokenUsage, ToolCall, ToolCallDelta } from '@weir/core';
 
 /** OpenAI's finish reasons (do not invent others: clients map unknown values to `other`). */
 export type OpenAiFinishReason = 'stop' | 'length' | 'content_filter' | 'tool_calls';
@@ -73,6 +73,52 @@ export function toOpenAiUsage(usage: TokenUsage): OpenAiUsage {
   };
 }
 
+/**
+ * One streamed tool-call fragment as OpenAI sends it (`choices[0].delta.tool_calls[i]`): the
+ * first fragment of a call has `id`, `type` and `function.name`; later ones only
+ * `function.arguments` pieces.
+ */
+export interface OpenAiToolCallChunk {
+  index: number;
+  id?: string;
+  type?: 'function';
+  function: { name?: string; arguments?: string };
+}
+
+/** A complete tool call of a non-stream `message.tool_calls`. */
+export interface OpenAiToolCall {
+  id: string;
+  type: 'function';
+  function: { name: string; arguments: string };
+}
+
+/** Weir's tool-call fragments in OpenAI's chunk shape (order kept). */
+export function toOpenAiToolCallChunks(deltas: readonly ToolCallDelta[]): OpenAiToolCallChunk[] {
+  return deltas.map((d) => ({
+    index: d.index,
+    ...(d.id !== undefined ? { id: d.id, type: 'function' as const } : {}),
+    function: { ...(d.name !== undefined ? { name: d.name } : {}), ...(d.argumentsDelta !== undefined ? { arguments: d.argumentsDelta } : {}) },
+  }));
+}
+
+/**
+ * Joins tool-call fragments into whole calls, by `index` in order of first appearance: the
+ * last `id`/`name` seen wins, argument pieces are concatenated.
+ */
+export function accumulateToolCalls(deltas: Iterable<readonly ToolCallDelta[] | undefined>): ToolCall[] {
+  const calls = new Map<number, ToolCall>();
+  for (const fragments of deltas) {
+    for (const d of fragments ?? []) {
+      const call = calls.get(d.index) ?? { id: '', name: '', arguments: '' };
+      if (d.id !== undefined) call.id = d.id;
+      if (d.name !== undefined) call.name = d.name;
+      if (d.argumentsDelta !== undefined) call.arguments += d.argumentsDelta;
+      calls.set(d.index, call);
+    }
+  }
+  return [...calls.values()];
+}
+
 /** Options shared by every chunk and response builder. */
 interface BodyOptions {
   usage?: OpenAiUsage | null;
@@ -93,7 +139,7 @@ function envelope(meta: OpenAiResponseMeta, object: string, choices: unknown[], 
 /** A `chat.completion.chunk`. `usage` is null on every chunk but the usage chunk. */
 export function chatCompletionChunk(
   meta: OpenAiResponseMeta,
-  choice: { delta: { role?: 'assistant'; content?: string }; finishReason: OpenAiFinishReason | null } | null,
+  choice: { delta: { role?: 'assistant'; content?: string; tool_calls?: OpenAiToolCallChunk[] }; finishReason: OpenAiFinishReason | null } | null,
   options: BodyOptions = {},
 ): Record<string, unknown> {
   return envelope(meta, 'chat.completion.chunk', choice ? [{ index: 0, delta: choice.delta, logprobs: null, finish_reason: choice.finishReason }] : [], options);
@@ -108,15 +154,28 @@ export function textCompletionChunk(
   return envelope(meta, 'text_completion', choice ? [{ index: 0, text: choice.text, logprobs: null, finish_reason: choice.finishReason }] : [], options);
 }
 
-/** A non-stream `chat.completion`. */
+/**
+ * A non-stream `chat.completion`. With `toolCalls`, the message carries `tool_calls` and its
+ * `content` is null when the model wrote no text (as OpenAI answers).
+ */
 export function chatCompletion(
   meta: OpenAiResponseMeta,
   text: string,
   finishReason: OpenAiFinishReason,
   usage: OpenAiUsage,
   weir?: WeirExtension,
+  toolCalls: readonly ToolCall[] = [],
 ): Record<string, unknown> {
-  const choice = { index: 0, message: { role: 'assistant', content: text, refusal: null }, logprobs: null, finish_reason: finishReason };
+  const message =
+    toolCalls.length === 0
+      ? { role: 'assistant', content: text, refusal: null }
+      : {
+          role: 'assistant',
+          content: text === '' ? null : text,
+          refusal: null,
+          tool_calls: toolCalls.map((c): OpenAiToolCall => ({ id: c.id, type: 'function', function: { name: c.name, arguments: c.arguments } })),
+        };
+  const choice = { index: 0, message, logprobs: null, finish_reason: finishReason };
   return envelope(meta, 'chat.completion', [choice], { usage, weir });
 }
 
