@@ -193,6 +193,37 @@ export function chatStreamEvents(pieces: string[], options: StreamEventsOptions 
   return withTail(events, meta, pieces.length, options, eol);
 }
 
+/** One tool call a scripted chat stream makes: its arguments are sent in the given fragments. */
+export interface ScriptedToolCall {
+  id: string;
+  name: string;
+  /** The arguments JSON, in the pieces the stream sends (joined, the whole arguments). */
+  argumentFragments: string[];
+}
+
+/**
+ * The events of an OpenAI chat stream that calls tools, as OpenAI sends them: a role chunk,
+ * optional content chunks (`text`), then per call one chunk `delta.tool_calls[{index, id,
+ * type: "function", function: {name, arguments: ""}}]` followed by one chunk per arguments
+ * fragment (`{index, function: {arguments}}`), then the finish chunk (`tool_calls` unless
+ * `options.finishReason` says otherwise), the usage chunk and `[DONE]`.
+ */
+export function chatToolCallStreamEvents(calls: ScriptedToolCall[], text: string[] = [], options: StreamEventsOptions = {}): string[] {
+  const eol = options.eol ?? '\n';
+  const meta = { id: 'chatcmpl-scripted', object: 'chat.completion.chunk', created: 1_700_000_000, model: options.model ?? 'scripted-model' };
+  const chunk = (delta: object, finish: string | null): string =>
+    sseEvent({ ...meta, choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }], usage: null }, eol);
+  const events = [chunk({ role: 'assistant', content: text.length > 0 ? '' : null }, null), ...text.map((p) => chunk({ content: p }, null))];
+  let pieces = text.length;
+  for (const [index, call] of calls.entries()) {
+    events.push(chunk({ tool_calls: [{ index, id: call.id, type: 'function', function: { name: call.name, arguments: '' } }] }, null));
+    for (const fragment of call.argumentFragments) events.push(chunk({ tool_calls: [{ index, function: { arguments: fragment } }] }, null));
+    pieces += 1 + call.argumentFragments.length;
+  }
+  if (options.finishReason !== null) events.push(chunk({}, options.finishReason ?? 'tool_calls'));
+  return withTail(events, meta, pieces, options, eol);
+}
+
 /** The events of a legacy `/v1/completions` stream (`text_completion` chunks), same options. */
 export function completionStreamEvents(pieces: string[], options: StreamEventsOptions = {}): string[] {
   const eol = options.eol ?? '\n';

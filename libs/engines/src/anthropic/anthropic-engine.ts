@@ -8,6 +8,7 @@ import { connectionError, isConnectionError } from '../openai-compatible/upstrea
 import { anthropicStatusError } from './anthropic-errors';
 import { buildAnthropicBody, buildAnthropicHeaders } from './anthropic-request';
 import { createAnthropicStreamDecoder, mapAnthropicStopReason, type SseMessage } from './anthropic-stream';
+import { refuseTools } from '../refuse-tools';
 
 /**
  * Context tokens declared in `capacity` when the options give none: 200,000, the context
@@ -116,6 +117,7 @@ export function createAnthropicEngine(options: AnthropicEngineOptions, deps: Ant
   const countInputTokens = (input: GenerationInput): Promise<number> => countInputWith(asChat(input), countText);
 
   async function* generate(request: EngineRequest): AsyncGenerator<EngineEvent, void, undefined> {
+    refuseTools(request, 'anthropic');
     const controller = new AbortController();
     inFlight.add(controller);
     const onAbort = (): void => controller.abort(request.signal.reason);

@@ -11,6 +11,7 @@ import type {
 import { type EngineLogger, silentLogger } from '../logger';
 import { toGrammarSchema, UnsupportedSchemaError } from './json-schema-grammar';
 import { renderPlainPrompt } from './render-prompt';
+import { refuseTools } from '../refuse-tools';
 
 /**
  * The engine's own token counters, monotonically increasing since it was created (except
@@ -206,6 +207,7 @@ export async function createLlamaCppEngine(
     });
 
   async function* generate(request: EngineRequest): AsyncGenerator<EngineEvent, void, undefined> {
+    refuseTools(request, 'llama.cpp');
     if (closed) throw new WeirError('engine_unavailable', 'engine is closed', { retryable: true });
     const prompt = tokenizePrompt(renderPlainPrompt(request.input));
     // LlamaCompletion prepends BOS itself; pass the prompt without it.

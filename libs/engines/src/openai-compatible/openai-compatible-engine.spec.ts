@@ -3,6 +3,7 @@ import { isWeirError, WeirError } from '@weir/core';
 import {
   chatCompletionBody,
   chatStreamEvents,
+  chatToolCallStreamEvents,
   collectEngineEvents,
   completionStreamEvents,
   describeEngineContract,
@@ -73,6 +74,84 @@ describe('createOpenAICompatibleEngine (scripted upstream)', () => {
       stream: true,
       stream_options: { include_usage: true },
     });
+  });
+
+  const WEATHER = { type: 'function' as const, function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } } };
+
+  it('sends tools, tool_choice, parallel_tool_calls and tool-call history; parses streamed tool-call deltas and finish_reason tool_calls', async () => {
+    upstream.setScript(() =>
+      sseReply(
+        chatToolCallStreamEvents(
+          [
+            { id: 'call_a', name: 'get_weather', argumentFragments: ['{"ci', 'ty":"Pa', 'ris"}'] },
+            { id: 'call_b', name: 'get_weather', argumentFragments: ['{"city":"Rome"}'] },
+          ],
+          ['Checking.'],
+          { usage: { prompt_tokens: 20, completion_tokens: 14 } },
+        ),
+      ),
+    );
+    const engine = createOpenAICompatibleEngine(specFor(upstream.url));
+    const input: GenerationInput = {
+      kind: 'chat',
+      messages: [
+        { role: 'user', content: 'Weather?' },
+        { role: 'assistant', content: '', toolCalls: [{ id: 'call_0', name: 'get_weather', arguments: '{"city":"Lyon"}' }] },
+        { role: 'tool', content: '{"temp":21}', toolCallId: 'call_0' },
+      ],
+    };
+    const request = engineRequest(input, { tools: [WEATHER], toolChoice: { type: 'function', function: { name: 'get_weather' } }, parallelToolCalls: true });
+    const { events, error } = await collectEngineEvents(engine, request);
+    expect(error).toBeUndefined();
+    expect(events).toEqual([
+      { type: 'delta', text: 'Checking.', tokens: 1 },
+      { type: 'delta', text: '', tokens: 1, toolCalls: [{ index: 0, id: 'call_a', name: 'get_weather', argumentsDelta: '' }] },
+      { type: 'delta', text: '', tokens: 1, toolCalls: [{ index: 0, argumentsDelta: '{"ci' }] },
+      { type: 'delta', text: '', tokens: 1, toolCalls: [{ index: 0, argumentsDelta: 'ty":"Pa' }] },
+      { type: 'delta', text: '', tokens: 1, toolCalls: [{ index: 0, argumentsDelta: 'ris"}' }] },
+      { type: 'delta', text: '', tokens: 1, toolCalls: [{ index: 1, id: 'call_b', name: 'get_weather', argumentsDelta: '' }] },
+      { type: 'delta', text: '', tokens: 1, toolCalls: [{ index: 1, argumentsDelta: '{"city":"Rome"}' }] },
+      { type: 'end', reason: 'tool_calls', usage: { inputTokens: 20, outputTokens: 14 }, usageReported: true },
+    ]);
+    expect(upstream.requests[0].body).toMatchObject({
+      messages: [
+        { role: 'user', content: 'Weather?' },
+        { role: 'assistant', content: null, tool_calls: [{ id: 'call_0', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Lyon"}' } }] },
+        { role: 'tool', content: '{"temp":21}', tool_call_id: 'call_0' },
+      ],
+      tools: [WEATHER],
+      tool_choice: { type: 'function', function: { name: 'get_weather' } },
+      parallel_tool_calls: true,
+    });
+  });
+
+  it('parses message.tool_calls of a non-stream answer; sends no tool fields without tools', async () => {
+    const body = chatCompletionBody('', { finishReason: 'tool_calls' });
+    (body.choices as Array<{ message: Record<string, unknown> }>)[0].message = {
+      role: 'assistant',
+      content: null,
+      tool_calls: [{ id: 'call_x', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Oslo"}' } }],
+    };
+    upstream.setScript(() => ({ kind: 'json', body }));
+    const engine = createOpenAICompatibleEngine(specFor(upstream.url));
+    const { events } = await collectEngineEvents(engine, engineRequest(chat, { tools: [WEATHER] }));
+    expect(events).toEqual([
+      { type: 'delta', text: '', tokens: 1, toolCalls: [{ index: 0, id: 'call_x', name: 'get_weather', argumentsDelta: '{"city":"Oslo"}' }] },
+      { type: 'end', reason: 'tool_calls', usage: { inputTokens: 5, outputTokens: 1 }, usageReported: true },
+    ]);
+    upstream.setScript(() => sseReply(chatStreamEvents(['Hi'])));
+    await collectEngineEvents(engine, engineRequest(chat));
+    const plain = upstream.requests[1].body as Record<string, unknown>;
+    expect(plain).not.toHaveProperty('tools');
+    expect(plain).not.toHaveProperty('tool_choice');
+    expect(plain).not.toHaveProperty('parallel_tool_calls');
+  });
+
+  it('refuses tools on the completions API with invalid_request, calling nothing', async () => {
+    const engine = createOpenAICompatibleEngine(specFor(upstream.url, { api: 'completions' }));
+    const { error } = await collectEngineEvents(engine, engineRequest(chat, { tools: [WEATHER] }));
+    expect(error).toMatchObject({ code: 'invalid_request', param: 'tools' });
+    expect(upstream.requests).toHaveLength(0);
   });
 
   it('calls /completions with prompt and max_tokens when api is completions', async () => {

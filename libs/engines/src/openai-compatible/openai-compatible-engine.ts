@@ -1,10 +1,12 @@
 import type {
+  ChatMessage,
   EngineAdapter,
   EngineEvent,
   EngineRequest,
   GenerationInput,
   OpenAICompatibleEngineSpec,
   TokenUsage,
+  ToolCallDelta,
 } from '@weir/core';
 import { WeirError } from '@weir/core';
 import { createParser } from 'eventsource-parser';
@@ -112,10 +114,13 @@ export function createOpenAICompatibleEngine(
       body.prompt = input.text;
       body.max_tokens = request.maxOutputTokens;
     } else {
-      body.messages = input.messages.map((m) =>
-        m.name ? { role: m.role, content: m.content, name: m.name } : { role: m.role, content: m.content },
-      );
+      body.messages = input.messages.map(toUpstreamMessage);
       body.max_completion_tokens = request.maxOutputTokens;
+    }
+    if (request.tools && request.tools.length > 0) {
+      body.tools = request.tools;
+      if (request.toolChoice !== undefined) body.tool_choice = request.toolChoice;
+      if (request.parallelToolCalls !== undefined) body.parallel_tool_calls = request.parallelToolCalls;
     }
     if (sampling.temperature !== undefined) body.temperature = sampling.temperature;
     if (sampling.topP !== undefined) body.top_p = sampling.topP;
@@ -147,6 +152,9 @@ export function createOpenAICompatibleEngine(
   }
 
   async function* generate(request: EngineRequest): AsyncGenerator<EngineEvent, void, undefined> {
+    if (spec.api === 'completions' && request.tools && request.tools.length > 0) {
+      throw new WeirError('invalid_request', 'tools need the chat API: this revision calls its upstream on /completions, which has no tool calls', { param: 'tools' });
+    }
     const controller = new AbortController();
     inFlight.add(controller);
     // Set once the response is streaming: an abort then asks a Weir engine to stop and end
@@ -230,21 +238,24 @@ export function createOpenAICompatibleEngine(
     };
 
     // Applies one parsed upstream object (a chunk, or a whole non-stream response); returns
-    // the text it carries for choice 0.
-    const apply = (payload: unknown): string => {
-      if (typeof payload !== 'object' || payload === null) return '';
+    // the text and tool-call fragments it carries for choice 0.
+    const apply = (payload: unknown): Piece => {
+      if (typeof payload !== 'object' || payload === null) return { text: '' };
       const obj = payload as Record<string, unknown>;
       if (obj.error !== undefined && obj.error !== null) throw inBandError(obj.error);
       const usage = parseUsage(obj.usage);
       if (usage) reported = usage;
       const choices = Array.isArray(obj.choices) ? (obj.choices as Array<Record<string, unknown>>) : [];
       const choice = choices.find((c) => (c.index ?? 0) === 0);
-      if (!choice) return '';
+      if (!choice) return { text: '' };
       if (typeof choice.finish_reason === 'string') finishReason = choice.finish_reason;
       const delta = (choice.delta ?? choice.message) as Record<string, unknown> | undefined;
       const text = spec.api === 'completions' ? choice.text : delta?.content;
-      return typeof text === 'string' ? text : '';
+      const toolCalls = spec.api === 'chat' ? parseToolCallDeltas(delta?.tool_calls) : undefined;
+      return { text: typeof text === 'string' ? text : '', ...(toolCalls ? { toolCalls } : {}) };
     };
+    // Tool-call arguments count as output text (for the token estimate without upstream usage).
+    const producedText = (p: Piece): string => p.text + (p.toolCalls ?? []).map((c) => (c.name ?? '') + (c.argumentsDelta ?? '')).join('');
 
     try {
       if (request.signal.aborted) {
@@ -297,16 +308,16 @@ export function createOpenAICompatibleEngine(
         } catch (error) {
           throw fail(new WeirError('upstream_error', 'upstream sent invalid JSON', { cause: error }));
         }
-        let piece: string;
+        let piece: Piece;
         try {
           piece = apply(parsed);
         } catch (error) {
           throw fail(error);
         }
-        if (piece.length > 0) {
-          outputText += piece;
+        if (piece.text.length > 0 || piece.toolCalls) {
+          outputText += producedText(piece);
           deltas += 1;
-          yield { type: 'delta', text: piece, tokens: 1 };
+          yield { type: 'delta', text: piece.text, tokens: 1, ...(piece.toolCalls ? { toolCalls: piece.toolCalls } : {}) };
         }
         doneSeen = true;
       } else {
@@ -336,7 +347,7 @@ export function createOpenAICompatibleEngine(
             parser.feed(decoder.decode(next.value, { stream: true }));
           }
           if (datas.length === 0) continue;
-          const pieces: Array<{ text: string; tokens: number }> = [];
+          const pieces: Array<Piece & { tokens: number }> = [];
           let frameError: unknown;
           for (const data of datas.splice(0)) {
             if (data.trim() === '[DONE]') {
@@ -345,7 +356,7 @@ export function createOpenAICompatibleEngine(
             }
             try {
               const piece = apply(JSON.parse(data));
-              if (piece.length > 0) pieces.push({ text: piece, tokens: tokensSoFar() });
+              if (piece.text.length > 0 || piece.toolCalls) pieces.push({ ...piece, tokens: tokensSoFar() });
             } catch (error) {
               frameError =
                 error instanceof WeirError
@@ -359,11 +370,11 @@ export function createOpenAICompatibleEngine(
           // the idle clock once these pieces are handed on.
           if (firstSeen) clearTimer();
           // Everything received counts as produced (billed), even if an abort stops its delivery.
-          outputText += pieces.map((p) => p.text).join('');
+          outputText += pieces.map(producedText).join('');
           for (const piece of pieces) {
             if (request.signal.aborted) break;
             deltas += 1;
-            yield { type: 'delta', text: piece.text, tokens: piece.tokens };
+            yield { type: 'delta', text: piece.text, tokens: piece.tokens, ...(piece.toolCalls ? { toolCalls: piece.toolCalls } : {}) };
           }
           // A graceful stop keeps reading (delivering nothing more) until the upstream's end.
           if (request.signal.aborted && !graceful()) {
@@ -389,7 +400,7 @@ export function createOpenAICompatibleEngine(
           ),
         );
       }
-      const reason = finishReason === 'length' ? 'length' : finishReason === 'content_filter' ? 'content_filter' : 'stop';
+      const reason = finishReason === 'length' || finishReason === 'content_filter' || finishReason === 'tool_calls' ? finishReason : 'stop';
       if (reported) {
         yield { type: 'end', reason, usage: reported, usageReported: true };
       } else {
@@ -416,6 +427,44 @@ export function createOpenAICompatibleEngine(
       for (const controller of inFlight) controller.abort(new Error('engine closed'));
     },
   };
+}
+
+/** What one upstream chunk carries for choice 0. */
+interface Piece {
+  text: string;
+  toolCalls?: ToolCallDelta[];
+}
+
+/** A Weir chat message as OpenAI's chat API takes it (assistant `tool_calls`, a tool message's `tool_call_id`). */
+function toUpstreamMessage(m: ChatMessage): Record<string, unknown> {
+  const out: Record<string, unknown> = { role: m.role, content: m.content };
+  if (m.name) out.name = m.name;
+  if (m.toolCalls && m.toolCalls.length > 0) {
+    if (m.content === '') out.content = null;
+    out.tool_calls = m.toolCalls.map((c) => ({ id: c.id, type: 'function', function: { name: c.name, arguments: c.arguments } }));
+  }
+  if (m.toolCallId !== undefined) out.tool_call_id = m.toolCallId;
+  return out;
+}
+
+/**
+ * OpenAI's `delta.tool_calls` (fragments) or `message.tool_calls` (whole calls, a non-stream
+ * answer) as Weir's fragments; undefined when there are none. A fragment without `index`
+ * takes its position; empty names are dropped (some servers repeat `name: ""`).
+ */
+function parseToolCallDeltas(value: unknown): ToolCallDelta[] | undefined {
+  if (!Array.isArray(value) || value.length === 0) return undefined;
+  const out: ToolCallDelta[] = [];
+  for (const [position, raw] of value.entries()) {
+    if (typeof raw !== 'object' || raw === null) continue;
+    const call = raw as { index?: unknown; id?: unknown; function?: { name?: unknown; arguments?: unknown } };
+    const d: ToolCallDelta = { index: typeof call.index === 'number' ? call.index : position };
+    if (typeof call.id === 'string' && call.id !== '') d.id = call.id;
+    if (typeof call.function?.name === 'string' && call.function.name !== '') d.name = call.function.name;
+    if (typeof call.function?.arguments === 'string') d.argumentsDelta = call.function.arguments;
+    out.push(d);
+  }
+  return out.length > 0 ? out : undefined;
 }
 
 function parseUsage(value: unknown): TokenUsage | undefined {

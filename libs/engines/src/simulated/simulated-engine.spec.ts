@@ -153,3 +153,14 @@ describe('simulated replica output', () => {
     expect(() => createSimulatedEngine(spec({ decodeStepMs: [] }))).toThrow(/decodeStepMs/);
   });
 });
+
+describe('simulated replica and tools', () => {
+  it('refuses a request with tools with invalid_request (never drops them)', async () => {
+    const engine = createSimulatedEngine(spec({ decodeStepMs: [[1, 1]] }));
+    const tools = [{ type: 'function' as const, function: { name: 'get_weather' } }];
+    const { events, error } = await collectEngineEvents(engine, engineRequest({ kind: 'text', text: 'hi' }, { tools }));
+    expect(events).toEqual([]);
+    expect(error).toMatchObject({ code: 'invalid_request', param: 'tools' });
+    await engine.close();
+  });
+});

@@ -13,6 +13,7 @@ import type { EngineAdapter, EngineEvent, EngineRequest, GenerationInput, Simula
 import { type AsyncQueue, createAsyncQueue, WeirError } from '@weir/core';
 import { renderPlainPrompt } from '../llamacpp/render-prompt';
 import { type EngineLogger, silentLogger } from '../logger';
+import { refuseTools } from '../refuse-tools';
 
 /** The simulated replica's counters, shaped like the llama.cpp engine's (served on `/stats` and `/metrics`). */
 export interface SimulatedEngineStats {
@@ -172,6 +173,7 @@ export function createSimulatedEngine(spec: SimulatedEngineSpec, deps: { logger?
   }
 
   async function* generate(request: EngineRequest): AsyncGenerator<EngineEvent, void, undefined> {
+    refuseTools(request, 'simulated');
     if (closed) throw new WeirError('engine_unavailable', 'engine is closed', { retryable: true });
     const inputTokens = simulatedTokenCount(request.input);
     if (inputTokens + 1 > profile.kvTokens) {
