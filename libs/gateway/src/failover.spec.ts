@@ -227,6 +227,19 @@ describe('startWithFailover', () => {
     expect(breakers.snapshot(now).map((b) => [b.key, b.state, b.calls])).toEqual([['a@1', 'closed', 1]]);
   });
 
+  it("counts a mid-stream failure against a hosted revision's breaker, not against one served by Weir's replicas", async () => {
+    const hostedBreakers = createBreakerRegistry({ breaker: { minimumCalls: 1, failureRateThreshold: 0.5 } });
+    const hosted = setup({ 'a@1/0': { kind: 'break_after', tokens: 2 } }, [], hostedBreakers);
+    await run(startWithFailover(request([A]), hosted.deps));
+    expect(hostedBreakers.snapshot(now).map((b) => [b.key, b.state])).toEqual([['a@1', 'open']]);
+
+    const replicated = { ...A, replicas: [{ id: 'a@1/0', baseUrl: 'http://127.0.0.1:1/v1', slots: 4 }] };
+    const ownBreakers = createBreakerRegistry({ breaker: { minimumCalls: 1, failureRateThreshold: 0.5 } });
+    const own = setup({ 'a@1/0': { kind: 'break_after', tokens: 2 } }, [], ownBreakers);
+    await run(startWithFailover(request([replicated]), own.deps));
+    expect(ownBreakers.snapshot(now).map((b) => [b.key, b.state])).toEqual([['a@1', 'closed']]);
+  });
+
   it('tries nothing more once the client has left', async () => {
     const s = setup({ 'a@1/0': { kind: 'down' } }, ['a@1']);
     const handle = startWithFailover(request([A, B]), s.deps);

@@ -207,7 +207,7 @@ export function startWithFailover(request: FailoverRequest, deps: FailoverDeps):
       const recordRevision = (result: 'success' | 'failure' | 'ignored') =>
         deps.health?.record(judged.revision.id, result, firstTokenAt === undefined ? undefined : firstTokenAt - judged.grantedAt, clock.now(), judged.probe);
       if (!outcome.unrecorded) {
-        recordRevision(revisionVerdict(outcome));
+        recordRevision(revisionVerdict(outcome, judged.revision));
         return finish(fallback ? { ...outcome, fallback: { ...fallback, attempts } } : outcome);
       }
 
@@ -251,9 +251,18 @@ export function startWithFailover(request: FailoverRequest, deps: FailoverDeps):
 /** Upstream faults count against a revision; a client's cancel, a deadline or a refused request say nothing about its health. */
 const REVISION_FAULTS = new Set(['upstream_error', 'upstream_unavailable', 'upstream_timeout', 'engine_unavailable']);
 
-/** How a request that ended on a revision counts for its breaker. */
-function revisionVerdict(outcome: GenerationOutcome): 'success' | 'failure' | 'ignored' {
-  if (outcome.finishReason === 'error') return outcome.error && REVISION_FAULTS.has(outcome.error.code) ? 'failure' : 'ignored';
+/**
+ * How a request that ended on a revision counts for its breaker. A failure mid-stream on a
+ * revision served by Weir's own replicas is a replica's fault (a crash: the scheduler ejects
+ * it, and the requests it held are the only ones lost), not the revision's: a replica killed
+ * mid-load broke dozens of streams at once and opened the breaker of a revision whose other
+ * replicas were healthy. For a hosted upstream (no replicas of Weir's) it counts.
+ */
+function revisionVerdict(outcome: GenerationOutcome, revision: RevisionSpec): 'success' | 'failure' | 'ignored' {
+  if (outcome.finishReason === 'error') {
+    if (!outcome.error || !REVISION_FAULTS.has(outcome.error.code)) return 'ignored';
+    return outcome.usage.outputTokens > 0 && (revision.replicas?.length ?? 0) > 0 ? 'ignored' : 'failure';
+  }
   if (outcome.finishReason === 'cancelled' || outcome.finishReason === 'deadline') return 'ignored';
   return 'success';
 }
