@@ -6,19 +6,33 @@ import {
   type CapacityPlan,
   formatNumber as f,
   isCapacityInputError,
+  type LatencyTargets,
   planBySimulation,
   planCapacity,
+  plannedMeanTokens,
   type Percentiles,
+  simulationLowerBound,
   type SimulationPlan,
   type SimulationReport,
   type TokenDistribution,
 } from '@weir/capacity';
-import { CAPACITY_HELP, type CapacityCommand, MAIN_HELP, parseCommandLine, UsageError } from './args';
+import { CAPACITY_HELP, type CapacityCommand, LIMITS, MAIN_HELP, parseCommandLine, UsageError } from './args';
 
 /** Where the command writes. */
 export interface CliOutput {
   out(text: string): void;
   err(text: string): void;
+}
+
+/**
+ * Formats a number for a message: as {@link f} (thousands separators, 3 decimals), but a value
+ * below 0.001 keeps 3 significant digits (0.0001, not 0) and one above 10^15 is written with an
+ * exponent (1.00e+18), where digits past 2^53 would only be floating-point noise.
+ */
+export function g(x: number): string {
+  if (x !== 0 && Math.abs(x) < 0.001) return String(Number(x.toPrecision(3)));
+  if (Math.abs(x) >= 1e15) return x.toExponential(2);
+  return f(x);
 }
 
 /** The library's field names → the flags that set them, so a library error names the flag. */
@@ -77,7 +91,77 @@ export function runCli(argv: readonly string[], io: CliOutput): number {
   }
 }
 
+/**
+ * The simulation's answer when the throughput lower bound already exceeds `--max-replicas`:
+ * no fleet the command may try can keep up with the arrivals, so nothing is simulated.
+ */
+export interface SkippedSimulation {
+  targets: Required<LatencyTargets>;
+  lowerBound: number;
+  replicas: null;
+  replicasWithFailures: null;
+  trials: [];
+  unreachable: { reason: 'lower_bound_above_max_replicas'; maxReplicas: number };
+}
+
+/**
+ * Refuses a throughput plan whose answer would exceed {@link LIMITS.maxPlanReplicas} (each flag is
+ * in range, but their combination can still ask for 10^18 replicas).
+ * @throws UsageError naming the flags.
+ */
+export function checkPlanSize(c: CapacityCommand & { replicaTokensPerSecond: number }): void {
+  const replicas = (c.rps * c.outputTokens) / (c.replicaTokensPerSecond * c.utilization);
+  if (!(replicas <= LIMITS.maxPlanReplicas)) {
+    throw new UsageError(
+      `--rps ${g(c.rps)} × --output ${g(c.outputTokens)} ÷ (--replica-tps ${g(c.replicaTokensPerSecond)} × --util ${g(c.utilization)}) needs about ${g(replicas)} replicas, more than the ${g(LIMITS.maxPlanReplicas)} this command plans: check those flags`,
+    );
+  }
+}
+
+/**
+ * Checks that the simulation window holds enough arrivals for a p95 and bounds the run's work
+ * ({@link LIMITS}: minArrivals ≤ rps × duration ≤ maxArrivals, and rps × duration × mean output
+ * tokens ≤ maxSimulatedTokens).
+ * @throws UsageError naming the flags and saying which `--duration` would do.
+ */
+export function checkSimulationWindow(c: CapacityCommand): void {
+  const s = c.simulate as NonNullable<CapacityCommand['simulate']>;
+  const { minArrivals, maxArrivals, maxSimulatedTokens, maxDurationSeconds } = LIMITS;
+  const arrivals = c.rps * s.durationSeconds;
+  if (arrivals < minArrivals) {
+    const needed = Math.ceil(minArrivals / c.rps);
+    if (needed > maxDurationSeconds) {
+      throw new UsageError(
+        `--rps ${g(c.rps)}: too low to simulate: even the longest window (--duration ${g(maxDurationSeconds)}) expects ${g(c.rps * maxDurationSeconds)} arrivals, fewer than the ${minArrivals} a p95 needs; size a load this light with the throughput plan (--replica-tps) instead`,
+      );
+    }
+    throw new UsageError(
+      `--duration: a ${g(s.durationSeconds)} s window at --rps ${g(c.rps)} expects ${g(arrivals)} arrivals (it may hold none), fewer than the ${minArrivals} a p95 needs: give --duration ${g(needed)} or longer (at most ${g(maxDurationSeconds)})`,
+    );
+  }
+  const shorter = (cap: number): string => `give --duration ${g(Math.floor((cap / c.rps) * 1000) / 1000)} or less`;
+  if (arrivals > maxArrivals) {
+    throw new UsageError(
+      `--rps ${g(c.rps)} × --duration ${g(s.durationSeconds)} s = ${g(arrivals)} expected arrivals, more than the ${g(maxArrivals)} a simulation replays: ${shorter(maxArrivals)}`,
+    );
+  }
+  const meanOutput = plannedMeanTokens(s.outputTokens);
+  const tokens = arrivals * meanOutput;
+  if (tokens > maxSimulatedTokens) {
+    const outputFlag = s.outputTokens.kind === 'samples' ? '--output-samples' : s.outputTokens.kind === 'lognormal' ? '--output/--output-p95' : '--output';
+    if (minArrivals * meanOutput > maxSimulatedTokens) {
+      throw new UsageError(
+        `${outputFlag}: ${g(meanOutput)} output tokens per request on average is too many to simulate ${minArrivals} requests within ${g(maxSimulatedTokens)} output tokens`,
+      );
+    }
+    throw new UsageError(
+      `--rps ${g(c.rps)} × --duration ${g(s.durationSeconds)} s × ${g(meanOutput)} mean output tokens (${outputFlag}) = ${g(Math.round(tokens))} output tokens to simulate, more than ${g(maxSimulatedTokens)}: ${shorter(maxSimulatedTokens / meanOutput)}`,
+    );
+  }
+}
+
 function runCapacity(c: CapacityCommand, io: CliOutput): number {
+  if (c.replicaTokensPerSecond !== undefined) checkPlanSize({ ...c, replicaTokensPerSecond: c.replicaTokensPerSecond });
   const plan =
     c.replicaTokensPerSecond !== undefined
       ? planCapacity({
@@ -90,8 +174,33 @@ function runCapacity(c: CapacityCommand, io: CliOutput): number {
         })
       : undefined;
   const s = c.simulate;
-  const simulation = s
-    ? planBySimulation({
+  const simulation = s ? simulate(c) : undefined;
+  if (c.json) {
+    const json = simulation && 'report' in simulation ? withoutRequests(simulation) : simulation;
+    io.out(`${JSON.stringify({ plan, simulation: json }, null, 2)}\n`);
+  } else {
+    if (plan) io.out(formatPlan(plan));
+    if (simulation && s) io.out(`${plan ? '\n' : ''}${formatSimulation(c, simulation)}`);
+  }
+  return simulation && simulation.replicas === null ? 1 : 0;
+}
+
+/** The simulation plan, or at once {@link SkippedSimulation} when the lower bound exceeds `--max-replicas`. */
+function simulate(c: CapacityCommand): SimulationPlan | SkippedSimulation {
+  const s = c.simulate as NonNullable<CapacityCommand['simulate']>;
+  const lowerBound = simulationLowerBound({ rps: c.rps, inputTokens: s.inputTokens, outputTokens: s.outputTokens, profile: s.profile });
+  if (lowerBound > s.maxReplicas) {
+    return {
+      targets: { ttftP95Ms: s.ttftP95Ms, tpotP95Ms: s.tpotP95Ms },
+      lowerBound,
+      replicas: null,
+      replicasWithFailures: null,
+      trials: [],
+      unreachable: { reason: 'lower_bound_above_max_replicas', maxReplicas: s.maxReplicas },
+    };
+  }
+  checkSimulationWindow(c);
+  return planBySimulation({
         rps: c.rps,
         inputTokens: s.inputTokens,
         outputTokens: s.outputTokens,
@@ -102,15 +211,7 @@ function runCapacity(c: CapacityCommand, io: CliOutput): number {
         seed: s.seed,
         nPlus: c.nPlus,
         maxReplicas: s.maxReplicas,
-      })
-    : undefined;
-  if (c.json) {
-    io.out(`${JSON.stringify({ plan, simulation: simulation && withoutRequests(simulation) }, null, 2)}\n`);
-  } else {
-    if (plan) io.out(formatPlan(plan));
-    if (simulation && s) io.out(`${plan ? '\n' : ''}${formatSimulation(c, simulation)}`);
-  }
-  return simulation && simulation.replicas === null ? 1 : 0;
+      });
 }
 
 /** The plan's arithmetic, one line each, under a heading. */
@@ -136,18 +237,46 @@ function describeRun(r: SimulationReport, label: string): string[] {
   ];
 }
 
+/** Why no fleet can meet the targets, in words that name the flags to change. */
+function unreachableAnswer(c: CapacityCommand, plan: SimulationPlan | SkippedSimulation): string {
+  const s = c.simulate as NonNullable<CapacityCommand['simulate']>;
+  const u = plan.unreachable;
+  switch (u?.reason) {
+    case 'lower_bound_above_max_replicas':
+      return `none up to --max-replicas ${f(u.maxReplicas)}: the throughput lower bound is ${f(plan.lowerBound)} replicas (a smaller fleet falls behind the arrivals), so nothing was simulated; ${
+        plan.lowerBound <= LIMITS.maxReplicas
+          ? `raise --max-replicas to at least ${f(plan.lowerBound)}`
+          : `that is above the ${f(LIMITS.maxReplicas)} --max-replicas allows: size a load this large with the throughput plan (--replica-tps)`
+      }`;
+    case 'no_arrivals':
+      return `none: the ${f(s.durationSeconds)} s window held no arrivals at ${g(c.rps)} requests/s, so there is nothing to measure; give a longer --duration`;
+    case 'kv_memory':
+      return `none at any fleet size: ${f(u.rejected)} requests need more KV memory (input + output limit) than a replica's ${f(s.profile.kvTokens)} tokens; raise --kv-tokens or shorten --input/--max-output`;
+    case 'tpot':
+      return `none at any fleet size: every token after the first takes at least the fastest decode step, ${ms(u.minTpotMs)} (--decode-ms), above --tpot-p95-ms ${f(s.tpotP95Ms)}`;
+    case 'ttft':
+      return `none at any fleet size: even with no queueing, p95 TTFT is at least ${ms(u.minTtftP95Ms)} (prefill at --prefill-tps plus one decode step), above --ttft-p95-ms ${f(s.ttftP95Ms)}`;
+    default:
+      return `none up to --max-replicas ${f(s.maxReplicas)} met the targets`;
+  }
+}
+
 /** The simulation's answer, the runs at the answer and just below it, and every size tried. */
-export function formatSimulation(c: CapacityCommand, plan: SimulationPlan): string {
+export function formatSimulation(c: CapacityCommand, plan: SimulationPlan | SkippedSimulation): string {
   const s = c.simulate as NonNullable<CapacityCommand['simulate']>;
   const p = s.profile;
   const lines = [
-    `simulation (${f(c.rps)} requests/s, Poisson, ${f(s.durationSeconds)} s, seed ${s.seed}; input ${dist(s.inputTokens)} tokens, output ${dist(s.outputTokens)} tokens)`,
+    `simulation (${g(c.rps)} requests/s, Poisson, ${f(s.durationSeconds)} s, seed ${s.seed}; input ${dist(s.inputTokens)} tokens, output ${dist(s.outputTokens)} tokens)`,
     `  replica: prefill ${f(p.prefillTokensPerSecond)} tokens/s; decode step ${p.decodeStepMs.map(([b, t]) => `${t} ms at batch ${b}`).join(', ')}; KV ${f(p.kvTokens)} tokens; ${p.maxSequences} sequences`,
-    `  targets: p95 TTFT ≤ ${ms(plan.targets.ttftP95Ms)}, p95 TPOT ≤ ${ms(plan.targets.tpotP95Ms)}; throughput lower bound ${plan.lowerBound} replicas`,
-    `  tried: ${plan.trials.map((t) => `${t.replicas} ${t.meets ? 'meets' : 'misses'}`).join(', ')}`,
+    `  targets: p95 TTFT ≤ ${ms(plan.targets.ttftP95Ms)}, p95 TPOT ≤ ${ms(plan.targets.tpotP95Ms)}; throughput lower bound ${f(plan.lowerBound)} replicas`,
   ];
+  if (!('report' in plan)) {
+    lines.push(`  answer: ${unreachableAnswer(c, plan)}`);
+    return `${lines.join('\n')}\n`;
+  }
+  lines.push(`  tried: ${plan.trials.map((t) => `${t.replicas} ${t.meets ? 'meets' : 'misses'}`).join(', ')}`);
   if (plan.replicas === null) {
-    lines.push(`  answer: none up to --max-replicas ${s.maxReplicas} met the targets`, ...describeRun(plan.report, 'largest tried'));
+    lines.push(`  answer: ${unreachableAnswer(c, plan)}`, ...describeRun(plan.report, plan.unreachable ? 'the run' : 'largest tried'));
   } else {
     lines.push(
       `  answer: ${plan.replicas} replicas meet the targets${c.nPlus > 0 ? `; ${plan.replicasWithFailures} with N+${c.nPlus}` : ''}`,

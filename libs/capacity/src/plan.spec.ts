@@ -1,5 +1,5 @@
 import { CapacityInputError } from './errors';
-import { type CapacityPlanInput, planBySimulation, planCapacity } from './plan';
+import { type CapacityPlanInput, minDecodeStepMs, planBySimulation, planCapacity, plannedMeanTokens, simulationLowerBound } from './plan';
 import type { ReplicaProfile } from './profile';
 
 const seed: CapacityPlanInput = { rps: 100, inputTokens: 2000, outputTokens: 300, replicaTokensPerSecond: 2500, utilization: 0.7, nPlus: 1 };
@@ -65,6 +65,31 @@ describe('planCapacity reproduces the seed’s sizing', () => {
     expect(error).toBeInstanceOf(CapacityInputError);
     expect((error as CapacityInputError).field).toBe(field);
   });
+
+  it('never reports a negative survivor count: N+k above the throughput count loses all of them', () => {
+    // Was "18 replicas losing 20 leave -2 × 2,500 × 0.7 = -3,500 tokens/s".
+    const plan = planCapacity({ ...seed, nPlus: 20 });
+    expect(plan.replicasWithFailures).toBe(38);
+    expect(plan.failureChecks.map((c) => [c.replicas, c.survivors, c.capacityTokensPerSecond, c.meetsDemand])).toEqual([
+      [18, 0, 0, false],
+      [38, 18, 31_500, true],
+    ]);
+    const text = plan.lines.join('\n');
+    expect(text).toContain('18 replicas losing 20 leave none: 0 tokens/s < 30,000: short');
+    expect(text).not.toMatch(/-\d/);
+  });
+
+  it.each([
+    // Was "Infinity replicas … NaN tokens/s": 1e-300 × 0.7 rounds to 0 usable tokens/s.
+    ['replicaTokensPerSecond', { replicaTokensPerSecond: 1e-300 }],
+    // Was "Infinity replicas": rps × output tokens overflows.
+    ['rps', { rps: 1e300, outputTokens: 1e10 }],
+    // Was 1.43e300 replicas: finite, but not a count (beyond 2^53).
+    ['rps', { rps: 1e300 }],
+    ['nPlus', { nPlus: 1e300 }],
+  ])('refuses a plan whose answer would not be a finite, countable number (%s)', (field, patch) => {
+    expect(() => planCapacity({ ...seed, ...patch })).toThrow(expect.objectContaining({ field }) as CapacityInputError);
+  });
 });
 
 describe('planBySimulation', () => {
@@ -97,6 +122,46 @@ describe('planBySimulation', () => {
     const plan = planBySimulation({ ...load, inputTokens: { kind: 'fixed', value: 70_000 }, maxReplicas: 4 });
     expect(plan.replicas).toBeNull();
     expect(plan.report.rejected).toBeGreaterThan(0);
+  });
+
+  it('exports its lower bound, so a caller can compare it with a limit before simulating', () => {
+    expect(simulationLowerBound(load)).toBe(planBySimulation(load).lowerBound);
+    // 5,000 rps × (2,000 / 10,000 + 300 / 800) s = 2,875 replicas.
+    expect(simulationLowerBound({ ...load, rps: 5000, inputTokens: { kind: 'fixed', value: 2000 }, outputTokens: { kind: 'fixed', value: 300 } })).toBe(2875);
+    expect(() => simulationLowerBound({ ...load, rps: 0 })).toThrow(expect.objectContaining({ field: 'rps' }) as CapacityInputError);
+  });
+
+  it('plans on a lognormal mean no larger than its largest draw', () => {
+    expect(plannedMeanTokens({ kind: 'lognormal', p50: 300, p95: 900 })).toBeCloseTo(375, 0);
+    // σ = ln(10^6) / 1.645 ≈ 8.4: the untruncated mean is ~10^15, the draws stop at 4 × p95.
+    expect(plannedMeanTokens({ kind: 'lognormal', p50: 1, p95: 1e6 })).toBe(4e6);
+  });
+
+  it('the fastest decode step is the minimum over batches 1…maxSequences', () => {
+    expect(minDecodeStepMs(profile)).toBe(20);
+    expect(minDecodeStepMs({ ...profile, decodeStepMs: [[1, 30], [8, 12], [64, 40]], maxSequences: 16 })).toBe(12);
+    expect(minDecodeStepMs({ ...profile, decodeStepMs: [[1, 30], [64, 10]], maxSequences: 16 })).toBeCloseTo(30 - (20 * 15) / 63, 9);
+  });
+
+  describe('stops after the first run when no fleet size can meet the targets', () => {
+    it.each([
+      ['tpot', { targets: { tpotP95Ms: 5 } }, { reason: 'tpot', minTpotMs: 20 }],
+      ['ttft', { inputTokens: { kind: 'fixed', value: 5000 }, targets: { ttftP95Ms: 100 } }, { reason: 'ttft', minTtftP95Ms: 520 }],
+      ['kv_memory', { inputTokens: { kind: 'fixed', value: 70_000 } }, { reason: 'kv_memory' }],
+      ['no_arrivals', { rps: 0.001, durationSeconds: 1 }, { reason: 'no_arrivals' }],
+    ] as const)('%s', (_reason, patch, unreachable) => {
+      // Before, each doubled up to maxReplicas (1,000): 11 runs, one of them 1,000 replicas.
+      const plan = planBySimulation({ ...load, ...patch });
+      expect(plan.replicas).toBeNull();
+      expect(plan.trials).toHaveLength(1);
+      expect(plan.unreachable).toMatchObject(unreachable);
+    });
+
+    it('but keeps searching when a larger fleet can meet them', () => {
+      const plan = planBySimulation({ ...load, targets: { tpotP95Ms: 25 } });
+      expect(plan.unreachable).toBeUndefined();
+      expect(plan.replicas).not.toBeNull();
+    });
   });
 
   it('names a bad target', () => {

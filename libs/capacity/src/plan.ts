@@ -4,9 +4,10 @@
  * Pure functions; the `weir capacity` command and the capacity controller call them.
  */
 import { CapacityInputError, requirePositive } from './errors';
-import { meanTokens, type TokenDistribution } from './distribution';
-import { peakDecodeTokensPerSecond, type ReplicaProfile } from './profile';
+import { meanTokens, type TokenDistribution, validateDistribution } from './distribution';
+import { decodeStepMs, peakDecodeTokensPerSecond, prefillMs, type ReplicaProfile, validateProfile } from './profile';
 import { type SimulationReport, simulateCluster, validateSimulationInput } from './simulate';
+import { nearestRank } from './stats';
 
 /** Inputs of the throughput plan (the seed's §2). */
 export interface CapacityPlanInput {
@@ -27,6 +28,7 @@ export interface CapacityPlanInput {
 /** One "lose k replicas" check: `survivors × replicaTokensPerSecond × utilization` against demand. */
 export interface FailureCheck {
   replicas: number;
+  /** `replicas − nPlus`, or 0 when `nPlus` exceeds `replicas` (losing more than it has leaves none). */
   survivors: number;
   /** Tokens/s the survivors serve at the ceiling. */
   capacityTokensPerSecond: number;
@@ -73,7 +75,8 @@ export function formatNumber(x: number): string {
  * latency: see {@link planBySimulation}.
  *
  * @throws CapacityInputError naming the field (`rps`, `inputTokens`, `outputTokens`,
- *   `replicaTokensPerSecond`, `utilization`, `nPlus`) when it is out of range.
+ *   `replicaTokensPerSecond`, `utilization`, `nPlus`) when it is out of range, or when the
+ *   answer would not be a finite, exactly countable number of replicas (≤ 2^53 − 1).
  */
 export function planCapacity(input: CapacityPlanInput): CapacityPlan {
   requirePositive('rps', input.rps);
@@ -84,6 +87,7 @@ export function planCapacity(input: CapacityPlanInput): CapacityPlan {
   if (input.utilization > 1) throw new CapacityInputError('utilization', `must be a fraction in (0, 1], e.g. 0.7 for 70% (got ${input.utilization})`);
   const nPlus = input.nPlus ?? 0;
   requirePositive('nPlus', nPlus, { allowZero: true, integer: true });
+  if (!Number.isSafeInteger(nPlus)) throw new CapacityInputError('nPlus', `must be at most ${Number.MAX_SAFE_INTEGER} (got ${nPlus})`);
 
   const f = formatNumber;
   const { rps, inputTokens, outputTokens, replicaTokensPerSecond: tps, utilization: util } = input;
@@ -93,8 +97,19 @@ export function planCapacity(input: CapacityPlanInput): CapacityPlan {
   const floorReplicas = ceil(demand / tps);
   const replicas = ceil(demand / usable);
   const withFailures = replicas + nPlus;
+  // Every result must be a finite, countable number: a product that overflows, or a usable rate
+  // that rounds to 0 (below the 1e-6 tokens/s kept), would otherwise print Infinity or NaN.
+  if (!Number.isFinite(demand) || !Number.isFinite(prefillDemand)) {
+    throw new CapacityInputError('rps', `× tokens per request is not a finite number of tokens/s (rps ${rps}, ${inputTokens} input and ${outputTokens} output tokens)`);
+  }
+  if (!(usable > 0)) {
+    throw new CapacityInputError('replicaTokensPerSecond', `× utilization is ${tps * util} tokens/s per replica, below the 1e-6 tokens/s the plan resolves`);
+  }
+  if (!Number.isSafeInteger(withFailures)) {
+    throw new CapacityInputError('rps', `× outputTokens ÷ (replicaTokensPerSecond × utilization) needs ${replicas} replicas (+ ${nPlus}), not an exactly countable number`);
+  }
   const check = (count: number): FailureCheck => {
-    const survivors = count - nPlus;
+    const survivors = Math.max(0, count - nPlus);
     const capacity = clean(survivors * usable);
     return { replicas: count, survivors, capacityTokensPerSecond: capacity, meetsDemand: capacity >= demand };
   };
@@ -108,9 +123,8 @@ export function planCapacity(input: CapacityPlanInput): CapacityPlan {
   ];
   for (const c of failureChecks) {
     const verdict = c.meetsDemand ? `≥ ${f(demand)}: enough` : `< ${f(demand)}: short`;
-    lines.push(
-      `N+${nPlus}:      ${c.replicas} replicas losing ${nPlus} leave ${c.survivors} × ${f(tps)} × ${f(util)} = ${f(c.capacityTokensPerSecond)} tokens/s ${verdict}`,
-    );
+    const left = c.replicas < nPlus ? `none: 0 tokens/s` : `${c.survivors} × ${f(tps)} × ${f(util)} = ${f(c.capacityTokensPerSecond)} tokens/s`;
+    lines.push(`N+${nPlus}:      ${c.replicas} replicas losing ${nPlus} leave ${left} ${verdict}`);
   }
   lines.push(
     nPlus > 0
@@ -189,6 +203,79 @@ export interface SimulationPlan {
   below?: SimulationReport;
   /** Every size simulated, in the order tried. */
   trials: SimulationTrial[];
+  /**
+   * Set when the first run showed that no fleet size can meet the targets, so the search stopped
+   * there (the arrivals and their lengths are the same at every size): see {@link Unreachable}.
+   */
+  unreachable?: Unreachable;
+}
+
+/**
+ * Why no number of replicas can meet the targets, read from one run (what it depends on does
+ * not change with the fleet size):
+ * - `no_arrivals`: the window held no arrivals at this rate (nothing to measure; lengthen it);
+ * - `kv_memory`: `rejected` requests need more KV memory (input + output limit) than a replica has;
+ * - `tpot`: every request's TPOT is at least the fastest decode step, `minTpotMs`, above the target;
+ * - `ttft`: with no queueing at all, each request's TTFT is its own prefill plus one decode step;
+ *   the p95 of that, `minTtftP95Ms`, is above the target.
+ */
+export type Unreachable =
+  | { reason: 'no_arrivals' }
+  | { reason: 'kv_memory'; rejected: number }
+  | { reason: 'tpot'; minTpotMs: number }
+  | { reason: 'ttft'; minTtftP95Ms: number };
+
+/**
+ * The fastest decode step (ms) over batches 1…`maxSequences`: a lower bound on every request's
+ * time per output token. The step time is piecewise linear, so the minimum is at a point or an end.
+ */
+export function minDecodeStepMs(profile: ReplicaProfile): number {
+  const batches = [1, profile.maxSequences, ...profile.decodeStepMs.map(([b]) => b).filter((b) => b <= profile.maxSequences)];
+  return Math.min(...batches.map((b) => decodeStepMs(profile, b)));
+}
+
+/** The largest draw of a distribution (tokens). */
+const largestDraw = (d: TokenDistribution): number =>
+  d.kind === 'fixed' ? d.value : d.kind === 'samples' ? Math.max(...d.values) : (d.max ?? 4 * Math.ceil(d.p95));
+
+/**
+ * The mean tokens per request used for planning: {@link meanTokens}, but never above the largest
+ * draw (a lognormal with a very wide tail has an enormous untruncated mean; its draws are capped).
+ */
+export function plannedMeanTokens(d: TokenDistribution): number {
+  return Math.min(meanTokens(d), largestDraw(d));
+}
+
+/**
+ * The throughput lower bound of {@link planBySimulation} (not clamped to `maxReplicas`): each
+ * replica's second must hold the prefill and the decode work sent to it, decode at its peak batch
+ * efficiency, so `ceil(rps × (E[input] / prefillTokensPerSecond + E[output] / peakDecodeTokensPerSecond))`,
+ * at least 1. A smaller fleet falls behind the arrivals: its queue grows for as long as the load
+ * lasts. Needs no simulation, so a caller can compare it with its own limit first.
+ *
+ * @throws CapacityInputError naming the field when an input is out of range.
+ */
+export function simulationLowerBound(input: Pick<SimulationPlanInput, 'rps' | 'inputTokens' | 'outputTokens' | 'profile'>): number {
+  requirePositive('rps', input.rps);
+  validateProfile(input.profile);
+  validateDistribution('inputTokens', input.inputTokens);
+  validateDistribution('outputTokens', input.outputTokens);
+  const perRequestSeconds =
+    plannedMeanTokens(input.inputTokens) / input.profile.prefillTokensPerSecond + plannedMeanTokens(input.outputTokens) / peakDecodeTokensPerSecond(input.profile);
+  return Math.max(1, ceil(input.rps * perRequestSeconds));
+}
+
+/** Why `report` (any size) shows that no size can meet `targets`, or undefined. */
+function unreachable(report: SimulationReport, profile: ReplicaProfile, targets: Required<LatencyTargets>): Unreachable | undefined {
+  if (report.arrived === 0) return { reason: 'no_arrivals' };
+  if (report.rejected > 0) return { reason: 'kv_memory', rejected: report.rejected };
+  const step = minDecodeStepMs(profile);
+  // A hair of tolerance: a simulated TPOT is a float sum of step times divided by the steps.
+  if (report.tpotMs.count > 0 && targets.tpotP95Ms < step * (1 - 1e-9)) return { reason: 'tpot', minTpotMs: step };
+  const floor = report.requests.map((r) => prefillMs(profile, r.inputTokens) + step).sort((a, b) => a - b);
+  const minTtftP95Ms = nearestRank(floor, 95);
+  if (minTtftP95Ms > targets.ttftP95Ms * (1 + 1e-9)) return { reason: 'ttft', minTtftP95Ms };
+  return undefined;
 }
 
 const meets = (r: SimulationReport, t: Required<LatencyTargets>): boolean =>
@@ -200,7 +287,8 @@ const meets = (r: SimulationReport, t: Required<LatencyTargets>): boolean =>
  * on the same arrivals). Search: from {@link SimulationPlan.lowerBound}, double until a size
  * meets the targets, then bisect between the last miss and the first hit; this assumes latency
  * does not get worse with more replicas, which holds for this model up to simulation noise. A
- * run where some request can never fit the KV cache never meets the targets.
+ * run where some request can never fit the KV cache never meets the targets. When the first run
+ * shows that no size can ({@link Unreachable}), the search stops there.
  *
  * @throws CapacityInputError naming the field when an input is out of range.
  */
@@ -223,9 +311,7 @@ export function planBySimulation(input: SimulationPlanInput): SimulationPlan {
   };
   validateSimulationInput({ ...base, replicas: 1 });
 
-  const perRequestSeconds =
-    meanTokens(input.inputTokens) / input.profile.prefillTokensPerSecond + meanTokens(input.outputTokens) / peakDecodeTokensPerSecond(input.profile);
-  const lowerBound = Math.min(maxReplicas, Math.max(1, ceil(input.rps * perRequestSeconds)));
+  const lowerBound = Math.min(maxReplicas, simulationLowerBound(input));
 
   const trials: SimulationTrial[] = [];
   const runs = new Map<number, SimulationReport>();
@@ -238,16 +324,27 @@ export function planBySimulation(input: SimulationPlanInput): SimulationPlan {
 
   let miss = 0;
   let hit: number | undefined;
+  let impossible: Unreachable | undefined;
   for (let n = lowerBound; ; n = Math.min(maxReplicas, n * 2)) {
-    if (meets(run(n), targets)) {
+    const report = run(n);
+    if (meets(report, targets)) {
       hit = n;
       break;
     }
     miss = n;
-    if (n >= maxReplicas) break;
+    impossible = trials.length === 1 ? unreachable(report, input.profile, targets) : undefined;
+    if (impossible || n >= maxReplicas) break;
   }
   if (hit === undefined) {
-    return { targets, lowerBound, replicas: null, replicasWithFailures: null, report: runs.get(miss) as SimulationReport, trials };
+    return {
+      targets,
+      lowerBound,
+      replicas: null,
+      replicasWithFailures: null,
+      report: runs.get(miss) as SimulationReport,
+      trials,
+      ...(impossible ? { unreachable: impossible } : {}),
+    };
   }
   while (hit - miss > 1 && miss >= lowerBound) {
     const mid = Math.floor((miss + hit) / 2);

@@ -118,6 +118,88 @@ interface ReplicaRun {
   outstanding: number;
 }
 
+/** A replica's step in flight, keyed by when it ends. */
+interface StepEnd {
+  endsMs: number;
+  replica: number;
+}
+
+const before = (a: StepEnd, b: StepEnd): boolean => a.endsMs < b.endsMs || (a.endsMs === b.endsMs && a.replica < b.replica);
+
+/** Adds to a binary min-heap ordered by end time, then replica index. */
+function pushStep(heap: StepEnd[], endsMs: number, replica: number): void {
+  const item = { endsMs, replica };
+  let i = heap.length;
+  heap.push(item);
+  while (i > 0) {
+    const parent = (i - 1) >> 1;
+    if (!before(item, heap[parent])) break;
+    heap[i] = heap[parent];
+    i = parent;
+  }
+  heap[i] = item;
+}
+
+/** Removes and returns the earliest entry of a non-empty heap. */
+function popStep(heap: StepEnd[]): StepEnd {
+  const top = heap[0];
+  const last = heap.pop() as StepEnd;
+  if (heap.length > 0) {
+    let i = 0;
+    for (;;) {
+      const left = 2 * i + 1;
+      if (left >= heap.length) break;
+      const child = left + 1 < heap.length && before(heap[left + 1], heap[left]) ? left + 1 : left;
+      if (!before(heap[child], last)) break;
+      heap[i] = heap[child];
+      i = child;
+    }
+    heap[i] = last;
+  }
+  return top;
+}
+
+/**
+ * The replica with the smallest value (ties → the lowest index, as a scan from index 0 keeping
+ * the first strict minimum would answer), for dispatch by fewest outstanding tokens. A min
+ * segment tree updated lazily: `changed(i)` only marks replica `i`, and `least()` first repairs
+ * the marked paths (O(log n) each) or, when most replicas changed, rebuilds the tree (O(n)), so
+ * an arrival never costs more than a scan of every replica and usually far less.
+ */
+function createLeastTracker(n: number, valueOf: (i: number) => number): { changed(i: number): void; least(): number } {
+  let size = 1;
+  let depth = 0;
+  while (size < n) {
+    size *= 2;
+    depth += 1;
+  }
+  // node → the index of its subtree's minimum; -1 for padding past the last replica.
+  const node = new Int32Array(2 * size).fill(-1);
+  const pick = (a: number, b: number): number => (b < 0 || (a >= 0 && valueOf(a) <= valueOf(b)) ? a : b);
+  for (let i = 0; i < n; i += 1) node[size + i] = i;
+  const rebuild = (): void => {
+    for (let k = size - 1; k >= 1; k -= 1) node[k] = pick(node[2 * k], node[2 * k + 1]);
+  };
+  rebuild();
+  const marked = new Uint8Array(n);
+  const pending: number[] = [];
+  return {
+    changed(i) {
+      if (marked[i] === 0) {
+        marked[i] = 1;
+        pending.push(i);
+      }
+    },
+    least() {
+      if (pending.length * depth >= n) rebuild();
+      else for (const i of pending) for (let k = (size + i) >> 1; k >= 1; k >>= 1) node[k] = pick(node[2 * k], node[2 * k + 1]);
+      for (const i of pending) marked[i] = 0;
+      pending.length = 0;
+      return node[1];
+    },
+  };
+}
+
 /**
  * Validates the input.
  * @throws CapacityInputError naming the field.
@@ -171,6 +253,10 @@ export function simulateCluster(input: SimulationInput): SimulationReport {
   let maxKv = 0;
   let maxKvReserved = 0;
   let maxBatch = 0;
+  /** The step in flight of every busy replica (one each), earliest first. */
+  const nextSteps: StepEnd[] = [];
+  /** The replica with the fewest outstanding tokens (ties → the lowest index), kept current on every change. */
+  const leastOutstanding = createLeastTracker(n, (i) => runs[i].outstanding);
 
   const start = (r: number, now: number): void => {
     const run = runs[r];
@@ -182,6 +268,7 @@ export function simulateCluster(input: SimulationInput): SimulationReport {
     const step: ReplicaStep = planned.step;
     run.state = planned.state;
     run.stepEndsMs = now + step.durationMs;
+    pushStep(nextSteps, run.stepEndsMs, r);
     for (const s of step.admitted) {
       const tracked = arrivals[Number(s.id)];
       tracked.admittedMs = now;
@@ -196,19 +283,19 @@ export function simulateCluster(input: SimulationInput): SimulationReport {
     maxKv = Math.max(maxKv, (kvUsed(run.state) + step.batchSize) / profile.kvTokens);
     maxKvReserved = Math.max(maxKvReserved, kvReserved(run.state) / profile.kvTokens);
     maxBatch = Math.max(maxBatch, step.batchSize);
+    leastOutstanding.changed(r);
   };
 
   let next = 0;
   for (;;) {
-    let r = -1;
-    for (let i = 0; i < n; i += 1) {
-      const ends = runs[i].stepEndsMs;
-      if (ends !== undefined && (r < 0 || ends < (runs[r].stepEndsMs as number))) r = i;
-    }
-    const stepEnds = r >= 0 ? (runs[r].stepEndsMs as number) : Number.POSITIVE_INFINITY;
+    // The earliest step end (ties → the lowest replica index), from a heap: O(log n) per step
+    // rather than a scan of every replica, so a run's work does not grow with fleet size × steps.
+    const earliest = nextSteps[0];
+    const stepEnds = earliest ? earliest.endsMs : Number.POSITIVE_INFINITY;
     const arrives = next < arrivals.length ? arrivals[next].arrivalMs : Number.POSITIVE_INFINITY;
     if (stepEnds === Number.POSITIVE_INFINITY && arrives === Number.POSITIVE_INFINITY) break;
     if (stepEnds <= arrives) {
+      const r = popStep(nextSteps).replica;
       const run = runs[r];
       const ended = endStep(run.state);
       run.state = ended.state;
@@ -234,6 +321,7 @@ export function simulateCluster(input: SimulationInput): SimulationReport {
           makespanMs = Math.max(makespanMs, stepEnds);
         }
       }
+      leastOutstanding.changed(r);
       start(r, stepEnds);
       continue;
     }
@@ -244,12 +332,12 @@ export function simulateCluster(input: SimulationInput): SimulationReport {
       rejected += 1;
       continue;
     }
-    let best = 0;
-    for (let i = 1; i < n; i += 1) if (runs[i].outstanding < runs[best].outstanding) best = i;
+    const best = leastOutstanding.least();
     const run = runs[best];
     t.replica = best;
     run.state = enqueue(profile, run.state, sequence);
     run.outstanding += t.inputTokens + t.maxOutputTokens;
+    leastOutstanding.changed(best);
     if (run.stepEndsMs === undefined) start(best, t.arrivalMs);
   }
 

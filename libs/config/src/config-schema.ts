@@ -193,6 +193,7 @@ const replica = strict({
   id: id(),
   base_url: httpUrl(),
   slots: int(1, 4096),
+  /** `interactive`, `batch` or a tenant's `dedicated_pool`; default the revision's `pool` (parse-config.ts checks the pools). */
   pool: id().optional(),
   kv_tokens: int(1).optional(),
 });
@@ -227,6 +228,10 @@ const revision = strict({
   default_output_tokens: int(1),
   pricing,
   replicas: list(replica, 'replicas').optional(),
+  /**
+   * Pool of the in-process replica and default of the `replicas`' (default `interactive`). A
+   * revision an alias targets needs some replica outside `batch` (parse-config.ts).
+   */
   pool: id().optional(),
   kv_tokens: int(1).optional(),
   capabilities: capabilities.optional(),
@@ -276,6 +281,7 @@ const tenant = strict({
   default_deadline_ms: int(1).default(120_000),
   limits: section(tenantLimits.prefault({})),
   scheduling_weight: z.number({ error: expecting('a number > 0') }).gt(0, { error: expecting('a number > 0') }).optional(),
+  /** The pool this tenant's requests run on, only there: some replica must be in it (parse-config.ts). */
   dedicated_pool: id().optional(),
   routes: section(list(tenantRoute, 'routes').default([])),
 });

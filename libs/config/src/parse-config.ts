@@ -1,6 +1,17 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
-import { type AdmissionLimits, type AliasSpec, defaultCapabilities, type EngineSpec, type PlatformConfig, type RevisionCapabilities, type RevisionSpec, type TenantSpec } from '@weir/core';
+import {
+  type AdmissionLimits,
+  type AliasSpec,
+  BATCH_POOL,
+  defaultCapabilities,
+  type EngineSpec,
+  INTERACTIVE_POOL,
+  type PlatformConfig,
+  type RevisionCapabilities,
+  type RevisionSpec,
+  type TenantSpec,
+} from '@weir/core';
 import { parseDocument } from 'yaml';
 import type { z } from 'zod';
 import { ConfigError, describeValue, formatPath, type ConfigProblem } from './config-error';
@@ -27,8 +38,10 @@ export interface ParseConfigOptions {
  * `allowed_aliases` exist (or are `*`); `default_output_tokens ≤ max_output_tokens <
  * context_window`; a llama.cpp engine names `model_path` or `model_url`, a `model_url` comes
  * with `model_sha256`, and `context_size` (default `context_window`) is at least
- * `context_window`; an anthropic engine lists no `replicas`. Cross-checks run only once the
- * document matches the schema.
+ * `context_window`; an anthropic engine lists no `replicas`; pools are `interactive`, `batch`
+ * or a tenant's `dedicated_pool`, some replica serves each tenant's `dedicated_pool`, and no
+ * revision an alias targets runs only in `batch`. Cross-checks run only once the document
+ * matches the schema.
  *
  * @param text the document.
  * @param sourceName the file name used in messages (e.g. `weir.yaml`); its extension picks the format.
@@ -276,6 +289,39 @@ function crossCheck(file: ConfigFile): ConfigProblem[] {
   // for (a request that may land on any of them must be servable by the fallback).
   const capsById = new Map(file.revisions.map((r) => [r.id, capabilitiesFromFile(r)]));
   const targetsOf = (a: ConfigFile['aliases'][number]) => (a.revision !== undefined ? [a.revision] : (a.targets ?? []).map((t) => t.revision));
+
+  // Pools that replicas serve, placed as serving-replicas.ts's replicaPlacement does: a
+  // replica's pool, else its revision's, else interactive; a revision without replicas is one
+  // in-process replica in the revision's pool. A tenant with a dedicated pool runs only there
+  // (the scheduler's laneFor), so a pool no replica serves would refuse every request it sends.
+  const poolsOf = (r: ConfigFile['revisions'][number]): string[] => {
+    const own = r.pool ?? INTERACTIVE_POOL;
+    return r.replicas !== undefined && r.replicas.length > 0 ? r.replicas.map((x) => x.pool ?? own) : [own];
+  };
+  const servedPools = new Set(file.revisions.flatMap(poolsOf));
+  file.tenants.forEach((t, i) => {
+    const pool = t.dedicated_pool;
+    if (pool === undefined || pool === INTERACTIVE_POOL || pool === BATCH_POOL || servedPools.has(pool)) return;
+    add(
+      ['tenants', i, 'dedicated_pool'],
+      `no replica is in pool ${describeValue(pool)}, so this tenant's requests could never run (a tenant with a dedicated pool runs only there): set pool: ${pool} on a revision or on some of its replicas`,
+    );
+  });
+  // Interactive requests (the default priority) run in the interactive pool (or a tenant's
+  // dedicated one), never in batch: a revision whose every replica is in batch leaves an alias
+  // targeting it nowhere to run them.
+  file.aliases.forEach((a, i) => {
+    targetsOf(a).forEach((rev, j) => {
+      const first = revisionIds.get(rev);
+      if (first === undefined) return;
+      const pools = poolsOf(file.revisions[first]);
+      if (!pools.every((p) => p === BATCH_POOL)) return;
+      add(
+        a.revision !== undefined ? ['aliases', i, 'revision'] : ['aliases', i, 'targets', j, 'revision'],
+        `alias ${describeValue(a.name)} targets revision ${describeValue(rev)}, whose ${pools.length === 1 ? 'replica is' : `${pools.length} replicas are all`} in the "batch" pool: interactive requests to the alias (the default priority) would have no pool to run in; put the revision or one of its replicas in the "interactive" pool, or target another revision`,
+      );
+    });
+  });
   const checkChain = (chain: string[], primaries: string[], at: (string | number)[]) => {
     const seen = new Set<string>();
     chain.forEach((rev, j) => {
