@@ -140,9 +140,10 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
   const configWatch = settings.configPath
     ? watchConfigFile(settings.configPath, {
         current: config,
-        onUpdate: (next) => {
+        onUpdate: (next, needsRestart) => {
           router.update(next);
           logger.info({ aliases: next.aliases.map((a) => ({ alias: a.name, targets: a.targets })) }, 'configuration file changed: routing updated');
+          if (needsRestart.length > 0) logger.warn({ sections: needsRestart }, 'configuration file changed outside routing: those changes apply only after a restart');
         },
         onRejected: (reason) => logger.warn({ reason }, 'configuration file changed but was not applied'),
       })

@@ -26,9 +26,10 @@ runUntilSignal('router', logger, async () => {
   // Routing changes in the file (canary weights, pins, fallbacks, a rollback) apply live.
   const watch = watchConfigFile(env.WEIR_CONFIG, {
     current: config,
-    onUpdate: (next) => {
+    onUpdate: (next, needsRestart) => {
       router.update(next);
       logger.info({ aliases: next.aliases.map((a) => ({ alias: a.name, targets: a.targets })) }, 'configuration file changed: routing updated');
+      if (needsRestart.length > 0) logger.warn({ sections: needsRestart }, 'configuration file changed outside routing: those changes apply only after a restart');
     },
     onRejected: (reason) => logger.warn({ reason }, 'configuration file changed but was not applied'),
   });

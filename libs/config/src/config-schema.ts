@@ -189,9 +189,15 @@ const pricing = strict({
 });
 
 /** A remote replica of a revision (split topology): an OpenAI-compatible server such as apps/engine-llamacpp. */
+/** A replica's base URL: an http(s) URL ending in `/v1` (the engine servers' OpenAI-compatible root). */
+function replicaBaseUrl() {
+  const error = expecting('an http:// or https:// URL ending in /v1, e.g. http://10.0.0.5:8000/v1');
+  return z.string({ error }).refine((v) => isHttpUrl(v) && /\/v1\/?$/.test(new URL(v).pathname), { error });
+}
+
 const replica = strict({
   id: id(),
-  base_url: httpUrl(),
+  base_url: replicaBaseUrl(),
   slots: int(1, 4096),
   /** `interactive`, `batch` or a tenant's `dedicated_pool`; default the revision's `pool` (parse-config.ts checks the pools). */
   pool: id().optional(),

@@ -17,4 +17,4 @@ export {
 } from './resolve-model-file';
 export { loadAllInOneEnv, LOG_LEVELS, type AllInOneEnv, type LogLevel } from './all-in-one-env';
 export { replicaPlacement, servingReplicas, type ReplicaPlacement } from './serving-replicas';
-export { watchConfigFile, type ConfigWatcher, type WatchConfigOptions } from './watch-config';
+export { nonRoutingChanges, watchConfigFile, type ConfigWatcher, type WatchConfigOptions } from './watch-config';

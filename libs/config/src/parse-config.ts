@@ -341,7 +341,11 @@ function crossCheck(file: ConfigFile): ConfigProblem[] {
   };
   const aliasByName = new Map(file.aliases.map((a) => [a.name, a]));
   file.aliases.forEach((a, i) => {
-    if (a.fallbacks) checkChain(a.fallbacks, targetsOf(a), ['aliases', i, 'fallbacks']);
+    if (!a.fallbacks) return;
+    checkChain(a.fallbacks, targetsOf(a), ['aliases', i, 'fallbacks']);
+    // Falling back to the only revision the alias routes to retries the failing revision itself.
+    const targets = targetsOf(a);
+    if (targets.length === 1) a.fallbacks.forEach((rev, j) => rev === targets[0] && add(['aliases', i, 'fallbacks', j], `revision ${describeValue(rev)} is the alias's own revision; a fallback must be another revision`));
   });
   file.tenants.forEach((t, i) => {
     const seenRoutes = new Map<string, number>();
@@ -357,6 +361,7 @@ function crossCheck(file: ConfigFile): ConfigProblem[] {
       if (r.pin === undefined && r.fallbacks === undefined) add(at, 'set pin (a revision id), fallbacks (revision ids), or both');
       if (r.pin !== undefined && !revisionIds.has(r.pin)) add([...at, 'pin'], `unknown revision ${describeValue(r.pin)}${known(revisionIds)}`);
       if (r.fallbacks) checkChain(r.fallbacks, r.pin !== undefined ? [r.pin] : targetsOf(alias), [...at, 'fallbacks']);
+      if (r.fallbacks && r.pin !== undefined) r.fallbacks.forEach((rev, k) => rev === r.pin && add([...at, 'fallbacks', k], `revision ${describeValue(rev)} is the pinned revision; a fallback must be another revision`));
     });
   });
 

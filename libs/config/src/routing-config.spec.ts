@@ -84,6 +84,8 @@ describe('routing configuration: capabilities, fallback chains, pins', () => {
     ['a route with neither pin nor fallbacks', (f: Record<string, any>) => (f.tenants[0].routes[0] = { alias: 'chat' }), 'tenants[0].routes[0]: set pin (a revision id), fallbacks (revision ids), or both'],
     ['two routes for the same alias and use case', (f: Record<string, any>) => f.tenants[0].routes.push({ alias: 'chat', pin: 'chat@2' }), 'tenants[0].routes[3]: duplicate route for alias "chat" (also tenants[0].routes[0])'],
     ['a bad use case', (f: Record<string, any>) => (f.tenants[0].routes[1].use_case = 'has space'), 'tenants[0].routes[1].use_case: expected a use case of 1 to 64 letters, digits or . _ : -'],
+    ["a fallback that is the alias's only revision", (f: Record<string, any>) => (f.aliases[1].fallbacks = ['small@1']), `aliases[1].fallbacks[0]: revision "small@1" is the alias's own revision`],
+    ['a fallback that is the pinned revision', (f: Record<string, any>) => (f.tenants[0].routes[1].fallbacks = ['chat@2']), 'tenants[0].routes[1].fallbacks[0]: revision "chat@2" is the pinned revision'],
     ['a capability that is not a boolean', (f: Record<string, any>) => (f.revisions[2].capabilities = { tools: 'yes' }), 'revisions[2].capabilities.tools: expected true or false'],
   ])('reports %s with its path and what to fix', (_name, mutate, expected) => {
     const doc = file();

@@ -74,6 +74,7 @@ describe('scheduling configuration', () => {
     ['a revision KV capacity below the context window', (f: Record<string, any>) => (f.revisions[0].kv_tokens = 4_095), 'revisions[0].kv_tokens: must be >= context_window'],
     ['a weight of 0', (f: Record<string, any>) => (f.tenants[1].scheduling_weight = 0), 'tenants[1].scheduling_weight: expected a number > 0, got 0'],
     ['a tenant share above 1', (f: Record<string, any>) => (f.defaults = { scheduling: { tenant_queue_share: 1.5 } }), 'defaults.scheduling.tenant_queue_share: expected a number > 0 and <= 1, got 1.5'],
+    ['a replica base_url without /v1', (f: Record<string, any>) => (f.revisions[0].replicas[0].base_url = 'http://127.0.0.1:8001'), 'revisions[0].replicas[0].base_url: expected an http:// or https:// URL ending in /v1'],
     ['an unknown scheduling key', (f: Record<string, any>) => (f.defaults = { scheduling: { quantum: 100 } }), 'defaults.scheduling.quantum: unknown key'],
   ])('reports %s with its path and what to fix', (_name, mutate, expected) => {
     const doc = file();

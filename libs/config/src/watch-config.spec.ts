@@ -3,7 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import type { PlatformConfig } from '@weir/core';
 import { loadConfigFile } from './parse-config';
-import { watchConfigFile } from './watch-config';
+import { nonRoutingChanges, watchConfigFile } from './watch-config';
 
 const yaml = (weights: [number, number], price = 1) => `
 revisions:
@@ -82,5 +82,30 @@ describe('watchConfigFile', () => {
     } finally {
       watcher.stop();
     }
+  });
+});
+
+describe('nonRoutingChanges', () => {
+  const base = (extra = '') => `
+revisions:
+  - { id: m@1, model: m, engine: { kind: simulated }, context_window: 4096, max_output_tokens: 256, default_output_tokens: 16, pricing: { input_per_mtok: 1, output_per_mtok: 2 } }
+aliases: [{ name: chat, revision: m@1 }]
+tenants:
+  - { id: acme, name: Acme, allowed_aliases: ['*'], limits: { max_concurrent: 8 ${extra} } }
+`;
+  const parse = (text: string) => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'weir-nonrouting-'));
+    try {
+      writeFileSync(path.join(dir, 'w.yaml'), text);
+      return loadConfigFile(path.join(dir, 'w.yaml'));
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  };
+
+  it('names a change to tenant limits (it applies only after a restart), and nothing for routing alone', () => {
+    expect(nonRoutingChanges(parse(base()), parse(base(', requests_per_minute: 1')))).toEqual(['tenants (limits, budgets, apps, weights, pools, deadlines)']);
+    expect(nonRoutingChanges(parse(base()), parse(base().replace("allowed_aliases: ['*']", 'allowed_aliases: [chat]')))).toEqual([]);
+    expect(nonRoutingChanges(parse(base()), parse(`${base()}defaults: { cancel_grace_ms: 100 }\n`))).toEqual(['defaults']);
   });
 });

@@ -38,6 +38,15 @@ describe('compileOutputSchema', () => {
     expect(m).not.toMatch(/Once|secret|An"/);
   });
 
+  it('refuses a schema nested deeper than the limit with a 400, never a 500 (ajv would overflow its stack)', () => {
+    let deep: Record<string, unknown> = { type: 'string' };
+    for (let i = 0; i < 1_000; i++) deep = { type: 'array', items: deep };
+    expect(() => compileOutputSchema(deep)).toThrow(expect.objectContaining({ code: 'invalid_request', param: 'output_schema', message: expect.stringContaining('nests more than') }));
+    let fine: Record<string, unknown> = { type: 'string' };
+    for (let i = 0; i < 20; i++) fine = { type: 'array', items: fine };
+    expect(compileOutputSchema(fine).check(JSON.stringify([[[[[[[[[[[[[[[[[[[['x']]]]]]]]]]]]]]]]]]]])).ok).toBe(true);
+  });
+
   it('lists at most 5 failures and counts the rest', () => {
     const schema = { type: 'object', properties: Object.fromEntries(['a', 'b', 'c', 'd', 'e', 'f', 'g'].map((k) => [k, { type: 'string' }])) };
     const result = compileOutputSchema(schema).check(JSON.stringify({ a: 1, b: 1, c: 1, d: 1, e: 1, f: 1, g: 1 }));

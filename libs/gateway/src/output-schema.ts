@@ -10,6 +10,21 @@ import { WeirError } from '@weir/core';
 /** Largest accepted `output_schema`, as compact JSON (bytes). */
 export const MAX_OUTPUT_SCHEMA_BYTES = 64 * 1024;
 
+/** Deepest nesting of objects and arrays accepted in an output schema (a deeper one is refused before ajv, whose recursion it would overflow). */
+export const MAX_OUTPUT_SCHEMA_DEPTH = 64;
+
+/** Nesting depth of a JSON value (objects and arrays), stopping once past `limit`. */
+function depthOf(value: unknown, limit: number, depth = 0): number {
+  if (value === null || typeof value !== 'object') return depth;
+  if (depth > limit) return depth;
+  let deepest = depth + 1;
+  for (const child of Array.isArray(value) ? value : Object.values(value as Record<string, unknown>)) {
+    deepest = Math.max(deepest, depthOf(child, limit, depth + 1));
+    if (deepest > limit) break;
+  }
+  return deepest;
+}
+
 /** The one dialect accepted in `$schema` (an absent `$schema` means this one). */
 export const OUTPUT_SCHEMA_DIALECT = 'https://json-schema.org/draft/2020-12/schema';
 
@@ -68,6 +83,7 @@ export function compileOutputSchema(schema: unknown, paramName = 'output_schema'
   const key = JSON.stringify(schema);
   const bytes = Buffer.byteLength(key);
   if (bytes > MAX_OUTPUT_SCHEMA_BYTES) throw bad(`it is ${bytes} bytes; at most ${MAX_OUTPUT_SCHEMA_BYTES} are accepted.`);
+  if (depthOf(schema, MAX_OUTPUT_SCHEMA_DEPTH) > MAX_OUTPUT_SCHEMA_DEPTH) throw bad(`it nests more than ${MAX_OUTPUT_SCHEMA_DEPTH} levels of objects and arrays; flatten it.`);
   const dialect = (schema as { $schema?: unknown }).$schema;
   if (dialect !== undefined && String(dialect).replace(/#$/, '') !== OUTPUT_SCHEMA_DIALECT) {
     throw bad(`only draft 2020-12 is supported; remove \`$schema\` or set it to "${OUTPUT_SCHEMA_DIALECT}".`);
@@ -76,7 +92,14 @@ export function compileOutputSchema(schema: unknown, paramName = 'output_schema'
   if (validate) compiled.delete(key);
   else {
     metaValidator ??= new Ajv2020(AJV_OPTIONS);
-    if (!metaValidator.validateSchema(schema)) throw bad(`${metaValidator.errorsText(metaValidator.errors, { dataVar: paramName })}.`);
+    let valid: boolean;
+    try {
+      valid = metaValidator.validateSchema(schema) as boolean;
+    } catch (err) {
+      // A pathological schema (recursion) must be a 400, never a 500.
+      throw bad(`it could not be checked (${err instanceof Error ? err.message : String(err)}).`);
+    }
+    if (!valid) throw bad(`${metaValidator.errorsText(metaValidator.errors, { dataVar: paramName })}.`);
     try {
       validate = new Ajv2020({ ...AJV_OPTIONS, validateSchema: false }).compile(schema);
     } catch (err) {
