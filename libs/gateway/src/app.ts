@@ -351,6 +351,12 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
       return { ...answer, endedInQueue: true };
     }
     const handle = (live.handle = started.handle);
+    // The first attempt may not be on the first choice (its circuit breaker was open): say so
+    // on responses whose headers are still to go (a later fallback is told by the answer's end).
+    if (!res.headersSent && started.revisionId !== admitted.revision.id) {
+      res.setHeader('x-weir-model-revision', started.revisionId);
+      if (started.fallbackReason) res.setHeader('x-weir-fallback-reason', started.fallbackReason);
+    }
     const entry = registry.get(tenantId, generationId);
     if (entry) entry.state = 'running';
     // One pump reads the relay; the route, repeats and /events readers follow the transcript.

@@ -176,7 +176,19 @@ export interface AdmittedGeneration {
    * `deadline_unmeetable`, `engine_unavailable`) after releasing the reservation.
    * Call at most once.
    */
-  start(signal: AbortSignal): Promise<{ kind: 'running'; handle: RelayHandle } | { kind: 'ended'; outcome: GenerationOutcome }>;
+  start(
+    signal: AbortSignal,
+  ): Promise<
+    | {
+        kind: 'running';
+        handle: RelayHandle;
+        /** The revision of the first attempt (not the first choice when its breaker was open). */
+        revisionId: string;
+        /** Why the first attempt is not on the first choice (`circuit_open`); absent when it is. */
+        fallbackReason?: string;
+      }
+    | { kind: 'ended'; outcome: GenerationOutcome }
+  >;
 }
 
 /** The pipeline. */
@@ -490,7 +502,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
             }
             deps.observer?.onFinished?.({ caller, route: params.route, alias: params.alias, revision: answeredBy, outcome, replicaId: answeredOn });
           });
-          return { kind: 'running', handle };
+          return { kind: 'running', handle, revisionId: firstRevision.id, ...(firstIndex > 0 ? { fallbackReason: 'circuit_open' } : {}) };
         },
       };
     },
