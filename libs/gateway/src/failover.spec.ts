@@ -240,6 +240,15 @@ describe('startWithFailover', () => {
     expect(ownBreakers.snapshot(now).map((b) => [b.key, b.state])).toEqual([['a@1', 'closed']]);
   });
 
+  it('ends the stream once, with one failure record, when the relay itself throws', async () => {
+    const s = setup({});
+    const deps = { ...s.deps, relay: { start: () => { throw new Error('relay gone'); } } };
+    const { end, done } = await run(startWithFailover(request([A]), deps));
+    expect(end).toMatchObject({ finishReason: 'error', error: { code: 'internal' } });
+    expect(done).toBe(end);
+    expect(s.failures).toHaveLength(1);
+  });
+
   it('tries nothing more once the client has left', async () => {
     const s = setup({ 'a@1/0': { kind: 'down' } }, ['a@1']);
     const handle = startWithFailover(request([A, B]), s.deps);

@@ -174,7 +174,7 @@ export function startWithFailover(request: FailoverRequest, deps: FailoverDeps):
     return outcome;
   };
 
-  const done = (async (): Promise<GenerationOutcome> => {
+  const run = async (): Promise<GenerationOutcome> => {
     let attempt = request.first;
     let index = request.firstIndex;
     let attempts = 0;
@@ -233,7 +233,20 @@ export function startWithFailover(request: FailoverRequest, deps: FailoverDeps):
       attempt = next.attempt;
       index = next.index;
     }
-  })();
+  };
+  // A fault of Weir's own (a relay that throws) must still end the stream once, with one record.
+  const done = run().catch((err: unknown): GenerationOutcome => {
+    const failed: GenerationOutcome = {
+      finishReason: 'error',
+      usage: { inputTokens: 0, outputTokens: 0, cachedInputTokens: 0 },
+      costNanoUsd: 0,
+      modelRevision: request.first.revision.id,
+      timings: { queueMs: request.first.lease.queueMs, ttftMs: null, totalMs: clock.now() - request.job.arrivedAt },
+      error: { code: 'internal', message: `the generation could not be run: ${err instanceof Error ? err.message : String(err)}` },
+    };
+    deps.recordFailure(failed);
+    return finish(failed);
+  });
 
   return {
     events,
