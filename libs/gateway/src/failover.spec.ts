@@ -243,7 +243,11 @@ describe('startWithFailover', () => {
   it('ends the stream once, with one failure record, when the relay itself throws', async () => {
     const s = setup({});
     const deps = { ...s.deps, relay: { start: () => { throw new Error('relay gone'); } } };
-    const { end, done } = await run(startWithFailover(request([A]), deps));
+    let released = 0;
+    const req = request([A]);
+    req.first.lease.release = () => void released++;
+    const { end, done } = await run(startWithFailover(req, deps));
+    expect(released).toBe(1);
     expect(end).toMatchObject({ finishReason: 'error', error: { code: 'internal' } });
     expect(done).toBe(end);
     expect(s.failures).toHaveLength(1);

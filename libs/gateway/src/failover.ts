@@ -114,8 +114,11 @@ export function startWithFailover(request: FailoverRequest, deps: FailoverDeps):
   const stopped = new AbortController();
   let stopCause: StopCause | undefined;
   let live: RelayHandle | undefined;
+  /** The attempt running (or last run): its lease is released if Weir itself fails. */
+  let current: GrantedAttempt = request.first;
 
   const runAttempt = (attempt: GrantedAttempt, retryable: boolean): RelayHandle => {
+    current = attempt;
     const handle = deps.relay.start({
       ...request.job,
       revision: attempt.revision,
@@ -244,6 +247,8 @@ export function startWithFailover(request: FailoverRequest, deps: FailoverDeps):
       timings: { queueMs: request.first.lease.queueMs, ttftMs: null, totalMs: clock.now() - request.job.arrivedAt },
       error: { code: 'internal', message: `the generation could not be run: ${err instanceof Error ? err.message : String(err)}` },
     };
+    // Give the slot back (a lease's release is idempotent, so one already released is untouched).
+    current.lease.release();
     deps.recordFailure(failed);
     return finish(failed);
   });
