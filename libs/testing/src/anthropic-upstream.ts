@@ -2,7 +2,7 @@
  * Builders and scripts that make {@link startScriptedUpstream} speak Anthropic's Messages API
  * (`POST /v1/messages` with `stream: true`). The wire format follows docs.anthropic.com
  * "Streaming Messages" and anthropic-sdk-typescript `src/resources/messages/messages.ts`
- * (see /work/shared/design/CONVENTIONS.md §3): every event has an `event:` name equal to its
+ * (see the design notes' CONVENTIONS.md, §3): every event has an `event:` name equal to its
  * `data.type`; `message_start` → per block `content_block_start`, `content_block_delta`…,
  * `content_block_stop` → `message_delta` (stop reason, cumulative usage) → `message_stop`;
  * `ping` anywhere; `error` may arrive mid-stream.
