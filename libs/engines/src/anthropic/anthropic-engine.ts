@@ -4,7 +4,7 @@ import { createParser } from 'eventsource-parser';
 import { type Dispatcher, request as undiciRequest } from 'undici';
 import { type EngineLogger, silentLogger } from '../logger';
 import { countInputWith, utf8TokenUpperBound } from '../openai-compatible/token-bound';
-import { connectionError, isConnectionError } from '../openai-compatible/upstream-errors';
+import { classifyUpstreamFailure, createStreamWatchdog } from '../openai-compatible/upstream-watchdog';
 import { anthropicStatusError } from './anthropic-errors';
 import { buildAnthropicBody, buildAnthropicHeaders } from './anthropic-request';
 import { createAnthropicStreamDecoder, mapAnthropicStopReason, type SseMessage } from './anthropic-stream';
@@ -123,21 +123,7 @@ export function createAnthropicEngine(options: AnthropicEngineOptions, deps: Ant
     const onAbort = (): void => controller.abort(request.signal.reason);
     request.signal.addEventListener('abort', onAbort, { once: true });
 
-    let timer: NodeJS.Timeout | undefined;
-    let timedOut: 'first' | 'idle' | undefined;
-    const clearTimer = (): void => {
-      if (timer) clearTimeout(timer);
-      timer = undefined;
-    };
-    const arm = (kind: 'first' | 'idle', ms: number): void => {
-      clearTimer();
-      if (ms > 0) {
-        timer = setTimeout(() => {
-          timedOut = kind;
-          controller.abort(new Error(`upstream ${kind === 'first' ? 'first-token' : 'idle'} timeout`));
-        }, ms);
-      }
-    };
+    const watchdog = createStreamWatchdog(controller);
 
     const decoder = createAnthropicStreamDecoder();
     let outputText = '';
@@ -153,20 +139,8 @@ export function createAnthropicEngine(options: AnthropicEngineOptions, deps: Ant
       outputTokens: Math.max(deltas, outputText.length === 0 ? 0 : await countText(outputText)),
     });
     const abortedEnd = async (): Promise<EngineEvent> => ({ type: 'end', reason: 'aborted', usage: await countedUsage(), usageReported: false });
-    const classify = (error: unknown): WeirError => {
-      if (error instanceof WeirError) return error;
-      if (timedOut === 'first') {
-        return new WeirError('upstream_timeout', `no first token from the upstream within ${options.firstTokenTimeoutMs} ms`, {
-          retryable: true,
-          cause: error,
-        });
-      }
-      if (timedOut === 'idle') {
-        return new WeirError('upstream_timeout', `upstream silent for ${options.idleTimeoutMs} ms mid-stream`, { cause: error });
-      }
-      if (isConnectionError(error)) return connectionError(error, firstSeen);
-      return new WeirError('upstream_error', 'upstream call failed', { cause: error });
-    };
+    const classify = (error: unknown): WeirError =>
+      classifyUpstreamFailure(error, { timedOut: watchdog.timedOut, outputStarted: firstSeen, firstTokenTimeoutMs: options.firstTokenTimeoutMs, idleTimeoutMs: options.idleTimeoutMs });
     const fail = (error: unknown): WeirError => {
       const weirError = classify(error);
       logger.warn(
@@ -175,14 +149,14 @@ export function createAnthropicEngine(options: AnthropicEngineOptions, deps: Ant
       );
       return weirError;
     };
-    const abortedByCaller = (): boolean => request.signal.aborted && !timedOut;
+    const abortedByCaller = (): boolean => request.signal.aborted && !watchdog.timedOut;
 
     try {
       if (request.signal.aborted) {
         yield await abortedEnd();
         return;
       }
-      arm('first', options.firstTokenTimeoutMs);
+      watchdog.arm('first', options.firstTokenTimeoutMs);
       let response: Dispatcher.ResponseData;
       try {
         response = await undiciRequest(url, {
@@ -219,7 +193,7 @@ export function createAnthropicEngine(options: AnthropicEngineOptions, deps: Ant
           }
           throw fail(error);
         }
-        clearTimer();
+        watchdog.clear();
         let piece: string;
         try {
           piece = decoder.applyMessage(JSON.parse(text));
@@ -239,13 +213,13 @@ export function createAnthropicEngine(options: AnthropicEngineOptions, deps: Ant
         const iterator = response.body[Symbol.asyncIterator]();
         let ended = false;
         while (!done && !ended) {
-          if (firstSeen && !timer) arm('idle', options.idleTimeoutMs);
+          if (firstSeen && !watchdog.armed) watchdog.arm('idle', options.idleTimeoutMs);
           let next: IteratorResult<Buffer>;
           try {
             next = (await iterator.next()) as IteratorResult<Buffer>;
           } catch (error) {
             if (abortedByCaller()) {
-              clearTimer();
+              watchdog.clear();
               yield await abortedEnd();
               return;
             }
@@ -277,7 +251,7 @@ export function createAnthropicEngine(options: AnthropicEngineOptions, deps: Ant
           if (!firstSeen && (pieces.length > 0 || decoder.stopReason !== undefined)) firstSeen = true;
           // The first-token clock runs until the first text; after it, every event (pings
           // too) restarts the idle clock once these pieces are handed on.
-          if (firstSeen) clearTimer();
+          if (firstSeen) watchdog.clear();
           // Everything received counts as produced (billed), even if an abort stops its delivery.
           outputText += pieces.join('');
           for (const piece of pieces) {
@@ -293,7 +267,7 @@ export function createAnthropicEngine(options: AnthropicEngineOptions, deps: Ant
           if (eventError !== undefined) throw fail(eventError);
         }
       }
-      clearTimer();
+      watchdog.clear();
 
       if (request.signal.aborted) {
         yield await abortedEnd();
@@ -317,7 +291,7 @@ export function createAnthropicEngine(options: AnthropicEngineOptions, deps: Ant
         yield { type: 'end', reason, usage: await countedUsage(), usageReported: false };
       }
     } finally {
-      clearTimer();
+      watchdog.clear();
       request.signal.removeEventListener('abort', onAbort);
       inFlight.delete(controller);
       // Cut the HTTP call only if the stream did not end normally.

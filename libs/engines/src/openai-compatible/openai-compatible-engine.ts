@@ -13,7 +13,8 @@ import { createParser } from 'eventsource-parser';
 import { type Dispatcher, request as undiciRequest } from 'undici';
 import { type EngineLogger, silentLogger } from '../logger';
 import { countInputWith, utf8TokenUpperBound } from './token-bound';
-import { connectionError, inBandError, isConnectionError, upstreamStatusError } from './upstream-errors';
+import { inBandError, upstreamStatusError } from './upstream-errors';
+import { classifyUpstreamFailure, createStreamWatchdog } from './upstream-watchdog';
 
 /** Context tokens declared in `capacity` when the options give none: 8,192. */
 export const OPENAI_COMPATIBLE_DEFAULT_CONTEXT_TOKENS = 8192;
@@ -172,21 +173,7 @@ export function createOpenAICompatibleEngine(
     };
     request.signal.addEventListener('abort', onAbort, { once: true });
 
-    let timer: NodeJS.Timeout | undefined;
-    let timedOut: 'first' | 'idle' | undefined;
-    const clearTimer = (): void => {
-      if (timer) clearTimeout(timer);
-      timer = undefined;
-    };
-    const arm = (kind: 'first' | 'idle', ms: number): void => {
-      clearTimer();
-      if (ms > 0) {
-        timer = setTimeout(() => {
-          timedOut = kind;
-          controller.abort(new Error(`upstream ${kind === 'first' ? 'first-token' : 'idle'} timeout`));
-        }, ms);
-      }
-    };
+    const watchdog = createStreamWatchdog(controller);
 
     let outputText = '';
     let deltas = 0;
@@ -214,20 +201,8 @@ export function createOpenAICompatibleEngine(
       billedTokens = Math.max(billedTokens, reported.outputTokens);
       return n;
     };
-    const classify = (error: unknown): WeirError => {
-      if (error instanceof WeirError) return error;
-      if (timedOut === 'first') {
-        return new WeirError('upstream_timeout', `no first token from the upstream within ${spec.firstTokenTimeoutMs} ms`, {
-          retryable: true,
-          cause: error,
-        });
-      }
-      if (timedOut === 'idle') {
-        return new WeirError('upstream_timeout', `upstream silent for ${spec.idleTimeoutMs} ms mid-stream`, { cause: error });
-      }
-      if (isConnectionError(error)) return connectionError(error, firstSeen);
-      return new WeirError('upstream_error', 'upstream call failed', { cause: error });
-    };
+    const classify = (error: unknown): WeirError =>
+      classifyUpstreamFailure(error, { timedOut: watchdog.timedOut, outputStarted: firstSeen, firstTokenTimeoutMs: spec.firstTokenTimeoutMs, idleTimeoutMs: spec.idleTimeoutMs });
     const fail = (error: unknown): WeirError => {
       const weirError = classify(error);
       logger.warn(
@@ -262,7 +237,7 @@ export function createOpenAICompatibleEngine(
         yield await abortedEnd();
         return;
       }
-      arm('first', spec.firstTokenTimeoutMs);
+      watchdog.arm('first', spec.firstTokenTimeoutMs);
       let response: Dispatcher.ResponseData;
       try {
         response = await undiciRequest(url, {
@@ -275,7 +250,7 @@ export function createOpenAICompatibleEngine(
           bodyTimeout: 0,
         });
       } catch (error) {
-        if (request.signal.aborted && !timedOut) {
+        if (request.signal.aborted && !watchdog.timedOut) {
           yield await abortedEnd();
           return;
         }
@@ -295,13 +270,13 @@ export function createOpenAICompatibleEngine(
         try {
           text = await readLimited(response.body, Number.POSITIVE_INFINITY);
         } catch (error) {
-          if (request.signal.aborted && !timedOut) {
+          if (request.signal.aborted && !watchdog.timedOut) {
             yield await abortedEnd();
             return;
           }
           throw fail(error);
         }
-        clearTimer();
+        watchdog.clear();
         let parsed: unknown;
         try {
           parsed = JSON.parse(text);
@@ -327,13 +302,13 @@ export function createOpenAICompatibleEngine(
         const iterator = response.body[Symbol.asyncIterator]();
         let ended = false;
         while (!doneSeen && !ended) {
-          if (firstSeen && !timer) arm('idle', spec.idleTimeoutMs);
+          if (firstSeen && !watchdog.armed) watchdog.arm('idle', spec.idleTimeoutMs);
           let next: IteratorResult<Buffer>;
           try {
             next = (await iterator.next()) as IteratorResult<Buffer>;
           } catch (error) {
-            if (request.signal.aborted && !timedOut) {
-              clearTimer();
+            if (request.signal.aborted && !watchdog.timedOut) {
+              watchdog.clear();
               yield await abortedEnd();
               return;
             }
@@ -368,7 +343,7 @@ export function createOpenAICompatibleEngine(
           if (!firstSeen && (pieces.length > 0 || finishReason !== undefined)) firstSeen = true;
           // The first-token clock runs until the first text; after it, a data event restarts
           // the idle clock once these pieces are handed on.
-          if (firstSeen) clearTimer();
+          if (firstSeen) watchdog.clear();
           // Everything received counts as produced (billed), even if an abort stops its delivery.
           outputText += pieces.map(producedText).join('');
           for (const piece of pieces) {
@@ -385,7 +360,7 @@ export function createOpenAICompatibleEngine(
           if (frameError !== undefined) throw fail(frameError);
         }
       }
-      clearTimer();
+      watchdog.clear();
 
       if (request.signal.aborted) {
         // Stopped gracefully: the upstream's final usage (or, without it, our count) is the bill.
@@ -407,7 +382,7 @@ export function createOpenAICompatibleEngine(
         yield { type: 'end', reason, usage: await countedUsage(), usageReported: false };
       }
     } finally {
-      clearTimer();
+      watchdog.clear();
       if (stopTimer) clearTimeout(stopTimer);
       request.signal.removeEventListener('abort', onAbort);
       inFlight.delete(controller);
