@@ -1,0 +1,2 @@
+/** The control plane's store, admin API and snapshot composition. */
+export {};
