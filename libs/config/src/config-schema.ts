@@ -58,6 +58,12 @@ function nonNegativeNumber() {
   return z.number({ error }).min(0, { error });
 }
 
+/** A rate in (0, 1]. */
+function rate() {
+  const error = expecting('a number > 0 and <= 1');
+  return z.number({ error }).gt(0, { error }).max(1, { error });
+}
+
 /**
  * An optional section that may be written empty: YAML reads `aliases:` with every entry
  * commented out as null, which means "none here", so null counts as absent.
@@ -317,6 +323,19 @@ const defaults = strict({
       burn_rate_factor: z.number({ error: expecting('a number > 1') }).gt(1, { error: expecting('a number > 1') }).default(3),
       burn_rate_baseline_hours: int(1, 24 * 30).default(24),
       burn_rate_min_hourly_usd: nonNegativeNumber().default(1),
+    }).prefault({}),
+  ),
+  /** Circuit breakers per revision and per provider; defaults as `DEFAULT_CIRCUIT_BREAKER` in `@weir/core`. */
+  circuit_breaker: section(
+    strict({
+      window_ms: int(100).default(10_000),
+      error_rate: rate().default(0.2),
+      min_requests: int(1).default(20),
+      open_ms: int(0).default(5_000),
+      half_open_probes: int(1).default(3),
+      /** `null` turns the latency trigger off. */
+      slow_call_ms: int(1).nullable().default(10_000),
+      slow_call_rate: rate().default(0.8),
     }).prefault({}),
   ),
 });

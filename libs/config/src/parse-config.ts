@@ -489,6 +489,15 @@ function toPlatformConfig(file: ConfigFile, baseDir: string): PlatformConfig {
         burnRateBaselineHours: file.defaults.admission.burn_rate_baseline_hours,
         burnRateMinHourlyUsd: file.defaults.admission.burn_rate_min_hourly_usd,
       },
+      circuitBreaker: {
+        windowMs: file.defaults.circuit_breaker.window_ms,
+        errorRate: file.defaults.circuit_breaker.error_rate,
+        minRequests: file.defaults.circuit_breaker.min_requests,
+        openMs: file.defaults.circuit_breaker.open_ms,
+        halfOpenProbes: file.defaults.circuit_breaker.half_open_probes,
+        ...(file.defaults.circuit_breaker.slow_call_ms !== null ? { slowCallMs: file.defaults.circuit_breaker.slow_call_ms } : {}),
+        slowCallRate: file.defaults.circuit_breaker.slow_call_rate,
+      },
     },
   };
 }

@@ -302,7 +302,55 @@ export interface PlatformDefaults {
   admission: AdmissionDefaults;
   /** Scheduler settings (the `defaults.scheduling` section). Default {@link DEFAULT_SCHEDULING}. */
   scheduling?: SchedulingDefaults;
+  /** Circuit-breaker settings (the `defaults.circuit_breaker` section). Default {@link DEFAULT_CIRCUIT_BREAKER}. */
+  circuitBreaker?: CircuitBreakerDefaults;
 }
+
+/**
+ * Circuit-breaker settings (the `defaults.circuit_breaker` section), shared by every breaker of
+ * a gateway: one per revision and one per external provider (`libs/routing`, see
+ * `docs/architecture.md`, Circuit breakers). The model is resilience4j's: a time-based sliding
+ * window of outcomes, a failure-rate and a slow-call-rate threshold, and half-open probes.
+ */
+export interface CircuitBreakerDefaults {
+  /** Length of the sliding window of outcomes (ms). Default 10,000. */
+  windowMs: number;
+  /** Failure rate in (0, 1] (failures ÷ calls in the window) at or above which a breaker opens. Default 0.2. */
+  errorRate: number;
+  /**
+   * Calls the window must hold before either rate can open the breaker (integer ≥ 1). Default
+   * 20: at 2 requests/s or less a whole 10 s window never trips on a few unlucky calls, while at
+   * 100 requests/s the minimum fills in 0.2 s and an outage still opens the breaker in about 2 s.
+   */
+  minRequests: number;
+  /** Wait in `open` before the first half-open probes (ms); doubles on each re-open, up to 60 s. Default 5,000. */
+  openMs: number;
+  /** Probe calls let through at once in `half_open`; that many successes close the breaker. Default 3. */
+  halfOpenProbes: number;
+  /**
+   * A call whose time to first token is above this (ms) is slow. Absent: latency is not
+   * tracked (the file's `slow_call_ms: null`). Default 10,000: a third of the upstreams'
+   * default first-token timeout (30 s, a call over it is a failure, not a slow call).
+   */
+  slowCallMs?: number;
+  /**
+   * Slow-call rate in (0, 1] (slow calls ÷ calls in the window) at or above which a breaker
+   * opens. Default 0.8: a provider in a brownout (most calls slow) is skipped for the fallback
+   * chain, while a model that is merely slow on long prompts is not.
+   */
+  slowCallRate: number;
+}
+
+/** `defaults.circuit_breaker` when the configuration names none (see {@link CircuitBreakerDefaults}). */
+export const DEFAULT_CIRCUIT_BREAKER: Readonly<CircuitBreakerDefaults> = Object.freeze({
+  windowMs: 10_000,
+  errorRate: 0.2,
+  minRequests: 20,
+  openMs: 5_000,
+  halfOpenProbes: 3,
+  slowCallMs: 10_000,
+  slowCallRate: 0.8,
+});
 
 /**
  * Scheduler settings (the `defaults.scheduling` section). Queue bounds scale with the pool's
