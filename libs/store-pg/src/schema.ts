@@ -161,3 +161,121 @@ export interface WeirSchema {
   reservations: ReservationsTable;
   idempotency_keys: IdempotencyKeysTable;
 }
+
+// ---- Control plane (migration 0008) -------------------------------------------------------
+// Appended as declaration merges so the tables above stay as they were: `WeirSchema` and
+// `AppsTable` below extend the interfaces of the same name.
+
+/**
+ * A `jsonb` column: read back parsed as `T`; written as a JSON string (always
+ * `JSON.stringify` it: `pg` would turn a JS array into a Postgres array, not JSON).
+ */
+export type JsonbColumn<T> = ColumnType<T, string, string>;
+
+/** `apps.limits` (migration 0008): the app's limits in the config file's shape (`tenants[].apps[].limits`). */
+export interface AppsTable {
+  limits: ColumnType<Record<string, unknown>, string | undefined, string>;
+}
+
+/** `admin_tokens`: admin API tokens `wa_<prefix>_<secret>`, stored only as SHA-256 (lowercase hex). */
+export interface AdminTokensTable {
+  id: string;
+  /** Public prefix for lookup and display; unique. */
+  prefix: string;
+  sha256: string;
+  /** `admin` may do everything; `viewer` may only read. */
+  role: 'admin' | 'viewer';
+  label: string;
+  created_at: Generated<Date>;
+  revoked_at: ColumnType<Date | null, Date | null | undefined, Date | null>;
+}
+
+/** `tenant_policies`: one tenant's policy, the config file's tenant fields other than id, name and apps. */
+export interface TenantPoliciesTable {
+  tenant_id: string;
+  policy: JsonbColumn<Record<string, unknown>>;
+  updated_at: ColumnType<Date, Date | undefined, Date>;
+}
+
+/** `model_revisions`: a revision in the config file's shape; `spec` never changes, `deprecation` may. */
+export interface ModelRevisionsTable {
+  id: string;
+  spec: JsonbColumn<Record<string, unknown>>;
+  /** `{retires_on, replacement, announced_on?}` or null. */
+  deprecation: ColumnType<Record<string, unknown> | null, string | null | undefined, string | null>;
+  created_at: ColumnType<Date, Date | undefined, Date>;
+  updated_at: ColumnType<Date, Date | undefined, Date>;
+}
+
+/** `model_aliases`: an alias (id = its name) in the config file's shape (targets/revision, fallbacks). */
+export interface ModelAliasesTable {
+  id: string;
+  spec: JsonbColumn<Record<string, unknown>>;
+  created_at: ColumnType<Date, Date | undefined, Date>;
+  updated_at: ColumnType<Date, Date | undefined, Date>;
+}
+
+/** `pools`: a named pool and its description. */
+export interface PoolsTable {
+  id: string;
+  spec: JsonbColumn<Record<string, unknown>>;
+  created_at: ColumnType<Date, Date | undefined, Date>;
+  updated_at: ColumnType<Date, Date | undefined, Date>;
+}
+
+/** `platform_defaults`: the singleton row (`id` is always true) holding the file's `defaults`. */
+export interface PlatformDefaultsTable {
+  id: Generated<boolean>;
+  spec: JsonbColumn<Record<string, unknown>>;
+  updated_at: ColumnType<Date, Date | undefined, Date>;
+}
+
+/** `config_snapshots`: every composed configuration by monotonic `version` (bigint: read as a string). */
+export interface ConfigSnapshotsTable {
+  version: BigIntColumn;
+  schema_version: number;
+  issued_at: Date;
+  config: JsonbColumn<Record<string, unknown>>;
+  /** The admin token id (or `system:<what>`) whose change produced it. */
+  created_by: string;
+  published_at: ColumnType<Date | null, Date | null | undefined, Date | null>;
+}
+
+/** `audit_log`: who changed what, when, with the entity before and after (null when absent). */
+export interface AuditLogTable {
+  id: ColumnType<string, never, never>;
+  at: ColumnType<Date, Date | undefined, never>;
+  actor_id: string;
+  actor_label: string;
+  action: string;
+  entity_type: string;
+  entity_id: string;
+  before: ColumnType<unknown, string | null, never>;
+  after: ColumnType<unknown, string | null, never>;
+  snapshot_version: ColumnType<string | null, number | string | null, never>;
+}
+
+/** `revocations`: fast-path revocations by monotonic `seq` (bigint identity: read as a string). */
+export interface RevocationsTable {
+  seq: ColumnType<string, never, never>;
+  kind: 'api_key' | 'tenant' | 'kill_switch';
+  tenant_id: string | null;
+  api_key_id: string | null;
+  api_key_sha256: string | null;
+  enabled: boolean | null;
+  issued_at: Date;
+  published_at: ColumnType<Date | null, Date | null | undefined, Date | null>;
+}
+
+/** The control plane's tables, merged into the whole schema. */
+export interface WeirSchema {
+  admin_tokens: AdminTokensTable;
+  tenant_policies: TenantPoliciesTable;
+  model_revisions: ModelRevisionsTable;
+  model_aliases: ModelAliasesTable;
+  pools: PoolsTable;
+  platform_defaults: PlatformDefaultsTable;
+  config_snapshots: ConfigSnapshotsTable;
+  audit_log: AuditLogTable;
+  revocations: RevocationsTable;
+}

@@ -5,6 +5,7 @@ import { admissionAndIdempotency } from './0003-admission-and-idempotency';
 import { usageByTime } from './0005-usage-by-time';
 import { usageReconciliations } from './0006-usage-reconciliations';
 import { idempotencyByGeneration } from './0007-idempotency-by-generation';
+import { controlPlane } from './0008-control-plane';
 
 /**
  * Weir's one migration history, for PGlite and Postgres alike. Names sort in the order they
@@ -19,6 +20,7 @@ export const MIGRATIONS: Readonly<Record<string, Migration>> = Object.freeze({
   '0005_usage_by_time': usageByTime,
   '0006_usage_reconciliations': usageReconciliations,
   '0007_idempotency_by_generation': idempotencyByGeneration,
+  '0008_control_plane': controlPlane,
 });
 
 /** An in-code kysely {@link MigrationProvider} over {@link MIGRATIONS} (no filesystem scan). */
