@@ -17,7 +17,7 @@ import { createEngine, createReplicaEngines, type LlamaCppEngine, remoteReplicas
 import { createGatewayApp, createGenerationPipeline, createMetricsObserver, type Gateway } from '@weir/gateway';
 import { createBatchedUsageSink, createBurnRateMonitor, type BatchedUsageSink } from '@weir/ledger';
 import { createInProcessTopic } from '@weir/messaging';
-import { breakerTransitionRecorder, createBreakerRegistry, createRouter } from '@weir/routing';
+import { breakerOptionsFrom, breakerScopeOf, breakerTransitionRecorder, createBreakerRegistry, createRevisionHealth, createRouter, revisionProviderKey } from '@weir/routing';
 import { createPoolScheduler, createSchedulerSampler, replicaSamples, schedulerMetricsObserver } from '@weir/scheduling';
 import { bootstrapTenants, createApiKeyRepository, createCachedApiKeyStore, createPgIdempotencyStore, createUsageQueries, createPgAdmissionStore, createUsageRepository, expireOrphans, openDatabase } from '@weir/store-pg';
 import { createRelay } from '@weir/streaming';
@@ -204,16 +204,19 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
     }),
   );
   const providerOf = new Map(servingRevisions.map((r) => [r.id, engines.get(r.id)?.kind ?? r.engine.kind]));
-  // Circuit breakers per revision: a failing revision is skipped for its fallbacks before any work.
+  // Circuit breakers per revision and per external provider (`defaults.circuit_breaker`): a
+  // revision whose own or provider breaker is open is skipped for its fallbacks before any work.
   const breakers = createBreakerRegistry({
+    breaker: breakerOptionsFrom(config.defaults.circuitBreaker),
     onStateChange: breakerTransitionRecorder(telemetry.metrics, (key, change) =>
-      logger[change.to === 'closed' ? 'info' : 'warn']({ revision: key, from: change.from, to: change.to, reason: change.reason }, `circuit breaker ${change.to}`),
+      logger[change.to === 'closed' ? 'info' : 'warn']({ breaker: key, scope: breakerScopeOf(key), from: change.from, to: change.to, reason: change.reason }, `circuit breaker ${change.to}`),
     ),
   });
   telemetry.observeCircuitBreakers(() => breakers.snapshot(Date.now()));
+  const providerKeys = new Map(servingRevisions.map((r) => [r.id, revisionProviderKey(r)]));
   const pipeline = createGenerationPipeline({
     router,
-    health: breakers,
+    health: createRevisionHealth(breakers, (id) => providerKeys.get(id)),
     admission,
     scheduler,
     relay,

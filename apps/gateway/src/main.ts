@@ -21,7 +21,7 @@ import { cancelMessageCodec, connectNats, createNatsTopic, createNatsUsageSink, 
 import { envInt, envRequired, envString, readEnv, runUntilSignal } from '@weir/service-runtime';
 import { bootstrapTenants, createApiKeyRepository, createCachedApiKeyStore, createPgIdempotencyStore, createUsageQueries, createUsageRepository, openDatabase } from '@weir/store-pg';
 import { createLogger, createTelemetry } from '@weir/telemetry';
-import { breakerTransitionRecorder, createBreakerRegistry } from '@weir/routing';
+import { breakerOptionsFrom, breakerScopeOf, breakerTransitionRecorder, createBreakerRegistry, createRevisionHealth, revisionProviderKey } from '@weir/routing';
 import {
   createAdmissionFailoverClient,
   createRelayGrpcClient,
@@ -76,16 +76,20 @@ runUntilSignal('gateway', logger, async () => {
   const providerOf = new Map(config.revisions.map((r) => [r.id, r.engine.kind]));
   const poolOf = new Map(remoteReplicas(config.revisions).map((x) => [x.id, x.pool]));
   const usageRepository = createUsageRepository(database.db);
-  // Circuit breakers per revision (per gateway process): a failing revision is skipped for its fallbacks before any work.
+  // Circuit breakers per revision and per external provider (per gateway process,
+  // `defaults.circuit_breaker`): a revision whose own or provider breaker is open is skipped
+  // for its fallbacks before any work.
   const breakers = createBreakerRegistry({
+    breaker: breakerOptionsFrom(config.defaults.circuitBreaker),
     onStateChange: breakerTransitionRecorder(telemetry.metrics, (key, change) =>
-      logger[change.to === 'closed' ? 'info' : 'warn']({ revision: key, from: change.from, to: change.to, reason: change.reason }, `circuit breaker ${change.to}`),
+      logger[change.to === 'closed' ? 'info' : 'warn']({ breaker: key, scope: breakerScopeOf(key), from: change.from, to: change.to, reason: change.reason }, `circuit breaker ${change.to}`),
     ),
   });
   telemetry.observeCircuitBreakers(() => breakers.snapshot(Date.now()));
+  const providerKeys = new Map(config.revisions.map((r) => [r.id, revisionProviderKey(r)]));
   const pipeline = createGenerationPipeline({
     router,
-    health: breakers,
+    health: createRevisionHealth(breakers, (id) => providerKeys.get(id)),
     admission,
     scheduler,
     relay,

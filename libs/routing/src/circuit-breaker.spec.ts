@@ -133,7 +133,7 @@ describe('createCircuitBreaker', () => {
 
   describe('slow calls', () => {
     it('open the breaker when enabled and their rate reaches the threshold', () => {
-      const { breaker, changes } = breakerWithLog({ slowCallMs: 2_000 });
+      const { breaker, changes } = breakerWithLog({ slowCallMs: 2_000, slowCallRateThreshold: 0.5 });
       for (let i = 0; i < 10; i++) call(breaker, 0, 'success', 500);
       for (let i = 0; i < 9; i++) call(breaker, 0, 'success', 2_500);
       expect(breaker.state(0)).toBe('closed'); // 19 calls: below the minimum volume
@@ -142,8 +142,40 @@ describe('createCircuitBreaker', () => {
       expect(breaker.snapshot(0)).toMatchObject({ slowCalls: 10, slowCallRate: 0.5 });
     });
 
-    it('are not tracked when slowCallMs is unset, and a call at exactly slowCallMs is not slow', () => {
-      const off = createCircuitBreaker();
+    it('are tracked by default: more than 10 s to first token is slow, 80 % of the window opens it', () => {
+      const { breaker, changes } = breakerWithLog();
+      for (let i = 0; i < 4; i++) call(breaker, 0, 'success', 200);
+      call(breaker, 0, 'success', 10_000); // exactly the threshold: not slow
+      for (let i = 0; i < 19; i++) call(breaker, 0, 'success', 10_001);
+      expect(breaker.snapshot(0)).toMatchObject({ state: 'closed', slowCalls: 19, calls: 24 }); // 79 %
+      call(breaker, 0, 'success', 12_000); // 20 of 25 = 80 %
+      expect(changes).toEqual([{ from: 'closed', to: 'open', reason: 'slow_call_rate', atMs: 0, openMs: 5_000 }]);
+    });
+
+    it('open the breaker in a brownout at 100 requests/s once the fast calls age out (about 8 s)', () => {
+      // Fast (200 ms to first token) until 15 s, then every call takes 12 s to its first token,
+      // recorded when it arrives: the slow share of the window reaches 80 % once the fast
+      // calls of the first 8 s of the window have left it.
+      const { breaker, changes } = breakerWithLog();
+      for (let t = 0; t <= 40_000; t += 10) {
+        const slow = t >= 15_000;
+        const permit = breaker.tryAcquire(t);
+        if (permit.allowed) breaker.record('success', slow ? 12_000 : 200, t, permit.probe);
+      }
+      const opened = changes.find((c) => c.to === 'open');
+      expect(opened?.reason).toBe('slow_call_rate');
+      const afterMs = (opened?.atMs ?? Infinity) - 15_000;
+      expect(afterMs).toBeGreaterThanOrEqual(7_000);
+      expect(afterMs).toBeLessThanOrEqual(9_000);
+      // And it stays closed for a brownout of a fifth of the calls.
+      const mild = breakerWithLog();
+      let n = 0;
+      for (let t = 0; t <= 40_000; t += 10) call(mild.breaker, t, 'success', n++ % 5 === 0 ? 12_000 : 200);
+      expect(mild.changes).toEqual([]);
+    });
+
+    it('are not tracked when slowCallMs is null, and a call at exactly slowCallMs is not slow', () => {
+      const off = createCircuitBreaker({ slowCallMs: null });
       for (let i = 0; i < 40; i++) call(off, 0, 'success', 120_000);
       expect(off.snapshot(0)).toMatchObject({ state: 'closed', slowCalls: 0 });
       const on = createCircuitBreaker({ slowCallMs: 1_000 });

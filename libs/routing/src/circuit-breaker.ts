@@ -8,9 +8,12 @@
  * - `closed`: every call is allowed. Outcomes go into a time-bucketed sliding window
  *   (`buckets` buckets of `windowMs ÷ buckets` each, default 10 × 1 s). Once the window holds
  *   at least `minimumCalls` calls and either the failure rate (failures ÷ calls) reaches
- *   `failureRateThreshold` or, when `slowCallMs` is set, the slow-call rate (calls slower than
- *   `slowCallMs` ÷ calls) reaches `slowCallRateThreshold`, the breaker opens. Both
- *   comparisons are "equal or greater", as in resilience4j.
+ *   `failureRateThreshold` or the slow-call rate (calls slower than `slowCallMs` ÷ calls)
+ *   reaches `slowCallRateThreshold`, the breaker opens. Both comparisons are "equal or
+ *   greater", as in resilience4j (its `failureRateThreshold`, `slowCallDurationThreshold` and
+ *   `slowCallRateThreshold`). The latency trigger is on by default (10 s, 80 %); a slow call
+ *   is not a failure, so a brownout opens the breaker by its own rate, never by adding to the
+ *   failure rate.
  * - `open`: every call is refused with `retryAfterMs` until the open wait has elapsed
  *   (`openMs`, default 5 s; each re-open straight from half-open multiplies it by
  *   `openBackoffMultiplier`, default 2, up to `maxOpenMs`, default 60 s; closing resets it).
@@ -40,6 +43,12 @@
  * opens it after 1.8–1.99 s; a steady 10 % error rate never opens it. After a quiet spell
  * (empty window) it opens at the `minimumCalls`-th failure: 0.2 s at 100 requests/s. A longer
  * window or a lower threshold makes it slower to open: more old successes must age out.
+ *
+ * Latency (defaults): when every call turns slow (over 10 s to first token) at once, the slow
+ * share reaches 80 % only when the fast calls still in the window are at most a quarter of the
+ * slow ones, which at a steady rate happens once 8 of the window's 10 buckets have turned over:
+ * about 8 s (the brownout simulation in `circuit-breaker.spec.ts`). A fifth of the calls slow
+ * never opens it.
  *
  * Recovery: 5 s after opening the breaker turns half-open and admits 3 probes; if the target
  * is still down the first failed probe re-opens it for 10 s, then 20 s, 40 s, 60 s, 60 s …;
@@ -106,10 +115,11 @@ export interface CircuitBreakerOptions {
   minimumCalls?: number;
   /**
    * A call whose latency (ms; the caller passes TTFT for streams, duration otherwise) is above
-   * this is slow. Default undefined: slow calls are not tracked.
+   * this is slow; `null` turns the latency trigger off. Default 10,000 (`DEFAULT_CIRCUIT_BREAKER`
+   * of `@weir/core`: a third of the upstreams' default 30 s first-token timeout).
    */
-  slowCallMs?: number;
-  /** Slow-call rate (in (0, 1]) at or above which it opens, when `slowCallMs` is set. Default 0.5. */
+  slowCallMs?: number | null;
+  /** Slow-call rate (in (0, 1]) at or above which it opens, unless `slowCallMs` is null. Default 0.8. */
   slowCallRateThreshold?: number;
   /** Wait in `open` before probing (ms, ≥ 0). Default 5,000. */
   openMs?: number;
@@ -151,7 +161,7 @@ export interface BreakerSnapshot {
   /** Calls in the window (successes + failures; `ignored` not counted). */
   calls: number;
   failures: number;
-  /** Calls above `slowCallMs` (0 when slow calls are not tracked). */
+  /** Calls above `slowCallMs` (0 when slow calls are not tracked: `slowCallMs: null`). */
   slowCalls: number;
   /** failures ÷ calls, 0 with no calls. */
   failureRate: number;
@@ -198,8 +208,8 @@ export function createCircuitBreaker(options: CircuitBreakerOptions = {}): Circu
   const buckets = options.buckets ?? 10;
   const failureRateThreshold = options.failureRateThreshold ?? 0.2;
   const minimumCalls = options.minimumCalls ?? 20;
-  const slowCallMs = options.slowCallMs;
-  const slowCallRateThreshold = options.slowCallRateThreshold ?? 0.5;
+  const slowCallMs = options.slowCallMs === undefined ? 10_000 : (options.slowCallMs ?? undefined);
+  const slowCallRateThreshold = options.slowCallRateThreshold ?? 0.8;
   const baseOpenMs = options.openMs ?? 5_000;
   const backoff = options.openBackoffMultiplier ?? 2;
   const maxOpenMs = options.maxOpenMs ?? Math.max(60_000, baseOpenMs);

@@ -88,12 +88,13 @@ export const METRIC_NAMES = {
   /** Counter, {reservation}: settlements above their reservation's worst case, by `tenant` (should stay 0). */
   admissionOverspends: 'weir.admission.overspends',
   /**
-   * Observable gauge, 1: a circuit breaker's state by `key` (a revision id, or `provider:<name>`),
-   * encoded as {@link CIRCUIT_BREAKER_STATE_VALUES}: 0 closed, 1 half-open, 2 open, so a higher
-   * value is worse and `max by (key)` across gateways shows the worst view.
+   * Observable gauge, 1: a circuit breaker's state by `key` (a revision id, or `provider:<name>`)
+   * and `scope` (`revision` or `provider`), encoded as {@link CIRCUIT_BREAKER_STATE_VALUES}: 0
+   * closed, 1 half-open, 2 open, so a higher value is worse and `max by (key)` across gateways
+   * shows the worst view.
    */
   circuitBreakerState: 'weir.circuit_breaker.state',
-  /** Counter, {transition}: circuit-breaker state changes by `key`, `from` and `to` (`closed`, `half_open`, `open`). */
+  /** Counter, {transition}: circuit-breaker state changes by `key`, `scope`, `from` and `to` (`closed`, `half_open`, `open`). */
   circuitBreakerTransitions: 'weir.circuit_breaker.transitions',
 } as const;
 
@@ -118,6 +119,8 @@ export const ATTRIBUTE_NAMES = {
   outcome: 'outcome',
   /** A circuit breaker's key: a revision id, or `provider:<name>`. */
   breakerKey: 'key',
+  /** What a circuit breaker guards: `revision` or `provider` (every revision of one upstream). */
+  breakerScope: 'scope',
   /** A transition's previous and next state. */
   from: 'from',
   to: 'to',

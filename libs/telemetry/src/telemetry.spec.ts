@@ -161,6 +161,7 @@ describe('createTelemetry', () => {
     m.recordCircuitBreakerTransition({ key: 'provider:openai', from: 'open', to: 'half_open' });
     m.recordCircuitBreakerTransition({ key: 'provider:openai', from: 'half_open', to: 'open' });
     m.recordCircuitBreakerTransition({ key: 'provider:openai', from: 'open', to: 'half_open' });
+    m.recordCircuitBreakerTransition({ key: 'chat@1', scope: 'revision', from: 'closed', to: 'open' });
 
     const { text } = await scrape(server);
     const schedulerSamples = parseExposition(text).samples;
@@ -174,7 +175,8 @@ describe('createTelemetry', () => {
     expect(find(parseExposition(text).samples, PROMETHEUS_SERIES.admissionOverspends, { tenant: 'demo' })[0].value).toBe(1);
     const { samples, types } = parseExposition(text);
     expect(types.get(PROMETHEUS_SERIES.circuitBreakerTransitions)).toBe('counter');
-    expect(find(samples, PROMETHEUS_SERIES.circuitBreakerTransitions, { key: 'provider:openai', from: 'open', to: 'half_open' })[0].value).toBe(2);
+    expect(find(samples, PROMETHEUS_SERIES.circuitBreakerTransitions, { key: 'provider:openai', scope: 'provider', from: 'open', to: 'half_open' })[0].value).toBe(2);
+    expect(find(samples, PROMETHEUS_SERIES.circuitBreakerTransitions, { key: 'chat@1', scope: 'revision', from: 'closed', to: 'open' })[0].value).toBe(1);
     expect(find(samples, PROMETHEUS_SERIES.circuitBreakerTransitions, { key: 'provider:openai', from: 'half_open', to: 'open' })[0].value).toBe(1);
     expect(types.get(PROMETHEUS_SERIES.tenantBurnRateRatio)).toBe('gauge');
     expect(find(samples, PROMETHEUS_SERIES.tenantBurnRateRatio, { tenant: 'demo' })[0].value).toBe(4.5);
@@ -304,15 +306,16 @@ describe('createTelemetry', () => {
   it('exports circuit-breaker states, read at each scrape: 0 closed, 1 half-open, 2 open', async () => {
     let openaiState: 'closed' | 'half_open' | 'open' = 'open';
     telemetry.observeCircuitBreakers(() => [
-      { key: 'm@1', state: 'closed' },
-      { key: 'provider:openai', state: openaiState },
+      { key: 'm@1', scope: 'revision', state: 'closed' },
+      { key: 'provider:openai', scope: 'provider', state: openaiState },
       { key: 'provider:anthropic', state: 'half_open' },
     ]);
     let { samples, types } = parseExposition((await scrape(server)).text);
     expect(types.get(PROMETHEUS_SERIES.circuitBreakerState)).toBe('gauge');
-    expect(find(samples, PROMETHEUS_SERIES.circuitBreakerState, { key: 'm@1' })[0]?.value).toBe(CIRCUIT_BREAKER_STATE_VALUES.closed);
-    expect(find(samples, PROMETHEUS_SERIES.circuitBreakerState, { key: 'provider:openai' })[0]?.value).toBe(2);
-    expect(find(samples, PROMETHEUS_SERIES.circuitBreakerState, { key: 'provider:anthropic' })[0]?.value).toBe(1);
+    expect(find(samples, PROMETHEUS_SERIES.circuitBreakerState, { key: 'm@1', scope: 'revision' })[0]?.value).toBe(CIRCUIT_BREAKER_STATE_VALUES.closed);
+    expect(find(samples, PROMETHEUS_SERIES.circuitBreakerState, { key: 'provider:openai', scope: 'provider' })[0]?.value).toBe(2);
+    // No scope given: taken from the key.
+    expect(find(samples, PROMETHEUS_SERIES.circuitBreakerState, { key: 'provider:anthropic', scope: 'provider' })[0]?.value).toBe(1);
     openaiState = 'closed';
     ({ samples, types } = parseExposition((await scrape(server)).text));
     expect(find(samples, PROMETHEUS_SERIES.circuitBreakerState, { key: 'provider:openai' })[0]?.value).toBe(0);

@@ -3,7 +3,7 @@ import { PrometheusExporter } from '@opentelemetry/exporter-prometheus';
 import { resourceFromAttributes } from '@opentelemetry/resources';
 import { MeterProvider } from '@opentelemetry/sdk-metrics';
 import { ATTRIBUTE_NAMES, CIRCUIT_BREAKER_STATE_VALUES, METRIC_NAMES } from './metric-names';
-import { createWeirMetrics, label, type CircuitBreakerStateName, type WeirMetrics } from './weir-metrics';
+import { circuitBreakerScopeOf, createWeirMetrics, label, type CircuitBreakerScope, type CircuitBreakerStateName, type WeirMetrics } from './weir-metrics';
 
 /** Options of {@link createTelemetry}. */
 export interface TelemetryOptions {
@@ -45,8 +45,8 @@ export interface Telemetry {
    */
   observeScheduler(read: () => SchedulerSample): void;
   /**
-   * Registers a callback read at each scrape for `weir.circuit_breaker.state` by `key`: 0
-   * closed, 1 half-open, 2 open ({@link CIRCUIT_BREAKER_STATE_VALUES}). `@weir/routing`'s
+   * Registers a callback read at each scrape for `weir.circuit_breaker.state` by `key` and
+   * `scope`: 0 closed, 1 half-open, 2 open ({@link CIRCUIT_BREAKER_STATE_VALUES}). `@weir/routing`'s
    * `BreakerRegistry.snapshot(now)` fits. Call once per process.
    */
   observeCircuitBreakers(read: () => readonly CircuitBreakerSample[]): void;
@@ -87,6 +87,8 @@ export interface SchedulerSample {
 export interface CircuitBreakerSample {
   /** A revision id, or `provider:<name>`. */
   key: string;
+  /** `revision` or `provider`; default {@link circuitBreakerScopeOf} the key. */
+  scope?: CircuitBreakerScope;
   state: CircuitBreakerStateName;
 }
 
@@ -202,7 +204,8 @@ export function createTelemetry(options: TelemetryOptions): Telemetry {
       state.addCallback((result) => {
         for (const b of read()) {
           if (!Object.hasOwn(CIRCUIT_BREAKER_STATE_VALUES, b.state)) continue;
-          result.observe(CIRCUIT_BREAKER_STATE_VALUES[b.state], { [ATTRIBUTE_NAMES.breakerKey]: label(b.key, 'none') });
+          const scope = b.scope === 'provider' || b.scope === 'revision' ? b.scope : circuitBreakerScopeOf(b.key);
+          result.observe(CIRCUIT_BREAKER_STATE_VALUES[b.state], { [ATTRIBUTE_NAMES.breakerKey]: label(b.key, 'none'), [ATTRIBUTE_NAMES.breakerScope]: scope });
         }
       });
     },

@@ -113,14 +113,23 @@ export interface WeirMetrics {
   /** `weir.admission.overspends` +1 by `tenant`: a settlement above its worst case. */
   recordAdmissionOverspend(event: { tenant: string }): void;
   /**
-   * `weir.circuit_breaker.transitions` +1 by `key`, `from` and `to`: a circuit breaker changed
-   * state (`@weir/routing`'s `breakerTransitionRecorder` calls it).
+   * `weir.circuit_breaker.transitions` +1 by `key`, `scope`, `from` and `to`: a circuit breaker
+   * changed state (`@weir/routing`'s `breakerTransitionRecorder` calls it). `scope` defaults to
+   * {@link circuitBreakerScopeOf} the key.
    */
-  recordCircuitBreakerTransition(transition: { key: string; from: CircuitBreakerStateName; to: CircuitBreakerStateName }): void;
+  recordCircuitBreakerTransition(transition: { key: string; scope?: CircuitBreakerScope; from: CircuitBreakerStateName; to: CircuitBreakerStateName }): void;
 }
 
 /** A circuit breaker's state, as `@weir/routing` names it (the keys of `CIRCUIT_BREAKER_STATE_VALUES`). */
 export type CircuitBreakerStateName = keyof typeof CIRCUIT_BREAKER_STATE_VALUES;
+
+/** What a circuit breaker guards, as `@weir/routing` names it: one revision, or one provider. */
+export type CircuitBreakerScope = 'revision' | 'provider';
+
+/** A breaker key's scope when none is given: `provider` for `provider:<name>` keys, else `revision`. */
+export function circuitBreakerScopeOf(key: string): CircuitBreakerScope {
+  return key.startsWith('provider:') ? 'provider' : 'revision';
+}
 
 const LABEL_PATTERN = /^[A-Za-z0-9_][A-Za-z0-9._:@/-]{0,127}$/;
 /** semconv's fallback value for an unknown `error.type`, used here for any unacceptable label. */
@@ -284,9 +293,9 @@ export function createWeirMetrics(meter: Meter): WeirMetrics {
     recordAdmissionOverspend({ tenant }) {
       overspends.add(1, { [A.tenant]: label(tenant, NONE) });
     },
-    recordCircuitBreakerTransition({ key, from, to }) {
+    recordCircuitBreakerTransition({ key, scope, from, to }) {
       if (!Object.hasOwn(CIRCUIT_BREAKER_STATE_VALUES, from) || !Object.hasOwn(CIRCUIT_BREAKER_STATE_VALUES, to)) return;
-      breakerTransitions.add(1, { [A.breakerKey]: label(key, NONE), [A.from]: from, [A.to]: to });
+      breakerTransitions.add(1, { [A.breakerKey]: label(key, NONE), [A.breakerScope]: scope === 'provider' || scope === 'revision' ? scope : circuitBreakerScopeOf(key), [A.from]: from, [A.to]: to });
     },
   };
 }
