@@ -279,3 +279,51 @@ export interface WeirSchema {
   audit_log: AuditLogTable;
   revocations: RevocationsTable;
 }
+
+/** One chat message of a golden prompt, as stored (migration 0009). */
+export interface GoldenPromptMessageRow {
+  role: 'system' | 'developer' | 'user' | 'assistant';
+  content: string;
+}
+
+/** `golden_prompts` (migration 0009): a tenant's golden prompts per use case. */
+export interface GoldenPromptsTable {
+  id: string;
+  tenant_id: string;
+  use_case: string;
+  messages: JsonbColumn<GoldenPromptMessageRow[]>;
+  /** Output token cap of each replay (≥ 1). */
+  max_tokens: number;
+  /** A JSON Schema (draft 2020-12) the output must match; null for free text. */
+  output_schema: ColumnType<Record<string, unknown> | null, string | null | undefined, string | null>;
+  /** A reviewed answer, the reference when the stable revision fails on the prompt. */
+  expected: ColumnType<string | null, string | null | undefined, string | null>;
+  created_at: ColumnType<Date, Date | undefined, never>;
+}
+
+/** `eval_runs` (migration 0009): one eval of a candidate revision of an alias against its stable revision. */
+export interface EvalRunsTable {
+  id: string;
+  tenant_id: string;
+  use_case: string;
+  alias: string;
+  candidate_revision: string;
+  stable_revision: string;
+  /** The scorer as on the wire: `{kind, threshold, metric?}`. */
+  scorer: JsonbColumn<Record<string, unknown>>;
+  /** Least per-prompt score, 0–1 (`double precision`). */
+  threshold: number;
+  status: 'running' | 'finished' | 'failed';
+  /** The gate's verdict; null while running or when the run failed. */
+  pass: ColumnType<boolean | null, boolean | null | undefined, boolean | null>;
+  /** The report (control-plane's `EvalReport`), or `{error}` for a failed run; null while running. */
+  report: ColumnType<Record<string, unknown> | null, string | null | undefined, string | null>;
+  created_at: ColumnType<Date, Date | undefined, never>;
+  finished_at: ColumnType<Date | null, Date | null | undefined, Date | null>;
+}
+
+/** The eval tables, merged into the whole schema. */
+export interface WeirSchema {
+  golden_prompts: GoldenPromptsTable;
+  eval_runs: EvalRunsTable;
+}

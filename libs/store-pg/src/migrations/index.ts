@@ -6,6 +6,7 @@ import { usageByTime } from './0005-usage-by-time';
 import { usageReconciliations } from './0006-usage-reconciliations';
 import { idempotencyByGeneration } from './0007-idempotency-by-generation';
 import { controlPlane } from './0008-control-plane';
+import { evals } from './0009-evals';
 
 /**
  * Weir's one migration history, for PGlite and Postgres alike. Names sort in the order they
@@ -21,6 +22,7 @@ export const MIGRATIONS: Readonly<Record<string, Migration>> = Object.freeze({
   '0006_usage_reconciliations': usageReconciliations,
   '0007_idempotency_by_generation': idempotencyByGeneration,
   '0008_control_plane': controlPlane,
+  '0009_evals': evals,
 });
 
 /** An in-code kysely {@link MigrationProvider} over {@link MIGRATIONS} (no filesystem scan). */
