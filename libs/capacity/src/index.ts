@@ -6,3 +6,4 @@ export * from './replica';
 export * from './stats';
 export * from './simulate';
 export * from './plan';
+export * from './controller';
