@@ -1,2 +1,7 @@
-/** Signed configuration snapshots: see README of the lib (filled in by its implementation). */
-export {};
+/**
+ * Signed configuration snapshots (docs/config-snapshots.md): Ed25519 keys, the signed envelope
+ * and its payloads, the bucket port (in memory and NATS JetStream KV), the control plane's
+ * publisher and the data plane's subscriber with last-good cold starts and bounded staleness.
+ */
+export * from './keys';
+export * from './envelope';
