@@ -93,3 +93,15 @@ describe('routing configuration: capabilities, fallback chains, pins', () => {
     expect(problems(doc)).toContain(expected);
   });
 });
+
+describe('default capabilities by engine kind', () => {
+  it('Anthropic revisions call tools unless declared otherwise; OpenAI-compatible ones must declare them', () => {
+    const doc = file();
+    doc.revisions.push({ ...hosted('claude@1'), engine: { kind: 'anthropic', base_url: 'https://api.anthropic.com', upstream_model: 'claude-sonnet-4-5' } });
+    doc.revisions.push({ ...hosted('claude@2', { tools: false }), engine: { kind: 'anthropic', base_url: 'https://api.anthropic.com', upstream_model: 'claude-sonnet-4-5' } });
+    const byId = new Map(parseConfig(JSON.stringify(doc), 'w.json').revisions.map((r) => [r.id, r]));
+    expect(capabilitiesOf(byId.get('claude@1') as never)).toEqual({ streaming: true, tools: true, jsonOutput: false });
+    expect(capabilitiesOf(byId.get('claude@2') as never).tools).toBe(false);
+    expect(capabilitiesOf(byId.get('small@1') as never).tools).toBe(false);
+  });
+});

@@ -162,11 +162,12 @@ export interface RevisionCapabilities {
 
 /**
  * Capabilities a revision has when its configuration declares none: every engine streams;
- * llama.cpp constrains JSON output with a grammar; tools and JSON output at hosted or remote
- * upstreams depend on the upstream, so they must be declared.
+ * llama.cpp constrains JSON output with a grammar; Anthropic's Messages API calls tools (the
+ * adapter maps them); tools and JSON output at OpenAI-compatible upstreams depend on the
+ * upstream, so they must be declared.
  */
 export function defaultCapabilities(engine: EngineSpec): RevisionCapabilities {
-  return { streaming: true, tools: false, jsonOutput: engine.kind === 'llamacpp' };
+  return { streaming: true, tools: engine.kind === 'anthropic', jsonOutput: engine.kind === 'llamacpp' };
 }
 
 /** A revision's capabilities: declared, else {@link defaultCapabilities}. */

@@ -7,8 +7,7 @@ import { countInputWith, utf8TokenUpperBound } from '../openai-compatible/token-
 import { classifyUpstreamFailure, createStreamWatchdog } from '../openai-compatible/upstream-watchdog';
 import { anthropicStatusError } from './anthropic-errors';
 import { buildAnthropicBody, buildAnthropicHeaders } from './anthropic-request';
-import { createAnthropicStreamDecoder, mapAnthropicStopReason, type SseMessage } from './anthropic-stream';
-import { refuseTools } from '../refuse-tools';
+import { createAnthropicStreamDecoder, mapAnthropicStopReason, type AnthropicPiece, type SseMessage } from './anthropic-stream';
 
 /**
  * Context tokens declared in `capacity` when the options give none: 200,000, the context
@@ -63,6 +62,12 @@ export interface AnthropicEngineDeps {
   logger?: EngineLogger;
 }
 
+/** The text a piece stands for in Weir's output count: its text, and its tool calls' names and arguments. */
+const produced = (p: AnthropicPiece): string => p.text + (p.toolCalls ?? []).map((c) => (c.name ?? '') + (c.argumentsDelta ?? '')).join('');
+
+/** A piece as an engine `delta` (1 token: the API sends no per-delta count). */
+const toDelta = (p: AnthropicPiece): EngineEvent => ({ type: 'delta', text: p.text, tokens: 1, ...(p.toolCalls ? { toolCalls: p.toolCalls } : {}) });
+
 /**
  * An adapter for Anthropic's Messages API.
  *
@@ -74,8 +79,11 @@ export interface AnthropicEngineDeps {
  * Response: SSE parsed with eventsource-parser over a streaming `TextDecoder` (events and
  * UTF-8 characters split across reads, CRLF), decoded by `anthropic-stream.ts`: each non-empty
  * `text_delta` becomes a `delta` with `tokens: 1` (the API sends no per-delta count; a delta
- * usually holds a few tokens, so Σ delta tokens ≤ output tokens); `ping` and non-text blocks
- * (thinking, tool input) yield nothing. After `message_stop` (or the end of a stream that sent
+ * usually holds a few tokens, so Σ delta tokens ≤ output tokens); a `tool_use` block's start
+ * and each `input_json_delta` become a `delta` with `toolCalls` fragments (OpenAI's
+ * `delta.tool_calls` shape; `stop_reason: tool_use` ends with `tool_calls`); `ping` and
+ * thinking blocks yield nothing. Tools: `tools`, `tool_choice` and tool-call history are
+ * mapped by `anthropic-request.ts`. After `message_stop` (or the end of a stream that sent
  * a `stop_reason`) one `end` with the mapped stop reason and the upstream's usage
  * (`usageReported: true`: `message_start`'s input and cache counts, `message_delta`'s final
  * output). A 200 JSON `Message` (an upstream that ignored `stream`) is accepted as one delta.
@@ -117,7 +125,6 @@ export function createAnthropicEngine(options: AnthropicEngineOptions, deps: Ant
   const countInputTokens = (input: GenerationInput): Promise<number> => countInputWith(asChat(input), countText);
 
   async function* generate(request: EngineRequest): AsyncGenerator<EngineEvent, void, undefined> {
-    refuseTools(request, 'anthropic');
     const controller = new AbortController();
     inFlight.add(controller);
     const onAbort = (): void => controller.abort(request.signal.reason);
@@ -194,16 +201,16 @@ export function createAnthropicEngine(options: AnthropicEngineOptions, deps: Ant
           throw fail(error);
         }
         watchdog.clear();
-        let piece: string;
+        let piece: AnthropicPiece;
         try {
-          piece = decoder.applyMessage(JSON.parse(text));
+          piece = decoder.decodeMessage(JSON.parse(text));
         } catch (error) {
           throw fail(error instanceof WeirError ? error : new WeirError('upstream_error', 'upstream sent invalid JSON', { cause: error }));
         }
-        if (piece.length > 0) {
-          outputText += piece;
+        if (piece.text.length > 0 || piece.toolCalls) {
+          outputText += produced(piece);
           deltas += 1;
-          yield { type: 'delta', text: piece, tokens: 1 };
+          yield toDelta(piece);
         }
         done = true;
       } else {
@@ -233,12 +240,12 @@ export function createAnthropicEngine(options: AnthropicEngineOptions, deps: Ant
             parser.feed(textDecoder.decode(next.value, { stream: true }));
           }
           if (events.length === 0) continue;
-          const pieces: string[] = [];
+          const pieces: AnthropicPiece[] = [];
           let eventError: unknown;
           for (const event of events.splice(0)) {
             try {
-              const piece = decoder.apply(event);
-              if (piece.length > 0) pieces.push(piece);
+              const piece = decoder.decode(event);
+              if (piece.text.length > 0 || piece.toolCalls) pieces.push(piece);
             } catch (error) {
               eventError = error;
               break;
@@ -253,11 +260,11 @@ export function createAnthropicEngine(options: AnthropicEngineOptions, deps: Ant
           // too) restarts the idle clock once these pieces are handed on.
           if (firstSeen) watchdog.clear();
           // Everything received counts as produced (billed), even if an abort stops its delivery.
-          outputText += pieces.join('');
+          outputText += pieces.map(produced).join('');
           for (const piece of pieces) {
             if (request.signal.aborted) break;
             deltas += 1;
-            yield { type: 'delta', text: piece, tokens: 1 };
+            yield toDelta(piece);
           }
           if (request.signal.aborted) {
             yield await abortedEnd();

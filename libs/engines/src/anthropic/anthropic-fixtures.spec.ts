@@ -106,4 +106,19 @@ describe('createAnthropicEngine replays recorded fixtures', () => {
   it.each(FIXTURES.slice(0, 1))('%s with CRLF line ends', async (file, expected) => {
     check(await replay(fixture(file).replace(/\n/g, '\r\n')), expected);
   });
+
+  it('tool-use.sse: a text block, then a tool_use block streamed as input_json_delta, ends with tool_calls', async () => {
+    const { events, error } = await replay(fixture('tool-use.sse'));
+    expect(error).toBeUndefined();
+    expect(events).toEqual([
+      { type: 'delta', text: "Okay, let's check the weather for San Francisco, CA:", tokens: 1 },
+      // The block index is 1; the call is the response's first (index 0). The empty partial_json is skipped.
+      { type: 'delta', text: '', tokens: 1, toolCalls: [{ index: 0, id: 'toolu_01T1x1fJ34qAmk2tNTrN7Up6', name: 'get_weather' }] },
+      { type: 'delta', text: '', tokens: 1, toolCalls: [{ index: 0, argumentsDelta: '{"location":' }] },
+      { type: 'delta', text: '', tokens: 1, toolCalls: [{ index: 0, argumentsDelta: ' "San Francisco, CA", "unit": "fahrenheit"}' }] },
+      { type: 'end', reason: 'tool_calls', usage: { inputTokens: 472, outputTokens: 89 }, usageReported: true },
+    ]);
+    const args = events.flatMap((e) => (e.type === 'delta' ? (e.toolCalls ?? []) : [])).map((c) => c.argumentsDelta ?? '').join('');
+    expect(JSON.parse(args)).toEqual({ location: 'San Francisco, CA', unit: 'fahrenheit' });
+  });
 });

@@ -1,6 +1,6 @@
-import type { GenerationInput } from '@weir/core';
+import type { GenerationInput, ToolChoice } from '@weir/core';
 import { engineRequest } from '@weir/testing';
-import { ANTHROPIC_VERSION, buildAnthropicBody, buildAnthropicHeaders, toAnthropicPrompt, type AnthropicPrompt } from './anthropic-request';
+import { ANTHROPIC_VERSION, buildAnthropicBody, buildAnthropicHeaders, toAnthropicPrompt, toAnthropicToolChoice, toAnthropicTools, type AnthropicPrompt } from './anthropic-request';
 
 describe('toAnthropicPrompt', () => {
   it.each<[string, GenerationInput, AnthropicPrompt]>([
@@ -100,5 +100,89 @@ describe('buildAnthropicHeaders', () => {
     });
     expect(buildAnthropicHeaders(undefined)).not.toHaveProperty('x-api-key');
     expect(ANTHROPIC_VERSION).toBe('2023-06-01');
+  });
+});
+
+describe('tools on the Messages API', () => {
+  const weather = { type: 'function' as const, function: { name: 'get_weather', description: 'Weather of a city', parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } };
+
+  it('maps a tool round trip: assistant tool_calls → tool_use blocks, tool messages → tool_result blocks in one user turn', () => {
+    const prompt = toAnthropicPrompt({
+      kind: 'chat',
+      messages: [
+        { role: 'user', content: 'Weather in Paris and Oslo?' },
+        {
+          role: 'assistant',
+          content: 'Checking.',
+          toolCalls: [
+            { id: 'toolu_1', name: 'get_weather', arguments: '{"city":"Paris"}' },
+            { id: 'toolu_2', name: 'get_weather', arguments: '' },
+          ],
+        },
+        { role: 'tool', content: '18 °C', toolCallId: 'toolu_1' },
+        { role: 'tool', content: '', toolCallId: 'toolu_2' },
+        { role: 'user', content: 'Thanks, and tomorrow?' },
+      ],
+    });
+    expect(prompt).toEqual({
+      messages: [
+        { role: 'user', content: 'Weather in Paris and Oslo?' },
+        {
+          role: 'assistant',
+          content: [
+            { type: 'text', text: 'Checking.' },
+            { type: 'tool_use', id: 'toolu_1', name: 'get_weather', input: { city: 'Paris' } },
+            { type: 'tool_use', id: 'toolu_2', name: 'get_weather', input: {} },
+          ],
+        },
+        {
+          role: 'user',
+          content: [
+            { type: 'tool_result', tool_use_id: 'toolu_1', content: '18 °C' },
+            { type: 'tool_result', tool_use_id: 'toolu_2', content: '' },
+            { type: 'text', text: 'Thanks, and tomorrow?' },
+          ],
+        },
+      ],
+    });
+  });
+
+  it('an assistant turn with tool calls and no text has only tool_use blocks', () => {
+    const prompt = toAnthropicPrompt({ kind: 'chat', messages: [{ role: 'user', content: 'Hi' }, { role: 'assistant', content: '', toolCalls: [{ id: 't', name: 'f', arguments: '{}' }] }] });
+    expect(prompt.messages[1]).toEqual({ role: 'assistant', content: [{ type: 'tool_use', id: 't', name: 'f', input: {} }] });
+  });
+
+  it.each(['not json', '[1,2]', '"text"'])('refuses tool-call arguments that are not a JSON object: %s', (args) => {
+    expect(() => toAnthropicPrompt({ kind: 'chat', messages: [{ role: 'assistant', content: '', toolCalls: [{ id: 't', name: 'f', arguments: args }] }] })).toThrow(
+      expect.objectContaining({ code: 'invalid_request', param: 'messages' }),
+    );
+  });
+
+  it('maps OpenAI function tools to tools with input_schema', () => {
+    expect(toAnthropicTools([weather, { type: 'function', function: { name: 'now' } }])).toEqual([
+      { name: 'get_weather', description: 'Weather of a city', input_schema: weather.function.parameters },
+      { name: 'now', input_schema: { type: 'object', properties: {} } },
+    ]);
+  });
+
+  it.each<[string, ToolChoice | undefined, boolean | undefined, unknown]>([
+    ['nothing set: the API default', undefined, undefined, undefined],
+    ['auto', 'auto', undefined, { type: 'auto' }],
+    ['required → any', 'required', undefined, { type: 'any' }],
+    ['none', 'none', false, { type: 'none' }],
+    ['a named function → tool', { type: 'function', function: { name: 'get_weather' } }, undefined, { type: 'tool', name: 'get_weather' }],
+    ['parallel_tool_calls false alone → auto without parallel use', undefined, false, { type: 'auto', disable_parallel_tool_use: true }],
+    ['required and serial', 'required', false, { type: 'any', disable_parallel_tool_use: true }],
+    ['parallel_tool_calls true changes nothing', 'auto', true, { type: 'auto' }],
+  ])('tool_choice: %s', (_what, choice, parallel, expected) => {
+    expect(toAnthropicToolChoice(choice, parallel)).toEqual(expected);
+  });
+
+  it('puts tools and tool_choice in the body only when the request has tools', () => {
+    const withTools = buildAnthropicBody('claude-x', engineRequest({ kind: 'text', text: 'x' }, { maxOutputTokens: 5, tools: [weather], toolChoice: 'required' }));
+    expect(withTools).toMatchObject({ tools: [{ name: 'get_weather', input_schema: weather.function.parameters }], tool_choice: { type: 'any' } });
+    const noTools = buildAnthropicBody('claude-x', engineRequest({ kind: 'text', text: 'x' }, { maxOutputTokens: 5, toolChoice: 'required' }));
+    expect(noTools).not.toHaveProperty('tools');
+    expect(noTools).not.toHaveProperty('tool_choice');
   });
 });

@@ -13,7 +13,7 @@ describe('mapAnthropicStopReason', () => {
     ['end_turn', 'stop'],
     ['stop_sequence', 'stop'],
     ['pause_turn', 'stop'],
-    ['tool_use', 'stop'],
+    ['tool_use', 'tool_calls'],
     ['something_new', 'stop'],
     ['max_tokens', 'length'],
     ['model_context_window_exceeded', 'length'],
@@ -112,5 +112,40 @@ describe('createAnthropicStreamDecoder', () => {
     expect(d.stopReason).toBe('max_tokens');
     expect(d.finished).toBe(true);
     expect(d.reportedUsage()).toEqual({ inputTokens: 4, outputTokens: 2 });
+  });
+});
+
+describe('createAnthropicStreamDecoder: tool calls', () => {
+  const ev = (data: Record<string, unknown>) => ({ event: data.type as string, data: JSON.stringify(data) });
+
+  it('numbers calls by appearance, whatever their block index, and routes input_json_delta by block', () => {
+    const d = createAnthropicStreamDecoder();
+    expect(d.decode(ev({ type: 'content_block_start', index: 0, content_block: { type: 'text', text: '' } }))).toEqual({ text: '' });
+    expect(d.textStarted).toBe(false);
+    expect(d.decode(ev({ type: 'content_block_start', index: 1, content_block: { type: 'tool_use', id: 'a', name: 'f', input: {} } }))).toEqual({ text: '', toolCalls: [{ index: 0, id: 'a', name: 'f' }] });
+    expect(d.textStarted).toBe(true);
+    expect(d.decode(ev({ type: 'content_block_start', index: 2, content_block: { type: 'tool_use', id: 'b', name: 'g', input: {} } }))).toEqual({ text: '', toolCalls: [{ index: 1, id: 'b', name: 'g' }] });
+    expect(d.decode(ev({ type: 'content_block_delta', index: 2, delta: { type: 'input_json_delta', partial_json: '{"x":1}' } }))).toEqual({ text: '', toolCalls: [{ index: 1, argumentsDelta: '{"x":1}' }] });
+    expect(d.decode(ev({ type: 'content_block_delta', index: 1, delta: { type: 'input_json_delta', partial_json: '{}' } }))).toEqual({ text: '', toolCalls: [{ index: 0, argumentsDelta: '{}' }] });
+    // An input_json_delta of a block that is not a tool_use, and an empty one, carry nothing.
+    expect(d.decode(ev({ type: 'content_block_delta', index: 0, delta: { type: 'input_json_delta', partial_json: '{}' } }))).toEqual({ text: '' });
+    expect(d.decode(ev({ type: 'content_block_delta', index: 1, delta: { type: 'input_json_delta', partial_json: '' } }))).toEqual({ text: '' });
+    // apply() keeps its text-only contract.
+    expect(d.apply(ev({ type: 'content_block_delta', index: 1, delta: { type: 'input_json_delta', partial_json: '{}' } }))).toBe('');
+  });
+
+  it('reads the tool_use blocks of a whole message as complete calls', () => {
+    const d = createAnthropicStreamDecoder();
+    const piece = d.decodeMessage({
+      type: 'message',
+      content: [
+        { type: 'text', text: 'Let me check.' },
+        { type: 'tool_use', id: 'toolu_1', name: 'get_weather', input: { city: 'Oslo' } },
+      ],
+      stop_reason: 'tool_use',
+      usage: { input_tokens: 10, output_tokens: 20 },
+    });
+    expect(piece).toEqual({ text: 'Let me check.', toolCalls: [{ index: 0, id: 'toolu_1', name: 'get_weather', argumentsDelta: '{"city":"Oslo"}' }] });
+    expect(mapAnthropicStopReason(d.stopReason ?? '')).toBe('tool_calls');
   });
 });
