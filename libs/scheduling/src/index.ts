@@ -4,3 +4,4 @@ export * from './pool-scheduler';
 export * from './slot-scheduler';
 export * from './scheduler-metrics';
 export * from './replica-prober';
+export * from './capacity-telemetry';
