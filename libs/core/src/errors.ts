@@ -13,7 +13,11 @@ export const WEIR_ERROR_CODES = [
   'unsupported_media_type',
   'authentication_failed',
   'permission_denied',
+  /** The caller's tenant is disabled (a revocation or the configuration): 403. */
+  'tenant_disabled',
   'model_not_found',
+  /** The revision the request resolves to was retired; the message names its replacement. */
+  'model_retired',
   'not_found',
   'method_not_allowed',
   'conflict',
@@ -31,6 +35,10 @@ export const WEIR_ERROR_CODES = [
   'upstream_bad_request',
   'engine_unavailable',
   'shutting_down',
+  /** This service's configuration snapshot is older than the allowed maximum (fail closed): 503. */
+  'config_stale',
+  /** The caller's tenant is stopped by its kill switch: 503 until an operator lifts it. */
+  'kill_switch',
   'output_invalid',
   'internal',
 ] as const;

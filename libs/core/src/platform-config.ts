@@ -148,6 +148,30 @@ export interface RevisionSpec {
    * requests). Default {@link defaultCapabilities} of its engine kind.
    */
   capabilities?: RevisionCapabilities;
+  /**
+   * The revision is deprecated: responses it serves carry a countdown (`Deprecation`, `Sunset`,
+   * `x-weir-retires-in-days`), `/v1/models` shows it, and from `retiresOn` (UTC) requests that
+   * resolve to it fail with `model_retired` naming the replacement — never a silent upgrade.
+   * Default none.
+   */
+  deprecation?: RevisionDeprecation;
+}
+
+/** A revision's deprecation (see {@link RevisionSpec.deprecation}); dates are UTC calendar days. */
+export interface RevisionDeprecation {
+  /** First day (`YYYY-MM-DD`, UTC) the revision no longer serves: from 00:00 UTC that day requests get `model_retired`. */
+  retiresOn: string;
+  /**
+   * The revision to move to (an existing revision id that retires later, if at all); named in
+   * the countdown and in the retirement error. Nothing switches to it automatically.
+   */
+  replacement: string;
+  /**
+   * Day (`YYYY-MM-DD`, UTC) the deprecation is announced: the countdown is shown from this day
+   * and the `Deprecation` header (RFC 9745) carries it. Default: shown at once, without a
+   * `Deprecation` header (only `Sunset`).
+   */
+  announcedOn?: string;
 }
 
 /** What a revision supports. */
@@ -277,6 +301,18 @@ export interface TenantSpec {
    * use case, then alias alone). Default none (follow the alias).
    */
   routes?: TenantRoute[];
+  /** Every request of the tenant is refused with 403 `tenant_disabled`. Default false. */
+  disabled?: boolean;
+  /** Emergency stop: every request of the tenant is refused with 503 `kill_switch`. Default false. */
+  killSwitch?: boolean;
+  /**
+   * The tenant allows prompt and output text in logs (ARCHITECTURE.md §5). Even when true,
+   * nothing is logged unless {@link redactionProfile} names the PII redaction to run first.
+   * Default false.
+   */
+  contentLogging?: boolean;
+  /** Name of the PII redaction profile run before any content is logged. Default none. */
+  redactionProfile?: string;
 }
 
 /** One tenant routing override (see {@link TenantSpec.routes}). */

@@ -6,6 +6,7 @@
 import express, { type NextFunction, type Request, type RequestHandler, type Response } from 'express';
 import type { ServerResponse } from 'node:http';
 import {
+  type AliasSpec,
   type ApiKeyStore,
   type ApiRoute,
   type CancelMessage,
@@ -55,6 +56,9 @@ import { createTranscript, pumpInto, type Transcript, type TranscriptEvent } fro
 import { chatCompletionsBody, completionsBody, generationsBody, parseBody, priorityOf, toChatInput, toStopList, useCaseOf } from './schemas';
 import { type ChatTools, chatToolsOf, refuseToollessRevisions } from './tools';
 import { usageHandler } from './usage-route';
+import { aliasDeprecation, countdownHeaders, countdownOf, createDeprecationAnnouncer } from './deprecation';
+import type { LiveConfig } from './live-config';
+import type { Revocations } from './revocations';
 import { registerResponsesRoute } from './responses-route';
 import { openSse, type SseWriter } from './sse-writer';
 
@@ -94,7 +98,43 @@ export interface GatewayDeps {
   idempotency?: IdempotencyStore;
   /** How often expired idempotency keys are purged (ms). Default 60,000. */
   idempotencyPurgeMs?: number;
+  /**
+   * The configuration snapshot's freshness (`@weir/config-sync`), read on every request. While
+   * `stale`, every route but `/healthz`, `/readyz` and `/metrics` answers 503 `config_stale`
+   * (fail closed: the snapshot's allow decisions are too old to trust) and `/readyz` is not
+   * ready with reason `config_stale`; `/readyz` always reports `config_version` and
+   * `config_age_ms`. `ageMs`: now − the snapshot's (or its latest heartbeat's) issue time;
+   * `maxAgeMs`: the configured maximum, quoted in the error; `reason`: an operator detail for
+   * `/readyz` (never sent to API clients). Default: always fresh (a file configuration).
+   */
+  configState?: () => ConfigState;
+  /** The revocation fast path (`createRevocations`), checked before the key lookup. Default none. */
+  revocations?: Revocations;
+  /**
+   * The live tenants and revisions (`createLiveConfig`), for the `deprecation` field of
+   * `/v1/models` entries. Default none (no such field).
+   */
+  catalog?: Pick<LiveConfig, 'tenants' | 'revisions'>;
+  /** Wall clock (epoch ms) for deprecation countdowns (UTC days). Default `Date.now`. */
+  wallClock?: () => number;
 }
+
+/** The freshness of the configuration snapshot a service runs on (see {@link GatewayDeps.configState}). */
+export interface ConfigState {
+  /** Age of the snapshot (ms). */
+  ageMs: number;
+  /** True beyond the configured maximum age: refuse requests. */
+  stale: boolean;
+  /** The applied snapshot's version; absent for a file configuration. */
+  version?: number;
+  /** The configured maximum age (ms), quoted in the `config_stale` message when given. */
+  maxAgeMs?: number;
+  /** Why it is stale (e.g. `nats unreachable`), for `/readyz` only. */
+  reason?: string;
+}
+
+/** `Retry-After` of a `config_stale` refusal (ms): about one control-plane heartbeat. */
+const CONFIG_STALE_RETRY_MS = 5_000;
 
 /**
  * A generation being answered: one started for this request, or the original generation of
@@ -129,7 +169,9 @@ const REPLAY_POLL_MS = 100;
 
 /** Creates the gateway app. */
 export function createGatewayApp(deps: GatewayDeps): Gateway {
-  const { pipeline, clock, logger, defaults } = deps;
+  const { pipeline, clock, logger, defaults, revocations } = deps;
+  const wallClock = deps.wallClock ?? Date.now;
+  const announcer = createDeprecationAnnouncer(logger);
   const registry = createGenerationRegistry();
   const idempotency = deps.idempotency ?? createMemoryIdempotencyStore();
   const purge = setInterval(() => {
@@ -176,12 +218,33 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
   app.get('/healthz', (_req, res) => void res.json({ status: 'ok' }));
   app.get('/readyz', (_req, res) => {
     const extra = deps.readiness?.() ?? { ready: true };
-    const ready = !draining && extra.ready;
-    res.status(ready ? 200 : 503).json({ status: ready ? 'ready' : 'not_ready', reason: draining ? 'draining' : extra.reason });
+    const config = deps.configState?.();
+    const ready = !draining && !config?.stale && extra.ready;
+    const reason = draining ? 'draining' : config?.stale ? 'config_stale' : extra.reason;
+    res.status(ready ? 200 : 503).json({
+      status: ready ? 'ready' : 'not_ready',
+      reason,
+      ...(config
+        ? {
+            config_age_ms: Math.max(0, Math.round(config.ageMs)),
+            ...(config.version !== undefined ? { config_version: config.version } : {}),
+            ...(config.stale && config.reason !== undefined ? { config_detail: config.reason } : {}),
+          }
+        : {}),
+    });
   });
   if (deps.metricsHandler) {
     const handler = deps.metricsHandler;
     app.get('/metrics', (req, res) => handler(req, res));
+  }
+
+  // Fail closed on a stale snapshot: every route below (the API, and unknown paths) is refused.
+  if (deps.configState) {
+    const configState = deps.configState;
+    app.use((_req, _res, next) => {
+      const state = configState();
+      next(state.stale ? configStaleError(state) : undefined);
+    });
   }
 
   const authenticate: RequestHandler = (req, _res, next) => {
@@ -195,11 +258,25 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
       return;
     }
     const key = match[1];
-    deps.apiKeys.findByHash(hashApiKey(key)).then(
+    const sha256 = hashApiKey(key);
+    const unknownKey = () => {
+      const prefix = parseApiKey(key)?.prefix;
+      return new WeirError('authentication_failed', prefix ? `Incorrect API key provided: wk_${prefix}_… is unknown or revoked.` : 'Incorrect API key provided.');
+    };
+    // The fast path first: a key revoked moments ago is refused even while a cache still holds it.
+    if (revocations?.isKeyRevoked({ sha256 })) {
+      next(unknownKey());
+      return;
+    }
+    deps.apiKeys.findByHash(sha256).then(
       (identity) => {
-        if (!identity) {
-          const prefix = parseApiKey(key)?.prefix;
-          next(new WeirError('authentication_failed', prefix ? `Incorrect API key provided: wk_${prefix}_… is unknown or revoked.` : 'Incorrect API key provided.'));
+        if (!identity || revocations?.isKeyRevoked({ keyId: identity.keyId })) {
+          next(unknownKey());
+          return;
+        }
+        const refusal = revocations?.tenantRefusal(identity.tenantId);
+        if (refusal) {
+          next(new WeirError(refusal.code, refusal.message));
           return;
         }
         (req as Authed).caller = { tenantId: identity.tenantId, appId: identity.appId, apiKeyId: identity.keyId };
@@ -335,6 +412,13 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     if (key === undefined) watchClient(res, () => tracked.stop('client_disconnected'));
     res.setHeader('x-weir-generation-id', generationId);
     res.setHeader('x-weir-model-revision', admitted.revision.id);
+    // A deprecated revision's countdown (the revision chosen after pins and the canary split).
+    const wallNow = wallClock();
+    const countdown = countdownOf(admitted.revision, wallNow);
+    if (countdown) {
+      for (const [name, value] of Object.entries(countdownHeaders(countdown))) res.setHeader(name, value);
+      announcer.note(admitted.revision, countdown, wallNow);
+    }
     const answer: Answer = { generationId, requestId, modelRevision: admitted.revision.id, createdS, transcript, replayed: false, endedInQueue: false };
     const started = await admitted.start(gone.signal).catch(async (err: unknown) => {
       const failed = failedOutcome(admitted.revision.id, err);
@@ -605,17 +689,22 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
 
   registerResponsesRoute({ post, begin, router: deps.router, sseHeartbeatMs: defaults.sseHeartbeatMs, firstEventOrThrow, answeredBy, outcomeError, deadlineOrCancel, generationsKey, idempotencyKeyHeader, sampling });
 
+  /** A `/v1/models` entry: OpenAI's fields, plus `deprecation` while the caller's revisions for the alias count down. */
+  const modelEntry = (caller: Caller, alias: AliasSpec) => {
+    const catalog = deps.catalog;
+    const deprecation = catalog ? aliasDeprecation(alias, catalog.tenants().get(caller.tenantId), catalog.revisions(), wallClock()) : undefined;
+    return { id: alias.name, object: 'model', created: modelsCreated, owned_by: 'weir', ...(deprecation ? { deprecation } : {}) };
+  };
   app.get('/v1/models', authenticate, async (req, res) => {
-    res.json({
-      object: 'list',
-      data: (await deps.router.listAliases((req as Authed).caller)).map((a) => ({ id: a.name, object: 'model', created: modelsCreated, owned_by: 'weir' })),
-    });
+    const { caller } = req as Authed;
+    res.json({ object: 'list', data: (await deps.router.listAliases(caller)).map((a) => modelEntry(caller, a)) });
   });
   if (deps.usage) app.get('/v1/usage', authenticate, usageHandler(deps.usage));
   app.get('/v1/models/:id', authenticate, async (req, res) => {
-    const alias = (await deps.router.listAliases((req as Authed).caller)).find((a) => a.name === req.params.id);
+    const { caller } = req as Authed;
+    const alias = (await deps.router.listAliases(caller)).find((a) => a.name === req.params.id);
     if (!alias) throw new WeirError('model_not_found', `The model '${String(req.params.id)}' does not exist or you do not have access to it.`, { param: 'model' });
-    res.json({ id: alias.name, object: 'model', created: modelsCreated, owned_by: 'weir' });
+    res.json(modelEntry(caller, alias));
   });
 
   // A known path with the wrong method is a 405 with `Allow`, not a 404.
@@ -910,6 +999,17 @@ function outcomeError(o: GenerationOutcome): WeirError {
   return new WeirError(asCode(o.error?.code ?? 'internal'), /retry/i.test(message) ? message : `${message}; retry shortly`, { retryable: true, retryAfterMs: retryAfterMs ?? 1_000 });
 }
 
+/** 503 `config_stale`: how old the snapshot is, the maximum when known, and what must come back. */
+function configStaleError(state: ConfigState): WeirError {
+  const age = Math.round(state.ageMs / 1000);
+  const max = state.maxAgeMs !== undefined ? ` of ${Math.round(state.maxAgeMs / 1000)} s` : '';
+  return new WeirError(
+    'config_stale',
+    `This gateway's configuration snapshot${state.version !== undefined ? ` (version ${state.version})` : ''} is ${age} s old, past the maximum staleness${max}: it refuses requests rather than trust stale access decisions until it reaches the control plane over NATS again. Retry shortly (another gateway may be current).`,
+    { retryable: true, retryAfterMs: CONFIG_STALE_RETRY_MS },
+  );
+}
+
 function deadlineInQueue(): WeirError {
   return new WeirError('deadline_exceeded', 'The deadline passed before the generation could start (waiting for capacity, or a deadline shorter than the request takes to reach an engine); raise the deadline or retry later.', { retryable: true });
 }
@@ -967,7 +1067,8 @@ export function sendError(res: Response, error: WeirError): void {
   // The official clients retry 409 and 429 unless told not to: say so when retrying the same
   // request cannot help (a spent budget, a key used for another request, a request larger
   // than a rate limit's whole window).
-  if (error.code === 'budget_exhausted' || (!error.retryable && (mapping.status === 409 || mapping.status === 429))) res.setHeader('x-should-retry', 'false');
+  // A kill switch is a 503 that only an operator lifts: the clients' automatic retries would only add load.
+  if (error.code === 'budget_exhausted' || error.code === 'kill_switch' || (!error.retryable && (mapping.status === 409 || mapping.status === 429))) res.setHeader('x-should-retry', 'false');
   if (error instanceof AdmissionRejectedError) {
     for (const [name, value] of Object.entries(rateLimitHeaders(error.rateLimits))) res.setHeader(name, value);
   }

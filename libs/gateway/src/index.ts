@@ -12,3 +12,6 @@ export * from './metrics-observer';
 export * from './idempotency';
 export * from './rate-limit-headers';
 export * from './transcript';
+export * from './revocations';
+export * from './deprecation';
+export * from './live-config';

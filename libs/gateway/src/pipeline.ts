@@ -13,6 +13,7 @@
 import { createHash } from 'node:crypto';
 import {
   type AdmissionService,
+  type AliasSpec,
   type ApiRoute,
   type Caller,
   type Clock,
@@ -20,6 +21,7 @@ import {
   type GenerationOutcome,
   type RateLimitStatus,
   type RequestPriority,
+  type RevisionDeprecation,
   type RevisionSpec,
   type RouterService,
   type SamplingParams,
@@ -35,7 +37,9 @@ import {
   retryDelayMs,
 } from '@weir/core';
 import { priceUsage } from '@weir/ledger';
+import { pickWeighted } from '@weir/routing';
 import { buildUsageRecord, type Relay, type RelayHandle } from '@weir/streaming';
+import { isRetired } from './deprecation';
 import { type CandidateHealth, type FailoverOptions, startWithFailover } from './failover';
 import { createSchedulerPushback, type PushbackKey } from './scheduler-pushback';
 
@@ -56,7 +60,19 @@ export interface GenerationPipelineDeps {
   /** Counts prompt tokens with the revision's tokenizer (or the engine's documented upper bound). */
   countInputTokens(revision: RevisionSpec, input: GenerationInput): Promise<number>;
   usageSink: UsageSink;
-  tenants: ReadonlyMap<string, TenantSpec>;
+  /**
+   * Tenants by id (deadline defaults, pins). A function is called on every request, so a
+   * snapshot can replace the map while the gateway serves (`createLiveConfig(...).tenants`).
+   */
+  tenants: ReadonlyMap<string, TenantSpec> | (() => ReadonlyMap<string, TenantSpec>);
+  /**
+   * Revisions by id, as of the current configuration: lets a request the alias's canary split
+   * sent to a retired arm go to one of the alias's other, serving arms (the same sticky key).
+   * Without it such a request fails with `model_retired`. Default none.
+   */
+  revisions?: () => ReadonlyMap<string, RevisionSpec>;
+  /** Wall clock (epoch ms) for deprecation dates (UTC days). Default `Date.now`. */
+  wallClock?: () => number;
   clock: Clock;
   observer?: PipelineObserver;
   /** A reservation never settled expires this long after the request's deadline (ms). Default 60,000. */
@@ -195,6 +211,8 @@ export interface AdmittedGeneration {
 export interface GenerationPipeline {
   /**
    * Routes, validates limits and reserves. Throws `WeirError`: `model_not_found`,
+   * `model_retired` (the revision the request resolves to is retired: pinned, or the alias's
+   * only serving arm; holds nothing),
    * `output_limit_exceeded`, `context_length_exceeded`, `rate_limited`,
    * `concurrency_limited`, `budget_exhausted` (the last three as {@link AdmissionRejectedError}),
    * and `queue_full` / `deadline_unmeetable` (retryable, message prefixed "recently refused: ")
@@ -215,6 +233,35 @@ export function worstCaseCostNanoUsd(candidates: readonly RevisionSpec[], inputT
   let worst = 0;
   for (const c of candidates) worst = Math.max(worst, priceUsage(c.pricing, { inputTokens, outputTokens: maxOutputTokens }));
   return worst;
+}
+
+/** The revision a tenant route pins for `alias` (the use case's route first, then the alias's own), if any. */
+function pinOf(tenant: TenantSpec | undefined, alias: string, useCase: string | undefined): string | undefined {
+  const routes = tenant?.routes;
+  if (!routes) return undefined;
+  const route = (useCase !== undefined ? routes.find((r) => r.alias === alias && r.useCase === useCase) : undefined) ?? routes.find((r) => r.alias === alias && r.useCase === undefined);
+  return route?.pin;
+}
+
+/** Another arm of the alias's split that is known and not retired, picked by the same sticky key; undefined when none. */
+function otherServingArm(alias: AliasSpec, revisions: ReadonlyMap<string, RevisionSpec> | undefined, stickyKey: string, nowMs: number): RevisionSpec | undefined {
+  if (!revisions) return undefined;
+  const arms = alias.targets.flatMap((t) => {
+    const r = revisions.get(t.revision);
+    return r && t.weight > 0 && !isRetired(r, nowMs) ? [{ value: r, weight: t.weight }] : [];
+  });
+  return pickWeighted(arms, stickyKey);
+}
+
+/** `model_retired` for a request that resolved to a retired revision: names the retirement day and the replacement. */
+function retiredError(alias: string, revision: RevisionSpec, pinned: boolean, param: string): WeirError {
+  const d = revision.deprecation as RevisionDeprecation;
+  const how = pinned ? `is pinned to revision '${revision.id}' for your tenant` : `routes only to revision '${revision.id}'`;
+  return new WeirError(
+    'model_retired',
+    `Model '${alias}' ${how}, which was retired on ${d.retiresOn} (UTC); its replacement is revision '${d.replacement}'. Weir never switches revisions on its own: have your platform team pin '${d.replacement}' (or move the alias to it), or send a model that routes to it.`,
+    { param },
+  );
 }
 
 /** Attempts of a settlement before it is left to reconciliation (≈ 30 s of backoff). */
@@ -247,7 +294,9 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
     }
   };
 
-  const deadlineMsFor = (caller: Caller, requestedMs?: number) => requestedMs ?? deps.tenants.get(caller.tenantId)?.defaultDeadlineMs ?? 120_000;
+  const tenants = typeof deps.tenants === 'function' ? deps.tenants : ((map) => () => map)(deps.tenants);
+  const wallClock = deps.wallClock ?? Date.now;
+  const deadlineMsFor = (caller: Caller, requestedMs?: number) => requestedMs ?? tenants().get(caller.tenantId)?.defaultDeadlineMs ?? 120_000;
 
   return {
     deadlineMsFor,
@@ -256,11 +305,21 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
       const names = params.paramNames ?? CHAT_PARAMS;
       // The canary arm follows the end user when the client names one (the same person keeps
       // one arm across requests), else the request id.
-      const routed = await deps.router.resolve(caller, params.alias, params.endUser ?? params.requestId, params.useCase);
+      const stickyKey = params.endUser ?? params.requestId;
+      const routed = await deps.router.resolve(caller, params.alias, stickyKey, params.useCase);
       if (!routed.ok) return reject(caller, new WeirError('model_not_found', routed.message, { param: names.model }));
-      const { revision } = routed.route;
-      /** The candidates before the first token: the chosen revision, then its fallback chain. */
-      const chain = [revision, ...routed.route.fallbacks];
+      // A retired revision serves nothing: before any token count or reservation, the request
+      // moves to another serving arm of the alias's split, or fails naming the replacement.
+      const wallNow = wallClock();
+      let revision = routed.route.revision;
+      if (isRetired(revision, wallNow)) {
+        const pinned = pinOf(tenants().get(caller.tenantId), params.alias, params.useCase) !== undefined;
+        const other = pinned ? undefined : otherServingArm(routed.route.alias, deps.revisions?.(), stickyKey, wallNow);
+        if (!other) return reject(caller, retiredError(params.alias, revision, pinned, names.model));
+        revision = other;
+      }
+      /** The candidates before the first token: the chosen revision, then its fallback chain (retired revisions left out). */
+      const chain = [revision, ...routed.route.fallbacks.filter((r) => r.id !== revision.id && !isRetired(r, wallNow))];
 
       // Checks that need no token count come first, so an invalid request learns it is invalid.
       if (params.maxOutputTokens !== undefined && params.maxOutputTokens > revision.maxOutputTokens) {

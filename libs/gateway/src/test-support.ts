@@ -20,7 +20,9 @@ import {
 import { createStaticRouter } from '@weir/routing';
 import { createSlotScheduler } from '@weir/scheduling';
 import { createRelay } from '@weir/streaming';
-import { createGatewayApp, type Gateway } from './app';
+import { createGatewayApp, type Gateway, type GatewayDeps, type GatewayLogger } from './app';
+import { createLiveConfig, type LiveConfig } from './live-config';
+import type { Revocations } from './revocations';
 import { createGenerationPipeline } from './pipeline';
 
 /** The fake revision `fake@1` (context 64, output ≤ 32, default 8) with the given prices (USD per million tokens). */
@@ -56,10 +58,18 @@ export interface TestGatewayOptions {
   admission: AdmissionService;
   idempotency?: IdempotencyStore;
   usage?: UsageReader;
-  /** Concurrent sequences of the one replica `r0`. Default 4. */
+  /** Concurrent sequences of each revision's one replica (`r0`, `r1`, … in config order). Default 4. */
   slots?: number;
   /** Where usage records go (e.g. an array a usage reader aggregates). Default a new array. */
   records?: UsageRecord[];
+  /** The snapshot's freshness (`GatewayDeps.configState`). Default none (always fresh). */
+  configState?: GatewayDeps['configState'];
+  /** The revocation fast path (`GatewayDeps.revocations`). Default none. */
+  revocations?: Revocations;
+  /** Wall clock (epoch ms) of the pipeline and the gateway (deprecation days). Default `Date.now`. */
+  wallClock?: () => number;
+  /** The gateway's logger. Default silent. */
+  logger?: GatewayLogger;
 }
 
 /** A running test gateway. */
@@ -72,6 +82,8 @@ export interface TestGateway {
   otherKey: MintedApiKey;
   /** Every usage record the requests produced, in order. */
   records: UsageRecord[];
+  /** The live tenants and revisions the pipeline and `/v1/models` read (update it to change them). */
+  liveConfig: LiveConfig;
   /** POSTs JSON with tenant `t`'s key (or `apiKey`). */
   post(path: string, body: unknown, headers?: Record<string, string>, apiKey?: string): Promise<Response>;
   /** GETs with tenant `t`'s key (or `apiKey`). */
@@ -88,14 +100,17 @@ export async function startTestGateway(options: TestGatewayOptions): Promise<Tes
   const records: UsageRecord[] = options.records ?? [];
   const usageSink = { record: (r: UsageRecord) => void records.push(r), flush: async () => {} };
   const router = createStaticRouter(config);
+  const liveConfig = createLiveConfig(config);
   const pipeline = createGenerationPipeline({
     router,
     admission: options.admission,
-    scheduler: createSlotScheduler({ replicas: [{ id: 'r0', revisionId: config.revisions[0].id, slots: options.slots ?? 4 }], maxQueuePerReplica: config.defaults.maxQueuePerReplica, clock }),
+    scheduler: createSlotScheduler({ replicas: config.revisions.map((r, i) => ({ id: `r${i}`, revisionId: r.id, slots: options.slots ?? 4 })), maxQueuePerReplica: config.defaults.maxQueuePerReplica, clock }),
     relay: createRelay({ engineFor: () => engine, usageSink, clock, cancelGraceMs: config.defaults.cancelGraceMs }),
     countInputTokens: (_rev, input) => engine.countInputTokens(input),
     usageSink,
-    tenants: new Map(config.tenants.map((t) => [t.id, t])),
+    tenants: liveConfig.tenants,
+    revisions: liveConfig.revisions,
+    ...(options.wallClock ? { wallClock: options.wallClock } : {}),
     clock,
   });
   const gateway = createGatewayApp({
@@ -111,7 +126,11 @@ export async function startTestGateway(options: TestGatewayOptions): Promise<Tes
     },
     defaults: config.defaults,
     clock,
-    logger: { info() {}, warn() {}, error() {} },
+    logger: options.logger ?? { info() {}, warn() {}, error() {} },
+    catalog: liveConfig,
+    ...(options.configState ? { configState: options.configState } : {}),
+    ...(options.revocations ? { revocations: options.revocations } : {}),
+    ...(options.wallClock ? { wallClock: options.wallClock } : {}),
     ...(options.idempotency ? { idempotency: options.idempotency } : {}),
     ...(options.usage ? { usage: options.usage } : {}),
   });
@@ -125,6 +144,7 @@ export async function startTestGateway(options: TestGatewayOptions): Promise<Tes
     key,
     otherKey,
     records,
+    liveConfig,
     post: (path, body, headers = {}, apiKey = key.plaintext) =>
       fetch(`${url}${path}`, { method: 'POST', headers: { ...auth(apiKey), 'Content-Type': 'application/json', ...headers }, body: JSON.stringify(body) }),
     get: (path, headers = {}, apiKey = key.plaintext) => fetch(`${url}${path}`, { headers: { ...auth(apiKey), ...headers } }),

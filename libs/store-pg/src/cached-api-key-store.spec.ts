@@ -102,6 +102,19 @@ describe('createCachedApiKeyStore', () => {
     expect(cache.size()).toBe(0);
   });
 
+  it('invalidateKeyId drops every hash cached for that key id and leaves other keys cached', async () => {
+    const bob: ApiKeyIdentity = { keyId: 'k2', prefix: 'efgh5678', tenantId: 'acme', appId: 'web' };
+    const fake = fakeStore({ h1: alice, h2: bob });
+    const cache = createCachedApiKeyStore(fake.store, { ttlMs: 30_000 }, { clock: manualClock() });
+    await cache.findByHash('h1');
+    await cache.findByHash('h2');
+    fake.answers.h1 = undefined; // revoked in the database
+    cache.invalidateKeyId('k1');
+    expect(await cache.findByHash('h1')).toBeUndefined();
+    expect(await cache.findByHash('h2')).toEqual(bob);
+    expect(fake.calls).toEqual(['h1', 'h2', 'h1']);
+  });
+
   it('bounds found and unknown entries separately, evicting the least recently used', async () => {
     const fake = fakeStore({ a: alice, b: { ...alice, keyId: 'k2' }, c: { ...alice, keyId: 'k3' } });
     const cache = createCachedApiKeyStore(fake.store, { maxEntries: 2 });

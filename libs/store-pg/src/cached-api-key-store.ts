@@ -38,6 +38,11 @@ export interface CachedApiKeyStore extends ApiKeyStore {
   findByHash(sha256Hex: string): Promise<ApiKeyIdentity | undefined>;
   /** Forgets one hash (e.g. on a revocation message), or everything when called without one. */
   invalidate(sha256Hex?: string): void;
+  /**
+   * Forgets every cached hash whose identity has this key id (a revocation message that names
+   * the key by id only), and makes lookups in flight not cache their answers. O(entries).
+   */
+  invalidateKeyId(keyId: string): void;
   /** Entries currently held (found + unknown). */
   size(): number;
 }
@@ -127,6 +132,13 @@ export function createCachedApiKeyStore(
         unknown.delete(hash);
         inFlight.delete(hash);
       }
+    },
+
+    invalidateKeyId(keyId) {
+      generation++;
+      for (const [hash, entry] of found) if (entry.identity?.keyId === keyId) found.delete(hash);
+      // A lookup in flight may return this key; it is not joined any more (nor cached, above).
+      inFlight.clear();
     },
 
     size: () => found.size + unknown.size,

@@ -19,7 +19,14 @@ export const HTTP_ERRORS: Record<WeirErrorCode, HttpErrorMapping> = {
   unsupported_media_type: { status: 415, type: 'invalid_request_error' },
   authentication_failed: { status: 401, type: 'authentication_error' },
   permission_denied: { status: 403, type: 'permission_error' },
+  tenant_disabled: { status: 403, type: 'permission_error' },
   model_not_found: { status: 404, type: 'invalid_request_error' },
+  /**
+   * A retired revision is a 404 like OpenAI's own answer for a shut-down model (code
+   * `model_not_found` there): the SDKs raise `NotFoundError` and do not retry (CONVENTIONS.md
+   * §2). 410 Gone would be more exact HTTP, but the SDKs map no class to it (a bare `APIError`).
+   */
+  model_retired: { status: 404, type: 'invalid_request_error' },
   not_found: { status: 404, type: 'not_found_error' },
   method_not_allowed: { status: 405, type: 'invalid_request_error' },
   conflict: { status: 409, type: 'invalid_request_error' },
@@ -37,6 +44,10 @@ export const HTTP_ERRORS: Record<WeirErrorCode, HttpErrorMapping> = {
   upstream_bad_request: { status: 502, type: 'server_error' },
   engine_unavailable: { status: 503, type: 'server_error' },
   shutting_down: { status: 503, type: 'server_error' },
+  /** Fail closed: the configuration snapshot is too old to trust its allow decisions (retryable, `Retry-After`). */
+  config_stale: { status: 503, type: 'server_error' },
+  /** An operator stopped the tenant's traffic; sent with `x-should-retry: false` (retrying cannot lift it). */
+  kill_switch: { status: 503, type: 'server_error' },
   /** The model's output is not JSON matching the request's `output_schema` (its tokens are still billed). */
   output_invalid: { status: 502, type: 'server_error' },
   internal: { status: 500, type: 'server_error' },

@@ -71,7 +71,7 @@ describe('Weir error ↔ gRPC status', () => {
       .filter(([, s]) => s === grpc.status.UNAVAILABLE)
       .map(([c]) => c)
       .sort();
-    expect(unavailable).toEqual(['engine_unavailable', 'shutting_down', 'upstream_unavailable']);
+    expect(unavailable).toEqual(['config_stale', 'engine_unavailable', 'shutting_down', 'upstream_unavailable']);
     expect(Object.keys(GRPC_STATUS_BY_WEIR_CODE).sort()).toEqual([...WEIR_ERROR_CODES].sort());
   });
 

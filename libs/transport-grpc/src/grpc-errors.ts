@@ -19,7 +19,8 @@ export const WEIR_ERROR_DETAIL_KEY = 'weir-error-bin';
  * Weir code → gRPC status. Exhaustive: adding a code to `WEIR_ERROR_CODES` fails to compile
  * until it is mapped here. Statuses follow the gRPC status-code guide; only `UNAVAILABLE`
  * makes the clients retry (idempotent calls only), so nothing a retry cannot fix maps to it
- * except the three "try again elsewhere/later" codes.
+ * except the four "try again elsewhere/later" codes (a stale configuration is one: another
+ * replica may hold a fresh snapshot).
  */
 export const GRPC_STATUS_BY_WEIR_CODE: Record<WeirErrorCode, grpc.status> = {
   invalid_request: grpc.status.INVALID_ARGUMENT,
@@ -28,7 +29,9 @@ export const GRPC_STATUS_BY_WEIR_CODE: Record<WeirErrorCode, grpc.status> = {
   unsupported_media_type: grpc.status.INVALID_ARGUMENT,
   authentication_failed: grpc.status.UNAUTHENTICATED,
   permission_denied: grpc.status.PERMISSION_DENIED,
+  tenant_disabled: grpc.status.PERMISSION_DENIED,
   model_not_found: grpc.status.NOT_FOUND,
+  model_retired: grpc.status.NOT_FOUND,
   not_found: grpc.status.NOT_FOUND,
   method_not_allowed: grpc.status.UNIMPLEMENTED,
   conflict: grpc.status.ALREADY_EXISTS,
@@ -46,6 +49,8 @@ export const GRPC_STATUS_BY_WEIR_CODE: Record<WeirErrorCode, grpc.status> = {
   upstream_bad_request: grpc.status.FAILED_PRECONDITION,
   engine_unavailable: grpc.status.UNAVAILABLE,
   shutting_down: grpc.status.UNAVAILABLE,
+  config_stale: grpc.status.UNAVAILABLE,
+  kill_switch: grpc.status.FAILED_PRECONDITION,
   output_invalid: grpc.status.INTERNAL,
   internal: grpc.status.INTERNAL,
 };

@@ -1,0 +1,109 @@
+/**
+ * The revocation fast path at the gateway (issue 7, item 4; ARCHITECTURE.md §4): revoked keys,
+ * disabled tenants and kill switches, applied the moment a revocation message arrives and
+ * checked by the authenticate middleware on every request — a revoked key is refused before
+ * the key cache is even consulted, so a cache entry that still holds it does not matter.
+ *
+ * Two sources feed it: revocation messages (`revokeKey`, `setTenantDisabled`, `setKillSwitch`)
+ * and full configuration snapshots (`applyConfig`), whose tenant flags replace the fast-path
+ * tenant state (a snapshot built after the revocation carries the same state; a later snapshot
+ * may lift it). Key revocations are never undone by a snapshot: a revoked key stays revoked.
+ */
+import type { TenantSpec } from '@weir/core';
+
+/** A key to revoke or check: its id (`api_keys.id`), the SHA-256 (hex) of the whole key, or both. */
+export interface RevokedKeyRef {
+  keyId?: string;
+  sha256?: string;
+}
+
+/** Why a tenant's requests are refused now; `undefined` from {@link Revocations.tenantRefusal} when they are not. */
+export type TenantRefusal = { code: 'tenant_disabled'; message: string } | { code: 'kill_switch'; message: string };
+
+/** The fast-path state (see the module comment). Every method is synchronous and O(1) on the request path. */
+export interface Revocations {
+  /**
+   * Revokes a key from now on, by id and/or hash, and drops it from the key cache (when one
+   * was given to {@link createRevocations}). Idempotent. Throws `TypeError` when neither
+   * `keyId` nor `sha256` is given.
+   */
+  revokeKey(key: RevokedKeyRef): void;
+  /** Disables (true) or re-enables (false) a tenant: its requests get 403 `tenant_disabled`. */
+  setTenantDisabled(tenantId: string, disabled: boolean): void;
+  /** Engages (true) or lifts (false) a tenant's kill switch: its requests get 503 `kill_switch`. */
+  setKillSwitch(tenantId: string, engaged: boolean): void;
+  /**
+   * Applies a full snapshot's tenants: afterwards exactly the tenants with `disabled` are
+   * disabled and exactly those with `killSwitch` are stopped (absent = false, a tenant the
+   * snapshot no longer lists is neither). Revoked keys are kept.
+   */
+  applyConfig(tenants: readonly Pick<TenantSpec, 'id' | 'disabled' | 'killSwitch'>[]): void;
+  /** True when the key was revoked on the fast path (by either of the given id or hash). */
+  isKeyRevoked(key: RevokedKeyRef): boolean;
+  /** Why `tenantId`'s requests are refused (a disabled tenant before a kill switch), or undefined. */
+  tenantRefusal(tenantId: string): TenantRefusal | undefined;
+}
+
+/** Dependencies of {@link createRevocations}. */
+export interface RevocationsDeps {
+  /**
+   * The key cache in front of the key store (`createCachedApiKeyStore` of `@weir/store-pg`
+   * fits): a revoked key's entries are dropped so no later lookup serves it.
+   */
+  keyCache?: {
+    invalidate(sha256Hex?: string): void;
+    /** Drops every cached hash whose identity has this key id (a revocation that names only the id). */
+    invalidateKeyId?(keyId: string): void;
+  };
+}
+
+/** Creates an empty fast-path state (nothing revoked). */
+export function createRevocations(deps: RevocationsDeps = {}): Revocations {
+  const revokedIds = new Set<string>();
+  const revokedHashes = new Set<string>();
+  let disabled = new Set<string>();
+  let killed = new Set<string>();
+
+  return {
+    revokeKey(key) {
+      if (key.keyId === undefined && key.sha256 === undefined) throw new TypeError('revokeKey needs keyId or sha256');
+      if (key.keyId !== undefined) {
+        revokedIds.add(key.keyId);
+        deps.keyCache?.invalidateKeyId?.(key.keyId);
+      }
+      if (key.sha256 !== undefined) {
+        const hash = key.sha256.toLowerCase();
+        revokedHashes.add(hash);
+        deps.keyCache?.invalidate(hash);
+      }
+    },
+    setTenantDisabled(tenantId, on) {
+      if (on) disabled.add(tenantId);
+      else disabled.delete(tenantId);
+    },
+    setKillSwitch(tenantId, on) {
+      if (on) killed.add(tenantId);
+      else killed.delete(tenantId);
+    },
+    applyConfig(tenants) {
+      // Built aside and swapped, so a request never sees half a snapshot.
+      disabled = new Set(tenants.filter((t) => t.disabled === true).map((t) => t.id));
+      killed = new Set(tenants.filter((t) => t.killSwitch === true).map((t) => t.id));
+    },
+    isKeyRevoked(key) {
+      return (key.keyId !== undefined && revokedIds.has(key.keyId)) || (key.sha256 !== undefined && revokedHashes.has(key.sha256.toLowerCase()));
+    },
+    tenantRefusal(tenantId) {
+      if (disabled.has(tenantId)) {
+        return { code: 'tenant_disabled', message: `Tenant '${tenantId}' is disabled; its requests are refused until a platform engineer re-enables it.` };
+      }
+      if (killed.has(tenantId)) {
+        return {
+          code: 'kill_switch',
+          message: `The kill switch of tenant '${tenantId}' is engaged: its requests are refused until a platform engineer lifts it (retrying does not help).`,
+        };
+      }
+      return undefined;
+    },
+  };
+}
