@@ -7,3 +7,4 @@ export * from './nats-usage-source';
 export * from './topic-codecs';
 export * from './nats-topic';
 export * from './namespace';
+export * from './capacity-topics';
