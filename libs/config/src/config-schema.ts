@@ -217,6 +217,30 @@ const capabilities = strict({
   json_output: z.boolean({ error: expecting('true or false') }).optional(),
 });
 
+/**
+ * A UTC calendar day written `YYYY-MM-DD` (quote it or not: a YAML 1.1 timestamp that arrives
+ * as a date is read back as its UTC day). The day must exist (no 2026-02-30).
+ */
+function isoDay() {
+  const error = expecting('a date written YYYY-MM-DD (a UTC day), e.g. "2026-09-30"');
+  return z.preprocess(
+    (value) => (value instanceof Date && !Number.isNaN(value.getTime()) ? value.toISOString().slice(0, 10) : value),
+    z.string({ error }).refine((v) => /^\d{4}-\d{2}-\d{2}$/.test(v) && new Date(`${v}T00:00:00Z`).toISOString().slice(0, 10) === v, { error }),
+  );
+}
+
+/**
+ * A revision's deprecation: the day it retires (from 00:00 UTC it answers `model_retired`), the
+ * revision to move to, and the day the countdown is announced. parse-config.ts checks that the
+ * replacement exists, is another revision and does not retire first, and that the announcement
+ * comes before the retirement.
+ */
+const deprecation = strict({
+  retires_on: isoDay(),
+  replacement: id(),
+  announced_on: isoDay().optional(),
+});
+
 const USE_CASE = /^[A-Za-z0-9._:-]{1,64}$/;
 function useCase() {
   const error = expecting('a use case of 1 to 64 letters, digits or . _ : -');
@@ -247,6 +271,7 @@ const revision = strict({
   pool: id().optional(),
   kv_tokens: int(1).optional(),
   capabilities: capabilities.optional(),
+  deprecation: deprecation.optional(),
 });
 
 const aliasTarget = strict({
@@ -296,6 +321,14 @@ const tenant = strict({
   /** The pool this tenant's requests run on, only there: some replica must be in it (parse-config.ts). */
   dedicated_pool: id().optional(),
   routes: section(list(tenantRoute, 'routes').default([])),
+  /** Refuse every request of the tenant (403 `tenant_disabled`). */
+  disabled: z.boolean({ error: expecting('true or false') }).default(false),
+  /** Emergency stop of the tenant's requests (503 `kill_switch`). */
+  kill_switch: z.boolean({ error: expecting('true or false') }).default(false),
+  /** Prompt and output text may be logged, and only after `redaction_profile` has run (without one nothing is logged). */
+  content_logging: z.boolean({ error: expecting('true or false') }).default(false),
+  /** The PII redaction profile run before any content is logged. */
+  redaction_profile: id().optional(),
 });
 
 const defaults = strict({

@@ -40,7 +40,9 @@ export interface ParseConfigOptions {
  * with `model_sha256`, and `context_size` (default `context_window`) is at least
  * `context_window`; an anthropic engine lists no `replicas`; pools are `interactive`, `batch`
  * or a tenant's `dedicated_pool`, some replica serves each tenant's `dedicated_pool`, and no
- * revision an alias targets runs only in `batch`. Cross-checks run only once the document
+ * revision an alias targets runs only in `batch`; a revision's `deprecation.replacement` is
+ * another existing revision that does not retire on or before it, and `announced_on` comes
+ * before `retires_on`. Cross-checks run only once the document
  * matches the schema.
  *
  * @param text the document.
@@ -193,7 +195,24 @@ function crossCheck(file: ConfigFile): ConfigProblem[] {
   const revisionIds = firstIndexes(file.revisions.map((r) => r.id), (i, first) =>
     add(['revisions', i, 'id'], `duplicate revision id (also revisions[${first}].id)`),
   );
+  const revisionById = new Map(file.revisions.map((r) => [r.id, r]));
   file.revisions.forEach((r, i) => {
+    const d = r.deprecation;
+    if (d !== undefined) {
+      const at = ['revisions', i, 'deprecation'];
+      const replacement = revisionById.get(d.replacement);
+      if (d.replacement === r.id) add([...at, 'replacement'], 'must name another revision (a revision cannot replace itself)');
+      else if (!replacement) add([...at, 'replacement'], `unknown revision ${describeValue(d.replacement)}${known(revisionIds)}`);
+      else if (replacement.deprecation !== undefined && replacement.deprecation.retires_on <= d.retires_on) {
+        add(
+          [...at, 'replacement'],
+          `revision ${describeValue(d.replacement)} retires on ${replacement.deprecation.retires_on}, no later than this one (${d.retires_on}): it would be retired when clients must move to it; name a revision that outlives this one`,
+        );
+      }
+      if (d.announced_on !== undefined && d.announced_on >= d.retires_on) {
+        add([...at, 'announced_on'], `must be before retires_on (${d.announced_on} is not before ${d.retires_on}): the countdown runs from the announcement to the retirement`);
+      }
+    }
     if (r.default_output_tokens > r.max_output_tokens) {
       add(['revisions', i, 'default_output_tokens'], `must be <= max_output_tokens (${r.default_output_tokens} > ${r.max_output_tokens})`);
     }
@@ -439,6 +458,15 @@ function toPlatformConfig(file: ConfigFile, baseDir: string): PlatformConfig {
       ...(r.pool !== undefined ? { pool: r.pool } : {}),
       ...(r.kv_tokens !== undefined ? { kvTokens: r.kv_tokens } : {}),
       ...(r.capabilities !== undefined ? { capabilities: capabilitiesFromFile(r) } : {}),
+      ...(r.deprecation !== undefined
+        ? {
+            deprecation: {
+              retiresOn: r.deprecation.retires_on,
+              replacement: r.deprecation.replacement,
+              ...(r.deprecation.announced_on !== undefined ? { announcedOn: r.deprecation.announced_on } : {}),
+            },
+          }
+        : {}),
     })),
     aliases: file.aliases.map((a): AliasSpec => ({
       name: a.name,
@@ -455,6 +483,10 @@ function toPlatformConfig(file: ConfigFile, baseDir: string): PlatformConfig {
       limits: { ...toLimits(t.limits), maxConcurrent: t.limits.max_concurrent },
       ...(t.scheduling_weight !== undefined ? { schedulingWeight: t.scheduling_weight } : {}),
       ...(t.dedicated_pool !== undefined ? { dedicatedPool: t.dedicated_pool } : {}),
+      ...(t.disabled ? { disabled: true } : {}),
+      ...(t.kill_switch ? { killSwitch: true } : {}),
+      ...(t.content_logging ? { contentLogging: true } : {}),
+      ...(t.redaction_profile !== undefined ? { redactionProfile: t.redaction_profile } : {}),
       ...(t.routes.length > 0
         ? {
             routes: t.routes.map((r) => ({
