@@ -1,2 +1,29 @@
-/** The control plane's store, admin API and snapshot composition. */
-export {};
+/** The control plane's store, admin API and snapshot composition (issue 7). */
+export {
+  createControlPlane,
+  SNAPSHOT_SCHEMA_VERSION,
+  type Actor,
+  type AppliedChange,
+  type ChangeDescription,
+  type CommittedChange,
+  type ControlPlane,
+  type ControlPlaneDeps,
+  type ControlPlaneLogger,
+  type ControlPlaneOptions,
+  type RevocationRequest,
+} from './control-plane';
+export { composeConfig, type ComposeConfigOptions } from './compose-config';
+export { CONFIG_EXTENSIONS_EMITTED, TENANT_EXTENSION_FIELDS, type ConfigFileObject, type JsonObject } from './config-shapes';
+export { seedFromConfigFile, SEED_ACTOR, type SeedResult } from './seed';
+export {
+  createInMemorySnapshotSink,
+  type InMemorySnapshotSink,
+  type RevocationToPublish,
+  type SnapshotSink,
+  type SnapshotToPublish,
+} from './snapshot-sink';
+export { adminTokenPrefix, checkSuppliedAdminToken, hashAdminToken, mintAdminToken, type AdminRole, type MintedAdminToken } from './admin-token';
+export { authenticateAdmin, registerBootstrapAdminToken, type AuthenticatedAdmin, type BootstrapAdminResult } from './admin-auth';
+export { InvalidChangeError, adminErrorResponse, type AdminErrorBody } from './admin-error';
+export { createAdminRouter, type AdminRouterDeps, type AdminRouterOptions } from './admin-router';
+export { createControlPlaneHttpApp, type ControlPlaneHttpDeps } from './http-app';

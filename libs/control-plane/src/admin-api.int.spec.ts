@@ -1,0 +1,333 @@
+/**
+ * The admin API end to end over HTTP against a throw-away Postgres database: seeded from a
+ * configuration file, with an in-memory snapshot sink standing in for `@weir/config-sync`.
+ * One topology for the whole file; tests build on each other's state only where named.
+ */
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import type { Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { hashApiKey } from '@weir/core';
+import { parseConfig } from '@weir/config';
+import { createTestDatabase, type TestDatabase } from '@weir/store-pg';
+import { sql } from 'kysely';
+import { mintAdminToken } from './admin-token';
+import { registerBootstrapAdminToken } from './admin-auth';
+import { createControlPlane, type ControlPlane } from './control-plane';
+import { createControlPlaneHttpApp } from './http-app';
+import { seedFromConfigFile } from './seed';
+import { createInMemorySnapshotSink, type InMemorySnapshotSink } from './snapshot-sink';
+
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- parsed JSON bodies in assertions
+type Json = any;
+
+const CONFIG = `
+revisions:
+  - id: tiny@1
+    model: tiny
+    engine: { kind: simulated }
+    context_window: 512
+    max_output_tokens: 256
+    default_output_tokens: 64
+    pricing: { input_per_mtok: 0.1, output_per_mtok: 0.2 }
+  - id: tiny@2
+    model: tiny
+    engine: { kind: simulated }
+    context_window: 512
+    max_output_tokens: 256
+    default_output_tokens: 64
+    pricing: { input_per_mtok: 0.1, output_per_mtok: 0.2 }
+aliases:
+  - name: tiny
+    revision: tiny@1
+tenants:
+  - id: demo
+    name: Demo
+    apps:
+      - id: demo-app
+        name: Demo app
+    limits: { max_concurrent: 8 }
+defaults:
+  cancel_grace_ms: 250
+`;
+
+let database: TestDatabase;
+let sink: InMemorySnapshotSink;
+let cp: ControlPlane;
+let server: Server;
+let base: string;
+let dir: string;
+const adminToken = mintAdminToken().plaintext;
+let viewerToken: string;
+
+async function call(method: string, urlPath: string, body?: unknown, token: string | null = adminToken): Promise<{ status: number; body: Json; headers: Headers }> {
+  const res = await fetch(`${base}/admin/v1${urlPath}`, {
+    method,
+    headers: { ...(token ? { authorization: `Bearer ${token}` } : {}), ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await res.text();
+  return { status: res.status, body: text ? JSON.parse(text) : undefined, headers: res.headers };
+}
+
+const latestVersion = async () => Number((await database.db.selectFrom('config_snapshots').select(sql<string>`max(version)`.as('v')).executeTakeFirstOrThrow()).v);
+const auditCount = async () => Number((await database.db.selectFrom('audit_log').select((eb) => eb.fn.countAll<string>().as('n')).executeTakeFirstOrThrow()).n);
+
+beforeAll(async () => {
+  database = await createTestDatabase();
+  dir = mkdtempSync(path.join(tmpdir(), 'weir-cp-'));
+  writeFileSync(path.join(dir, 'weir.yaml'), CONFIG);
+  sink = createInMemorySnapshotSink();
+  cp = createControlPlane({ publishWaitMs: 2_000 }, { db: database.db, sink });
+  expect(await registerBootstrapAdminToken(database.db, adminToken)).toBe('registered');
+  const app = createControlPlaneHttpApp({ controlPlane: cp });
+  server = await new Promise<Server>((resolve) => {
+    const s = app.listen(0, '127.0.0.1', () => resolve(s));
+  });
+  base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+});
+
+afterAll(async () => {
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  await cp.close();
+  await database.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+describe('the control plane admin API', () => {
+  it('seeds an empty store from a config file once, as snapshot version 1, and republishes it', async () => {
+    const seeded = await seedFromConfigFile(database.db, path.join(dir, 'weir.yaml'));
+    expect(seeded).toEqual({ seeded: true, version: 1, revisions: 2, aliases: 1, tenants: 1 });
+    expect(await seedFromConfigFile(database.db, path.join(dir, 'weir.yaml'))).toEqual({ seeded: false, reason: 'not_empty' });
+    expect(await cp.republishLatest()).toBe(true);
+    expect(sink.snapshots.map((s) => s.version)).toEqual([1]);
+    const config = sink.snapshots[0].config as Json;
+    expect(config.revisions.map((r: Json) => r.id)).toEqual(['tiny@1', 'tiny@2']);
+    expect(config.tenants[0]).toEqual({ id: 'demo', name: 'Demo', apps: [{ id: 'demo-app', name: 'Demo app' }], limits: { max_concurrent: 8 } });
+    // What the data plane will do with it.
+    expect(parseConfig(JSON.stringify(config), 'snapshot v1').tenants[0].limits.maxConcurrent).toBe(8);
+    const one = await call('GET', '/snapshots/1');
+    expect(one.status).toBe(200);
+    expect(one.body).toMatchObject({ version: 1, schema_version: 1, created_by: 'system:seed' });
+    expect(one.body.config).toEqual(config);
+  });
+
+  it('refuses a missing, malformed, unknown or revoked token (401) and writes by a viewer (403)', async () => {
+    const created = await call('POST', '/admin-tokens', { role: 'viewer', label: 'dashboards' });
+    expect(created.status).toBe(201);
+    expect(created.body.token).toMatch(/^wa_[a-z0-9]{8}_/);
+    viewerToken = created.body.token;
+    const listed = await call('GET', '/admin-tokens');
+    expect(JSON.stringify(listed.body)).not.toContain(viewerToken);
+
+    expect((await call('GET', '/tenants', undefined, null)).status).toBe(401);
+    const bad = await call('GET', '/tenants', undefined, `${adminToken}x`);
+    expect(bad.status).toBe(401);
+    expect(bad.body.error).toMatchObject({ type: 'authentication_error', code: 'authentication_failed' });
+    expect((await call('GET', '/tenants', undefined, viewerToken)).status).toBe(200);
+    const denied = await call('POST', '/tenants', { id: 'x', name: 'X' }, viewerToken);
+    expect(denied.status).toBe(403);
+    expect(denied.body.error.code).toBe('permission_denied');
+    expect(await database.db.selectFrom('tenants').select('id').where('id', '=', 'x').executeTakeFirst()).toBeUndefined();
+
+    const spare = await call('POST', '/admin-tokens', { role: 'admin', label: 'spare' });
+    expect((await call('POST', `/admin-tokens/${spare.body.id}/revoke`, {})).status).toBe(200);
+    expect((await call('GET', '/tenants', undefined, spare.body.token)).status).toBe(401);
+  });
+
+  it('creates, reads, patches and deletes tenants and apps, each change audited with before and after and a new snapshot', async () => {
+    const v0 = await latestVersion();
+    const created = await call('POST', '/tenants', { id: 'acme', name: 'Acme', policy: { limits: { requests_per_minute: 60, monthly_budget_usd: 100 } } });
+    expect(created.status).toBe(201);
+    expect(created.body).toMatchObject({ id: 'acme', name: 'Acme', apps: [], policy: { limits: { requests_per_minute: 60, monthly_budget_usd: 100 } } });
+    expect(Number(created.headers.get('x-weir-config-version'))).toBe(v0 + 1);
+    expect((await call('POST', '/tenants', { id: 'acme', name: 'Again' })).status).toBe(409);
+
+    const app = await call('POST', '/tenants/acme/apps', { id: 'acme-web', name: 'Web', limits: { max_concurrent: 2 } });
+    expect(app.status).toBe(201);
+    const patched = await call('PATCH', '/tenants/acme', { name: 'Acme Corp' });
+    expect(patched.body.name).toBe('Acme Corp');
+    expect((await call('PATCH', '/tenants/acme/apps/acme-web', { name: 'Website' })).body).toMatchObject({ name: 'Website', limits: { max_concurrent: 2 } });
+    expect((await call('GET', '/tenants/acme')).body.apps.map((a: Json) => a.id)).toEqual(['acme-web']);
+    expect((await call('GET', '/tenants/nope')).status).toBe(404);
+
+    const audit = await call('GET', '/audit?entity_type=tenant&entity_id=acme');
+    expect(audit.body.data.map((e: Json) => e.action)).toEqual(['tenant.update', 'tenant.create']);
+    expect(audit.body.data[0]).toMatchObject({ actor: { label: 'bootstrap (WEIR_ADMIN_TOKEN)' }, before: { name: 'Acme' }, after: { name: 'Acme Corp' } });
+    expect(audit.body.data[1].before).toBeNull();
+
+    const snap = await call('GET', '/snapshots/latest');
+    expect(snap.body.config.tenants.find((t: Json) => t.id === 'acme')).toEqual({
+      id: 'acme',
+      name: 'Acme Corp',
+      apps: [{ id: 'acme-web', name: 'Website', limits: { max_concurrent: 2 } }],
+      limits: { requests_per_minute: 60, monthly_budget_usd: 100 },
+    });
+
+    const deletedApp = await call('DELETE', '/tenants/acme/apps/acme-web');
+    expect(deletedApp.body).toEqual({ id: 'acme-web', deleted: true });
+    const deleted = await call('DELETE', '/tenants/acme');
+    expect(deleted.status).toBe(200);
+    expect(sink.revocations.at(-1)).toMatchObject({ kind: 'tenant', tenant_id: 'acme' });
+    const deletions = await call('GET', '/audit?action=tenant.delete');
+    expect(deletions.body.data[0]).toMatchObject({ entity_id: 'acme', before: { name: 'Acme Corp' }, after: null });
+    // Every one of those changes produced its own snapshot, in order.
+    const versions = (await call('GET', '/snapshots?limit=200')).body.data.map((s: Json) => s.version);
+    // (create tenant, create app, patch tenant, patch app, delete app, delete tenant; the 409 made none)
+    expect(versions.slice(0, 7)).toEqual([v0 + 6, v0 + 5, v0 + 4, v0 + 3, v0 + 2, v0 + 1, v0]);
+    expect(sink.snapshots.at(-1)?.version).toBe(v0 + 6);
+  });
+
+  it('shows a new API key once, stores only its hash, and revoking it publishes a revocation and a new snapshot', async () => {
+    const created = await call('POST', '/tenants/demo/apps/demo-app/keys', { label: 'ci' });
+    expect(created.status).toBe(201);
+    const plaintext: string = created.body.key;
+    expect(plaintext).toMatch(/^wk_[a-z0-9]{8}_[A-Za-z0-9_-]{22,}$/);
+    const row = await database.db.selectFrom('api_keys').selectAll().where('id', '=', created.body.id).executeTakeFirstOrThrow();
+    expect(row.sha256).toBe(hashApiKey(plaintext));
+    const secret = plaintext.split('_').slice(2).join('_');
+    const everywhere = JSON.stringify([await database.db.selectFrom('api_keys').selectAll().execute(), await database.db.selectFrom('audit_log').selectAll().execute()]);
+    expect(everywhere).not.toContain(secret);
+
+    const listed = await call('GET', '/tenants/demo/apps/demo-app/keys');
+    expect(listed.body.data).toEqual([expect.objectContaining({ id: created.body.id, prefix: row.prefix, label: 'ci', revoked_at: null })]);
+    expect(JSON.stringify(listed.body)).not.toContain(secret);
+    expect(listed.body.data[0].key).toBeUndefined();
+
+    const before = await latestVersion();
+    const revoked = await call('POST', `/tenants/demo/apps/demo-app/keys/${created.body.id}/revoke`, {});
+    expect(revoked.status).toBe(200);
+    expect(revoked.body.revoked_at).not.toBeNull();
+    expect(sink.revocations.at(-1)).toMatchObject({ kind: 'api_key', tenant_id: 'demo', api_key_id: created.body.id, api_key_sha256: hashApiKey(plaintext) });
+    expect(await latestVersion()).toBe(before + 1);
+    const audit = await call('GET', `/audit?entity_type=api_key&entity_id=${created.body.id}`);
+    expect(audit.body.data.map((e: Json) => e.action)).toEqual(['api_key.revoke', 'api_key.create']);
+    expect(audit.body.data[0].before.revoked_at).toBeNull();
+    expect(audit.body.data[0].after.revoked_at).not.toBeNull();
+  });
+
+  it('flips the kill switch on the fast path and keeps policies in the store', async () => {
+    const on = await call('POST', '/tenants/demo/kill-switch', { enabled: true });
+    expect(on.status).toBe(200);
+    expect(on.body.kill_switch).toBe(true);
+    expect(sink.revocations.at(-1)).toMatchObject({ kind: 'kill_switch', tenant_id: 'demo', enabled: true });
+    const off = await call('POST', '/tenants/demo/kill-switch', { enabled: false });
+    expect(off.body.kill_switch).toBe(false);
+    expect(sink.revocations.at(-1)).toMatchObject({ kind: 'kill_switch', tenant_id: 'demo', enabled: false });
+    const seqs = sink.revocations.map((r) => r.seq);
+    expect(seqs).toEqual([...seqs].sort((a, b) => a - b));
+
+    const patched = await call('PATCH', '/tenants/demo/policy', { content_logging: true, redaction_profile: 'pii-basic', limits: { max_concurrent: 4 } });
+    expect(patched.body).toMatchObject({ content_logging: true, redaction_profile: 'pii-basic', limits: { max_concurrent: 4 }, kill_switch: false });
+    const removed = await call('PATCH', '/tenants/demo/policy', { redaction_profile: null });
+    expect(removed.body.redaction_profile).toBeUndefined();
+    const audit = await call('GET', '/audit?entity_type=tenant_policy&entity_id=demo&limit=1');
+    expect(audit.body.data[0]).toMatchObject({ action: 'policy.update', before: { redaction_profile: 'pii-basic' }, after: { content_logging: true } });
+    expect(audit.body.next_cursor).not.toBeNull();
+    const page2 = await call('GET', `/audit?entity_type=tenant_policy&entity_id=demo&limit=1&cursor=${audit.body.next_cursor}`);
+    expect(page2.body.data[0].action).toBe('policy.update');
+    expect(page2.body.data[0].id).toBeLessThan(audit.body.data[0].id);
+  });
+
+  it('refuses an invalid change with 400 listing the problems, committing nothing', async () => {
+    const version = await latestVersion();
+    const audits = await auditCount();
+    const published = sink.snapshots.length;
+    const res = await call('POST', '/aliases', { name: 'broken', targets: [{ revision: 'missing@1', weight: 1 }] });
+    expect(res.status).toBe(400);
+    expect(res.body.error).toMatchObject({ type: 'invalid_request_error', code: 'invalid_config' });
+    expect(res.body.error.message).toContain('unknown revision "missing@1"');
+    expect(res.body.error.problems).toEqual([expect.objectContaining({ path: expect.stringMatching(/^aliases\[\d+\]\.targets\[0\]\.revision$/) })]);
+    expect(await database.db.selectFrom('model_aliases').select('id').where('id', '=', 'broken').executeTakeFirst()).toBeUndefined();
+    expect(await latestVersion()).toBe(version);
+    expect(await auditCount()).toBe(audits);
+    expect(sink.snapshots.length).toBe(published);
+
+    const unknownField = await call('POST', '/tenants', { id: 'y', name: 'Y', nmae: 'typo' });
+    expect(unknownField.status).toBe(400);
+    expect(unknownField.body.error).toMatchObject({ param: 'nmae', code: 'invalid_request' });
+    const badJson = await fetch(`${base}/admin/v1/tenants`, { method: 'POST', headers: { authorization: `Bearer ${adminToken}`, 'content-type': 'application/json' }, body: '{"id":' });
+    expect(badJson.status).toBe(400);
+    expect(((await badJson.json()) as Json).error.code).toBe('invalid_json');
+  });
+
+  it('keeps revisions immutable except for deprecation', async () => {
+    const changed = await call('PATCH', '/revisions/tiny@1', { pricing: { input_per_mtok: 9, output_per_mtok: 9 } });
+    expect(changed.status).toBe(409);
+    expect(changed.body.error.message).toContain('revisions are immutable; create a new revision');
+    expect((await call('POST', '/revisions', { ...(await call('GET', '/revisions/tiny@2')).body.spec })).status).toBe(409);
+    expect((await call('PATCH', '/revisions/tiny@1', { deprecation: { retires_on: '2030-01-31', replacement: 'nope@9' } })).status).toBe(400);
+
+    const deprecated = await call('PATCH', '/revisions/tiny@1', { deprecation: { retires_on: '2030-01-31', replacement: 'tiny@2', announced_on: '2029-12-01' } });
+    expect(deprecated.status).toBe(200);
+    expect(deprecated.body.deprecation).toEqual({ retires_on: '2030-01-31', replacement: 'tiny@2', announced_on: '2029-12-01' });
+    expect(deprecated.body.spec.pricing).toEqual({ input_per_mtok: 0.1, output_per_mtok: 0.2 });
+    const audit = await call('GET', '/audit?entity_type=revision&entity_id=tiny@1');
+    expect(audit.body.data[0]).toMatchObject({ action: 'revision.deprecate', before: { deprecation: null }, after: { deprecation: { replacement: 'tiny@2' } } });
+
+    const created = await call('POST', '/revisions', {
+      id: 'tiny@3',
+      model: 'tiny',
+      engine: { kind: 'simulated' },
+      context_window: 1024,
+      max_output_tokens: 256,
+      default_output_tokens: 64,
+      pricing: { input_per_mtok: 0.05, output_per_mtok: 0.1 },
+      capabilities: { streaming: true },
+    });
+    expect(created.status).toBe(201);
+    const invalid = await call('POST', '/revisions', { id: 'tiny@4', model: 'tiny', engine: { kind: 'simulated' }, context_window: 64, max_output_tokens: 256, default_output_tokens: 64, pricing: { input_per_mtok: 0, output_per_mtok: 0 } });
+    expect(invalid.status).toBe(400);
+    expect(invalid.body.error.message).toContain('must be < context_window');
+  });
+
+  it('changes alias weights and rolls back to the previous arms from the audit log, step by step', async () => {
+    const arms = async () => (await call('GET', '/aliases/tiny')).body.spec;
+    expect((await call('PUT', '/aliases/tiny', { targets: [{ revision: 'tiny@1', weight: 90 }, { revision: 'tiny@2', weight: 10 }] })).status).toBe(200);
+    expect((await call('PUT', '/aliases/tiny', { targets: [{ revision: 'tiny@1', weight: 50 }, { revision: 'tiny@2', weight: 50 }], fallbacks: ['tiny@3'] })).status).toBe(200);
+
+    const first = await call('POST', '/aliases/tiny/rollback');
+    expect(first.status).toBe(200);
+    expect(await arms()).toEqual({ name: 'tiny', targets: [{ revision: 'tiny@1', weight: 90 }, { revision: 'tiny@2', weight: 10 }], fallbacks: ['tiny@3'] });
+    const second = await call('POST', '/aliases/tiny/rollback');
+    expect(second.status).toBe(200);
+    expect(await arms()).toEqual({ name: 'tiny', revision: 'tiny@1', fallbacks: ['tiny@3'] });
+    const third = await call('POST', '/aliases/tiny/rollback');
+    expect(third.status).toBe(409);
+
+    const snap = await call('GET', '/snapshots/latest');
+    expect(snap.body.config.aliases).toEqual([{ name: 'tiny', revision: 'tiny@1', fallbacks: ['tiny@3'] }]);
+    const audit = await call('GET', '/audit?entity_type=alias&entity_id=tiny&action=alias.rollback');
+    expect(audit.body.data).toHaveLength(2);
+    expect(audit.body.data[0]).toMatchObject({ before: { spec: { targets: [{ weight: 90 }, { weight: 10 }] } }, after: { spec: { revision: 'tiny@1' } } });
+  });
+
+  it('keeps the database the source of truth when publishing fails, and catches up on the next change', async () => {
+    sink.failWith = new Error('nats down');
+    const v = await latestVersion();
+    const res = await call('POST', '/tenants/demo/apps', { id: 'demo-batch', name: 'Batch' });
+    expect(res.status).toBe(201);
+    const key = await call('POST', '/tenants/demo/apps/demo-batch/keys', {});
+    await call('POST', `/tenants/demo/apps/demo-batch/keys/${key.body.id}/revoke`, {});
+    expect(await latestVersion()).toBe(v + 3);
+    expect(sink.snapshots.at(-1)?.version).toBe(v);
+    sink.failWith = undefined;
+    expect(await cp.flush()).toBe(true);
+    expect(sink.snapshots.at(-1)?.version).toBe(v + 3);
+    expect(sink.revocations.at(-1)).toMatchObject({ kind: 'api_key', api_key_id: key.body.id });
+    expect(await cp.flush()).toBe(true);
+    expect(sink.snapshots.at(-1)?.version).toBe(v + 3);
+  });
+
+  it('manages pools and defaults, validated against the whole configuration', async () => {
+    expect((await call('POST', '/pools', { id: 'acme-dedicated', kind: 'dedicated', description: 'Acme only' })).status).toBe(201);
+    expect((await call('GET', '/pools')).body.data).toEqual([expect.objectContaining({ id: 'acme-dedicated', kind: 'dedicated' })]);
+    const bad = await call('PATCH', '/defaults', { cancel_grace_ms: 5_000 });
+    expect(bad.status).toBe(400);
+    expect(bad.body.error.problems[0].path).toBe('defaults.cancel_grace_ms');
+    const good = await call('PATCH', '/defaults', { max_queue_per_replica: 128 });
+    expect(good.body).toEqual({ cancel_grace_ms: 250, max_queue_per_replica: 128 });
+    expect((await call('GET', '/snapshots/latest')).body.config.defaults).toEqual({ cancel_grace_ms: 250, max_queue_per_replica: 128 });
+  });
+});

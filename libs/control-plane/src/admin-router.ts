@@ -1,0 +1,77 @@
+import express, { type NextFunction, type Request, type Response, type Router } from 'express';
+import { WeirError } from '@weir/core';
+import { adminErrorResponse } from './admin-error';
+import { authenticateAdmin } from './admin-auth';
+import type { ControlPlane, ControlPlaneLogger } from './control-plane';
+import type { AdminRequest } from './routes/context';
+import { registerModelRoutes } from './routes/models';
+import { registerSystemRoutes } from './routes/system';
+import { registerTenantRoutes } from './routes/tenants';
+
+/** Options of {@link createAdminRouter}. */
+export interface AdminRouterOptions {
+  /** Largest accepted JSON body in bytes. Default 1 MiB. */
+  maxBodyBytes?: number;
+}
+
+/** Dependencies of {@link createAdminRouter}. */
+export interface AdminRouterDeps {
+  controlPlane: ControlPlane;
+  logger?: ControlPlaneLogger;
+}
+
+/**
+ * The admin API (express 5), to mount under `/admin/v1`: tenants, apps, API keys, policies,
+ * kill switch, revisions, aliases, pools, defaults, snapshots, audit and admin tokens (routes
+ * in docs/admin-api.md). Every request needs `Authorization: Bearer <admin token>` (401
+ * otherwise); a `viewer` token may only GET (403 on anything else). Errors are OpenAI-shaped
+ * `{error: {message, type, param, code}}`.
+ */
+export function createAdminRouter(options: AdminRouterOptions, deps: AdminRouterDeps): Router {
+  const router = express.Router();
+  const { controlPlane: cp, logger } = deps;
+
+  router.use((req, _res, next) => {
+    authenticateAdmin(cp.db, req.header('authorization')).then((admin) => {
+      (req as AdminRequest).admin = admin;
+      if (admin.role !== 'admin' && req.method !== 'GET' && req.method !== 'HEAD') {
+        next(new WeirError('permission_denied', `This token's role (${admin.role}) may only read; ${req.method} needs an admin token.`));
+      } else next();
+    }, next);
+  });
+  router.use(express.json({ limit: options.maxBodyBytes ?? 1024 * 1024, strict: false, type: ['application/json', 'application/*+json'] }));
+  router.use((req, _res, next) => {
+    const hasBody = req.header('content-length') !== undefined && req.header('content-length') !== '0';
+    if ((req.method === 'POST' || req.method === 'PUT' || req.method === 'PATCH') && hasBody && !req.is(['application/json', 'application/*+json'])) {
+      next(new WeirError('unsupported_media_type', 'Send the body as JSON with `Content-Type: application/json`.'));
+    } else next();
+  });
+
+  registerTenantRoutes(router, { cp, logger });
+  registerModelRoutes(router, { cp, logger });
+  registerSystemRoutes(router, { cp, logger });
+
+  router.use((req, _res, next) => next(new WeirError('not_found', `No admin route ${req.method} ${req.baseUrl}${req.path}; see docs/admin-api.md for the routes.`)));
+  router.use((err: unknown, req: Request, res: Response, _next: NextFunction) => {
+    const mapped = adminErrorResponse(fromBodyParserError(err));
+    if (mapped.status >= 500) logger?.error({ err, method: req.method, path: req.path }, 'admin request failed');
+    res.status(mapped.status).json(mapped.body);
+  });
+  return router;
+}
+
+/** body-parser's errors (they carry `type`) as Weir errors. */
+function fromBodyParserError(err: unknown): unknown {
+  const e = err as { type?: string; limit?: number };
+  switch (e?.type) {
+    case 'entity.parse.failed':
+      return new WeirError('invalid_json', 'The request body is not valid JSON; check quoting and commas.');
+    case 'entity.too.large':
+      return new WeirError('payload_too_large', `The request body is larger than ${e.limit ?? 'the'} bytes allowed.`);
+    case 'charset.unsupported':
+    case 'encoding.unsupported':
+      return new WeirError('unsupported_media_type', 'Send the body as uncompressed UTF-8 JSON.');
+    default:
+      return err;
+  }
+}

@@ -1,0 +1,38 @@
+/**
+ * The configuration file's shapes as the control plane stores them: plain snake_case JSON
+ * objects, exactly as a configuration file writes them (defaults not filled in, so a newer
+ * data plane applies its own defaults). `@weir/config`'s `parseConfig` is the one validator.
+ */
+
+/** A JSON object. */
+export type JsonObject = Record<string, unknown>;
+
+/** A configuration-file object as composed from the store: what a snapshot's `body.config` holds. */
+export interface ConfigFileObject {
+  revisions: JsonObject[];
+  aliases: JsonObject[];
+  tenants: JsonObject[];
+  defaults: JsonObject;
+}
+
+/**
+ * Policy fields the configuration schema is gaining concurrently (issue 7): the store keeps
+ * them, and the composer emits them only once `parseConfig` accepts them (see
+ * {@link CONFIG_EXTENSIONS_EMITTED}).
+ */
+export const TENANT_EXTENSION_FIELDS = ['disabled', 'kill_switch', 'content_logging', 'redaction_profile'] as const;
+
+/**
+ * Whether the composer writes the extension fields (tenant `disabled`, `kill_switch`,
+ * `content_logging`, `redaction_profile`; revision `deprecation`) into composed
+ * configurations. False until `@weir/config`'s schema accepts them.
+ */
+export const CONFIG_EXTENSIONS_EMITTED = false;
+
+/** The file's id syntax (`config-schema.ts`): 1 to 128 letters, digits or . _ : @ / -, starting with a letter or digit. */
+export const ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$/;
+
+/** True for a non-null, non-array object. */
+export function isJsonObject(value: unknown): value is JsonObject {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
