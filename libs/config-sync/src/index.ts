@@ -5,3 +5,8 @@
  */
 export * from './keys';
 export * from './envelope';
+export * from './bucket';
+export * from './logger';
+export * from './publisher';
+export * from './subscriber';
+export * from './metrics';
