@@ -1,8 +1,8 @@
 import { type EngineRequest, WeirError } from '@weir/core';
 
 /**
- * Refuses a request carrying tools on an engine that cannot call them (llama.cpp, simulated,
- * Anthropic): tools are never silently dropped. The gateway's capability check refuses such
+ * Refuses a request carrying tools on an engine that cannot call them (llama.cpp and the
+ * simulated engine): tools are never silently dropped. The gateway's capability check refuses such
  * requests first; this guards a misdeclared revision.
  * @throws WeirError `invalid_request` with `param: tools`.
  */

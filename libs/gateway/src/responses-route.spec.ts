@@ -172,8 +172,21 @@ describe('POST /v1/responses', () => {
       expect(error.message).not.toContain('secret');
       await until(() => h.gw.records.length === 1);
       // The relay's record: every token produced is billed.
-      expect(h.gw.records[0]).toMatchObject({ outputTokens: 8, inputTokens: 7 });
+      expect(h.gw.records[0]).toMatchObject({ outputTokens: 8, inputTokens: 7, status: 'failed', errorCode: 'output_invalid' });
       expect(h.gw.records[0].costNanoUsd).toBeGreaterThan(0);
+    });
+
+    it("an invalid output's verdict is the relay's: the ledger row and an /events replay both say output_invalid", async () => {
+      h.gw.records.length = 0;
+      const res = await weir({ stream: true, output_schema: PERSON, messages: [{ role: 'user', content: script({ reply: '{"nom": "Ann"}' }) }] });
+      const first = await sseEvents(res);
+      const generationId = (JSON.parse(first[0].data) as { generation_id: string }).generation_id;
+      await until(() => h.gw.records.length === 1);
+      expect(h.gw.records[0]).toMatchObject({ generationId, status: 'failed', errorCode: 'output_invalid' });
+      // Weir's own event stream of the same generation never passes the invalid output on as a success.
+      const replay = await sseEvents(await h.gw.get(`/v1/generations/${generationId}/events`));
+      expect(replay.at(-1)?.event).toBe('end');
+      expect(JSON.parse(replay.at(-1)?.data ?? '')).toMatchObject({ finish_reason: 'error', error: { code: 'output_invalid' } });
     });
 
     it('an output that is not JSON ends the stream with an explicit output_invalid error, usage included', async () => {

@@ -41,8 +41,10 @@ import {
   type ResponseState,
   toResponsesUsage,
   type WeirResponsesEndData,
+  compileOutputSchema,
+  judgeOutput,
+  type OutputSchema,
 } from '@weir/streaming';
-import { compileOutputSchema, type OutputSchema } from './output-schema';
 import type { ParamNames } from './pipeline';
 import { parseBody, RESPONSES_OPENAI_FIELDS, responsesOpenAiBody, responsesWeirBody, toChatInput, toResponsesChatInput } from './schemas';
 import { openSse } from './sse-writer';
@@ -141,30 +143,6 @@ function unconstrainedBecause(r: RevisionSpec): string | undefined {
   return capabilitiesOf(r).jsonOutput ? undefined : `(engine ${r.engine.kind}) does not offer JSON-schema output`;
 }
 
-/**
- * The outcome as the client sees it once the output is checked: an output that is not JSON
- * matching the schema turns a non-error end into `error` / `output_invalid` (the usage and
- * cost stay those measured). Without a schema, or after an error, the outcome is unchanged.
- */
-function judge(outcome: GenerationOutcome, text: string, schema: OutputSchema | undefined): { outcome: GenerationOutcome; value?: unknown } {
-  if (!schema || outcome.finishReason === 'error') return { outcome };
-  const checked = schema.check(text);
-  if (checked.ok) return { outcome, value: checked.value };
-  const cut: Partial<Record<GenerationOutcome['finishReason'], string>> = {
-    length: `the output reached its limit (${outcome.usage.outputTokens} tokens) before the document was complete; raise the output limit. `,
-    deadline: 'the deadline cut the output before the document was complete. ',
-    cancelled: 'the generation was cancelled before the document was complete. ',
-    content_filter: 'moderation cut the output. ',
-  };
-  return {
-    outcome: {
-      ...outcome,
-      finishReason: 'error',
-      error: { code: 'output_invalid', message: `The model's output is not valid against the schema: ${cut[outcome.finishReason] ?? ''}${checked.message}.` },
-    },
-  };
-}
-
 /** Reads a whole generation: its text and outcome. */
 async function collect(g: ResponsesAnswer): Promise<{ text: string; outcome: GenerationOutcome }> {
   let text = '';
@@ -229,7 +207,7 @@ async function answerWeirShape(ctx: ResponsesRouteContext, req: Authed, res: Res
 
   if (!body.stream) {
     const { text, outcome } = await collect(g);
-    const judged = judge(outcome, text, schema);
+    const judged = judgeOutput(outcome, text, schema);
     if (judged.outcome.finishReason === 'error') throw failure(ctx, res, judged.outcome);
     ctx.answeredBy(res, outcome);
     const end = weirResponsesEnd(judged.outcome, undefined);
@@ -260,7 +238,7 @@ async function answerWeirShape(ctx: ResponsesRouteContext, req: Authed, res: Res
       text += ev.text;
       await send(ev.index + 2, 'delta', { text: ev.text });
     } else {
-      const judged = judge(ev.outcome, text, schema);
+      const judged = judgeOutput(ev.outcome, text, schema);
       await send(g.transcript.deltas.length + 2, 'end', weirResponsesEnd(judged.outcome, judged.value));
     }
   }
@@ -314,7 +292,7 @@ async function answerOpenAiShape(ctx: ResponsesRouteContext, req: Authed, res: R
 
   if (!body.stream) {
     const { text, outcome } = await collect(g);
-    const judged = judge(outcome, text, schema);
+    const judged = judgeOutput(outcome, text, schema);
     if (judged.outcome.finishReason === 'error') throw failure(ctx, res, judged.outcome);
     if (outcome.finishReason === 'cancelled') throw new WeirError('invalid_request', 'The generation was cancelled (POST /v1/generations/{id}/cancel); the answer is incomplete.');
     ctx.answeredBy(res, outcome);
@@ -343,7 +321,7 @@ async function answerOpenAiShape(ctx: ResponsesRouteContext, req: Authed, res: R
       await send('response.output_text.delta', { ...at, delta: ev.text, logprobs: [] });
       continue;
     }
-    const judged = judge(ev.outcome, text, schema);
+    const judged = judgeOutput(ev.outcome, text, schema);
     const o = judged.outcome;
     if (o.finishReason === 'error' || o.finishReason === 'cancelled') {
       // After the headers, a failure can only be reported in-band: `error`, then `response.failed`.

@@ -4,3 +4,4 @@ export * from './weir-events';
 export * from './responses-wire';
 export * from './relay';
 export * from './http-errors';
+export * from './output-schema';

@@ -5,7 +5,7 @@
  * it ends as `output_invalid` with the failing paths summarised (never the output text).
  */
 import Ajv2020, { type ErrorObject, type Options, type ValidateFunction } from 'ajv/dist/2020';
-import { WeirError } from '@weir/core';
+import { type GenerationOutcome, WeirError } from '@weir/core';
 
 /** Largest accepted `output_schema`, as compact JSON (bytes). */
 export const MAX_OUTPUT_SCHEMA_BYTES = 64 * 1024;
@@ -130,4 +130,37 @@ function summarize(errors: ErrorObject[]): string {
   const listed = errors.slice(0, MAX_LISTED_ERRORS).map((e) => `\`${e.instancePath || '/'}\` ${e.message ?? `fails \`${e.keyword}\``}`);
   const more = errors.length > MAX_LISTED_ERRORS ? ` (and ${errors.length - MAX_LISTED_ERRORS} more)` : '';
   return `${listed.join('; ')}${more}`;
+}
+
+/**
+ * What ended a generation before its document could be complete, said in an `output_invalid`
+ * message so the caller knows what to change.
+ */
+const CUT_SHORT: Partial<Record<GenerationOutcome['finishReason'], (o: GenerationOutcome) => string>> = {
+  length: (o) => `the output reached its limit (${o.usage.outputTokens} tokens) before the document was complete; raise the output limit. `,
+  deadline: () => 'the deadline cut the output before the document was complete. ',
+  cancelled: () => 'the generation was cancelled before the document was complete. ',
+  content_filter: () => 'moderation cut the output. ',
+};
+
+/**
+ * Judges a finished generation's output against its schema: an output that is not JSON
+ * matching the schema turns a non-error end into `finishReason: 'error'` with error code
+ * `output_invalid` (usage and cost stay those measured: the tokens were produced and are
+ * billed). Without a schema, or after an error, the outcome is returned unchanged. The
+ * streaming relay calls it once per generation, before the usage record and the end event, so
+ * the ledger, repeats and `/v1/generations/{id}/events` replays all carry the same verdict.
+ * @returns the (possibly changed) outcome, and the parsed document when it matched.
+ */
+export function judgeOutput(outcome: GenerationOutcome, text: string, schema: OutputSchema | undefined): { outcome: GenerationOutcome; value?: unknown } {
+  if (!schema || outcome.finishReason === 'error') return { outcome };
+  const checked = schema.check(text);
+  if (checked.ok) return { outcome, value: checked.value };
+  return {
+    outcome: {
+      ...outcome,
+      finishReason: 'error',
+      error: { code: 'output_invalid', message: `The model's output is not valid against the schema: ${CUT_SHORT[outcome.finishReason]?.(outcome) ?? ''}${checked.message}.` },
+    },
+  };
 }

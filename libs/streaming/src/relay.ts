@@ -24,6 +24,7 @@ import {
   toWeirError,
 } from '@weir/core';
 import { priceUsage, usageStatusFor } from '@weir/ledger';
+import { compileOutputSchema, judgeOutput, type OutputSchema } from './output-schema';
 
 
 /** Dependencies of the relay. */
@@ -116,9 +117,14 @@ export function createRelay(deps: RelayDeps): Relay {
       const done = (async (): Promise<GenerationOutcome> => {
         let producedTokens = 0;
         let ttftMs: number | null = null;
+        // With an output schema, the whole text is kept to validate the finished document.
+        let schema: OutputSchema | undefined;
+        let text = '';
         let end: Extract<EngineEvent, { type: 'end' }> | undefined;
         let failure: WeirError | undefined;
         try {
+          // The gateway checked the schema already; a bad one (over gRPC) fails here, never crashes.
+          if (job.engineRequest.outputSchema) schema = compileOutputSchema(job.engineRequest.outputSchema, 'output_schema');
           const engine = deps.engineFor(job.replicaId);
           if (!engine) throw new WeirError('engine_unavailable', `replica ${job.replicaId} is not serving`, { retryable: true });
           // Past its deadline already (a slow hop): end now, before any work is done or billed.
@@ -132,6 +138,7 @@ export function createRelay(deps: RelayDeps): Relay {
           for await (const ev of stream) {
             if (ev.type === 'delta') {
               producedTokens += ev.tokens;
+              if (schema) text += ev.text;
               if (ttftMs === null && ev.tokens > 0) ttftMs = deps.clock.now() - job.arrivedAt;
               // A delta may carry text, tool-call fragments, or both; one with neither is dropped.
               const toolCalls = ev.toolCalls !== undefined && ev.toolCalls.length > 0 ? ev.toolCalls : undefined;
@@ -184,7 +191,7 @@ export function createRelay(deps: RelayDeps): Relay {
           queue.end();
           return unrecorded;
         }
-        const outcome: GenerationOutcome = {
+        const measured: GenerationOutcome = {
           finishReason,
           usage,
           costNanoUsd: priceUsage(job.revision.pricing, usage),
@@ -201,6 +208,9 @@ export function createRelay(deps: RelayDeps): Relay {
               }
             : {}),
         };
+        // Every schema-constrained output is validated here, once: an invalid one ends as
+        // `output_invalid` in the usage record, the end event and every replay alike.
+        const outcome = judgeOutput(measured, text, schema).outcome;
         deps.usageSink.record(buildUsageRecord(job, outcome, wall()));
         deps.onOutcome?.(job, outcome);
         queue.push({ type: 'end', outcome });
