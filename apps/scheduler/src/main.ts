@@ -4,15 +4,20 @@
  * (`weir.scheduler.v1`); see `@weir/scheduling`'s `createPoolScheduler`. It probes every engine replica's
  * `/readyz` and takes one that stops answering or is draining (killed, hung: SIGSTOP, or shutting down) out of rotation,
  * and back when it answers again; relays report replicas they could not reach on the NATS
- * health topic, which ejects them at once. Environment: WEIR_CONFIG, NATS_URL, WEIR_NATS_NAMESPACE (default weir: deployments sharing a NATS server need different ones), HOST,
+ * health topic, which ejects them at once. Every CAPACITY_TELEMETRY_INTERVAL_MS it publishes
+ * each pool's capacity telemetry (queue, running work, replicas, tokens, busy time) on
+ * `<ns>.capacity.telemetry.<pool>` for the capacity controller (docs/capacity.md).
+ * Environment: WEIR_CONFIG, NATS_URL, WEIR_NATS_NAMESPACE (default weir: deployments sharing a NATS server need different ones), HOST,
  * GRPC_PORT (default 50053), OPS_PORT (default 9463), PROBE_INTERVAL_MS (default 1000),
- * PROBE_TIMEOUT_MS (default 1000), PROBE_FAILURES (default 3), LOG_LEVEL.
+ * PROBE_TIMEOUT_MS (default 1000), PROBE_FAILURES (default 3), CAPACITY_TELEMETRY_INTERVAL_MS
+ * (default 5000), LOG_LEVEL.
  */
+import { hostname } from 'node:os';
 import { loadConfigFile } from '@weir/config';
 import { type ReplicaHealthEvent, systemClock } from '@weir/core';
 import { remoteReplicas, startReplicaHealthChecks } from '@weir/engines';
-import { connectNats, createNatsTopic, natsNames, replicaHealthEventCodec } from '@weir/messaging-nats';
-import { createPoolScheduler, createSchedulerSampler, replicaSamples, schedulerMetricsObserver } from '@weir/scheduling';
+import { connectNats, createCapacityTelemetryPublisher, createNatsTopic, natsNames, replicaHealthEventCodec } from '@weir/messaging-nats';
+import { createCapacityTelemetry, createPoolScheduler, createSchedulerSampler, replicaSamples, schedulerMetricsObserver } from '@weir/scheduling';
 import { envInt, envRequired, envString, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
 import { createLogger, createTelemetry } from '@weir/telemetry';
 import { createSchedulerGrpcServer, installTracing, startGrpcServer } from '@weir/transport-grpc';
@@ -27,6 +32,7 @@ const env = readEnv({
   PROBE_INTERVAL_MS: envInt(1_000, 50),
   PROBE_TIMEOUT_MS: envInt(1_000, 10),
   PROBE_FAILURES: envInt(3, 1, 100),
+  CAPACITY_TELEMETRY_INTERVAL_MS: envInt(5_000, 100, 600_000),
   LOG_LEVEL: envString('info'),
 });
 const logger = createLogger({ name: 'scheduler', level: env.LOG_LEVEL as 'info' });
@@ -73,7 +79,15 @@ runUntilSignal('scheduler', logger, async () => {
 
   // Replicas that are not probed (hosted upstreams) count as up while in rotation.
   telemetry.observeReplicas(() => replicaSamples(scheduler, checks.up));
-  const binding = createSchedulerGrpcServer(scheduler);
+  // Requests go through the capacity wrapper, which counts grants, tokens and busy time; its
+  // samples go to the capacity controller. A restart is a new source (counters from zero).
+  const capacity = createCapacityTelemetry(scheduler, { source: `scheduler-${hostname()}-${process.pid}-${Date.now()}`, clock: { now: () => Date.now() } });
+  const capacityTopic = createCapacityTelemetryPublisher(nc, env.WEIR_NATS_NAMESPACE, { logger });
+  const capacityTimer = setInterval(() => {
+    for (const sample of capacity.sample()) capacityTopic.publish(sample);
+  }, env.CAPACITY_TELEMETRY_INTERVAL_MS);
+  capacityTimer.unref();
+  const binding = createSchedulerGrpcServer(capacity.scheduler);
   const grpc = await startGrpcServer({ host: env.HOST, port: env.GRPC_PORT, services: [binding] });
   let draining = false;
   const ops = await startOpsServer({
@@ -86,6 +100,7 @@ runUntilSignal('scheduler', logger, async () => {
   return {
     async stop() {
       draining = true;
+      clearInterval(capacityTimer);
       checks.stop();
       unsubscribe();
       await grpc.close(5_000);
