@@ -41,6 +41,21 @@ describe('createAdmission', () => {
     expect(adm.held()).toEqual([]);
   });
 
+  it('updateTenants applies new limits to the next reservation, keeps held ones, and refuses a tenant no longer listed', async () => {
+    const adm = createAdmission({ tenants }, { store: createInMemoryAdmissionStore(), clock: manualClock() });
+    const held = [];
+    for (let i = 0; i < 2; i++) held.push(await adm.reserve(reservationRequest({ caller })));
+    expect(held.every((r) => r.ok)).toBe(true);
+    adm.updateTenants([{ ...tenants[0], limits: { maxConcurrent: 2, monthlyBudgetUsd: 1 } }]);
+    expect(await adm.reserve(reservationRequest({ caller }))).toMatchObject({ ok: false, reason: 'concurrency_limited' });
+    const first = held[0];
+    if (!first.ok) throw new Error('not admitted');
+    await adm.release(first.reservationId);
+    expect(await adm.reserve(reservationRequest({ caller }))).toMatchObject({ ok: true });
+    adm.updateTenants([]);
+    expect(await adm.reserve(reservationRequest({ caller }))).toMatchObject({ ok: false, message: expect.stringContaining('no admission policy') });
+  });
+
   it('refuses a malformed settlement and keeps the reservation held', async () => {
     const adm = createInMemoryAdmission({ tenants });
     const r = await adm.reserve(reservationRequest({ caller, worstCaseCostNanoUsd: 10 }));

@@ -96,6 +96,12 @@ export interface Admission extends AdmissionService {
   reconcileReservations(): Promise<ReconcileReport>;
   /** Reservations held now (every tenant), for the held-reservations gauge. */
   countHeld(): Promise<number>;
+  /**
+   * Replaces the tenants' limits and budgets (a new configuration snapshot) atomically: the next
+   * `reserve` decides by them; reservations already held settle as they were made. A tenant no
+   * longer listed is refused from then on.
+   */
+  updateTenants(tenants: readonly TenantSpec[]): void;
 }
 
 const DAY_MS = 86_400_000;
@@ -112,7 +118,7 @@ const DAY_MS = 86_400_000;
 export function createAdmission(options: AdmissionOptions, deps: AdmissionDeps): Admission {
   const { store, observer } = deps;
   const clock = deps.clock ?? { now: () => Date.now() };
-  const tenants = new Map(options.tenants.map((t) => [t.id, t]));
+  let tenants = new Map(options.tenants.map((t) => [t.id, t]));
   const concurrencyRetryAfterMs = options.concurrencyRetryAfterMs ?? 1_000;
   const batch = options.reconcileBatchSize ?? 500;
   const correctionWindowMs = options.correctionWindowMs ?? 7 * DAY_MS;
@@ -290,6 +296,9 @@ export function createAdmission(options: AdmissionOptions, deps: AdmissionDeps):
   };
 
   return {
+    updateTenants(next) {
+      tenants = new Map(next.map((t) => [t.id, t]));
+    },
     async reserve(request: ReservationRequest): Promise<ReserveResult> {
       checkRequest(request);
       const { tenantId } = request.caller;
