@@ -98,6 +98,8 @@ export interface ControlPlane {
   flush(): Promise<boolean>;
   /** Like {@link flush}, but publishes the latest snapshot even if it was published before (start-up). */
   republishLatest(): Promise<boolean>;
+  /** The latest snapshot version this process published (heartbeats name it), or undefined before the first. */
+  publishedVersion(): number | undefined;
   /** Calls {@link flush} every `intervalMs` (e.g. with each heartbeat) until the returned stop is called. */
   startPublishRetry(intervalMs: number): () => void;
   /** Waits for a publication in progress. */
@@ -160,6 +162,7 @@ export function createControlPlane(options: ControlPlaneOptions, deps: ControlPl
   const now = deps.now ?? (() => new Date());
   const publishWaitMs = options.publishWaitMs ?? 5_000;
   let chain: Promise<boolean> = Promise.resolve(true);
+  let publishedVersion: number | undefined;
 
   const publish = async (force: boolean): Promise<boolean> => {
     try {
@@ -180,6 +183,7 @@ export function createControlPlane(options: ControlPlaneOptions, deps: ControlPl
       const latest = await db.selectFrom('config_snapshots').select(['version', 'issued_at', 'config', 'published_at']).orderBy('version', 'desc').limit(1).executeTakeFirst();
       if (latest && (force || latest.published_at === null)) {
         await sink.publishSnapshot({ version: Number(latest.version), config: latest.config, issuedAt: latest.issued_at.toISOString() });
+        publishedVersion = Math.max(publishedVersion ?? 0, Number(latest.version));
         await db.updateTable('config_snapshots').set({ published_at: now() }).where('version', '=', latest.version).execute();
         logger?.info({ version: Number(latest.version) }, 'snapshot published');
       }
@@ -232,6 +236,7 @@ export function createControlPlane(options: ControlPlaneOptions, deps: ControlPl
     },
     flush: () => enqueue(false),
     republishLatest: () => enqueue(true),
+    publishedVersion: () => publishedVersion,
     startPublishRetry(intervalMs) {
       const timer = setInterval(() => void enqueue(false), intervalMs);
       timer.unref();
