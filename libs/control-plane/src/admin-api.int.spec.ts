@@ -212,6 +212,10 @@ describe('the control plane admin API', () => {
     expect(on.status).toBe(200);
     expect(on.body.kill_switch).toBe(true);
     expect(sink.revocations.at(-1)).toMatchObject({ kind: 'kill_switch', tenant_id: 'demo', enabled: true });
+    // The same state rides in the next full snapshot, and the data plane reads it.
+    const config = sink.snapshots.at(-1)?.config as Json;
+    expect(config.tenants[0].kill_switch).toBe(true);
+    expect(parseConfig(JSON.stringify(config), 'snapshot').tenants[0]).toMatchObject({ id: 'demo' });
     const off = await call('POST', '/tenants/demo/kill-switch', { enabled: false });
     expect(off.body.kill_switch).toBe(false);
     expect(sink.revocations.at(-1)).toMatchObject({ kind: 'kill_switch', tenant_id: 'demo', enabled: false });
@@ -263,6 +267,10 @@ describe('the control plane admin API', () => {
     expect(deprecated.status).toBe(200);
     expect(deprecated.body.deprecation).toEqual({ retires_on: '2030-01-31', replacement: 'tiny@2', announced_on: '2029-12-01' });
     expect(deprecated.body.spec.pricing).toEqual({ input_per_mtok: 0.1, output_per_mtok: 0.2 });
+    expect((await call('GET', '/snapshots/latest')).body.config.revisions[0].deprecation).toEqual({ retires_on: '2030-01-31', replacement: 'tiny@2', announced_on: '2029-12-01' });
+    const backwards = await call('PATCH', '/revisions/tiny@2', { deprecation: { retires_on: '2030-01-01', replacement: 'tiny@1', announced_on: '2030-02-01' } });
+    expect(backwards.status).toBe(400);
+    expect(backwards.body.error.code).toBe('invalid_config');
     const audit = await call('GET', '/audit?entity_type=revision&entity_id=tiny@1');
     expect(audit.body.data[0]).toMatchObject({ action: 'revision.deprecate', before: { deprecation: null }, after: { deprecation: { replacement: 'tiny@2' } } });
 

@@ -40,7 +40,7 @@ const policyShape = {
   scheduling_weight: z.number().gt(0, 'expected a number > 0').optional(),
   dedicated_pool: id().optional(),
   routes: z.array(routeBody).optional(),
-  redaction_profile: z.string().min(1).max(64).optional(),
+  redaction_profile: id().optional(),
   content_logging: z.boolean().optional(),
   kill_switch: z.boolean().optional(),
   disabled: z.boolean().optional(),

@@ -15,20 +15,6 @@ export interface ConfigFileObject {
   defaults: JsonObject;
 }
 
-/**
- * Policy fields the configuration schema is gaining concurrently (issue 7): the store keeps
- * them, and the composer emits them only once `parseConfig` accepts them (see
- * {@link CONFIG_EXTENSIONS_EMITTED}).
- */
-export const TENANT_EXTENSION_FIELDS = ['disabled', 'kill_switch', 'content_logging', 'redaction_profile'] as const;
-
-/**
- * Whether the composer writes the extension fields (tenant `disabled`, `kill_switch`,
- * `content_logging`, `redaction_profile`; revision `deprecation`) into composed
- * configurations. False until `@weir/config`'s schema accepts them.
- */
-export const CONFIG_EXTENSIONS_EMITTED = false;
-
 /** The file's id syntax (`config-schema.ts`): 1 to 128 letters, digits or . _ : @ / -, starting with a letter or digit. */
 export const ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$/;
 

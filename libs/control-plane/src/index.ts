@@ -12,8 +12,8 @@ export {
   type ControlPlaneOptions,
   type RevocationRequest,
 } from './control-plane';
-export { composeConfig, type ComposeConfigOptions } from './compose-config';
-export { CONFIG_EXTENSIONS_EMITTED, TENANT_EXTENSION_FIELDS, type ConfigFileObject, type JsonObject } from './config-shapes';
+export { composeConfig } from './compose-config';
+export type { ConfigFileObject, JsonObject } from './config-shapes';
 export { seedFromConfigFile, SEED_ACTOR, type SeedResult } from './seed';
 export {
   createInMemorySnapshotSink,

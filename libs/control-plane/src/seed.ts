@@ -47,8 +47,12 @@ export async function seedFromConfigFile(db: Kysely<WeirSchema>, filePath: strin
     const at = () => new Date(base - 1_000_000 + tick++);
     const revisions = list(raw.revisions);
     for (const r of revisions) {
-      const spec = absoluteModelPath(r, baseDir);
-      await trx.insertInto('model_revisions').values({ id: String(r.id), spec: JSON.stringify(spec), created_at: at(), updated_at: at() }).execute();
+      // The deprecation is the revision's one mutable part: it has its own column.
+      const { deprecation, ...spec } = absoluteModelPath(r, baseDir);
+      await trx
+        .insertInto('model_revisions')
+        .values({ id: String(r.id), spec: JSON.stringify(spec), deprecation: isJsonObject(deprecation) ? JSON.stringify(deprecation) : null, created_at: at(), updated_at: at() })
+        .execute();
     }
     const aliases = list(raw.aliases);
     for (const a of aliases) {
