@@ -5,6 +5,7 @@
  * and publishes a snapshot), then emits a `canary_rolled_back` event.
  */
 import type { Kysely } from 'kysely';
+import type { AliasTarget } from '@weir/core';
 import type { WeirSchema } from '@weir/store-pg';
 import { type ArmStats, type CanaryThresholds, DEFAULT_CANARY_THRESHOLDS, judgeCanary } from './canary-judge';
 import { armStatsByRevision, NO_TRAFFIC } from './canary-stats';
@@ -12,6 +13,15 @@ import { createPgModelCatalog, type ModelCatalog, stableRevisionOf } from './mod
 
 /** The actor the guard's rollbacks are audited as (the shape of the control plane's `Actor`). */
 export const CANARY_GUARD_ACTOR: Readonly<{ id: string; label: string }> = Object.freeze({ id: 'system:canary-guard', label: 'automatic canary rollback' });
+
+/**
+ * The targets after rolling `revision` back: its weight set to 0, every other arm unchanged
+ * (what the control plane's rollback commits; the arm stays listed, so raising it again is a
+ * gated weight change).
+ */
+export function targetsAfterRollback(targets: readonly AliasTarget[], revision: string): AliasTarget[] {
+  return targets.map((t) => (t.revision === revision ? { revision: t.revision, weight: 0 } : { ...t }));
+}
 
 /** Arm statistics as reported in events (`error_rate` 0–1, `p95_ttft_ms` ms or null, `n` rows). */
 export interface ArmSummary {

@@ -2,7 +2,7 @@ import { isWeirError } from '@weir/core';
 import { createTestDatabase, type TestDatabase } from '@weir/store-pg';
 import { assertCanaryGate, DEFAULT_EVAL_MAX_AGE_MS } from './canary-gate';
 import { armStatsByRevision } from './canary-stats';
-import { type CanaryRollbackRequest, type CanaryRolledBackEvent, createCanaryGuard } from './canary-guard';
+import { type CanaryRollbackRequest, type CanaryRolledBackEvent, createCanaryGuard, targetsAfterRollback } from './canary-guard';
 import { createEvalRunStore, createGoldenPromptStore } from './eval-store';
 import type { EvalReport } from './eval-types';
 
@@ -233,7 +233,8 @@ describe('canary guard on the usage ledger', () => {
       rollback: async (alias, request) => {
         rollbacks.push(request);
         // What the control plane's rollback does: the canary's weight to 0.
-        const targets = [{ revision: 'stable@1', weight: 80 }, { revision: 'cand@2', weight: 0 }, { revision: 'cand@3', weight: 10 }];
+        const targets = targetsAfterRollback([{ revision: 'stable@1', weight: 80 }, { revision: 'cand@2', weight: 10 }, { revision: 'cand@3', weight: 10 }], request.revision);
+        expect(targets).toEqual([{ revision: 'stable@1', weight: 80 }, { revision: 'cand@2', weight: 0 }, { revision: 'cand@3', weight: 10 }]);
         await setAlias(alias, targets);
       },
       onEvent: (event) => {
