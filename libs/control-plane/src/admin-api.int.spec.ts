@@ -81,7 +81,11 @@ beforeAll(async () => {
   sink = createInMemorySnapshotSink();
   cp = createControlPlane({ publishWaitMs: 2_000 }, { db: database.db, sink });
   expect(await registerBootstrapAdminToken(database.db, adminToken)).toBe('registered');
-  const app = createControlPlaneHttpApp({ controlPlane: cp });
+  const app = createControlPlaneHttpApp({
+    controlPlane: cp,
+    // An extension route, as the capacity and eval routes mount.
+    extraRoutes: [(router) => router.get('/whoami', (req, res) => void res.json({ role: (req as unknown as { admin: { role: string } }).admin.role }))],
+  });
   server = await new Promise<Server>((resolve) => {
     const s = app.listen(0, '127.0.0.1', () => resolve(s));
   });
@@ -126,6 +130,9 @@ describe('the control plane admin API', () => {
     expect(bad.status).toBe(401);
     expect(bad.body.error).toMatchObject({ type: 'authentication_error', code: 'authentication_failed' });
     expect((await call('GET', '/tenants', undefined, viewerToken)).status).toBe(200);
+    expect((await call('GET', '/whoami', undefined, viewerToken)).body).toEqual({ role: 'viewer' });
+    expect((await call('GET', '/whoami', undefined, null)).status).toBe(401);
+    expect((await call('GET', '/no-such-route')).body.error.code).toBe('not_found');
     const denied = await call('POST', '/tenants', { id: 'x', name: 'X' }, viewerToken);
     expect(denied.status).toBe(403);
     expect(denied.body.error.code).toBe('permission_denied');

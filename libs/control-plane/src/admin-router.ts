@@ -18,6 +18,12 @@ export interface AdminRouterOptions {
 export interface AdminRouterDeps {
   controlPlane: ControlPlane;
   logger?: ControlPlaneLogger;
+  /**
+   * More route registrations (e.g. capacity, evals), mounted after the token check and role
+   * rule (a viewer may only GET) and before the 404 and error handler, so they answer in the
+   * same error shape.
+   */
+  extraRoutes?: ReadonlyArray<(router: Router) => void>;
 }
 
 /**
@@ -50,6 +56,7 @@ export function createAdminRouter(options: AdminRouterOptions, deps: AdminRouter
   registerTenantRoutes(router, { cp, logger });
   registerModelRoutes(router, { cp, logger });
   registerSystemRoutes(router, { cp, logger });
+  for (const register of deps.extraRoutes ?? []) register(router);
 
   router.use((req, _res, next) => next(new WeirError('not_found', `No admin route ${req.method} ${req.baseUrl}${req.path}; see docs/admin-api.md for the routes.`)));
   router.use((err: unknown, req: Request, res: Response, _next: NextFunction) => {

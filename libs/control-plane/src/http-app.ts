@@ -1,12 +1,14 @@
 import express, { type Express } from 'express';
 import { type Readiness } from '@weir/service-runtime';
-import { createAdminRouter } from './admin-router';
+import { type AdminRouterDeps, createAdminRouter } from './admin-router';
 import type { ControlPlane, ControlPlaneLogger } from './control-plane';
 
 /** Dependencies of {@link createControlPlaneHttpApp}. */
 export interface ControlPlaneHttpDeps {
   controlPlane: ControlPlane;
   logger?: ControlPlaneLogger;
+  /** More admin routes, see {@link AdminRouterDeps.extraRoutes}. */
+  extraRoutes?: AdminRouterDeps['extraRoutes'];
   /** `/readyz`'s answer. Default: always ready. */
   readiness?: () => Readiness;
 }
@@ -24,7 +26,7 @@ export function createControlPlaneHttpApp(deps: ControlPlaneHttpDeps): Express {
     const r = deps.readiness?.() ?? { ready: true };
     res.status(r.ready ? 200 : 503).json({ status: r.ready ? 'ready' : 'not_ready', ...(r.reason ? { reason: r.reason } : {}) });
   });
-  app.use('/admin/v1', createAdminRouter({}, { controlPlane: deps.controlPlane, logger: deps.logger }));
+  app.use('/admin/v1', createAdminRouter({}, { controlPlane: deps.controlPlane, logger: deps.logger, extraRoutes: deps.extraRoutes }));
   app.use((req, res) => {
     res.status(404).json({ error: { message: `No route ${req.method} ${req.path}; the admin API is under /admin/v1.`, type: 'not_found_error', param: null, code: 'not_found' } });
   });
