@@ -7,12 +7,18 @@
  * reservations with the usage ledger every ADMISSION_RECONCILE_INTERVAL_MS (idempotent, so
  * instances may overlap).
  *
- * Environment: WEIR_CONFIG, DATABASE_URL, HOST, GRPC_PORT (default 50052), OPS_PORT (default
+ * Configuration: the control plane's signed snapshots when WEIR_CONFIG_PUBLIC_KEY(_FILE) is set
+ * (limits and budgets apply live), else the file WEIR_CONFIG.
+ *
+ * Environment: WEIR_CONFIG, WEIR_CONFIG_PUBLIC_KEY(_FILE), WEIR_CONFIG_CACHE_DIR, NATS_URL,
+ * WEIR_NATS_NAMESPACE, DATABASE_URL, HOST, GRPC_PORT (default 50052), OPS_PORT (default
  * 9462), ADMISSION_RECONCILE_INTERVAL_MS (default 10,000), ADMISSION_DB_POOL (default 10),
  * LOG_LEVEL.
  */
 import { createAdmission, startReconciler, withStoreFaultsAsUnavailable } from '@weir/admission';
-import { loadConfigFile } from '@weir/config';
+import type { NatsConnection } from '@nats-io/transport-node';
+import { createConfigSyncMetrics, openDataPlaneConfig } from '@weir/config-sync';
+import { connectNats } from '@weir/messaging-nats';
 import { envInt, envRequired, envString, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
 import { settleUncertainUsage } from '@weir/reconcile';
 import { createPgAdmissionStore, createReconcileQueries, openDatabase } from '@weir/store-pg';
@@ -21,7 +27,8 @@ import { createAdmissionGrpcServer, installTracing, startGrpcServer } from '@wei
 import { admissionObserver } from './observer';
 
 const env = readEnv({
-  WEIR_CONFIG: envRequired('the configuration file'),
+  WEIR_CONFIG: envString(''),
+  NATS_URL: envString('nats://127.0.0.1:4222'),
   DATABASE_URL: envRequired('the Postgres URL, e.g. postgres://postgres@127.0.0.1:5432/weir'),
   HOST: envString('127.0.0.1'),
   GRPC_PORT: envInt(50052, 0, 65535),
@@ -34,16 +41,31 @@ const logger = createLogger({ name: 'admission', level: env.LOG_LEVEL as 'info' 
 
 runUntilSignal('admission', logger, async () => {
   installTracing();
-  const config = loadConfigFile(env.WEIR_CONFIG);
   const telemetry = createTelemetry({ serviceName: 'weir-admission' });
+  let nc: NatsConnection | undefined;
+  const source = await openDataPlaneConfig({
+    env: process.env,
+    service: 'admission',
+    connectNats: async () => (nc = await connectNats({ servers: env.NATS_URL, name: 'weir-admission', logger })),
+    logger,
+    metrics: createConfigSyncMetrics(telemetry.meter),
+  });
+  const config = source.initial;
   const database = await openDatabase({ databaseUrl: env.DATABASE_URL, maxConnections: env.ADMISSION_DB_POOL, logger });
   const admission = createAdmission({ tenants: config.tenants }, { store: createPgAdmissionStore(database.db), observer: admissionObserver(telemetry.metrics, logger) });
   // Each pass first settles usage rows left uncertain by a lost relay from the engine
   // replicas' own counts (so the reservations held for them settle exactly), then reconciles
   // reservations with the ledger.
   const queries = createReconcileQueries(database.db);
-  const pricing = new Map(config.revisions.map((r) => [r.id, r.pricing]));
-  const enginesByRevision = new Map(config.revisions.map((r) => [r.id, (r.replicas ?? []).map((x) => ({ replicaId: x.id, baseUrl: x.baseUrl }))]));
+  let pricing = new Map(config.revisions.map((r) => [r.id, r.pricing]));
+  let enginesByRevision = new Map(config.revisions.map((r) => [r.id, (r.replicas ?? []).map((x) => ({ replicaId: x.id, baseUrl: x.baseUrl }))]));
+  // A new snapshot's limits, budgets and prices apply to the next reservation.
+  source.onChange((next, version) => {
+    admission.updateTenants(next.tenants);
+    pricing = new Map(next.revisions.map((r) => [r.id, r.pricing]));
+    enginesByRevision = new Map(next.revisions.map((r) => [r.id, (r.replicas ?? []).map((x) => ({ replicaId: x.id, baseUrl: x.baseUrl }))]));
+    logger.info({ version }, 'configuration applied: tenant limits and budgets updated');
+  });
   const settleUncertain = async () => {
     const result = await settleUncertainUsage({ window: { since: new Date(Date.now() - 86_400_000) }, pricing, enginesByRevision, fix: true }, { queries });
     if (result.settled.length > 0) logger.info({ settled: result.settled.map((r) => r.generationId) }, 'uncertain usage settled from the engines\' counts');
@@ -74,6 +96,8 @@ runUntilSignal('admission', logger, async () => {
       draining = true;
       await grpc.close(5_000);
       await reconciler.stop();
+      await source.stop();
+      await nc?.drain().catch(() => undefined);
       await database.close();
       await ops.close();
       await telemetry.shutdown();

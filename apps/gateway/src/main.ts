@@ -5,6 +5,10 @@
  * engine (deadline or cancel in the queue) or whose relay is lost mid-stream go to NATS
  * JetStream; cancels for generations held elsewhere are fanned out on NATS.
  *
+ * Configuration: signed snapshots from the control plane when WEIR_CONFIG_PUBLIC_KEY(_FILE) is
+ * set (WEIR_CONFIG_CACHE_DIR keeps the last good one, WEIR_CONFIG_MAX_STALENESS_MS bounds its
+ * age: beyond it requests get 503 config_stale), else the file WEIR_CONFIG.
+ *
  * Environment: WEIR_CONFIG, DATABASE_URL, NATS_URL, WEIR_NATS_NAMESPACE (default weir: deployments sharing a NATS server need different ones), HOST, PORT (default 8080), ROUTER_ADDR,
  * ADMISSION_ADDR (host:port, or a comma-separated list of admission instances: the first is
  * preferred, the others take over when it is unreachable), SCHEDULER_ADDR, RELAY_ADDR
@@ -13,10 +17,10 @@
  */
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { loadConfigFile } from '@weir/config';
+import { createConfigSyncMetrics, openDataPlaneConfig } from '@weir/config-sync';
 import { type CancelMessage, type GenerationInput, systemClock } from '@weir/core';
 import { countInputWith, remoteReplicas, replicaTokenCounter, utf8TokenUpperBound } from '@weir/engines';
-import { createGatewayApp, createGenerationPipeline, createMetricsObserver } from '@weir/gateway';
+import { createGatewayApp, createGenerationPipeline, createLiveConfig, createMetricsObserver, createRevocations } from '@weir/gateway';
 import { cancelMessageCodec, connectNats, createNatsTopic, createNatsUsageSink, ensureUsageStream, natsNames } from '@weir/messaging-nats';
 import { envInt, envRequired, envString, readEnv, runUntilSignal } from '@weir/service-runtime';
 import { bootstrapTenants, createApiKeyRepository, createCachedApiKeyStore, createPgIdempotencyStore, createUsageQueries, createUsageRepository, openDatabase } from '@weir/store-pg';
@@ -31,7 +35,7 @@ import {
 } from '@weir/transport-grpc';
 
 const env = readEnv({
-  WEIR_CONFIG: envRequired('the configuration file'),
+  WEIR_CONFIG: envString(''),
   DATABASE_URL: envRequired('the Postgres URL, e.g. postgres://postgres@127.0.0.1:5432/weir'),
   NATS_URL: envString('nats://127.0.0.1:4222'),
   WEIR_NATS_NAMESPACE: envString('weir'),
@@ -49,13 +53,14 @@ const logger = createLogger({ name: 'gateway', level: env.LOG_LEVEL as 'info' })
 
 runUntilSignal('gateway', logger, async () => {
   installTracing();
-  const config = loadConfigFile(env.WEIR_CONFIG);
   const telemetry = createTelemetry({ serviceName: 'weir-gateway' });
+  const nc = await connectNats({ servers: env.NATS_URL, name: 'weir-gateway', logger });
+  const source = await openDataPlaneConfig({ env: process.env, service: 'gateway', connectNats: async () => nc, logger, metrics: createConfigSyncMetrics(telemetry.meter) });
+  const config = source.initial;
   const database = await openDatabase({ databaseUrl: env.DATABASE_URL, logger });
   const boot = await bootstrapTenants(database.db, config, env.WEIR_DEMO_API_KEY || undefined, logger);
   if (boot.demoKeyPrefix) logger.info({ prefix: boot.demoKeyPrefix }, 'demo tenant key ready');
 
-  const nc = await connectNats({ servers: env.NATS_URL, name: 'weir-gateway', logger });
   const names = natsNames(env.WEIR_NATS_NAMESPACE);
   await ensureUsageStream(nc, { stream: names.usageStream, subjects: [`${names.usageSubjectPrefix}.>`] });
   const usageSink = createNatsUsageSink(nc, { logger, subjectPrefix: names.usageSubjectPrefix });
@@ -87,6 +92,22 @@ runUntilSignal('gateway', logger, async () => {
   });
   telemetry.observeCircuitBreakers(() => breakers.snapshot(Date.now()));
   const providerKeys = new Map(config.revisions.map((r) => [r.id, revisionProviderKey(r)]));
+  // Tenants and revisions as the latest configuration has them; revocations on their fast path.
+  const live = createLiveConfig(config);
+  const apiKeys = createCachedApiKeyStore(createApiKeyRepository(database.db));
+  const revocations = createRevocations({ keyCache: apiKeys });
+  revocations.applyConfig(config.tenants);
+  source.onChange((next, version) => {
+    live.update(next);
+    revocations.applyConfig(next.tenants);
+    logger.info({ version }, 'configuration applied');
+  });
+  source.onRevocation((r) => {
+    if (r.kind === 'api_key') revocations.revokeKey({ ...(r.api_key_id ? { keyId: r.api_key_id } : {}), ...(r.api_key_sha256 ? { sha256: r.api_key_sha256 } : {}) });
+    else if (r.kind === 'tenant' && r.tenant_id) revocations.setTenantDisabled(r.tenant_id, r.enabled === false ? false : true);
+    else if (r.kind === 'kill_switch' && r.tenant_id) revocations.setKillSwitch(r.tenant_id, r.enabled === true);
+    logger.info({ seq: r.seq, kind: r.kind, tenant: r.tenant_id, keyId: r.api_key_id }, 'revocation applied');
+  });
   const pipeline = createGenerationPipeline({
     router,
     health: createRevisionHealth(breakers, (id) => providerKeys.get(id)),
@@ -95,7 +116,8 @@ runUntilSignal('gateway', logger, async () => {
     relay,
     countInputTokens: (revision, input) => (counters.get(revision.id) ?? upperBound)(input),
     usageSink,
-    tenants: new Map(config.tenants.map((t) => [t.id, t])),
+    tenants: live.tenants,
+    revisions: live.revisions,
     clock: systemClock,
     reservationGraceMs: config.defaults.admission.reservationGraceMs,
     ...(config.defaults.scheduling ? { pushbackMs: config.defaults.scheduling.pushbackMs } : {}),
@@ -104,7 +126,10 @@ runUntilSignal('gateway', logger, async () => {
   const gateway = createGatewayApp({
     pipeline,
     router,
-    apiKeys: createCachedApiKeyStore(createApiKeyRepository(database.db)),
+    apiKeys,
+    revocations,
+    catalog: live,
+    configState: () => source.state(),
     defaults: config.defaults,
     clock: systemClock,
     logger,
@@ -135,6 +160,7 @@ runUntilSignal('gateway', logger, async () => {
       server.closeIdleConnections();
       const result = await usageSink.close({ timeoutMs: 10_000 });
       if (result.unwritten > 0) logger.error({ unwritten: result.unwritten }, 'usage records not acknowledged by JetStream before exit');
+      await source.stop();
       router.close();
       admission.close();
       scheduler.close();

@@ -1,16 +1,23 @@
 /**
  * The router service (split topology): alias → pinned revision by canary weight, sticky per
- * request id, over gRPC (`weir.router.v1`); routing changes in WEIR_CONFIG apply live. Environment: WEIR_CONFIG, HOST, GRPC_PORT
- * (default 50051), OPS_PORT (healthz/readyz/metrics, default 9461), LOG_LEVEL.
+ * request id, over gRPC (`weir.router.v1`). Routing changes apply live: from the control plane's
+ * signed snapshots when WEIR_CONFIG_PUBLIC_KEY(_FILE) is set (over NATS_URL, namespace
+ * WEIR_NATS_NAMESPACE; see docs/config-snapshots.md), else from edits of WEIR_CONFIG.
+ * Environment: WEIR_CONFIG, WEIR_CONFIG_PUBLIC_KEY(_FILE), WEIR_CONFIG_CACHE_DIR, NATS_URL,
+ * WEIR_NATS_NAMESPACE, HOST, GRPC_PORT (default 50051), OPS_PORT (healthz/readyz/metrics,
+ * default 9461), LOG_LEVEL.
  */
-import { loadConfigFile, watchConfigFile } from '@weir/config';
+import type { NatsConnection } from '@nats-io/transport-node';
+import { createConfigSyncMetrics, openDataPlaneConfig } from '@weir/config-sync';
+import { connectNats } from '@weir/messaging-nats';
 import { createRouter } from '@weir/routing';
-import { envInt, envRequired, envString, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
+import { envInt, envString, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
 import { createLogger, createTelemetry } from '@weir/telemetry';
 import { createRouterGrpcServer, installTracing, startGrpcServer } from '@weir/transport-grpc';
 
 const env = readEnv({
-  WEIR_CONFIG: envRequired('the configuration file'),
+  WEIR_CONFIG: envString(''),
+  NATS_URL: envString('nats://127.0.0.1:4222'),
   HOST: envString('127.0.0.1'),
   GRPC_PORT: envInt(50051, 0, 65535),
   OPS_PORT: envInt(9461, 0, 65535),
@@ -20,18 +27,22 @@ const logger = createLogger({ name: 'router', level: env.LOG_LEVEL as 'info' });
 
 runUntilSignal('router', logger, async () => {
   installTracing();
-  const config = loadConfigFile(env.WEIR_CONFIG);
   const telemetry = createTelemetry({ serviceName: 'weir-router' });
+  let nc: NatsConnection | undefined;
+  const source = await openDataPlaneConfig({
+    env: process.env,
+    service: 'router',
+    connectNats: async () => (nc = await connectNats({ servers: env.NATS_URL, name: 'weir-router', logger })),
+    logger,
+    metrics: createConfigSyncMetrics(telemetry.meter),
+    watchFile: true,
+  });
+  const config = source.initial;
   const router = createRouter(config);
-  // Routing changes in the file (canary weights, pins, fallbacks, a rollback) apply live.
-  const watch = watchConfigFile(env.WEIR_CONFIG, {
-    current: config,
-    onUpdate: (next, needsRestart) => {
-      router.update(next);
-      logger.info({ aliases: next.aliases.map((a) => ({ alias: a.name, targets: a.targets })) }, 'configuration file changed: routing updated');
-      if (needsRestart.length > 0) logger.warn({ sections: needsRestart }, 'configuration file changed outside routing: those changes apply only after a restart');
-    },
-    onRejected: (reason) => logger.warn({ reason }, 'configuration file changed but was not applied'),
+  // Routing changes (canary weights, pins, fallbacks, a rollback) apply live.
+  source.onChange((next, version) => {
+    router.update(next);
+    logger.info({ version, aliases: next.aliases.map((a) => ({ alias: a.name, targets: a.targets })) }, 'configuration changed: routing updated');
   });
   const grpc = await startGrpcServer({ host: env.HOST, port: env.GRPC_PORT, services: [createRouterGrpcServer(router)] });
   let draining = false;
@@ -45,7 +56,8 @@ runUntilSignal('router', logger, async () => {
   return {
     async stop() {
       draining = true;
-      watch.stop();
+      await source.stop();
+      await nc?.drain().catch(() => undefined);
       await grpc.close(5_000);
       await ops.close();
       await telemetry.shutdown();

@@ -7,23 +7,28 @@
  * health topic, which ejects them at once. Every CAPACITY_TELEMETRY_INTERVAL_MS it publishes
  * each pool's capacity telemetry (queue, running work, replicas, tokens, busy time) on
  * `<ns>.capacity.telemetry.<pool>` for the capacity controller (docs/capacity.md).
- * Environment: WEIR_CONFIG, NATS_URL, WEIR_NATS_NAMESPACE (default weir: deployments sharing a NATS server need different ones), HOST,
+ * Configuration: the control plane's signed snapshots when WEIR_CONFIG_PUBLIC_KEY(_FILE) is set
+ * (the first one at start; later ones that change what this service holds apply after a
+ * restart, as edits of the file do), else the file WEIR_CONFIG.
+ *
+ * Environment: WEIR_CONFIG, WEIR_CONFIG_PUBLIC_KEY(_FILE), WEIR_CONFIG_CACHE_DIR, NATS_URL, WEIR_NATS_NAMESPACE (default weir: deployments sharing a NATS server need different ones), HOST,
  * GRPC_PORT (default 50053), OPS_PORT (default 9463), PROBE_INTERVAL_MS (default 1000),
  * PROBE_TIMEOUT_MS (default 1000), PROBE_FAILURES (default 3), CAPACITY_TELEMETRY_INTERVAL_MS
  * (default 5000), LOG_LEVEL.
  */
 import { hostname } from 'node:os';
-import { loadConfigFile } from '@weir/config';
+import { nonRoutingChanges } from '@weir/config';
+import { createConfigSyncMetrics, openDataPlaneConfig } from '@weir/config-sync';
 import { type ReplicaHealthEvent, systemClock } from '@weir/core';
 import { remoteReplicas, startReplicaHealthChecks } from '@weir/engines';
 import { connectNats, createCapacityTelemetryPublisher, createNatsTopic, natsNames, replicaHealthEventCodec } from '@weir/messaging-nats';
 import { createCapacityTelemetry, createPoolScheduler, createSchedulerSampler, replicaSamples, schedulerMetricsObserver } from '@weir/scheduling';
-import { envInt, envRequired, envString, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
+import { envInt, envString, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
 import { createLogger, createTelemetry } from '@weir/telemetry';
 import { createSchedulerGrpcServer, installTracing, startGrpcServer } from '@weir/transport-grpc';
 
 const env = readEnv({
-  WEIR_CONFIG: envRequired('the configuration file'),
+  WEIR_CONFIG: envString(''),
   NATS_URL: envString('nats://127.0.0.1:4222'),
   WEIR_NATS_NAMESPACE: envString('weir'),
   HOST: envString('127.0.0.1'),
@@ -39,8 +44,14 @@ const logger = createLogger({ name: 'scheduler', level: env.LOG_LEVEL as 'info' 
 
 runUntilSignal('scheduler', logger, async () => {
   installTracing();
-  const config = loadConfigFile(env.WEIR_CONFIG);
   const telemetry = createTelemetry({ serviceName: 'weir-scheduler' });
+  const nc = await connectNats({ servers: env.NATS_URL, name: 'weir-scheduler', logger });
+  const source = await openDataPlaneConfig({ env: process.env, service: 'scheduler', connectNats: async () => nc, logger, metrics: createConfigSyncMetrics(telemetry.meter), watchFile: true });
+  const config = source.initial;
+  source.onChange((next, version) => {
+    const changed = [...nonRoutingChanges(config, next), ...(JSON.stringify(next.revisions) !== JSON.stringify(config.revisions) ? ['revisions (engines, replicas, prices)'] : [])];
+    if (changed.length > 0) logger.warn({ version, sections: changed }, 'configuration changed: this service applies these sections after a restart');
+  });
   const replicas = remoteReplicas(config.revisions);
   const scheduler = createPoolScheduler({
     replicas: replicas.map(({ id, revisionId, slots, pool, kvTokens }) => ({ id, revisionId, slots, pool, kvTokens })),
@@ -58,7 +69,6 @@ runUntilSignal('scheduler', logger, async () => {
   const sampleScheduler = createSchedulerSampler();
   telemetry.observeScheduler(() => sampleScheduler(scheduler.stats()));
 
-  const nc = await connectNats({ servers: env.NATS_URL, name: 'weir-scheduler', logger });
   const health = createNatsTopic<ReplicaHealthEvent>(nc, natsNames(env.WEIR_NATS_NAMESPACE).healthSubject, replicaHealthEventCodec);
   // Configured replicas are probed on /readyz; any replica a relay reports is ejected at
   // once, and a probed one comes back when it answers again.
@@ -104,6 +114,7 @@ runUntilSignal('scheduler', logger, async () => {
       checks.stop();
       unsubscribe();
       await grpc.close(5_000);
+      await source.stop();
       await nc.drain().catch(() => undefined);
       await ops.close();
       await telemetry.shutdown();

@@ -7,11 +7,16 @@
  * bounded, while NATS is away). Cancels fanned out on NATS (`weir.cancel`) stop the generation
  * it holds; a replica it cannot reach is reported on `weir.health`.
  *
- * Environment: WEIR_CONFIG, NATS_URL, WEIR_NATS_NAMESPACE (default weir: deployments sharing a NATS server need different ones), HOST, GRPC_PORT (default 50054), OPS_PORT (default 9464),
+ * Configuration: the control plane's signed snapshots when WEIR_CONFIG_PUBLIC_KEY(_FILE) is set
+ * (the first one at start; later ones that change what this service holds apply after a
+ * restart, as edits of the file do), else the file WEIR_CONFIG.
+ *
+ * Environment: WEIR_CONFIG, WEIR_CONFIG_PUBLIC_KEY(_FILE), WEIR_CONFIG_CACHE_DIR, NATS_URL, WEIR_NATS_NAMESPACE (default weir: deployments sharing a NATS server need different ones), HOST, GRPC_PORT (default 50054), OPS_PORT (default 9464),
  * RELAY_FIRST_TOKEN_TIMEOUT_MS (default 10000), RELAY_IDLE_TIMEOUT_MS (default 10000),
  * SHUTDOWN_GRACE_MS (default 10000), LOG_LEVEL.
  */
-import { loadConfigFile } from '@weir/config';
+import { nonRoutingChanges } from '@weir/config';
+import { createConfigSyncMetrics, openDataPlaneConfig } from '@weir/config-sync';
 import { type CancelMessage, type RelayHandle, type ReplicaHealthEvent, systemClock } from '@weir/core';
 import { createReplicaEngines, remoteReplicas, replicaUnreachable } from '@weir/engines';
 import {
@@ -23,13 +28,13 @@ import {
   natsNames,
   replicaHealthEventCodec,
 } from '@weir/messaging-nats';
-import { envInt, envRequired, envString, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
+import { envInt, envString, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
 import { createRelay } from '@weir/streaming';
 import { createLogger, createTelemetry } from '@weir/telemetry';
 import { createRelayGrpcServer, installTracing, startGrpcServer } from '@weir/transport-grpc';
 
 const env = readEnv({
-  WEIR_CONFIG: envRequired('the configuration file'),
+  WEIR_CONFIG: envString(''),
   NATS_URL: envString('nats://127.0.0.1:4222'),
   WEIR_NATS_NAMESPACE: envString('weir'),
   HOST: envString('127.0.0.1'),
@@ -44,8 +49,14 @@ const logger = createLogger({ name: 'streaming-relay', level: env.LOG_LEVEL as '
 
 runUntilSignal('streaming-relay', logger, async () => {
   installTracing();
-  const config = loadConfigFile(env.WEIR_CONFIG);
   const telemetry = createTelemetry({ serviceName: 'weir-streaming-relay' });
+  const nc = await connectNats({ servers: env.NATS_URL, name: 'weir-streaming-relay', logger });
+  const source = await openDataPlaneConfig({ env: process.env, service: 'relay', connectNats: async () => nc, logger, metrics: createConfigSyncMetrics(telemetry.meter), watchFile: true });
+  const config = source.initial;
+  source.onChange((next, version) => {
+    const changed = [...nonRoutingChanges(config, next), ...(JSON.stringify(next.revisions) !== JSON.stringify(config.revisions) ? ['revisions (engines, replicas, prices)'] : [])];
+    if (changed.length > 0) logger.warn({ version, sections: changed }, 'configuration changed: this service applies these sections after a restart');
+  });
 
   // One adapter per replica (OpenAI-compatible, or Anthropic Messages for an anthropic
   // revision); the scheduler chose the replica.
@@ -57,7 +68,6 @@ runUntilSignal('streaming-relay', logger, async () => {
   });
   const revisionOf = new Map(replicas.map((r) => [r.id, r.revisionId]));
 
-  const nc = await connectNats({ servers: env.NATS_URL, name: 'weir-streaming-relay', logger });
   const names = natsNames(env.WEIR_NATS_NAMESPACE);
   await ensureUsageStream(nc, { stream: names.usageStream, subjects: [`${names.usageSubjectPrefix}.>`] });
   const usageSink = createNatsUsageSink(nc, { logger, subjectPrefix: names.usageSubjectPrefix });
@@ -112,6 +122,7 @@ runUntilSignal('streaming-relay', logger, async () => {
       const result = await usageSink.close({ timeoutMs: 10_000 });
       if (result.unwritten > 0) logger.error({ unwritten: result.unwritten }, 'usage records not acknowledged by JetStream before exit');
       for (const engine of engines.values()) await engine.close().catch(() => undefined);
+      await source.stop();
       await nc.drain().catch(() => undefined);
       await ops.close();
       await telemetry.shutdown();

@@ -2,6 +2,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { PrometheusExporter } from '@opentelemetry/exporter-prometheus';
 import { resourceFromAttributes } from '@opentelemetry/resources';
 import { MeterProvider } from '@opentelemetry/sdk-metrics';
+import type { Meter } from '@opentelemetry/api';
 import { ATTRIBUTE_NAMES, CIRCUIT_BREAKER_STATE_VALUES, METRIC_NAMES } from './metric-names';
 import { circuitBreakerScopeOf, createWeirMetrics, label, type CircuitBreakerScope, type CircuitBreakerStateName, type WeirMetrics } from './weir-metrics';
 
@@ -50,6 +51,11 @@ export interface Telemetry {
    * `BreakerRegistry.snapshot(now)` fits. Call once per process.
    */
   observeCircuitBreakers(read: () => readonly CircuitBreakerSample[]): void;
+  /**
+   * The process's OpenTelemetry meter, for instruments other libraries define themselves (e.g.
+   * `@weir/config-sync`'s snapshot version, age and rejections); they appear on `/metrics` too.
+   */
+  meter: Meter;
   /** Stops the meter provider; later recordings are dropped. Call once at shutdown. */
   shutdown(): Promise<void>;
 }
@@ -126,6 +132,7 @@ export function createTelemetry(options: TelemetryOptions): Telemetry {
   let stopped: Promise<void> | undefined;
   return {
     metrics,
+    meter,
     metricsHandler: (req, res) => exporter.getMetricsRequestHandler(req, res),
     observeEngines(read) {
       const output = meter.createObservableCounter(METRIC_NAMES.engineOutputTokens, { unit: '{token}', description: "Output tokens produced, by the engine's own count" });

@@ -1,0 +1,188 @@
+/**
+ * Where a data-plane service gets its configuration: the signed snapshots of the control plane
+ * (when a verify key is configured) or, without one, the configuration file of earlier
+ * deployments. Either way the service is told of every new configuration through one callback,
+ * and `state()` says how fresh it is, for the gateway's fail-closed check (`config_stale`) and
+ * `/readyz`.
+ *
+ * Snapshot mode (`WEIR_CONFIG_PUBLIC_KEY` or `WEIR_CONFIG_PUBLIC_KEY_FILE` set): the service
+ * watches the NATS KV bucket `<namespace>_config`, verifies every envelope with the key it was
+ * given out of band, applies snapshots whose version moves forward, keeps the last good one in
+ * `WEIR_CONFIG_CACHE_DIR` (so a restart serves before NATS answers), and reports stale beyond
+ * `WEIR_CONFIG_MAX_STALENESS_MS`. Revocations (keys, tenants, kill switch) reach the
+ * `onRevocation` callback as soon as they are published.
+ */
+import path from 'node:path';
+import type { NatsConnection } from '@nats-io/transport-node';
+import { parseConfig, watchConfigFile, loadConfigFile, type ConfigWatcher } from '@weir/config';
+import { type PlatformConfig, WeirError } from '@weir/core';
+import { configBucketName } from './bucket';
+import { createNatsConfigBucket } from './nats-config-bucket';
+import type { RevocationPayload } from './envelope';
+import { verifyKeyFromEnv } from './keys';
+import type { ConfigSyncLogger } from './logger';
+import type { ConfigSyncMetrics } from './metrics';
+import { createSnapshotSubscriber, type SnapshotSubscriber } from './subscriber';
+
+/** The configuration's freshness, in the shape `@weir/gateway`'s `configState` takes. */
+export interface DataPlaneConfigState {
+  /** Age of the applied configuration (ms); 0 in file mode. */
+  ageMs: number;
+  /** True when requests must be refused (snapshot older than the maximum, or none yet). */
+  stale: boolean;
+  /** The applied snapshot version (snapshot mode). */
+  version?: number;
+  /** The maximum age (ms) before `stale` (snapshot mode). */
+  maxAgeMs?: number;
+  /** Why it is stale, or the latest rejection (payload-free), for `/readyz`. */
+  reason?: string;
+}
+
+/** A service's configuration source. */
+export interface DataPlaneConfig {
+  /** `snapshots` (signed, from the control plane) or `file` (`WEIR_CONFIG`). */
+  mode: 'snapshots' | 'file';
+  /** The configuration the service starts with. */
+  initial: PlatformConfig;
+  /** Every later configuration, already validated (`parseConfig`); a listener that throws rejects a snapshot (`apply_failed`). */
+  onChange(listener: (config: PlatformConfig, version?: number) => void): void;
+  /** Revocations as they arrive (snapshot mode only; the file has none). */
+  onRevocation(listener: (revocation: RevocationPayload) => void): void;
+  state(): DataPlaneConfigState;
+  stop(): Promise<void>;
+}
+
+/** Environment read by {@link openDataPlaneConfig}. */
+export interface DataPlaneConfigEnv {
+  /** The configuration file: the source in file mode. In snapshot mode it is not read. */
+  WEIR_CONFIG?: string;
+  WEIR_CONFIG_PUBLIC_KEY?: string;
+  WEIR_CONFIG_PUBLIC_KEY_FILE?: string;
+  /** Directory for the last-good snapshot (`<service>.snapshot.json`). Default: none (cold starts wait for NATS). */
+  WEIR_CONFIG_CACHE_DIR?: string;
+  /** Maximum snapshot age before requests are refused (ms). Default 300,000. */
+  WEIR_CONFIG_MAX_STALENESS_MS?: string;
+  /** How long a start without a last-good snapshot waits for one (ms). Default 60,000. */
+  WEIR_CONFIG_WAIT_MS?: string;
+  WEIR_NATS_NAMESPACE?: string;
+  [name: string]: string | undefined;
+}
+
+/** Options of {@link openDataPlaneConfig}. */
+export interface OpenDataPlaneConfigOptions {
+  env: DataPlaneConfigEnv;
+  /** The service's name (`gateway`, `router`, …): names its last-good file. */
+  service: string;
+  /** Connects to NATS (snapshot mode only; called once). */
+  connectNats: () => Promise<NatsConnection>;
+  logger: ConfigSyncLogger;
+  metrics?: ConfigSyncMetrics;
+  /** File mode: also watch the file and report valid changes (as `watchConfigFile` does). Default false. */
+  watchFile?: boolean;
+}
+
+function positiveInt(env: DataPlaneConfigEnv, name: string, fallback: number): number {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return fallback;
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n < 1) throw new WeirError('invalid_request', `${name} must be a positive integer of milliseconds, got ${JSON.stringify(raw)}`);
+  return n;
+}
+
+/**
+ * Opens the service's configuration source (see the module comment) and returns once it has a
+ * configuration to start with.
+ * @throws WeirError `invalid_request` when neither a verify key nor `WEIR_CONFIG` is set, or a
+ *   setting is malformed; `upstream_unavailable` when snapshot mode finds no snapshot (no
+ *   last-good file, nothing in the bucket) within `WEIR_CONFIG_WAIT_MS`; `ConfigError` from the
+ *   file in file mode.
+ */
+export async function openDataPlaneConfig(options: OpenDataPlaneConfigOptions): Promise<DataPlaneConfig> {
+  const { env, logger } = options;
+  const verifyKey = verifyKeyFromEnv(env);
+  const changeListeners: ((config: PlatformConfig, version?: number) => void)[] = [];
+  const revocationListeners: ((revocation: RevocationPayload) => void)[] = [];
+
+  if (!verifyKey) {
+    if (!env.WEIR_CONFIG) {
+      throw new WeirError('invalid_request', 'no configuration: set WEIR_CONFIG_PUBLIC_KEY_FILE (signed snapshots from the control plane) or WEIR_CONFIG (a configuration file)');
+    }
+    const initial = loadConfigFile(env.WEIR_CONFIG);
+    let watcher: ConfigWatcher | undefined;
+    if (options.watchFile) {
+      watcher = watchConfigFile(env.WEIR_CONFIG, {
+        current: initial,
+        onUpdate: (config, needsRestart) => {
+          for (const l of changeListeners) l(config);
+          if (needsRestart.length > 0) logger.warn({ sections: needsRestart }, 'configuration file changed; these sections apply after a restart');
+        },
+        onRejected: (reason) => logger.error({ reason }, 'configuration file change rejected; still serving the previous configuration'),
+      });
+    }
+    return {
+      mode: 'file',
+      initial,
+      onChange: (l) => void changeListeners.push(l),
+      onRevocation: (l) => void revocationListeners.push(l),
+      state: () => ({ ageMs: 0, stale: false }),
+      async stop() {
+        watcher?.stop();
+      },
+    };
+  }
+
+  const maxStalenessMs = positiveInt(env, 'WEIR_CONFIG_MAX_STALENESS_MS', 300_000);
+  const waitMs = positiveInt(env, 'WEIR_CONFIG_WAIT_MS', 60_000);
+  const nc = await options.connectNats();
+  const bucket = createNatsConfigBucket(nc, { namespace: env.WEIR_NATS_NAMESPACE || 'weir', logger });
+  let current: PlatformConfig | undefined;
+  const subscriber: SnapshotSubscriber = createSnapshotSubscriber({
+    bucket,
+    verifyKey,
+    maxStalenessMs,
+    initialWaitMs: waitMs,
+    logger,
+    ...(options.metrics ? { metrics: options.metrics } : {}),
+    ...(env.WEIR_CONFIG_CACHE_DIR ? { lastGoodPath: path.join(env.WEIR_CONFIG_CACHE_DIR, `${options.service}.snapshot.json`) } : {}),
+    onSnapshot(snapshot) {
+      // A snapshot that is not a valid configuration is rejected (apply_failed) and the previous one stays.
+      const config = parseConfig(JSON.stringify(snapshot.config), `snapshot v${snapshot.version}`);
+      const first = current === undefined;
+      current = config;
+      if (!first) for (const l of changeListeners) l(config, snapshot.version);
+    },
+    onRevocation(revocation) {
+      for (const l of revocationListeners) l(revocation);
+    },
+  });
+  const first = await subscriber.start();
+  if (!first || !current) {
+    await subscriber.stop();
+    throw new WeirError(
+      'upstream_unavailable',
+      `no configuration snapshot within ${waitMs} ms: none in the last-good file and none in the NATS bucket ${configBucketName(env.WEIR_NATS_NAMESPACE || 'weir')}; start the control plane (it publishes one) or check WEIR_NATS_NAMESPACE and the verify key`,
+      { retryable: true },
+    );
+  }
+  logger.info({ version: first.version, issuedAt: first.issuedAt }, 'configuration snapshot applied');
+  return {
+    mode: 'snapshots',
+    initial: current,
+    onChange: (l) => void changeListeners.push(l),
+    onRevocation: (l) => void revocationListeners.push(l),
+    state() {
+      const s = subscriber.status();
+      return {
+        ageMs: s.ageMs ?? 0,
+        stale: s.stale,
+        maxAgeMs: s.maxStalenessMs,
+        ...(s.version !== undefined ? { version: s.version } : {}),
+        ...(s.lastRejection ? { reason: `last rejected message: ${s.lastRejection.reason} (${s.lastRejection.detail})` } : {}),
+      };
+    },
+    async stop() {
+      await subscriber.stop();
+      await bucket.close();
+    },
+  };
+}
