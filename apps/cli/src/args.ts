@@ -98,15 +98,34 @@ export type Command = { command: 'help'; topic?: 'capacity' } | CapacityCommand;
 export const MAIN_HELP = `weir — Weir's operator command line
 
 usage: weir <command> [flags]
+       weir <resource> <verb> [arguments] [flags]
 
-commands:
-  capacity    size a replica fleet for a load: the throughput arithmetic, or a simulation
-              of replicas (TTFT and TPOT percentiles, KV memory and prefill checks)
+planning:
+  capacity      size a replica fleet for a load: the throughput arithmetic, or a simulation
+                of replicas (TTFT and TPOT percentiles, KV memory and prefill checks)
+
+the control plane's admin API (WEIR_ADMIN_URL, default http://127.0.0.1:8090; WEIR_ADMIN_TOKEN):
+  tenants       list, get, create, update, delete, disable, enable, kill-switch
+  apps          list, get, create, delete (a tenant's apps)
+  keys          list, create (the key is printed once), revoke
+  policy        get, set (from a JSON/YAML file, or limit and policy flags)
+  revisions     list, get, create (from a file), deprecate, undeprecate (also: weir models …)
+  aliases       list, get, create, set-weights, rollback
+  pools         list
+  capacity show the capacity controller's desired replicas per pool
+  snapshots     list, get
+  audit         list (filters), get
+  admin-tokens  list, create (printed once), revoke
+
+the data plane (WEIR_API_URL, default http://127.0.0.1:8080; WEIR_API_KEY):
+  usage         a tenant's tokens and cost this day or month
 
 flags:
-  -h, --help  show help (also: weir <command> --help)
+  -h, --help  show help (also: weir <command> --help, weir <resource> --help)
+  --json      print the API's JSON instead of a table (admin and usage commands)
 
-exit status: 0 done, 1 no answer (a simulation found no fleet meeting the targets), 2 bad usage`;
+exit status: 0 done, 1 no answer (a simulation found no fleet meeting the targets) or the
+API refused the request (error: <its message>), 2 bad usage`;
 
 /** `weir capacity --help`. */
 export const CAPACITY_HELP = `weir capacity — how many replicas a load needs
@@ -164,6 +183,9 @@ anything, the caps to bound a run's work (seconds per fleet size at the very wor
 whose throughput lower bound exceeds --max-replicas is answered at once (exit 1) without
 simulating, and so is one no fleet size can serve (a request larger than the KV cache, a
 TTFT or TPOT target below what one idle replica achieves).
+
+The control plane's live decisions (desired replicas per pool from telemetry) are
+weir capacity show [pool] (weir capacity show --help).
 
 exit status: 0 done, 1 no fleet up to --max-replicas can meet the targets, 2 bad usage`;
 
@@ -299,7 +321,7 @@ export function parseCommandLine(argv: readonly string[]): Command {
   const [command, ...rest] = argv;
   if (command === undefined || command === '-h' || command === '--help' || command === 'help') return { command: 'help' };
   if (command !== 'capacity') {
-    throw new UsageError(command.startsWith('-') ? `${command}: unknown flag; name a command first (weir --help)` : `${command}: unknown command (try: weir capacity --help)`);
+    throw new UsageError(command.startsWith('-') ? `${command}: unknown flag; name a command first (weir --help)` : `${command}: unknown command (weir --help lists them)`);
   }
   let parsed: ReturnType<typeof parseCapacityArgs>;
   try {

@@ -16,6 +16,8 @@ import {
   type SimulationReport,
   type TokenDistribution,
 } from '@weir/capacity';
+import { type AdminIo, runAdminCommand } from './admin/run-admin';
+import { isAdminCommandLine } from './admin/parse';
 import { CAPACITY_HELP, type CapacityCommand, LIMITS, MAIN_HELP, parseCommandLine, UsageError } from './args';
 
 /** Where the command writes. */
@@ -67,8 +69,19 @@ export function flagOfField(field: string): string {
 }
 
 /**
- * Runs `weir <argv…>` and returns the exit status: 0 done, 1 no answer (a simulation found no
- * fleet meeting the targets), 2 bad usage (the message on `err` names the flag).
+ * Runs any `weir` command line and resolves to its exit status: the admin commands
+ * (`weir tenants list`, …; 0 done, 1 the API refused or could not be reached, 2 bad usage)
+ * through {@link runAdminCommand}, everything else (the capacity planner, help) through
+ * {@link runCli}. `io.env`, `io.fetch` and `io.readFile` default to the process's.
+ */
+export async function run(argv: readonly string[], io: AdminIo): Promise<number> {
+  return isAdminCommandLine(argv) ? runAdminCommand(argv, io) : runCli(argv, io);
+}
+
+/**
+ * Runs `weir <argv…>` for the capacity planner and help, and returns the exit status: 0 done,
+ * 1 no answer (a simulation found no fleet meeting the targets), 2 bad usage (the message on
+ * `err` names the flag).
  */
 export function runCli(argv: readonly string[], io: CliOutput): number {
   try {

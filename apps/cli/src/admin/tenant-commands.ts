@@ -1,0 +1,319 @@
+/**
+ * `weir tenants|apps|keys|policy …`: tenants, their apps, API keys, policies, the disabled flag
+ * and the kill switch, over `/admin/v1/tenants/…`.
+ */
+import { UsageError } from '../args';
+import {
+  applyLimits,
+  type CommandSpec,
+  LIMIT_FLAG_SPECS,
+  limitsFromFlags,
+  parseList,
+  parseOnOff,
+  readObjectFile,
+  said,
+  seg,
+  stringFlag,
+} from './command';
+import { type Column, formatDetail, formatTable, keyValues, orDash, time } from './format';
+
+/** A tenant as the admin API returns it. */
+export interface TenantView {
+  id: string;
+  name: string;
+  created_at: string;
+  apps: AppView[];
+  policy: Record<string, unknown>;
+}
+
+/** An app as the admin API returns it. */
+export interface AppView {
+  id: string;
+  tenant_id: string;
+  name: string;
+  limits: Record<string, unknown>;
+  created_at: string;
+}
+
+/** An API key as the admin API returns it (never its secret, but once at creation: `key`). */
+export interface ApiKeyView {
+  id: string;
+  prefix: string;
+  display: string;
+  tenant_id: string;
+  app_id: string;
+  label: string;
+  created_at: string;
+  revoked_at: string | null;
+  key?: string;
+}
+
+/** `active`, or what stops the tenant's traffic (`disabled`, `kill switch`). */
+export function tenantStatus(policy: Record<string, unknown>): string {
+  const off = [policy.disabled === true ? 'disabled' : '', policy.kill_switch === true ? 'kill switch' : ''].filter(Boolean);
+  return off.length > 0 ? off.join(', ') : 'active';
+}
+
+export const TENANT_COLUMNS: readonly Column<TenantView>[] = [
+  ['ID', (t) => t.id],
+  ['NAME', (t) => t.name],
+  ['APPS', (t) => String(t.apps.length)],
+  ['STATUS', (t) => tenantStatus(t.policy)],
+  ['LIMITS', (t) => keyValues(t.policy.limits)],
+];
+
+export const APP_COLUMNS: readonly Column<AppView>[] = [
+  ['ID', (a) => a.id],
+  ['NAME', (a) => a.name],
+  ['LIMITS', (a) => keyValues(a.limits)],
+  ['CREATED', (a) => time(a.created_at)],
+];
+
+/** Keys show only their public prefix (`wk_<prefix>_…`). */
+export const KEY_COLUMNS: readonly Column<ApiKeyView>[] = [
+  ['ID', (k) => k.id],
+  ['KEY', (k) => k.display],
+  ['APP', (k) => k.app_id],
+  ['LABEL', (k) => orDash(k.label)],
+  ['CREATED', (k) => time(k.created_at)],
+  ['REVOKED', (k) => time(k.revoked_at)],
+];
+
+/** Printed (to stderr) with a new API key or admin token: its only appearance. */
+export const SHOWN_ONCE_WARNING = 'warning: this is the only time the secret is shown; Weir keeps only its hash. Store it in your secret manager now.';
+
+const tenantPath = (t: string | undefined) => `/tenants/${seg(t)}`;
+
+const confirmFlag = { type: 'boolean' as const, help: 'confirm the deletion' };
+const requireYes = (flags: Readonly<Record<string, unknown>>, what: string) => {
+  if (flags.yes !== true) throw new UsageError(`${what}; add --yes to confirm`);
+};
+
+/** The policy fields `policy set` takes as flags (besides the limits), and how each is read. */
+const POLICY_FLAGS: Readonly<Record<string, { field: string; value: string; help: string; parse: (raw: string, flag: string) => unknown }>> = {
+  'allowed-aliases': { field: 'allowed_aliases', value: 'A,B', help: 'aliases the tenant may call (none: all)', parse: (raw, flag) => parseList(flag, raw) },
+  'content-logging': { field: 'content_logging', value: 'on|off', help: 'keep prompt and output text in logs', parse: (raw, flag) => parseOnOff(`--${flag}`, raw) },
+  'redaction-profile': { field: 'redaction_profile', value: 'NAME', help: 'redaction profile applied to logged content', parse: (raw) => raw },
+  'dedicated-pool': { field: 'dedicated_pool', value: 'POOL', help: "the tenant's dedicated pool", parse: (raw) => raw },
+};
+
+/** The tenant, app, key and policy commands. */
+export const TENANT_COMMANDS: readonly CommandSpec[] = [
+  {
+    resource: 'tenants',
+    verb: 'list',
+    args: [],
+    summary: 'list tenants with their status and limits',
+    async run({ api }) {
+      const { data } = await api.request<{ data: TenantView[] }>('GET', '/tenants');
+      return { data, text: formatTable(data, TENANT_COLUMNS) };
+    },
+  },
+  {
+    resource: 'tenants',
+    verb: 'get',
+    args: ['tenant'],
+    summary: 'show a tenant with its apps and policy',
+    async run({ api, args }) {
+      const t = await api.request<TenantView>('GET', tenantPath(args.tenant));
+      return { data: t, text: formatDetail(t) };
+    },
+  },
+  {
+    resource: 'tenants',
+    verb: 'create',
+    args: ['tenant'],
+    flags: {
+      name: { value: 'NAME', help: 'display name', required: true },
+      'policy-file': { value: 'FILE', help: 'initial policy, JSON or YAML (fields as in the configuration file)' },
+    },
+    summary: 'create a tenant',
+    async run(ctx) {
+      const file = stringFlag(ctx, 'policy-file');
+      const policy = file === undefined ? undefined : readObjectFile('policy-file', file, ctx.readFile);
+      const t = await ctx.api.request<TenantView>('POST', '/tenants', { body: { id: ctx.args.tenant, name: stringFlag(ctx, 'name'), ...(policy ? { policy } : {}) } });
+      return said(t, `created tenant ${t.id} (${t.name})`);
+    },
+  },
+  {
+    resource: 'tenants',
+    verb: 'update',
+    args: ['tenant'],
+    flags: { name: { value: 'NAME', help: 'new display name', required: true } },
+    summary: "rename a tenant (its policy: weir policy set)",
+    async run(ctx) {
+      const t = await ctx.api.request<TenantView>('PATCH', tenantPath(ctx.args.tenant), { body: { name: stringFlag(ctx, 'name') } });
+      return said(t, `updated tenant ${t.id} (${t.name})`);
+    },
+  },
+  {
+    resource: 'tenants',
+    verb: 'delete',
+    args: ['tenant'],
+    flags: { yes: confirmFlag },
+    summary: 'delete a tenant with its apps, keys and policy (--yes)',
+    async run(ctx) {
+      requireYes(ctx.flags, `tenants delete removes tenant ${ctx.args.tenant} with its apps, API keys and policy`);
+      const r = await ctx.api.request('DELETE', tenantPath(ctx.args.tenant));
+      return said(r, `deleted tenant ${ctx.args.tenant}`);
+    },
+  },
+  ...(['disable', 'enable'] as const).map(
+    (verb): CommandSpec => ({
+      resource: 'tenants',
+      verb,
+      args: ['tenant'],
+      summary: verb === 'disable' ? "refuse all of a tenant's requests (403 tenant_disabled) until enabled" : 'let a disabled tenant in again',
+      async run({ api, args }) {
+        const policy = await api.request<Record<string, unknown>>('PATCH', `${tenantPath(args.tenant)}/policy`, { body: { disabled: verb === 'disable' ? true : null } });
+        return said(policy, `tenant ${args.tenant}: ${verb}d (status: ${tenantStatus(policy)})`);
+      },
+    }),
+  ),
+  {
+    resource: 'tenants',
+    verb: 'kill-switch',
+    args: ['tenant', 'state'],
+    summary: "on: refuse the tenant's requests at once (503 kill_switch); off: lift it",
+    async run({ api, args }) {
+      const enabled = parseOnOff('state', args.state ?? '');
+      const policy = await api.request<Record<string, unknown>>('POST', `${tenantPath(args.tenant)}/kill-switch`, { body: { enabled } });
+      return said(policy, `tenant ${args.tenant}: kill switch ${enabled ? 'on' : 'off'} (status: ${tenantStatus(policy)})`);
+    },
+  },
+
+  // ---- apps
+  {
+    resource: 'apps',
+    verb: 'list',
+    args: ['tenant'],
+    summary: "list a tenant's apps",
+    async run({ api, args }) {
+      const { data } = await api.request<{ data: AppView[] }>('GET', `${tenantPath(args.tenant)}/apps`);
+      return { data, text: formatTable(data, APP_COLUMNS) };
+    },
+  },
+  {
+    resource: 'apps',
+    verb: 'get',
+    args: ['tenant', 'app'],
+    summary: 'show an app',
+    async run({ api, args }) {
+      const a = await api.request<AppView>('GET', `${tenantPath(args.tenant)}/apps/${seg(args.app)}`);
+      return { data: a, text: formatDetail(a) };
+    },
+  },
+  {
+    resource: 'apps',
+    verb: 'create',
+    args: ['tenant', 'app'],
+    flags: { name: { value: 'NAME', help: 'display name', required: true }, ...LIMIT_FLAG_SPECS },
+    summary: 'create an app of a tenant, optionally with its own limits',
+    async run(ctx) {
+      const limits = limitsFromFlags(ctx.flags);
+      const body = { id: ctx.args.app, name: stringFlag(ctx, 'name'), ...(Object.keys(limits.set).length > 0 ? { limits: limits.set } : {}) };
+      const a = await ctx.api.request<AppView>('POST', `${tenantPath(ctx.args.tenant)}/apps`, { body });
+      return said(a, `created app ${a.id} (${a.name}) of tenant ${a.tenant_id}`);
+    },
+  },
+  {
+    resource: 'apps',
+    verb: 'delete',
+    args: ['tenant', 'app'],
+    flags: { yes: confirmFlag },
+    summary: 'delete an app and revoke its keys (--yes)',
+    async run(ctx) {
+      requireYes(ctx.flags, `apps delete removes app ${ctx.args.app} and revokes its API keys`);
+      const r = await ctx.api.request('DELETE', `${tenantPath(ctx.args.tenant)}/apps/${seg(ctx.args.app)}`);
+      return said(r, `deleted app ${ctx.args.app} of tenant ${ctx.args.tenant}`);
+    },
+  },
+
+  // ---- keys
+  {
+    resource: 'keys',
+    verb: 'list',
+    args: ['tenant'],
+    flags: { app: { value: 'APP', help: "only this app's keys" } },
+    summary: "list a tenant's API keys (public prefixes only)",
+    async run(ctx) {
+      const app = stringFlag(ctx, 'app');
+      const { data } = await ctx.api.request<{ data: ApiKeyView[] }>('GET', `${tenantPath(ctx.args.tenant)}${app === undefined ? '' : `/apps/${seg(app)}`}/keys`);
+      return { data, text: formatTable(data, KEY_COLUMNS) };
+    },
+  },
+  {
+    resource: 'keys',
+    verb: 'create',
+    args: ['tenant', 'app'],
+    flags: { label: { value: 'TEXT', help: "what the key is for (shown in lists)" } },
+    summary: 'create an API key for an app; its secret is printed once',
+    async run(ctx) {
+      const label = stringFlag(ctx, 'label');
+      const k = await ctx.api.request<ApiKeyView>('POST', `${tenantPath(ctx.args.tenant)}/apps/${seg(ctx.args.app)}/keys`, { body: label === undefined ? {} : { label } });
+      return {
+        data: k,
+        text: `created API key ${k.id} (${k.display}) for app ${k.app_id} of tenant ${k.tenant_id}:\n\n  ${k.key}\n\n`,
+        warning: SHOWN_ONCE_WARNING,
+      };
+    },
+  },
+  {
+    resource: 'keys',
+    verb: 'revoke',
+    args: ['tenant', 'app', 'key'],
+    summary: 'revoke an API key (every gateway refuses it within seconds)',
+    async run({ api, args }) {
+      const k = await api.request<ApiKeyView>('POST', `${tenantPath(args.tenant)}/apps/${seg(args.app)}/keys/${seg(args.key)}/revoke`, { body: {} });
+      return said(k, `revoked API key ${k.id} (${k.display}) at ${time(k.revoked_at)}`);
+    },
+  },
+
+  // ---- policy
+  {
+    resource: 'policy',
+    verb: 'get',
+    args: ['tenant'],
+    summary: "show a tenant's policy",
+    async run({ api, args }) {
+      const p = await api.request<Record<string, unknown>>('GET', `${tenantPath(args.tenant)}/policy`);
+      return { data: p, text: Object.keys(p).length === 0 ? '(empty policy: platform defaults, no limits)\n' : formatDetail(p) };
+    },
+  },
+  {
+    resource: 'policy',
+    verb: 'set',
+    args: ['tenant'],
+    flags: {
+      file: { value: 'FILE', help: 'replace the whole policy with this JSON or YAML file' },
+      ...LIMIT_FLAG_SPECS,
+      ...Object.fromEntries(Object.entries(POLICY_FLAGS).map(([flag, p]) => [flag, { value: p.value, help: `${p.help} (none removes it)` }])),
+    },
+    summary: "replace a tenant's policy from a file, or change limits and fields with flags",
+    async run(ctx) {
+      const file = stringFlag(ctx, 'file');
+      const given = Object.keys(ctx.flags).filter((f) => f !== 'file' && ctx.flags[f] !== undefined);
+      const path = `${tenantPath(ctx.args.tenant)}/policy`;
+      if (file !== undefined) {
+        if (given.length > 0) throw new UsageError(`--file replaces the whole policy; give the other flags (--${given.join(', --')}) without it, or put them in the file`);
+        const p = await ctx.api.request<Record<string, unknown>>('PUT', path, { body: readObjectFile('file', file, ctx.readFile) });
+        return said(p, `replaced the policy of tenant ${ctx.args.tenant} (status: ${tenantStatus(p)})`);
+      }
+      if (given.length === 0) throw new UsageError('policy set: give --file FILE or at least one limit or policy flag (weir policy set --help lists them)');
+      const limits = limitsFromFlags(ctx.flags);
+      const patch: Record<string, unknown> = {};
+      for (const [flag, p] of Object.entries(POLICY_FLAGS)) {
+        const raw = stringFlag(ctx, flag);
+        if (raw !== undefined) patch[p.field] = raw === 'none' ? null : p.parse(raw, flag);
+      }
+      if (Object.keys(limits.set).length + limits.remove.length > 0) {
+        // PATCH replaces `limits` whole, so merge the flags into the current limits.
+        const current = await ctx.api.request<Record<string, unknown>>('GET', path);
+        const merged = applyLimits(current.limits, limits);
+        patch.limits = Object.keys(merged).length > 0 ? merged : null;
+      }
+      const p = await ctx.api.request<Record<string, unknown>>('PATCH', path, { body: patch });
+      return said(p, `updated the policy of tenant ${ctx.args.tenant}: limits ${keyValues(p.limits)} (status: ${tenantStatus(p)})`);
+    },
+  },
+];
