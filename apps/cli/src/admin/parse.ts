@@ -162,6 +162,7 @@ export function parseAdminCommandLine(argv: readonly string[], env: Readonly<Rec
     const [verb, ...afterVerb] = afterResource;
     if (verb === undefined) return { kind: 'help', text: resourceHelp(resource), status: 2 };
     if (verb === '-h' || verb === '--help' || verb === 'help') return { kind: 'help', text: resourceHelp(resource), status: 0 };
+    if (verb.startsWith('-')) throw new UsageError(`${verb}: name the command first, as in weir ${resource} list ${verb} (weir ${resource} --help lists the commands)`);
     spec = specs.find((c) => c.verb === verb);
     if (!spec) throw new UsageError(`${resource} ${verb}: unknown command (weir ${resource} --help lists them)`);
     rest = afterVerb;
