@@ -6,8 +6,14 @@
  * gRPC and NATS JetStream, with state in Postgres. The configuration file is the all-in-one's;
  * the launcher adds each revision's `replicas` (the engine processes it starts) and hands the
  * derived file to every service.
+ *
+ * With `controlPlane`, the control plane runs too (seeded from the derived file, signing with a
+ * key pair made for this topology) and every data-plane service takes its configuration from
+ * the signed snapshots instead of the file (the verify key reaches them as a file, out of band).
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
+import { Kvm } from '@nats-io/kv';
+import { configBucketName, generateSigningKeyPair } from '@weir/config-sync';
 import path from 'node:path';
 import { parseConfig, resolveModelFile } from '@weir/config';
 import { connectNats, deleteStream, natsNames } from '@weir/messaging-nats';
@@ -49,6 +55,18 @@ export interface SplitTopologyOptions {
   echo?: boolean;
   /** How long every process may take to become ready (ms). Default 120,000. */
   readyTimeoutMs?: number;
+  /** Run the control plane and configure the data plane from its signed snapshots. Default: off (the file). */
+  controlPlane?: ControlPlaneOptions;
+}
+
+/** The control plane of a split topology (see {@link SplitTopologyOptions.controlPlane}). */
+export interface ControlPlaneOptions {
+  /** The bootstrap admin token (`wa_<prefix>_<secret>`), registered hashed. */
+  adminToken: string;
+  /** Data planes refuse requests (503 `config_stale`) beyond this snapshot age (ms). Default 300,000. */
+  maxStalenessMs?: number;
+  /** Heartbeat and publication-retry interval of the control plane (ms). Default 5,000. */
+  heartbeatMs?: number;
 }
 
 /** A running split topology. */
@@ -64,8 +82,10 @@ export interface SplitTopology {
   addresses: { router: string; admission: string; admissions: string[]; scheduler: string; relay: string };
   /** Ops (healthz/readyz/metrics) base URLs by process name. */
   opsUrls: Map<string, string>;
-  /** The derived configuration file every service reads. */
+  /** The derived configuration file every service reads (with `controlPlane`: the control plane's seed). */
   configPath: string;
+  /** The control plane's base URL (admin API under `/admin/v1`), when it runs. */
+  controlPlaneUrl?: string;
   /** Every process's output so far, `[name] line` per line. */
   output(): string;
   /** Restarts a stopped or killed process with its original environment and waits until it is ready. */
@@ -170,15 +190,51 @@ async function startOnce(options: SplitTopologyOptions): Promise<SplitTopology> 
     relay: `${host}:${ports.relay}`,
   };
   const namespace = options.natsNamespace ?? 'weir';
+  const opsUrls = new Map<string, string>();
+  let snapshotEnv: Record<string, string> = {};
+  let controlPlaneUrl: string | undefined;
+  if (options.controlPlane) {
+    const keys = generateSigningKeyPair();
+    const signingKeyFile = path.join(options.workDir, 'config-signing-key.pem');
+    const publicKeyFile = path.join(options.workDir, 'config-public-key.pem');
+    writeFileSync(signingKeyFile, keys.privateKeyPem, { mode: 0o600 });
+    writeFileSync(publicKeyFile, keys.publicKeyPem);
+    const port = await freePort();
+    controlPlaneUrl = `http://${host}:${port}`;
+    opsUrls.set('control-plane', controlPlaneUrl);
+    specs.push({
+      name: 'control-plane',
+      app: 'control-plane',
+      readyUrl: `${controlPlaneUrl}/readyz`,
+      env: {
+        ...options.env,
+        HOST: host,
+        WEIR_CONTROL_PLANE_PORT: String(port),
+        DATABASE_URL: options.databaseUrl,
+        NATS_URL: natsUrl,
+        WEIR_NATS_NAMESPACE: namespace,
+        WEIR_CONFIG: configPath,
+        WEIR_ADMIN_TOKEN: options.controlPlane.adminToken,
+        WEIR_CONFIG_SIGNING_KEY_FILE: signingKeyFile,
+        WEIR_CONFIG_HEARTBEAT_MS: String(options.controlPlane.heartbeatMs ?? 5_000),
+      },
+    });
+    snapshotEnv = {
+      WEIR_CONFIG_PUBLIC_KEY_FILE: publicKeyFile,
+      WEIR_CONFIG_CACHE_DIR: path.join(options.workDir, 'config-cache'),
+      WEIR_CONFIG_MAX_STALENESS_MS: String(options.controlPlane.maxStalenessMs ?? 300_000),
+    };
+  }
   const common = {
     ...options.env,
+    // With a control plane the services read its snapshots; the file stays for the ledger's defaults.
     WEIR_CONFIG: configPath,
+    ...snapshotEnv,
     HOST: host,
     NATS_URL: natsUrl,
     WEIR_NATS_NAMESPACE: namespace,
     DATABASE_URL: options.databaseUrl,
   };
-  const opsUrls = new Map<string, string>();
   for (const service of ['router', 'admission', 'scheduler', 'relay'] as const) {
     const ops = await freePort();
     opsUrls.set(service, `http://${host}:${ops}`);
@@ -230,7 +286,16 @@ async function startOnce(options: SplitTopologyOptions): Promise<SplitTopology> 
   const processes = new Map<string, ManagedProcess>();
   const byName = new Map(specs.map((s) => [s.name, s]));
   const readyTimeoutMs = options.readyTimeoutMs ?? 120_000;
-  for (const s of specs) processes.set(s.name, spawnApp(s.name, s.app, s.env, log));
+  // The control plane first: the data plane waits for its first snapshot.
+  const first = specs.filter((s) => s.name === 'control-plane');
+  for (const s of first) processes.set(s.name, spawnApp(s.name, s.app, s.env, log));
+  try {
+    await Promise.all(first.map((s) => waitReady(processes.get(s.name) as ManagedProcess, s.readyUrl, readyTimeoutMs, log)));
+  } catch (err) {
+    for (const s of first) await processes.get(s.name)?.stop();
+    throw err;
+  }
+  for (const s of specs) if (!processes.has(s.name)) processes.set(s.name, spawnApp(s.name, s.app, s.env, log));
   const stopAll = async () => {
     // Gateways first (they drain client streams), then the services, engines last.
     const order = [...processes.keys()].sort((a, b) => rank(a) - rank(b));
@@ -238,7 +303,7 @@ async function startOnce(options: SplitTopologyOptions): Promise<SplitTopology> 
     for (const group of [0, 1, 2]) {
       codes.push(...(await Promise.all(order.filter((n) => rank(n) === group).map((n) => (processes.get(n) as ManagedProcess).stop()))));
     }
-    if (options.deleteNatsStreamOnStop) await deleteNamespaceStream(natsUrl, namespace);
+    if (options.deleteNatsStreamOnStop) await deleteNamespaceStream(natsUrl, namespace, options.controlPlane !== undefined);
     return codes.every((c) => c === 0);
   };
   try {
@@ -259,6 +324,7 @@ async function startOnce(options: SplitTopologyOptions): Promise<SplitTopology> 
     addresses,
     opsUrls,
     configPath,
+    ...(controlPlaneUrl ? { controlPlaneUrl } : {}),
     output: () => log.lines.join('\n'),
     async restart(name) {
       const s = byName.get(name);
@@ -279,10 +345,11 @@ function rank(name: string): number {
   return 1;
 }
 
-async function deleteNamespaceStream(natsUrl: string, namespace: string): Promise<void> {
+async function deleteNamespaceStream(natsUrl: string, namespace: string, configBucket: boolean): Promise<void> {
   const nc = await connectNats({ servers: natsUrl, name: 'weir-launcher' });
   try {
     await deleteStream(nc, natsNames(namespace).usageStream);
+    if (configBucket) await (await new Kvm(nc).open(configBucketName(namespace))).destroy().catch(() => undefined);
   } finally {
     await nc.close();
   }
