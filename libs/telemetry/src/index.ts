@@ -9,7 +9,17 @@ export {
   TPOT_BUCKETS_S,
   TTFT_BUCKETS_S,
 } from './metric-names';
-export { createTelemetry, METER_NAME, type EngineSample, type ReplicaSample, type SchedulerSample, type Telemetry, type TelemetryOptions } from './telemetry';
+export {
+  createTelemetry,
+  METER_NAME,
+  type CapacitySample,
+  type ConfigPublicationSample,
+  type EngineSample,
+  type ReplicaSample,
+  type SchedulerSample,
+  type Telemetry,
+  type TelemetryOptions,
+} from './telemetry';
 export {
   createWeirMetrics,
   type GenAiOperation,

@@ -96,6 +96,15 @@ export const METRIC_NAMES = {
   circuitBreakerState: 'weir.circuit_breaker.state',
   /** Counter, {transition}: circuit-breaker state changes by `key`, `scope`, `from` and `to` (`closed`, `half_open`, `open`). */
   circuitBreakerTransitions: 'weir.circuit_breaker.transitions',
+  /**
+   * Observable gauge, {replica}: the capacity controller's latest desired replicas, by `pool`
+   * (the control plane; what a HorizontalPodAutoscaler reads, docs/capacity.md).
+   */
+  poolDesiredReplicas: 'weir.pool.desired_replicas',
+  /** Observable gauge, 1: the latest configuration snapshot version the control plane published (absent before the first). */
+  configPublishedVersion: 'weir.config.published_version',
+  /** Observable gauge, 1: the latest configuration snapshot version the control plane stored (published or not: above the published one while publishing fails). */
+  configStoredVersion: 'weir.config.stored_version',
 } as const;
 
 /** The values of `weir.circuit_breaker.state`: ordered by severity (closed < half-open < open). */
@@ -186,4 +195,7 @@ export const PROMETHEUS_SERIES = {
   admissionOverspends: 'weir_admission_overspends_total',
   circuitBreakerState: 'weir_circuit_breaker_state',
   circuitBreakerTransitions: 'weir_circuit_breaker_transitions_total',
+  poolDesiredReplicas: 'weir_pool_desired_replicas',
+  configPublishedVersion: 'weir_config_published_version',
+  configStoredVersion: 'weir_config_stored_version',
 } as const satisfies Record<keyof typeof METRIC_NAMES, string>;

@@ -230,6 +230,9 @@ describe('createTelemetry', () => {
       PROMETHEUS_SERIES.poolBrownout,
       PROMETHEUS_SERIES.poolQueueBound,
       PROMETHEUS_SERIES.circuitBreakerState,
+      PROMETHEUS_SERIES.poolDesiredReplicas,
+      PROMETHEUS_SERIES.configPublishedVersion,
+      PROMETHEUS_SERIES.configStoredVersion,
     ]);
     expect(new Set(samples.map((s) => s.name.replace(/_(bucket|sum|count)$/, '')))).toEqual(
       new Set([...Object.values(PROMETHEUS_SERIES).filter((n) => !observable.has(n)), 'target_info']),
@@ -319,6 +322,37 @@ describe('createTelemetry', () => {
     openaiState = 'closed';
     ({ samples, types } = parseExposition((await scrape(server)).text));
     expect(find(samples, PROMETHEUS_SERIES.circuitBreakerState, { key: 'provider:openai' })[0]?.value).toBe(0);
+  });
+
+  it("exports the capacity controller's desired replicas by pool, read at each scrape", async () => {
+    let decisions = [
+      { pool: 'interactive', desiredReplicas: 4 },
+      { pool: 'acme.dedicated', desiredReplicas: 1 },
+    ];
+    telemetry.observeCapacity(() => decisions);
+    let { samples, types } = parseExposition((await scrape(server)).text);
+    expect(PROMETHEUS_SERIES.poolDesiredReplicas).toBe('weir_pool_desired_replicas');
+    expect(types.get(PROMETHEUS_SERIES.poolDesiredReplicas)).toBe('gauge');
+    expect(find(samples, PROMETHEUS_SERIES.poolDesiredReplicas, { pool: 'interactive' }).map((s) => s.value)).toEqual([4]);
+    expect(find(samples, PROMETHEUS_SERIES.poolDesiredReplicas, { pool: 'acme.dedicated' }).map((s) => s.value)).toEqual([1]);
+    decisions = [
+      { pool: 'interactive', desiredReplicas: 6 },
+      { pool: 'acme.dedicated', desiredReplicas: 1 },
+    ];
+    ({ samples, types } = parseExposition((await scrape(server)).text));
+    expect(find(samples, PROMETHEUS_SERIES.poolDesiredReplicas, { pool: 'interactive' }).map((s) => s.value)).toEqual([6]);
+  });
+
+  it('exports the published and stored configuration versions, skipping unknown ones', async () => {
+    let state: { publishedVersion?: number; storedVersion?: number } = { storedVersion: 3 };
+    telemetry.observeConfigPublication(() => state);
+    let { samples } = parseExposition((await scrape(server)).text);
+    expect(find(samples, PROMETHEUS_SERIES.configStoredVersion).map((s) => s.value)).toEqual([3]);
+    expect(find(samples, PROMETHEUS_SERIES.configPublishedVersion)).toEqual([]);
+    state = { publishedVersion: 3, storedVersion: 4 };
+    ({ samples } = parseExposition((await scrape(server)).text));
+    expect(find(samples, PROMETHEUS_SERIES.configPublishedVersion).map((s) => s.value)).toEqual([3]);
+    expect(find(samples, PROMETHEUS_SERIES.configStoredVersion).map((s) => s.value)).toEqual([4]);
   });
 
   it('mounts on express', async () => {

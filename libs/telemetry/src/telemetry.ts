@@ -52,6 +52,20 @@ export interface Telemetry {
    */
   observeCircuitBreakers(read: () => readonly CircuitBreakerSample[]): void;
   /**
+   * Registers a callback read at each scrape for the capacity controller's decisions:
+   * `weir.pool.desired_replicas` by `pool` (Prometheus `weir_pool_desired_replicas{pool}`, the
+   * series a HorizontalPodAutoscaler reads as an External metric; docs/capacity.md).
+   * `@weir/capacity`'s `CapacityController.decisions()` fits. Call once per process.
+   */
+  observeCapacity(read: () => readonly CapacitySample[]): void;
+  /**
+   * Registers a callback read at each scrape for the control plane's configuration
+   * publication: `weir.config.published_version` (the latest snapshot version published to the
+   * bucket) and `weir.config.stored_version` (the latest stored in Postgres); a gap between
+   * them means publishing is failing. Either is skipped while undefined. Call once per process.
+   */
+  observeConfigPublication(read: () => ConfigPublicationSample): void;
+  /**
    * The process's OpenTelemetry meter, for instruments other libraries define themselves (e.g.
    * `@weir/config-sync`'s snapshot version, age and rejections); they appear on `/metrics` too.
    */
@@ -96,6 +110,21 @@ export interface CircuitBreakerSample {
   /** `revision` or `provider`; default {@link circuitBreakerScopeOf} the key. */
   scope?: CircuitBreakerScope;
   state: CircuitBreakerStateName;
+}
+
+/** One pool's capacity decision, for {@link Telemetry.observeCapacity}. */
+export interface CapacitySample {
+  pool: string;
+  /** Replicas the pool should run (integer ≥ 0). */
+  desiredReplicas: number;
+}
+
+/** The control plane's publication state, for {@link Telemetry.observeConfigPublication}. */
+export interface ConfigPublicationSample {
+  /** The latest snapshot version published; undefined before the first. */
+  publishedVersion?: number;
+  /** The latest snapshot version stored; undefined before the first. */
+  storedVersion?: number;
 }
 
 /** One engine replica's own counters, for {@link Telemetry.observeEngines}. */
@@ -215,6 +244,24 @@ export function createTelemetry(options: TelemetryOptions): Telemetry {
           result.observe(CIRCUIT_BREAKER_STATE_VALUES[b.state], { [ATTRIBUTE_NAMES.breakerKey]: label(b.key, 'none'), [ATTRIBUTE_NAMES.breakerScope]: scope });
         }
       });
+    },
+    observeCapacity(read) {
+      const desired = meter.createObservableGauge(METRIC_NAMES.poolDesiredReplicas, { unit: '{replica}', description: "The capacity controller's desired replicas of a pool" });
+      desired.addCallback((result) => {
+        for (const d of read()) if (Number.isFinite(d.desiredReplicas)) result.observe(d.desiredReplicas, { [ATTRIBUTE_NAMES.pool]: d.pool });
+      });
+    },
+    observeConfigPublication(read) {
+      const published = meter.createObservableGauge(METRIC_NAMES.configPublishedVersion, { unit: '1', description: 'Latest configuration snapshot version published' });
+      const stored = meter.createObservableGauge(METRIC_NAMES.configStoredVersion, { unit: '1', description: 'Latest configuration snapshot version stored' });
+      meter.addBatchObservableCallback(
+        (result) => {
+          const s = read();
+          if (s.publishedVersion !== undefined) result.observe(published, s.publishedVersion);
+          if (s.storedVersion !== undefined) result.observe(stored, s.storedVersion);
+        },
+        [published, stored],
+      );
     },
     shutdown: () => (stopped ??= provider.shutdown()),
   };
