@@ -9,11 +9,14 @@
  * nats://127.0.0.1:4222), WEIR_NATS_NAMESPACE (default weir; two topologies on one NATS server
  * need different ones), WEIR_DEMO_API_KEY (default: a new key, printed), SPLIT_GATEWAYS
  * (default 2), SPLIT_ADMISSION_INSTANCES (default 2), SPLIT_ENGINES_PER_REVISION (default 2),
- * WEIR_DATA_DIR (default .data), LOG_LEVEL.
+ * WEIR_DATA_DIR (default .data), LOG_LEVEL, SPLIT_CONTROL_PLANE (default 1: the control plane runs
+ * and the data plane takes its configuration from its signed snapshots; 0: every service reads the
+ * file), WEIR_ADMIN_TOKEN (the control plane's bootstrap admin token; default: a new one, printed).
  */
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { mintApiKey } from '@weir/core';
+import { mintAdminToken } from '@weir/control-plane';
 import { REPO_ROOT, startSplitTopology } from '@weir/launcher';
 import { envInt, envString, readEnv } from '@weir/service-runtime';
 import { ensureDatabase } from './ensure-database';
@@ -30,11 +33,14 @@ const env = readEnv({
   SPLIT_ENGINES_PER_REVISION: envInt(2, 1, 16),
   WEIR_DATA_DIR: envString('.data'),
   LOG_LEVEL: envString('info'),
+  SPLIT_CONTROL_PLANE: envInt(1, 0, 1),
+  WEIR_ADMIN_TOKEN: envString(''),
 });
 
 async function main(): Promise<void> {
   await ensureDatabase(env.DATABASE_URL);
   const demoKey = env.WEIR_DEMO_API_KEY || mintApiKey().plaintext;
+  const adminToken = env.SPLIT_CONTROL_PLANE === 1 ? env.WEIR_ADMIN_TOKEN || mintAdminToken().plaintext : undefined;
   const topology = await startSplitTopology({
     configText: readFileSync(env.WEIR_CONFIG, 'utf8'),
     workDir: path.resolve(env.WEIR_DATA_DIR, 'split'),
@@ -47,6 +53,7 @@ async function main(): Promise<void> {
     enginesPerRevision: env.SPLIT_ENGINES_PER_REVISION,
     env: { WEIR_DEMO_API_KEY: demoKey, LOG_LEVEL: env.LOG_LEVEL },
     echo: true,
+    ...(adminToken ? { controlPlane: { adminToken } } : {}),
   });
   const lines = [
     '',
@@ -61,7 +68,10 @@ async function main(): Promise<void> {
     }),
     `  ${'ledger'.padEnd(28)} ops ${topology.opsUrls.get('ledger')}   (pid ${topology.processes.get('ledger')?.pid})`,
     ...topology.engines.map((e) => `  ${e.name.padEnd(28)} ${e.url}   (pid ${e.process.pid})`),
-    `  config: ${topology.configPath}`,
+    ...(topology.controlPlaneUrl
+      ? [`  ${'control-plane'.padEnd(28)} ${topology.controlPlaneUrl}/admin/v1   (pid ${topology.processes.get('control-plane')?.pid})`, `  admin token: ${adminToken}`]
+      : []),
+    `  config: ${topology.configPath}${topology.controlPlaneUrl ? ' (seeded into the control plane)' : ''}`,
     `  demo API key: ${demoKey}`,
     '',
     `Try: curl -N ${topology.gateways[0].url}/v1/chat/completions -H "Authorization: Bearer ${demoKey}" -H "Content-Type: application/json" \\`,
