@@ -112,6 +112,8 @@ the control plane's admin API (WEIR_ADMIN_URL, default http://127.0.0.1:8090; WE
   revisions     list, get, create (from a file), deprecate, undeprecate (also: weir models …)
   aliases       list, get, create, set-weights, rollback
   pools         list
+  prompts       list, get, add, delete (a tenant's golden prompts per use case)
+  evals         run (replay a use case on a candidate; prints the report), list, show
   capacity show the capacity controller's desired replicas per pool
   snapshots     list, get
   audit         list (filters), get

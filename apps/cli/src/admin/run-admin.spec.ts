@@ -170,3 +170,100 @@ describe('runAdminCommand', () => {
     expect(r).toEqual({ status: 1, out: '', err: 'error: cannot reach http://cp:8090/admin/v1 (ECONNREFUSED); check --url/--api-url and that the service is running\n' });
   });
 });
+
+describe('golden prompts and evals', () => {
+  const prompt = { id: 'gp_1', tenant_id: 'acme', use_case: 'support', messages: [{ role: 'user', content: 'hi' }], max_tokens: 256, output_schema: null, expected: null, created_at: '2030-01-01T00:00:00.000Z' };
+  const side = (revision: string, output: string, ttft: number) => ({ revision, output, error: null, ttft_ms: ttft, total_ms: 20 });
+  const run = {
+    id: 'ev_1',
+    tenant_id: 'acme',
+    use_case: 'support',
+    alias: 'chat',
+    candidate_revision: 'r2',
+    stable_revision: 'r1',
+    scorer: { kind: 'similarity', threshold: 0.8, metric: 'token_jaccard' },
+    status: 'finished',
+    pass: false,
+    report: {
+      scorer: { kind: 'similarity', threshold: 0.8, metric: 'token_jaccard' },
+      allowed_errors: 0,
+      prompts: [
+        { prompt_id: 'gp_1', stable: side('r1', 'hello there', 4), candidate: side('r2', 'hello there', 6), reference: 'stable', score: 1, detail: null, pass: true },
+        { prompt_id: 'gp_2', stable: side('r1', 'a b', 4), candidate: side('r2', 'c\nd', 7), reference: 'stable', score: 0, detail: 'no shared tokens', pass: false },
+      ],
+      totals: {
+        prompts: 2,
+        passed: 1,
+        failed: 1,
+        unscored: 0,
+        candidate_errors: 0,
+        stable_errors: 0,
+        mean_score: 0.5,
+        candidate: { ttft_p50_ms: 6, ttft_p95_ms: 7, total_p50_ms: 20, total_p95_ms: 20 },
+        stable: { ttft_p50_ms: 4, ttft_p95_ms: 4, total_p50_ms: 20, total_p95_ms: 20 },
+      },
+      pass: false,
+      reasons: ['1 of 2 prompts scored below 0.8'],
+    },
+    created_at: '2030-01-01T00:00:00.000Z',
+    finished_at: '2030-01-01T00:00:05.000Z',
+  };
+  const REPORT = [
+    'eval ev_1: r2 (candidate) vs r1 (stable) on alias chat, tenant acme, use case support',
+    'scorer similarity/token_jaccard ≥ 0.8; 2030-01-01 00:00:00Z → 2030-01-01 00:00:05Z',
+    'verdict: FAIL',
+    '  - 1 of 2 prompts scored below 0.8',
+    'prompts 2: 1 passed, 1 failed, 0 unscored; mean score 0.500; errors: candidate 0 (allowed 0), stable 0',
+    'candidate TTFT p50 6ms p95 7ms, total p50 20ms p95 20ms',
+    'stable    TTFT p50 4ms p95 4ms, total p50 20ms p95 20ms',
+    '',
+    'PROMPT  SCORE  PASS  REFERENCE  CANDIDATE TTFT  STABLE TTFT  DETAIL',
+    'gp_1    1.000  yes   stable     6ms             4ms          -',
+    'gp_2    0.000  no    stable     7ms             4ms          no shared tokens',
+    '',
+  ].join('\n');
+
+  it('adds a prompt from --prompt with a system message, or from a file', async () => {
+    const server = fakeServer({ 'POST /admin/v1/tenants/acme/golden-prompts': [201, prompt], 'GET /admin/v1/tenants/acme/golden-prompts?use_case=support': [200, { object: 'list', data: [prompt] }] });
+    const r = await weir(['prompts', 'add', 'acme', '--use-case', 'support', '--system', 'be brief', '--prompt', 'hi', '--max-tokens', '32', '--expected', 'hello'], server);
+    expect(r).toEqual({ status: 0, out: 'added golden prompt gp_1 to use case support of tenant acme\n', err: '' });
+    expect(server.calls[0].body).toEqual({ messages: [{ role: 'system', content: 'be brief' }, { role: 'user', content: 'hi' }], max_tokens: 32, use_case: 'support', expected: 'hello' });
+    const files = { 'p.yaml': 'use_case: support\nmessages:\n  - { role: user, content: "Name a cat" }\nmax_tokens: 16\n', 's.json': '{"type": "object"}' };
+    expect((await weir(['prompts', 'add', 'acme', '--file', 'p.yaml', '--output-schema', 's.json'], server, undefined, files)).status).toBe(0);
+    expect(server.calls[1].body).toEqual({ use_case: 'support', messages: [{ role: 'user', content: 'Name a cat' }], max_tokens: 16, output_schema: { type: 'object' } });
+    expect((await weir(['prompts', 'list', 'acme', '--use-case', 'support'], server)).out).toBe(
+      'ID    USE CASE  MESSAGES  MAX TOKENS  SCHEMA  EXPECTED  CREATED\ngp_1  support   1         256         -       -         2030-01-01 00:00:00Z\n',
+    );
+  });
+
+  it.each([
+    [['prompts', 'add', 'acme', '--use-case', 'support'], 'weir: prompts add: give exactly one of --file and --prompt\n'],
+    [['prompts', 'add', 'acme', '--prompt', 'hi'], 'weir: prompts add: give --use-case (or use_case in the file)\n'],
+    [['prompts', 'add', 'acme', '--use-case', 'u', '--prompt', 'hi', '--max-tokens', '5000'], 'weir: --max-tokens: expected an integer ≥ 1 and ≤ 4,096, got "5000"\n'],
+    [['evals', 'run', 'acme', '--use-case', 'u', '--alias', 'a', '--candidate', 'r2', '--scorer', 'exact', '--threshold', '2'], 'weir: --threshold: expected a number ≥ 0 and ≤ 1, got "2"\n'],
+  ])('refuses %j before calling the API', async (argv, message) => {
+    const server = fakeServer({});
+    expect(await weir(argv, server)).toEqual({ status: 2, out: '', err: message });
+    expect(server.calls).toEqual([]);
+  });
+
+  it('runs an eval and prints its report; shows it again, with outputs on request', async () => {
+    const server = fakeServer({ 'POST /admin/v1/evals': [201, run], 'GET /admin/v1/evals/ev_1': [200, run], 'GET /admin/v1/tenants/acme/evals': [200, { object: 'list', data: [{ ...run, report: undefined }] }] });
+    const r = await weir(['evals', 'run', 'acme', '--use-case', 'support', '--alias', 'chat', '--candidate', 'r2', '--scorer', 'similarity', '--threshold', '0.8'], server);
+    expect(r).toEqual({ status: 0, out: REPORT, err: '' });
+    expect(server.calls[0].body).toEqual({ tenant: 'acme', use_case: 'support', alias: 'chat', candidate_revision: 'r2', scorer: { kind: 'similarity', threshold: 0.8 } });
+    const shown = await weir(['evals', 'show', 'ev_1', '--outputs'], server);
+    expect(shown.out).toBe(`${REPORT}\ngp_1:\n  candidate r2:\n      hello there\n  stable r1:\n      hello there\n\ngp_2:\n  candidate r2:\n      c\n      d\n  stable r1:\n      a b\n`);
+    expect((await weir(['evals', 'list', 'acme'], server)).out).toBe(
+      'ID    USE CASE  ALIAS  CANDIDATE  STABLE  SCORER                          VERDICT  CREATED\nev_1  support   chat   r2         r1      similarity/token_jaccard ≥ 0.8  fail     2030-01-01 00:00:00Z\n',
+    );
+  });
+
+  it('shows a failed run with its error', async () => {
+    const failed = { ...run, status: 'failed', pass: null, report: { error: { code: 'internal', message: 'the eval failed' } } };
+    const server = fakeServer({ 'GET /admin/v1/evals/ev_1': [200, failed] });
+    expect((await weir(['evals', 'show', 'ev_1'], server)).out).toBe(
+      'eval ev_1: r2 (candidate) vs r1 (stable) on alias chat, tenant acme, use case support\nscorer similarity/token_jaccard ≥ 0.8; 2030-01-01 00:00:00Z → 2030-01-01 00:00:05Z\nverdict: FAILED\nerror: the eval failed (internal)\n',
+    );
+  });
+});
