@@ -42,6 +42,8 @@ export interface JsonClientOptions {
   baseUrl: string;
   /** Sent as `Authorization: Bearer <credential>`; never printed. */
   credential: string;
+  /** Where the address comes from, for the message when nothing answers. Default `the URL`. */
+  addressHint?: string;
   /** Per-request timeout in ms. Default 30,000. */
   timeoutMs?: number;
   fetch?: FetchFn;
@@ -67,7 +69,7 @@ export function createJsonClient(options: JsonClientOptions): JsonClient {
       } catch (cause) {
         const c = cause as { name?: string; message?: string; cause?: { code?: string; message?: string } };
         const why = c.name === 'TimeoutError' ? `no answer within ${timeoutMs} ms` : (c.cause?.code ?? c.cause?.message ?? c.message ?? String(cause));
-        throw new ApiError(0, 'unreachable', `cannot reach ${base} (${why}); check --url/--api-url and that the service is running`, { cause });
+        throw new ApiError(0, 'unreachable', `cannot reach ${base} (${why}); check ${options.addressHint ?? 'the URL'} and that the service is running`, { cause });
       }
       let body: unknown;
       try {

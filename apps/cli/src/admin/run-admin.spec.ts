@@ -167,7 +167,7 @@ describe('runAdminCommand', () => {
 
   it('exits 1 when the control plane cannot be reached', async () => {
     const r = await weir(['tenants', 'list'], fakeServer({}, { down: true }));
-    expect(r).toEqual({ status: 1, out: '', err: 'error: cannot reach http://cp:8090/admin/v1 (ECONNREFUSED); check --url/--api-url and that the service is running\n' });
+    expect(r).toEqual({ status: 1, out: '', err: 'error: cannot reach http://cp:8090/admin/v1 (ECONNREFUSED); check --url or WEIR_ADMIN_URL and that the service is running\n' });
   });
 });
 

@@ -32,7 +32,8 @@ export async function runAdminCommand(argv: readonly string[], io: AdminIo): Pro
       io.out(inv.text);
       return inv.status;
     }
-    const api = createJsonClient({ baseUrl: inv.baseUrl, credential: inv.credential, fetch: io.fetch });
+    const addressHint = inv.spec.target === 'data' ? '--api-url or WEIR_API_URL' : '--url or WEIR_ADMIN_URL';
+    const api = createJsonClient({ baseUrl: inv.baseUrl, credential: inv.credential, fetch: io.fetch, addressHint });
     const result = await inv.spec.run({ args: inv.args, flags: inv.flags, api, readFile: io.readFile ?? defaultReadFile });
     if (result.warning) io.err(`${result.warning}\n`);
     io.out(inv.json ? `${JSON.stringify(result.data ?? null, null, 2)}\n` : result.text);
