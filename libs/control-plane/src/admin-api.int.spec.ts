@@ -15,6 +15,7 @@ import { sql } from 'kysely';
 import { mintAdminToken } from './admin-token';
 import { registerBootstrapAdminToken } from './admin-auth';
 import { createControlPlane, type ControlPlane } from './control-plane';
+import { createEvalRunStore } from './eval';
 import { createControlPlaneHttpApp } from './http-app';
 import { seedFromConfigFile } from './seed';
 import { createInMemorySnapshotSink, type InMemorySnapshotSink } from './snapshot-sink';
@@ -69,6 +70,22 @@ async function call(method: string, urlPath: string, body?: unknown, token: stri
   });
   const text = await res.text();
   return { status: res.status, body: text ? JSON.parse(text) : undefined, headers: res.headers };
+}
+
+/** Stores a finished, passing eval run of `candidate` on `alias` (what POST /admin/v1/evals leaves), as the canary gate reads it. */
+async function storePassingEval(alias: string, candidate: string, stable: string): Promise<string> {
+  const runs = createEvalRunStore(database.db);
+  const run = await runs.start({ tenant_id: 'demo', use_case: 'support', alias, candidate_revision: candidate, stable_revision: stable, scorer: { kind: 'exact', threshold: 1 } });
+  const latency = { ttft_p50_ms: 1, ttft_p95_ms: 1, total_p50_ms: 1, total_p95_ms: 1 };
+  await runs.finish(run.id, {
+    scorer: { kind: 'exact', threshold: 1 },
+    allowed_errors: 0,
+    prompts: [],
+    totals: { prompts: 1, passed: 1, failed: 0, unscored: 0, candidate_errors: 0, stable_errors: 0, mean_score: 1, candidate: latency, stable: latency },
+    pass: true,
+    reasons: [],
+  });
+  return run.id;
 }
 
 const latestVersion = async () => Number((await database.db.selectFrom('config_snapshots').select(sql<string>`max(version)`.as('v')).executeTakeFirstOrThrow()).v);
@@ -297,8 +314,42 @@ describe('the control plane admin API', () => {
     expect(invalid.body.error.message).toContain('must be < context_window');
   });
 
+  it('gates raising a canary on a passing eval: 409 naming the missing eval, committing nothing; 200 with one, recorded in the audit entry', async () => {
+    expect((await call('POST', '/aliases', { name: 'gated', revision: 'tiny@1' })).status).toBe(201);
+    const version = await latestVersion();
+    const audits = await auditCount();
+    const refused = await call('PUT', '/aliases/gated', { targets: [{ revision: 'tiny@1', weight: 90 }, { revision: 'tiny@2', weight: 10 }] });
+    expect(refused.status).toBe(409);
+    expect(refused.body.error).toMatchObject({ code: 'conflict', param: 'targets' });
+    expect(refused.body.error.message).toMatch(/^Raising canary revision tiny@2 on alias gated to 10% of traffic \(from 0%\) needs a passing eval: there is no passing eval run of tiny@2 on gated since /);
+    expect(refused.body.error.message).toContain('POST /admin/v1/evals');
+    // A new alias with a canary arm is gated the same way.
+    const created = await call('POST', '/aliases', { name: 'gated-new', targets: [{ revision: 'tiny@1', weight: 9 }, { revision: 'tiny@2', weight: 1 }] });
+    expect(created.status).toBe(409);
+    expect(created.body.error.message).toMatch(/canary revision tiny@2 on alias gated-new to 10% of traffic/);
+    // A passing eval of the same revision on another alias does not count.
+    await storePassingEval('elsewhere', 'tiny@2', 'tiny@1');
+    expect((await call('PUT', '/aliases/gated', { targets: [{ revision: 'tiny@1', weight: 90 }, { revision: 'tiny@2', weight: 10 }] })).status).toBe(409);
+    expect(await latestVersion()).toBe(version);
+    expect(await auditCount()).toBe(audits);
+    expect((await call('GET', '/aliases/gated')).body.spec).toEqual({ name: 'gated', revision: 'tiny@1' });
+
+    const evalId = await storePassingEval('gated', 'tiny@2', 'tiny@1');
+    const raised = await call('PUT', '/aliases/gated', { targets: [{ revision: 'tiny@1', weight: 90 }, { revision: 'tiny@2', weight: 10 }] });
+    expect(raised.status).toBe(200);
+    expect(raised.body.spec.targets).toEqual([{ revision: 'tiny@1', weight: 90 }, { revision: 'tiny@2', weight: 10 }]);
+    expect(Number(raised.headers.get('x-weir-config-version'))).toBe(version + 1);
+    const updates = async () => (await call('GET', '/audit?entity_type=alias&entity_id=gated&action=alias.update')).body.data;
+    expect((await updates())[0].after.canary_gate).toEqual([{ revision: 'tiny@2', share_before: 0, share_after: 0.1, eval_run_id: evalId }]);
+    // Lowering the canary needs nothing and records no gate.
+    expect((await call('PUT', '/aliases/gated', { targets: [{ revision: 'tiny@1', weight: 95 }, { revision: 'tiny@2', weight: 5 }] })).status).toBe(200);
+    expect((await updates())[0].after.canary_gate).toBeUndefined();
+    expect((await call('DELETE', '/aliases/gated')).status).toBe(200);
+  });
+
   it('changes alias weights and rolls back to the previous arms from the audit log, step by step', async () => {
     const arms = async () => (await call('GET', '/aliases/tiny')).body.spec;
+    await storePassingEval('tiny', 'tiny@2', 'tiny@1');
     expect((await call('PUT', '/aliases/tiny', { targets: [{ revision: 'tiny@1', weight: 90 }, { revision: 'tiny@2', weight: 10 }] })).status).toBe(200);
     expect((await call('PUT', '/aliases/tiny', { targets: [{ revision: 'tiny@1', weight: 50 }, { revision: 'tiny@2', weight: 50 }], fallbacks: ['tiny@3'] })).status).toBe(200);
 

@@ -27,3 +27,15 @@ export { authenticateAdmin, registerBootstrapAdminToken, type AuthenticatedAdmin
 export { InvalidChangeError, adminErrorResponse, type AdminErrorBody } from './admin-error';
 export { createAdminRouter, type AdminRouterDeps, type AdminRouterOptions } from './admin-router';
 export { createControlPlaneHttpApp, type ControlPlaneHttpDeps } from './http-app';
+export { CONFIG_FILE_ACTOR, importConfig, importConfigFile, readConfigFileObject, type ImportConfigOptions, type ImportResult } from './import-config';
+export { FIRST_ADMIN_TOKEN_ACTOR, mintFirstAdminToken } from './first-admin-token';
+export { AUTO_ROLLBACK_ACTION, rollbackCanaryArm } from './routes/models';
+export {
+  capacityDecisionView,
+  createCapacityRouter,
+  registerCapacityRoutes,
+  type CapacityDecisionSource,
+  type CapacityDecisionView,
+  type CapacityRoutesDeps,
+} from './capacity-routes';
+export * from './eval';

@@ -3,6 +3,10 @@ import { type Kysely, sql } from 'kysely';
 import { WeirError } from '@weir/core';
 import type { WeirSchema } from '@weir/store-pg';
 import { notFound } from '../admin-error';
+import type { CommittedChange, ControlPlane } from '../control-plane';
+import { assertCanaryGate, type GatedArm } from '../eval/canary-gate';
+import { type CanaryRollbackRequest, targetsAfterRollback } from '../eval/canary-guard';
+import { targetsOfAliasSpec } from '../eval/model-catalog';
 import { aliasCreateBody, aliasPutBody, defaultsBody, deprecationBody, emptyBody, parseBody, poolCreateBody, poolPutBody, revisionCreateBody } from '../bodies';
 import { isJsonObject, type JsonObject } from '../config-shapes';
 import { aliasView, poolView, revisionView } from '../views';
@@ -31,23 +35,65 @@ function armsOf(spec: JsonObject): JsonObject {
   return { ...(spec.targets !== undefined ? { targets: spec.targets } : {}), ...(spec.revision !== undefined ? { revision: spec.revision } : {}) };
 }
 
+/** The audit action of the canary guard's rollbacks ({@link rollbackCanaryArm}). */
+export const AUTO_ROLLBACK_ACTION = 'alias.auto_rollback';
+
 /**
  * The spec an alias rollback restores: walking the alias's audit entries newest first, each
  * rollback cancels the newest update not yet cancelled; the first update left is undone (its
  * `before`). So repeated rollbacks step further back, and a rollback after a new update undoes
- * that update.
+ * that update. An automatic canary rollback is a barrier: undoing it would restore a canary
+ * the guard found regressing, without the canary gate (`blocked: 'auto_rollback'`).
  */
-async function previousAliasSpec(db: Kysely<WeirSchema>, name: string): Promise<JsonObject | undefined> {
+async function previousAliasSpec(db: Kysely<WeirSchema>, name: string): Promise<{ spec?: JsonObject; blocked?: 'auto_rollback' }> {
   const entries = await db.selectFrom('audit_log').select(['action', 'before']).where('entity_type', '=', 'alias').where('entity_id', '=', name).orderBy('id', 'desc').execute();
   let cancelled = 0;
   for (const e of entries) {
     if (e.action === 'alias.rollback') cancelled++;
     else if (e.action === 'alias.update') {
       if (cancelled > 0) cancelled--;
-      else return isJsonObject(e.before) && isJsonObject(e.before.spec) ? e.before.spec : undefined;
-    } else return undefined; // create or delete: nothing earlier belongs to this alias
+      else return { spec: isJsonObject(e.before) && isJsonObject(e.before.spec) ? e.before.spec : undefined };
+    } else if (e.action === AUTO_ROLLBACK_ACTION) return { blocked: 'auto_rollback' };
+    else return {}; // create or delete: nothing earlier belongs to this alias
   }
-  return undefined;
+  return {};
+}
+
+/**
+ * Checks the canary gate for an alias spec about to be committed inside `trx` (see
+ * `assertCanaryGate`): `currentSpec` undefined for a new alias.
+ * @returns the arms it let through (for the audit entry), empty when no canary's share grows.
+ * @throws WeirError `conflict` (409) naming the canary revision without a passing eval.
+ */
+async function gateAliasChange(trx: Kysely<WeirSchema>, alias: string, newSpec: JsonObject, currentSpec: JsonObject | undefined): Promise<GatedArm[]> {
+  return assertCanaryGate({ db: trx, alias, newTargets: targetsOfAliasSpec(newSpec), currentTargets: currentSpec ? targetsOfAliasSpec(currentSpec) : [] });
+}
+
+/**
+ * The canary guard's rollback port over the control plane: sets `request.revision`'s weight on
+ * `request.alias` to 0 (every other arm and field unchanged, `targetsAfterRollback`) as one
+ * change by `request.actor` with action `alias.auto_rollback`: validated, audited (`after`
+ * carries `auto_rollback: {revision, stable_revision, trigger, reason, canary, stable}`) and
+ * published as a new snapshot like any change. Not gated: lowering a canary never is.
+ * @returns the alias view after the change and the snapshot version.
+ * @throws WeirError `not_found` when the alias is gone; `conflict` when the revision is no
+ *   longer a positive-weight arm of it (already rolled back or removed: nothing to do).
+ */
+export async function rollbackCanaryArm(cp: ControlPlane, request: CanaryRollbackRequest): Promise<CommittedChange<ReturnType<typeof aliasView>>> {
+  const name = request.alias;
+  return cp.change({ actor: { id: request.actor.id, label: request.actor.label }, action: AUTO_ROLLBACK_ACTION, entityType: 'alias', entityId: name }, async (trx) => {
+    const current = await requireAlias(trx, name);
+    const targets = targetsOfAliasSpec(current.spec);
+    if (!Array.isArray(current.spec.targets) || !targets.some((t) => t.revision === request.revision && t.weight > 0)) {
+      throw new WeirError('conflict', `Revision ${JSON.stringify(request.revision)} is no longer a canary arm with a positive weight on alias ${JSON.stringify(name)}; nothing to roll back.`);
+    }
+    const spec = { ...current.spec, targets: targetsAfterRollback(targets, request.revision) };
+    const before = aliasView(current);
+    const row = await trx.updateTable('model_aliases').set({ spec: JSON.stringify(spec), updated_at: new Date() }).where('id', '=', name).returningAll().executeTakeFirstOrThrow();
+    const after = aliasView(row);
+    const detail = { revision: request.revision, stable_revision: request.stable_revision, trigger: request.trigger, reason: request.reason, canary: request.canary, stable: request.stable };
+    return { before, after: { ...after, auto_rollback: detail }, result: after };
+  });
 }
 
 /** Revisions (immutable but for deprecation), aliases (arms, weights, rollback), pools and defaults. */
@@ -122,9 +168,10 @@ export function registerModelRoutes(router: Router, { cp }: RouteContext): void 
         if (await trx.selectFrom('model_aliases').select('id').where('id', '=', name).executeTakeFirst()) {
           throw new WeirError('conflict', `Alias ${JSON.stringify(name)} already exists; change its arms with PUT /admin/v1/aliases/${name}.`, { param: 'name' });
         }
+        const gated = await gateAliasChange(trx, name, spec, undefined);
         const row = await trx.insertInto('model_aliases').values({ id: name, spec: JSON.stringify(spec) }).returningAll().executeTakeFirstOrThrow();
         const after = aliasView(row);
-        return { before: null, after, result: after };
+        return { before: null, after: gated.length > 0 ? { ...after, canary_gate: gated } : after, result: after };
       });
       withVersion(res, version);
       return result;
@@ -138,10 +185,12 @@ export function registerModelRoutes(router: Router, { cp }: RouteContext): void 
       const { name: bodyName, ...spec } = parseBody(aliasPutBody, req.body);
       if (bodyName !== undefined && bodyName !== name) throw new WeirError('invalid_request', `The body names alias ${JSON.stringify(bodyName)} but the path ${JSON.stringify(name)}; aliases cannot be renamed (create a new one).`, { param: 'name' });
       const { result, version } = await cp.change({ actor: actorOf(req), action: 'alias.update', entityType: 'alias', entityId: name }, async (trx) => {
-        const before = aliasView(await requireAlias(trx, name));
+        const current = await requireAlias(trx, name);
+        const gated = await gateAliasChange(trx, name, spec, current.spec);
+        const before = aliasView(current);
         const row = await trx.updateTable('model_aliases').set({ spec: JSON.stringify(spec), updated_at: new Date() }).where('id', '=', name).returningAll().executeTakeFirstOrThrow();
         const after = aliasView(row);
-        return { before, after, result: after };
+        return { before, after: gated.length > 0 ? { ...after, canary_gate: gated } : after, result: after };
       });
       withVersion(res, version);
       return result;
@@ -155,7 +204,13 @@ export function registerModelRoutes(router: Router, { cp }: RouteContext): void 
       parseBody(emptyBody, req.body);
       const { result, version } = await cp.change({ actor: actorOf(req), action: 'alias.rollback', entityType: 'alias', entityId: name }, async (trx) => {
         const current = await requireAlias(trx, name);
-        const previous = await previousAliasSpec(trx, name);
+        const { spec: previous, blocked } = await previousAliasSpec(trx, name);
+        if (blocked === 'auto_rollback') {
+          throw new WeirError(
+            'conflict',
+            `Alias ${JSON.stringify(name)} was last changed by an automatic canary rollback; undoing it would restore a regressing canary. Set its arms with PUT /admin/v1/aliases/${name} (raising a canary needs a passing eval).`,
+          );
+        }
         if (!previous) throw new WeirError('conflict', `Alias ${JSON.stringify(name)} has no earlier version to roll back to (its audit log holds no update before the current arms).`);
         const { targets: _t, revision: _r, ...rest } = current.spec;
         const spec = { ...rest, ...armsOf(previous) };
