@@ -140,6 +140,9 @@ export function formatEvalRun(run: EvalRunView, options: { outputs?: boolean } =
   return `${lines.join('\n')}\n${table}${outputs}`;
 }
 
+/** How long `evals run` waits for the report (ms): 30 minutes. */
+export const EVAL_TIMEOUT_MS = 30 * 60_000;
+
 const promptsPath = (tenant: string | undefined) => `/tenants/${seg(tenant)}/golden-prompts`;
 
 /** The golden-prompt and eval commands. */
@@ -244,7 +247,8 @@ export const EVAL_COMMANDS: readonly CommandSpec[] = [
         },
         ...(allowed !== undefined ? { allowed_errors: numberFlag('allowed-errors', allowed, { integer: true, min: 0 }) } : {}),
       };
-      const run = await ctx.api.request<EvalRunView>('POST', '/evals', { body });
+      // The API answers when the run ends: up to 50 prompts on two revisions, one call at a time.
+      const run = await ctx.api.request<EvalRunView>('POST', '/evals', { body, timeoutMs: EVAL_TIMEOUT_MS });
       return { data: run, text: formatEvalRun(run, { outputs: ctx.flags.outputs === true }) };
     },
   },

@@ -29,11 +29,12 @@ export class ApiError extends Error {
 export interface JsonClient {
   /**
    * Sends `method path` (path relative to the base, starting with `/`; `query` entries with
-   * undefined values are left out) with `body` as JSON when given.
+   * undefined values are left out) with `body` as JSON when given; `timeoutMs` overrides the
+   * client's timeout for this request.
    * @returns the parsed JSON body of a 2xx response (undefined when empty).
    * @throws ApiError for a non-2xx response (the server's message), no response, or a body that is not JSON.
    */
-  request<T = unknown>(method: string, path: string, options?: { body?: unknown; query?: Record<string, string | number | undefined> }): Promise<T>;
+  request<T = unknown>(method: string, path: string, options?: { body?: unknown; query?: Record<string, string | number | undefined>; timeoutMs?: number }): Promise<T>;
 }
 
 /** Options of {@link createJsonClient}. */
@@ -53,9 +54,10 @@ export interface JsonClientOptions {
 export function createJsonClient(options: JsonClientOptions): JsonClient {
   const base = options.baseUrl.replace(/\/+$/, '');
   const doFetch: FetchFn = options.fetch ?? ((url, init) => fetch(url, init));
-  const timeoutMs = options.timeoutMs ?? 30_000;
+  const defaultTimeoutMs = options.timeoutMs ?? 30_000;
   return {
-    async request<T>(method: string, path: string, o: { body?: unknown; query?: Record<string, string | number | undefined> } = {}): Promise<T> {
+    async request<T>(method: string, path: string, o: { body?: unknown; query?: Record<string, string | number | undefined>; timeoutMs?: number } = {}): Promise<T> {
+      const timeoutMs = o.timeoutMs ?? defaultTimeoutMs;
       const params = new URLSearchParams();
       for (const [k, v] of Object.entries(o.query ?? {})) if (v !== undefined) params.set(k, String(v));
       const url = `${base}${path}${params.size > 0 ? `?${params}` : ''}`;
