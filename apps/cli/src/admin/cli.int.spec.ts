@@ -1,19 +1,25 @@
 /**
  * `weir` end to end against a running control plane: the admin app in-process on a throw-away
  * Postgres database (as libs/control-plane's admin-api.int.spec.ts starts it), with an
- * in-memory snapshot sink; the CLI's `run(argv, io)` talks to it over HTTP with the global
- * fetch. Tests build on each other's state in order.
+ * in-memory snapshot sink, the eval routes over a fake generation port (both revisions answer
+ * the same, so an exact-match eval passes) and the capacity routes over a fixed decision; the
+ * CLI's `run(argv, io)` talks to it over HTTP with the global fetch. Tests build on each
+ * other's state in order.
  */
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import type { CapacityDecision } from '@weir/capacity';
 import {
   type ControlPlane,
+  createCapacityRouter,
   createControlPlane,
   createControlPlaneHttpApp,
+  createEvalRouter,
   createInMemorySnapshotSink,
+  type EvalAuditEntry,
   type InMemorySnapshotSink,
   mintAdminToken,
   registerBootstrapAdminToken,
@@ -44,6 +50,24 @@ let server: Server;
 let dir: string;
 let env: Record<string, string>;
 const adminToken = mintAdminToken().plaintext;
+const evalAudits: EvalAuditEntry[] = [];
+
+const DECISION: CapacityDecision = {
+  pool: 'gpu/a100',
+  desiredReplicas: 5,
+  recommendedReplicas: 6,
+  currentReplicas: 4,
+  healthyReplicas: 4,
+  demandTokensPerSecond: 12_000,
+  observedTokensPerSecond: 10_000,
+  backlogTokensPerSecond: 2_000,
+  admittedRequestsPerSecond: 40,
+  replicaTokensPerSecond: 2_500,
+  basis: 'measured',
+  lines: ['demand = 10,000 observed + 2,000 backlog = 12,000 tokens/s', 'ceil(12,000 / 2,500) = 5 replicas'],
+  at: new Date().toISOString(),
+  telemetryAt: new Date().toISOString(),
+};
 
 /** Runs `weir …` in-process and returns its exit status and output. */
 async function weir(argv: string[], extraEnv: Record<string, string> = {}): Promise<{ status: number; out: string; err: string }> {
@@ -71,7 +95,24 @@ beforeAll(async () => {
   cp = createControlPlane({ publishWaitMs: 2_000 }, { db: database.db, sink });
   expect(await registerBootstrapAdminToken(database.db, adminToken)).toBe('registered');
   expect(await seedFromConfigFile(database.db, path.join(dir, 'weir.yaml'))).toMatchObject({ seeded: true });
-  const app = createControlPlaneHttpApp({ controlPlane: cp });
+  const app = createControlPlaneHttpApp({
+    controlPlane: cp,
+    extraRoutes: [
+      (router) =>
+        router.use(
+          createEvalRouter(
+            {},
+            {
+              db: database.db,
+              // Both revisions answer with the prompt's last message: an exact-match eval passes.
+              openGenerator: () => ({ generate: async (_revision, request) => ({ text: request.messages[request.messages.length - 1].content, ttftMs: 5, totalMs: 9 }), close: async () => undefined }),
+              audit: async (_req, entry) => void evalAudits.push(entry),
+            },
+          ),
+        ),
+      (router) => router.use(createCapacityRouter({ capacity: { decisions: () => [DECISION], decision: (pool) => (pool === DECISION.pool ? DECISION : undefined) } })),
+    ],
+  });
   server = await new Promise<Server>((resolve) => {
     const s = app.listen(0, '127.0.0.1', () => resolve(s));
   });
@@ -148,9 +189,24 @@ describe('weir against a running control plane', () => {
     expect(await ok('tenants', 'kill-switch', 'acme', 'off')).toBe('tenant acme: kill switch off (status: active)\n');
   });
 
-  it('creates a revision from a YAML file, sets canary weights and rolls them back', async () => {
+  it('creates a revision from a YAML file, needs a passing eval to raise it as a canary, then sets weights and rolls them back', async () => {
     expect(await ok('revisions', 'create', '--file', path.join(dir, 'tiny-2.yaml'))).toBe('created revision tiny@2\n');
     expect(await ok('models', 'list')).toMatch(/\ntiny@2 +tiny +simulated +- /);
+    const gated = await weir(['aliases', 'set-weights', 'tiny', '--weights', 'tiny@1=90,tiny@2=10']);
+    expect(gated.status).toBe(1);
+    expect(gated.err).toMatch(/^error: Raising canary revision tiny@2 on alias tiny .* needs a passing eval/);
+
+    expect(await ok('prompts', 'add', 'acme', '--use-case', 'support', '--prompt', 'hello there', '--max-tokens', '16')).toMatch(/^added golden prompt \S+ to use case support of tenant acme\n$/);
+    expect(await ok('prompts', 'list', 'acme')).toMatch(/\n\S+ +support +1 +16 +- +- /);
+    const report = await ok('evals', 'run', 'acme', '--use-case', 'support', '--alias', 'tiny', '--candidate', 'tiny@2', '--scorer', 'exact');
+    expect(report).toContain('tiny@2 (candidate) vs tiny@1 (stable) on alias tiny, tenant acme, use case support');
+    expect(report).toContain('verdict: PASS');
+    expect(report).toContain('prompts 1: 1 passed, 0 failed, 0 unscored; mean score 1.000');
+    const [run] = await json('evals', 'list', 'acme');
+    expect(run).toMatchObject({ candidate_revision: 'tiny@2', status: 'finished', pass: true });
+    expect(await ok('evals', 'show', run.id)).toBe(report);
+    expect(evalAudits.map((e) => e.action)).toEqual(['golden_prompt.create', 'eval_run.create']);
+
     expect(await ok('aliases', 'set-weights', 'tiny', '--weights', 'tiny@1=90,tiny@2=10')).toBe('alias tiny: tiny@1=90,tiny@2=10 (was tiny@1)\n');
     const weighted = await json('aliases', 'get', 'tiny');
     // The arms changed; the fallbacks stayed.
@@ -194,6 +250,12 @@ describe('weir against a running control plane', () => {
     expect(page.out).toMatch(/\nmore: weir audit list --cursor \d+\n$/);
     const latest = await json('snapshots', 'list', '--limit', '1');
     expect(latest.data[0].version).toBe(data[0].snapshot_version);
+  });
+
+  it('shows the capacity controller\'s desired replicas', async () => {
+    expect(await ok('capacity', 'show')).toMatch(/^POOL +DESIRED +RECOMMENDED +CURRENT +HEALTHY +DEMAND TOK\/S +REPLICA TOK\/S +TELEMETRY AGE\ngpu\/a100 +5 +6 +4 +4 +12,000 +2,500 \(measured\) +\S+\n$/);
+    expect(await ok('capacity', 'show', 'gpu/a100')).toContain('  ceil(12,000 / 2,500) = 5 replicas\n');
+    expect(await weir(['capacity', 'show', 'cpu'])).toMatchObject({ status: 1, err: expect.stringMatching(/^error: No capacity decision for pool "cpu"/) });
   });
 
   it('refuses a write with a viewer token: exit 1 and the permission error', async () => {
