@@ -1,8 +1,9 @@
 /**
  * `main.ts` as deployed: the service started as a process against a throw-away Postgres
  * database and the shared NATS server (a namespace of its own), seeding from a config file,
- * publishing signed snapshots, revocations and heartbeats to `<namespace>_config`, and stopping
- * cleanly on SIGTERM.
+ * publishing signed snapshots, revocations and heartbeats to `<namespace>_config`; running the
+ * capacity controller on published telemetry (NATS, admin API, `/metrics`), mounting the eval
+ * routes, rolling a regressing canary back with an event; and stopping cleanly on SIGTERM.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { generateKeyPairSync } from 'node:crypto';
@@ -11,10 +12,11 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { jetstreamManager } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
+import type { CapacityDecision } from '@weir/capacity';
 import { parseConfig } from '@weir/config';
 import { createNatsConfigBucket, loadVerifyKey, openEnvelope, type ConfigBucket } from '@weir/config-sync';
-import { connectNats } from '@weir/messaging-nats';
-import { createTemporaryPostgresDatabase, type TemporaryPostgresDatabase } from '@weir/store-pg';
+import { connectNats, createCapacityTelemetryPublisher, subscribeCapacityDecisions } from '@weir/messaging-nats';
+import { createTemporaryPostgresDatabase, openDatabase, type TemporaryPostgresDatabase } from '@weir/store-pg';
 import { uniqueTag } from '@weir/testing';
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- parsed JSON in assertions
@@ -32,9 +34,18 @@ revisions:
     max_output_tokens: 256
     default_output_tokens: 64
     pricing: { input_per_mtok: 0.1, output_per_mtok: 0.2 }
+  - id: tiny@2
+    model: tiny
+    engine: { kind: simulated }
+    context_window: 512
+    max_output_tokens: 256
+    default_output_tokens: 64
+    pricing: { input_per_mtok: 0.1, output_per_mtok: 0.2 }
 aliases:
   - name: tiny
     revision: tiny@1
+  - name: chat
+    targets: [{ revision: tiny@1, weight: 90 }, { revision: tiny@2, weight: 10 }]
 tenants:
   - id: demo
     name: Demo
@@ -89,6 +100,8 @@ beforeAll(async () => {
       WEIR_NATS_URL: NATS_URL,
       WEIR_NATS_NAMESPACE: namespace,
       WEIR_CONFIG_HEARTBEAT_MS: '200',
+      WEIR_CANARY_GUARD_INTERVAL_MS: '200',
+      WEIR_CAPACITY_REPLICA_TPS_HINT: '500',
     },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -108,7 +121,7 @@ afterAll(async () => {
 });
 
 describe('apps/control-plane', () => {
-  it('seeds, publishes signed snapshots, revocations and heartbeats, and stops on SIGTERM', async () => {
+  it('seeds, publishes signed snapshots, revocations and heartbeats, runs the capacity controller, evals and the canary guard, and stops on SIGTERM', async () => {
     const port = await until('the listening line', () => /"port":(\d+)[^\n]*control plane listening/.exec(output)?.[1]);
     const base = `http://127.0.0.1:${port}`;
     expect((await fetch(`${base}/healthz`)).status).toBe(200);
@@ -132,6 +145,86 @@ describe('apps/control-plane', () => {
     expect(second.body.config.tenants[0].id).toBe('demo');
     expect(await until('a heartbeat for version 2', async () => ((await payloadAt('heartbeat'))?.version === 2 ? await payloadAt('heartbeat') : undefined))).toMatchObject({ type: 'heartbeat', version: 2 });
     expect(output).not.toContain(ADMIN);
+
+    const admin = async (urlPath: string): Promise<{ status: number; body: Json }> => {
+      const r = await fetch(`${base}/admin/v1${urlPath}`, { headers: { authorization: `Bearer ${ADMIN}` } });
+      return { status: r.status, body: await r.json() };
+    };
+
+    // Capacity: a scheduler's sample → a decision on NATS, in the admin API and on /metrics.
+    const decisions: CapacityDecision[] = [];
+    const stopDecisions = subscribeCapacityDecisions(nc, namespace, (d) => void decisions.push(d));
+    await nc.flush();
+    const sample = { pool: 'interactive', source: 'scheduler-test', queuedRequests: 30, queuedOutputTokens: 15_000, runningRequests: 2, replicas: 2, healthyReplicas: 2 };
+    const counters = { admittedRequestsTotal: 0, completedRequestsTotal: 0, outputTokensTotal: 0, inputTokensTotal: 0, busyReplicaSecondsTotal: 0 };
+    createCapacityTelemetryPublisher(nc, namespace).publish({ ...sample, ...counters, at: Date.now() });
+    // 15,000 queued tokens / 30 s = 500 tokens/s at the 500 tokens/s hint × 0.7 → 2, + 1 (N+1).
+    const decision = await until('a capacity decision on NATS', () => decisions.find((d) => d.pool === 'interactive'));
+    expect(decision).toMatchObject({ desiredReplicas: 3, basis: 'hint', replicaTokensPerSecond: 500 });
+    stopDecisions();
+    expect((await admin('/capacity/interactive')).body).toMatchObject({ pool: 'interactive', desired_replicas: 3, current_replicas: 2 });
+    const metrics = await (await fetch(`${base}/metrics`)).text();
+    expect(metrics).toMatch(/^weir_pool_desired_replicas\{pool="interactive"[^}]*\} 3$/m);
+    expect(metrics).toMatch(/^weir_config_published_version\{[^}]*\} 2$/m);
+
+    // Evals are mounted behind the admin API's authentication.
+    expect(await admin('/tenants/demo/golden-prompts')).toEqual({ status: 200, body: { object: 'list', data: [] } });
+    expect((await fetch(`${base}/admin/v1/tenants/demo/golden-prompts`)).status).toBe(401);
+
+    // The canary guard: chat's canary tiny@2 fails 25% of its requests against 1% on tiny@1.
+    const canaryEvents: Json[] = [];
+    nc.subscribe(`${namespace}.events.canary`, { callback: (_e, msg) => void canaryEvents.push(msg.json()) });
+    await nc.flush();
+    const database = await openDatabase({ databaseUrl: temp.url });
+    try {
+      const finished = new Date(Date.now() - 10_000);
+      const row = (i: number, revision: string, failed: boolean) => ({
+        generation_id: `gen_${revision}_${i}`,
+        request_id: `req_${revision}_${i}`,
+        tenant_id: 'demo',
+        app_id: 'demo-app',
+        api_key_id: 'key',
+        route: 'chat.completions',
+        model_alias: 'chat',
+        model_revision: revision,
+        input_tokens: 5,
+        output_tokens: failed ? 0 : 10,
+        cached_input_tokens: 0,
+        cost_usd: '0',
+        status: failed ? 'failed' : 'completed',
+        finish_reason: failed ? 'error' : 'stop',
+        error_code: failed ? 'upstream_error' : null,
+        queue_ms: 0,
+        ttft_ms: failed ? null : 100,
+        total_ms: 200,
+        started_at: new Date(finished.getTime() - 200),
+        finished_at: finished,
+      });
+      await database.db
+        .insertInto('usage_ledger')
+        .values([...Array.from({ length: 200 }, (_, i) => row(i, 'tiny@1', i < 2)), ...Array.from({ length: 60 }, (_, i) => row(i, 'tiny@2', i < 15))])
+        .execute();
+    } finally {
+      await database.close();
+    }
+    const event = await until('a canary_rolled_back event', () => canaryEvents[0]);
+    expect(event).toMatchObject({ type: 'canary_rolled_back', alias: 'chat', revision: 'tiny@2', stable_revision: 'tiny@1', trigger: 'error_rate' });
+    expect((await admin('/aliases/chat')).body.spec.targets).toEqual([
+      { revision: 'tiny@1', weight: 90 },
+      { revision: 'tiny@2', weight: 0 },
+    ]);
+    expect((await admin('/audit?action=alias.auto_rollback')).body.data).toEqual([
+      expect.objectContaining({ actor: { id: 'system:canary-guard', label: 'automatic canary rollback' }, entity_id: 'chat', snapshot_version: 3, after: expect.objectContaining({ auto_rollback: expect.objectContaining({ reason: event.reason }) }) }),
+    ]);
+    const third = await until('snapshot 3', async () => {
+      const p = await payloadAt('snapshot');
+      return p?.version === 3 ? p : undefined;
+    });
+    expect(third.body.config.aliases.find((a: Json) => a.name === 'chat').targets).toEqual([
+      { revision: 'tiny@1', weight: 90 },
+      { revision: 'tiny@2', weight: 0 },
+    ]);
+    expect(output).toMatch(/"event":"canary_rolled_back"/);
 
     child.kill('SIGTERM');
     const code = await new Promise<number | null>((resolve) => child.once('exit', (c) => resolve(c)));

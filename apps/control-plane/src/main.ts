@@ -12,16 +12,32 @@
  *   characters), registered (hashed) on start if new; a revoked one stays revoked.
  * - WEIR_CONFIG: a configuration file imported when the store is empty (no revision, no snapshot).
  * - WEIR_CONFIG_SIGNING_KEY_FILE: the Ed25519 PKCS#8 PEM signing key; unset = nothing is published.
- * - WEIR_NATS_URL (or NATS_URL, default nats://127.0.0.1:4222), WEIR_NATS_NAMESPACE (default weir).
+ * - WEIR_NATS_URL (or NATS_URL, default nats://127.0.0.1:4222), WEIR_NATS_NAMESPACE (default weir):
+ *   NATS is required (snapshots, capacity telemetry and decisions, canary events); the first
+ *   connection is retried until a server answers.
  * - WEIR_CONFIG_HEARTBEAT_MS (default 5,000): heartbeat and publication-retry interval.
+ * - WEIR_CANARY_GUARD_INTERVAL_MS (default 15,000): how often the canary guard judges canaries.
+ * - WEIR_CAPACITY_REPLICA_TPS_HINT (default 2,500): output tokens/s one replica is assumed to
+ *   sustain until a pool's telemetry has measured it.
+ * - WEIR_MODEL_CACHE_DIR (default .data/models): where eval replays look for llama.cpp model
+ *   files by sha256 when a revision's model_path is not on this host (nothing is downloaded).
  * - CONTROL_PLANE_DB_POOL (default 5), LOG_LEVEL (default info).
+ *
+ * Besides the admin API (with the capacity and eval routes), `GET /metrics` serves Prometheus
+ * text: `weir_pool_desired_replicas{pool}` and the published/stored snapshot versions.
  */
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { createControlPlane, createControlPlaneHttpApp, registerBootstrapAdminToken, seedFromConfigFile } from '@weir/control-plane';
+import express from 'express';
+import { sql } from 'kysely';
+import { createControlPlane, createControlPlaneHttpApp, registerBootstrapAdminToken, registerCapacityRoutes, seedFromConfigFile } from '@weir/control-plane';
+import { connectNats } from '@weir/messaging-nats';
 import { envInt, envString, EnvError, readEnv, runUntilSignal } from '@weir/service-runtime';
 import { openDatabase } from '@weir/store-pg';
-import { createLogger } from '@weir/telemetry';
+import { createLogger, createTelemetry } from '@weir/telemetry';
+import { startCanaryGuard } from './canary';
+import { startCapacityController } from './capacity';
+import { evalRoutes } from './evals';
 import { createSnapshotSinkFromEnv } from './snapshot-sink';
 
 const env = readEnv({
@@ -35,6 +51,9 @@ const env = readEnv({
   NATS_URL: envString('nats://127.0.0.1:4222'),
   WEIR_NATS_NAMESPACE: envString('weir'),
   WEIR_CONFIG_HEARTBEAT_MS: envInt(5_000, 100, 60_000),
+  WEIR_CANARY_GUARD_INTERVAL_MS: envInt(15_000, 100, 3_600_000),
+  WEIR_CAPACITY_REPLICA_TPS_HINT: envInt(2_500, 1, 10_000_000),
+  WEIR_MODEL_CACHE_DIR: envString('.data/models'),
   CONTROL_PLANE_DB_POOL: envInt(5, 1, 100),
   LOG_LEVEL: envString('info'),
 });
@@ -53,18 +72,45 @@ runUntilSignal('control-plane', logger, async () => {
     const seeded = await seedFromConfigFile(database.db, env.WEIR_CONFIG);
     logger.info(seeded.seeded ? { version: seeded.version, revisions: seeded.revisions, aliases: seeded.aliases, tenants: seeded.tenants } : { skipped: seeded.reason }, seeded.seeded ? 'store seeded from WEIR_CONFIG' : 'store not empty; WEIR_CONFIG not imported');
   }
-  const built = await createSnapshotSinkFromEnv({ natsUrl: env.WEIR_NATS_URL || env.NATS_URL, namespace: env.WEIR_NATS_NAMESPACE, heartbeatMs: env.WEIR_CONFIG_HEARTBEAT_MS }, logger);
+  const nc = await connectNats({ servers: env.WEIR_NATS_URL || env.NATS_URL, name: 'weir-control-plane', logger, waitOnFirstConnect: true });
+  const built = createSnapshotSinkFromEnv({ namespace: env.WEIR_NATS_NAMESPACE, heartbeatMs: env.WEIR_CONFIG_HEARTBEAT_MS }, nc, logger);
   const controlPlane = createControlPlane({}, { db: database.db, sink: built.sink, logger });
   await controlPlane.republishLatest();
   const stopRetry = controlPlane.startPublishRetry(env.WEIR_CONFIG_HEARTBEAT_MS);
   const stopHeartbeats = built.startHeartbeats(() => controlPlane.publishedVersion());
 
+  const telemetry = createTelemetry({ serviceName: 'weir-control-plane' });
+  let storedVersion: number | undefined;
+  const readStoredVersion = () =>
+    database.db
+      .selectFrom('config_snapshots')
+      .select(sql<string | null>`max(version)`.as('v'))
+      .executeTakeFirst()
+      .then(
+        (row) => {
+          storedVersion = row?.v === null || row?.v === undefined ? undefined : Number(row.v);
+        },
+        (err: unknown) => logger.warn({ err }, 'reading the stored snapshot version failed'),
+      );
+  await readStoredVersion();
+  const versionTimer = setInterval(() => void readStoredVersion(), env.WEIR_CONFIG_HEARTBEAT_MS);
+  versionTimer.unref();
+  telemetry.observeConfigPublication(() => ({ publishedVersion: controlPlane.publishedVersion(), storedVersion }));
+
+  const capacity = startCapacityController({ nc, namespace: env.WEIR_NATS_NAMESPACE, logger, telemetry }, env.WEIR_CAPACITY_REPLICA_TPS_HINT);
+  const guard = startCanaryGuard({ cp: controlPlane, nc, namespace: env.WEIR_NATS_NAMESPACE, logger }, env.WEIR_CANARY_GUARD_INTERVAL_MS);
+
   let draining = false;
-  const app = createControlPlaneHttpApp({
+  const admin = createControlPlaneHttpApp({
     controlPlane,
     logger,
-    readiness: () => (draining ? { ready: false, reason: 'draining' } : built.connected() ? { ready: true } : { ready: false, reason: 'nats_disconnected' }),
+    extraRoutes: [(router) => registerCapacityRoutes(router, { capacity: capacity.controller }), evalRoutes(controlPlane, { modelCacheDir: env.WEIR_MODEL_CACHE_DIR }, logger)],
+    readiness: () => (draining ? { ready: false, reason: 'draining' } : nc.isClosed() ? { ready: false, reason: 'nats_disconnected' } : { ready: true }),
   });
+  const app = express();
+  app.disable('x-powered-by');
+  app.get('/metrics', telemetry.metricsHandler);
+  app.use(admin);
   const server = await new Promise<Server>((resolve, reject) => {
     const s = app.listen(env.WEIR_CONTROL_PLANE_PORT, env.HOST, () => resolve(s));
     s.once('error', reject);
@@ -77,10 +123,15 @@ runUntilSignal('control-plane', logger, async () => {
         server.close(() => resolve());
         server.closeIdleConnections();
       });
+      await guard.stop();
+      capacity.stop();
+      clearInterval(versionTimer);
       stopHeartbeats();
       stopRetry();
       await controlPlane.close();
       await built.close();
+      await nc.drain();
+      await telemetry.shutdown();
       await database.close();
     },
   };

@@ -1,14 +1,14 @@
 /**
  * Where the control plane's snapshot sink is built: {@link createSnapshotSinkFromEnv}. With
  * `WEIR_CONFIG_SIGNING_KEY_FILE` set it signs with `@weir/config-sync` and writes to the NATS
- * JetStream KV bucket `<WEIR_NATS_NAMESPACE>_config` on `WEIR_NATS_URL`, with a heartbeat every
- * `WEIR_CONFIG_HEARTBEAT_MS`; without it nothing is published (a warning says so), and data
+ * JetStream KV bucket `<WEIR_NATS_NAMESPACE>_config` over the process's NATS connection, with a
+ * heartbeat every `WEIR_CONFIG_HEARTBEAT_MS`; without it nothing is published (a warning says so), and data
  * planes never receive configuration from this control plane.
  */
+import type { NatsConnection } from '@nats-io/transport-node';
 import { createNatsConfigBucket, createSnapshotPublisher, signingKeyFromEnv } from '@weir/config-sync';
 import type { SnapshotSink } from '@weir/control-plane';
 import { isWeirError } from '@weir/core';
-import { connectNats } from '@weir/messaging-nats';
 import type { WeirLogger } from '@weir/telemetry';
 
 /** The sink plus what it holds open. */
@@ -16,14 +16,12 @@ export interface BuiltSnapshotSink {
   sink: SnapshotSink;
   /** Starts heartbeats naming `getVersion()` (the published snapshot version). Returns their stop. */
   startHeartbeats(getVersion: () => number | undefined): () => void;
-  /** Readiness: false while NATS is disconnected. */
-  connected(): boolean;
+  /** Closes the bucket (the NATS connection is the caller's). */
   close(): Promise<void>;
 }
 
 /** Settings {@link createSnapshotSinkFromEnv} reads. */
 export interface SnapshotSinkEnv {
-  natsUrl: string;
   namespace: string;
   heartbeatMs: number;
 }
@@ -33,20 +31,18 @@ export interface SnapshotSinkEnv {
  * A `conflict` from the publisher means the bucket already holds that snapshot version (or a
  * later one) or that revocation: it is already published, so it counts as done.
  * @throws WeirError `invalid_request` when the signing key file cannot be read or is not an
- *   Ed25519 PKCS#8 key; `upstream_unavailable` when NATS cannot be reached at start-up.
+ *   Ed25519 PKCS#8 key.
  */
-export async function createSnapshotSinkFromEnv(settings: SnapshotSinkEnv, logger: WeirLogger): Promise<BuiltSnapshotSink> {
+export function createSnapshotSinkFromEnv(settings: SnapshotSinkEnv, nc: NatsConnection, logger: WeirLogger): BuiltSnapshotSink {
   const signingKey = signingKeyFromEnv();
   if (!signingKey) {
     logger.warn({}, 'WEIR_CONFIG_SIGNING_KEY_FILE is not set: configuration changes are stored and audited but NOT published to data planes');
     return {
       sink: { async publishSnapshot() {}, async publishRevocation() {} },
       startHeartbeats: () => () => undefined,
-      connected: () => true,
       close: async () => undefined,
     };
   }
-  const nc = await connectNats({ servers: settings.natsUrl, name: 'weir-control-plane', logger, waitOnFirstConnect: true });
   const bucket = createNatsConfigBucket(nc, { namespace: settings.namespace, logger });
   const publisher = createSnapshotPublisher({ bucket, signingKey, logger });
   logger.info({ keyId: signingKey.keyId, namespace: settings.namespace }, 'publishing signed configuration to NATS');
@@ -71,10 +67,8 @@ export async function createSnapshotSinkFromEnv(settings: SnapshotSinkEnv, logge
       },
     },
     startHeartbeats: (getVersion) => publisher.startHeartbeats(getVersion, settings.heartbeatMs),
-    connected: () => !nc.isClosed(),
     async close() {
       await bucket.close();
-      await nc.drain();
     },
   };
 }

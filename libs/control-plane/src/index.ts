@@ -39,3 +39,4 @@ export {
   type CapacityRoutesDeps,
 } from './capacity-routes';
 export * from './eval';
+export { actorOf, type AdminCaller, type AdminRequest } from './routes/context';
