@@ -101,6 +101,7 @@ beforeAll(async () => {
       WEIR_NATS_NAMESPACE: namespace,
       WEIR_CONFIG_HEARTBEAT_MS: '200',
       WEIR_CANARY_GUARD_INTERVAL_MS: '200',
+      WEIR_DEPRECATION_CHECK_MS: '200',
       WEIR_CAPACITY_REPLICA_TPS_HINT: '500',
     },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -225,6 +226,23 @@ describe('apps/control-plane', () => {
       { revision: 'tiny@2', weight: 0 },
     ]);
     expect(output).toMatch(/"event":"canary_rolled_back"/);
+
+    // The deprecation event: announced today → one event on NATS, audited once.
+    const deprecationEvents: Json[] = [];
+    nc.subscribe(`${namespace}.events.deprecation`, { callback: (_e, msg) => void deprecationEvents.push(msg.json()) });
+    await nc.flush();
+    const today = new Date().toISOString().slice(0, 10);
+    const patched = await fetch(`${base}/admin/v1/revisions/tiny@1`, {
+      method: 'PATCH',
+      headers: { authorization: `Bearer ${ADMIN}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ deprecation: { retires_on: '2099-12-31', replacement: 'tiny@2', announced_on: today } }),
+    });
+    expect(patched.status).toBe(200);
+    const announced = await until('a revision_deprecation_announced event', () => deprecationEvents[0]);
+    expect(announced).toMatchObject({ type: 'revision_deprecation_announced', revision: 'tiny@1', retires_on: '2099-12-31', replacement: 'tiny@2', announced_on: today, tenants: [{ id: 'demo', via: 'alias' }] });
+    await new Promise((r) => setTimeout(r, 600));
+    expect(deprecationEvents).toHaveLength(1);
+    expect((await admin('/audit?action=revision.deprecation_announced')).body.data).toHaveLength(1);
 
     child.kill('SIGTERM');
     const code = await new Promise<number | null>((resolve) => child.once('exit', (c) => resolve(c)));

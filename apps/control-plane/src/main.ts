@@ -17,6 +17,8 @@
  *   connection is retried until a server answers.
  * - WEIR_CONFIG_HEARTBEAT_MS (default 5,000): heartbeat and publication-retry interval.
  * - WEIR_CANARY_GUARD_INTERVAL_MS (default 15,000): how often the canary guard judges canaries.
+ * - WEIR_DEPRECATION_CHECK_MS (default 60,000): how often deprecations due for announcement are
+ *   looked for (the event is published on `<ns>.events.deprecation`, once, and audited).
  * - WEIR_CAPACITY_REPLICA_TPS_HINT (default 2,500): output tokens/s one replica is assumed to
  *   sustain until a pool's telemetry has measured it.
  * - WEIR_MODEL_CACHE_DIR (default .data/models): where eval replays look for llama.cpp model
@@ -38,6 +40,7 @@ import { createLogger, createTelemetry } from '@weir/telemetry';
 import { startCanaryGuard } from './canary';
 import { startCapacityController } from './capacity';
 import { evalRoutes } from './evals';
+import { startDeprecationAnnouncer } from './deprecations';
 import { createSnapshotSinkFromEnv } from './snapshot-sink';
 
 const env = readEnv({
@@ -52,6 +55,7 @@ const env = readEnv({
   WEIR_NATS_NAMESPACE: envString('weir'),
   WEIR_CONFIG_HEARTBEAT_MS: envInt(5_000, 100, 60_000),
   WEIR_CANARY_GUARD_INTERVAL_MS: envInt(15_000, 100, 3_600_000),
+  WEIR_DEPRECATION_CHECK_MS: envInt(60_000, 100, 86_400_000),
   WEIR_CAPACITY_REPLICA_TPS_HINT: envInt(2_500, 1, 10_000_000),
   WEIR_MODEL_CACHE_DIR: envString('.data/models'),
   CONTROL_PLANE_DB_POOL: envInt(5, 1, 100),
@@ -99,6 +103,7 @@ runUntilSignal('control-plane', logger, async () => {
 
   const capacity = startCapacityController({ nc, namespace: env.WEIR_NATS_NAMESPACE, logger, telemetry }, env.WEIR_CAPACITY_REPLICA_TPS_HINT);
   const guard = startCanaryGuard({ cp: controlPlane, nc, namespace: env.WEIR_NATS_NAMESPACE, logger }, env.WEIR_CANARY_GUARD_INTERVAL_MS);
+  const announcer = startDeprecationAnnouncer({ db: database.db, nc, namespace: env.WEIR_NATS_NAMESPACE, logger }, env.WEIR_DEPRECATION_CHECK_MS);
 
   let draining = false;
   const admin = createControlPlaneHttpApp({
@@ -124,6 +129,7 @@ runUntilSignal('control-plane', logger, async () => {
         server.closeIdleConnections();
       });
       await guard.stop();
+      announcer.stop();
       capacity.stop();
       clearInterval(versionTimer);
       stopHeartbeats();

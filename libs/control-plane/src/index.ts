@@ -40,3 +40,13 @@ export {
 } from './capacity-routes';
 export * from './eval';
 export { actorOf, type AdminCaller, type AdminRequest } from './routes/context';
+export {
+  createDeprecationAnnouncer,
+  DEPRECATION_ANNOUNCED_ACTION,
+  DEPRECATION_ANNOUNCER_ACTOR,
+  dueAnnouncements,
+  type DeprecationAnnouncement,
+  type DeprecationAnnouncer,
+  type DeprecationAnnouncerOptions,
+  type DeprecationReach,
+} from './deprecation-announcer';
