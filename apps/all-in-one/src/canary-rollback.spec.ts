@@ -1,7 +1,9 @@
 /**
  * Canary weights and rollback through the configuration file, on the running all-in-one: two
- * in-process simulated revisions behind one alias; the file is rewritten while requests flow,
- * and every response names the revision that answered (`x-weir-model-revision`). Proves the
+ * in-process simulated revisions behind one alias; the file is rewritten while requests flow
+ * (each save is imported into the in-process control plane by `config-file` and reaches the
+ * router as a signed snapshot), and every response names the revision that answered
+ * (`x-weir-model-revision`). Proves the
  * same request id stays on its arm, a weight change applies live, and a rollback reaches every
  * request within seconds (measured), with a tenant pin and a use-case route honoured.
  */

@@ -1,12 +1,15 @@
 /**
  * `npm start`: the all-in-one Weir (ARCHITECTURE.md §1, "all-in-one"). Reads the
  * environment (PORT, HOST, WEIR_DATA_DIR, WEIR_MODEL_PATH, WEIR_CONFIG, WEIR_DEMO_API_KEY,
- * DATABASE_URL, LOG_LEVEL, WEIR_ALLOW_MODEL_DOWNLOAD, WEIR_SHUTDOWN_GRACE_MS), starts the
- * platform, prints how to call it, and shuts down gracefully on SIGTERM/SIGINT.
+ * DATABASE_URL, LOG_LEVEL, WEIR_ALLOW_MODEL_DOWNLOAD, WEIR_SHUTDOWN_GRACE_MS, and for the
+ * in-process control plane WEIR_ADMIN_TOKEN and WEIR_CONFIG_SIGNING_KEY_FILE), starts the
+ * platform, prints how to call it (and the admin token minted on a first start), and shuts
+ * down gracefully on SIGTERM/SIGINT.
  */
 import { isConfigError, loadAllInOneEnv } from '@weir/config';
+import { checkSuppliedAdminToken } from '@weir/control-plane';
 import { createLogger } from '@weir/telemetry';
-import { startPlatform } from './platform';
+import { type PlatformOptions, startPlatform } from './platform';
 
 async function main(): Promise<void> {
   let settings;
@@ -16,10 +19,22 @@ async function main(): Promise<void> {
     process.stderr.write(`weir: ${isConfigError(err) ? err.message : String(err)}\n`);
     process.exit(2);
   }
+  const options: PlatformOptions = {};
+  const adminToken = process.env.WEIR_ADMIN_TOKEN?.trim();
+  if (adminToken) {
+    const problem = checkSuppliedAdminToken(adminToken);
+    if (problem) {
+      process.stderr.write(`weir: environment: WEIR_ADMIN_TOKEN: ${problem} (value not shown)\n`);
+      process.exit(2);
+    }
+    options.adminToken = adminToken;
+  }
+  const signingKeyFile = process.env.WEIR_CONFIG_SIGNING_KEY_FILE?.trim();
+  if (signingKeyFile) options.signingKeyFile = signingKeyFile;
   const logger = createLogger({ name: 'weir', level: settings.logLevel });
   let platform;
   try {
-    platform = await startPlatform(settings, logger);
+    platform = await startPlatform(settings, logger, options);
   } catch (err) {
     if (isConfigError(err)) process.stderr.write(`weir: ${err.message}\n`);
     else logger.fatal({ err }, 'weir failed to start');
@@ -56,16 +71,22 @@ function banner(p: Awaited<ReturnType<typeof startPlatform>>): string {
     : p.demoKeyPrefix
       ? `  demo API key: wk_${p.demoKeyPrefix}_… (shown only when it was created; set WEIR_KEY to it for the line below)`
       : '  demo API key: none (the demo tenant has no active key)';
+  // Like the demo key: the admin token is shown only on the start that minted it.
+  const adminLine = p.adminToken
+    ? `  admin token (shown once; stored only as its SHA-256): ${p.adminToken}`
+    : `  admin API: ${p.url}/admin/v1 (token: WEIR_ADMIN_TOKEN, the one printed on the first start, or one minted with POST /admin/v1/admin-tokens)`;
   const lines = [
     '',
     `Weir is listening on ${p.url}`,
     `  models: ${p.aliases.length > 0 ? p.aliases.join(', ') : 'none (see the warnings below)'}`,
     keyLine,
+    adminLine,
     '',
     'Try it:',
     `  curl -N ${p.url}/v1/chat/completions \\`,
     `    -H "Authorization: Bearer ${key}" -H "Content-Type: application/json" \\`,
     `    -d '{"model":"${model}","messages":[{"role":"user","content":"Once upon a time"}],"max_tokens":48,"stream":true}'`,
+    `  curl -H "Authorization: Bearer ${p.adminToken ?? '$ADMIN'}" ${p.url}/admin/v1/tenants`,
     '',
     ...p.warnings.map((w) => `WARNING: ${w}`),
     '',

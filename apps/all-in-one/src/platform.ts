@@ -6,23 +6,45 @@
  * served by those engine servers over HTTP exactly as in the split (`@weir/engines`' remote
  * replicas: an adapter per replica, their `/tokenize` for prompt tokens, `/healthz` probes and
  * ejection of a replica the relay cannot reach); any other revision runs its engine in-process.
+ *
+ * Configuration takes the control plane's path, in-process (`config-plane.ts`): the store on
+ * the same database, every change a signed snapshot in an in-memory bucket, verified by the
+ * subscriber and applied to the router, the gateway's tenants and revisions, admission and the
+ * revocation fast path; the admin API is served under `/admin/v1` on the same port.
  */
 import { mkdirSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import express from 'express';
 import { createAdmission, startReconciler } from '@weir/admission';
-import { type AllInOneEnv, watchConfigFile, loadConfigFile, defaultConfig, replicaPlacement, resolveModelFile } from '@weir/config';
+import { type AllInOneEnv, replicaPlacement, resolveModelFile } from '@weir/config';
+import { type ConfigBucket, createConfigSyncMetrics } from '@weir/config-sync';
+import { createAdminRouter } from '@weir/control-plane';
 import { type BurnRateAlert, type EngineAdapter, type GenerationInput, type PlatformConfig, type RevisionSpec, type Topic, systemClock } from '@weir/core';
 import { createEngine, createReplicaEngines, type LlamaCppEngine, remoteReplicas, replicaTokenCounter, replicaUnreachable, startReplicaHealthChecks } from '@weir/engines';
-import { createGatewayApp, createGenerationPipeline, createMetricsObserver, type Gateway } from '@weir/gateway';
+import { createGatewayApp, createGenerationPipeline, createLiveConfig, createMetricsObserver, createRevocations, type Gateway } from '@weir/gateway';
 import { createBatchedUsageSink, createBurnRateMonitor, type BatchedUsageSink } from '@weir/ledger';
 import { createInProcessTopic } from '@weir/messaging';
 import { breakerOptionsFrom, breakerScopeOf, breakerTransitionRecorder, createBreakerRegistry, createRevisionHealth, createRouter, revisionProviderKey } from '@weir/routing';
 import { createPoolScheduler, createSchedulerSampler, replicaSamples, schedulerMetricsObserver } from '@weir/scheduling';
 import { bootstrapTenants, createApiKeyRepository, createCachedApiKeyStore, createPgIdempotencyStore, createUsageQueries, createPgAdmissionStore, createUsageRepository, expireOrphans, openDatabase } from '@weir/store-pg';
 import { createRelay } from '@weir/streaming';
-import { lockDataDir } from './data-dir-lock';
 import { createLogger, createTelemetry, type WeirLogger } from '@weir/telemetry';
+import { type ConfigPlane, openConfigPlane } from './config-plane';
+import { lockDataDir } from './data-dir-lock';
+import { evalRoutes } from './eval-routes';
+
+/** Settings of {@link startPlatform} beyond {@link AllInOneEnv}. */
+export interface PlatformOptions {
+  /** `WEIR_ADMIN_TOKEN`: a bootstrap admin token, registered (hashed) if new. Unset: one is minted on a store that never had one. Secret. */
+  adminToken?: string;
+  /** `WEIR_CONFIG_SIGNING_KEY_FILE`: the Ed25519 PKCS#8 PEM snapshot signing key. Unset: `<WEIR_DATA_DIR>/config-signing-key.pem` (created 0600). */
+  signingKeyFile?: string;
+  /** Heartbeat interval of the in-process control plane (ms). Default 5,000. */
+  configHeartbeatMs?: number;
+  /** Snapshot age beyond which requests get 503 `config_stale` (ms). Default 300,000. */
+  configMaxStalenessMs?: number;
+}
 
 
 /** A running all-in-one. */
@@ -34,6 +56,12 @@ export interface Platform {
   demoApiKey?: string;
   /** Public prefix of the demo tenant's key, for the banner. */
   demoKeyPrefix?: string;
+  /** An admin token minted on this start (the store had none and `WEIR_ADMIN_TOKEN` is unset): shown once; only its SHA-256 is stored. */
+  adminToken?: string;
+  /** The in-memory bucket the signed configuration travels through (tests write forged entries into it). */
+  configBucket: ConfigBucket;
+  /** The applied configuration snapshot's version and freshness (what `/readyz` reports). */
+  configState(): { version?: number; ageMs: number; stale: boolean };
   /** The aliases being served. */
   aliases: string[];
   /** Problems that removed a revision at start (e.g. no model file), already logged. */
@@ -45,12 +73,36 @@ export interface Platform {
 }
 
 /** Starts the all-in-one with validated settings. */
-export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = createLogger({ name: 'weir', level: settings.logLevel })): Promise<Platform> {
+export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = createLogger({ name: 'weir', level: settings.logLevel }), options: PlatformOptions = {}): Promise<Platform> {
   const warnings: string[] = [];
-  const loaded = settings.configPath ? loadConfigFile(settings.configPath) : defaultConfig();
   mkdirSync(settings.dataDir, { recursive: true });
   // PGlite is single-process: a second all-in-one on the same directory would lose rows.
   const lock = settings.databaseUrl ? undefined : lockDataDir(settings.dataDir);
+
+  const database = await openDatabase({ databaseUrl: settings.databaseUrl, dataDir: settings.databaseUrl ? undefined : `${settings.dataDir}/pg`, logger });
+  const telemetry = createTelemetry({ serviceName: 'weir-all-in-one' });
+  // The configuration: the store's latest snapshot (seeded on the first start), signed and
+  // verified in-process like every later change.
+  let configPlane: ConfigPlane;
+  try {
+    configPlane = await openConfigPlane({
+      db: database.db,
+      dataDir: settings.dataDir,
+      configPath: settings.configPath,
+      signingKeyFile: options.signingKeyFile,
+      adminToken: options.adminToken,
+      heartbeatMs: options.configHeartbeatMs,
+      maxStalenessMs: options.configMaxStalenessMs,
+      logger,
+      metrics: createConfigSyncMetrics(telemetry.meter),
+    });
+  } catch (err) {
+    await telemetry.shutdown().catch(() => undefined);
+    await database.close();
+    lock?.release();
+    throw err;
+  }
+  const loaded = configPlane.initial;
 
   // Engines: a revision that lists `replicas` is served by those engine servers over HTTP (as
   // in the split topology); any other runs one in-process engine replica. A revision whose
@@ -58,6 +110,8 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
   // still starts for the rest.
   const engines = new Map<string, EngineAdapter>();
   const servingRevisions: RevisionSpec[] = [];
+  /** In-process revisions as their engines were started (model files resolved), for eval replays. */
+  const startedRevisions = new Map<string, RevisionSpec>();
   for (const revision of loaded.revisions) {
     if (revision.replicas && revision.replicas.length > 0) {
       servingRevisions.push(revision);
@@ -80,6 +134,7 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
       }
       engines.set(revision.id, await createEngine(spec, { logger }));
       servingRevisions.push(revision);
+      startedRevisions.set(revision.id, { ...revision, engine: spec });
     } catch (err) {
       const message = `revision ${revision.id} is not served: ${err instanceof Error ? err.message : String(err)}`;
       warnings.push(message);
@@ -90,14 +145,11 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
   const remote = remoteReplicas(servingRevisions, { configuredOnly: true });
   const remoteEngines = createReplicaEngines(servingRevisions, remote, { logger });
   const inProcess = servingRevisions.filter((r) => engines.has(r.id));
-  const config = withServingRevisions(loaded, servingRevisions);
-
-  const database = await openDatabase({ databaseUrl: settings.databaseUrl, dataDir: settings.databaseUrl ? undefined : `${settings.dataDir}/pg`, logger });
+  const servedIds = new Set(servingRevisions.map((r) => r.id));
+  const config = withServingRevisions(loaded, servedIds);
   const boot = await bootstrapTenants(database.db, config, settings.demoApiKey, logger);
 
-  const telemetry = createTelemetry({ serviceName: 'weir-all-in-one' });
   const usageSink: BatchedUsageSink = createBatchedUsageSink(createUsageRepository(database.db), { logger });
-  const apiKeys = createCachedApiKeyStore(createApiKeyRepository(database.db));
   const usageQueries = createUsageQueries(database.db);
   const burnRateAlerts = createInProcessTopic<BurnRateAlert>({ onHandlerError: (err) => logger.warn({ err }, 'burn-rate alert subscriber failed') });
   const burnRate = createBurnRateMonitor(
@@ -135,19 +187,32 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
     onError: (err) => logger.warn({ err }, 'reservation reconciliation failed; retrying next interval'),
   });
   const router = createRouter(config);
-  // Routing changes in the configuration file (canary weights, pins, fallbacks, a rollback)
-  // apply live; a change to what is served needs a restart (watchConfigFile says so).
-  const configWatch = settings.configPath
-    ? watchConfigFile(settings.configPath, {
-        current: config,
-        onUpdate: (next, needsRestart) => {
-          router.update(next);
-          logger.info({ aliases: next.aliases.map((a) => ({ alias: a.name, targets: a.targets })) }, 'configuration file changed: routing updated');
-          if (needsRestart.length > 0) logger.warn({ sections: needsRestart }, 'configuration file changed outside routing: those changes apply only after a restart');
-        },
-        onRejected: (reason) => logger.warn({ reason }, 'configuration file changed but was not applied'),
-      })
-    : undefined;
+  // Tenants and revisions as the latest snapshot has them; revocations on their fast path.
+  const live = createLiveConfig(config);
+  const apiKeys = createCachedApiKeyStore(createApiKeyRepository(database.db));
+  const revocations = createRevocations({ keyCache: apiKeys });
+  revocations.applyConfig(config.tenants);
+  let served = config;
+  // Every verified snapshot (an admin change, or the file imported by `config-file`): routing,
+  // tenants, deprecations, limits and budgets, tenant flags apply at once; what the engines,
+  // replicas and scheduler were built from applies after a restart, and the log says so.
+  configPlane.onChange((next, version) => {
+    const nextServed = withServingRevisions(next, servedIds);
+    router.update(nextServed);
+    live.update(nextServed);
+    admission.updateTenants(nextServed.tenants);
+    revocations.applyConfig(nextServed.tenants);
+    const needsRestart = restartOnlyChanges(served, nextServed, next, servedIds);
+    served = nextServed;
+    logger.info({ version, aliases: nextServed.aliases.map((a) => ({ alias: a.name, targets: a.targets })) }, 'configuration snapshot applied');
+    if (needsRestart.length > 0) logger.warn({ version, changes: needsRestart }, 'configuration changes that apply only after a restart');
+  });
+  configPlane.onRevocation((r) => {
+    if (r.kind === 'api_key') revocations.revokeKey({ ...(r.api_key_id ? { keyId: r.api_key_id } : {}), ...(r.api_key_sha256 ? { sha256: r.api_key_sha256 } : {}) });
+    else if (r.kind === 'tenant' && r.tenant_id) revocations.setTenantDisabled(r.tenant_id, r.enabled === false ? false : true);
+    else if (r.kind === 'kill_switch' && r.tenant_id) revocations.setKillSwitch(r.tenant_id, r.enabled === true);
+    logger.info({ seq: r.seq, kind: r.kind, tenant: r.tenant_id, keyId: r.api_key_id }, 'revocation applied');
+  });
   // The scheduler's replicas: each remote replica with its slots, pool and KV tokens; one
   // in-process engine replica per other revision, in the revision's pool (default
   // interactive), with its sequences and KV tokens (default sequences × context window).
@@ -222,7 +287,8 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
     relay,
     countInputTokens: (revision, input) => (counters.get(revision.id) as (input: GenerationInput) => Promise<number>)(input),
     usageSink,
-    tenants: new Map(config.tenants.map((t) => [t.id, t])),
+    tenants: live.tenants,
+    revisions: live.revisions,
     clock: systemClock,
     reservationGraceMs: config.defaults.admission.reservationGraceMs,
     ...(config.defaults.scheduling ? { pushbackMs: config.defaults.scheduling.pushbackMs } : {}),
@@ -232,6 +298,9 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
     pipeline,
     router,
     apiKeys,
+    revocations,
+    catalog: live,
+    configState: () => configPlane.state(),
     defaults: config.defaults,
     clock: systemClock,
     logger,
@@ -239,14 +308,24 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
     usage: usageQueries,
     metricsHandler: (req, res) => telemetry.metricsHandler(req, res),
     readiness: () =>
-      config.aliases.length === 0
+      served.aliases.length === 0
         ? { ready: false, reason: 'no model is being served (see the startup warnings)' }
         : usageSink.saturated()
           ? { ready: false, reason: 'usage ledger backlog is full' }
           : { ready: true },
   });
 
-  const server: Server = createServer(gateway.app);
+  // The admin API on the same port, outside the gateway: it stays reachable while the
+  // configuration is stale (that is how an operator fixes it) and during a drain.
+  const admin = express();
+  admin.disable('x-powered-by');
+  admin.set('etag', false);
+  admin.use('/admin/v1', createAdminRouter({}, { controlPlane: configPlane.controlPlane, logger, extraRoutes: [evalRoutes(configPlane.controlPlane, startedRevisions, logger)] }));
+  const server: Server = createServer((req, res) => {
+    const url = req.url ?? '/';
+    if (url === '/admin/v1' || url.startsWith('/admin/v1/') || url.startsWith('/admin/v1?')) admin(req, res);
+    else gateway.app(req, res);
+  });
   // Long generations must not be cut by Node's defaults; keep-alive a little above common LBs.
   server.requestTimeout = 0;
   server.keepAliveTimeout = 65_000;
@@ -257,12 +336,17 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
   const port = (server.address() as AddressInfo).port;
   const url = `http://${settings.host.includes(':') ? `[${settings.host}]` : settings.host}:${port}`;
 
+  configPlane.watchConfigFile();
+
   let stopping: Promise<void> | undefined;
   return {
     url,
     port,
     demoApiKey: boot.demoApiKey,
     demoKeyPrefix: boot.demoKeyPrefix,
+    ...(configPlane.mintedAdminToken ? { adminToken: configPlane.mintedAdminToken } : {}),
+    configBucket: configPlane.bucket,
+    configState: () => configPlane.state(),
     aliases: config.aliases.map((a) => a.name),
     warnings,
     burnRateAlerts,
@@ -274,7 +358,7 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
         server.closeIdleConnections();
         const result = await usageSink.close({ timeoutMs: 10_000 });
         if (result.unwritten > 0) logger.error({ unwritten: result.unwritten }, 'usage records could not be written before exit');
-        configWatch?.stop();
+        await configPlane.stop();
         await burnRate.stop();
         await reconciler.stop();
         replicaHealth.stop();
@@ -294,11 +378,25 @@ function replicaId(revision: RevisionSpec): string {
   return `${revision.id}/0`;
 }
 
-/** The config without revisions that are not served, and without alias arms that point at them. */
-function withServingRevisions(config: PlatformConfig, serving: RevisionSpec[]): PlatformConfig {
-  const ids = new Set(serving.map((r) => r.id));
+/** The config without revisions that are not served (by id), and without alias arms that point at them. */
+function withServingRevisions(config: PlatformConfig, ids: ReadonlySet<string>): PlatformConfig {
   const aliases = config.aliases
     .map((a) => ({ ...a, targets: a.targets.filter((t) => ids.has(t.revision)) }))
     .filter((a) => a.targets.some((t) => t.weight > 0));
-  return { ...config, revisions: serving, aliases };
+  return { ...config, revisions: config.revisions.filter((r) => ids.has(r.id)), aliases };
+}
+
+/**
+ * What a snapshot changed that this process applies only at its next start: revisions it does
+ * not serve (engines and replicas are built at start), the defaults, and the tenants' scheduling
+ * (weights, dedicated pools: the scheduler is built at start).
+ */
+function restartOnlyChanges(before: PlatformConfig, after: PlatformConfig, full: PlatformConfig, servedIds: ReadonlySet<string>): string[] {
+  const out: string[] = [];
+  const unserved = full.revisions.filter((r) => !servedIds.has(r.id)).map((r) => r.id);
+  if (unserved.length > 0) out.push(`revisions not served by this process (restart to serve them): ${unserved.join(', ')}`);
+  if (JSON.stringify(before.defaults) !== JSON.stringify(after.defaults)) out.push('defaults');
+  const scheduling = (c: PlatformConfig) => JSON.stringify(c.tenants.map((t) => [t.id, t.schedulingWeight, t.dedicatedPool]));
+  if (scheduling(before) !== scheduling(after)) out.push('tenants (scheduling weights, dedicated pools)');
+  return out;
 }

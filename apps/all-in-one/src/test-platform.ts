@@ -8,23 +8,39 @@ import os from 'node:os';
 import path from 'node:path';
 import { loadAllInOneEnv } from '@weir/config';
 import { createLogger } from '@weir/telemetry';
-import { type Platform, startPlatform } from './platform';
+import { type Platform, type PlatformOptions, startPlatform } from './platform';
 
-/** A running test platform: the platform, its configuration file, and `stop()` (which also removes the folder). */
+/** A running test platform: the platform, its configuration file, and `stop()` (which also removes the folder unless kept). */
 export interface TestPlatform {
   platform: Platform;
   /** The configuration file it watches (rewrite it to change routing live). */
   configPath: string;
+  /** The temporary folder (configuration file and data directory `data`). */
+  dir: string;
   stop(): Promise<void>;
+}
+
+/** Options of {@link startTestPlatform}. */
+export interface TestPlatformOptions {
+  /** Start in this folder (a restart on the same data directory) instead of a new one. */
+  dir?: string;
+  /** Keep the folder on `stop()` (to restart on it). Default false. */
+  keepDir?: boolean;
+  /** Passed to `startPlatform` (admin token, signing key, staleness). */
+  platform?: PlatformOptions;
 }
 
 /**
  * Starts the all-in-one on `configText` with `demoKey` as the first tenant's API key
- * (`wk_<8-char prefix>_<43 chars>`), model downloads off, logs silent.
+ * (`wk_<8-char prefix>_<43 chars>`), model downloads off, logs silent. `configText` is written
+ * to `<dir>/weir.yaml` (over the old one on a restart).
  * @param name a short tag for the temporary folder's name.
  */
-export async function startTestPlatform(name: string, configText: string, demoKey: string): Promise<TestPlatform> {
-  const dir = mkdtempSync(path.join(os.tmpdir(), `weir-aio-${name}-`));
+export async function startTestPlatform(name: string, configText: string, demoKey: string, options: TestPlatformOptions = {}): Promise<TestPlatform> {
+  const dir = options.dir ?? mkdtempSync(path.join(os.tmpdir(), `weir-aio-${name}-`));
+  const remove = () => {
+    if (!options.keepDir) rmSync(dir, { recursive: true, force: true });
+  };
   const configPath = path.join(dir, 'weir.yaml');
   writeFileSync(configPath, configText);
   try {
@@ -37,17 +53,18 @@ export async function startTestPlatform(name: string, configText: string, demoKe
       WEIR_ALLOW_MODEL_DOWNLOAD: 'false',
       LOG_LEVEL: 'silent',
     });
-    const platform = await startPlatform(settings, createLogger({ name: 'weir', level: 'silent' }));
+    const platform = await startPlatform(settings, createLogger({ name: 'weir', level: 'silent' }), options.platform);
     return {
       platform,
       configPath,
+      dir,
       async stop() {
         await platform.stop(5_000);
-        rmSync(dir, { recursive: true, force: true });
+        remove();
       },
     };
   } catch (err) {
-    rmSync(dir, { recursive: true, force: true });
+    remove();
     throw err;
   }
 }
