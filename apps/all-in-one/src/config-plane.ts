@@ -32,7 +32,10 @@ import {
 } from '@weir/config-sync';
 import {
   CONFIG_FILE_ACTOR,
+  createCanaryGuard,
   createControlPlane,
+  createDeprecationAnnouncer,
+  rollbackCanaryArm,
   importConfig,
   importConfigFile,
   mintFirstAdminToken,
@@ -51,6 +54,8 @@ import { defaultConfigFile } from './default-config-file';
 /** Settings of {@link openConfigPlane}. */
 export interface ConfigPlaneOptions {
   db: Kysely<WeirSchema>;
+  /** How often the canary guard judges canaries against their stable arm (ms). Default 15,000. */
+  canaryGuardIntervalMs?: number;
   /** `WEIR_DATA_DIR`: the signing key and the last imported file's hash live here. */
   dataDir: string;
   /** `WEIR_CONFIG`: seeds an empty store and is imported when it changes; unset = the built-in default seeds it. */
@@ -151,6 +156,23 @@ export async function openConfigPlane(options: ConfigPlaneOptions): Promise<Conf
   if (!(await controlPlane.republishLatest())) logger.error({}, 'the latest configuration snapshot could not be published in-process');
   const stopRetry = controlPlane.startPublishRetry(heartbeatMs);
   const stopHeartbeats = publisher.startHeartbeats(() => controlPlane.publishedVersion(), heartbeatMs);
+  // The canary guard and the deprecation announcer run here as in the control-plane service;
+  // with no NATS, their events are log lines (warn), and audit entries as always.
+  const guard = createCanaryGuard({
+    db,
+    rollback: async (_alias, request) => {
+      await rollbackCanaryArm(controlPlane, request);
+    },
+    onEvent: (event) => logger.warn({ ...event, event: 'canary_rolled_back' }, `canary ${event.revision} of alias ${event.alias} rolled back: ${event.reason}`),
+    logger: { warn: (obj, msg) => logger.debug(obj, msg), error: (obj, msg) => logger.error(obj, msg) },
+  });
+  guard.start(options.canaryGuardIntervalMs ?? 15_000);
+  const announcer = createDeprecationAnnouncer({
+    db,
+    publish: (event) => logger.warn({ ...event, event: event.type }, `revision ${event.revision} is deprecated: it retires on ${event.retires_on}; use ${event.replacement}`),
+    logger: { info: (obj, msg) => logger.debug(obj, msg), warn: (obj, msg) => logger.warn(obj, msg) },
+  });
+  announcer.start(60_000);
 
   let current: { config: PlatformConfig; version: number } | undefined;
   const changeListeners: ((config: PlatformConfig, version: number) => void)[] = [];
@@ -177,6 +199,8 @@ export async function openConfigPlane(options: ConfigPlaneOptions): Promise<Conf
   if (!first || !current) {
     stopHeartbeats();
     stopRetry();
+    await guard.stop();
+    announcer.stop();
     await subscriber.stop();
     await controlPlane.close();
     throw new Error('no configuration snapshot was verified in-process (see the errors above)');
@@ -219,6 +243,8 @@ export async function openConfigPlane(options: ConfigPlaneOptions): Promise<Conf
       await imports;
       stopHeartbeats();
       stopRetry();
+      await guard.stop();
+      announcer.stop();
       await controlPlane.close();
       await subscriber.stop();
       await bucket.close();
