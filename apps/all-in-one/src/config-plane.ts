@@ -19,6 +19,7 @@ import path from 'node:path';
 import type { Kysely } from 'kysely';
 import { isConfigError, parseConfig } from '@weir/config';
 import {
+  configStateOf,
   createMemoryConfigBucket,
   createSnapshotPublisher,
   createSnapshotSubscriber,
@@ -27,6 +28,7 @@ import {
   verifyKeyOf,
   type ConfigBucket,
   type ConfigSyncMetrics,
+  type DataPlaneConfigState,
   type RevocationPayload,
   type SigningKey,
 } from '@weir/config-sync';
@@ -75,13 +77,7 @@ export interface ConfigPlaneOptions {
 }
 
 /** The configuration's freshness, in the shape `@weir/gateway`'s `configState` takes. */
-export interface ConfigPlaneState {
-  ageMs: number;
-  stale: boolean;
-  version?: number;
-  maxAgeMs: number;
-  reason?: string;
-}
+export type ConfigPlaneState = DataPlaneConfigState;
 
 /** The running in-process control plane and snapshot subscriber. */
 export interface ConfigPlane {
@@ -219,16 +215,7 @@ export async function openConfigPlane(options: ConfigPlaneOptions): Promise<Conf
     ...(mintedAdminToken ? { mintedAdminToken } : {}),
     onChange: (l) => void changeListeners.push(l),
     onRevocation: (l) => void revocationListeners.push(l),
-    state() {
-      const s = subscriber.status();
-      return {
-        ageMs: s.ageMs ?? 0,
-        stale: s.stale,
-        maxAgeMs: s.maxStalenessMs,
-        ...(s.version !== undefined ? { version: s.version } : {}),
-        ...(s.lastRejection ? { reason: `last rejected message: ${s.lastRejection.reason} (${s.lastRejection.detail})` } : {}),
-      };
-    },
+    state: () => configStateOf(subscriber.status()),
     watchConfigFile() {
       if (!configPath || watching) return;
       // Polling sees a file replaced by an editor or `mv` as well as one written in place.

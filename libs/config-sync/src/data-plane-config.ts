@@ -22,7 +22,7 @@ import type { RevocationPayload } from './envelope';
 import { verifyKeyFromEnv } from './keys';
 import type { ConfigSyncLogger } from './logger';
 import type { ConfigSyncMetrics } from './metrics';
-import { createSnapshotSubscriber, type SnapshotSubscriber } from './subscriber';
+import { createSnapshotSubscriber, type ConfigSyncStatus, type SnapshotSubscriber } from './subscriber';
 
 /** The configuration's freshness, in the shape `@weir/gateway`'s `configState` takes. */
 export interface DataPlaneConfigState {
@@ -36,6 +36,17 @@ export interface DataPlaneConfigState {
   maxAgeMs?: number;
   /** Why it is stale, or the latest rejection (payload-free), for `/readyz`. */
   reason?: string;
+}
+
+/** A subscriber's status as the gateway's `configState` reads it (the latest rejection, payload-free, as `reason`). */
+export function configStateOf(s: ConfigSyncStatus): DataPlaneConfigState {
+  return {
+    ageMs: s.ageMs ?? 0,
+    stale: s.stale,
+    maxAgeMs: s.maxStalenessMs,
+    ...(s.version !== undefined ? { version: s.version } : {}),
+    ...(s.lastRejection ? { reason: `last rejected message: ${s.lastRejection.reason} (${s.lastRejection.detail})` } : {}),
+  };
 }
 
 /** A service's configuration source. */
@@ -170,16 +181,7 @@ export async function openDataPlaneConfig(options: OpenDataPlaneConfigOptions): 
     initial: current,
     onChange: (l) => void changeListeners.push(l),
     onRevocation: (l) => void revocationListeners.push(l),
-    state() {
-      const s = subscriber.status();
-      return {
-        ageMs: s.ageMs ?? 0,
-        stale: s.stale,
-        maxAgeMs: s.maxStalenessMs,
-        ...(s.version !== undefined ? { version: s.version } : {}),
-        ...(s.lastRejection ? { reason: `last rejected message: ${s.lastRejection.reason} (${s.lastRejection.detail})` } : {}),
-      };
-    },
+    state: () => configStateOf(subscriber.status()),
     async stop() {
       await subscriber.stop();
       await bucket.close();

@@ -8,8 +8,9 @@ import type { WeirSchema } from '@weir/store-pg';
 import { parse as parseYaml } from 'yaml';
 import { InvalidChangeError } from './admin-error';
 import { composeConfig } from './compose-config';
-import { isJsonObject, type JsonObject } from './config-shapes';
+import { absoluteModelPath, isJsonObject, listSection, stripNulls, type JsonObject } from './config-shapes';
 import type { Actor, ControlPlane, RevocationRequest } from './control-plane';
+import { policyRevocations } from './routes/tenants';
 
 /** The actor of a configuration-file import (the all-in-one's watched `WEIR_CONFIG`). */
 export const CONFIG_FILE_ACTOR: Actor = { id: 'config-file', label: 'configuration file (WEIR_CONFIG)' };
@@ -90,7 +91,7 @@ export function readConfigFileObject(filePath: string): JsonObject {
   const raw = parseYaml(readFileSync(filePath, 'utf8')) as unknown;
   const object = isJsonObject(raw) ? raw : {};
   const baseDir = path.dirname(path.resolve(filePath));
-  return { ...object, revisions: list(object.revisions).map((r) => absoluteModelPath(r, baseDir)) };
+  return { ...object, revisions: listSection(object.revisions).map((r) => absoluteModelPath(r, baseDir)) };
 }
 
 /**
@@ -112,7 +113,7 @@ async function replaceConfig(trx: Transaction<WeirSchema>, config: JsonObject): 
 
   // ---- revisions
   const storedRevisions = new Map((await trx.selectFrom('model_revisions').select(['id', 'spec', 'deprecation']).execute()).map((r) => [r.id, r]));
-  const fileRevisions = list(config.revisions);
+  const fileRevisions = listSection(config.revisions);
   const revisionIds = new Set(fileRevisions.map((r) => String(r.id)));
   for (const r of fileRevisions) {
     const id = String(r.id);
@@ -143,7 +144,7 @@ async function replaceConfig(trx: Transaction<WeirSchema>, config: JsonObject): 
 
   // ---- aliases
   const storedAliases = new Map((await trx.selectFrom('model_aliases').select(['id', 'spec']).execute()).map((a) => [a.id, a.spec]));
-  const fileAliases = list(config.aliases);
+  const fileAliases = listSection(config.aliases);
   const aliasNames = new Set(fileAliases.map((a) => String(a.name)));
   for (const a of fileAliases) {
     const { name, ...spec } = a;
@@ -156,7 +157,7 @@ async function replaceConfig(trx: Transaction<WeirSchema>, config: JsonObject): 
   if (goneAliases.length > 0) await trx.deleteFrom('model_aliases').where('id', 'in', goneAliases).execute();
 
   // ---- tenants: the ones the file no longer lists go first (their apps free their ids)
-  const fileTenants = list(config.tenants);
+  const fileTenants = listSection(config.tenants);
   const tenantIds = new Set(fileTenants.map((t) => String(t.id)));
   const storedTenants = await trx.selectFrom('tenants').leftJoin('tenant_policies', 'tenant_policies.tenant_id', 'tenants.id').select(['tenants.id', 'tenant_policies.policy']).execute();
   const goneTenants = storedTenants.map((t) => t.id).filter((id) => !tenantIds.has(id));
@@ -185,7 +186,7 @@ async function replaceConfig(trx: Transaction<WeirSchema>, config: JsonObject): 
     }
     revocations.push(...policyRevocations(tenantId, before ?? {}, policy));
 
-    const fileApps = list(apps);
+    const fileApps = listSection(apps);
     const appIds = new Set(fileApps.map((a) => String(a.id)));
     const storedApps = appIds.size > 0 ? await trx.selectFrom('apps').select(['id', 'tenant_id']).where('id', 'in', [...appIds]).execute() : [];
     for (const owned of storedApps) {
@@ -214,28 +215,4 @@ async function replaceConfig(trx: Transaction<WeirSchema>, config: JsonObject): 
   const defaults = JSON.stringify(isJsonObject(config.defaults) ? stripNulls(config.defaults) : {});
   await trx.insertInto('platform_defaults').values({ spec: defaults }).onConflict((oc) => oc.column('id').doUpdateSet({ spec: defaults, updated_at: new Date() })).execute();
   return revocations;
-}
-
-/** The fast-path revocations a policy change implies (as the admin API's policy routes publish them). */
-function policyRevocations(tenantId: string, before: JsonObject, after: JsonObject): RevocationRequest[] {
-  const out: RevocationRequest[] = [];
-  if (after.disabled === true && before.disabled !== true) out.push({ kind: 'tenant', tenant_id: tenantId });
-  if ((after.kill_switch === true) !== (before.kill_switch === true)) out.push({ kind: 'kill_switch', tenant_id: tenantId, enabled: after.kill_switch === true });
-  return out;
-}
-
-/** A YAML section as a list of objects (an empty section, `null`, is none). */
-function list(value: unknown): JsonObject[] {
-  return Array.isArray(value) ? value.filter(isJsonObject) : [];
-}
-
-/** Drops keys whose value is null (YAML's empty sections). */
-function stripNulls(o: JsonObject): JsonObject {
-  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== null));
-}
-
-function absoluteModelPath(revision: JsonObject, baseDir: string): JsonObject {
-  const engine = revision.engine;
-  if (!isJsonObject(engine) || typeof engine.model_path !== 'string' || path.isAbsolute(engine.model_path)) return revision;
-  return { ...revision, engine: { ...engine, model_path: path.resolve(baseDir, engine.model_path) } };
 }

@@ -5,7 +5,7 @@ import { loadConfigFile } from '@weir/config';
 import type { WeirSchema } from '@weir/store-pg';
 import { parse as parseYaml } from 'yaml';
 import { composeConfig } from './compose-config';
-import { isJsonObject, type JsonObject } from './config-shapes';
+import { absoluteModelPath, isJsonObject, listSection, stripNulls, type JsonObject } from './config-shapes';
 import { insertSnapshot, lockChanges, validateComposed, writeAudit } from './control-plane';
 
 /** What {@link seedFromConfigFile} did. */
@@ -45,7 +45,7 @@ export async function seedFromConfigFile(db: Kysely<WeirSchema>, filePath: strin
     // Creation times one millisecond apart keep the file's order (the composer sorts by them).
     let tick = 0;
     const at = () => new Date(base - 1_000_000 + tick++);
-    const revisions = list(raw.revisions);
+    const revisions = listSection(raw.revisions);
     for (const r of revisions) {
       // The deprecation is the revision's one mutable part: it has its own column.
       const { deprecation, ...spec } = absoluteModelPath(r, baseDir);
@@ -54,12 +54,12 @@ export async function seedFromConfigFile(db: Kysely<WeirSchema>, filePath: strin
         .values({ id: String(r.id), spec: JSON.stringify(spec), deprecation: isJsonObject(deprecation) ? JSON.stringify(deprecation) : null, created_at: at(), updated_at: at() })
         .execute();
     }
-    const aliases = list(raw.aliases);
+    const aliases = listSection(raw.aliases);
     for (const a of aliases) {
       const { name, ...spec } = a;
       await trx.insertInto('model_aliases').values({ id: String(name), spec: JSON.stringify(spec), created_at: at(), updated_at: at() }).execute();
     }
-    const tenants = list(raw.tenants);
+    const tenants = listSection(raw.tenants);
     for (const t of tenants) {
       const { id, name, apps, ...policy } = t;
       const tenantId = String(id);
@@ -73,7 +73,7 @@ export async function seedFromConfigFile(db: Kysely<WeirSchema>, filePath: strin
         .values({ tenant_id: tenantId, policy: JSON.stringify(stripNulls(policy)) })
         .onConflict((oc) => oc.column('tenant_id').doUpdateSet({ policy: JSON.stringify(stripNulls(policy)) }))
         .execute();
-      for (const app of list(apps)) {
+      for (const app of listSection(apps)) {
         const limits = isJsonObject(app.limits) ? app.limits : {};
         await trx
           .insertInto('apps')
@@ -94,18 +94,3 @@ export async function seedFromConfigFile(db: Kysely<WeirSchema>, filePath: strin
   });
 }
 
-/** A YAML section as a list of objects (an empty section, `null`, is none). */
-function list(value: unknown): JsonObject[] {
-  return Array.isArray(value) ? value.filter(isJsonObject) : [];
-}
-
-/** Drops keys whose value is null (YAML's empty sections). */
-function stripNulls(o: JsonObject): JsonObject {
-  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== null));
-}
-
-function absoluteModelPath(revision: JsonObject, baseDir: string): JsonObject {
-  const engine = revision.engine;
-  if (!isJsonObject(engine) || typeof engine.model_path !== 'string' || path.isAbsolute(engine.model_path)) return revision;
-  return { ...revision, engine: { ...engine, model_path: path.resolve(baseDir, engine.model_path) } };
-}

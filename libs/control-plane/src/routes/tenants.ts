@@ -45,7 +45,7 @@ async function savePolicy(db: Kysely<WeirSchema>, tenantId: string, policy: Json
 }
 
 /** The fast-path revocations a policy change implies: newly disabled, or a flipped kill switch. */
-function policyRevocations(tenantId: string, before: JsonObject, after: JsonObject): RevocationRequest[] {
+export function policyRevocations(tenantId: string, before: JsonObject, after: JsonObject): RevocationRequest[] {
   const out: RevocationRequest[] = [];
   if (after.disabled === true && before.disabled !== true) out.push({ kind: 'tenant', tenant_id: tenantId });
   if ((after.kill_switch === true) !== (before.kill_switch === true)) out.push({ kind: 'kill_switch', tenant_id: tenantId, enabled: after.kill_switch === true });
