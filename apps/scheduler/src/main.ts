@@ -17,8 +17,7 @@
  * (default 5000), LOG_LEVEL.
  */
 import { hostname } from 'node:os';
-import { nonRoutingChanges } from '@weir/config';
-import { createConfigSyncMetrics, openDataPlaneConfig } from '@weir/config-sync';
+import { createConfigSyncMetrics, openDataPlaneConfig, warnChangesNeedingRestart } from '@weir/config-sync';
 import { type ReplicaHealthEvent, systemClock } from '@weir/core';
 import { remoteReplicas, startReplicaHealthChecks } from '@weir/engines';
 import { connectNats, createCapacityTelemetryPublisher, createNatsTopic, natsNames, replicaHealthEventCodec } from '@weir/messaging-nats';
@@ -48,10 +47,7 @@ runUntilSignal('scheduler', logger, async () => {
   const nc = await connectNats({ servers: env.NATS_URL, name: 'weir-scheduler', logger });
   const source = await openDataPlaneConfig({ env: process.env, service: 'scheduler', connectNats: async () => nc, logger, metrics: createConfigSyncMetrics(telemetry.meter), watchFile: true });
   const config = source.initial;
-  source.onChange((next, version) => {
-    const changed = [...nonRoutingChanges(config, next), ...(JSON.stringify(next.revisions) !== JSON.stringify(config.revisions) ? ['revisions (engines, replicas, prices)'] : [])];
-    if (changed.length > 0) logger.warn({ version, sections: changed }, 'configuration changed: this service applies these sections after a restart');
-  });
+  warnChangesNeedingRestart(source, logger);
   const replicas = remoteReplicas(config.revisions);
   const scheduler = createPoolScheduler({
     replicas: replicas.map(({ id, revisionId, slots, pool, kvTokens }) => ({ id, revisionId, slots, pool, kvTokens })),

@@ -15,8 +15,7 @@
  * RELAY_FIRST_TOKEN_TIMEOUT_MS (default 10000), RELAY_IDLE_TIMEOUT_MS (default 10000),
  * SHUTDOWN_GRACE_MS (default 10000), LOG_LEVEL.
  */
-import { nonRoutingChanges } from '@weir/config';
-import { createConfigSyncMetrics, openDataPlaneConfig } from '@weir/config-sync';
+import { createConfigSyncMetrics, openDataPlaneConfig, warnChangesNeedingRestart } from '@weir/config-sync';
 import { type CancelMessage, type RelayHandle, type ReplicaHealthEvent, systemClock } from '@weir/core';
 import { createReplicaEngines, remoteReplicas, replicaUnreachable } from '@weir/engines';
 import {
@@ -53,10 +52,7 @@ runUntilSignal('streaming-relay', logger, async () => {
   const nc = await connectNats({ servers: env.NATS_URL, name: 'weir-streaming-relay', logger });
   const source = await openDataPlaneConfig({ env: process.env, service: 'relay', connectNats: async () => nc, logger, metrics: createConfigSyncMetrics(telemetry.meter), watchFile: true });
   const config = source.initial;
-  source.onChange((next, version) => {
-    const changed = [...nonRoutingChanges(config, next), ...(JSON.stringify(next.revisions) !== JSON.stringify(config.revisions) ? ['revisions (engines, replicas, prices)'] : [])];
-    if (changed.length > 0) logger.warn({ version, sections: changed }, 'configuration changed: this service applies these sections after a restart');
-  });
+  warnChangesNeedingRestart(source, logger);
 
   // One adapter per replica (OpenAI-compatible, or Anthropic Messages for an anthropic
   // revision); the scheduler chose the replica.

@@ -14,7 +14,7 @@
  */
 import path from 'node:path';
 import type { NatsConnection } from '@nats-io/transport-node';
-import { parseConfig, watchConfigFile, loadConfigFile, type ConfigWatcher } from '@weir/config';
+import { parseConfig, watchConfigFile, loadConfigFile, nonRoutingChanges, type ConfigWatcher } from '@weir/config';
 import { type PlatformConfig, WeirError } from '@weir/core';
 import { configBucketName } from './bucket';
 import { createNatsConfigBucket } from './nats-config-bucket';
@@ -187,4 +187,17 @@ export async function openDataPlaneConfig(options: OpenDataPlaneConfigOptions): 
       await bucket.close();
     },
   };
+}
+
+/**
+ * For a service that holds its configuration from the start (the scheduler's pools and
+ * replicas, the relay's engines): logs, at warn, each later configuration's sections that differ
+ * from the one it started with, since they apply only after a restart.
+ */
+export function warnChangesNeedingRestart(source: DataPlaneConfig, logger: ConfigSyncLogger): void {
+  const started = source.initial;
+  source.onChange((next, version) => {
+    const changed = [...nonRoutingChanges(started, next), ...(JSON.stringify(next.revisions) !== JSON.stringify(started.revisions) ? ['revisions (engines, replicas, prices)'] : [])];
+    if (changed.length > 0) logger.warn({ version, sections: changed }, 'configuration changed: this service applies these sections after a restart');
+  });
 }
