@@ -312,6 +312,24 @@ describe('the control plane admin API', () => {
     const invalid = await call('POST', '/revisions', { id: 'tiny@4', model: 'tiny', engine: { kind: 'simulated' }, context_window: 64, max_output_tokens: 256, default_output_tokens: 64, pricing: { input_per_mtok: 0, output_per_mtok: 0 } });
     expect(invalid.status).toBe(400);
     expect(invalid.body.error.message).toContain('must be < context_window');
+
+    // Models are a read-only view over revisions: the model's revisions, deprecation included, and the aliases reaching them.
+    const models = await call('GET', '/models');
+    expect(models.body.data).toEqual([
+      {
+        id: 'tiny',
+        revisions: [
+          { id: 'tiny@1', deprecation: { retires_on: '2030-01-31', replacement: 'tiny@2', announced_on: '2029-12-01' } },
+          { id: 'tiny@2', deprecation: null },
+          { id: 'tiny@3', deprecation: null },
+        ],
+        aliases: expect.arrayContaining(['tiny']),
+      },
+    ]);
+    expect((await call('GET', '/models/tiny')).body.id).toBe('tiny');
+    const missing = await call('GET', '/models/nope');
+    expect(missing.status).toBe(404);
+    expect(missing.body.error.message).toContain('create one with POST /admin/v1/revisions');
   });
 
   it('gates raising a canary on a passing eval: 409 naming the missing eval, committing nothing; 200 with one, recorded in the audit entry', async () => {

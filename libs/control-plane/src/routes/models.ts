@@ -96,9 +96,45 @@ export async function rollbackCanaryArm(cp: ControlPlane, request: CanaryRollbac
   });
 }
 
-/** Revisions (immutable but for deprecation), aliases (arms, weights, rollback), pools and defaults. */
+/**
+ * The models (read-only): each `model` named by revisions, with its revisions (oldest first,
+ * deprecation included) and the aliases whose arms or fallbacks reach them. A model is not an
+ * entity of its own: it is created and changed through its revisions, which are immutable (a
+ * new price or engine is a new revision).
+ */
+async function modelViews(db: Kysely<WeirSchema>) {
+  const revisions = await db.selectFrom('model_revisions').selectAll().orderBy('created_at').orderBy('id').execute();
+  const aliases = await db.selectFrom('model_aliases').select(['id', 'spec']).orderBy('created_at').orderBy('id').execute();
+  const byModel = new Map<string, { id: string; revisions: { id: string; deprecation: unknown }[]; aliases: string[] }>();
+  for (const r of revisions) {
+    const model = typeof r.spec.model === 'string' ? r.spec.model : r.id;
+    const entry = byModel.get(model) ?? { id: model, revisions: [], aliases: [] };
+    entry.revisions.push({ id: r.id, deprecation: r.deprecation });
+    byModel.set(model, entry);
+  }
+  for (const entry of byModel.values()) {
+    const ids = new Set(entry.revisions.map((r) => r.id));
+    entry.aliases = aliases
+      .filter((a) => targetsOfAliasSpec(a.spec).some((t) => ids.has(t.revision)) || (Array.isArray(a.spec.fallbacks) && a.spec.fallbacks.some((f) => ids.has(String(f)))))
+      .map((a) => a.id);
+  }
+  return [...byModel.values()];
+}
+
+/** Models (read-only), revisions (immutable but for deprecation), aliases (arms, weights, rollback), pools and defaults. */
 export function registerModelRoutes(router: Router, { cp }: RouteContext): void {
   const db = cp.db;
+
+  // ---- models (a view over revisions)
+  router.get('/models', handle(async () => ({ data: await modelViews(db) })));
+  router.get(
+    '/models/:model',
+    handle(async (req) => {
+      const model = (await modelViews(db)).find((m) => m.id === String(req.params.model));
+      if (!model) throw notFound('model', String(req.params.model), 'no revision names it: create one with POST /admin/v1/revisions');
+      return model;
+    }),
+  );
 
   // ---- revisions
   router.get('/revisions', handle(async () => ({ data: (await db.selectFrom('model_revisions').selectAll().orderBy('created_at').orderBy('id').execute()).map(revisionView) })));
