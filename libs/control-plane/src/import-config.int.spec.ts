@@ -151,6 +151,64 @@ describe('importConfig', () => {
     expect((alias.spec as Json).targets[1].weight).toBe(100);
   });
 
+  it('takes a change limited to a revision\'s replicas (placement, not identity) as one audited change with a new snapshot', async () => {
+    const placed = (port: number) => configYaml({ weights: [0, 100], extraRevision: revision('tiny@3') }).replace(
+      '  - id: tiny@2\n',
+      `  - id: tiny@2\n    replicas: [{ id: tiny@2/0, base_url: "http://127.0.0.1:${port}/v1", slots: 2 }]\n`,
+    );
+    write(placed(41001));
+    const first = await importConfigFile(cp, file);
+    expect(first).toMatchObject({ imported: true });
+    // The engines restarted on another port: only the replicas differ from the stored revision.
+    write(placed(41002));
+    const audits = await auditCount();
+    const before = await latestVersion();
+    const result = await importConfigFile(cp, file);
+    expect(result).toEqual({ imported: true, version: before + 1 });
+    expect(await auditCount()).toBe(audits + 1);
+    const entry = await database.db.selectFrom('audit_log').selectAll().orderBy('id', 'desc').limit(1).executeTakeFirstOrThrow();
+    expect(entry).toMatchObject({ actor_id: CONFIG_FILE_ACTOR.id, action: 'config.import', snapshot_version: String(before + 1) });
+    const replicasIn = (config: Json) => config.revisions.find((r: Json) => r.id === 'tiny@2').replicas;
+    expect(replicasIn(entry.before)).toEqual([{ id: 'tiny@2/0', base_url: 'http://127.0.0.1:41001/v1', slots: 2 }]);
+    expect(replicasIn(entry.after)).toEqual([{ id: 'tiny@2/0', base_url: 'http://127.0.0.1:41002/v1', slots: 2 }]);
+    expect(sink.snapshots.at(-1)?.version).toBe(before + 1);
+    expect(replicasIn(sink.snapshots.at(-1)?.config)).toEqual([{ id: 'tiny@2/0', base_url: 'http://127.0.0.1:41002/v1', slots: 2 }]);
+
+    // Placement plus another field of the same revision is still a changed revision: refused.
+    write(placed(41003).replace('  - id: tiny@2\n    replicas', '  - id: tiny@2\n    kv_tokens: 4096\n    replicas'));
+    const err = await importConfigFile(cp, file).catch((e: unknown) => e);
+    expect(isWeirError(err) && err.code === 'conflict').toBe(true);
+    expect(String((err as Error).message)).toContain('tiny@2');
+    expect(await latestVersion()).toBe(before + 1);
+  });
+
+  it('with scope placement takes only the replicas of revisions the store has, leaving everything else as stored', async () => {
+    const storedTenants = await database.db.selectFrom('tenants').select('id').orderBy('id').execute();
+    const config = readConfigFileObject(file) as Json;
+    const tiny1 = config.revisions.find((r: Json) => r.id === 'tiny@1');
+    tiny1.replicas = [{ id: 'tiny@1/0', base_url: 'http://127.0.0.1:41004/v1', slots: 1 }];
+    // Differences a placement import must ignore: a changed spec, a new revision, tenants, defaults.
+    tiny1.max_output_tokens = 128;
+    config.revisions.push({ ...tiny1, id: 'tiny@9', replicas: [{ id: 'tiny@9/0', base_url: 'http://127.0.0.1:41005/v1', slots: 1 }] });
+    delete config.revisions.find((r: Json) => r.id === 'tiny@2').replicas;
+    config.tenants = [{ id: 'other', name: 'Other' }];
+    config.defaults = { cancel_grace_ms: 999 };
+    const before = await latestVersion();
+    const result = await importConfig(cp, config, CONFIG_FILE_ACTOR, { source: 'derived.yaml', scope: 'placement' });
+    expect(result).toEqual({ imported: true, version: before + 1 });
+    const entry = await database.db.selectFrom('audit_log').selectAll().orderBy('id', 'desc').limit(1).executeTakeFirstOrThrow();
+    expect(entry).toMatchObject({ action: 'config.placement', entity_id: 'derived.yaml' });
+    const published = sink.snapshots.at(-1)?.config as Json;
+    expect(published.revisions.map((r: Json) => r.id)).toEqual(['tiny@1', 'tiny@2', 'tiny@3']);
+    expect(published.revisions[0].replicas).toEqual([{ id: 'tiny@1/0', base_url: 'http://127.0.0.1:41004/v1', slots: 1 }]);
+    expect(published.revisions[0].max_output_tokens).toBe(256);
+    expect(published.revisions[1].replicas).toBeUndefined();
+    expect(published.defaults).toEqual({ cancel_grace_ms: 250 });
+    expect(await database.db.selectFrom('tenants').select('id').orderBy('id').execute()).toEqual(storedTenants);
+    // The same placement again changes nothing.
+    expect(await importConfig(cp, config, CONFIG_FILE_ACTOR, { scope: 'placement' })).toEqual({ imported: false, reason: 'unchanged' });
+  });
+
   it('refuses a configuration that does not validate, listing the problem', async () => {
     const config = readConfigFileObject(file) as Json;
     config.aliases[0].targets[0].revision = 'nope@1';

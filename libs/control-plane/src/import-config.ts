@@ -22,10 +22,22 @@ export type ImportResult =
   /** The store already held exactly this configuration: nothing was written (no snapshot, no audit entry). */
   | { imported: false; reason: 'unchanged' };
 
+/**
+ * What an import takes from the configuration:
+ * - `all`: every section replaces the stored one (see {@link importConfig});
+ * - `placement`: only where revisions are served — the `replicas` of each revision that both
+ *   the store and the configuration list; everything else (revisions the store lacks or the
+ *   file omits, aliases, tenants, defaults) stays as stored. This is what a deployment that
+ *   starts engines on new addresses each time (the split launcher) needs on an existing store.
+ */
+export type ImportScope = 'all' | 'placement';
+
 /** Options of {@link importConfig}. */
 export interface ImportConfigOptions {
   /** Names the import in the audit log (`entity_id`), e.g. the file's base name. Default `config`. */
   source?: string;
+  /** What is taken from the configuration. Default `all`. */
+  scope?: ImportScope;
 }
 
 /** Thrown inside the transaction to roll back an import that changes nothing. */
@@ -40,22 +52,25 @@ class Unchanged extends Error {}
  *
  * What "replace" means per section:
  * - revisions: new ones are created; ones the file no longer lists are deleted; a listed one
- *   must equal the stored spec (revisions are immutable) — only its `deprecation` may differ,
- *   and is updated;
+ *   must equal the stored spec (revisions are immutable: what a revision IS — model, engine,
+ *   limits, prices — never changes under its id) but for its `deprecation` and its `replicas`
+ *   (where it is served: deployment placement, not identity; e.g. engines restarted on new
+ *   ports), which are updated;
  * - aliases and defaults: set to the file's; aliases it no longer lists are deleted;
  * - tenants: name and policy set to the file's, apps upserted and the ones it no longer lists
  *   deleted (their active keys revoked on the fast path); tenants it no longer lists are deleted
  *   with their apps and keys (a `tenant` revocation each). A policy that newly sets `disabled`
  *   or flips `kill_switch` publishes the same fast-path revocation as the admin API.
  * Pools (a store-only registry) and admin tokens are not touched. New entities keep the file's
- * order; existing ones keep their place.
+ * order; existing ones keep their place. With `options.scope` `placement` only the replicas of
+ * revisions both list are taken (action `config.placement` in the audit log); see {@link ImportScope}.
  *
  * @returns `{imported: false, reason: 'unchanged'}` when the result would equal the stored
  *   configuration (a file saved without changes), without writing anything.
  * @throws InvalidChangeError (`invalid_request`, code `invalid_config` on HTTP) when `config`
  *   or the composed result is invalid; WeirError `conflict` when a listed revision differs from
- *   the stored one with the same id, or an app id belongs to another tenant. Nothing is
- *   committed when it throws.
+ *   the stored one with the same id in more than its deprecation and replicas, or an app id
+ *   belongs to another tenant. Nothing is committed when it throws.
  */
 export async function importConfig(controlPlane: ControlPlane, config: JsonObject, actor: Actor, options: ImportConfigOptions = {}): Promise<ImportResult> {
   try {
@@ -65,9 +80,11 @@ export async function importConfig(controlPlane: ControlPlane, config: JsonObjec
     throw err;
   }
   try {
-    const { version } = await controlPlane.change({ actor, action: 'config.import', entityType: 'config', entityId: options.source ?? 'config' }, async (trx) => {
+    const placementOnly = options.scope === 'placement';
+    const action = placementOnly ? 'config.placement' : 'config.import';
+    const { version } = await controlPlane.change({ actor, action, entityType: 'config', entityId: options.source ?? 'config' }, async (trx) => {
       const before = await composeConfig(trx);
-      const revocations = await replaceConfig(trx, config);
+      const revocations = placementOnly ? await replacePlacement(trx, config) : await replaceConfig(trx, config);
       const after = await composeConfig(trx);
       if (revocations.length === 0 && isDeepStrictEqual(before, after)) throw new Unchanged();
       return { before, after, result: undefined, revocations };
@@ -95,11 +112,37 @@ export function readConfigFileObject(filePath: string): JsonObject {
 }
 
 /**
- * {@link readConfigFileObject} then {@link importConfig} with `source` the file's base name.
+ * {@link readConfigFileObject} then {@link importConfig} with `source` the file's base name
+ * and `options.scope` (default `all`).
  * @throws as both do.
  */
-export async function importConfigFile(controlPlane: ControlPlane, filePath: string, actor: Actor = CONFIG_FILE_ACTOR): Promise<ImportResult> {
-  return importConfig(controlPlane, readConfigFileObject(filePath), actor, { source: path.basename(filePath) });
+export async function importConfigFile(controlPlane: ControlPlane, filePath: string, actor: Actor = CONFIG_FILE_ACTOR, options: { scope?: ImportScope } = {}): Promise<ImportResult> {
+  return importConfig(controlPlane, readConfigFileObject(filePath), actor, { source: path.basename(filePath), ...options });
+}
+
+/** A revision spec without its placement (`replicas`): what must never change under its id. */
+function identityOf(spec: JsonObject): JsonObject {
+  const { replicas: _placement, ...identity } = stripNulls(spec);
+  return identity;
+}
+
+/** Writes `spec` (deprecation excluded) over the stored revision `id` inside `trx`. */
+async function updateRevisionSpec(trx: Transaction<WeirSchema>, id: string, spec: JsonObject): Promise<void> {
+  await trx.updateTable('model_revisions').set({ spec: JSON.stringify(spec), updated_at: new Date() }).where('id', '=', id).execute();
+}
+
+/** Takes the `replicas` of every revision both `config` and the store list; nothing else changes. */
+async function replacePlacement(trx: Transaction<WeirSchema>, config: JsonObject): Promise<RevocationRequest[]> {
+  const stored = new Map((await trx.selectFrom('model_revisions').select(['id', 'spec']).execute()).map((r) => [r.id, stripNulls(r.spec)]));
+  for (const r of listSection(config.revisions)) {
+    const id = String(r.id);
+    const spec = stored.get(id);
+    if (!spec) continue;
+    const { replicas: _old, ...rest } = spec;
+    const next = r.replicas === undefined || r.replicas === null ? rest : { ...rest, replicas: r.replicas };
+    if (!isDeepStrictEqual(spec, next)) await updateRevisionSpec(trx, id, next);
+  }
+  return [];
 }
 
 /** Writes `config`'s sections over the stored ones inside `trx`; returns the fast-path revocations implied. */
@@ -129,11 +172,15 @@ async function replaceConfig(trx: Transaction<WeirSchema>, config: JsonObject): 
       continue;
     }
     if (!isDeepStrictEqual(stripNulls(stored.spec), stripNulls(spec))) {
-      throw new WeirError(
-        'conflict',
-        `Revision ${JSON.stringify(id)} differs from the stored revision with that id, and revisions are immutable (only "deprecation" may change); give the changed revision a new id (e.g. ${id}-2) and move the alias to it.`,
-        { param: `revisions.${id}` },
-      );
+      if (!isDeepStrictEqual(identityOf(stored.spec), identityOf(spec))) {
+        throw new WeirError(
+          'conflict',
+          `Revision ${JSON.stringify(id)} differs from the stored revision with that id, and revisions are immutable (only "deprecation" and "replicas" may change); give the changed revision a new id (e.g. ${id}-2) and move the alias to it.`,
+          { param: `revisions.${id}` },
+        );
+      }
+      // Only the placement moved (e.g. engines restarted on new ports): the revision is the same.
+      await updateRevisionSpec(trx, id, spec);
     }
     if (!isDeepStrictEqual(stored.deprecation ?? null, deprecation)) {
       await trx.updateTable('model_revisions').set({ deprecation: deprecation ? JSON.stringify(deprecation) : null, updated_at: new Date() }).where('id', '=', id).execute();
