@@ -1,14 +1,13 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { Kvm } from '@nats-io/kv';
 import type { NatsConnection } from '@nats-io/transport-node';
 import { connectNats } from '@weir/messaging-nats';
 import { uniqueTag, waitUntil } from '@weir/testing';
 import { configBucketName } from './bucket';
 import type { RevocationPayload } from './envelope';
 import { generateSigningKeyPair, loadSigningKey } from './keys';
-import { createNatsConfigBucket } from './nats-config-bucket';
+import { createNatsConfigBucket, deleteConfigBucket } from './nats-config-bucket';
 import { openDataPlaneConfig, type DataPlaneConfig } from './data-plane-config';
 import { createSnapshotPublisher } from './publisher';
 import { recordingLogger } from './test-support';
@@ -37,7 +36,7 @@ describe('openDataPlaneConfig', () => {
   });
   afterAll(async () => {
     for (const o of opened) await o.stop();
-    await (await new Kvm(nc).open(configBucketName(namespace))).destroy().catch(() => undefined);
+    await deleteConfigBucket(nc, namespace);
     await nc.close();
     rmSync(dir, { recursive: true, force: true });
   });
@@ -102,9 +101,10 @@ describe('openDataPlaneConfig', () => {
       connectNats: async () => nc,
       logger: recordingLogger(),
     });
-    opened.push(cold);
     expect(cold.initial.tenants[0].limits.maxConcurrent).toBe(7);
     expect(cold.state()).toMatchObject({ version: 2 });
-    await (await new Kvm(nc).open(configBucketName(`${namespace}-empty`))).destroy().catch(() => undefined);
+    // Its watch creates the (empty) bucket in the background, possibly just after stop(): delete it once it exists.
+    await cold.stop();
+    for (let i = 0; i < 30 && !(await deleteConfigBucket(nc, `${namespace}-empty`)); i++) await new Promise((r) => setTimeout(r, 100));
   });
 });

@@ -5,7 +5,7 @@ import { uniqueTag, waitUntil } from '@weir/testing';
 import { CONFIG_BUCKET_KEYS, configBucketName, type ConfigBucket } from './bucket';
 import { encodeEnvelope, signPayload } from './envelope';
 import { generateSigningKeyPair, loadSigningKey, loadVerifyKey } from './keys';
-import { createNatsConfigBucket } from './nats-config-bucket';
+import { createNatsConfigBucket, deleteConfigBucket } from './nats-config-bucket';
 import { createSnapshotPublisher } from './publisher';
 import { createSnapshotSubscriber, type ConfigSnapshot } from './subscriber';
 import { recordingLogger, recordingMetrics } from './test-support';
@@ -27,7 +27,7 @@ describe('NATS config bucket (shared NATS)', () => {
   afterAll(async () => {
     await bucket?.close();
     if (nc && !nc.isClosed()) {
-      await (await new Kvm(nc).open(configBucketName(namespace))).destroy().catch(() => undefined);
+      await deleteConfigBucket(nc, namespace);
       await nc.close();
     }
   });

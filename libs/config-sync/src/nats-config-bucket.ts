@@ -5,7 +5,7 @@
  * every reconnect the KV watcher is recreated (last value per key) and entries already delivered
  * (same key and revision) are skipped.
  */
-import { jetstream } from '@nats-io/jetstream';
+import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { Kvm, KvWatchInclude, type KV, type KvWatchEntry } from '@nats-io/kv';
 import type { NatsConnection } from '@nats-io/transport-node';
 import { configBucketName, type ConfigBucket, type ConfigBucketEntryHandler, type ConfigBucketWatch } from './bucket';
@@ -178,4 +178,19 @@ function startWatch(nc: NatsConnection, kv: () => Promise<KV>, onEntry: ConfigBu
       (statusIter as { stop?: () => void }).stop?.();
     },
   };
+}
+
+/**
+ * Deletes namespace `namespace`'s config bucket (its JetStream stream `KV_<ns>_config`), for
+ * throw-away test and local topologies. Stop every watch on it first, or a watch creates it
+ * again. Resolves false when it did not exist.
+ */
+export async function deleteConfigBucket(nc: NatsConnection, namespace: string): Promise<boolean> {
+  const jsm = await jetstreamManager(nc);
+  try {
+    return await jsm.streams.delete(`KV_${configBucketName(namespace)}`);
+  } catch (err) {
+    if (err instanceof Error && /stream not found/i.test(err.message)) return false;
+    throw err;
+  }
 }
