@@ -274,9 +274,21 @@ const revision = strict({
   deprecation: deprecation.optional(),
 });
 
+/**
+ * The largest weight of one alias target. Weights are relative (an arm's share is its weight ÷
+ * the sum of the alias's weights); the bound keeps every sum finite and far from float
+ * overflow (a weight of 1e308 twice sums to Infinity, which made every share 0 and sent all
+ * traffic to one arm), while leaving room for shares as fine as 1 in a million.
+ */
+export const MAX_ALIAS_TARGET_WEIGHT = 1_000_000;
+
 const aliasTarget = strict({
   revision: id(),
-  weight: nonNegativeNumber(),
+  /** A finite number from 0 to {@link MAX_ALIAS_TARGET_WEIGHT}; 0 keeps the arm listed without traffic. */
+  weight: (() => {
+    const error = expecting(`a number from 0 to ${MAX_ALIAS_TARGET_WEIGHT}`);
+    return z.number({ error }).min(0, { error }).max(MAX_ALIAS_TARGET_WEIGHT, { error });
+  })(),
 });
 
 const alias = strict({

@@ -221,7 +221,9 @@ const badCases: Case[] = [
   ['a bad max_body_bytes', (f) => (f.defaults = { max_body_bytes: '1MiB' }), 'defaults.max_body_bytes: expected an integer >= 1, got "1MiB"'],
   ['zero max_concurrent', (f) => (f.tenants[0].limits = { max_concurrent: 0 }), 'tenants[0].limits.max_concurrent: expected an integer >= 1, got 0'],
   ['a bad id', (f) => (f.tenants[0].id = 'has space'), 'tenants[0].id: expected a name of 1 to 128'],
-  ['a negative weight', (f) => (f.aliases[1].targets[0].weight = -1), 'aliases[1].targets[0].weight: expected a number >= 0, got -1'],
+  ['a negative weight', (f) => (f.aliases[1].targets[0].weight = -1), 'aliases[1].targets[0].weight: expected a number from 0 to 1000000, got -1'],
+  ['a weight of 1e308', (f) => (f.aliases[1].targets[1].weight = 1e308), 'aliases[1].targets[1].weight: expected a number from 0 to 1000000, got 1e+308'],
+  ['a weight just above the bound', (f) => (f.aliases[1].targets[0].weight = 1_000_000.5), 'aliases[1].targets[0].weight: expected a number from 0 to 1000000, got 1000000.5'],
   // Cross-checks.
   ['a duplicate revision id', (f) => (f.revisions[1].id = 'tiny@1'), 'revisions[1].id: duplicate revision id (also revisions[0].id)'],
   ['a duplicate alias name', (f) => (f.aliases[1].name = 'tiny'), 'aliases[1].name: duplicate alias name (also aliases[0].name)'],
@@ -264,6 +266,17 @@ describe('parseConfig: each bad field is reported with its path', () => {
       const err = errorOf(() => parseConfig(text, source));
       expect(err.message).toContain(`${source}: ${expected}`);
     }
+  });
+
+  it('refuses an infinite alias weight (YAML .inf) and accepts weights up to the bound of 1,000,000', () => {
+    const file = validFile();
+    file.aliases[1].targets[0].weight = Number.POSITIVE_INFINITY;
+    const text = stringify(file);
+    expect(text).toContain('.inf');
+    expect(errorOf(() => parseConfig(text, 'weir.yaml')).message).toContain('weir.yaml: aliases[1].targets[0].weight: expected a number from 0 to 1000000, got Infinity');
+    file.aliases[1].targets[0].weight = 1_000_000;
+    file.aliases[1].targets[1].weight = 0.5;
+    expect(parseConfig(stringify(file), 'weir.yaml').aliases[1].targets.map((t) => t.weight)).toEqual([1_000_000, 0.5]);
   });
 
   it('gives exactly the documented message for a bad price', () => {

@@ -34,7 +34,8 @@ export interface ParseConfigOptions {
  *
  * Defaults are applied as `@weir/core`'s `platform-config.ts` documents them, then the
  * cross-checks run: unique revision ids, alias names, tenant ids and app ids; each alias names
- * existing revisions (each at most once) with a positive total weight; each tenant's
+ * existing revisions (each at most once) with a positive total weight (each weight a finite
+ * number from 0 to `MAX_ALIAS_TARGET_WEIGHT`, 1,000,000, checked by the schema); each tenant's
  * `allowed_aliases` exist (or are `*`); `default_output_tokens ≤ max_output_tokens <
  * context_window`; a llama.cpp engine names `model_path` or `model_url`, a `model_url` comes
  * with `model_sha256`, and `context_size` (default `context_window`) is at least
