@@ -173,6 +173,13 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
   const wallClock = deps.wallClock ?? Date.now;
   const announcer = createDeprecationAnnouncer(logger);
   const registry = createGenerationRegistry();
+  // A key revoked, a tenant disabled or its kill switch engaged also stops what is running for it
+  // (billed for what it produced, ending as cancelled), not only what comes next.
+  revocations?.onRevoked((target) => {
+    const running = registry.active().filter((g) => ('keyId' in target ? g.apiKeyId === target.keyId : g.tenantId === target.tenantId));
+    for (const g of running) g.stop('cancel_requested');
+    if (running.length > 0) logger.warn({ ...target, stopped: running.length }, 'generations in flight stopped by a revocation');
+  });
   const idempotency = deps.idempotency ?? createMemoryIdempotencyStore();
   const purge = setInterval(() => {
     idempotency.purgeExpired(Date.now()).catch((err: unknown) => logger.warn({ err }, 'idempotency purge failed'));
@@ -395,6 +402,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
       generationId,
       requestId,
       tenantId,
+      apiKeyId: req.caller.apiKeyId,
       modelRevision: admitted.revision.id,
       state: 'queued' as const,
       transcript,

@@ -95,6 +95,61 @@ describe('bounded staleness (config_stale)', () => {
   });
 });
 
+/** Streams `n` one-token deltas 40 ms apart, stopping when the request is aborted (a long generation). */
+function slowEngine(n = 30): EngineAdapter {
+  return {
+    kind: 'slow',
+    capacity: { slots: 4, contextTokens: 64 },
+    async countInputTokens() {
+      return 3;
+    },
+    async *generate(request): AsyncIterable<EngineEvent> {
+      let produced = 0;
+      for (; produced < n && !request.signal?.aborted; produced++) {
+        yield { type: 'delta', text: 'w ', tokens: 1 };
+        await new Promise((r) => setTimeout(r, 40));
+      }
+      yield { type: 'end', reason: request.signal?.aborted ? 'aborted' : 'stop', usage: { inputTokens: 3, outputTokens: produced }, usageReported: true };
+    },
+    async close() {},
+  };
+}
+
+/** Reads a Weir stream to its end; returns the end event's data and how many deltas came. */
+async function readWeirStream(res: Response): Promise<{ deltas: number; end: { finish_reason: string; usage: { output_tokens: number } } }> {
+  const text = await res.text();
+  const events = text.split('\n\n').filter((e) => e.includes('event:'));
+  const end = events.find((e) => e.includes('event: end')) ?? '';
+  return { deltas: events.filter((e) => e.includes('event: delta')).length, end: JSON.parse(end.split('\n').find((l) => l.startsWith('data:'))?.slice(5) ?? '{}') };
+}
+
+describe('revocations stop what is running', () => {
+  it("a kill switch stops the tenant's streams in flight (billed for what they produced, ended as cancelled); another tenant's run on; a revoked key stops its own", async () => {
+    const config = twoTenantConfig();
+    const revocations = createRevocations();
+    gw = await startTestGateway({ config, engine: slowEngine(), admission: createInMemoryAdmission({ tenants: config.tenants }), revocations });
+    const g = gw;
+    // 30 tokens 10 ms apart: long enough to be stopped mid-way (the fake revision's limit is 32).
+    const body = { model_alias: 'fake', input: 'hi', stream: true, max_output_tokens: 30 };
+    const killed = g.post('/v1/generations', body).then(readWeirStream);
+    const other = g.post('/v1/generations', body, {}, g.otherKey.plaintext).then(readWeirStream);
+    await new Promise((r) => setTimeout(r, 250));
+    revocations.setKillSwitch('t', true);
+    const stopped = await killed;
+    expect(stopped.end.finish_reason).toBe('cancelled');
+    expect(stopped.deltas).toBeGreaterThan(0);
+    expect(stopped.deltas).toBeLessThan(30);
+    expect(stopped.end.usage.output_tokens).toBe(stopped.deltas);
+    // The other tenant is untouched until its own key is revoked.
+    await new Promise((r) => setTimeout(r, 250));
+    revocations.revokeKey({ keyId: 'k2' });
+    const second = await other;
+    expect(second.end.finish_reason).toBe('cancelled');
+    expect(second.deltas).toBeGreaterThan(stopped.deltas);
+    expect(second.deltas).toBeLessThan(30);
+  });
+});
+
 describe('revocation fast path', () => {
   let revocations: Revocations;
   let invalidated: string[];

@@ -14,6 +14,8 @@ export interface TrackedGeneration {
   generationId: string;
   requestId: string;
   tenantId: string;
+  /** The API key it was made with (a revoked key's generations are stopped). */
+  apiKeyId?: string;
   modelRevision: string;
   state: GenerationState;
   outcome?: GenerationOutcome;

@@ -8,6 +8,10 @@
  * and full configuration snapshots (`applyConfig`), whose tenant flags replace the fast-path
  * tenant state (a snapshot built after the revocation carries the same state; a later snapshot
  * may lift it). Key revocations are never undone by a snapshot: a revoked key stays revoked.
+ *
+ * What is refused from now on also stops what is running: each new refusal (a key revoked, a
+ * tenant disabled, a kill switch engaged — by message or by snapshot) is told to the
+ * `onRevoked` listeners, and the gateway stops that key's or tenant's generations in flight.
  */
 import type { TenantSpec } from '@weir/core';
 
@@ -42,7 +46,16 @@ export interface Revocations {
   isKeyRevoked(key: RevokedKeyRef): boolean;
   /** Why `tenantId`'s requests are refused (a disabled tenant before a kill switch), or undefined. */
   tenantRefusal(tenantId: string): TenantRefusal | undefined;
+  /**
+   * Calls `listener` for every new refusal: `{keyId}` when a key is revoked by id, `{tenantId}`
+   * when a tenant becomes disabled or its kill switch engaged (not when one is lifted, nor again
+   * for one already refused). A listener that throws is skipped; the others still run.
+   */
+  onRevoked(listener: (target: RevokedTarget) => void): void;
 }
+
+/** What a new refusal covers (see {@link Revocations.onRevoked}). */
+export type RevokedTarget = { keyId: string; reason: 'api_key_revoked' } | { tenantId: string; reason: 'tenant_disabled' | 'kill_switch' };
 
 /** Dependencies of {@link createRevocations}. */
 export interface RevocationsDeps {
@@ -63,13 +76,28 @@ export function createRevocations(deps: RevocationsDeps = {}): Revocations {
   const revokedHashes = new Set<string>();
   let disabled = new Set<string>();
   let killed = new Set<string>();
+  const listeners: ((target: RevokedTarget) => void)[] = [];
+  const tell = (target: RevokedTarget) => {
+    for (const l of listeners) {
+      try {
+        l(target);
+      } catch {
+        // one listener's failure must not stop the others (or the revocation itself)
+      }
+    }
+  };
 
   return {
+    onRevoked(listener) {
+      listeners.push(listener);
+    },
     revokeKey(key) {
       if (key.keyId === undefined && key.sha256 === undefined) throw new TypeError('revokeKey needs keyId or sha256');
       if (key.keyId !== undefined) {
+        const fresh = !revokedIds.has(key.keyId);
         revokedIds.add(key.keyId);
         deps.keyCache?.invalidateKeyId?.(key.keyId);
+        if (fresh) tell({ keyId: key.keyId, reason: 'api_key_revoked' });
       }
       if (key.sha256 !== undefined) {
         const hash = key.sha256.toLowerCase();
@@ -78,17 +106,26 @@ export function createRevocations(deps: RevocationsDeps = {}): Revocations {
       }
     },
     setTenantDisabled(tenantId, on) {
+      const fresh = on && !disabled.has(tenantId);
       if (on) disabled.add(tenantId);
       else disabled.delete(tenantId);
+      if (fresh) tell({ tenantId, reason: 'tenant_disabled' });
     },
     setKillSwitch(tenantId, on) {
+      const fresh = on && !killed.has(tenantId);
       if (on) killed.add(tenantId);
       else killed.delete(tenantId);
+      if (fresh) tell({ tenantId, reason: 'kill_switch' });
     },
     applyConfig(tenants) {
       // Built aside and swapped, so a request never sees half a snapshot.
-      disabled = new Set(tenants.filter((t) => t.disabled === true).map((t) => t.id));
-      killed = new Set(tenants.filter((t) => t.killSwitch === true).map((t) => t.id));
+      const nextDisabled = new Set(tenants.filter((t) => t.disabled === true).map((t) => t.id));
+      const nextKilled = new Set(tenants.filter((t) => t.killSwitch === true).map((t) => t.id));
+      const before = { disabled, killed };
+      disabled = nextDisabled;
+      killed = nextKilled;
+      for (const id of nextDisabled) if (!before.disabled.has(id)) tell({ tenantId: id, reason: 'tenant_disabled' });
+      for (const id of nextKilled) if (!before.killed.has(id)) tell({ tenantId: id, reason: 'kill_switch' });
     },
     isKeyRevoked(key) {
       return (key.keyId !== undefined && revokedIds.has(key.keyId)) || (key.sha256 !== undefined && revokedHashes.has(key.sha256.toLowerCase()));
