@@ -10,7 +10,11 @@
  *   (admin API, /healthz, /readyz).
  * - WEIR_ADMIN_TOKEN: a bootstrap admin token (`wa_<prefix>_<secret>`, or 24+ visible
  *   characters), registered (hashed) on start if new; a revoked one stays revoked.
- * - WEIR_CONFIG: a configuration file imported when the store is empty (no revision, no snapshot).
+ * - WEIR_CONFIG: a configuration file seeding an empty store (no revision, no snapshot).
+ * - WEIR_CONFIG_IMPORT (default empty): what WEIR_CONFIG does to a store that is not empty:
+ *   `empty` nothing; `placement` its revisions' `replicas` are imported (where revisions are
+ *   served; the split launcher's engines get new ports each start); `always` the whole file is
+ *   imported over the store when it differs. Each import is one audited change by `config-file`.
  * - WEIR_CONFIG_SIGNING_KEY_FILE: the Ed25519 PKCS#8 PEM signing key; unset = nothing is published.
  * - WEIR_NATS_URL (or NATS_URL, default nats://127.0.0.1:4222), WEIR_NATS_NAMESPACE (default weir):
  *   NATS is required (snapshots, capacity telemetry and decisions, canary events); the first
@@ -32,13 +36,14 @@ import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import express from 'express';
 import { sql } from 'kysely';
-import { createControlPlane, createControlPlaneHttpApp, registerBootstrapAdminToken, registerCapacityRoutes, seedFromConfigFile } from '@weir/control-plane';
+import { createControlPlane, createControlPlaneHttpApp, registerBootstrapAdminToken, registerCapacityRoutes } from '@weir/control-plane';
 import { connectNats } from '@weir/messaging-nats';
 import { envInt, envString, EnvError, readEnv, runUntilSignal } from '@weir/service-runtime';
 import { openDatabase } from '@weir/store-pg';
 import { createLogger, createTelemetry } from '@weir/telemetry';
 import { startCanaryGuard } from './canary';
 import { startCapacityController } from './capacity';
+import { applyConfigFileAtStart, parseConfigImportMode } from './config-file';
 import { evalRoutes } from './evals';
 import { startDeprecationAnnouncer } from './deprecations';
 import { createSnapshotSinkFromEnv } from './snapshot-sink';
@@ -50,6 +55,7 @@ const env = readEnv({
   WEIR_CONTROL_PLANE_PORT: envInt(8090, 0, 65535),
   WEIR_ADMIN_TOKEN: envString(''),
   WEIR_CONFIG: envString(''),
+  WEIR_CONFIG_IMPORT: envString('empty'),
   WEIR_NATS_URL: envString(''),
   NATS_URL: envString('nats://127.0.0.1:4222'),
   WEIR_NATS_NAMESPACE: envString('weir'),
@@ -63,6 +69,7 @@ const env = readEnv({
 });
 const databaseUrl = env.WEIR_DATABASE_URL || env.DATABASE_URL;
 if (!databaseUrl) throw new EnvError(['WEIR_DATABASE_URL: required: the Postgres URL, e.g. postgres://postgres@127.0.0.1:5432/weir']);
+const configImport = parseConfigImportMode(env.WEIR_CONFIG_IMPORT);
 const logger = createLogger({ name: 'control-plane', level: env.LOG_LEVEL as 'info' });
 
 runUntilSignal('control-plane', logger, async () => {
@@ -72,13 +79,10 @@ runUntilSignal('control-plane', logger, async () => {
     if (outcome === 'revoked') logger.warn({}, 'WEIR_ADMIN_TOKEN was revoked; it stays revoked (use another admin token)');
     else logger.info({ outcome }, 'bootstrap admin token');
   }
-  if (env.WEIR_CONFIG) {
-    const seeded = await seedFromConfigFile(database.db, env.WEIR_CONFIG);
-    logger.info(seeded.seeded ? { version: seeded.version, revisions: seeded.revisions, aliases: seeded.aliases, tenants: seeded.tenants } : { skipped: seeded.reason }, seeded.seeded ? 'store seeded from WEIR_CONFIG' : 'store not empty; WEIR_CONFIG not imported');
-  }
   const nc = await connectNats({ servers: env.WEIR_NATS_URL || env.NATS_URL, name: 'weir-control-plane', logger, waitOnFirstConnect: true });
   const built = createSnapshotSinkFromEnv({ namespace: env.WEIR_NATS_NAMESPACE, heartbeatMs: env.WEIR_CONFIG_HEARTBEAT_MS }, nc, logger);
   const controlPlane = createControlPlane({}, { db: database.db, sink: built.sink, logger });
+  if (env.WEIR_CONFIG) await applyConfigFileAtStart(controlPlane, env.WEIR_CONFIG, configImport, logger);
   await controlPlane.republishLatest();
   const stopRetry = controlPlane.startPublishRetry(env.WEIR_CONFIG_HEARTBEAT_MS);
   const stopHeartbeats = built.startHeartbeats(() => controlPlane.publishedVersion());

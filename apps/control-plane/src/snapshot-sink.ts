@@ -27,6 +27,23 @@ export interface SnapshotSinkEnv {
 }
 
 /**
+ * A snapshot the bucket already holds (signed by this key): on a restart, republishing the
+ * latest snapshot finds it there, which is expected (info, no stack). A LATER version there
+ * than the store's latest means the store went back (e.g. a restored or recreated database):
+ * data planes keep the bucket's version until the store passes it, so that is a warning.
+ */
+function logAlreadyPublished(logger: WeirLogger, version: number, err: unknown): void {
+  const reason = err instanceof Error ? err.message : String(err);
+  // The publisher's message names the version it holds: "… is not above the published version N".
+  const held = Number(/published version (\d+)/.exec(reason)?.[1] ?? Number.NaN);
+  if (held > version) {
+    logger.warn({ version, publishedVersion: held }, 'the bucket holds a later snapshot version than the store; data planes keep it until the store passes it');
+  } else {
+    logger.info({ version }, 'snapshot already published (the bucket holds this version); not republished');
+  }
+}
+
+/**
  * Builds the control plane's {@link SnapshotSink} from the environment (see the file comment).
  * A `conflict` from the publisher means the bucket already holds that snapshot version (or a
  * later one) or that revocation: it is already published, so it counts as done.
@@ -54,7 +71,7 @@ export function createSnapshotSinkFromEnv(settings: SnapshotSinkEnv, nc: NatsCon
           await publisher.publishSnapshot({ version: s.version, config: s.config as Record<string, unknown>, issuedAt: s.issuedAt });
         } catch (err) {
           if (!alreadyThere(err)) throw err;
-          logger.warn({ version: s.version, err }, 'the bucket already holds this snapshot version or a later one; not republished');
+          logAlreadyPublished(logger, s.version, err);
         }
       },
       async publishRevocation(r) {
