@@ -53,6 +53,8 @@ export function createAdminRouter(options: AdminRouterOptions, deps: AdminRouter
     } else next();
   });
 
+  router.use((req, _res, next) => next(unstorableInput(req)));
+
   registerTenantRoutes(router, { cp, logger });
   registerModelRoutes(router, { cp, logger });
   registerSystemRoutes(router, { cp, logger });
@@ -65,6 +67,38 @@ export function createAdminRouter(options: AdminRouterOptions, deps: AdminRouter
     res.status(mapped.status).json(mapped.body);
   });
   return router;
+}
+
+/** Where in a JSON value a NUL character (U+0000) first appears, as a path (`$.name`), or undefined. */
+function nulIn(value: unknown, at: string, depth = 0): string | undefined {
+  if (typeof value === 'string') return value.includes('\u0000') ? at : undefined;
+  if (value === null || typeof value !== 'object' || depth > 64) return undefined;
+  for (const [k, v] of Object.entries(value as Record<string, unknown>)) {
+    if (k.includes('\u0000')) return `${at}[key]`;
+    const found = nulIn(v, Array.isArray(value) ? `${at}[${k}]` : `${at}.${k}`, depth + 1);
+    if (found) return found;
+  }
+  return undefined;
+}
+
+/**
+ * Input Postgres cannot store or the router cannot decode, refused with a 400 before any
+ * route: a malformed percent-encoding in the path, or a NUL character (U+0000) in the path,
+ * the query or a body string (Postgres text never holds U+0000).
+ */
+function unstorableInput(req: Request): WeirError | undefined {
+  let decodedPath: string;
+  try {
+    decodedPath = decodeURIComponent(req.path);
+  } catch {
+    return new WeirError('invalid_request', `The path ${req.baseUrl}${req.path} has a malformed percent-encoding (a % must be followed by two hex digits); encode ids with encodeURIComponent.`);
+  }
+  if (decodedPath.includes('\u0000')) return new WeirError('invalid_request', 'The path contains a NUL character (%00), which no id may hold; remove it.');
+  const inQuery = nulIn(req.query, 'query');
+  if (inQuery) return new WeirError('invalid_request', `The query parameter ${inQuery.replace(/^query\./, '')} contains a NUL character (\\u0000), which cannot be stored; remove it.`, { param: inQuery.replace(/^query\./, '') });
+  const inBody = nulIn(req.body, '$');
+  if (inBody) return new WeirError('invalid_request', `The body's ${inBody} contains a NUL character (\\u0000), which cannot be stored; remove it.`, { param: inBody.replace(/^\$\.?/, '') });
+  return undefined;
 }
 
 /** body-parser's errors (they carry `type`) as Weir errors. */
