@@ -11,14 +11,20 @@
  * (default 2), SPLIT_ADMISSION_INSTANCES (default 2), SPLIT_ENGINES_PER_REVISION (default 2),
  * WEIR_DATA_DIR (default .data), LOG_LEVEL, SPLIT_CONTROL_PLANE (default 1: the control plane runs
  * and the data plane takes its configuration from its signed snapshots; 0: every service reads the
- * file), WEIR_ADMIN_TOKEN (the control plane's bootstrap admin token; default: a new one, printed).
+ * file), WEIR_ADMIN_TOKEN (the control plane's bootstrap admin token; default: a new one, printed),
+ * WEIR_CONFIG_MAX_STALENESS_MS (default 300,000: beyond this snapshot age every data-plane service
+ * refuses requests with 503 config_stale), WEIR_CONFIG_HEARTBEAT_MS (default 5,000: the control
+ * plane's heartbeat; must be below the staleness bound), WEIR_CONFIG_IMPORT (default placement:
+ * on a database that already holds configuration the control plane takes each revision's replicas
+ * — this start's engine addresses — from the derived file and keeps everything else; `always`:
+ * the whole file replaces the stored configuration; `empty`: the file only seeds an empty store).
  */
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { mintApiKey } from '@weir/core';
 import { mintAdminToken } from '@weir/control-plane';
 import { REPO_ROOT, startSplitTopology } from '@weir/launcher';
-import { envInt, envString, readEnv } from '@weir/service-runtime';
+import { EnvError, envInt, envString, readEnv } from '@weir/service-runtime';
 import { ensureDatabase } from './ensure-database';
 
 const env = readEnv({
@@ -35,7 +41,16 @@ const env = readEnv({
   LOG_LEVEL: envString('info'),
   SPLIT_CONTROL_PLANE: envInt(1, 0, 1),
   WEIR_ADMIN_TOKEN: envString(''),
+  WEIR_CONFIG_MAX_STALENESS_MS: envInt(300_000, 1_000, 86_400_000),
+  WEIR_CONFIG_HEARTBEAT_MS: envInt(5_000, 100, 60_000),
+  WEIR_CONFIG_IMPORT: envString('placement'),
 });
+const configImport = (['empty', 'placement', 'always'] as const).find((m) => m === env.WEIR_CONFIG_IMPORT);
+if (!configImport) throw new EnvError([`WEIR_CONFIG_IMPORT: expected one of empty, placement, always (got ${JSON.stringify(env.WEIR_CONFIG_IMPORT)})`]);
+if (env.WEIR_CONFIG_HEARTBEAT_MS >= env.WEIR_CONFIG_MAX_STALENESS_MS) {
+  // Heartbeats are what keep a current snapshot fresh: one per staleness window is too few.
+  throw new EnvError([`WEIR_CONFIG_HEARTBEAT_MS: must be below WEIR_CONFIG_MAX_STALENESS_MS (${env.WEIR_CONFIG_MAX_STALENESS_MS}), or data planes go stale between heartbeats`]);
+}
 
 async function main(): Promise<void> {
   await ensureDatabase(env.DATABASE_URL);
@@ -53,7 +68,9 @@ async function main(): Promise<void> {
     enginesPerRevision: env.SPLIT_ENGINES_PER_REVISION,
     env: { WEIR_DEMO_API_KEY: demoKey, LOG_LEVEL: env.LOG_LEVEL },
     echo: true,
-    ...(adminToken ? { controlPlane: { adminToken } } : {}),
+    ...(adminToken
+      ? { controlPlane: { adminToken, maxStalenessMs: env.WEIR_CONFIG_MAX_STALENESS_MS, heartbeatMs: env.WEIR_CONFIG_HEARTBEAT_MS, configImport } }
+      : {}),
   });
   const lines = [
     '',

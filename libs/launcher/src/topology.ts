@@ -10,6 +10,9 @@
  * With `controlPlane`, the control plane runs too (seeded from the derived file, signing with a
  * key pair made for this topology) and every data-plane service takes its configuration from
  * the signed snapshots instead of the file (the verify key reaches them as a file, out of band).
+ * On a store that is not empty (a second start on the same database, or the retry after a port
+ * collision) the derived file's placement — the replicas on this start's ports — is imported
+ * (`WEIR_CONFIG_IMPORT=placement`, see {@link ControlPlaneOptions.configImport}).
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { Kvm } from '@nats-io/kv';
@@ -67,6 +70,14 @@ export interface ControlPlaneOptions {
   maxStalenessMs?: number;
   /** Heartbeat and publication-retry interval of the control plane (ms). Default 5,000. */
   heartbeatMs?: number;
+  /**
+   * The control plane's `WEIR_CONFIG_IMPORT`: what the derived file does to a store that already
+   * holds configuration. `placement` (default): each revision's replicas are taken from it (the
+   * engines this start runs; anything else changed through the admin API stays); `always`: the
+   * whole file replaces the stored configuration when it differs; `empty`: nothing (the store
+   * keeps the previous start's engine addresses — only for a database used once).
+   */
+  configImport?: 'empty' | 'placement' | 'always';
 }
 
 /** A running split topology. */
@@ -214,6 +225,7 @@ async function startOnce(options: SplitTopologyOptions): Promise<SplitTopology> 
         NATS_URL: natsUrl,
         WEIR_NATS_NAMESPACE: namespace,
         WEIR_CONFIG: configPath,
+        WEIR_CONFIG_IMPORT: options.controlPlane.configImport ?? 'placement',
         WEIR_ADMIN_TOKEN: options.controlPlane.adminToken,
         WEIR_CONFIG_SIGNING_KEY_FILE: signingKeyFile,
         WEIR_CONFIG_HEARTBEAT_MS: String(options.controlPlane.heartbeatMs ?? 5_000),
