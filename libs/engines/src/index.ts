@@ -1,6 +1,7 @@
 export * from './logger';
 export * from './llamacpp/llamacpp-engine';
 export { renderPlainPrompt } from './llamacpp/render-prompt';
+export { MAX_GRAMMAR_REPETITION, toGrammarSchema, UnsupportedSchemaError } from './llamacpp/json-schema-grammar';
 export * from './openai-compatible/openai-compatible-engine';
 export {
   CHAT_MESSAGE_OVERHEAD_TOKENS,

@@ -45,6 +45,7 @@ import {
   judgeOutput,
   type OutputSchema,
 } from '@weir/streaming';
+import { toGrammarSchema, UnsupportedSchemaError } from '@weir/engines';
 import type { ParamNames } from './pipeline';
 import { parseBody, RESPONSES_OPENAI_FIELDS, responsesOpenAiBody, responsesWeirBody, toChatInput, toResponsesChatInput } from './schemas';
 import { openSse } from './sse-writer';
@@ -124,16 +125,27 @@ export function registerResponsesRoute(ctx: ResponsesRouteContext): void {
  * revision of its fallback chain, cannot constrain output. An unknown alias passes: admission
  * answers it with the route's own field names.
  */
-function refuseUnconstrained(router: RouterService, caller: Caller, alias: string, param: string): (stickyKey: string, useCase: string | undefined) => Promise<void> {
+function refuseUnconstrained(router: RouterService, caller: Caller, alias: string, param: string, schema: object): (stickyKey: string, useCase: string | undefined) => Promise<void> {
   return async (stickyKey, useCase) => {
     const routed = await router.resolve(caller, alias, stickyKey, useCase);
     if (!routed.ok) return;
     const { revision, fallbacks } = routed.route;
     for (const r of [revision, ...fallbacks]) {
-      const why = unconstrainedBecause(r);
-      if (why === undefined) continue;
       const which = r === revision ? `revision ${r.id}` : `its fallback revision ${r.id}`;
-      throw new WeirError('invalid_request', `Model '${alias}' cannot constrain its output to a JSON Schema: ${which} ${why}. Remove \`${param}\`, or use a model whose revisions declare \`capabilities.json_output\`.`, { param });
+      const why = unconstrainedBecause(r);
+      if (why !== undefined) {
+        throw new WeirError('invalid_request', `Model '${alias}' cannot constrain its output to a JSON Schema: ${which} ${why}. Remove \`${param}\`, or use a model whose revisions declare \`capabilities.json_output\`.`, { param });
+      }
+      // A schema the llama.cpp grammar cannot express is refused here, before any reservation,
+      // not by the engine after admission (the same check the engine makes).
+      if (r.engine.kind === 'llamacpp') {
+        try {
+          toGrammarSchema(schema);
+        } catch (err) {
+          if (err instanceof UnsupportedSchemaError) throw new WeirError('invalid_request', `\`${param}\` cannot be used with ${which} (llama.cpp): ${err.message}.`, { param });
+          throw err;
+        }
+      }
     }
   };
 }
@@ -201,7 +213,7 @@ async function answerWeirShape(ctx: ResponsesRouteContext, req: Authed, res: Res
     useCase: body.use_case,
     priority: body.priority,
     paramNames: WEIR_PARAMS,
-    ...(schema ? { outputSchema: schema.schema, beforeAdmit: refuseUnconstrained(ctx.router, req.caller, body.model, 'output_schema') } : {}),
+    ...(schema ? { outputSchema: schema.schema, beforeAdmit: refuseUnconstrained(ctx.router, req.caller, body.model, 'output_schema', schema.schema) } : {}),
   });
   if (g.endedInQueue && g.transcript.outcome) throw ctx.deadlineOrCancel(g.transcript.outcome);
 
@@ -266,7 +278,7 @@ async function answerOpenAiShape(ctx: ResponsesRouteContext, req: Authed, res: R
     requestId: ctx.idempotencyKeyHeader(req),
     keyParam: 'Idempotency-Key',
     paramNames: OPENAI_PARAMS,
-    ...(schema ? { outputSchema: schema.schema, beforeAdmit: refuseUnconstrained(ctx.router, req.caller, body.model, 'text.format') } : {}),
+    ...(schema ? { outputSchema: schema.schema, beforeAdmit: refuseUnconstrained(ctx.router, req.caller, body.model, 'text.format', schema.schema) } : {}),
   });
   if (g.endedInQueue && g.transcript.outcome) throw ctx.deadlineOrCancel(g.transcript.outcome);
 

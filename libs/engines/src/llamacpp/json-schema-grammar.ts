@@ -24,6 +24,7 @@
  *   `unevaluatedItems`, `contains`, `$dynamicRef`, `$anchor` — a `$ref` that is not
  *   `#/$defs/<name>`, and a node that accepts any value (`{}`, `true`, or no `type`/`const`/
  *   `enum`/`oneOf`/`anyOf`/`$ref`), which the grammar would read as `null`.
+ * - refused too: a length, item or property bound above {@link MAX_GRAMMAR_REPETITION}.
  * - kept but not enforced by the grammar (the gateway's validation catches an output that
  *   breaks them, as `output_invalid`): `minimum`, `maximum`, `exclusiveMinimum`,
  *   `exclusiveMaximum`, `multipleOf`, `pattern`, `uniqueItems`, and `format` other than
@@ -36,7 +37,7 @@ export class UnsupportedSchemaError extends Error {
     readonly pointer: string,
     reason: string,
   ) {
-    super(`${pointer === '' ? 'the schema' : `\`${pointer}\``}: ${reason}`);
+    super(`${pointer === '' ? 'at its root' : `at \`${pointer}\``}: ${reason}`);
     this.name = 'UnsupportedSchemaError';
   }
 }
@@ -68,6 +69,16 @@ const MANY = ['prefixItems', 'oneOf', 'anyOf'];
 
 type Node = Record<string, unknown>;
 
+/**
+ * The largest length, item or property count a grammar is built with. Each bound becomes a
+ * repetition in the GBNF grammar; llama.cpp expands repetitions when it parses the grammar, and
+ * a huge one fails there — printing the whole grammar (which quotes the schema's property
+ * names) to stderr — or exhausts memory. Default 4,096: far beyond what an output limit of a
+ * few thousand tokens can fill.
+ */
+export const MAX_GRAMMAR_REPETITION = 4_096;
+const BOUNDS = ['minLength', 'maxLength', 'minItems', 'maxItems', 'minProperties', 'maxProperties'];
+
 const escape = (key: string) => key.replace(/~/g, '~0').replace(/\//g, '~1');
 
 /**
@@ -93,6 +104,13 @@ function rewrite(value: unknown, at: string, lifted: Record<string, unknown>, is
   }
   if (typeof node.$ref === 'string' && !/^#\/\$defs\/[^/]+$/.test(node.$ref)) {
     throw new UnsupportedSchemaError(at, `\`$ref\` must point at \`#/$defs/<name>\` for the llama.cpp grammar (got another form)`);
+  }
+
+  for (const k of BOUNDS) {
+    const bound = node[k];
+    if (typeof bound === 'number' && bound > MAX_GRAMMAR_REPETITION) {
+      throw new UnsupportedSchemaError(at, `\`${k}\` ${bound} is above ${MAX_GRAMMAR_REPETITION}, the largest the llama.cpp grammar is built with; lower it`);
+    }
   }
 
   const out: Node = {};
