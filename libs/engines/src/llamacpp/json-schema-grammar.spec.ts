@@ -1,3 +1,4 @@
+import { llamaLogLine } from './llamacpp-engine';
 import { toGrammarSchema, UnsupportedSchemaError } from './json-schema-grammar';
 
 describe('toGrammarSchema', () => {
@@ -35,5 +36,15 @@ describe('toGrammarSchema', () => {
     expect(error).toBeInstanceOf(UnsupportedSchemaError);
     expect((error as UnsupportedSchemaError).pointer).toBe(pointer);
     expect((error as Error).message).toMatch(message);
+  });
+});
+
+describe('llamaLogLine', () => {
+  it('keeps the first line of a llama.cpp message, and never a grammar (it quotes the request schema)', () => {
+    expect(llamaLogLine('failed to load model\nmore detail')).toBe('failed to load model');
+    const line = llamaLogLine('parse: error parsing grammar: number of repetitions exceeds sane defaults\n\nroot ::= "{" "\\"patient_ssn_123\\"" ...');
+    expect(line).not.toContain('patient_ssn_123');
+    expect(line).toContain('grammar withheld');
+    expect(llamaLogLine('x'.repeat(500))).toHaveLength(201);
   });
 });

@@ -64,6 +64,17 @@ type NodeLlamaCpp = typeof import('node-llama-cpp', { with: { 'resolution-mode':
 let sharedLlama: Promise<Llama> | undefined;
 
 /**
+ * A llama.cpp log message as Weir logs it: the first line, at most 200 characters; for grammar
+ * messages only up to the first colon-separated reason (they go on to quote the grammar, which
+ * holds a request's schema).
+ */
+export function llamaLogLine(message: string): string {
+  const first = message.trim().split('\n')[0] ?? '';
+  if (/grammar/i.test(message)) return `${first.split(':').slice(0, 2).join(':').slice(0, 120)} (grammar withheld: it quotes a request's schema)`;
+  return first.length > 200 ? `${first.slice(0, 200)}…` : first;
+}
+
+/**
  * One `Llama` (the native backend) per process, shared by every engine: disposing one
  * backend while another engine still uses it is not safe, so engines dispose only their
  * model and context. Threads are capped per context (`spec.threads`).
@@ -75,8 +86,9 @@ function loadLlama(nlc: NodeLlamaCpp, logger: EngineLogger): Promise<Llama> {
     skipDownload: true,
     maxThreads: 1,
     logLevel: nlc.LlamaLogLevel.error,
-    // llama.cpp's own messages carry no prompt text at the error level.
-    logger: (level, message) => logger.warn({ llamaLevel: level, message: message.trim() }, 'llama.cpp'),
+    // llama.cpp's error messages carry no prompt text, except grammar errors, which quote the
+    // grammar (built from a request's schema): those are reduced to their first line's reason.
+    logger: (level, message) => logger.warn({ llamaLevel: level, message: llamaLogLine(message) }, 'llama.cpp'),
   });
   return sharedLlama;
 }
