@@ -132,7 +132,7 @@ export function createRevocations(deps: RevocationsDeps = {}): Revocations {
     },
     tenantRefusal(tenantId) {
       if (disabled.has(tenantId)) {
-        return { code: 'tenant_disabled', message: `Tenant '${tenantId}' is disabled; its requests are refused until a platform engineer re-enables it.` };
+        return { code: 'tenant_disabled', message: `Tenant '${tenantId}' is disabled (or was deleted); its requests are refused until a platform engineer re-enables it — ask your platform team.` };
       }
       if (killed.has(tenantId)) {
         return {
