@@ -193,6 +193,7 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
   const revocations = createRevocations({ keyCache: apiKeys });
   revocations.applyConfig(config.tenants);
   let served = config;
+  let latest = loaded;
   // Every verified snapshot (an admin change, or the file imported by `config-file`): routing,
   // tenants, deprecations, limits and budgets, tenant flags apply at once; what the engines,
   // replicas and scheduler were built from applies after a restart, and the log says so.
@@ -202,8 +203,9 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
     live.update(nextServed);
     admission.updateTenants(nextServed.tenants);
     revocations.applyConfig(nextServed.tenants);
-    const needsRestart = restartOnlyChanges(served, nextServed, next, servedIds);
+    const needsRestart = restartOnlyChanges({ before: served, after: nextServed, previousFull: latest, full: next, servedIds, scheduled: config.tenants });
     served = nextServed;
+    latest = next;
     logger.info({ version, aliases: nextServed.aliases.map((a) => ({ alias: a.name, targets: a.targets })) }, 'configuration snapshot applied');
     if (needsRestart.length > 0) logger.warn({ version, changes: needsRestart }, 'configuration changes that apply only after a restart');
   });
@@ -386,17 +388,62 @@ function withServingRevisions(config: PlatformConfig, ids: ReadonlySet<string>):
   return { ...config, revisions: config.revisions.filter((r) => ids.has(r.id)), aliases };
 }
 
+/** What {@link restartOnlyChanges} compares. */
+export interface SnapshotTransition {
+  /** The previous and the new snapshot's configuration, restricted to the revisions this process serves. */
+  before: PlatformConfig;
+  after: PlatformConfig;
+  /** The previous and the new snapshot's whole configuration. */
+  previousFull: PlatformConfig;
+  full: PlatformConfig;
+  /** The revisions whose engines this process built at start. */
+  servedIds: ReadonlySet<string>;
+  /** The tenants the scheduler was built with (the first snapshot's). */
+  scheduled: PlatformConfig['tenants'];
+}
+
 /**
- * What a snapshot changed that this process applies only at its next start: revisions it does
- * not serve (engines and replicas are built at start), the defaults, and the tenants' scheduling
- * (weights, dedicated pools: the scheduler is built at start).
+ * What a snapshot changed that this process applies only at its next start: revisions it newly
+ * lists that this process does not serve (engines and replicas are built at start; one that
+ * failed to start was reported then), the defaults, and tenants whose scheduling changed (see
+ * {@link schedulingRestartTenants}). Empty when nothing needs a restart — e.g. a tenant created
+ * or deleted with the default scheduling.
  */
-function restartOnlyChanges(before: PlatformConfig, after: PlatformConfig, full: PlatformConfig, servedIds: ReadonlySet<string>): string[] {
+export function restartOnlyChanges({ before, after, previousFull, full, servedIds, scheduled }: SnapshotTransition): string[] {
   const out: string[] = [];
-  const unserved = full.revisions.filter((r) => !servedIds.has(r.id)).map((r) => r.id);
+  const listedBefore = new Set(previousFull.revisions.map((r) => r.id));
+  const unserved = full.revisions.filter((r) => !servedIds.has(r.id) && !listedBefore.has(r.id)).map((r) => r.id);
   if (unserved.length > 0) out.push(`revisions not served by this process (restart to serve them): ${unserved.join(', ')}`);
   if (JSON.stringify(before.defaults) !== JSON.stringify(after.defaults)) out.push('defaults');
-  const scheduling = (c: PlatformConfig) => JSON.stringify(c.tenants.map((t) => [t.id, t.schedulingWeight, t.dedicatedPool]));
-  if (scheduling(before) !== scheduling(after)) out.push('tenants (scheduling weights, dedicated pools)');
+  const tenants = schedulingRestartTenants(before.tenants, after.tenants, scheduled);
+  if (tenants.length > 0) {
+    out.push(`tenants' scheduling (the scheduler is built at start; until a restart they keep what it was built with): ${tenants.join('; ')}`);
+  }
+  return out;
+}
+
+/**
+ * Tenants whose scheduling weight or dedicated pool this snapshot changed to something the
+ * scheduler does not run, each as `<id>: weight 2 (runs 1)` / `<id>: dedicated pool gold (runs in
+ * the shared pools)`. The scheduler treats a tenant it was not built with as weight 1 in the shared
+ * pools, so a new tenant with those defaults needs no restart, nor does a deleted one (admission
+ * refuses its requests); a change back to what the scheduler runs needs none either.
+ */
+function schedulingRestartTenants(before: PlatformConfig['tenants'], after: PlatformConfig['tenants'], scheduled: PlatformConfig['tenants']): string[] {
+  type Tenant = PlatformConfig['tenants'][number];
+  const view = (t: Tenant | undefined) => ({ weight: t?.schedulingWeight ?? 1, pool: t?.dedicatedPool });
+  const same = (a: ReturnType<typeof view>, b: ReturnType<typeof view>) => a.weight === b.weight && a.pool === b.pool;
+  const previous = new Map(before.map((t) => [t.id, t]));
+  const running = new Map(scheduled.map((t) => [t.id, t]));
+  const out: string[] = [];
+  for (const t of after) {
+    const want = view(t);
+    const runs = view(running.get(t.id));
+    if (same(want, view(previous.get(t.id))) || same(want, runs)) continue;
+    const parts: string[] = [];
+    if (want.weight !== runs.weight) parts.push(`weight ${want.weight} (runs ${runs.weight})`);
+    if (want.pool !== runs.pool) parts.push(`${want.pool ? `dedicated pool ${want.pool}` : 'shared pools'} (runs in ${runs.pool ? `dedicated pool ${runs.pool}` : 'the shared pools'})`);
+    out.push(`${t.id}: ${parts.join(', ')}`);
+  }
   return out;
 }
