@@ -1,6 +1,6 @@
 import { isWeirError } from '@weir/core';
 import { createTestDatabase, type TestDatabase } from '@weir/store-pg';
-import { assertCanaryGate, DEFAULT_EVAL_MAX_AGE_MS } from './canary-gate';
+import { assertCanaryGate, DEFAULT_EVAL_MAX_AGE_MS, formerStableRevisions } from './canary-gate';
 import { armStatsByRevision } from './canary-stats';
 import { type CanaryRollbackRequest, type CanaryRolledBackEvent, createCanaryGuard, targetsAfterRollback } from './canary-guard';
 import { createEvalRunStore, createGoldenPromptStore } from './eval-store';
@@ -150,6 +150,73 @@ describe('assertCanaryGate', () => {
     expect(await gate([{ revision: 'stable@1', weight: 100 }])).toEqual([]);
     // Raising the stable arm itself needs nothing.
     expect(await gate([{ revision: 'stable@1', weight: 1000 }, { revision: 'cand@3', weight: 10 }])).toEqual([]);
+  });
+
+  it.each([
+    ['1e308 on both arms (their sum is Infinity)', [1e308, 1e308], 'targets[0].weight'],
+    ['a weight above 1,000,000', [90, 1_000_001], 'targets[1].weight'],
+    ['a negative weight', [100, -1], 'targets[1].weight'],
+    ['NaN', [Number.NaN, 10], 'targets[0].weight'],
+    ['Infinity', [90, Number.POSITIVE_INFINITY], 'targets[1].weight'],
+  ])('refuses weights it cannot judge with 400: %s', async (_name, [w0, w1], param) => {
+    await setAlias('gate-huge', [{ revision: 'stable@1', weight: 100 }]);
+    const err = await gateError(assertCanaryGate({ db: database.db, alias: 'gate-huge', newTargets: [{ revision: 'stable@1', weight: w0 }, { revision: 'cand@2', weight: w1 }], now }));
+    expect(isWeirError(err) && [err.code, err.param]).toEqual(['invalid_request', param]);
+    expect((err as Error).message).toMatch(/must be a finite number from 0 to 1000000/);
+  });
+
+  it('reads shares of stored huge weights by their ratio, not as 0 of an Infinity total', async () => {
+    // What a 1e308 PUT left behind before weights were bounded: equal arms, 50 % each.
+    await setAlias('gate-junk', [{ revision: 'stable@1', weight: 1e308 }, { revision: 'cand@2', weight: 1e308 }]);
+    const gate = (newTargets: Array<{ revision: string; weight: number }>) => assertCanaryGate({ db: database.db, alias: 'gate-junk', newTargets, now });
+    expect(await gate([{ revision: 'stable@1', weight: 50 }, { revision: 'cand@2', weight: 50 }])).toEqual([]);
+    await expect(gate([{ revision: 'stable@1', weight: 10 }, { revision: 'cand@2', weight: 90 }])).rejects.toThrow(/cand@2 on alias gate-junk to 90% of traffic \(from 50%\)/);
+  });
+
+  it('does not judge a revision that does not exist (configuration validation reports it)', async () => {
+    await setAlias('gate-unknown', [{ revision: 'stable@1', weight: 100 }]);
+    expect(await assertCanaryGate({ db: database.db, alias: 'gate-unknown', newTargets: [{ revision: 'stable@1', weight: 50 }, { revision: 'nope@1', weight: 50 }], now })).toEqual([]);
+    // A known canary next to it is still gated.
+    await expect(
+      assertCanaryGate({ db: database.db, alias: 'gate-unknown', newTargets: [{ revision: 'nope@1', weight: 50 }, { revision: 'stable@1', weight: 40 }, { revision: 'cand@3', weight: 10 }], now }),
+    ).rejects.toThrow(/cand@3 on alias gate-unknown/);
+  });
+
+  it("exempts a revision that was this alias's stable arm before, read from the alias's audit history since its creation", async () => {
+    const audit = (action: string, before: unknown, after: unknown) =>
+      database.db
+        .insertInto('audit_log')
+        .values({ at: new Date(T0 - DAY), actor_id: 'adm_x', actor_label: 'x', action, entity_type: 'alias', entity_id: 'gate-back', before: before === null ? null : JSON.stringify(before), after: after === null ? null : JSON.stringify(after), snapshot_version: 1 })
+        .execute();
+    const state = (spec: object) => ({ name: 'gate-back', spec: { name: 'gate-back', ...spec } });
+    // An earlier alias of the same name had cand@2 as its stable arm; it was deleted.
+    await audit('alias.create', null, state({ revision: 'cand@2' }));
+    await audit('alias.delete', state({ revision: 'cand@2' }), null);
+    // This alias: created on cand@3, cand@2 raised to a 10 % canary, then stable@1 promoted.
+    await audit('alias.create', null, state({ revision: 'cand@3' }));
+    await audit('alias.update', state({ revision: 'cand@3' }), state({ targets: [{ revision: 'cand@3', weight: 90 }, { revision: 'cand@2', weight: 10 }] }));
+    await audit('alias.update', state({ targets: [{ revision: 'cand@3', weight: 90 }, { revision: 'cand@2', weight: 10 }] }), state({ targets: [{ revision: 'stable@1', weight: 100 }] }));
+    await setAlias('gate-back', [{ revision: 'stable@1', weight: 100 }]);
+    expect([...(await formerStableRevisions(database.db, 'gate-back'))].sort()).toEqual(['cand@3', 'stable@1']);
+
+    const gate = (newTargets: Array<{ revision: string; weight: number }>) => assertCanaryGate({ db: database.db, alias: 'gate-back', newTargets, now });
+    expect(await gate([{ revision: 'cand@3', weight: 100 }])).toEqual([{ revision: 'cand@3', share_before: 0, share_after: 1, eval_run_id: null, former_stable: true }]);
+    // Only a canary here (and stable of a deleted namesake): gated as any canary.
+    const err = await gateError(gate([{ revision: 'stable@1', weight: 50 }, { revision: 'cand@2', weight: 50 }]));
+    expect(isWeirError(err) && err.code).toBe('conflict');
+    expect((err as Error).message).toContain('use POST /admin/v1/aliases/gate-back/rollback');
+    // A passing eval is preferred as the record when there is one.
+    const id = await evalRun('gate-back', 'cand@3', true, new Date(T0 - MINUTE));
+    expect(await gate([{ revision: 'cand@3', weight: 100 }])).toEqual([{ revision: 'cand@3', share_before: 0, share_after: 1, eval_run_id: id }]);
+  });
+
+  it('does not count a stored passing verdict whose report passed no prompt', async () => {
+    await setAlias('gate-empty', [{ revision: 'stable@1', weight: 100 }]);
+    const run = await runs().start({ tenant_id: 'acme', use_case: 'support', alias: 'gate-empty', candidate_revision: 'cand@2', stable_revision: 'stable@1', scorer: { kind: 'similarity', threshold: 0, metric: 'token_jaccard' }, created_at: new Date(T0 - MINUTE) });
+    const report = passingReport(true);
+    // What the runner stored before it required a scored success: pass with every prompt errored.
+    await runs().finish(run.id, { ...report, allowed_errors: 10, totals: { ...report.totals, passed: 0, failed: 1, candidate_errors: 1, mean_score: null } });
+    await expect(assertCanaryGate({ db: database.db, alias: 'gate-empty', newTargets: [{ revision: 'stable@1', weight: 90 }, { revision: 'cand@2', weight: 10 }], now })).rejects.toThrow(/needs a passing eval/);
   });
 
   it('takes the current targets from the caller when given, and gates each raised canary', async () => {

@@ -148,11 +148,27 @@ describe('POST /admin/v1/evals', () => {
     [{ use_case: 'empty' }, 400, 'invalid_request'],
     [{ scorer: { kind: 'embedding', threshold: 0.9 } }, 400, 'invalid_request'],
     [{ scorer: undefined }, 400, 'invalid_request'],
+    // A threshold of 0 passes any output; allowed_errors must leave at least one prompt to succeed (2 in the set).
+    [{ scorer: { kind: 'similarity', threshold: 0 } }, 400, 'invalid_request'],
+    [{ allowed_errors: 2 }, 400, 'invalid_request'],
+    [{ allowed_errors: 10 }, 400, 'invalid_request'],
   ])('refuses %j before running (%d %s)', async (override, status, code) => {
     calls.length = 0;
     const res = await server.call('POST', '/evals', { tenant: 'acme', use_case: 'stories', alias: 'story', candidate_revision: 'cand@2', scorer: { kind: 'exact' }, ...override });
     expect([res.status, res.body.error.code]).toEqual([status, code]);
     expect(calls).toEqual([]);
+  });
+
+  it('refuses allowed_errors that would let a candidate with no output pass, saying why, and stores no run', async () => {
+    const before = (await server.call('GET', '/tenants/acme/evals')).body.data.length;
+    const res = await server.call('POST', '/evals', { tenant: 'acme', use_case: 'json', alias: 'story', candidate_revision: 'cand@3', scorer: { kind: 'json_schema' }, allowed_errors: 10 });
+    expect([res.status, res.body.error.code, res.body.error.param]).toEqual([400, 'invalid_request', 'allowed_errors']);
+    expect(res.body.error.message).toBe(
+      'Use case json has 1 golden prompt: allowed_errors (10) must be less than the number of golden prompts replayed (1): at least one prompt must produce a scored candidate output for the gate to pass.',
+    );
+    expect((await server.call('GET', '/tenants/acme/evals')).body.data).toHaveLength(before);
+    const ok = await server.call('POST', '/evals', { tenant: 'acme', use_case: 'stories', alias: 'story', candidate_revision: 'cand@2', scorer: { kind: 'exact' }, allowed_errors: 1 });
+    expect([ok.status, ok.body.pass, ok.body.report.allowed_errors]).toEqual([201, true, 1]);
   });
 
   it('caps the set size and the evals running at once', async () => {

@@ -22,7 +22,7 @@ import { z } from 'zod';
 import { WeirError } from '@weir/core';
 import { compileOutputSchema } from '@weir/gateway';
 import type { WeirSchema } from '@weir/store-pg';
-import { runEval } from './eval-runner';
+import { allowedErrorsProblem, runEval } from './eval-runner';
 import { createEvalRunStore, createGoldenPromptStore, type GoldenPromptInput, type StoredEvalRun } from './eval-store';
 import type { EvalGenerate } from './eval-types';
 import { createPgModelCatalog, type ModelCatalog, stableRevisionOf } from './model-catalog';
@@ -123,8 +123,9 @@ function summaryOf(run: StoredEvalRun): Omit<StoredEvalRun, 'report'> & { totals
  * Creates the eval router. See the module comment for the routes; bodies are validated
  * strictly (unknown fields are 400s naming them).
  *
- * `POST /evals` errors: 400 for a bad body or scorer, a use case without golden prompts or with
- * more than `maxPromptsPerEval`, a `json_schema` scorer over prompts without `output_schema`,
+ * `POST /evals` errors: 400 for a bad body or scorer (a `threshold` of 0 included), a use case
+ * without golden prompts or with more than `maxPromptsPerEval`, `allowed_errors` not below the
+ * number of golden prompts, a `json_schema` scorer over prompts without `output_schema`,
  * or a candidate equal to the alias's stable revision; 404 for an unknown tenant, alias or
  * revision; 409 when the alias has no stable arm; 429 when `maxConcurrentEvals` are running.
  * A fault during the run marks it `failed` and is rethrown.
@@ -255,6 +256,10 @@ export function createEvalRouter(options: EvalRoutesOptions, deps: EvalRoutesDep
       }
       if (set.length > maxPrompts) {
         throw new WeirError('invalid_request', `Use case ${body.use_case} has more than ${maxPrompts} golden prompts, the most one eval replays; use a narrower use case.`, { param: 'use_case' });
+      }
+      const allowedProblem = allowedErrorsProblem(body.allowed_errors ?? 0, set.length);
+      if (allowedProblem) {
+        throw new WeirError('invalid_request', `Use case ${body.use_case} has ${set.length} golden prompt${set.length === 1 ? '' : 's'}: ${allowedProblem}.`, { param: 'allowed_errors' });
       }
       if (scorer.kind === 'json_schema' && set.some((p) => !p.output_schema)) {
         throw new WeirError('invalid_request', `The json_schema scorer needs every golden prompt of ${body.use_case} to have an output_schema; ${set.filter((p) => !p.output_schema).length} have none.`, { param: 'scorer' });

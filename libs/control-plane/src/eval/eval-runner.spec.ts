@@ -98,6 +98,39 @@ describe('runEval', () => {
     expect(tolerant.pass).toBe(true);
   });
 
+  it('never passes without a scored candidate output: allowed_errors must stay below the number of prompts', async () => {
+    // The tester's case: one prompt, a candidate whose model file is missing, allowed_errors 10.
+    const generate = fakeGenerate({
+      's/question a': { text: 'Once upon a time' },
+      'c/question a': { text: '', ttftMs: null, error: { code: 'engine_unavailable', message: 'the model file does not exist' } },
+      's/question b': { text: 'Lily' },
+      'c/question b': { text: '', ttftMs: null, error: { code: 'engine_unavailable', message: 'the model file does not exist' } },
+    });
+    const scorer = { kind: 'similarity', threshold: 0.5, metric: 'token_jaccard' } as const;
+    for (const [prompts, allowedErrors] of [
+      [[prompt('a')], 10],
+      [[prompt('a')], 1],
+      [[prompt('a'), prompt('b')], 2],
+      [[prompt('a')], -1],
+      [[prompt('a'), prompt('b')], 0.5],
+    ] as const) {
+      const err = await runEval({ prompts, candidate: 'c', stable: 's', scorer, allowedErrors, generate }).catch((e: unknown) => e);
+      expect(isWeirError(err) && [err.code, err.param]).toEqual(['invalid_request', 'allowed_errors']);
+    }
+    expect((await runEval({ prompts: [prompt('a')], candidate: 'c', stable: 's', scorer, allowedErrors: 1, generate }).catch((e: Error) => e.message)) as string).toMatch(
+      /allowed_errors \(1\) must be less than the number of golden prompts replayed \(1\)/,
+    );
+    expect(generate.calls).toEqual([]);
+    // Within the bound, a candidate that fails everywhere still fails the gate.
+    const report = await runEval({ prompts: [prompt('a'), prompt('b')], candidate: 'c', stable: 's', scorer, allowedErrors: 1, generate });
+    expect(report.totals).toMatchObject({ candidate_errors: 2, passed: 0, mean_score: null });
+    expect(report.pass).toBe(false);
+    expect(report.reasons).toEqual([
+      'no candidate output was scored (2 candidate errors, 0 unscored of 2 prompts); a passing gate needs at least one',
+      'the candidate failed on 2 prompts; at most 1 allowed',
+    ]);
+  });
+
   it("compares with the prompt's expected answer when the stable revision fails, else leaves it unscored", async () => {
     const generate = fakeGenerate({
       's/question a': { error: { code: 'upstream_timeout', message: 't' } },

@@ -18,7 +18,7 @@ export interface RunEvalOptions {
   /** The alias's stable revision, the comparison baseline. */
   stable: string;
   scorer: ScorerSpec;
-  /** Candidate errors the gate tolerates. Default 0. */
+  /** Candidate errors the gate tolerates: an integer ≥ 0 and below the number of prompts. Default 0. */
   allowedErrors?: number;
   generate: EvalGenerate;
   /** Each generation is aborted after this long (ms) and counts as an error. Default {@link DEFAULT_EVAL_CALL_TIMEOUT_MS}. */
@@ -33,17 +33,22 @@ export interface RunEvalOptions {
  * prompt's `expected` is the reference, and without one the prompt is unscored (and fails the
  * gate). `json_schema` needs no reference.
  *
- * Gate: passes when at least one prompt ran, every prompt whose candidate did not fail scored ≥
- * `scorer.threshold`, no prompt is unscored, and candidate errors ≤ `allowedErrors`.
+ * Gate: passes when at least one candidate output was scored (a run where the candidate failed
+ * or went unscored on every prompt never passes, whatever `allowedErrors` says), every prompt
+ * whose candidate did not fail scored ≥ `scorer.threshold`, no prompt is unscored, and
+ * candidate errors ≤ `allowedErrors`.
  *
- * @throws WeirError `invalid_request` when `prompts` is empty, or the scorer is `json_schema`
- *   and a prompt has no `output_schema` (before anything is generated).
+ * @throws WeirError `invalid_request` when `prompts` is empty, `allowedErrors` is not an integer
+ *   from 0 to `prompts.length − 1` (param `allowed_errors`), or the scorer is `json_schema` and a
+ *   prompt has no `output_schema` (before anything is generated).
  */
 export async function runEval(options: RunEvalOptions): Promise<EvalReport> {
   const { prompts, scorer, generate } = options;
   const allowedErrors = options.allowedErrors ?? 0;
   const timeoutMs = options.callTimeoutMs ?? DEFAULT_EVAL_CALL_TIMEOUT_MS;
   if (prompts.length === 0) throw new WeirError('invalid_request', 'there are no golden prompts to replay for this use case; add some first');
+  const allowedProblem = allowedErrorsProblem(allowedErrors, prompts.length);
+  if (allowedProblem) throw new WeirError('invalid_request', allowedProblem, { param: 'allowed_errors' });
   if (scorer.kind === 'json_schema') {
     const missing = prompts.filter((p) => !p.output_schema).map((p) => p.id);
     if (missing.length > 0) {
@@ -59,6 +64,19 @@ export async function runEval(options: RunEvalOptions): Promise<EvalReport> {
     results.push(judge(scorer, prompt, stable, candidate));
   }
   return report(scorer, allowedErrors, results);
+}
+
+/**
+ * Why `allowedErrors` is unacceptable for a run of `promptCount` prompts, or undefined when it is
+ * fine: it must be an integer from 0 to `promptCount − 1`, since a run whose candidate may fail
+ * on every prompt would pass without one scored output.
+ */
+export function allowedErrorsProblem(allowedErrors: number, promptCount: number): string | undefined {
+  if (!Number.isInteger(allowedErrors) || allowedErrors < 0) return `allowed_errors must be an integer >= 0, got ${allowedErrors}`;
+  if (allowedErrors >= promptCount) {
+    return `allowed_errors (${allowedErrors}) must be less than the number of golden prompts replayed (${promptCount}): at least one prompt must produce a scored candidate output for the gate to pass`;
+  }
+  return undefined;
 }
 
 async function replay(generate: EvalGenerate, revision: string, prompt: GoldenPrompt, timeoutMs: number): Promise<EvalGenerateResult> {
@@ -109,6 +127,7 @@ function report(scorer: ScorerSpec, allowedErrors: number, prompts: EvalPromptRe
   const unscored = prompts.filter((p) => p.score === null && !p.candidate.error).length;
   const below = scored.filter((p) => (p.score as number) < scorer.threshold).length;
   const reasons: string[] = [];
+  if (scored.length === 0) reasons.push(`no candidate output was scored (${candidateErrors} candidate errors, ${unscored} unscored of ${prompts.length} prompts); a passing gate needs at least one`);
   if (below > 0) reasons.push(`${below} of ${prompts.length} prompts scored below the threshold ${scorer.threshold}`);
   if (unscored > 0) reasons.push(`${unscored} prompts could not be scored (the stable revision failed and they have no expected answer)`);
   if (candidateErrors > allowedErrors) reasons.push(`the candidate failed on ${candidateErrors} prompts; at most ${allowedErrors} allowed`);

@@ -2,7 +2,7 @@
  * Postgres repositories for golden prompts and eval runs (tables of migration 0009). Rows
  * come back in the wire's snake_case shapes ({@link GoldenPrompt}, {@link StoredEvalRun}).
  */
-import type { Kysely, Selectable } from 'kysely';
+import { type Kysely, type Selectable, sql } from 'kysely';
 import { newId } from '@weir/core';
 import type { WeirSchema } from '@weir/store-pg';
 import type { EvalReport, GoldenMessage, GoldenPrompt } from './eval-types';
@@ -75,8 +75,8 @@ export interface EvalRunStore {
   /** A tenant's runs, newest first, at most `limit` (default 100). */
   list(tenantId: string, options?: { limit?: number }): Promise<StoredEvalRun[]>;
   /**
-   * The newest finished, passing run of `candidate` on `alias` created at or after `since`;
-   * undefined when none.
+   * The newest finished, passing run of `candidate` on `alias` created at or after `since`
+   * whose report counts at least one passed prompt (`report.totals.passed ≥ 1`); undefined when none.
    */
   latestPassing(alias: string, candidate: string, since: Date): Promise<StoredEvalRun | undefined>;
 }
@@ -211,6 +211,8 @@ export function createEvalRunStore(db: Kysely<WeirSchema>): EvalRunStore {
         .where('candidate_revision', '=', candidate)
         .where('pass', '=', true)
         .where('status', '=', 'finished')
+        // A verdict stored before the runner required a scored success (no prompt passed) never counts.
+        .where(sql<boolean>`coalesce((report->'totals'->>'passed')::numeric, 0) >= 1`)
         .where('created_at', '>=', since)
         .orderBy('created_at', 'desc')
         .limit(1)

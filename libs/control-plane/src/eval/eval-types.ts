@@ -92,7 +92,7 @@ export interface EvalLatencySummary {
 /** The report of one eval run. */
 export interface EvalReport {
   scorer: ScorerSpec;
-  /** Candidate errors the gate allows (default 0). */
+  /** Candidate errors the gate allows (default 0; always below the number of prompts). */
   allowed_errors: number;
   prompts: EvalPromptResult[];
   totals: {
@@ -108,7 +108,7 @@ export interface EvalReport {
     candidate: EvalLatencySummary;
     stable: EvalLatencySummary;
   };
-  /** The gate's verdict: every prompt scored ≥ threshold (errors aside) and candidate errors ≤ allowed. */
+  /** The gate's verdict: at least one candidate output scored, every prompt scored ≥ threshold (errors aside) and candidate errors ≤ allowed. */
   pass: boolean;
   /** Why the gate failed, one line per reason; empty when it passed. */
   reasons: string[];

@@ -28,7 +28,7 @@ export {
   createEvalRunStore,
 } from './eval-store';
 export { type CatalogAlias, type ModelCatalog, targetsOfAliasSpec, stableRevisionOf, createPgModelCatalog } from './model-catalog';
-export { DEFAULT_EVAL_MAX_AGE_MS, type CanaryGateOptions, type GatedArm, assertCanaryGate } from './canary-gate';
+export { DEFAULT_EVAL_MAX_AGE_MS, MAX_GATED_WEIGHT, type CanaryGateOptions, type GatedArm, assertCanaryGate, formerStableRevisions } from './canary-gate';
 export { type ArmStats, type CanaryThresholds, DEFAULT_CANARY_THRESHOLDS, type CanaryVerdict, judgeCanary } from './canary-judge';
 export { armStatsByRevision, NO_TRAFFIC } from './canary-stats';
 export {

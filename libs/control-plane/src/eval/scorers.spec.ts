@@ -54,7 +54,7 @@ describe('scorers', () => {
       [{ kind: 'exact' }, { kind: 'exact', threshold: 1 }],
       [{ kind: 'json_schema', threshold: 1 }, { kind: 'json_schema', threshold: 1 }],
       [{ kind: 'similarity', threshold: 0.8 }, { kind: 'similarity', threshold: 0.8, metric: 'token_jaccard' }],
-      [{ kind: 'similarity', threshold: 0, metric: 'char_trigram_cosine' }, { kind: 'similarity', threshold: 0, metric: 'char_trigram_cosine' }],
+      [{ kind: 'similarity', threshold: 0.01, metric: 'char_trigram_cosine' }, { kind: 'similarity', threshold: 0.01, metric: 'char_trigram_cosine' }],
     ])('accepts %j', (input, expected) => {
       expect(parseScorerSpec(input)).toEqual(expected);
     });
@@ -63,6 +63,10 @@ describe('scorers', () => {
       [null, 'scorer'],
       [{ kind: 'embedding', threshold: 0.8 }, 'scorer.kind'],
       [{ kind: 'exact', threshold: 1.5 }, 'scorer.threshold'],
+      // A threshold of 0 passes any output, even an empty one: refused for every kind.
+      [{ kind: 'similarity', threshold: 0 }, 'scorer.threshold'],
+      [{ kind: 'exact', threshold: 0 }, 'scorer.threshold'],
+      [{ kind: 'json_schema', threshold: -0.1 }, 'scorer.threshold'],
       [{ kind: 'exact', threshold: '1' }, 'scorer.threshold'],
       [{ kind: 'similarity' }, 'scorer.threshold'],
       [{ kind: 'similarity', threshold: 0.5, metric: 'cosine' }, 'scorer.metric'],

@@ -24,7 +24,8 @@ export type ScorerKind = (typeof SCORER_KINDS)[number];
 
 /**
  * A run's scorer, as stored in `eval_runs.scorer` and sent in `POST /admin/v1/evals`.
- * `threshold` is the least score, in [0, 1], each prompt must reach for the gate to pass.
+ * `threshold` is the least score, in (0, 1], each prompt must reach for the gate to pass (0 is
+ * refused: every output, even an empty one, scores at least 0).
  */
 export type ScorerSpec =
   | { kind: 'exact'; threshold: number }
@@ -92,9 +93,10 @@ function requireReference(spec: ScorerSpec, input: ScoreInput): string {
 }
 
 /**
- * Validates a scorer as sent on the wire: `{kind, threshold?, metric?}`. `threshold` defaults
- * to 1 for `exact` and `json_schema` (their scores are 0 or 1) and is required for
- * `similarity`; `metric` (similarity only) defaults to `token_jaccard`.
+ * Validates a scorer as sent on the wire: `{kind, threshold?, metric?}`. `threshold` is a number
+ * greater than 0 and at most 1 (a threshold of 0 would pass any output); it defaults to 1 for
+ * `exact` and `json_schema` (their scores are 0 or 1) and is required for `similarity`;
+ * `metric` (similarity only) defaults to `token_jaccard`.
  * @throws WeirError `invalid_request` (param `scorer…`) naming the bad field and the accepted values.
  */
 export function parseScorerSpec(value: unknown): ScorerSpec {
@@ -104,11 +106,11 @@ export function parseScorerSpec(value: unknown): ScorerSpec {
   const unknown = Object.keys(rest);
   if (unknown.length > 0) throw bad(`scorer.${unknown[0]}`, 'is not a scorer field (kind, threshold, metric)');
   if (typeof kind !== 'string' || !(SCORER_KINDS as readonly string[]).includes(kind)) throw bad('scorer.kind', `must be one of ${SCORER_KINDS.join(', ')}`);
-  if (threshold !== undefined && (typeof threshold !== 'number' || !Number.isFinite(threshold) || threshold < 0 || threshold > 1)) {
-    throw bad('scorer.threshold', 'must be a number from 0 to 1');
+  if (threshold !== undefined && (typeof threshold !== 'number' || !Number.isFinite(threshold) || threshold <= 0 || threshold > 1)) {
+    throw bad('scorer.threshold', 'must be a number greater than 0 and at most 1 (a threshold of 0 would pass any output, even an empty one)');
   }
   if (kind === 'similarity') {
-    if (threshold === undefined) throw bad('scorer.threshold', 'is required for the similarity scorer (a number from 0 to 1, e.g. 0.8)');
+    if (threshold === undefined) throw bad('scorer.threshold', 'is required for the similarity scorer (a number greater than 0 and at most 1, e.g. 0.8)');
     if (metric !== undefined && (typeof metric !== 'string' || !(SIMILARITY_METRICS as readonly string[]).includes(metric))) {
       throw bad('scorer.metric', `must be one of ${SIMILARITY_METRICS.join(', ')}`);
     }
