@@ -365,6 +365,46 @@ describe('the control plane admin API', () => {
     expect((await call('DELETE', '/aliases/gated')).status).toBe(200);
   });
 
+  it('refuses huge or unknown alias targets with 400 before the canary gate can be fooled, committing nothing', async () => {
+    expect((await call('POST', '/aliases', { name: 'huge', revision: 'tiny@1' })).status).toBe(201);
+    const version = await latestVersion();
+    const audits = await auditCount();
+    // 1e308 + 1e308 = Infinity made every share 0, so the canary looked "not raised".
+    const huge = await call('PUT', '/aliases/huge', { targets: [{ revision: 'tiny@1', weight: 1e308 }, { revision: 'tiny@2', weight: 1e308 }] });
+    expect(huge.status).toBe(400);
+    expect(huge.body.error).toMatchObject({ code: 'invalid_request', param: 'targets[0].weight' });
+    expect(huge.body.error.message).toContain('must be a finite number from 0 to 1000000');
+    expect((await call('PUT', '/aliases/huge', { targets: [{ revision: 'tiny@1', weight: 90 }, { revision: 'tiny@2', weight: 2_000_000 }] })).body.error.param).toBe('targets[1].weight');
+    // An unknown revision is the configuration's 400 (as on POST), not the gate's 409.
+    const unknown = await call('PUT', '/aliases/huge', { targets: [{ revision: 'nope@1', weight: 100 }] });
+    expect(unknown.status).toBe(400);
+    expect(unknown.body.error).toMatchObject({ type: 'invalid_request_error', code: 'invalid_config' });
+    expect(unknown.body.error.message).toContain('unknown revision "nope@1"');
+    expect(await latestVersion()).toBe(version);
+    expect(await auditCount()).toBe(audits);
+    expect((await call('GET', '/aliases/huge')).body.spec).toEqual({ name: 'huge', revision: 'tiny@1' });
+    expect((await call('DELETE', '/aliases/huge')).status).toBe(200);
+  });
+
+  it('lets PUT restore a revision that was the stable arm of the alias before without an eval, recording why; others stay gated', async () => {
+    expect((await call('POST', '/aliases', { name: 'swap', revision: 'tiny@1' })).status).toBe(201);
+    const evalId = await storePassingEval('swap', 'tiny@2', 'tiny@1');
+    const promoted = await call('PUT', '/aliases/swap', { targets: [{ revision: 'tiny@2', weight: 100 }] });
+    expect(promoted.status).toBe(200);
+    const updates = async () => (await call('GET', '/audit?entity_type=alias&entity_id=swap&action=alias.update')).body.data;
+    expect((await updates())[0].after.canary_gate).toEqual([{ revision: 'tiny@2', share_before: 0, share_after: 1, eval_run_id: evalId }]);
+    // Back to the known-good tiny@1 (no eval of it on swap exists): not gated.
+    const restored = await call('PUT', '/aliases/swap', { revision: 'tiny@1' });
+    expect(restored.status).toBe(200);
+    expect(restored.body.spec).toEqual({ name: 'swap', revision: 'tiny@1' });
+    expect((await updates())[0].after.canary_gate).toEqual([{ revision: 'tiny@1', share_before: 0, share_after: 1, eval_run_id: null, former_stable: true }]);
+    // tiny@3 was never its stable arm: gated, and the 409 points at rollback too.
+    const refused = await call('PUT', '/aliases/swap', { targets: [{ revision: 'tiny@1', weight: 90 }, { revision: 'tiny@3', weight: 10 }] });
+    expect(refused.status).toBe(409);
+    expect(refused.body.error.message).toContain('to undo the last change of the arms, use POST /admin/v1/aliases/swap/rollback');
+    expect((await call('DELETE', '/aliases/swap')).status).toBe(200);
+  });
+
   it('changes alias weights and rolls back to the previous arms from the audit log, step by step', async () => {
     const arms = async () => (await call('GET', '/aliases/tiny')).body.spec;
     await storePassingEval('tiny', 'tiny@2', 'tiny@1');
@@ -413,5 +453,27 @@ describe('the control plane admin API', () => {
     const good = await call('PATCH', '/defaults', { max_queue_per_replica: 128 });
     expect(good.body).toEqual({ cancel_grace_ms: 250, max_queue_per_replica: 128 });
     expect((await call('GET', '/snapshots/latest')).body.config.defaults).toEqual({ cancel_grace_ms: 250, max_queue_per_replica: 128 });
+  });
+  // Last: it revokes the bootstrap token every other test uses.
+  it('refuses to revoke the last active admin token (409), so the control plane always keeps an admin', async () => {
+    const tokens = async (token = adminToken) => (await call('GET', '/admin-tokens', undefined, token)).body.data as Json[];
+    const own = (await tokens()).find((t) => t.label === 'bootstrap (WEIR_ADMIN_TOKEN)');
+    expect((await tokens()).filter((t) => t.role === 'admin' && t.revoked_at === null).map((t) => t.id)).toEqual([own.id]);
+    const refused = await call('POST', `/admin-tokens/${own.id}/revoke`, {});
+    expect(refused.status).toBe(409);
+    expect(refused.body.error.code).toBe('conflict');
+    expect(refused.body.error.message).toContain('is the last active admin token');
+    expect(refused.body.error.message).toContain('Create another admin token first');
+    expect((await call('GET', '/whoami')).body).toEqual({ role: 'admin' });
+    // A viewer token does not count as an admin; with a second admin the bootstrap one may go.
+    const second = await call('POST', '/admin-tokens', { role: 'admin', label: 'second' });
+    expect((await call('POST', `/admin-tokens/${own.id}/revoke`, {}, second.body.token)).status).toBe(200);
+    expect((await call('GET', '/tenants')).status).toBe(401);
+    const last = await call('POST', `/admin-tokens/${second.body.id}/revoke`, {}, second.body.token);
+    expect([last.status, last.body.error.code]).toEqual([409, 'conflict']);
+    expect((await call('GET', '/tenants', undefined, second.body.token)).status).toBe(200);
+    // Revoking a viewer is never refused.
+    const viewer = (await tokens(second.body.token)).find((t) => t.role === 'viewer' && t.revoked_at === null);
+    expect((await call('POST', `/admin-tokens/${viewer.id}/revoke`, {}, second.body.token)).status).toBe(200);
   });
 });

@@ -114,6 +114,16 @@ export function registerSystemRoutes(router: Router, { cp }: RouteContext): void
           const row = await trx.selectFrom('admin_tokens').selectAll().where('id', '=', id).executeTakeFirst();
           if (!row) throw notFound('admin token', id, 'list tokens with GET /admin/v1/admin-tokens');
           if (row.revoked_at !== null) return { before: adminTokenView(row), after: adminTokenView(row), result: adminTokenView(row) };
+          if (row.role === 'admin') {
+            // Changes hold the change lock, so two revocations cannot both see another admin left.
+            const others = await trx.selectFrom('admin_tokens').select('id').where('role', '=', 'admin').where('revoked_at', 'is', null).where('id', '!=', id).limit(1).executeTakeFirst();
+            if (!others) {
+              throw new WeirError(
+                'conflict',
+                `Admin token ${id} is the last active admin token; revoking it would leave no one able to change the control plane. Create another admin token first (POST /admin/v1/admin-tokens {"role": "admin", "label"}), then revoke this one.`,
+              );
+            }
+          }
           const updated = await trx.updateTable('admin_tokens').set({ revoked_at: new Date() }).where('id', '=', id).returningAll().executeTakeFirstOrThrow();
           return { before: adminTokenView(row), after: adminTokenView(updated), result: adminTokenView(updated) };
         },
