@@ -1,4 +1,5 @@
 export { ConfigError, isConfigError, type ConfigProblem } from './config-error';
+export { MAX_ALIAS_TARGET_WEIGHT } from './config-schema';
 export { parseConfig, loadConfigFile, type ParseConfigOptions } from './parse-config';
 export {
   defaultConfig,

@@ -197,7 +197,7 @@ export interface TenantPoliciesTable {
   updated_at: ColumnType<Date, Date | undefined, Date>;
 }
 
-/** `model_revisions`: a revision in the config file's shape; `spec` never changes, `deprecation` may. */
+/** `model_revisions`: a revision in the config file's shape; `spec` never changes except its `replicas` (placement, by a config-file import), `deprecation` may. */
 export interface ModelRevisionsTable {
   id: string;
   spec: JsonbColumn<Record<string, unknown>>;

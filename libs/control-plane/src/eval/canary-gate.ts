@@ -5,6 +5,7 @@
  */
 import type { Kysely } from 'kysely';
 import { type AliasTarget, WeirError } from '@weir/core';
+import { MAX_ALIAS_TARGET_WEIGHT } from '@weir/config';
 import type { WeirSchema } from '@weir/store-pg';
 import { createEvalRunStore, type EvalRunStore } from './eval-store';
 import { createPgModelCatalog, type ModelCatalog, stableRevisionOf, targetsOfAliasSpec } from './model-catalog';
@@ -15,7 +16,7 @@ import { createPgModelCatalog, type ModelCatalog, stableRevisionOf, targetsOfAli
  * gate; the gate checks it first so a huge weight is a 400 rather than a share computed from an
  * overflowing sum.
  */
-export const MAX_GATED_WEIGHT = 1_000_000;
+export const MAX_GATED_WEIGHT = MAX_ALIAS_TARGET_WEIGHT;
 
 /** Default {@link CanaryGateOptions.maxAgeMs}: 7 days. */
 export const DEFAULT_EVAL_MAX_AGE_MS = 7 * 24 * 60 * 60 * 1000;
