@@ -56,7 +56,7 @@ export function createEngineEvalGenerator(options: EngineEvalGeneratorOptions): 
     let ttftMs: number | null = null;
     try {
       const spec = await options.resolveRevision(revisionId);
-      if (!spec) throw new WeirError('model_not_found', `revision ${revisionId} does not exist`);
+      if (!spec) throw new WeirError('model_not_found', `revision ${revisionId} cannot be replayed here: it is not in the configuration, or this process does not serve it (e.g. its model file is missing on this host)`);
       const engine = await engineFor(spec);
       sequence += 1;
       for await (const event of engine.generate({
