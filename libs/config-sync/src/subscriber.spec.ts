@@ -355,9 +355,18 @@ describe('snapshot subscriber', () => {
       expect(Date.now() - t).toBeLessThan(1_000);
       expect(cold.applied.map((s) => s.version)).toEqual([2]);
       // Then the bucket's newer snapshot wins, and an older one is a replay.
-      await cold.publisher.publishSnapshot({ version: 3, config: config(3) });
+      const v3 = await cold.publisher.publishSnapshot({ version: 3, config: config(3) });
       await cold.settle();
       expect(cold.sub.version()).toBe(3);
+      // v3 reaches the last-good file too (and the write is over before the folder is removed).
+      await waitUntil(() => {
+        try {
+          return readFileSync(file).equals(Buffer.from(v3.bytes));
+        } catch {
+          return false;
+        }
+      }, 2_000, 'last-good file holds v3');
+      await cold.sub.stop();
     });
 
     it.each<[string, (text: string) => string, string]>([
