@@ -127,6 +127,19 @@ describe('POST /v1/responses with an output schema on the real tiny model (all-i
     expect(completed?.usage?.output_tokens).toBeGreaterThan(3);
   });
 
+  it('chat completions through the official SDK: response_format json_schema constrains the real model too', async () => {
+    const client = new OpenAI({ baseURL: `${url()}/v1`, apiKey: DEMO_KEY, maxRetries: 0 });
+    const completion = await client.chat.completions.create({
+      model: 'tiny-stories',
+      messages: [{ role: 'user', content: 'Tell me the name of the girl.' }],
+      max_tokens: 48,
+      temperature: 0,
+      response_format: { type: 'json_schema', json_schema: { name: 'person', schema: PERSON, strict: true } },
+    });
+    expect(completion.choices[0].finish_reason).toBe('stop');
+    expect(isPerson(JSON.parse(completion.choices[0].message.content ?? ''))).toBe(true);
+  });
+
   it('an output cut by the limit is an explicit output_invalid error, never passed on', async () => {
     const res = await post({ model: 'tiny-stories', use_case: 'schema.test', max_tokens: 3, temperature: 0, messages: ASK, output_schema: PERSON });
     expect(res.status).toBe(502);

@@ -46,6 +46,7 @@ import {
   toOpenAiFinishReason,
   toOpenAiToolCallChunks,
   toOpenAiUsage,
+  compileOutputSchema,
 } from '@weir/streaming';
 
 import { createGenerationRegistry, type GenerationRegistry, statusOf, type TrackedGeneration } from './generation-registry';
@@ -59,7 +60,7 @@ import { usageHandler } from './usage-route';
 import { aliasDeprecation, countdownHeaders, countdownOf, createDeprecationAnnouncer } from './deprecation';
 import type { LiveConfig } from './live-config';
 import type { Revocations } from './revocations';
-import { registerResponsesRoute } from './responses-route';
+import { refuseUnconstrained, registerResponsesRoute } from './responses-route';
 import { openSse, type SseWriter } from './sse-writer';
 
 /** A minimal structured logger (pino satisfies it). Never pass prompt or output text. */
@@ -672,12 +673,33 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
   post('/v1/chat/completions', async (req, res) => {
     const body = parseBody(chatCompletionsBody, req.body);
     const tools = chatToolsOf(body);
+    // response_format json_schema / json_object: the revision constrains its output (grammar or
+    // upstream structured output) and the relay validates every output against the schema.
+    const format = body.response_format;
+    const schema =
+      format?.type === 'json_schema'
+        ? compileOutputSchema(format.json_schema.schema, 'response_format.json_schema.schema')
+        : format?.type === 'json_object'
+          ? compileOutputSchema({ type: 'object' }, 'response_format')
+          : undefined;
+    const checks = [
+      ...(tools ? [refuseToollessRevisions(deps.router, req.caller, body.model)] : []),
+      ...(schema ? [refuseUnconstrained(deps.router, req.caller, body.model, 'response_format', schema.schema)] : []),
+    ];
     const g = await begin(req, res, 'chat.completions', body.model, toChatInput(body.messages), sampling(body), {
       maxOutputTokens: body.max_completion_tokens ?? body.max_tokens ?? undefined,
       requestId: idempotencyKeyHeader(req),
       keyParam: 'Idempotency-Key',
       paramNames: { model: 'model', input: 'messages', maxOutputTokens: body.max_completion_tokens != null ? 'max_completion_tokens' : 'max_tokens' },
-      ...(tools ? { tools, beforeAdmit: refuseToollessRevisions(deps.router, req.caller, body.model) } : {}),
+      ...(tools ? { tools } : {}),
+      ...(schema ? { outputSchema: schema.schema } : {}),
+      ...(checks.length > 0
+        ? {
+            beforeAdmit: async (stickyKey: string, useCase: string | undefined) => {
+              for (const check of checks) await check(stickyKey, useCase);
+            },
+          }
+        : {}),
     });
     await answerOpenAi(res, g, body.model, 'chat', body.stream === true, body.stream_options?.include_usage === true);
   });

@@ -442,3 +442,81 @@ describe('POST /v1/responses on a llama.cpp revision: schemas its grammar cannot
     expect(h.engine.requests).toEqual([]);
   });
 });
+
+describe('POST /v1/chat/completions with response_format (structured output on chat)', () => {
+  let h: Harness;
+  let client: OpenAI;
+  beforeAll(async () => {
+    h = await start(jsonCapable);
+    client = new OpenAI({ apiKey: h.gw.key.plaintext, baseURL: `${h.gw.url}/v1`, maxRetries: 0 });
+  });
+  afterAll(() => h.gw.close());
+  beforeEach(() => {
+    h.engine.requests.length = 0;
+    h.gw.records.length = 0;
+  });
+
+  it('json_schema: the engine gets the schema, a matching answer is served as is (official client)', async () => {
+    const completion = await client.chat.completions.create({
+      model: 'fake',
+      messages: [{ role: 'user', content: script({ reply: '{"name":"Ann"}' }) }],
+      max_tokens: 16,
+      response_format: { type: 'json_schema', json_schema: { name: 'person', schema: PERSON, strict: true } },
+    });
+    expect(JSON.parse(completion.choices[0].message.content ?? '')).toEqual({ name: 'Ann' });
+    expect(h.engine.requests[0].outputSchema).toEqual(PERSON);
+  });
+
+  it('json_schema: an output that does not match is an explicit output_invalid error, billed, never a 200', async () => {
+    const res = await h.gw.post('/v1/chat/completions', {
+      model: 'fake',
+      messages: [{ role: 'user', content: script({ reply: '{"nom":"Ann"}' }) }],
+      max_tokens: 16,
+      response_format: { type: 'json_schema', json_schema: { name: 'person', schema: PERSON } },
+    });
+    expect(res.status).toBe(502);
+    expect(((await res.json()) as { error: { code: string } }).error.code).toBe('output_invalid');
+    await until(() => h.gw.records.length === 1);
+    expect(h.gw.records[0]).toMatchObject({ status: 'failed', errorCode: 'output_invalid' });
+  });
+
+  it('json_object: any JSON object passes, anything else is output_invalid', async () => {
+    const ok = await client.chat.completions.create({ model: 'fake', messages: [{ role: 'user', content: script({ reply: '{"a":1}' }) }], max_tokens: 16, response_format: { type: 'json_object' } });
+    expect(ok.choices[0].message.content).toBe('{"a":1}');
+    expect(h.engine.requests[0].outputSchema).toEqual({ type: 'object' });
+    await expect(
+      client.chat.completions.create({ model: 'fake', messages: [{ role: 'user', content: script({ reply: '[1,2]' }) }], max_tokens: 16, response_format: { type: 'json_object' } }),
+    ).rejects.toMatchObject({ status: 502, code: 'output_invalid' });
+  });
+
+  it.each<[string, Record<string, unknown>, string]>([
+    ['an unknown type', { type: 'yaml' }, 'response_format.type'],
+    ['a json_schema without a schema', { type: 'json_schema', json_schema: { name: 'p' } }, 'response_format.json_schema.schema'],
+    ['an invalid schema', { type: 'json_schema', json_schema: { name: 'p', schema: { type: 'objekt' } } }, 'response_format.json_schema.schema'],
+  ])('refuses %s with a 400 naming the field, before reserving', async (_name, format, param) => {
+    const reservedBefore = h.reserves();
+    const res = await h.gw.post('/v1/chat/completions', { model: 'fake', messages: [{ role: 'user', content: 'hi' }], max_tokens: 4, response_format: format });
+    expect(res.status).toBe(400);
+    expect(((await res.json()) as { error: { param: string } }).error.param).toBe(param);
+    expect(h.reserves()).toBe(reservedBefore);
+    expect(h.engine.requests).toEqual([]);
+  });
+});
+
+describe('POST /v1/chat/completions with response_format on a revision without json_output', () => {
+  let h: Harness;
+  beforeAll(async () => {
+    h = await start(fakeRevision());
+  });
+  afterAll(() => h.gw.close());
+
+  it('refuses json_schema with a 400 naming response_format, before reserving; text still answers', async () => {
+    const res = await h.gw.post('/v1/chat/completions', { model: 'fake', messages: [{ role: 'user', content: 'hi' }], max_tokens: 4, response_format: { type: 'json_schema', json_schema: { name: 'p', schema: PERSON } } });
+    expect(res.status).toBe(400);
+    const { error } = (await res.json()) as { error: { param: string; message: string } };
+    expect(error.param).toBe('response_format');
+    expect(error.message).toMatch(/does not offer JSON-schema output/);
+    expect(h.reserves()).toBe(0);
+    expect((await h.gw.post('/v1/chat/completions', { model: 'fake', messages: [{ role: 'user', content: 'hi' }], max_tokens: 4, response_format: { type: 'text' } })).status).toBe(200);
+  });
+});

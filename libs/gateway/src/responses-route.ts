@@ -122,10 +122,12 @@ export function registerResponsesRoute(ctx: ResponsesRouteContext): void {
 
 /**
  * Refuses (before any claim or reservation) a schema-constrained request whose revision, or a
- * revision of its fallback chain, cannot constrain output. An unknown alias passes: admission
+ * revision of its fallback chain, cannot constrain output (no `capabilities.json_output`), or
+ * whose llama.cpp grammar cannot express the schema. Also used by chat completions'
+ * `response_format`. An unknown alias passes: admission
  * answers it with the route's own field names.
  */
-function refuseUnconstrained(router: RouterService, caller: Caller, alias: string, param: string, schema: object): (stickyKey: string, useCase: string | undefined) => Promise<void> {
+export function refuseUnconstrained(router: RouterService, caller: Caller, alias: string, param: string, schema: object): (stickyKey: string, useCase: string | undefined) => Promise<void> {
   return async (stickyKey, useCase) => {
     const routed = await router.resolve(caller, alias, stickyKey, useCase);
     if (!routed.ok) return;

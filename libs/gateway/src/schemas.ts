@@ -74,6 +74,32 @@ const toolChoice = z.union(
   { error: 'use "none", "auto", "required" or {type: "function", function: {name}}' },
 );
 
+/**
+ * OpenAI's chat `response_format`: `text`, `json_object` (any JSON object), or `json_schema`
+ * (`{name, schema, strict?, description?}`); the schema is compiled and checked by the route.
+ */
+const responseFormat = z.discriminatedUnion(
+  'type',
+  [
+    z.object({ type: z.literal('text') }).strict(),
+    z.object({ type: z.literal('json_object') }).strict(),
+    z
+      .object({
+        type: z.literal('json_schema'),
+        json_schema: z
+          .object({
+            name: z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, { message: 'expected 1-64 letters, digits, _ or -' }),
+            description: z.string().optional(),
+            schema: z.record(z.string(), z.unknown(), { message: 'expected a JSON Schema object' }),
+            strict: z.boolean().nullish(),
+          })
+          .strict(),
+      })
+      .strict(),
+  ],
+  { error: 'use {type: "text"}, {type: "json_object"} or {type: "json_schema", json_schema: {name, schema}}' },
+);
+
 /** `POST /v1/chat/completions` (CONVENTIONS.md §1). */
 export const chatCompletionsBody = z.object({
   model: z.string().min(1),
@@ -91,10 +117,7 @@ export const chatCompletionsBody = z.object({
   tools: z.array(functionTool).max(128, { message: 'at most 128 tools' }).nullish(),
   tool_choice: toolChoice.nullish(),
   parallel_tool_calls: z.boolean().nullish(),
-  response_format: z
-    .object({ type: z.literal('text', { message: "only response_format {type: 'text'} is supported by this model" }) })
-    .loose()
-    .nullish(),
+  response_format: responseFormat.nullish(),
   logprobs: z.literal(false, { message: 'logprobs are not supported; remove `logprobs`' }).nullish(),
   top_logprobs: z.literal(0, { message: 'logprobs are not supported; remove `top_logprobs`' }).nullish(),
 }).loose();
