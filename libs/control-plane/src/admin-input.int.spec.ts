@@ -1,7 +1,9 @@
 /**
  * Input the database cannot store or the router cannot decode gets a 400 naming what to fix,
  * never a 500 (found by a newcomer's hostile-input pass): a NUL character in a body string, a
- * path id or a query value, and a malformed percent-encoding. Nothing is committed.
+ * path id or a query value, a lone UTF-16 surrogate in a body string or key (Postgres json
+ * refuses it: a 500; text stores U+FFFD: silent damage), and a malformed percent-encoding in
+ * the path or the query string. Nothing is committed.
  */
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -9,6 +11,7 @@ import { createTestDatabase, type TestDatabase } from '@weir/store-pg';
 import { registerBootstrapAdminToken } from './admin-auth';
 import { mintAdminToken } from './admin-token';
 import { createControlPlane, type ControlPlane } from './control-plane';
+import { createEvalRouter } from './eval/eval-routes';
 import { createControlPlaneHttpApp } from './http-app';
 import { createInMemorySnapshotSink } from './snapshot-sink';
 
@@ -22,7 +25,19 @@ beforeAll(async () => {
   database = await createTestDatabase();
   cp = createControlPlane({ publishWaitMs: 2_000 }, { db: database.db, sink: createInMemorySnapshotSink() });
   await registerBootstrapAdminToken(database.db, adminToken);
-  const app = createControlPlaneHttpApp({ controlPlane: cp });
+  await database.db.insertInto('tenants').values({ id: 'acme', name: 'Acme' }).execute();
+  // The eval routes as the apps mount them (behind the admin router's checks); no run is started here.
+  const evalRouter = createEvalRouter(
+    {},
+    {
+      db: database.db,
+      openGenerator: () => {
+        throw new Error('no eval runs in this spec');
+      },
+      audit: async () => undefined,
+    },
+  );
+  const app = createControlPlaneHttpApp({ controlPlane: cp, extraRoutes: [(router) => void router.use(evalRouter)] });
   server = await new Promise<Server>((resolve) => {
     const s = app.listen(0, '127.0.0.1', () => resolve(s));
   });
@@ -51,6 +66,16 @@ describe('admin API input that cannot be stored', () => {
     ['a NUL in a path id', 'GET', '/tenants/%00', undefined, /path contains a NUL character/, null],
     ['a NUL in a query value', 'GET', '/audit?entity_id=%00', undefined, /query parameter entity_id contains a NUL/, 'entity_id'],
     ['a malformed percent-encoding', 'GET', '/tenants/%ZZ', undefined, /malformed percent-encoding/, null],
+    ['a malformed percent-encoding in the query', 'GET', '/audit?entity_id=%zz', undefined, /query string has a malformed percent-encoding/, null],
+    ['a truncated percent-encoding in a query name', 'GET', '/audit?entity_id=x&a%2=1', undefined, /query string has a malformed percent-encoding/, null],
+    ['a lone high surrogate in a golden-prompt message', 'POST', '/tenants/acme/golden-prompts', { use_case: 'support', messages: [{ role: 'user', content: 'x\ud800' }], max_tokens: 8 }, /\$\.messages\[0\]\.content contains a lone UTF-16 surrogate/, 'messages[0].content'],
+    ['a lone low surrogate in a golden-prompt expected text', 'POST', '/tenants/acme/golden-prompts', { use_case: 'support', messages: [{ role: 'user', content: 'hi' }], max_tokens: 8, expected: '\udc00x' }, /\$\.expected contains a lone UTF-16 surrogate/, 'expected'],
+    ['a lone surrogate in an alias description', 'POST', '/aliases', { name: 'sur1', revision: 'stable@1', description: 'x\ud800' }, /\$\.description contains a lone UTF-16 surrogate/, 'description'],
+    ['a lone surrogate in allowed_aliases', 'POST', '/tenants', { id: 'sur2', name: 'ok', policy: { allowed_aliases: ['x\ud800'] } }, /\$\.policy\.allowed_aliases\[0\]/, 'policy.allowed_aliases[0]'],
+    ['a lone surrogate in a tenant name', 'POST', '/tenants', { id: 'sur3', name: 'a\ud800b' }, /\$\.name contains a lone UTF-16 surrogate/, 'name'],
+    ['a lone surrogate in an admin-token label', 'POST', '/admin-tokens', { role: 'viewer', label: 'ops\udfff' }, /\$\.label contains a lone UTF-16 surrogate/, 'label'],
+    ['a high surrogate followed by another high one', 'POST', '/tenants', { id: 'sur4', name: '\ud800\ud800\udc00' }, /lone UTF-16 surrogate/, 'name'],
+    ['a lone surrogate in a body key', 'POST', '/tenants', { id: 'sur5', name: 'ok', policy: { ['k\ud800']: 1 } }, /\$\.policy\[key\] contains a lone UTF-16 surrogate/, 'policy[key]'],
   ])('%s is a 400 saying what to fix, not a 500', async (_what, method, urlPath, body, message, param) => {
     const res = await call(method, urlPath, body);
     expect(res.status).toBe(400);
@@ -60,7 +85,20 @@ describe('admin API input that cannot be stored', () => {
 
   it('commits nothing for a refused body', async () => {
     expect((await call('GET', '/tenants/nul1')).status).toBe(404);
-    expect(await database.db.selectFrom('audit_log').select('id').where('entity_id', 'in', ['nul1', 'nul2']).execute()).toEqual([]);
-    expect(await database.db.selectFrom('tenants').select('id').where('id', 'in', ['nul1', 'nul2']).execute()).toEqual([]);
+    expect(await database.db.selectFrom('audit_log').select('action').where('actor_id', '!=', 'system:bootstrap').execute()).toEqual([]);
+    expect(await database.db.selectFrom('tenants').select('id').where('id', '!=', 'acme').execute()).toEqual([]);
+    expect(await database.db.selectFrom('model_aliases').select('id').execute()).toEqual([]);
+    expect(await database.db.selectFrom('golden_prompts').select('id').execute()).toEqual([]);
+  });
+
+  it('accepts a character outside the BMP written as a surrogate pair', async () => {
+    const res = await fetch(`${base}/admin-tokens`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${adminToken}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ role: 'viewer', label: 'ops \ud83d\ude00' }),
+    });
+    const body = (await res.json()) as { id: string; label: string };
+    expect({ status: res.status, label: body.label }).toEqual({ status: 201, label: 'ops \u{1F600}' });
+    expect(await database.db.selectFrom('admin_tokens').select('label').where('id', '=', body.id).executeTakeFirstOrThrow()).toEqual({ label: 'ops \u{1F600}' });
   });
 });

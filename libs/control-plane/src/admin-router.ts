@@ -69,22 +69,67 @@ export function createAdminRouter(options: AdminRouterOptions, deps: AdminRouter
   return router;
 }
 
-/** Where in a JSON value a NUL character (U+0000) first appears, as a path (`$.name`), or undefined. */
-function nulIn(value: unknown, at: string, depth = 0): string | undefined {
-  if (typeof value === 'string') return value.includes('\u0000') ? at : undefined;
+/** What makes a string unstorable: a NUL character, or a lone UTF-16 surrogate. */
+type StringProblem = 'nul' | 'surrogate';
+
+/**
+ * A lone surrogate: with the `u` flag a well-formed pair reads as one supplementary code point,
+ * so only a high surrogate without its low half (or a low one without its high half) is `Cs`.
+ */
+const LONE_SURROGATE = /\p{Cs}/u;
+
+function problemOf(s: string): StringProblem | undefined {
+  if (s.includes('\u0000')) return 'nul';
+  if (LONE_SURROGATE.test(s)) return 'surrogate';
+  return undefined;
+}
+
+/**
+ * Where in a JSON value the first unstorable string (value or key) is, as a path (`$.name`,
+ * `$.routes[0]`, `$.policy[key]` for a key), with what is wrong with it; undefined when none.
+ */
+function unstorableStringIn(value: unknown, at: string, depth = 0): { at: string; problem: StringProblem } | undefined {
+  if (typeof value === 'string') {
+    const problem = problemOf(value);
+    return problem ? { at, problem } : undefined;
+  }
   if (value === null || typeof value !== 'object' || depth > 64) return undefined;
   for (const [k, v] of Object.entries(value as Record<string, unknown>)) {
-    if (k.includes('\u0000')) return `${at}[key]`;
-    const found = nulIn(v, Array.isArray(value) ? `${at}[${k}]` : `${at}.${k}`, depth + 1);
+    const inKey = problemOf(k);
+    if (inKey) return { at: `${at}[key]`, problem: inKey };
+    const found = unstorableStringIn(v, Array.isArray(value) ? `${at}[${k}]` : `${at}.${k}`, depth + 1);
     if (found) return found;
   }
   return undefined;
 }
 
+const PROBLEM_TEXT: Record<StringProblem, string> = {
+  nul: 'a NUL character (\\u0000), which cannot be stored; remove it',
+  surrogate: 'a lone UTF-16 surrogate (such as \\ud800 without the low half of its pair), which is not valid Unicode and cannot be stored; remove it or send the whole character',
+};
+
+/** True when every `%` of a raw query string (after `?`) starts a valid UTF-8 percent-encoding. */
+function wellEncodedQuery(originalUrl: string): boolean {
+  const q = originalUrl.indexOf('?');
+  if (q < 0) return true;
+  for (const pair of originalUrl.slice(q + 1).split('&')) {
+    for (const part of pair.split('=')) {
+      try {
+        decodeURIComponent(part);
+      } catch {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
 /**
  * Input Postgres cannot store or the router cannot decode, refused with a 400 before any
- * route: a malformed percent-encoding in the path, or a NUL character (U+0000) in the path,
- * the query or a body string (Postgres text never holds U+0000).
+ * route: a malformed percent-encoding in the path or the query string, or a NUL character
+ * (U+0000, which Postgres text never holds) or a lone UTF-16 surrogate (which Postgres json
+ * refuses and text turns into U+FFFD) in the path, a query parameter, or a body string or key.
+ * @returns the error (`invalid_request`, `param` naming the field when there is one), or undefined.
  */
 function unstorableInput(req: Request): WeirError | undefined {
   let decodedPath: string;
@@ -94,10 +139,17 @@ function unstorableInput(req: Request): WeirError | undefined {
     return new WeirError('invalid_request', `The path ${req.baseUrl}${req.path} has a malformed percent-encoding (a % must be followed by two hex digits); encode ids with encodeURIComponent.`);
   }
   if (decodedPath.includes('\u0000')) return new WeirError('invalid_request', 'The path contains a NUL character (%00), which no id may hold; remove it.');
-  const inQuery = nulIn(req.query, 'query');
-  if (inQuery) return new WeirError('invalid_request', `The query parameter ${inQuery.replace(/^query\./, '')} contains a NUL character (\\u0000), which cannot be stored; remove it.`, { param: inQuery.replace(/^query\./, '') });
-  const inBody = nulIn(req.body, '$');
-  if (inBody) return new WeirError('invalid_request', `The body's ${inBody} contains a NUL character (\\u0000), which cannot be stored; remove it.`, { param: inBody.replace(/^\$\.?/, '') });
+  if (LONE_SURROGATE.test(decodedPath)) return new WeirError('invalid_request', 'The path contains a lone UTF-16 surrogate, which no id may hold; remove it.');
+  if (!wellEncodedQuery(req.originalUrl)) {
+    return new WeirError('invalid_request', 'The query string has a malformed percent-encoding (a % must be followed by two hex digits forming UTF-8); encode values with encodeURIComponent.');
+  }
+  const inQuery = unstorableStringIn(req.query, 'query');
+  if (inQuery) {
+    const param = inQuery.at.replace(/^query\.?/, '');
+    return new WeirError('invalid_request', `The query parameter ${param} contains ${PROBLEM_TEXT[inQuery.problem]}.`, { param });
+  }
+  const inBody = unstorableStringIn(req.body, '$');
+  if (inBody) return new WeirError('invalid_request', `The body's ${inBody.at} contains ${PROBLEM_TEXT[inBody.problem]}.`, { param: inBody.at.replace(/^\$\.?/, '') });
   return undefined;
 }
 
