@@ -168,6 +168,16 @@ const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 /** How often a repeat polls for an original running behind another gateway (ms). */
 const REPLAY_POLL_MS = 100;
 
+/**
+ * The outcome a client is told: a generation stopped by a revocation (key revoked, tenant
+ * disabled, kill switch) ends as that error, not as a plain cancel an SDK would take for a
+ * complete answer. Usage and cost are unchanged (the ledger records it as cancelled).
+ */
+function toldOutcome(tracked: TrackedGeneration, outcome: GenerationOutcome): GenerationOutcome {
+  if (!tracked.revoked || outcome.finishReason !== 'cancelled') return outcome;
+  return { ...outcome, finishReason: 'error', error: { code: tracked.revoked.code, message: tracked.revoked.message } };
+}
+
 /** Creates the gateway app. */
 export function createGatewayApp(deps: GatewayDeps): Gateway {
   const { pipeline, clock, logger, defaults, revocations } = deps;
@@ -178,7 +188,13 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
   // (billed for what it produced, ending as cancelled), not only what comes next.
   revocations?.onRevoked((target) => {
     const running = registry.active().filter((g) => ('keyId' in target ? g.apiKeyId === target.keyId : g.tenantId === target.tenantId));
-    for (const g of running) g.stop('cancel_requested');
+    for (const g of running) {
+      g.revoked =
+        'keyId' in target
+          ? { code: 'authentication_failed', message: 'The API key was revoked while this generation ran, so it was stopped; the tokens produced are billed.' }
+          : { code: target.reason, message: `${revocations.tenantRefusal(target.tenantId)?.message ?? `Tenant '${target.tenantId}' was stopped.`} This generation was stopped; the tokens produced are billed.` };
+      g.stop('cancel_requested');
+    }
     if (running.length > 0) logger.warn({ ...target, stopped: running.length }, 'generations in flight stopped by a revocation');
   });
   const idempotency = deps.idempotency ?? createMemoryIdempotencyStore();
@@ -399,7 +415,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     const live: { handle?: RelayHandle } = {};
     const transcript = createTranscript();
     const createdS = Math.floor(Date.now() / 1000);
-    const tracked = {
+    const tracked: TrackedGeneration = {
       generationId,
       requestId,
       tenantId,
@@ -438,7 +454,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     });
     if (started.kind === 'ended') {
       // Never reached an engine: nothing to replay, so a retry with the same key runs anew.
-      transcript.end(started.outcome);
+      transcript.end(toldOutcome(tracked, started.outcome));
       registry.finish(generationId, started.outcome);
       await abandon();
       return { ...answer, endedInQueue: true };
@@ -453,7 +469,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     const entry = registry.get(tenantId, generationId);
     if (entry) entry.state = 'running';
     // One pump reads the relay; the route, repeats and /events readers follow the transcript.
-    void pumpInto(transcript, handle.events, (err) => failedOutcome(admitted.revision.id, err)).then(async () => {
+    void pumpInto(transcript, handle.events, (err) => failedOutcome(admitted.revision.id, err), (o) => toldOutcome(tracked, o)).then(async () => {
       const outcome = transcript.outcome as GenerationOutcome;
       registry.finish(generationId, outcome);
       if (key === undefined) return;

@@ -116,7 +116,7 @@ function slowEngine(n = 30): EngineAdapter {
 }
 
 /** Reads a Weir stream to its end; returns the end event's data and how many deltas came. */
-async function readWeirStream(res: Response): Promise<{ deltas: number; end: { finish_reason: string; usage: { output_tokens: number } } }> {
+async function readWeirStream(res: Response): Promise<{ deltas: number; end: { finish_reason: string; usage: { output_tokens: number }; error?: { code: string; message: string } } }> {
   const text = await res.text();
   const events = text.split('\n\n').filter((e) => e.includes('event:'));
   const end = events.find((e) => e.includes('event: end')) ?? '';
@@ -124,31 +124,51 @@ async function readWeirStream(res: Response): Promise<{ deltas: number; end: { f
 }
 
 describe('revocations stop what is running', () => {
-  it("a kill switch stops the tenant's streams in flight (billed for what they produced, ended as cancelled); another tenant's run on; a revoked key stops its own", async () => {
+  it("a kill switch stops the tenant's streams in flight with an explicit kill_switch error (billed for what they produced); another tenant's run on; a revoked key stops its own", async () => {
     const config = twoTenantConfig();
     const revocations = createRevocations();
     gw = await startTestGateway({ config, engine: slowEngine(), admission: createInMemoryAdmission({ tenants: config.tenants }), revocations });
     const g = gw;
-    // 30 tokens 10 ms apart: long enough to be stopped mid-way (the fake revision's limit is 32).
+    // 30 tokens 40 ms apart: long enough to be stopped mid-way (the fake revision's limit is 32).
     const body = { model_alias: 'fake', input: 'hi', stream: true, max_output_tokens: 30 };
     const killed = g.post('/v1/generations', body).then(readWeirStream);
     const other = g.post('/v1/generations', body, {}, g.otherKey.plaintext).then(readWeirStream);
     await new Promise((r) => setTimeout(r, 250));
     revocations.setKillSwitch('t', true);
     const stopped = await killed;
-    expect(stopped.end.finish_reason).toBe('cancelled');
+    expect(stopped.end).toMatchObject({ finish_reason: 'error', error: { code: 'kill_switch', message: expect.stringContaining("kill switch of tenant 't' is engaged") } });
     expect(stopped.deltas).toBeGreaterThan(0);
     expect(stopped.deltas).toBeLessThan(30);
     expect(stopped.end.usage.output_tokens).toBe(stopped.deltas);
+    // The ledger records it as cancelled, billed for the tokens produced.
+    await waitFor(() => g.records.some((r) => r.tenantId === 't'));
+    expect(g.records.find((r) => r.tenantId === 't')).toMatchObject({ status: 'cancelled', outputTokens: stopped.deltas });
     // The other tenant is untouched until its own key is revoked.
     await new Promise((r) => setTimeout(r, 250));
     revocations.revokeKey({ keyId: 'k2' });
     const second = await other;
-    expect(second.end.finish_reason).toBe('cancelled');
+    expect(second.end).toMatchObject({ finish_reason: 'error', error: { code: 'authentication_failed', message: expect.stringContaining('API key was revoked while this generation ran') } });
     expect(second.deltas).toBeGreaterThan(stopped.deltas);
     expect(second.deltas).toBeLessThan(30);
   });
+
+  it('a non-streamed chat completion stopped by a kill switch is the kill_switch error, never a 200 with a cut answer', async () => {
+    const config = twoTenantConfig();
+    const revocations = createRevocations();
+    gw = await startTestGateway({ config, engine: slowEngine(), admission: createInMemoryAdmission({ tenants: config.tenants }), revocations });
+    const pending = gw.post('/v1/chat/completions', { model: 'fake', messages: [{ role: 'user', content: 'hi' }], max_tokens: 30 });
+    await new Promise((r) => setTimeout(r, 250));
+    revocations.setKillSwitch('t', true);
+    const res = await pending;
+    expect(res.status).toBe(503);
+    expect(((await res.json()) as { error: { code: string } }).error.code).toBe('kill_switch');
+  });
 });
+
+/** Polls `check` every 10 ms for up to 2 s. */
+async function waitFor(check: () => boolean): Promise<void> {
+  for (let i = 0; i < 200 && !check(); i++) await new Promise((r) => setTimeout(r, 10));
+}
 
 describe('revocation fast path', () => {
   let revocations: Revocations;

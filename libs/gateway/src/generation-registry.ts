@@ -16,6 +16,8 @@ export interface TrackedGeneration {
   tenantId: string;
   /** The API key it was made with (a revoked key's generations are stopped). */
   apiKeyId?: string;
+  /** Set when a revocation stopped it: the error its client is told instead of a plain cancel. */
+  revoked?: { code: 'authentication_failed' | 'tenant_disabled' | 'kill_switch'; message: string };
   modelRevision: string;
   state: GenerationState;
   outcome?: GenerationOutcome;

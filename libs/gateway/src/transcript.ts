@@ -128,13 +128,20 @@ export function createTranscript(finished?: { deltas: readonly string[]; deltaTo
 
 /**
  * Reads a relay handle's events into a transcript until its end. Resolves when it ended.
- * Never throws: an iterator failure ends the transcript with `fallback(err)`.
+ * Never throws: an iterator failure ends the transcript with `fallback(err)`. `finalOutcome`
+ * may restate the relay's outcome for the client (e.g. a stop by a revocation); the usage
+ * record is the relay's and is not changed.
  */
-export async function pumpInto(transcript: Transcript, events: AsyncIterable<RelayEvent>, fallback: (err: unknown) => GenerationOutcome): Promise<void> {
+export async function pumpInto(
+  transcript: Transcript,
+  events: AsyncIterable<RelayEvent>,
+  fallback: (err: unknown) => GenerationOutcome,
+  finalOutcome: (outcome: GenerationOutcome) => GenerationOutcome = (o) => o,
+): Promise<void> {
   try {
     for await (const ev of events) {
       if (ev.type === 'delta') transcript.push(ev.text, ev.tokens, ev.toolCalls);
-      else transcript.end(ev.outcome);
+      else transcript.end(finalOutcome(ev.outcome));
     }
   } catch (err) {
     transcript.end(fallback(err));
