@@ -405,6 +405,91 @@ describe('the control plane admin API', () => {
     expect((await call('DELETE', '/aliases/swap')).status).toBe(200);
   });
 
+  it('judges an alias created again under a deleted name against its arms before the deletion; a brand-new name is not compared with anything', async () => {
+    const aliasAudits = async (action: string) => (await call('GET', `/audit?entity_type=alias&entity_id=recreate&action=${action}`)).body.data;
+    // A brand-new name has nothing to compare with: its (only) arm is its stable arm.
+    expect((await call('POST', '/aliases', { name: 'fresh-name', revision: 'tiny@3' })).status).toBe(201);
+    expect((await call('DELETE', '/aliases/fresh-name')).status).toBe(200);
+
+    expect((await call('POST', '/aliases', { name: 'recreate', revision: 'tiny@1' })).status).toBe(201);
+    expect((await call('PUT', '/aliases/recreate', { revision: 'tiny@3' })).status).toBe(409);
+    expect((await call('DELETE', '/aliases/recreate')).status).toBe(200);
+    const version = await latestVersion();
+    const audits = await auditCount();
+    // Delete and create again with the never-evaluated revision: refused like the PUT.
+    const sneaked = await call('POST', '/aliases', { name: 'recreate', revision: 'tiny@3' });
+    expect(sneaked.status).toBe(409);
+    expect(sneaked.body.error).toMatchObject({ code: 'conflict', param: 'targets' });
+    expect(sneaked.body.error.message).toMatch(/^Raising canary revision tiny@3 on alias recreate to 100% of traffic \(from 0%\) needs a passing eval/);
+    expect(sneaked.body.error.message).toContain('recreate existed before and is judged against its arms before it was deleted');
+    expect(await latestVersion()).toBe(version);
+    expect(await auditCount()).toBe(audits);
+    expect((await call('GET', '/aliases/recreate')).status).toBe(404);
+    // The arms it had: nothing is raised.
+    const same = await call('POST', '/aliases', { name: 'recreate', revision: 'tiny@1' });
+    expect(same.status).toBe(201);
+    expect((await aliasAudits('alias.create'))[0].after.canary_gate).toBeUndefined();
+
+    // A second life on tiny@2 (evaluated), deleted; the eval then goes stale.
+    const evalId = await storePassingEval('recreate', 'tiny@2', 'tiny@1');
+    expect((await call('PUT', '/aliases/recreate', { revision: 'tiny@2' })).status).toBe(200);
+    expect((await call('DELETE', '/aliases/recreate')).status).toBe(200);
+    await sql`update eval_runs set created_at = ${new Date(Date.now() - 30 * 24 * 3_600_000)} where id = ${evalId}`.execute(database.db);
+    // tiny@1, the stable arm of its first life, comes back without an eval: the history spans deletions.
+    const back = await call('POST', '/aliases', { name: 'recreate', revision: 'tiny@1' });
+    expect(back.status).toBe(201);
+    expect((await aliasAudits('alias.create'))[0].after.canary_gate).toEqual([{ revision: 'tiny@1', share_before: 0, share_after: 1, eval_run_id: null, former_stable: true }]);
+    // Left for the next test (pins): alias recreate on tiny@1, tiny@2 a former stable arm without a fresh eval.
+  });
+
+  it('gates a tenant pin to a revision the alias never had as its stable arm on a passing eval (409 naming it); stable pins, unchanged pins and removals are free', async () => {
+    const policy = async () => (await call('GET', '/tenants/demo/policy')).body;
+    const policyAudits = async () => (await call('GET', '/audit?entity_type=tenant_policy&entity_id=demo')).body.data;
+    const original = await policy();
+    const version = await latestVersion();
+    const audits = await auditCount();
+    // The report's case: a PATCH pinning a never-evaluated revision.
+    const patched = await call('PATCH', '/tenants/demo/policy', { routes: [{ alias: 'tiny', pin: 'tiny@3' }] });
+    expect(patched.status).toBe(409);
+    expect(patched.body.error).toMatchObject({ code: 'conflict', param: 'routes[0].pin' });
+    expect(patched.body.error.message).toMatch(/^Pinning alias tiny to revision tiny@3 .* needs a passing eval: there is no passing eval run of tiny@3 on tiny since /);
+    expect(patched.body.error.message).toContain('POST /admin/v1/evals');
+    // PUT and tenant create likewise.
+    const put = await call('PUT', '/tenants/demo/policy', { ...original, routes: [{ alias: 'tiny', use_case: 'support', pin: 'tiny@2' }] });
+    expect(put.status).toBe(409);
+    expect(put.body.error.message).toContain('Pinning alias tiny for use case support to revision tiny@2');
+    const created = await call('POST', '/tenants', { id: 'pinned-co', name: 'Pinned', policy: { routes: [{ alias: 'tiny', pin: 'tiny@2' }] } });
+    expect(created.status).toBe(409);
+    expect(created.body.error.param).toBe('routes[0].pin');
+    expect((await call('GET', '/tenants/pinned-co')).status).toBe(404);
+    expect(await policy()).toEqual(original);
+    expect(await latestVersion()).toBe(version);
+    expect(await auditCount()).toBe(audits);
+
+    // The stable arm: free, and no gate recorded.
+    expect((await call('PATCH', '/tenants/demo/policy', { routes: [{ alias: 'tiny', pin: 'tiny@1' }] })).status).toBe(200);
+    expect((await policyAudits())[0].after.pin_gate).toBeUndefined();
+    // With a passing eval of that revision on that alias: let through, the run recorded.
+    const evalId = await storePassingEval('tiny', 'tiny@2', 'tiny@1');
+    const withEval = await call('PATCH', '/tenants/demo/policy', { routes: [{ alias: 'tiny', pin: 'tiny@1' }, { alias: 'tiny', use_case: 'support', pin: 'tiny@2' }] });
+    expect(withEval.status).toBe(200);
+    expect(withEval.body.pin_gate).toBeUndefined();
+    expect((await policyAudits())[0].after.pin_gate).toEqual([{ alias: 'tiny', use_case: 'support', revision: 'tiny@2', eval_run_id: evalId }]);
+    // A former stable arm of the alias needs none (recreate's tiny@2, its eval stale).
+    expect((await call('PATCH', '/tenants/demo/policy', { routes: [{ alias: 'recreate', pin: 'tiny@2' }] })).status).toBe(200);
+    expect((await policyAudits())[0].after.pin_gate).toEqual([{ alias: 'recreate', revision: 'tiny@2', eval_run_id: null, former_stable: true }]);
+    // A pin already in place (here as a configuration seed left it) does not block other edits.
+    await database.db.updateTable('tenant_policies').set({ policy: JSON.stringify({ ...(await policy()), routes: [{ alias: 'tiny', pin: 'tiny@3' }] }) }).where('tenant_id', '=', 'demo').execute();
+    const other = await call('PATCH', '/tenants/demo/policy', { content_logging: false });
+    expect(other.status).toBe(200);
+    expect(other.body.routes).toEqual([{ alias: 'tiny', pin: 'tiny@3' }]);
+    // Removing pins is never gated.
+    const removed = await call('PATCH', '/tenants/demo/policy', { routes: null, content_logging: null });
+    expect(removed.status).toBe(200);
+    expect(removed.body.routes).toBeUndefined();
+    expect((await call('DELETE', '/aliases/recreate')).status).toBe(200);
+  });
+
   it('changes alias weights and rolls back to the previous arms from the audit log, step by step', async () => {
     const arms = async () => (await call('GET', '/aliases/tiny')).body.spec;
     await storePassingEval('tiny', 'tiny@2', 'tiny@1');

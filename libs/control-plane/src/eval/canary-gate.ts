@@ -28,7 +28,11 @@ export interface CanaryGateOptions {
   alias: string;
   /** The targets about to be committed. */
   newTargets: readonly AliasTarget[];
-  /** The alias's targets before the change. Default: read from `model_aliases` (none when the alias is new). */
+  /**
+   * The alias's targets before the change. Default: read from `model_aliases`; for an alias that
+   * does not exist, its targets before it was deleted ({@link lastAuditedAliasTargets}), none
+   * for a name without history.
+   */
   currentTargets?: readonly AliasTarget[];
   /** An eval older than this (ms) does not count. Default {@link DEFAULT_EVAL_MAX_AGE_MS} (7 days). */
   maxAgeMs?: number;
@@ -110,11 +114,13 @@ function stableOfAuditState(state: unknown): string | undefined {
 
 /**
  * The revisions that were the stable arm (largest weight, first on a tie) of `alias` in some
- * committed state of its current life, read from the audit log: every `before` and `after` of
- * the alias's entries (`alias.create`, `alias.update`, `alias.rollback`,
- * `alias.auto_rollback`), newest first, back to its latest `alias.create` (an `alias.delete`
- * ends the walk: an earlier alias of the same name is another alias). A configuration seed or
- * import writes no alias entry; the state it left is the `before` of the alias's next entry.
+ * committed state, read from the audit log: every `before` and `after` of the alias's entries
+ * (`alias.create`, `alias.update`, `alias.rollback`, `alias.auto_rollback`, `alias.delete`).
+ * The history spans deletions: an alias deleted and created again under the same name keeps
+ * its earlier stable arms (they served all of that name's traffic), so deleting an alias never
+ * makes returning to a known-good revision need an eval, nor lets an unknown one in as "new".
+ * A configuration seed or import writes no alias entry; the state it left is the `before` of
+ * the alias's next entry.
  *
  * @returns the set (empty for an alias without history).
  */
@@ -128,14 +134,67 @@ export async function formerStableRevisions(db: Kysely<WeirSchema>, alias: strin
     .execute();
   const found = new Set<string>();
   for (const e of entries) {
-    if (e.action === 'alias.delete') break;
     for (const state of [e.before, e.after]) {
       const stable = stableOfAuditState(state);
       if (stable) found.add(stable);
     }
-    if (e.action === 'alias.create') break;
   }
   return found;
+}
+
+/**
+ * The targets `alias` last had according to the audit log, for judging an alias created again
+ * under a deleted alias's name against the state it had before the deletion: the `before` of
+ * the newest entry when that is an `alias.delete`, else the newest entry's `after`.
+ *
+ * @returns the targets (the `revision` shorthand as one target of weight 1), or undefined when
+ *   the name has no audit history (a brand-new alias: nothing to compare with).
+ */
+export async function lastAuditedAliasTargets(db: Kysely<WeirSchema>, alias: string): Promise<AliasTarget[] | undefined> {
+  const entries = await db
+    .selectFrom('audit_log')
+    .select(['action', 'before', 'after'])
+    .where('entity_type', '=', 'alias')
+    .where('entity_id', '=', alias)
+    .orderBy('id', 'desc')
+    .execute();
+  for (const e of entries) {
+    const state: unknown = e.action === 'alias.delete' ? e.before : e.after;
+    const spec = state !== null && typeof state === 'object' ? (state as { spec?: unknown }).spec : undefined;
+    if (spec !== null && typeof spec === 'object' && !Array.isArray(spec)) return targetsOfAliasSpec(spec as Record<string, unknown>);
+  }
+  return undefined;
+}
+
+/** Options of {@link findPassingEval}. */
+export interface EvalLookupOptions {
+  catalog: ModelCatalog;
+  runs: EvalRunStore;
+  alias: string;
+  revision: string;
+  /** Now (wall clock). */
+  now: Date;
+  /** An eval older than this (ms) does not count. */
+  maxAgeMs: number;
+}
+
+/** What {@link findPassingEval} found: the run, none since `since`, or an unknown revision. */
+export type EvalLookup = { kind: 'passed'; runId: string } | { kind: 'missing'; since: Date } | { kind: 'unknown_revision' };
+
+/**
+ * The gate's eval lookup: the newest finished, passing eval run (with at least one prompt
+ * passed) of `revision` on `alias`, created after the revision was and at most `maxAgeMs` ago.
+ * Used by the canary gate (alias weights) and the pin gate (tenant pins) alike.
+ *
+ * @returns `passed` with its id; `missing` with the cut-off time (the later of the revision's
+ *   creation and `now − maxAgeMs`); `unknown_revision` when the revision does not exist.
+ */
+export async function findPassingEval(options: EvalLookupOptions): Promise<EvalLookup> {
+  const createdAt = await options.catalog.revisionCreatedAt(options.revision);
+  if (!createdAt) return { kind: 'unknown_revision' };
+  const since = new Date(Math.max(options.now.getTime() - options.maxAgeMs, createdAt.getTime()));
+  const run = await options.runs.latestPassing(options.alias, options.revision, since);
+  return run ? { kind: 'passed', runId: run.id } : { kind: 'missing', since };
 }
 
 /**
@@ -143,12 +202,15 @@ export async function formerStableRevisions(db: Kysely<WeirSchema>, alias: strin
  * compares each arm's share of traffic (weight ÷ sum of weights), not its raw weight: lowering
  * the stable weight raises the canaries' shares too.
  *
+ * The current targets are the alias's; for an alias being created under the name of a deleted
+ * one, the targets it had before the deletion (so delete and re-create is judged like a `PUT`).
  * The stable arm is the current targets' largest weight (first listed on a tie), or, for an
- * alias without a current stable arm, the new targets'. Every other arm whose share grows needs
- * a finished, passing eval run (`eval_runs.pass`, with at least one prompt passed) of that
- * revision on this alias, created after the revision was and at most `maxAgeMs` ago, unless
- * the revision was this alias's stable arm before ({@link formerStableRevisions}: returning to
- * a known-good revision is a rollback, never gated). The stable arm, arms whose share shrinks
+ * alias without a current stable arm (a brand-new name: nothing to compare with), the new
+ * targets'. Every other arm whose share grows needs a passing eval ({@link findPassingEval}: a
+ * finished, passing run with at least one prompt passed, of that revision on this alias,
+ * created after the revision was and at most `maxAgeMs` ago), unless the revision was this
+ * alias's stable arm before ({@link formerStableRevisions}, across deletions: returning to a
+ * known-good revision is a rollback, never gated). The stable arm, arms whose share shrinks
  * or stays, and arms removed need nothing. An arm naming a revision that does not exist is not
  * judged: the configuration validation that follows refuses it (400 `invalid_config`, "unknown
  * revision").
@@ -167,7 +229,13 @@ export async function assertCanaryGate(options: CanaryGateOptions): Promise<Gate
   const runs = options.runs ?? createEvalRunStore(db);
   const now = options.now ?? new Date();
   const maxAgeMs = options.maxAgeMs ?? DEFAULT_EVAL_MAX_AGE_MS;
-  const current = options.currentTargets ?? (await catalog.aliasTargets(alias)) ?? [];
+  let current = options.currentTargets ?? (await catalog.aliasTargets(alias));
+  let recreated = false;
+  if (current === undefined) {
+    const audited = await lastAuditedAliasTargets(db, alias);
+    recreated = audited !== undefined;
+    current = audited ?? [];
+  }
   const stable = stableRevisionOf(current) ?? stableRevisionOf(newTargets);
   let formerStable: ReadonlySet<string> | undefined;
   const gated: GatedArm[] = [];
@@ -177,16 +245,14 @@ export async function assertCanaryGate(options: CanaryGateOptions): Promise<Gate
     const after = shareOf(newTargets, target.revision);
     // The epsilon keeps float noise in equal shares (1/3 vs 2/6) from counting as a raise.
     if (after <= before + 1e-9) continue;
-    const createdAt = await catalog.revisionCreatedAt(target.revision);
+    const found = await findPassingEval({ catalog, runs, alias, revision: target.revision, now, maxAgeMs });
     // An unknown revision: the configuration validation after the gate reports it (400).
-    if (!createdAt) continue;
-    const oldest = now.getTime() - maxAgeMs;
-    const since = new Date(Math.max(oldest, createdAt.getTime()));
-    const run = await runs.latestPassing(alias, target.revision, since);
-    if (run) {
-      gated.push({ revision: target.revision, share_before: before, share_after: after, eval_run_id: run.id });
+    if (found.kind === 'unknown_revision') continue;
+    if (found.kind === 'passed') {
+      gated.push({ revision: target.revision, share_before: before, share_after: after, eval_run_id: found.runId });
       continue;
     }
+    const since = found.since;
     formerStable ??= await (options.formerStable ?? (() => formerStableRevisions(db, alias)))();
     if (formerStable.has(target.revision)) {
       gated.push({ revision: target.revision, share_before: before, share_after: after, eval_run_id: null, former_stable: true });
@@ -194,7 +260,7 @@ export async function assertCanaryGate(options: CanaryGateOptions): Promise<Gate
     }
     throw new WeirError(
       'conflict',
-      `Raising canary revision ${target.revision} on alias ${alias} to ${pct(after)} of traffic (from ${pct(before)}) needs a passing eval: there is no passing eval run of ${target.revision} on ${alias} since ${since.toISOString()} (its creation or ${Math.round(maxAgeMs / 3_600_000)} h ago, whichever is later). Run one with POST /admin/v1/evals {"tenant", "use_case", "alias": "${alias}", "candidate_revision": "${target.revision}", "scorer"} and retry. (A revision that was this alias's stable arm before needs no eval; to undo the last change of the arms, use POST /admin/v1/aliases/${alias}/rollback.)`,
+      `Raising canary revision ${target.revision} on alias ${alias} to ${pct(after)} of traffic (from ${pct(before)}) needs a passing eval: there is no passing eval run of ${target.revision} on ${alias} since ${since.toISOString()} (its creation or ${Math.round(maxAgeMs / 3_600_000)} h ago, whichever is later). Run one with POST /admin/v1/evals {"tenant", "use_case", "alias": "${alias}", "candidate_revision": "${target.revision}", "scorer"} and retry. (A revision that was this alias's stable arm before needs no eval; ${recreated ? `${alias} existed before and is judged against its arms before it was deleted` : `to undo the last change of the arms, use POST /admin/v1/aliases/${alias}/rollback`}.)`,
       { param: 'targets' },
     );
   }

@@ -1,10 +1,11 @@
 import { isWeirError } from '@weir/core';
 import { createTestDatabase, type TestDatabase } from '@weir/store-pg';
-import { assertCanaryGate, DEFAULT_EVAL_MAX_AGE_MS, formerStableRevisions } from './canary-gate';
+import { assertCanaryGate, DEFAULT_EVAL_MAX_AGE_MS, formerStableRevisions, lastAuditedAliasTargets } from './canary-gate';
 import { armStatsByRevision } from './canary-stats';
 import { type CanaryRollbackRequest, type CanaryRolledBackEvent, createCanaryGuard, targetsAfterRollback } from './canary-guard';
 import { createEvalRunStore, createGoldenPromptStore } from './eval-store';
 import type { EvalReport } from './eval-types';
+import { assertPinGate } from './pin-gate';
 
 const T0 = Date.parse('2026-03-01T12:00:00.000Z');
 const MINUTE = 60_000;
@@ -16,7 +17,7 @@ beforeAll(async () => {
   await db.insertInto('tenants').values([{ id: 'acme', name: 'Acme' }, { id: 'other', name: 'Other' }]).execute();
   await db
     .insertInto('model_revisions')
-    .values(['stable@1', 'cand@2', 'cand@3'].map((id) => ({ id, spec: JSON.stringify({ id }), created_at: new Date(T0 - 10 * DAY) })))
+    .values(['stable@1', 'cand@2', 'cand@3', 'cand@4'].map((id) => ({ id, spec: JSON.stringify({ id }), created_at: new Date(T0 - 10 * DAY) })))
     .execute();
 }, 30_000);
 afterAll(() => database?.close());
@@ -182,7 +183,7 @@ describe('assertCanaryGate', () => {
     ).rejects.toThrow(/cand@3 on alias gate-unknown/);
   });
 
-  it("exempts a revision that was this alias's stable arm before, read from the alias's audit history since its creation", async () => {
+  it("exempts a revision that was this alias's stable arm before, read from the alias's audit history across deletions", async () => {
     const audit = (action: string, before: unknown, after: unknown) =>
       database.db
         .insertInto('audit_log')
@@ -192,22 +193,49 @@ describe('assertCanaryGate', () => {
     // An earlier alias of the same name had cand@2 as its stable arm; it was deleted.
     await audit('alias.create', null, state({ revision: 'cand@2' }));
     await audit('alias.delete', state({ revision: 'cand@2' }), null);
-    // This alias: created on cand@3, cand@2 raised to a 10 % canary, then stable@1 promoted.
+    // This alias: created on cand@3, cand@4 raised to a 10 % canary, then stable@1 promoted.
     await audit('alias.create', null, state({ revision: 'cand@3' }));
-    await audit('alias.update', state({ revision: 'cand@3' }), state({ targets: [{ revision: 'cand@3', weight: 90 }, { revision: 'cand@2', weight: 10 }] }));
-    await audit('alias.update', state({ targets: [{ revision: 'cand@3', weight: 90 }, { revision: 'cand@2', weight: 10 }] }), state({ targets: [{ revision: 'stable@1', weight: 100 }] }));
+    await audit('alias.update', state({ revision: 'cand@3' }), state({ targets: [{ revision: 'cand@3', weight: 90 }, { revision: 'cand@4', weight: 10 }] }));
+    await audit('alias.update', state({ targets: [{ revision: 'cand@3', weight: 90 }, { revision: 'cand@4', weight: 10 }] }), state({ targets: [{ revision: 'stable@1', weight: 100 }] }));
     await setAlias('gate-back', [{ revision: 'stable@1', weight: 100 }]);
-    expect([...(await formerStableRevisions(database.db, 'gate-back'))].sort()).toEqual(['cand@3', 'stable@1']);
+    // The deleted namesake's stable arm counts: deleting an alias does not wipe what it served.
+    expect([...(await formerStableRevisions(database.db, 'gate-back'))].sort()).toEqual(['cand@2', 'cand@3', 'stable@1']);
 
     const gate = (newTargets: Array<{ revision: string; weight: number }>) => assertCanaryGate({ db: database.db, alias: 'gate-back', newTargets, now });
     expect(await gate([{ revision: 'cand@3', weight: 100 }])).toEqual([{ revision: 'cand@3', share_before: 0, share_after: 1, eval_run_id: null, former_stable: true }]);
-    // Only a canary here (and stable of a deleted namesake): gated as any canary.
-    const err = await gateError(gate([{ revision: 'stable@1', weight: 50 }, { revision: 'cand@2', weight: 50 }]));
+    expect(await gate([{ revision: 'cand@2', weight: 100 }])).toEqual([{ revision: 'cand@2', share_before: 0, share_after: 1, eval_run_id: null, former_stable: true }]);
+    // Only ever a canary here: gated as any canary.
+    const err = await gateError(gate([{ revision: 'stable@1', weight: 50 }, { revision: 'cand@4', weight: 50 }]));
     expect(isWeirError(err) && err.code).toBe('conflict');
     expect((err as Error).message).toContain('use POST /admin/v1/aliases/gate-back/rollback');
     // A passing eval is preferred as the record when there is one.
     const id = await evalRun('gate-back', 'cand@3', true, new Date(T0 - MINUTE));
     expect(await gate([{ revision: 'cand@3', weight: 100 }])).toEqual([{ revision: 'cand@3', share_before: 0, share_after: 1, eval_run_id: id }]);
+  });
+
+  it('judges an alias created again under a deleted name against its last audited targets; a name without history against nothing', async () => {
+    const audit = (action: string, before: unknown, after: unknown) =>
+      database.db
+        .insertInto('audit_log')
+        .values({ at: new Date(T0 - DAY), actor_id: 'adm_x', actor_label: 'x', action, entity_type: 'alias', entity_id: 'gate-gone', before: before === null ? null : JSON.stringify(before), after: after === null ? null : JSON.stringify(after), snapshot_version: 1 })
+        .execute();
+    const state = (spec: object) => ({ name: 'gate-gone', spec: { name: 'gate-gone', ...spec } });
+    expect(await lastAuditedAliasTargets(database.db, 'gate-gone')).toBeUndefined();
+    // A brand-new name: its stable arm is the new targets', not judged.
+    expect(await assertCanaryGate({ db: database.db, alias: 'gate-gone', newTargets: [{ revision: 'cand@4', weight: 1 }], now })).toEqual([]);
+    await audit('alias.create', null, state({ revision: 'stable@1' }));
+    await audit('alias.update', state({ revision: 'stable@1' }), state({ targets: [{ revision: 'stable@1', weight: 90 }, { revision: 'cand@2', weight: 10 }] }));
+    await audit('alias.delete', state({ targets: [{ revision: 'stable@1', weight: 90 }, { revision: 'cand@2', weight: 10 }] }), null);
+    expect(await lastAuditedAliasTargets(database.db, 'gate-gone')).toEqual([{ revision: 'stable@1', weight: 90 }, { revision: 'cand@2', weight: 10 }]);
+    // The alias row is gone: the gate reads the state before the deletion.
+    const gate = (newTargets: Array<{ revision: string; weight: number }>) => assertCanaryGate({ db: database.db, alias: 'gate-gone', newTargets, now });
+    const err = await gateError(gate([{ revision: 'cand@4', weight: 1 }]));
+    expect(isWeirError(err) && [err.code, err.param]).toEqual(['conflict', 'targets']);
+    expect((err as Error).message).toMatch(/cand@4 on alias gate-gone to 100% of traffic \(from 0%\)/);
+    expect((err as Error).message).toContain('gate-gone existed before and is judged against its arms before it was deleted');
+    // The same arms again raise nothing; the canary's share growing still needs an eval.
+    expect(await gate([{ revision: 'stable@1', weight: 90 }, { revision: 'cand@2', weight: 10 }])).toEqual([]);
+    await expect(gate([{ revision: 'stable@1', weight: 50 }, { revision: 'cand@2', weight: 50 }])).rejects.toThrow(/cand@2 on alias gate-gone to 50% of traffic \(from 10%\)/);
   });
 
   it('does not count a stored passing verdict whose report passed no prompt', async () => {
@@ -230,6 +258,40 @@ describe('assertCanaryGate', () => {
       }),
     );
     expect((err as Error).message).toMatch(/cand@3 on alias gate-new/);
+  });
+});
+
+describe('assertPinGate', () => {
+  const now = new Date(T0);
+  const runs = () => createEvalRunStore(database.db);
+  const routes = (...r: object[]) => r;
+
+  it('judges only new or changed pins: the stable arm is free, another revision needs a fresh passing eval on that alias', async () => {
+    await setAlias('pin-a', [{ revision: 'stable@1', weight: 90 }, { revision: 'cand@2', weight: 10 }]);
+    const gate = (beforeRoutes: unknown, afterRoutes: unknown, maxAgeMs?: number) => assertPinGate({ db: database.db, beforeRoutes, afterRoutes, now, ...(maxAgeMs !== undefined ? { maxAgeMs } : {}) });
+    expect(await gate(undefined, routes({ alias: 'pin-a', pin: 'stable@1' }))).toEqual([]);
+    // A current canary arm is not the stable arm: a pin moves all of the tenant's traffic there.
+    const err = await gate(undefined, routes({ alias: 'pin-a', fallbacks: ['cand@3'] }, { alias: 'pin-a', use_case: 'chat', pin: 'cand@2' })).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(isWeirError(err) && [err.code, err.param]).toEqual(['conflict', 'routes[1].pin']);
+    expect((err as Error).message).toMatch(/^Pinning alias pin-a for use case chat to revision cand@2 .* no passing eval run of cand@2 on pin-a since 2026-02-22T12:00:00.000Z/);
+    // An unchanged pin (same alias and use case) and removals are not judged.
+    expect(await gate(routes({ alias: 'pin-a', use_case: 'chat', pin: 'cand@2' }), routes({ alias: 'pin-a', use_case: 'chat', pin: 'cand@2' }))).toEqual([]);
+    expect(await gate(routes({ alias: 'pin-a', pin: 'cand@2' }), [])).toEqual([]);
+    // The same pin for another scope is new.
+    await expect(gate(routes({ alias: 'pin-a', use_case: 'chat', pin: 'cand@2' }), routes({ alias: 'pin-a', pin: 'cand@2' }))).rejects.toThrow(/Pinning alias pin-a to revision cand@2/);
+    // Unknown aliases and revisions are left to the configuration validation.
+    expect(await gate(undefined, routes({ alias: 'nope', pin: 'cand@2' }, { alias: 'pin-a', pin: 'nope@1' }))).toEqual([]);
+
+    // An eval on another alias does not count; one older than the max age neither.
+    const start = (alias: string, createdAt: Date) => runs().start({ tenant_id: 'acme', use_case: 'support', alias, candidate_revision: 'cand@2', stable_revision: 'stable@1', scorer: { kind: 'exact', threshold: 1 }, created_at: createdAt });
+    await runs().finish((await start('pin-elsewhere', new Date(T0 - MINUTE))).id, passingReport(true));
+    const old = await start('pin-a', new Date(T0 - 2 * DAY));
+    await runs().finish(old.id, passingReport(true));
+    await expect(gate(undefined, routes({ alias: 'pin-a', pin: 'cand@2' }), DAY)).rejects.toThrow(/no passing eval run of cand@2 on pin-a/);
+    expect(await gate(undefined, routes({ alias: 'pin-a', pin: 'cand@2' }))).toEqual([{ alias: 'pin-a', revision: 'cand@2', eval_run_id: old.id }]);
   });
 });
 

@@ -1,6 +1,6 @@
 /**
  * Eval-gated canaries (issue 7, item 6): golden prompts, eval runs and their scorers, the
- * canary gate the alias-weight route calls, the canary guard that rolls regressing canaries
+ * canary gate the alias-weight route calls, the pin gate the policy routes call, the canary guard that rolls regressing canaries
  * back, and the admin routes. See docs/evals.md.
  */
 export { SIMILARITY_METRICS, type SimilarityMetric, normalizeText, wordTokens, tokenJaccard, charTrigramCosine, stringSimilarity } from './string-similarity';
@@ -28,7 +28,19 @@ export {
   createEvalRunStore,
 } from './eval-store';
 export { type CatalogAlias, type ModelCatalog, targetsOfAliasSpec, stableRevisionOf, createPgModelCatalog } from './model-catalog';
-export { DEFAULT_EVAL_MAX_AGE_MS, MAX_GATED_WEIGHT, type CanaryGateOptions, type GatedArm, assertCanaryGate, formerStableRevisions } from './canary-gate';
+export {
+  DEFAULT_EVAL_MAX_AGE_MS,
+  MAX_GATED_WEIGHT,
+  type CanaryGateOptions,
+  type GatedArm,
+  type EvalLookupOptions,
+  type EvalLookup,
+  assertCanaryGate,
+  formerStableRevisions,
+  lastAuditedAliasTargets,
+  findPassingEval,
+} from './canary-gate';
+export { type PinGateOptions, type GatedPin, assertPinGate } from './pin-gate';
 export { type ArmStats, type CanaryThresholds, DEFAULT_CANARY_THRESHOLDS, type CanaryVerdict, judgeCanary } from './canary-judge';
 export { armStatsByRevision, NO_TRAFFIC } from './canary-stats';
 export {

@@ -61,12 +61,13 @@ async function previousAliasSpec(db: Kysely<WeirSchema>, name: string): Promise<
 
 /**
  * Checks the canary gate for an alias spec about to be committed inside `trx` (see
- * `assertCanaryGate`): `currentSpec` undefined for a new alias.
+ * `assertCanaryGate`): `currentSpec` undefined for an alias being created, which the gate then
+ * judges against the arms a deleted alias of the same name last had (none for a new name).
  * @returns the arms it let through (for the audit entry), empty when no canary's share grows.
  * @throws WeirError `conflict` (409) naming the canary revision without a passing eval.
  */
 async function gateAliasChange(trx: Kysely<WeirSchema>, alias: string, newSpec: JsonObject, currentSpec: JsonObject | undefined): Promise<GatedArm[]> {
-  return assertCanaryGate({ db: trx, alias, newTargets: targetsOfAliasSpec(newSpec), currentTargets: currentSpec ? targetsOfAliasSpec(currentSpec) : [] });
+  return assertCanaryGate({ db: trx, alias, newTargets: targetsOfAliasSpec(newSpec), ...(currentSpec ? { currentTargets: targetsOfAliasSpec(currentSpec) } : {}) });
 }
 
 /**

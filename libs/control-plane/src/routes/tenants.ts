@@ -6,6 +6,7 @@ import { notFound } from '../admin-error';
 import { apiKeyCreateBody, appCreateBody, appPatchBody, killSwitchBody, parseBody, policyBody, policyPatchBody, tenantCreateBody, tenantPatchBody } from '../bodies';
 import type { JsonObject } from '../config-shapes';
 import type { RevocationRequest } from '../control-plane';
+import { assertPinGate } from '../eval/pin-gate';
 import { apiKeyView, appView, tenantView } from '../views';
 import { actorOf, handle, type RouteContext, withVersion } from './context';
 
@@ -80,10 +81,11 @@ export function registerTenantRoutes(router: Router, { cp }: RouteContext): void
         if (await trx.selectFrom('tenants').select('id').where('id', '=', body.id).executeTakeFirst()) {
           throw new WeirError('conflict', `Tenant ${JSON.stringify(body.id)} already exists; change it with PATCH /admin/v1/tenants/${body.id}.`, { param: 'id' });
         }
+        const pinGate = await assertPinGate({ db: trx, beforeRoutes: undefined, afterRoutes: body.policy?.routes });
         await trx.insertInto('tenants').values({ id: body.id, name: body.name }).execute();
         await savePolicy(trx, body.id, body.policy ?? {});
         const after = await requireTenant(trx, body.id);
-        return { before: null, after, result: after, revocations: policyRevocations(body.id, {}, body.policy ?? {}) };
+        return { before: null, after: pinGate.length > 0 ? { ...after, pin_gate: pinGate } : after, result: after, revocations: policyRevocations(body.id, {}, body.policy ?? {}) };
       });
       withVersion(res, version);
       return result;
@@ -266,8 +268,10 @@ export function registerTenantRoutes(router: Router, { cp }: RouteContext): void
       const { result, version } = await cp.change({ actor: actorOf(req), action, entityType: 'tenant_policy', entityId: tenantId }, async (trx) => {
         const before = (await requireTenant(trx, tenantId)).policy;
         const after = next(before, req.body);
+        // A new pin to a revision the alias never had as its stable arm needs a passing eval (409).
+        const pinGate = await assertPinGate({ db: trx, beforeRoutes: before.routes, afterRoutes: after.routes });
         await savePolicy(trx, tenantId, after);
-        return { before, after, result: after, revocations: policyRevocations(tenantId, before, after) };
+        return { before, after: pinGate.length > 0 ? { ...after, pin_gate: pinGate } : after, result: after, revocations: policyRevocations(tenantId, before, after) };
       });
       withVersion(res, version);
       return result;
