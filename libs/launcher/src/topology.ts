@@ -7,21 +7,67 @@
  * the launcher adds each revision's `replicas` (the engine processes it starts) and hands the
  * derived file to every service.
  *
- * With `controlPlane`, the control plane runs too (seeded from the derived file, signing with a
- * key pair made for this topology) and every data-plane service takes its configuration from
+ * With `controlPlane`, the control plane runs too (seeded from the derived file, signing with the
+ * work directory's key pair, made on the first start and reused after) and every data-plane service takes its configuration from
  * the signed snapshots instead of the file (the verify key reaches them as a file, out of band).
  * On a store that is not empty (a second start on the same database, or the retry after a port
  * collision) the derived file's placement — the replicas on this start's ports — is imported
  * (`WEIR_CONFIG_IMPORT=placement`, see {@link ControlPlaneOptions.configImport}).
  */
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { Kvm } from '@nats-io/kv';
-import { configBucketName, generateSigningKeyPair } from '@weir/config-sync';
+import { configBucketName, generateSigningKeyPair, loadSigningKey, loadVerifyKey } from '@weir/config-sync';
 import path from 'node:path';
 import { parseConfig, resolveModelFile } from '@weir/config';
 import { connectNats, deleteStream, natsNames } from '@weir/messaging-nats';
 import { parse, stringify } from 'yaml';
 import { freePort, type ManagedProcess, type OutputLog, spawnApp, waitReady } from './processes';
+
+/** The key files {@link ensureSigningKeyFiles} leaves in a work directory, and whether it made a new pair. */
+export interface SigningKeyFiles {
+  /** `<workDir>/config-signing-key.pem`: the control plane's Ed25519 private key, PKCS#8 PEM (mode 0600). */
+  signingKeyFile: string;
+  /** `<workDir>/config-public-key.pem`: its public key, SPKI PEM, which the data-plane services verify with. */
+  publicKeyFile: string;
+  /** `reused`: both files were kept; `public_rewritten`: the private key was kept and its public key written again; `generated`: a new pair. */
+  outcome: 'reused' | 'public_rewritten' | 'generated';
+}
+
+function readKey<T>(file: string, load: (pem: Buffer) => T): T | undefined {
+  if (!existsSync(file)) return undefined;
+  try {
+    return load(readFileSync(file));
+  } catch {
+    return undefined; // unreadable or not an Ed25519 key of that kind: replaced below
+  }
+}
+
+/**
+ * The split topology's config-signing key pair, kept in `workDir` across starts: a restart signs
+ * with the same key, so each service's last-good snapshot file (signed by it) still verifies
+ * and helps on a cold start, instead of every service logging "not a configured verify key".
+ * An existing private key that `@weir/config-sync`'s `loadSigningKey` accepts is kept; the
+ * public key file is kept when `loadVerifyKey` accepts it and its key id matches, else written
+ * again from the private key. A missing or invalid private key is replaced by a new pair.
+ * No key material is logged.
+ *
+ * @returns the two file paths and what was done.
+ * @throws when the files cannot be read or written (a filesystem error).
+ */
+export function ensureSigningKeyFiles(workDir: string): SigningKeyFiles {
+  const signingKeyFile = path.join(workDir, 'config-signing-key.pem');
+  const publicKeyFile = path.join(workDir, 'config-public-key.pem');
+  const signing = readKey(signingKeyFile, loadSigningKey);
+  if (signing) {
+    if (readKey(publicKeyFile, loadVerifyKey)?.keyId === signing.keyId) return { signingKeyFile, publicKeyFile, outcome: 'reused' };
+    writeFileSync(publicKeyFile, signing.publicKey.export({ type: 'spki', format: 'pem' }).toString());
+    return { signingKeyFile, publicKeyFile, outcome: 'public_rewritten' };
+  }
+  const keys = generateSigningKeyPair();
+  writeFileSync(signingKeyFile, keys.privateKeyPem, { mode: 0o600 });
+  writeFileSync(publicKeyFile, keys.publicKeyPem);
+  return { signingKeyFile, publicKeyFile, outcome: 'generated' };
+}
 
 /** Options of {@link startSplitTopology}. */
 export interface SplitTopologyOptions {
@@ -205,11 +251,7 @@ async function startOnce(options: SplitTopologyOptions): Promise<SplitTopology> 
   let snapshotEnv: Record<string, string> = {};
   let controlPlaneUrl: string | undefined;
   if (options.controlPlane) {
-    const keys = generateSigningKeyPair();
-    const signingKeyFile = path.join(options.workDir, 'config-signing-key.pem');
-    const publicKeyFile = path.join(options.workDir, 'config-public-key.pem');
-    writeFileSync(signingKeyFile, keys.privateKeyPem, { mode: 0o600 });
-    writeFileSync(publicKeyFile, keys.publicKeyPem);
+    const { signingKeyFile, publicKeyFile } = ensureSigningKeyFiles(options.workDir);
     const port = await freePort();
     controlPlaneUrl = `http://${host}:${port}`;
     opsUrls.set('control-plane', controlPlaneUrl);
