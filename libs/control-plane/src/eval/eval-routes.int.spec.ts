@@ -150,6 +150,8 @@ describe('POST /admin/v1/evals', () => {
     [{ scorer: undefined }, 400, 'invalid_request'],
     // A threshold of 0 passes any output; allowed_errors must leave at least one prompt to succeed (2 in the set).
     [{ scorer: { kind: 'similarity', threshold: 0 } }, 400, 'invalid_request'],
+    // Nor may a similarity threshold sit barely above 0: one shared word would pass.
+    [{ scorer: { kind: 'similarity', threshold: 1e-300 } }, 400, 'invalid_request'],
     [{ allowed_errors: 2 }, 400, 'invalid_request'],
     [{ allowed_errors: 10 }, 400, 'invalid_request'],
   ])('refuses %j before running (%d %s)', async (override, status, code) => {

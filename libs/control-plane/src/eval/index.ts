@@ -4,7 +4,7 @@
  * back, and the admin routes. See docs/evals.md.
  */
 export { SIMILARITY_METRICS, type SimilarityMetric, normalizeText, wordTokens, tokenJaccard, charTrigramCosine, stringSimilarity } from './string-similarity';
-export { SCORER_KINDS, type ScorerKind, type ScorerSpec, type ScoreInput, type Score, normalizeWhitespace, needsReference, scoreOutput, parseScorerSpec } from './scorers';
+export { SCORER_KINDS, MIN_SIMILARITY_THRESHOLD, type ScorerKind, type ScorerSpec, type ScoreInput, type Score, normalizeWhitespace, needsReference, scoreOutput, parseScorerSpec } from './scorers';
 export type {
   GoldenMessage,
   GoldenPrompt,

@@ -1,5 +1,5 @@
 import { isWeirError } from '@weir/core';
-import { normalizeWhitespace, parseScorerSpec, scoreOutput } from './scorers';
+import { MIN_SIMILARITY_THRESHOLD, normalizeWhitespace, parseScorerSpec, scoreOutput } from './scorers';
 
 const person = { type: 'object', properties: { name: { type: 'string' } }, required: ['name'], additionalProperties: false };
 
@@ -54,7 +54,7 @@ describe('scorers', () => {
       [{ kind: 'exact' }, { kind: 'exact', threshold: 1 }],
       [{ kind: 'json_schema', threshold: 1 }, { kind: 'json_schema', threshold: 1 }],
       [{ kind: 'similarity', threshold: 0.8 }, { kind: 'similarity', threshold: 0.8, metric: 'token_jaccard' }],
-      [{ kind: 'similarity', threshold: 0.01, metric: 'char_trigram_cosine' }, { kind: 'similarity', threshold: 0.01, metric: 'char_trigram_cosine' }],
+      [{ kind: 'similarity', threshold: 0.05, metric: 'char_trigram_cosine' }, { kind: 'similarity', threshold: 0.05, metric: 'char_trigram_cosine' }],
     ])('accepts %j', (input, expected) => {
       expect(parseScorerSpec(input)).toEqual(expected);
     });
@@ -65,6 +65,9 @@ describe('scorers', () => {
       [{ kind: 'exact', threshold: 1.5 }, 'scorer.threshold'],
       // A threshold of 0 passes any output, even an empty one: refused for every kind.
       [{ kind: 'similarity', threshold: 0 }, 'scorer.threshold'],
+      // Barely above 0 passes an output sharing one word: similarity needs at least 0.05.
+      [{ kind: 'similarity', threshold: 1e-300 }, 'scorer.threshold'],
+      [{ kind: 'similarity', threshold: 0.049, metric: 'char_trigram_cosine' }, 'scorer.threshold'],
       [{ kind: 'exact', threshold: 0 }, 'scorer.threshold'],
       [{ kind: 'json_schema', threshold: -0.1 }, 'scorer.threshold'],
       [{ kind: 'exact', threshold: '1' }, 'scorer.threshold'],
@@ -80,6 +83,16 @@ describe('scorers', () => {
         caught = err;
       }
       expect(isWeirError(caught) && [caught.code, caught.param]).toEqual(['invalid_request', param]);
+    });
+
+    it('says what the similarity floor is and why', () => {
+      expect(() => parseScorerSpec({ kind: 'similarity', threshold: 1e-300 })).toThrow(
+        '`scorer.threshold` must be at least 0.05 for the similarity scorer (got 1e-300): below that, an output sharing a single word with the reference passes; use a real pass mark such as 0.8',
+      );
+      // What 1e-300 let through: an unrelated output sharing one word scores above it, below the floor.
+      const oneWord = scoreOutput({ kind: 'similarity', threshold: MIN_SIMILARITY_THRESHOLD, metric: 'token_jaccard' }, { candidate: 'the a b c d e f g h i j k l m n o p q r s t u v w', reference: 'the cat' });
+      expect(oneWord.score).toBeGreaterThan(1e-300);
+      expect(oneWord.score).toBeLessThan(MIN_SIMILARITY_THRESHOLD);
     });
   });
 });

@@ -23,6 +23,15 @@ export const SCORER_KINDS = ['exact', 'json_schema', 'similarity'] as const;
 export type ScorerKind = (typeof SCORER_KINDS)[number];
 
 /**
+ * The least `threshold` a `similarity` scorer accepts: 0.05. Below it a candidate sharing one
+ * word (or a few character trigrams) with the reference passes: with `token_jaccard`, one shared
+ * word of twenty distinct ones already scores 0.05, and a threshold of 1e-300 passed any output
+ * that shared anything. (Not a quality bar — pick one per use case, e.g. 0.8 — only a floor
+ * below which the gate means nothing.)
+ */
+export const MIN_SIMILARITY_THRESHOLD = 0.05;
+
+/**
  * A run's scorer, as stored in `eval_runs.scorer` and sent in `POST /admin/v1/evals`.
  * `threshold` is the least score, in (0, 1], each prompt must reach for the gate to pass (0 is
  * refused: every output, even an empty one, scores at least 0).
@@ -95,8 +104,9 @@ function requireReference(spec: ScorerSpec, input: ScoreInput): string {
 /**
  * Validates a scorer as sent on the wire: `{kind, threshold?, metric?}`. `threshold` is a number
  * greater than 0 and at most 1 (a threshold of 0 would pass any output); it defaults to 1 for
- * `exact` and `json_schema` (their scores are 0 or 1) and is required for `similarity`;
- * `metric` (similarity only) defaults to `token_jaccard`.
+ * `exact` and `json_schema` (their scores are 0 or 1) and is required for `similarity`, where
+ * it must be at least {@link MIN_SIMILARITY_THRESHOLD} (0.05); `metric` (similarity only)
+ * defaults to `token_jaccard`.
  * @throws WeirError `invalid_request` (param `scorer…`) naming the bad field and the accepted values.
  */
 export function parseScorerSpec(value: unknown): ScorerSpec {
@@ -110,7 +120,13 @@ export function parseScorerSpec(value: unknown): ScorerSpec {
     throw bad('scorer.threshold', 'must be a number greater than 0 and at most 1 (a threshold of 0 would pass any output, even an empty one)');
   }
   if (kind === 'similarity') {
-    if (threshold === undefined) throw bad('scorer.threshold', 'is required for the similarity scorer (a number greater than 0 and at most 1, e.g. 0.8)');
+    if (threshold === undefined) throw bad('scorer.threshold', `is required for the similarity scorer (a number from ${MIN_SIMILARITY_THRESHOLD} to 1, e.g. 0.8)`);
+    if ((threshold as number) < MIN_SIMILARITY_THRESHOLD) {
+      throw bad(
+        'scorer.threshold',
+        `must be at least ${MIN_SIMILARITY_THRESHOLD} for the similarity scorer (got ${String(threshold)}): below that, an output sharing a single word with the reference passes; use a real pass mark such as 0.8`,
+      );
+    }
     if (metric !== undefined && (typeof metric !== 'string' || !(SIMILARITY_METRICS as readonly string[]).includes(metric))) {
       throw bad('scorer.metric', `must be one of ${SIMILARITY_METRICS.join(', ')}`);
     }
