@@ -225,7 +225,7 @@ export const EVAL_COMMANDS: readonly CommandSpec[] = [
       alias: { value: 'ALIAS', help: 'the alias whose stable revision is the baseline', required: true },
       candidate: { value: 'REVISION', help: 'the revision to evaluate', required: true },
       scorer: { value: 'KIND', help: 'exact, json_schema or similarity', required: true },
-      threshold: { value: 'X', help: 'pass mark per prompt in (0, 1] (default 1; required for similarity; 0 is refused: it passes any output)' },
+      threshold: { value: 'X', help: 'pass mark per prompt in (0, 1] (default 1; required for similarity, at least 0.05 there)' },
       metric: { value: 'NAME', help: 'similarity metric: token_jaccard (default) or char_trigram_cosine' },
       'allowed-errors': { value: 'N', help: 'candidate errors the gate allows (default 0)' },
       outputs: { type: 'boolean', help: "print each prompt's two outputs after the report" },
