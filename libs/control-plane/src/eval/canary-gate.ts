@@ -112,6 +112,11 @@ function stableOfAuditState(state: unknown): string | undefined {
   return stableRevisionOf(targetsOfAliasSpec(spec as Record<string, unknown>));
 }
 
+/** The alias's audit entries, newest first (every life of the name, across deletions). */
+function aliasAuditEntries(db: Kysely<WeirSchema>, alias: string) {
+  return db.selectFrom('audit_log').select(['action', 'before', 'after']).where('entity_type', '=', 'alias').where('entity_id', '=', alias).orderBy('id', 'desc').execute();
+}
+
 /**
  * The revisions that were the stable arm (largest weight, first on a tie) of `alias` in some
  * committed state, read from the audit log: every `before` and `after` of the alias's entries
@@ -125,13 +130,7 @@ function stableOfAuditState(state: unknown): string | undefined {
  * @returns the set (empty for an alias without history).
  */
 export async function formerStableRevisions(db: Kysely<WeirSchema>, alias: string): Promise<Set<string>> {
-  const entries = await db
-    .selectFrom('audit_log')
-    .select(['action', 'before', 'after'])
-    .where('entity_type', '=', 'alias')
-    .where('entity_id', '=', alias)
-    .orderBy('id', 'desc')
-    .execute();
+  const entries = await aliasAuditEntries(db, alias);
   const found = new Set<string>();
   for (const e of entries) {
     for (const state of [e.before, e.after]) {
@@ -151,13 +150,7 @@ export async function formerStableRevisions(db: Kysely<WeirSchema>, alias: strin
  *   the name has no audit history (a brand-new alias: nothing to compare with).
  */
 export async function lastAuditedAliasTargets(db: Kysely<WeirSchema>, alias: string): Promise<AliasTarget[] | undefined> {
-  const entries = await db
-    .selectFrom('audit_log')
-    .select(['action', 'before', 'after'])
-    .where('entity_type', '=', 'alias')
-    .where('entity_id', '=', alias)
-    .orderBy('id', 'desc')
-    .execute();
+  const entries = await aliasAuditEntries(db, alias);
   for (const e of entries) {
     const state: unknown = e.action === 'alias.delete' ? e.before : e.after;
     const spec = state !== null && typeof state === 'object' ? (state as { spec?: unknown }).spec : undefined;
