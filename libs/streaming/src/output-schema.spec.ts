@@ -1,5 +1,5 @@
 import { isWeirError } from '@weir/core';
-import { compileOutputSchema, MAX_OUTPUT_SCHEMA_BYTES, OUTPUT_SCHEMA_DIALECT } from './output-schema';
+import { compileOutputSchema, judgeOutput, MAX_OUTPUT_SCHEMA_BYTES, OUTPUT_SCHEMA_DIALECT } from './output-schema';
 
 const PERSON = { type: 'object', properties: { name: { type: 'string', maxLength: 20 }, age: { type: 'integer', minimum: 0 } }, required: ['name'], additionalProperties: false };
 
@@ -77,5 +77,26 @@ describe('compileOutputSchema', () => {
     // A schema cannot replace the meta-schema either.
     expect(refusal({ $id: OUTPUT_SCHEMA_DIALECT, type: 'string' }).message).toMatch(/usable JSON Schema/);
     expect(compileOutputSchema(PERSON).check('{"name":"A"}').ok).toBe(true);
+  });
+});
+
+describe('judgeOutput', () => {
+  const schema = compileOutputSchema({ type: 'object', properties: { a: { type: 'integer' } }, required: ['a'] });
+  const outcome = (finishReason: 'stop' | 'tool_calls' | 'length') => ({
+    finishReason,
+    usage: { inputTokens: 1, outputTokens: 2, cachedInputTokens: 0 },
+    costNanoUsd: 3,
+    modelRevision: 'm@1',
+    timings: { queueMs: 0, ttftMs: 1, totalMs: 2 },
+  });
+
+  it('passes a matching document, turns a mismatch into output_invalid keeping usage and cost', () => {
+    expect(judgeOutput(outcome('stop'), '{"a":1}', schema)).toEqual({ outcome: outcome('stop'), value: { a: 1 } });
+    const bad = judgeOutput(outcome('stop'), '{"a":"x"}', schema).outcome;
+    expect(bad).toMatchObject({ finishReason: 'error', error: { code: 'output_invalid' }, usage: { outputTokens: 2 }, costNanoUsd: 3 });
+  });
+
+  it('leaves a tool-call answer alone: the format governs text content only (as OpenAI does)', () => {
+    expect(judgeOutput(outcome('tool_calls'), '', schema)).toEqual({ outcome: outcome('tool_calls') });
   });
 });

@@ -147,13 +147,15 @@ const CUT_SHORT: Partial<Record<GenerationOutcome['finishReason'], (o: Generatio
  * Judges a finished generation's output against its schema: an output that is not JSON
  * matching the schema turns a non-error end into `finishReason: 'error'` with error code
  * `output_invalid` (usage and cost stay those measured: the tokens were produced and are
- * billed). Without a schema, or after an error, the outcome is returned unchanged. The
+ * billed). Without a schema, after an error, or for a tool-call answer (the format governs text
+ * content only, as in OpenAI's API), the outcome is returned unchanged. The
  * streaming relay calls it once per generation, before the usage record and the end event, so
  * the ledger, repeats and `/v1/generations/{id}/events` replays all carry the same verdict.
  * @returns the (possibly changed) outcome, and the parsed document when it matched.
  */
 export function judgeOutput(outcome: GenerationOutcome, text: string, schema: OutputSchema | undefined): { outcome: GenerationOutcome; value?: unknown } {
-  if (!schema || outcome.finishReason === 'error') return { outcome };
+  // A tool-call answer has no document to check: like OpenAI, the format applies to text content.
+  if (!schema || outcome.finishReason === 'error' || outcome.finishReason === 'tool_calls') return { outcome };
   const checked = schema.check(text);
   if (checked.ok) return { outcome, value: checked.value };
   return {

@@ -129,6 +129,54 @@ describe('createRelay', () => {
     expect(outcome).toMatchObject({ finishReason: 'length', usage: { outputTokens: 7 } });
   });
 
+  it('cuts an engine that ignores the output limit at the limit, stops it, and never bills beyond it', async () => {
+    let aborted = false;
+    let sent = 0;
+    const runaway: EngineAdapter = {
+      kind: 'runaway',
+      capacity: { slots: 1, contextTokens: 64 },
+      async countInputTokens() {
+        return 2;
+      },
+      async *generate(request) {
+        // Ignores maxOutputTokens (a buggy upstream, or one that reads another field).
+        for (; sent < 200 && !request.signal.aborted; sent++) yield { type: 'delta', text: 'w ', tokens: 1 };
+        aborted = request.signal.aborted;
+        yield { type: 'end', reason: 'stop', usage: { inputTokens: 2, outputTokens: sent }, usageReported: true };
+      },
+      async close() {},
+    };
+    const { relay, records } = setup(runaway);
+    const handle = relay.start(job({ engineRequest: { input: { kind: 'text', text: 'x' }, maxOutputTokens: 3, sampling: {} } }));
+    const events = await collect(handle.events);
+    const outcome = await handle.done;
+    expect(events.filter((e) => e.type === 'delta')).toHaveLength(3);
+    expect(outcome).toMatchObject({ finishReason: 'length', usage: { outputTokens: 3 } });
+    expect(records[0]).toMatchObject({ outputTokens: 3 });
+    // The engine is stopped right there (its generator is closed at the next token), not left running.
+    expect(sent).toBeLessThanOrEqual(4);
+    expect(aborted).toBe(false);
+  });
+
+  it('bills at most the output limit even when an engine reports more (one oversized chunk)', async () => {
+    const oversized: EngineAdapter = {
+      kind: 'oversized',
+      capacity: { slots: 1, contextTokens: 64 },
+      async countInputTokens() {
+        return 2;
+      },
+      async *generate() {
+        yield { type: 'delta', text: 'one chunk of many tokens', tokens: 50 };
+        yield { type: 'end', reason: 'stop', usage: { inputTokens: 2, outputTokens: 50 }, usageReported: true };
+      },
+      async close() {},
+    };
+    const { relay, records } = setup(oversized);
+    const outcome = await relay.start(job({ engineRequest: { input: { kind: 'text', text: 'x' }, maxOutputTokens: 5, sampling: {} } })).done;
+    expect(outcome.usage.outputTokens).toBe(5);
+    expect(records[0]).toMatchObject({ outputTokens: 5 });
+  });
+
   it('cuts at the deadline and bills what was produced', async () => {
     const engine = fakeEngine({ tokens: 100, delayMs: 10 });
     const { relay, records } = setup(engine);

@@ -135,8 +135,16 @@ export function createRelay(deps: RelayDeps): Relay {
             end = { type: 'end', reason: 'aborted', usage: { inputTokens: 0, outputTokens: 0, cachedInputTokens: 0 }, usageReported: true };
           }
           const stream = late ? [] : engine.generate({ ...job.engineRequest, signal: abort.signal, generationId: job.generationId });
+          // The output limit is Weir's to enforce, whatever the engine does: an upstream that
+          // ignores it (or a buggy one) is cut at the limit and never billed beyond it.
+          const limit = job.engineRequest.maxOutputTokens;
           for await (const ev of stream) {
             if (ev.type === 'delta') {
+              if (producedTokens >= limit && ev.tokens > 0) {
+                abort.abort();
+                end = { type: 'end', reason: 'length', usage: { inputTokens: job.inputTokens, outputTokens: producedTokens, cachedInputTokens: 0 }, usageReported: false };
+                break;
+              }
               producedTokens += ev.tokens;
               if (schema) text += ev.text;
               if (ttftMs === null && ev.tokens > 0) ttftMs = deps.clock.now() - job.arrivedAt;
@@ -162,11 +170,13 @@ export function createRelay(deps: RelayDeps): Relay {
         // estimate may be a loose upper bound (UTF-8 bytes); the input is then billed at the
         // count admission reserved with the revision's tokenizer (`job.inputTokens`), which is
         // the engine's count where Weir runs the model, and never above the reservation.
-        const usage: TokenUsage = end
+        const counted: TokenUsage = end
           ? end.usageReported
             ? end.usage
             : { ...end.usage, inputTokens: job.inputTokens }
           : { inputTokens: job.inputTokens, outputTokens: producedTokens, cachedInputTokens: 0 };
+        // Never billed beyond the output limit the reservation was made for (a hard cap).
+        const usage: TokenUsage = { ...counted, outputTokens: Math.min(counted.outputTokens, job.engineRequest.maxOutputTokens) };
         let finishReason: FinishReason;
         if (failure) finishReason = 'error';
         else if (stopReason) finishReason = stopReason;
