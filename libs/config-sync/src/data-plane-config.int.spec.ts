@@ -1,9 +1,9 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { NatsConnection } from '@nats-io/transport-node';
 import { connectNats } from '@weir/messaging-nats';
-import { uniqueTag, waitUntil } from '@weir/testing';
+import { startPrivateNats, uniqueTag, waitUntil } from '@weir/testing';
 import { configBucketName } from './bucket';
 import type { RevocationPayload } from './envelope';
 import { generateSigningKeyPair, loadSigningKey } from './keys';
@@ -106,5 +106,59 @@ describe('openDataPlaneConfig', () => {
     // Its watch creates the (empty) bucket in the background, possibly just after stop(): delete it once it exists.
     await cold.stop();
     for (let i = 0; i < 30 && !(await deleteConfigBucket(nc, `${namespace}-empty`)); i++) await new Promise((r) => setTimeout(r, 100));
+  });
+
+  it('a start from a last-good file waits for the newer snapshot the bucket holds, so `initial` is the newest', async () => {
+    const ns = `${namespace}-newer`;
+    const publisher = createSnapshotPublisher({ bucket: createNatsConfigBucket(nc, { namespace: ns }), signingKey: loadSigningKey(keys.privateKeyPem) });
+    const mine: DataPlaneConfig[] = [];
+    try {
+      // First start: v1, kept as the scheduler's last-good file.
+      await publisher.publishSnapshot({ version: 1, config: configWith(4) });
+      const before = await openDataPlaneConfig({ env: env({ WEIR_NATS_NAMESPACE: ns }), service: 'scheduler', connectNats: async () => nc, logger: recordingLogger() });
+      mine.push(before);
+      expect(before.initial.tenants[0].limits.maxConcurrent).toBe(4);
+      await waitUntil(() => existsSync(path.join(dir, 'scheduler.snapshot.json')), 5_000);
+      await before.stop();
+
+      // While it is down the control plane publishes v2 (a new placement); the restart starts on v2, not on the file's v1.
+      await publisher.publishSnapshot({ version: 2, config: configWith(9) });
+      const logger = recordingLogger();
+      const restarted = await openDataPlaneConfig({ env: env({ WEIR_NATS_NAMESPACE: ns }), service: 'scheduler', connectNats: async () => nc, logger });
+      mine.push(restarted);
+      expect(restarted.initial.tenants[0].limits.maxConcurrent).toBe(9);
+      expect(restarted.state()).toMatchObject({ version: 2, stale: false });
+      expect(logger.lines).toContainEqual(expect.objectContaining({ level: 'info', fields: { applied: 1, bucket: 2 } }));
+    } finally {
+      for (const o of mine) await o.stop();
+      await deleteConfigBucket(nc, ns);
+    }
+  });
+
+  it('with NATS unreachable, a start from a last-good file serves it after the bounded check', async () => {
+    // A private nats-server, stopped before the restart (the shared one is never stopped).
+    const server = await startPrivateNats();
+    const privateNc = await connectNats({ servers: server.url, name: 'weir-dpc-test-down', reconnectTimeWaitMs: 200, reconnectJitterMs: 50 });
+    const mine: DataPlaneConfig[] = [];
+    try {
+      const publisher = createSnapshotPublisher({ bucket: createNatsConfigBucket(privateNc, { namespace }), signingKey: loadSigningKey(keys.privateKeyPem) });
+      await publisher.publishSnapshot({ version: 5, config: configWith(6) });
+      const first = await openDataPlaneConfig({ env: env(), service: 'offline', connectNats: async () => privateNc, logger: recordingLogger() });
+      mine.push(first);
+      await waitUntil(() => existsSync(path.join(dir, 'offline.snapshot.json')), 5_000);
+      await first.stop();
+      await server.stop();
+
+      const logger = recordingLogger();
+      const restarted = await openDataPlaneConfig({ env: env(), service: 'offline', connectNats: async () => privateNc, logger, freshnessCheckTimeoutMs: 300 });
+      mine.push(restarted);
+      expect(restarted.initial.tenants[0].limits.maxConcurrent).toBe(6);
+      expect(restarted.state()).toMatchObject({ version: 5 });
+      expect(logger.lines).toContainEqual(expect.objectContaining({ level: 'warn', fields: { timeoutMs: 300 } }));
+    } finally {
+      for (const o of mine) await o.stop();
+      await privateNc.close();
+      await server.dispose();
+    }
   });
 });

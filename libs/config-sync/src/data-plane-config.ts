@@ -10,16 +10,19 @@
  * given out of band, applies snapshots whose version moves forward, keeps the last good one in
  * `WEIR_CONFIG_CACHE_DIR` (so a restart serves before NATS answers), and reports stale beyond
  * `WEIR_CONFIG_MAX_STALENESS_MS`. Revocations (keys, tenants, kill switch) reach the
- * `onRevocation` callback as soon as they are published.
+ * `onRevocation` callback as soon as they are published. A start from the last-good file still
+ * asks the bucket for its current snapshot (bounded, {@link FRESHNESS_CHECK_TIMEOUT_MS}): when
+ * NATS answers with a newer verified one, the service starts on that one (the scheduler and the
+ * relay apply replica changes only at start); when NATS does not answer, it starts on the last good.
  */
 import path from 'node:path';
 import type { NatsConnection } from '@nats-io/transport-node';
 import { parseConfig, watchConfigFile, loadConfigFile, nonRoutingChanges, type ConfigWatcher } from '@weir/config';
 import { type PlatformConfig, WeirError } from '@weir/core';
-import { configBucketName } from './bucket';
+import { CONFIG_BUCKET_KEYS, configBucketName, type ConfigBucket } from './bucket';
 import { createNatsConfigBucket } from './nats-config-bucket';
-import type { RevocationPayload } from './envelope';
-import { verifyKeyFromEnv } from './keys';
+import { openEnvelope, type RevocationPayload } from './envelope';
+import { verifyKeyFromEnv, type VerifyKey } from './keys';
 import type { ConfigSyncLogger } from './logger';
 import type { ConfigSyncMetrics } from './metrics';
 import { createSnapshotSubscriber, type ConfigSyncStatus, type SnapshotSubscriber } from './subscriber';
@@ -90,7 +93,15 @@ export interface OpenDataPlaneConfigOptions {
   metrics?: ConfigSyncMetrics;
   /** File mode: also watch the file and report valid changes (as `watchConfigFile` does). Default false. */
   watchFile?: boolean;
+  /**
+   * Snapshot mode: how long a start asks the bucket for a snapshot newer than the one it
+   * starts with (ms) before starting on it anyway. Default {@link FRESHNESS_CHECK_TIMEOUT_MS}.
+   */
+  freshnessCheckTimeoutMs?: number;
 }
+
+/** Default bound (ms) on asking the bucket for a newer snapshot at start: NATS down must not hold a start up for long. */
+export const FRESHNESS_CHECK_TIMEOUT_MS = 3_000;
 
 function positiveInt(env: DataPlaneConfigEnv, name: string, fallback: number): number {
   const raw = env[name];
@@ -102,7 +113,9 @@ function positiveInt(env: DataPlaneConfigEnv, name: string, fallback: number): n
 
 /**
  * Opens the service's configuration source (see the module comment) and returns once it has a
- * configuration to start with.
+ * configuration to start with: in snapshot mode the bucket's snapshot when NATS answers within
+ * `freshnessCheckTimeoutMs` with one newer than the last-good file (waiting up to
+ * `WEIR_CONFIG_WAIT_MS` for it to apply), else the last-good file's.
  * @throws WeirError `invalid_request` when neither a verify key nor `WEIR_CONFIG` is set, or a
  *   setting is malformed; `upstream_unavailable` when snapshot mode finds no snapshot (no
  *   last-good file, nothing in the bucket) within `WEIR_CONFIG_WAIT_MS`; `ConfigError` from the
@@ -147,6 +160,8 @@ export async function openDataPlaneConfig(options: OpenDataPlaneConfigOptions): 
   const nc = await options.connectNats();
   const bucket = createNatsConfigBucket(nc, { namespace: env.WEIR_NATS_NAMESPACE || 'weir', logger });
   let current: PlatformConfig | undefined;
+  /** The highest snapshot version whose configuration was refused (parseConfig threw): waiting for it is pointless. */
+  let refusedVersion = 0;
   const subscriber: SnapshotSubscriber = createSnapshotSubscriber({
     bucket,
     verifyKey,
@@ -157,7 +172,13 @@ export async function openDataPlaneConfig(options: OpenDataPlaneConfigOptions): 
     ...(env.WEIR_CONFIG_CACHE_DIR ? { lastGoodPath: path.join(env.WEIR_CONFIG_CACHE_DIR, `${options.service}.snapshot.json`) } : {}),
     onSnapshot(snapshot) {
       // A snapshot that is not a valid configuration is rejected (apply_failed) and the previous one stays.
-      const config = parseConfig(JSON.stringify(snapshot.config), `snapshot v${snapshot.version}`);
+      let config: PlatformConfig;
+      try {
+        config = parseConfig(JSON.stringify(snapshot.config), `snapshot v${snapshot.version}`);
+      } catch (error) {
+        refusedVersion = Math.max(refusedVersion, snapshot.version);
+        throw error;
+      }
       const first = current === undefined;
       current = config;
       if (!first) for (const l of changeListeners) l(config, snapshot.version);
@@ -166,7 +187,18 @@ export async function openDataPlaneConfig(options: OpenDataPlaneConfigOptions): 
       for (const l of revocationListeners) l(revocation);
     },
   });
-  const first = await subscriber.start();
+  let first = await subscriber.start();
+  if (first && current) {
+    // start() resolves at once with the last-good file; the control plane may have published a
+    // newer snapshot since (e.g. a new placement seconds before this start). Start on that one.
+    const newer = await newerSnapshotVersion(bucket, verifyKey, first.version, options.freshnessCheckTimeoutMs ?? FRESHNESS_CHECK_TIMEOUT_MS, logger);
+    if (newer !== undefined) {
+      logger.info({ applied: first.version, bucket: newer }, 'a newer configuration snapshot is in the bucket; waiting for it before starting');
+      await waitForVersion(() => subscriber.version() ?? 0, () => refusedVersion, newer, waitMs);
+      first = subscriber.current() ?? first;
+      if (first.version < newer) logger.warn({ applied: first.version, bucket: newer }, 'the newer configuration snapshot was not applied; starting on the applied one');
+    }
+  }
   if (!first || !current) {
     await subscriber.stop();
     throw new WeirError(
@@ -187,6 +219,45 @@ export async function openDataPlaneConfig(options: OpenDataPlaneConfigOptions): 
       await bucket.close();
     },
   };
+}
+
+/**
+ * The version of the bucket's current `snapshot` entry when it verifies with `verifyKey` and is
+ * above `applied`; undefined when it is not newer, absent, invalid (the subscriber reports that
+ * rejection), or NATS does not answer within `timeoutMs`.
+ */
+async function newerSnapshotVersion(bucket: ConfigBucket, verifyKey: VerifyKey | readonly VerifyKey[], applied: number, timeoutMs: number, logger: ConfigSyncLogger): Promise<number | undefined> {
+  let timer: NodeJS.Timeout | undefined;
+  const timedOut = new Promise<'timeout'>((resolve) => {
+    timer = setTimeout(() => resolve('timeout'), timeoutMs);
+  });
+  const reading = bucket.get(CONFIG_BUCKET_KEYS.snapshot);
+  // A read still pending after the timeout must not surface as an unhandled rejection.
+  reading.catch(() => undefined);
+  try {
+    const bytes = await Promise.race([reading, timedOut]);
+    if (bytes === 'timeout') {
+      logger.warn({ timeoutMs }, 'config bucket did not answer at start; serving the last good snapshot');
+      return undefined;
+    }
+    if (bytes === undefined) return undefined;
+    const opened = openEnvelope(bytes, verifyKey);
+    if (!opened.ok || opened.payload.type !== 'snapshot') return undefined;
+    return opened.payload.version > applied ? opened.payload.version : undefined;
+  } catch (error) {
+    logger.warn({ err: error }, 'config bucket not readable at start; serving the last good snapshot');
+    return undefined;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** Resolves once `applied()` reaches `target`, `refused()` does, or after `timeoutMs`. */
+async function waitForVersion(applied: () => number, refused: () => number, target: number, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (applied() < target && refused() < target && Date.now() < deadline) {
+    await new Promise((resolve) => setTimeout(resolve, Math.min(25, Math.max(1, deadline - Date.now()))));
+  }
 }
 
 /**
