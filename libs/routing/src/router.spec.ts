@@ -121,3 +121,39 @@ describe('createRouter: pins, fallback chains and live updates', () => {
     }
   });
 });
+
+describe('a canary arm falls back to the stable arm', () => {
+  const withTools = (r: RevisionSpec): RevisionSpec => ({ ...r, capabilities: { streaming: true, tools: true, jsonOutput: false } });
+  const cfg: PlatformConfig = {
+    ...config,
+    revisions: [revision('m@1'), revision('m@2'), withTools(revision('m@3'))],
+    aliases: [
+      { name: 'chat', targets: [{ revision: 'm@1', weight: 80 }, { revision: 'm@2', weight: 20 }] },
+      { name: 'tooling', targets: [{ revision: 'm@1', weight: 80 }, { revision: 'm@3', weight: 20 }] },
+    ],
+    tenants: [
+      ...config.tenants,
+      { id: 'p', name: 'P', apps: [], allowedAliases: ['*'], defaultDeadlineMs: 120_000, limits: { maxConcurrent: 4 }, routes: [{ alias: 'chat', pin: 'm@2' }] },
+    ],
+  };
+  const router = createRouter(cfg);
+  const keyFor = async (alias: string, revisionId: string, tenant = callerA) => {
+    for (let i = 0; i < 500; i++) {
+      const r = await router.resolve(tenant, alias, `k${i}`);
+      if (r.ok && r.route.revision.id === revisionId) return r.route;
+    }
+    throw new Error(`no key lands on ${revisionId}`);
+  };
+
+  it('adds the stable arm last to a canary request, not to a stable one', async () => {
+    expect((await keyFor('chat', 'm@2')).fallbacks.map((r) => r.id)).toEqual(['m@1']);
+    expect((await keyFor('chat', 'm@1')).fallbacks).toEqual([]);
+  });
+
+  it('not when the stable arm lacks a capability the canary has, nor for a pin', async () => {
+    expect((await keyFor('tooling', 'm@3')).fallbacks).toEqual([]);
+    const pinned = await router.resolve({ tenantId: 'p', appId: 'x', apiKeyId: 'k3' }, 'chat', 'any');
+    expect(pinned.ok && pinned.route.revision.id).toBe('m@2');
+    expect(pinned.ok && pinned.route.fallbacks).toEqual([]);
+  });
+});

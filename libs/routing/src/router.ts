@@ -1,4 +1,4 @@
-import type { AliasSpec, Caller, PlatformConfig, RevisionSpec, RouteResult, RouterService, TenantRoute } from '@weir/core';
+import { type AliasSpec, type Caller, capabilitiesOf, type PlatformConfig, type RevisionSpec, type RouteResult, type RouterService, type TenantRoute } from '@weir/core';
 import { pickWeighted } from './weighted-pick';
 
 /** The routing part of a configuration: what {@link Router.update} swaps. */
@@ -91,6 +91,14 @@ export function createRouter(initial: RoutingConfig): Router {
         const r = current.revisions.get(id);
         if (r && id !== revision.id && !fallbacks.includes(r)) fallbacks.push(r);
       }
+      // A canary arm that cannot serve (no replica yet, its breaker open, failing before the
+      // first token) falls back to the alias's stable arm last, when the stable arm can do all the
+      // canary can (so adding it never refuses a request the canary would take). Not for pins.
+      if (!route?.pin) {
+        const stable = stableArmOf(alias.targets);
+        const s = stable === undefined ? undefined : current.revisions.get(stable);
+        if (s && s.id !== revision.id && !fallbacks.includes(s) && coversCapabilities(s, revision)) fallbacks.push(s);
+      }
       return { ok: true, route: { alias, revision, fallbacks } };
     },
     async listAliases(caller) {
@@ -107,4 +115,18 @@ export function createRouter(initial: RoutingConfig): Router {
 /** {@link createRouter}, named for callers that route over one configuration and never update it. */
 export function createStaticRouter(config: RoutingConfig): Router {
   return createRouter(config);
+}
+
+/** The stable arm of an alias: the target with the largest weight (the first listed on a tie); undefined without a weighted target. */
+export function stableArmOf(targets: readonly { revision: string; weight: number }[]): string | undefined {
+  let best: { revision: string; weight: number } | undefined;
+  for (const t of targets) if (t.weight > 0 && (best === undefined || t.weight > best.weight)) best = t;
+  return best?.revision;
+}
+
+/** Whether `a` offers every capability `b` offers (streaming, tools, JSON output). */
+function coversCapabilities(a: RevisionSpec, b: RevisionSpec): boolean {
+  const ca = capabilitiesOf(a);
+  const cb = capabilitiesOf(b);
+  return (ca.streaming || !cb.streaming) && (ca.tools || !cb.tools) && (ca.jsonOutput || !cb.jsonOutput);
 }
