@@ -1,4 +1,7 @@
-/** A first choice whose circuit breaker is open: the pipeline starts on the next revision of the chain and says so before any header goes out. */
+/**
+ * A first choice whose circuit breaker is open, or that no replica serves (a canary not placed
+ * yet): the pipeline starts on the next revision of the chain and says so before any header goes out.
+ */
 import type { AdmissionService, GenerationOutcome, RelayJob, RevisionSpec, RouterService, SchedulerService } from '@weir/core';
 import { createAsyncQueue } from '@weir/core';
 import { createGenerationPipeline } from './pipeline';
@@ -48,4 +51,44 @@ it('starts on the fallback when the first choice is circuit-open, and names it a
   expect(started).toMatchObject({ kind: 'running', revisionId: 'b@1', fallbackReason: 'circuit_open' });
   expect(jobs.map((j) => j.revision.id)).toEqual(['b@1']);
   if (started.kind === 'running') expect(await started.handle.done).toMatchObject({ modelRevision: 'b@1', fallback: { reason: 'circuit_open', from: 'a@1' } });
+});
+
+it('starts on the fallback when no replica serves the first choice (no_replica), and names it and the reason', async () => {
+  const jobs: RelayJob[] = [];
+  const asked: string[] = [];
+  const router: RouterService = { resolve: async () => ({ ok: true, route: { alias: { name: 'chat', targets: [{ revision: A.id, weight: 1 }] }, revision: A, fallbacks: [B] } }), listAliases: async () => [] };
+  const admission = { reserve: async () => ({ ok: true, reservationId: 'res-1' }), settle: async () => undefined, release: async () => undefined } as unknown as AdmissionService;
+  const scheduler: SchedulerService = {
+    acquire: async (r) => {
+      asked.push(r.revisionId);
+      return r.revisionId === A.id
+        ? { ok: false, reason: 'no_replica', message: `no replica of ${A.id} serves this tenant's pool` }
+        : { ok: true, lease: { replicaId: `${r.revisionId}/0`, queueMs: 0, release: () => undefined } };
+    },
+  };
+  const pipeline = createGenerationPipeline({
+    router,
+    admission,
+    scheduler,
+    relay: {
+      start(job) {
+        jobs.push(job);
+        const events = createAsyncQueue<{ type: 'end'; outcome: GenerationOutcome }>();
+        const outcome: GenerationOutcome = { finishReason: 'stop', usage: { inputTokens: 1, outputTokens: 0, cachedInputTokens: 0 }, costNanoUsd: 0, modelRevision: job.revision.id, timings: { queueMs: 0, ttftMs: null, totalMs: 1 } };
+        events.push({ type: 'end', outcome });
+        events.end();
+        return { events, done: Promise.resolve(outcome), stop: () => undefined };
+      },
+    },
+    countInputTokens: async () => 1,
+    usageSink: { record: () => undefined, flush: async () => undefined },
+    tenants: new Map(),
+    clock: { now: () => 0 },
+  });
+  const admitted = await pipeline.admit({ caller: { tenantId: 't', appId: 'a', apiKeyId: 'k' }, route: 'chat.completions', alias: 'chat', generationId: 'gen_2', requestId: 'gen_2', input: { kind: 'text', text: 'hi' }, sampling: {}, arrivedAt: 0 });
+  const started = await admitted.start(new AbortController().signal);
+  expect(asked).toEqual(['a@1', 'b@1']);
+  expect(started).toMatchObject({ kind: 'running', revisionId: 'b@1', fallbackReason: 'no_replica' });
+  expect(jobs.map((j) => j.revision.id)).toEqual(['b@1']);
+  if (started.kind === 'running') expect(await started.handle.done).toMatchObject({ modelRevision: 'b@1', fallback: { reason: 'no_replica', from: 'a@1' } });
 });

@@ -445,29 +445,47 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
             }
             permit = deps.health?.tryAcquire(chain[firstIndex].id, clock.now()) ?? { allowed: true as const, probe: false };
           }
-          const firstRevision = chain[firstIndex];
+          let firstRevision = chain[firstIndex];
+          let initialFallbackReason: string | undefined = firstIndex > 0 ? 'circuit_open' : undefined;
           const affinityKey = affinityKeyOf(caller.tenantId, params.input);
           const giveBackProbe = () => {
             if (permit.allowed && permit.probe) deps.health?.record(firstRevision.id, 'ignored', undefined, clock.now(), true);
           };
           let scheduled;
-          try {
-            scheduled = await deps.scheduler.acquire({
-              caller,
-              revisionId: firstRevision.id,
-              tokens: inputTokens + maxOutputTokens,
-              inputTokens,
-              bytes: inputBytes(params.input),
-              ...(params.priority !== undefined ? { priority: params.priority } : {}),
-              affinityKey,
-              deadlineAt,
-              signal,
-            });
-          } catch (err) {
-            // The scheduler is unreachable: hold nothing.
+          for (;;) {
+            try {
+              scheduled = await deps.scheduler.acquire({
+                caller,
+                revisionId: firstRevision.id,
+                tokens: inputTokens + maxOutputTokens,
+                inputTokens,
+                bytes: inputBytes(params.input),
+                ...(params.priority !== undefined ? { priority: params.priority } : {}),
+                affinityKey,
+                deadlineAt,
+                signal,
+              });
+            } catch (err) {
+              // The scheduler is unreachable: hold nothing.
+              giveBackProbe();
+              await releaseQuietly();
+              throw err;
+            }
+            // No replica serves this revision (e.g. a canary not placed yet): the next revision of
+            // the chain whose breaker lets a call through, before any work (fallback_reason no_replica).
+            if (scheduled.ok || scheduled.reason !== 'no_replica') break;
+            let next = firstIndex + 1;
+            let found: { allowed: true; probe: boolean } | undefined;
+            for (; next < chain.length && !found; next++) {
+              const p = deps.health?.tryAcquire(chain[next].id, clock.now()) ?? { allowed: true as const, probe: false };
+              if (p.allowed) found = p;
+            }
+            if (!found) break;
             giveBackProbe();
-            await releaseQuietly();
-            throw err;
+            firstIndex = next - 1;
+            permit = found;
+            firstRevision = chain[firstIndex];
+            initialFallbackReason ??= 'no_replica';
           }
           if (!scheduled.ok) {
             giveBackProbe();
@@ -525,7 +543,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
               chain,
               first: { revision: firstRevision, lease: scheduled.lease, grantedAt: clock.now(), probe: permit.allowed && permit.probe },
               firstIndex,
-              ...(firstIndex > 0 ? { initialFallbackReason: 'circuit_open' } : {}),
+              ...(initialFallbackReason !== undefined ? { initialFallbackReason } : {}),
             },
             {
               relay: deps.relay,
@@ -561,7 +579,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
             }
             deps.observer?.onFinished?.({ caller, route: params.route, alias: params.alias, revision: answeredBy, outcome, replicaId: answeredOn });
           });
-          return { kind: 'running', handle, revisionId: firstRevision.id, ...(firstIndex > 0 ? { fallbackReason: 'circuit_open' } : {}) };
+          return { kind: 'running', handle, revisionId: firstRevision.id, ...(initialFallbackReason !== undefined ? { fallbackReason: initialFallbackReason } : {}) };
         },
       };
     },
