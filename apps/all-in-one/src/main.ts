@@ -60,6 +60,17 @@ async function main(): Promise<void> {
   };
   process.on('SIGTERM', () => shutdown('SIGTERM'));
   process.on('SIGINT', () => shutdown('SIGINT'));
+  // `npm start` runs this in a process group of its own (tools/scripts/run-app.mjs), out of the
+  // terminal's reach: if the launcher dies without passing a signal on (SIGKILL), we are
+  // re-parented; drain and exit rather than run on as an orphan nobody can Ctrl-C.
+  const parent = process.ppid;
+  const orphaned = setInterval(() => {
+    if (process.ppid !== parent) {
+      clearInterval(orphaned);
+      shutdown('SIGTERM');
+    }
+  }, 1_000);
+  orphaned.unref();
 }
 
 function banner(p: Awaited<ReturnType<typeof startPlatform>>): string {
