@@ -109,6 +109,17 @@ async function main(): Promise<void> {
   };
   process.on('SIGINT', stop);
   process.on('SIGTERM', stop);
+  // `npm run split` runs this in a process group of its own (tools/scripts/run-app.mjs): if the
+  // launcher dies without passing a signal on (SIGKILL), stop everything rather than run on as
+  // an orphan nobody can Ctrl-C.
+  const parent = process.ppid;
+  const orphaned = setInterval(() => {
+    if (process.ppid !== parent) {
+      clearInterval(orphaned);
+      stop();
+    }
+  }, 1_000);
+  orphaned.unref();
 }
 
 main().catch((err: unknown) => {
