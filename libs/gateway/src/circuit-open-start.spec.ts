@@ -2,7 +2,7 @@
  * A first choice whose circuit breaker is open, or that no replica serves (a canary not placed
  * yet): the pipeline starts on the next revision of the chain and says so before any header goes out.
  */
-import type { AdmissionService, GenerationOutcome, RelayJob, RevisionSpec, RouterService, SchedulerService } from '@weir/core';
+import type { AdmissionService, GenerationOutcome, RelayJob, RevisionSpec, RouterService, ScheduleResult, SchedulerService } from '@weir/core';
 import { createAsyncQueue } from '@weir/core';
 import { createGenerationPipeline } from './pipeline';
 
@@ -59,11 +59,10 @@ it('starts on the fallback when no replica serves the first choice (no_replica),
   const router: RouterService = { resolve: async () => ({ ok: true, route: { alias: { name: 'chat', targets: [{ revision: A.id, weight: 1 }] }, revision: A, fallbacks: [B] } }), listAliases: async () => [] };
   const admission = { reserve: async () => ({ ok: true, reservationId: 'res-1' }), settle: async () => undefined, release: async () => undefined } as unknown as AdmissionService;
   const scheduler: SchedulerService = {
-    acquire: async (r) => {
+    acquire: async (r): Promise<ScheduleResult> => {
       asked.push(r.revisionId);
-      return r.revisionId === A.id
-        ? { ok: false, reason: 'no_replica', message: `no replica of ${A.id} serves this tenant's pool` }
-        : { ok: true, lease: { replicaId: `${r.revisionId}/0`, queueMs: 0, release: () => undefined } };
+      if (r.revisionId === A.id) return { ok: false, reason: 'no_replica', message: `no replica of ${A.id} serves this tenant's pool`, queueMs: 0 };
+      return { ok: true, lease: { replicaId: `${r.revisionId}/0`, queueMs: 0, release: () => undefined } };
     },
   };
   const pipeline = createGenerationPipeline({
