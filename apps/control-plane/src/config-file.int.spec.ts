@@ -10,9 +10,8 @@ import { generateKeyPairSync } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { jetstreamManager } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
-import { createNatsConfigBucket, loadVerifyKey, openEnvelope, type ConfigBucket } from '@weir/config-sync';
+import { createNatsConfigBucket, loadVerifyKey, openEnvelope, type ConfigBucket, deleteConfigBucket } from '@weir/config-sync';
 import { connectNats } from '@weir/messaging-nats';
 import { createTemporaryPostgresDatabase, type TemporaryPostgresDatabase } from '@weir/store-pg';
 import { uniqueTag } from '@weir/testing';
@@ -117,9 +116,7 @@ beforeAll(async () => {
 afterAll(async () => {
   for (const c of children) if (c.exitCode === null) c.kill('SIGKILL');
   await bucket.close();
-  await jetstreamManager(nc)
-    .then((jsm) => jsm.streams.delete(`KV_${namespace}_config`))
-    .catch(() => undefined);
+  await deleteConfigBucket(nc, namespace);
   await nc.close();
   await temp.drop();
   rmSync(dir, { recursive: true, force: true });

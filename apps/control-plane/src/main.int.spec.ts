@@ -10,11 +10,10 @@ import { generateKeyPairSync } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { jetstreamManager } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
 import type { CapacityDecision } from '@weir/capacity';
 import { parseConfig } from '@weir/config';
-import { createNatsConfigBucket, loadVerifyKey, openEnvelope, type ConfigBucket } from '@weir/config-sync';
+import { createNatsConfigBucket, loadVerifyKey, openEnvelope, type ConfigBucket, deleteConfigBucket } from '@weir/config-sync';
 import { connectNats, createCapacityTelemetryPublisher, subscribeCapacityDecisions } from '@weir/messaging-nats';
 import { createTemporaryPostgresDatabase, openDatabase, type TemporaryPostgresDatabase } from '@weir/store-pg';
 import { uniqueTag } from '@weir/testing';
@@ -113,9 +112,7 @@ beforeAll(async () => {
 afterAll(async () => {
   if (child.exitCode === null) child.kill('SIGKILL');
   await bucket.close();
-  await jetstreamManager(nc)
-    .then((jsm) => jsm.streams.delete(`KV_${namespace}_config`))
-    .catch(() => undefined);
+  await deleteConfigBucket(nc, namespace);
   await nc.close();
   await temp.drop();
   rmSync(dir, { recursive: true, force: true });

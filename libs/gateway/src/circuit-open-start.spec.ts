@@ -4,7 +4,7 @@
  */
 import type { AdmissionService, GenerationOutcome, RelayJob, RevisionSpec, RouterService, ScheduleResult, SchedulerService } from '@weir/core';
 import { createAsyncQueue } from '@weir/core';
-import { createGenerationPipeline } from './pipeline';
+import { createGenerationPipeline, type GenerationPipelineDeps } from './pipeline';
 
 const rev = (id: string): RevisionSpec => ({
   id,
@@ -18,11 +18,13 @@ const rev = (id: string): RevisionSpec => ({
 const A = rev('a@1');
 const B = rev('b@1');
 
-it('starts on the fallback when the first choice is circuit-open, and names it and the reason', async () => {
+const router: RouterService = { resolve: async () => ({ ok: true, route: { alias: { name: 'chat', targets: [{ revision: A.id, weight: 1 }] }, revision: A, fallbacks: [B] } }), listAliases: async () => [] };
+const admission = { reserve: async () => ({ ok: true, reservationId: 'res-1' }), settle: async () => undefined, release: async () => undefined } as unknown as AdmissionService;
+const granted = (revisionId: string): ScheduleResult => ({ ok: true, lease: { replicaId: `${revisionId}/0`, queueMs: 0, release: () => undefined } });
+
+/** A pipeline on chain [A, B] whose relay answers at once; `jobs` are the relay's starts. */
+function pipelineWith(scheduler: SchedulerService, health?: GenerationPipelineDeps['health']) {
   const jobs: RelayJob[] = [];
-  const router: RouterService = { resolve: async () => ({ ok: true, route: { alias: { name: 'chat', targets: [{ revision: A.id, weight: 1 }] }, revision: A, fallbacks: [B] } }), listAliases: async () => [] };
-  const admission = { reserve: async () => ({ ok: true, reservationId: 'res-1' }), settle: async () => undefined, release: async () => undefined } as unknown as AdmissionService;
-  const scheduler: SchedulerService = { acquire: async (r) => ({ ok: true, lease: { replicaId: `${r.revisionId}/0`, queueMs: 0, release: () => undefined } }) };
   const pipeline = createGenerationPipeline({
     router,
     admission,
@@ -41,51 +43,36 @@ it('starts on the fallback when the first choice is circuit-open, and names it a
     usageSink: { record: () => undefined, flush: async () => undefined },
     tenants: new Map(),
     clock: { now: () => 0 },
-    health: {
-      tryAcquire: (key) => (key === A.id ? { allowed: false, retryAfterMs: 4_000 } : { allowed: true, probe: false }),
-      record: () => undefined,
-    },
+    ...(health ? { health } : {}),
   });
-  const admitted = await pipeline.admit({ caller: { tenantId: 't', appId: 'a', apiKeyId: 'k' }, route: 'chat.completions', alias: 'chat', generationId: 'gen_1', requestId: 'gen_1', input: { kind: 'text', text: 'hi' }, sampling: {}, arrivedAt: 0 });
-  const started = await admitted.start(new AbortController().signal);
+  const start = async (generationId: string) => {
+    const admitted = await pipeline.admit({ caller: { tenantId: 't', appId: 'a', apiKeyId: 'k' }, route: 'chat.completions', alias: 'chat', generationId, requestId: generationId, input: { kind: 'text', text: 'hi' }, sampling: {}, arrivedAt: 0 });
+    return admitted.start(new AbortController().signal);
+  };
+  return { jobs, start };
+}
+
+it('starts on the fallback when the first choice is circuit-open, and names it and the reason', async () => {
+  const { jobs, start } = pipelineWith(
+    { acquire: async (r) => granted(r.revisionId) },
+    { tryAcquire: (key) => (key === A.id ? { allowed: false, retryAfterMs: 4_000 } : { allowed: true, probe: false }), record: () => undefined },
+  );
+  const started = await start('gen_1');
   expect(started).toMatchObject({ kind: 'running', revisionId: 'b@1', fallbackReason: 'circuit_open' });
   expect(jobs.map((j) => j.revision.id)).toEqual(['b@1']);
   if (started.kind === 'running') expect(await started.handle.done).toMatchObject({ modelRevision: 'b@1', fallback: { reason: 'circuit_open', from: 'a@1' } });
 });
 
 it('starts on the fallback when no replica serves the first choice (no_replica), and names it and the reason', async () => {
-  const jobs: RelayJob[] = [];
   const asked: string[] = [];
-  const router: RouterService = { resolve: async () => ({ ok: true, route: { alias: { name: 'chat', targets: [{ revision: A.id, weight: 1 }] }, revision: A, fallbacks: [B] } }), listAliases: async () => [] };
-  const admission = { reserve: async () => ({ ok: true, reservationId: 'res-1' }), settle: async () => undefined, release: async () => undefined } as unknown as AdmissionService;
-  const scheduler: SchedulerService = {
+  const { jobs, start } = pipelineWith({
     acquire: async (r): Promise<ScheduleResult> => {
       asked.push(r.revisionId);
       if (r.revisionId === A.id) return { ok: false, reason: 'no_replica', message: `no replica of ${A.id} serves this tenant's pool`, queueMs: 0 };
-      return { ok: true, lease: { replicaId: `${r.revisionId}/0`, queueMs: 0, release: () => undefined } };
+      return granted(r.revisionId);
     },
-  };
-  const pipeline = createGenerationPipeline({
-    router,
-    admission,
-    scheduler,
-    relay: {
-      start(job) {
-        jobs.push(job);
-        const events = createAsyncQueue<{ type: 'end'; outcome: GenerationOutcome }>();
-        const outcome: GenerationOutcome = { finishReason: 'stop', usage: { inputTokens: 1, outputTokens: 0, cachedInputTokens: 0 }, costNanoUsd: 0, modelRevision: job.revision.id, timings: { queueMs: 0, ttftMs: null, totalMs: 1 } };
-        events.push({ type: 'end', outcome });
-        events.end();
-        return { events, done: Promise.resolve(outcome), stop: () => undefined };
-      },
-    },
-    countInputTokens: async () => 1,
-    usageSink: { record: () => undefined, flush: async () => undefined },
-    tenants: new Map(),
-    clock: { now: () => 0 },
   });
-  const admitted = await pipeline.admit({ caller: { tenantId: 't', appId: 'a', apiKeyId: 'k' }, route: 'chat.completions', alias: 'chat', generationId: 'gen_2', requestId: 'gen_2', input: { kind: 'text', text: 'hi' }, sampling: {}, arrivedAt: 0 });
-  const started = await admitted.start(new AbortController().signal);
+  const started = await start('gen_2');
   expect(asked).toEqual(['a@1', 'b@1']);
   expect(started).toMatchObject({ kind: 'running', revisionId: 'b@1', fallbackReason: 'no_replica' });
   expect(jobs.map((j) => j.revision.id)).toEqual(['b@1']);
