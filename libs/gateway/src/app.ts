@@ -55,12 +55,12 @@ import { AdmissionRejectedError, type GenerationPipeline, type ParamNames } from
 import { rateLimitHeaders } from './rate-limit-headers';
 import { createTranscript, pumpInto, type Transcript, type TranscriptEvent } from './transcript';
 import { chatCompletionsBody, completionsBody, generationsBody, parseBody, priorityOf, toChatInput, toStopList, useCaseOf } from './schemas';
-import { type ChatTools, chatToolsOf, refuseToollessRevisions } from './tools';
+import { type ChatTools, chatToolsOf, refuseIncapableRoutes, toolsCheck } from './tools';
 import { usageHandler } from './usage-route';
 import { aliasDeprecation, countdownHeaders, countdownOf, createDeprecationAnnouncer } from './deprecation';
 import type { LiveConfig } from './live-config';
 import type { Revocations } from './revocations';
-import { refuseUnconstrained, registerResponsesRoute } from './responses-route';
+import { registerResponsesRoute, schemaCheck } from './responses-route';
 import { openSse, type SseWriter } from './sse-writer';
 
 /** A minimal structured logger (pino satisfies it). Never pass prompt or output text. */
@@ -698,10 +698,8 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
         : format?.type === 'json_object'
           ? compileOutputSchema({ type: 'object' }, 'response_format')
           : undefined;
-    const checks = [
-      ...(tools ? [refuseToollessRevisions(deps.router, req.caller, body.model)] : []),
-      ...(schema ? [refuseUnconstrained(deps.router, req.caller, body.model, 'response_format', schema.schema)] : []),
-    ];
+    // One route resolution checks both, before any claim or reservation.
+    const checks = [...(tools ? [toolsCheck] : []), ...(schema ? [schemaCheck('response_format', schema.schema)] : [])];
     const g = await begin(req, res, 'chat.completions', body.model, toChatInput(body.messages), sampling(body), {
       maxOutputTokens: body.max_completion_tokens ?? body.max_tokens ?? undefined,
       requestId: idempotencyKeyHeader(req),
@@ -709,13 +707,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
       paramNames: { model: 'model', input: 'messages', maxOutputTokens: body.max_completion_tokens != null ? 'max_completion_tokens' : 'max_tokens' },
       ...(tools ? { tools } : {}),
       ...(schema ? { outputSchema: schema.schema } : {}),
-      ...(checks.length > 0
-        ? {
-            beforeAdmit: async (stickyKey: string, useCase: string | undefined) => {
-              for (const check of checks) await check(stickyKey, useCase);
-            },
-          }
-        : {}),
+      ...(checks.length > 0 ? { beforeAdmit: refuseIncapableRoutes(deps.router, req.caller, body.model, checks) } : {}),
     });
     await answerOpenAi(res, g, body.model, 'chat', body.stream === true, body.stream_options?.include_usage === true);
   });

@@ -47,6 +47,7 @@ import {
 } from '@weir/streaming';
 import { toGrammarSchema, UnsupportedSchemaError } from '@weir/engines';
 import type { ParamNames } from './pipeline';
+import { refuseIncapableRoutes, type RouteCheck } from './tools';
 import { parseBody, RESPONSES_OPENAI_FIELDS, responsesOpenAiBody, responsesWeirBody, toChatInput, toResponsesChatInput } from './schemas';
 import { openSse } from './sse-writer';
 import type { Transcript, TranscriptEvent } from './transcript';
@@ -121,25 +122,20 @@ export function registerResponsesRoute(ctx: ResponsesRouteContext): void {
 }
 
 /**
- * Refuses (before any claim or reservation) a schema-constrained request whose revision, or a
- * revision of its fallback chain, cannot constrain output (no `capabilities.json_output`), or
- * whose llama.cpp grammar cannot express the schema. Also used by chat completions'
- * `response_format`. An unknown alias passes: admission
- * answers it with the route's own field names.
+ * Refuses a schema-constrained request whose revision, or a revision of its fallback chain,
+ * cannot constrain output (no `capabilities.json_output`), or whose llama.cpp grammar cannot
+ * express the schema (the same pure check the engine makes, here before any reservation). Also
+ * used by chat completions' `response_format`.
+ * @throws WeirError `invalid_request` with `param`, naming the revision.
  */
-export function refuseUnconstrained(router: RouterService, caller: Caller, alias: string, param: string, schema: object): (stickyKey: string, useCase: string | undefined) => Promise<void> {
-  return async (stickyKey, useCase) => {
-    const routed = await router.resolve(caller, alias, stickyKey, useCase);
-    if (!routed.ok) return;
-    const { revision, fallbacks } = routed.route;
+export function schemaCheck(param: string, schema: object): RouteCheck {
+  return ({ revision, fallbacks }, alias) => {
     for (const r of [revision, ...fallbacks]) {
       const which = r === revision ? `revision ${r.id}` : `its fallback revision ${r.id}`;
       const why = unconstrainedBecause(r);
       if (why !== undefined) {
         throw new WeirError('invalid_request', `Model '${alias}' cannot constrain its output to a JSON Schema: ${which} ${why}. Remove \`${param}\`, or use a model whose revisions declare \`capabilities.json_output\`.`, { param });
       }
-      // A schema the llama.cpp grammar cannot express is refused here, before any reservation,
-      // not by the engine after admission (the same check the engine makes).
       if (r.engine.kind === 'llamacpp') {
         try {
           toGrammarSchema(schema);
@@ -215,7 +211,7 @@ async function answerWeirShape(ctx: ResponsesRouteContext, req: Authed, res: Res
     useCase: body.use_case,
     priority: body.priority,
     paramNames: WEIR_PARAMS,
-    ...(schema ? { outputSchema: schema.schema, beforeAdmit: refuseUnconstrained(ctx.router, req.caller, body.model, 'output_schema', schema.schema) } : {}),
+    ...(schema ? { outputSchema: schema.schema, beforeAdmit: refuseIncapableRoutes(ctx.router, req.caller, body.model, [schemaCheck('output_schema', schema.schema)]) } : {}),
   });
   if (g.endedInQueue && g.transcript.outcome) throw ctx.deadlineOrCancel(g.transcript.outcome);
 
@@ -280,7 +276,7 @@ async function answerOpenAiShape(ctx: ResponsesRouteContext, req: Authed, res: R
     requestId: ctx.idempotencyKeyHeader(req),
     keyParam: 'Idempotency-Key',
     paramNames: OPENAI_PARAMS,
-    ...(schema ? { outputSchema: schema.schema, beforeAdmit: refuseUnconstrained(ctx.router, req.caller, body.model, 'text.format', schema.schema) } : {}),
+    ...(schema ? { outputSchema: schema.schema, beforeAdmit: refuseIncapableRoutes(ctx.router, req.caller, body.model, [schemaCheck('text.format', schema.schema)]) } : {}),
   });
   if (g.endedInQueue && g.transcript.outcome) throw ctx.deadlineOrCancel(g.transcript.outcome);
 

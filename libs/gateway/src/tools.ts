@@ -3,7 +3,7 @@
  * (unique tool names, a `tool_choice` naming one of the tools) and the capability check that
  * refuses tools for a model whose revisions cannot call them, before anything is held.
  */
-import { type Caller, type RevisionSpec, type RouterService, type ToolChoice, type ToolDefinition, WeirError, capabilitiesOf } from '@weir/core';
+import { type Caller, type RevisionSpec, type RouteResult, type RouterService, type ToolChoice, type ToolDefinition, WeirError, capabilitiesOf } from '@weir/core';
 
 /** What a chat request asks of tools, as the engine request carries it. */
 export interface ChatTools {
@@ -52,29 +52,42 @@ export function chatToolsOf(body: ChatToolFields): ChatTools | undefined {
   };
 }
 
+/** The route a request resolves to (revision and fallback chain). */
+export type ResolvedRoute = Extract<RouteResult, { ok: true }>['route'];
+
+/** A capability check on a resolved route: throws a WeirError `invalid_request` naming the revision that cannot serve the request. */
+export type RouteCheck = (route: ResolvedRoute, alias: string) => void;
+
 /**
- * A `beforeAdmit` hook (see the gateway's `begin`) refusing, before any claim or reservation,
- * a request with tools whose routed revision, or a revision of its fallback chain, does not
- * declare `capabilities.tools`. An unknown alias passes: admission answers it with the route's
- * own field names.
- * @throws WeirError `invalid_request` with `param: tools`, naming the revision.
+ * A `beforeAdmit` hook (see the gateway's `begin`) that resolves the request's route once and
+ * runs `checks` on it, refusing before any claim or reservation a request some revision of the
+ * route (its choice or a fallback) cannot serve. An unknown alias passes: admission answers it
+ * with the route's own field names.
  */
-export function refuseToollessRevisions(router: RouterService, caller: Caller, alias: string): (stickyKey: string, useCase: string | undefined) => Promise<void> {
+export function refuseIncapableRoutes(router: RouterService, caller: Caller, alias: string, checks: readonly RouteCheck[]): (stickyKey: string, useCase: string | undefined) => Promise<void> {
   return async (stickyKey, useCase) => {
     const routed = await router.resolve(caller, alias, stickyKey, useCase);
     if (!routed.ok) return;
-    const { revision, fallbacks } = routed.route;
-    for (const r of [revision, ...fallbacks]) {
-      if (canCallTools(r)) continue;
-      const which = r === revision ? `revision ${r.id}` : `its fallback revision ${r.id}`;
-      throw new WeirError(
-        'invalid_request',
-        `Model '${alias}' cannot call tools: ${which} (engine ${r.engine.kind}) does not declare \`capabilities.tools\`. Remove \`tools\`, or use a model whose revisions support tool calls.`,
-        { param: 'tools' },
-      );
-    }
+    for (const check of checks) check(routed.route, alias);
   };
 }
+
+/**
+ * Refuses a request with tools whose routed revision, or a revision of its fallback chain, does
+ * not declare `capabilities.tools`.
+ * @throws WeirError `invalid_request` with `param: tools`, naming the revision.
+ */
+export const toolsCheck: RouteCheck = ({ revision, fallbacks }, alias) => {
+  for (const r of [revision, ...fallbacks]) {
+    if (canCallTools(r)) continue;
+    const which = r === revision ? `revision ${r.id}` : `its fallback revision ${r.id}`;
+    throw new WeirError(
+      'invalid_request',
+      `Model '${alias}' cannot call tools: ${which} (engine ${r.engine.kind}) does not declare \`capabilities.tools\`. Remove \`tools\`, or use a model whose revisions support tool calls.`,
+      { param: 'tools' },
+    );
+  }
+};
 
 /** Whether a revision may be sent tools. */
 export function canCallTools(r: Pick<RevisionSpec, 'engine' | 'capabilities'>): boolean {
