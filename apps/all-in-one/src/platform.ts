@@ -210,9 +210,7 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
     if (needsRestart.length > 0) logger.warn({ version, changes: needsRestart }, 'configuration changes that apply only after a restart');
   });
   configPlane.onRevocation((r) => {
-    if (r.kind === 'api_key') revocations.revokeKey({ ...(r.api_key_id ? { keyId: r.api_key_id } : {}), ...(r.api_key_sha256 ? { sha256: r.api_key_sha256 } : {}) });
-    else if (r.kind === 'tenant' && r.tenant_id) revocations.setTenantDisabled(r.tenant_id, r.enabled === false ? false : true);
-    else if (r.kind === 'kill_switch' && r.tenant_id) revocations.setKillSwitch(r.tenant_id, r.enabled === true);
+    revocations.apply(r);
     logger.info({ seq: r.seq, kind: r.kind, tenant: r.tenant_id, keyId: r.api_key_id }, 'revocation applied');
   });
   // The scheduler's replicas: each remote replica with its slots, pool and KV tokens; one

@@ -52,6 +52,22 @@ export interface Revocations {
    * for one already refused). A listener that throws is skipped; the others still run.
    */
   onRevoked(listener: (target: RevokedTarget) => void): void;
+  /**
+   * Applies one fast-path revocation message (docs/config-snapshots.md): `api_key` revokes the
+   * key (by id and/or hash), `tenant` disables the tenant (`enabled: false` re-enables it),
+   * `kill_switch` engages (`enabled: true`) or lifts it. A message missing what its kind needs
+   * is ignored.
+   */
+  apply(message: RevocationMessage): void;
+}
+
+/** A revocation message as the control plane signs it (snake_case, the envelope's payload). */
+export interface RevocationMessage {
+  kind: 'api_key' | 'tenant' | 'kill_switch';
+  tenant_id?: string;
+  api_key_id?: string;
+  api_key_sha256?: string;
+  enabled?: boolean;
 }
 
 /** What a new refusal covers (see {@link Revocations.onRevoked}). */
@@ -87,9 +103,17 @@ export function createRevocations(deps: RevocationsDeps = {}): Revocations {
     }
   };
 
-  return {
+  const revocations: Revocations = {
     onRevoked(listener) {
       listeners.push(listener);
+    },
+    apply(m) {
+      if (m.kind === 'api_key') {
+        if (m.api_key_id !== undefined || m.api_key_sha256 !== undefined) {
+          revocations.revokeKey({ ...(m.api_key_id !== undefined ? { keyId: m.api_key_id } : {}), ...(m.api_key_sha256 !== undefined ? { sha256: m.api_key_sha256 } : {}) });
+        }
+      } else if (m.kind === 'tenant' && m.tenant_id) revocations.setTenantDisabled(m.tenant_id, m.enabled !== false);
+      else if (m.kind === 'kill_switch' && m.tenant_id) revocations.setKillSwitch(m.tenant_id, m.enabled === true);
     },
     revokeKey(key) {
       if (key.keyId === undefined && key.sha256 === undefined) throw new TypeError('revokeKey needs keyId or sha256');
@@ -143,4 +167,5 @@ export function createRevocations(deps: RevocationsDeps = {}): Revocations {
       return undefined;
     },
   };
+  return revocations;
 }
