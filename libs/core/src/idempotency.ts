@@ -35,9 +35,12 @@ export interface IdempotencyClaim {
   bodySha256: string;
   generationId: string;
   route: ApiRoute;
-  state: 'running' | 'done';
+  /** `interrupted`: the generation holding the key died or failed after output (ADR 0002); a retry is told so, never charged again. */
+  state: 'running' | 'done' | 'interrupted';
   /** Set once `state` is `done`. */
   result?: RetainedResult;
+  /** Why it was interrupted (for the retry's error message), when `state` is `interrupted`. */
+  interruption?: string;
 }
 
 /** Outcome of {@link IdempotencyStore.claim}. */

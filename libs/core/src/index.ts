@@ -9,3 +9,4 @@ export * from './async-queue';
 export * from './usage-record-check';
 export * from './backoff';
 export * from './idempotency';
+export * from './settlement';

@@ -3,6 +3,7 @@
  * Domain libraries depend on these, never on a transport or a driver.
  */
 import type { EngineEvent, EngineRequest, FinishReason } from './generation';
+import type { IdempotencySettlement, ReservationRef, UpstreamAttempt, UsageSource } from './settlement';
 
 /** The identity an API key resolves to. Tenant and app come only from here, never a body. */
 export interface ApiKeyIdentity {
@@ -98,6 +99,24 @@ export interface UsageRecord {
    * `null`). A label for reporting, never prompt text.
    */
   useCase?: string;
+  /** How the token counts were obtained (ADR 0002). Default `reported`. */
+  usageSource?: UsageSource;
+  /** Every upstream attempt, the answering one last (absent when none was made: ended in the queue). */
+  attempts?: UpstreamAttempt[];
+  /** The admission holds this record settles (budget periods, leases); absent when nothing was reserved. */
+  reservation?: ReservationRef;
+}
+
+/**
+ * Everything a finished request leaves, written together (ADR 0002): its usage record (with the
+ * reservation it settles) and, for a request with an idempotency key, what a retry gets. One
+ * owner appends it — the relay that ran the generation — before the terminal event reaches the
+ * client; the ledger applies it exactly once (usage row, settlement, idempotency result in one
+ * transaction).
+ */
+export interface SettlementEntry {
+  usage: UsageRecord;
+  idempotency?: IdempotencySettlement;
 }
 
 /** What a use case may look like: 1–64 letters, digits and `.` `_` `:` `-`. */
@@ -109,6 +128,20 @@ export const USE_CASE_PATTERN = /^[A-Za-z0-9._:-]{1,64}$/;
  */
 export interface UsageSink {
   record(record: UsageRecord): void;
+  flush(): Promise<void>;
+}
+
+/**
+ * The settlement journal (ADR 0002): the relay that ran a generation appends its
+ * {@link SettlementEntry} here before the terminal event reaches the client; the ledger's
+ * applier writes it to the database exactly once. `append` resolves once the entry has left the
+ * process (a file append in the OS page cache, or a publish the NATS server acknowledged); it
+ * rejects only when that is impossible (the caller then ends the request with an error rather
+ * than deliver an answer that was not recorded).
+ */
+export interface SettlementJournal {
+  append(entry: SettlementEntry): Promise<void>;
+  /** Resolves once every entry appended so far has been applied to the database (tests, shutdown). */
   flush(): Promise<void>;
 }
 

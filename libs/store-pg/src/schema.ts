@@ -67,6 +67,13 @@ export interface UsageLedgerTable {
   uncertain: ColumnType<boolean, boolean | undefined, boolean>;
   /** The caller's use case, when it named one. */
   use_case: ColumnType<string | null, string | null | undefined, string | null>;
+  /** How the counts were obtained (ADR 0002). */
+  usage_source: ColumnType<'reported' | 'counted' | 'estimated', 'reported' | 'counted' | 'estimated' | undefined, 'reported' | 'counted' | 'estimated'>;
+  /** The reservation this row settled, the leases that covered it and its budget periods. */
+  reservation_id: ColumnType<string | null, string | null | undefined, string | null>;
+  lease_ids: ColumnType<string[] | null, string[] | null | undefined, string[] | null>;
+  budget_month: ColumnType<Date | null, string | null | undefined, string | null>;
+  budget_day: ColumnType<Date | null, string | null | undefined, string | null>;
 }
 
 /**
@@ -111,6 +118,62 @@ export interface BudgetPeriodsTable {
   starts_on: ColumnType<Date, string, string>;
   settled_nano: ColumnType<string, number | string | bigint | undefined, number | string | bigint>;
   reserved_nano: ColumnType<string, number | string | bigint | undefined, number | string | bigint>;
+  /** Money of the row held by budget leases (ADR 0002): Σ (granted − consumed) of its live leases. */
+  leased_nano: ColumnType<string, number | string | bigint | undefined, number | string | bigint>;
+}
+
+/** `admission_holders`: a process that admits, and its liveness (epoch ms). */
+export interface AdmissionHoldersTable {
+  holder: string;
+  mode: 'exclusive' | 'shared';
+  started_at_ms: BigIntColumn;
+  heartbeat_at_ms: BigIntColumn;
+  expires_at_ms: BigIntColumn;
+}
+
+/** `admission_leases`: a slice of a budget row, or a share of a scope's rates and slots, drawn by one holder. */
+export interface AdmissionLeasesTable {
+  lease_id: string;
+  holder: string;
+  scope: string;
+  kind: 'budget' | 'rate';
+  period: 'month' | 'day' | null;
+  starts_on: ColumnType<Date | null, string | null | undefined, string | null>;
+  granted_nano: ColumnType<string, number | string | bigint | undefined, number | string | bigint>;
+  consumed_nano: ColumnType<string, number | string | bigint | undefined, number | string | bigint>;
+  requests_per_minute: Generated<number>;
+  tokens_per_minute: Generated<number>;
+  input_tokens_per_minute: Generated<number>;
+  output_tokens_per_minute: Generated<number>;
+  slots: Generated<number>;
+  hold_until_ms: BigIntColumn;
+  created_at_ms: BigIntColumn;
+  updated_at_ms: BigIntColumn;
+}
+
+/** `usage_attempts`: every upstream attempt of a request beside its usage row. */
+export interface UsageAttemptsTable {
+  generation_id: string;
+  attempt: number;
+  tenant_id: string;
+  revision_id: string;
+  provider: string;
+  replica_id: string | null;
+  outcome: 'answered' | 'failed';
+  error_code: string | null;
+  started_at: Date;
+  ttft_ms: number | null;
+  duration_ms: number;
+  input_tokens: number;
+  output_tokens: number;
+}
+
+/** `journal_positions`: how far a settlement journal has been applied (segment number, byte offset). */
+export interface JournalPositionsTable {
+  journal: string;
+  segment: BigIntColumn;
+  offset: BigIntColumn;
+  updated_at: Generated<Date>;
 }
 
 /** `reservations`: one per admitted request. */
@@ -143,7 +206,9 @@ export interface IdempotencyKeysTable {
   body_sha256: string;
   generation_id: string;
   route: string;
-  state: 'running' | 'done';
+  state: 'running' | 'done' | 'interrupted';
+  /** The process holding a running key (its liveness tells a retry whether to wait). */
+  holder: ColumnType<string | null, string | null | undefined, string | null>;
   result: ColumnType<unknown | null, string | null | undefined, string | null>;
   created_at: Generated<Date>;
   expires_at: Date;
@@ -320,6 +385,14 @@ export interface EvalRunsTable {
   report: ColumnType<Record<string, unknown> | null, string | null | undefined, string | null>;
   created_at: ColumnType<Date, Date | undefined, never>;
   finished_at: ColumnType<Date | null, Date | null | undefined, Date | null>;
+}
+
+/** The money-path tables (ADR 0002), merged into the whole schema. */
+export interface WeirSchema {
+  admission_holders: AdmissionHoldersTable;
+  admission_leases: AdmissionLeasesTable;
+  usage_attempts: UsageAttemptsTable;
+  journal_positions: JournalPositionsTable;
 }
 
 /** The eval tables, merged into the whole schema. */

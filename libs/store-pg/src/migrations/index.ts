@@ -7,6 +7,7 @@ import { usageReconciliations } from './0006-usage-reconciliations';
 import { idempotencyByGeneration } from './0007-idempotency-by-generation';
 import { controlPlane } from './0008-control-plane';
 import { evals } from './0009-evals';
+import { moneyPath } from './0010-money-path';
 
 /**
  * Weir's one migration history, for PGlite and Postgres alike. Names sort in the order they
@@ -23,6 +24,7 @@ export const MIGRATIONS: Readonly<Record<string, Migration>> = Object.freeze({
   '0007_idempotency_by_generation': idempotencyByGeneration,
   '0008_control_plane': controlPlane,
   '0009_evals': evals,
+  '0010_money_path': moneyPath,
 });
 
 /** An in-code kysely {@link MigrationProvider} over {@link MIGRATIONS} (no filesystem scan). */
