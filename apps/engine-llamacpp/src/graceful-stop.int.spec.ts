@@ -53,7 +53,7 @@ it.each([true, false])('bills a stream stopped mid-way by the engine’s own cou
     if (e.type === 'delta' && i === 5) controller.abort();
   });
   const end = events.at(-1);
-  expect(end).toMatchObject({ type: 'end', reason: 'aborted', usageReported: true });
+  expect(end).toMatchObject({ type: 'end', reason: 'aborted', usageSource: 'reported' });
   // Let the engine notice and stop, then compare with its counter.
   await new Promise((r) => setTimeout(r, 300));
   expect(engine.stats().activeSequences).toBe(0);

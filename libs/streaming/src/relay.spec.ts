@@ -22,7 +22,7 @@ function fakeEngine(options: { tokens: number; delayMs?: number; failAfter?: num
         yield { type: 'delta', text: `t${n} `, tokens: 1 };
       }
       const reason = request.signal.aborted ? 'aborted' : n >= request.maxOutputTokens ? 'length' : 'stop';
-      yield { type: 'end', reason, usage: { inputTokens: 3, outputTokens: n }, usageReported: options.reportUsage ?? true };
+      yield { type: 'end', reason, usage: { inputTokens: 3, outputTokens: n }, usageSource: options.reportUsage === false ? 'estimated' : 'reported' };
     },
     async close() {},
   };
@@ -91,7 +91,7 @@ describe('createRelay', () => {
       { type: 'delta', text: '', tokens: 0, toolCalls: [] },
       { type: 'delta', text: '', tokens: 1, toolCalls: [{ index: 0, argumentsDelta: '{"city":' }] },
       { type: 'delta', text: 'x', tokens: 1, toolCalls: [{ index: 0, argumentsDelta: '"Paris"}' }, { index: 1, id: 'call_b', name: 'now' }] },
-      { type: 'end', reason: 'tool_calls', usage: { inputTokens: 3, outputTokens: 4 }, usageReported: true },
+      { type: 'end', reason: 'tool_calls', usage: { inputTokens: 3, outputTokens: 4 }, usageSource: 'reported' },
     ];
     const engine: EngineAdapter = {
       kind: 'fake',
@@ -142,7 +142,7 @@ describe('createRelay', () => {
         // Ignores maxOutputTokens (a buggy upstream, or one that reads another field).
         for (; sent < 200 && !request.signal.aborted; sent++) yield { type: 'delta', text: 'w ', tokens: 1 };
         aborted = request.signal.aborted;
-        yield { type: 'end', reason: 'stop', usage: { inputTokens: 2, outputTokens: sent }, usageReported: true };
+        yield { type: 'end', reason: 'stop', usage: { inputTokens: 2, outputTokens: sent }, usageSource: 'reported' };
       },
       async close() {},
     };
@@ -167,7 +167,7 @@ describe('createRelay', () => {
       },
       async *generate() {
         yield { type: 'delta', text: 'one chunk of many tokens', tokens: 50 };
-        yield { type: 'end', reason: 'stop', usage: { inputTokens: 2, outputTokens: 50 }, usageReported: true };
+        yield { type: 'end', reason: 'stop', usage: { inputTokens: 2, outputTokens: 50 }, usageSource: 'reported' };
       },
       async close() {},
     };
@@ -196,7 +196,7 @@ describe('createRelay', () => {
       capacity: { slots: 1, contextTokens: 1024 },
       countInputTokens: async () => 609,
       async *generate() {
-        yield { type: 'end', reason: 'aborted', usage: { inputTokens: 609, outputTokens: 0 }, usageReported: false };
+        yield { type: 'end', reason: 'aborted', usage: { inputTokens: 609, outputTokens: 0 }, usageSource: 'estimated' };
       },
       async close() {},
     };
