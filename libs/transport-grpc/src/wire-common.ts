@@ -281,7 +281,7 @@ export function outcomeToWire(outcome: GenerationOutcome): MessageInitShape<type
         }
       : undefined,
     unrecorded: outcome.unrecorded === true,
-    usageSource: USAGE_SOURCES[outcome.usageSource ?? 'reported'],
+    usageSource: outcome.usageSource !== undefined ? USAGE_SOURCES[outcome.usageSource] : commonV1.UsageSource.UNSPECIFIED,
     attempts: (outcome.attempts ?? []).map(attemptToWire),
   };
 }

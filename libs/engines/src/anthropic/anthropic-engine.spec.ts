@@ -219,7 +219,7 @@ describe('createAnthropicEngine (scripted upstream)', () => {
       type: 'end',
       reason: 'aborted',
       usage: { inputTokens: 100, cachedInputTokens: 60, outputTokens: 1 },
-      usageSource: 'estimated',
+      usageSource: 'counted',
     });
   });
 

@@ -217,20 +217,22 @@ describe('createOpenAICompatibleEngine (scripted upstream)', () => {
       type: 'end',
       reason: 'stop',
       usage: { inputTokens: 2 + CHAT_MESSAGE_OVERHEAD_TOKENS + CHAT_REPLY_PRIMING_TOKENS, outputTokens: 3 },
-      usageSource: 'estimated',
+      usageSource: 'counted',
     });
   });
 
-  it('falls back to the UTF-8 byte upper bound without a tokenizer', async () => {
-    upstream.setScript(() => sseReply(chatStreamEvents(['日本'], { usage: false })));
+  it('without a tokenizer, bounds the input by UTF-8 bytes and counts the content deltas (estimated)', async () => {
+    upstream.setScript(() => sseReply(chatStreamEvents(['日本', '語'], { usage: false })));
     const engine = createOpenAICompatibleEngine(specFor(upstream.url));
     const { events } = await collectEngineEvents(engine, engineRequest({ kind: 'text', text: 'héllo' }));
-    // 'héllo' is 6 bytes, '日本' 6 bytes; +1 each for a dummy-prefix token. Text input goes to the
-    // chat API as one user message, so it is bounded as one.
+    // 'héllo' is 6 bytes, +1 for a dummy-prefix token. Text input goes to the chat API as one
+    // user message, so it is bounded as one. The output is one token per content chunk, never
+    // the byte bound of the text (7 + 4 here).
     expect(endOf(events).usage).toEqual({
       inputTokens: 7 + CHAT_MESSAGE_OVERHEAD_TOKENS + CHAT_REPLY_PRIMING_TOKENS,
-      outputTokens: 7,
+      outputTokens: 2,
     });
+    expect(endOf(events).usageSource).toBe('estimated');
     expect(
       await engine.countInputTokens({
         kind: 'chat',
