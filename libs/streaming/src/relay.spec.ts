@@ -1,5 +1,5 @@
 import { type EngineAdapter, type EngineEvent, type EngineRequest, type RelayJob, type RevisionSpec, type UsageRecord, WeirError } from '@weir/core';
-import { createRelay } from './relay';
+import { billedUsage, createRelay } from './relay';
 
 /** A hand-written engine: emits `tokens` one-token deltas `delayMs` apart, honours abort, optionally fails after `failAfter`. */
 function fakeEngine(options: { tokens: number; delayMs?: number; failAfter?: number; reportUsage?: boolean; failRetryable?: boolean }): EngineAdapter & { produced: number } {
@@ -285,6 +285,60 @@ describe('createRelay', () => {
     const { relay, records } = setup(fakeEngine({ tokens: 3 }));
     await relay.start(job()).done;
     expect(records[0].outputTokens).toBe(3);
+  });
+
+  it('bills nothing for a failure before any output, even the last attempt, and keeps the upstream count on its attempt', async () => {
+    const counted = new WeirError('upstream_bad_request', 'upstream answered HTTP 400', { produced: { usage: { inputTokens: 7, outputTokens: 0 }, source: 'reported' } });
+    const engine: EngineAdapter = {
+      kind: 'fake',
+      capacity: { slots: 1, contextTokens: 512 },
+      countInputTokens: async () => 18,
+      // eslint-disable-next-line require-yield
+      async *generate() {
+        throw counted;
+      },
+      close: async () => {},
+    };
+    const { relay, records } = setup(engine);
+    const outcome = await relay.start(job({ inputTokens: 18 })).done;
+    expect(outcome).toMatchObject({ finishReason: 'error', usage: { inputTokens: 0, outputTokens: 0 }, costNanoUsd: 0, usageSource: 'reported' });
+    expect(records[0]).toMatchObject({ status: 'failed', inputTokens: 0, outputTokens: 0, costNanoUsd: 0 });
+    expect(records[0].attempts).toEqual([expect.objectContaining({ attempt: 1, outcome: 'failed', errorCode: 'upstream_bad_request', inputTokens: 7, outputTokens: 0, replicaId: 'r0', ttftMs: null })]);
+  });
+
+  it('bills a failure after output what the adapter counted (its source kept), else the deltas as estimated', async () => {
+    const counting: EngineAdapter = {
+      kind: 'fake',
+      capacity: { slots: 1, contextTokens: 512 },
+      countInputTokens: async () => 3,
+      async *generate() {
+        yield { type: 'delta', text: 'a', tokens: 1 };
+        yield { type: 'delta', text: 'bc', tokens: 1 };
+        throw new WeirError('upstream_error', 'upstream died', { produced: { usage: { inputTokens: 2, outputTokens: 3 }, source: 'counted' } });
+      },
+      close: async () => {},
+    };
+    const withCount = setup(counting);
+    expect(await withCount.relay.start(job()).done).toMatchObject({ usage: { inputTokens: 2, outputTokens: 3 }, usageSource: 'counted' });
+    const without = setup(fakeEngine({ tokens: 10, failAfter: 4 }));
+    expect(await without.relay.start(job()).done).toMatchObject({ usage: { inputTokens: 3, outputTokens: 4 }, usageSource: 'estimated' });
+  });
+
+  it('numbers its attempt after the prior ones and carries them all on the outcome and the record', async () => {
+    const { relay, records } = setup(fakeEngine({ tokens: 2 }));
+    const prior = [{ attempt: 1, revisionId: 'other@1', provider: 'anthropic', outcome: 'failed' as const, errorCode: 'upstream_unavailable', startedAtMs: 1, ttftMs: null, durationMs: 3, inputTokens: 0, outputTokens: 0 }];
+    const outcome = await relay.start(job({ priorAttempts: prior })).done;
+    expect(outcome.attempts).toEqual([prior[0], expect.objectContaining({ attempt: 2, revisionId: 'fake@1', provider: 'openai-compatible', replicaId: 'r0', outcome: 'answered', inputTokens: 3, outputTokens: 2 })]);
+    expect(records[0].attempts).toEqual(outcome.attempts);
+    expect(records[0].usageSource).toBe('reported');
+  });
+
+  it.each([
+    ['caps the input at the reserved count and the output at the limit', { usage: { inputTokens: 50, outputTokens: 90, cachedInputTokens: 40 }, source: 'reported' as const }, false, { inputTokens: 20, outputTokens: 64, cachedInputTokens: 20 }],
+    ['keeps a count within the reservation', { usage: { inputTokens: 12, outputTokens: 5 }, source: 'counted' as const }, false, { inputTokens: 12, outputTokens: 5 }],
+    ['bills nothing for a failure before any output', { usage: { inputTokens: 12, outputTokens: 0 }, source: 'reported' as const }, true, { inputTokens: 0, outputTokens: 0, cachedInputTokens: 0 }],
+  ])('billedUsage %s', (_name, produced, failedBeforeOutput, expected) => {
+    expect(billedUsage(produced, { reservedInputTokens: 20, maxOutputTokens: 64 }, failedBeforeOutput).usage).toEqual(expected);
   });
 
   it('ends a job already past its deadline without starting the engine or billing', async () => {
