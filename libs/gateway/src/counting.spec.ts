@@ -10,11 +10,15 @@
  *   record naming the fallback, attempts [failed, answered], the failed one billed nothing;
  *   headers, `GET /v1/generations/{id}` and the stream's end name the fallback.
  * - When every attempt fails before any output: one record of 0 tokens and cost 0.
+ * The fallback cases run in both topologies: the relay in-process (all-in-one) and behind its
+ * gRPC server and client (the split's relay service and the gateway's relay client).
  */
 import { createInMemoryAdmission } from '@weir/admission';
 import type { EngineSpec, PlatformConfig, RevisionSpec, TokenizerName, UsageRecord } from '@weir/core';
 import { createAnthropicEngine, createOpenAICompatibleEngine, tiktokenTokenizer } from '@weir/engines';
+import type { Relay } from '@weir/streaming';
 import { countingAnthropicScript, countingModelScript, type ScriptedUpstream, startScriptedUpstream } from '@weir/testing';
+import { createRelayGrpcClient, createRelayGrpcServer, startGrpcServer } from '@weir/transport-grpc';
 import { startTestGateway, type TestGateway, twoTenantConfig } from './test-support';
 
 /** Prompt tokens the counting upstreams report. */
@@ -34,12 +38,39 @@ function configOf(revisions: RevisionSpec[]): PlatformConfig {
   return { ...base, revisions, aliases: [{ name: 'm', targets: [{ revision: revisions[0].id, weight: 1 }], ...(revisions.length > 1 ? { fallbacks: revisions.slice(1).map((r) => r.id) } : {}) }] };
 }
 
-async function gatewayFor(revisions: RevisionSpec[]): Promise<TestGateway> {
+/** How the gateway reaches its relay: in-process (the all-in-one) or over gRPC (the split). */
+type Topology = 'all-in-one' | 'split';
+
+/** Things a split gateway started (the relay's gRPC server and client), stopped with it. */
+const splitParts: Array<() => Promise<void> | void> = [];
+
+/** The relay behind a real gRPC server, reached through the relay gRPC client (as the split gateway does). */
+async function overGrpc(relay: Relay): Promise<Relay> {
+  const server = await startGrpcServer({ services: [createRelayGrpcServer(relay)] });
+  const client = createRelayGrpcClient({ address: server.address });
+  splitParts.push(() => client.close(), () => server.close());
+  return client;
+}
+
+async function gatewayFor(revisions: RevisionSpec[], topology: Topology = 'all-in-one'): Promise<TestGateway> {
   const config = configOf(revisions);
   const engines = Object.fromEntries(
     revisions.map((r) => [r.id, r.engine.kind === 'anthropic' ? createAnthropicEngine(r.engine, { env: {} }) : createOpenAICompatibleEngine(r.engine as Extract<EngineSpec, { kind: 'openai-compatible' }>, { env: {} })]),
   );
-  return startTestGateway({ config, engine: engines[revisions[0].id], engines, admission: createInMemoryAdmission({ tenants: config.tenants }) });
+  const gw = await startTestGateway({
+    config,
+    engine: engines[revisions[0].id],
+    engines,
+    admission: createInMemoryAdmission({ tenants: config.tenants }),
+    ...(topology === 'split' ? { relayVia: overGrpc } : {}),
+  });
+  return {
+    ...gw,
+    async close() {
+      await gw.close();
+      for (const stop of splitParts.splice(0)) await stop();
+    },
+  };
 }
 
 /**
@@ -150,7 +181,7 @@ describe('billing a cut stream the tokens the upstream produced', () => {
   });
 });
 
-describe('a fallback after a failure before any output', () => {
+describe.each<Topology>(['all-in-one', 'split'])('%s: a fallback after a failure before any output', (topology) => {
   let failing: ScriptedUpstream;
   let answering: ScriptedUpstream;
   let gw: TestGateway;
@@ -159,7 +190,7 @@ describe('a fallback after a failure before any output', () => {
   beforeAll(async () => {
     failing = await startScriptedUpstream({ script: () => ({ kind: 'error', status: 503 }) });
     answering = await startScriptedUpstream({ script: countingModelScript({ tokens: 4, promptTokens: PROMPT_TOKENS }) });
-    gw = await gatewayFor([first(), second()]);
+    gw = await gatewayFor([first(), second()], topology);
   });
   afterAll(async () => {
     await gw.close();

@@ -19,7 +19,7 @@ import {
 } from '@weir/core';
 import { createStaticRouter } from '@weir/routing';
 import { createSlotScheduler } from '@weir/scheduling';
-import { createRelay } from '@weir/streaming';
+import { createRelay, type Relay } from '@weir/streaming';
 import { createGatewayApp, type Gateway, type GatewayDeps, type GatewayLogger } from './app';
 import { createLiveConfig, type LiveConfig } from './live-config';
 import type { Revocations } from './revocations';
@@ -73,6 +73,11 @@ export interface TestGatewayOptions {
   wallClock?: () => number;
   /** The gateway's logger. Default silent. */
   logger?: GatewayLogger;
+  /**
+   * Puts the relay behind a transport (e.g. a gRPC server and its client, as the split runs
+   * it): given the in-process relay, returns the relay the pipeline calls. Default: in-process.
+   */
+  relayVia?: (relay: Relay) => Relay | Promise<Relay>;
 }
 
 /** A running test gateway. */
@@ -109,7 +114,9 @@ export async function startTestGateway(options: TestGatewayOptions): Promise<Tes
     router,
     admission: options.admission,
     scheduler: createSlotScheduler({ replicas: config.revisions.map((r, i) => ({ id: `r${i}`, revisionId: r.id, slots: options.slots ?? 4 })), maxQueuePerReplica: config.defaults.maxQueuePerReplica, clock }),
-    relay: createRelay({ engineFor: (replicaId) => engineOf(config.revisions[Number(replicaId.slice(1))]?.id), usageSink, clock, cancelGraceMs: config.defaults.cancelGraceMs }),
+    relay: await (options.relayVia ?? ((r: Relay) => r))(
+      createRelay({ engineFor: (replicaId) => engineOf(config.revisions[Number(replicaId.slice(1))]?.id), usageSink, clock, cancelGraceMs: config.defaults.cancelGraceMs }),
+    ),
     countInputTokens: (rev, input) => engineOf(rev.id).countInputTokens(input),
     usageSink,
     tenants: liveConfig.tenants,
