@@ -69,3 +69,29 @@ it('answers 404 for a stop of an unknown generation', async () => {
   const res = await fetch(`${url}/stop/gen_unknown`, { method: 'POST' });
   expect(res.status).toBe(404);
 });
+
+it('puts the cumulative usage on every content chunk when asked (continuous_usage_stats), so a cut stream is billed exactly', async () => {
+  const res = await fetch(`${url}/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'stories260k', messages: story.messages, max_tokens: 12, temperature: 0, stream: true, stream_options: { include_usage: true, continuous_usage_stats: true } }),
+  });
+  const text = await res.text();
+  const chunks = text
+    .split('\n\n')
+    .map((e) => e.replace(/^data: /, ''))
+    .filter((d) => d.startsWith('{'))
+    .map((d) => JSON.parse(d) as { choices: Array<{ delta?: { content?: string } }>; usage?: { prompt_tokens: number; completion_tokens: number } | null });
+  const content = chunks.filter((c) => (c.choices[0]?.delta?.content ?? '') !== '');
+  expect(content.length).toBeGreaterThan(0);
+  let last = 0;
+  for (const c of content) {
+    expect(c.usage?.prompt_tokens).toBeGreaterThan(0);
+    expect(c.usage?.completion_tokens).toBeGreaterThan(last);
+    last = c.usage?.completion_tokens ?? last;
+  }
+  // The final usage chunk agrees with the last running count (or exceeds it by tokens that completed no text).
+  const final = chunks.at(-1)?.usage;
+  expect(final?.completion_tokens).toBeGreaterThanOrEqual(last);
+  expect(final?.completion_tokens).toBeLessThanOrEqual(12);
+});
