@@ -293,7 +293,6 @@ describe('createRelay', () => {
       kind: 'fake',
       capacity: { slots: 1, contextTokens: 512 },
       countInputTokens: async () => 18,
-      // eslint-disable-next-line require-yield
       async *generate() {
         throw counted;
       },
