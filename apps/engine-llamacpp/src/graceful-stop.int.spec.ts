@@ -53,7 +53,7 @@ it.each([true, false])('bills a stream stopped mid-way by the engine’s own cou
     if (e.type === 'delta' && i === 5) controller.abort();
   });
   const end = events.at(-1);
-  expect(end).toMatchObject({ type: 'end', reason: 'aborted', usageReported: true });
+  expect(end).toMatchObject({ type: 'end', reason: 'aborted', usageSource: 'reported' });
   // Let the engine notice and stop, then compare with its counter.
   await new Promise((r) => setTimeout(r, 300));
   expect(engine.stats().activeSequences).toBe(0);
@@ -68,4 +68,30 @@ it.each([true, false])('bills a stream stopped mid-way by the engine’s own cou
 it('answers 404 for a stop of an unknown generation', async () => {
   const res = await fetch(`${url}/stop/gen_unknown`, { method: 'POST' });
   expect(res.status).toBe(404);
+});
+
+it('puts the cumulative usage on every content chunk when asked (continuous_usage_stats), so a cut stream is billed exactly', async () => {
+  const res = await fetch(`${url}/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'stories260k', messages: story.messages, max_tokens: 12, temperature: 0, stream: true, stream_options: { include_usage: true, continuous_usage_stats: true } }),
+  });
+  const text = await res.text();
+  const chunks = text
+    .split('\n\n')
+    .map((e) => e.replace(/^data: /, ''))
+    .filter((d) => d.startsWith('{'))
+    .map((d) => JSON.parse(d) as { choices: Array<{ delta?: { content?: string } }>; usage?: { prompt_tokens: number; completion_tokens: number } | null });
+  const content = chunks.filter((c) => (c.choices[0]?.delta?.content ?? '') !== '');
+  expect(content.length).toBeGreaterThan(0);
+  let last = 0;
+  for (const c of content) {
+    expect(c.usage?.prompt_tokens).toBeGreaterThan(0);
+    expect(c.usage?.completion_tokens).toBeGreaterThan(last);
+    last = c.usage?.completion_tokens ?? last;
+  }
+  // The final usage chunk agrees with the last running count (or exceeds it by tokens that completed no text).
+  const final = chunks.at(-1)?.usage;
+  expect(final?.completion_tokens).toBeGreaterThanOrEqual(last);
+  expect(final?.completion_tokens).toBeLessThanOrEqual(12);
 });

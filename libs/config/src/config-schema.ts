@@ -112,6 +112,15 @@ const llamaCppEngine = strict({
   test_token_delay_ms: int(0, 60_000).default(0),
 });
 
+/**
+ * A hosted upstream's tokenizer (`TokenizerName` in `@weir/core`): a tiktoken encoding Weir
+ * runs offline (js-tiktoken) for OpenAI model families, or `none` (the default).
+ */
+function tokenizer() {
+  const error = expecting('one of "o200k_base" (GPT-4o, GPT-4.1, o-series, gpt-5), "cl100k_base" (GPT-4, GPT-3.5-turbo), "none"');
+  return z.enum(['o200k_base', 'cl100k_base', 'none'], { error }).default('none');
+}
+
 const openAICompatibleEngine = strict({
   kind: z.literal('openai-compatible'),
   base_url: httpUrl(),
@@ -125,6 +134,7 @@ const openAICompatibleEngine = strict({
   idle_timeout_ms: int(1).default(30_000),
   max_concurrency: int(1).default(16),
   continuous_usage_stats: z.boolean({ error: expecting('true or false') }).default(false),
+  tokenizer: tokenizer(),
 });
 
 /**
@@ -143,6 +153,7 @@ const anthropicEngine = strict({
   first_token_timeout_ms: int(1).default(30_000),
   idle_timeout_ms: int(1).default(30_000),
   max_concurrency: int(1).default(16),
+  tokenizer: tokenizer(),
 });
 
 /**

@@ -572,6 +572,7 @@ function toEngine(e: ConfigFile['revisions'][number]['engine'], contextWindow: n
         idleTimeoutMs: e.idle_timeout_ms,
         maxConcurrency: e.max_concurrency,
         ...(e.continuous_usage_stats ? { continuousUsageStats: true } : {}),
+        ...(e.tokenizer !== 'none' ? { tokenizer: e.tokenizer } : {}),
       };
     case 'anthropic':
       return {
@@ -582,6 +583,7 @@ function toEngine(e: ConfigFile['revisions'][number]['engine'], contextWindow: n
         firstTokenTimeoutMs: e.first_token_timeout_ms,
         idleTimeoutMs: e.idle_timeout_ms,
         maxConcurrency: e.max_concurrency,
+        ...(e.tokenizer !== 'none' ? { tokenizer: e.tokenizer } : {}),
       };
     case 'simulated':
       return {

@@ -5,6 +5,9 @@
  * through one exhaustive table, so adding a code is a compile error until every table has it.
  */
 
+import type { TokenUsage } from './generation';
+import type { UsageSource } from './settlement';
+
 /** The closed set of error codes. The HTTP mapping lives in `@weir/gateway` (`http-errors.ts`). */
 export const WEIR_ERROR_CODES = [
   'invalid_request',
@@ -56,6 +59,19 @@ export interface WeirErrorOptions {
   retryAfterMs?: number;
   /** The underlying fault; logged, never sent on the wire. */
   cause?: unknown;
+  /** What the failed generation had produced, as its engine adapter counted it (see {@link WeirError.produced}). */
+  produced?: ProducedUsage;
+}
+
+/**
+ * The tokens a generation had produced when it failed, and how they were counted (issue 13):
+ * an engine adapter that fails after receiving output attaches them to its error, so the relay
+ * bills what was produced (the upstream's own count, or the revision's tokenizer over the text
+ * received) rather than one token per delta. Never sent on the wire.
+ */
+export interface ProducedUsage {
+  usage: TokenUsage;
+  source: UsageSource;
 }
 
 /**
@@ -67,6 +83,11 @@ export class WeirError extends Error {
   readonly retryable: boolean;
   readonly param?: string;
   readonly retryAfterMs?: number;
+  /**
+   * Set by engine adapters on a generation failure: what had been produced before it (tokens
+   * and how they were counted). Absent on every other error. Not part of the public error.
+   */
+  readonly produced?: ProducedUsage;
 
   constructor(code: WeirErrorCode, message: string, options: WeirErrorOptions = {}) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause });
@@ -75,7 +96,22 @@ export class WeirError extends Error {
     this.retryable = options.retryable ?? false;
     this.param = options.param;
     this.retryAfterMs = options.retryAfterMs;
+    if (options.produced !== undefined) this.produced = options.produced;
   }
+}
+
+/**
+ * The same error with `produced` attached (a new `WeirError` of the same code, message, flags
+ * and cause): how an engine adapter tells the relay what a failed generation had produced.
+ */
+export function withProduced(error: WeirError, produced: ProducedUsage): WeirError {
+  return new WeirError(error.code, error.message, {
+    retryable: error.retryable,
+    ...(error.param !== undefined ? { param: error.param } : {}),
+    ...(error.retryAfterMs !== undefined ? { retryAfterMs: error.retryAfterMs } : {}),
+    ...(error.cause !== undefined ? { cause: error.cause } : {}),
+    produced,
+  });
 }
 
 /** True when `value` is a {@link WeirError}. */

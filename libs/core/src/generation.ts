@@ -2,6 +2,7 @@
  * The request and stream vocabulary shared by every service: what a generation asks for,
  * what an engine yields, and how it ends.
  */
+import type { UsageSource } from './settlement';
 
 /**
  * Why a generation ended (ARCHITECTURE.md §8). `stop`: natural end or stop sequence;
@@ -136,10 +137,15 @@ export type EngineEvent =
       type: 'end';
       /** `aborted` when the request's signal fired; the relay decides cancelled vs deadline. */
       reason: 'stop' | 'length' | 'aborted' | 'content_filter' | 'tool_calls';
-      /** Final counts: the engine's own, or the upstream's usage chunk when it sent one. */
+      /** Final counts: the engine's own, the upstream's usage, or Weir's count of what it received. */
       usage: TokenUsage;
-      /** True when `usage` came from the engine/upstream itself rather than Weir's count. */
-      usageReported: boolean;
+      /**
+       * How `usage` was obtained: `reported` by the engine or upstream itself (its usage chunk,
+       * continuous usage stats, an in-process engine's own count); `counted` by Weir with the
+       * revision's declared tokenizer over the text received; `estimated` otherwise (content
+       * deltas counted, an upper bound for the input).
+       */
+      usageSource: UsageSource;
     };
 
 /** Per-generation timing measured by the relay (ms). */

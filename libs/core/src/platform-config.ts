@@ -31,6 +31,18 @@ export interface LlamaCppEngineSpec {
   testTokenDelayMs: number;
 }
 
+/**
+ * The tokenizer Weir runs itself for a hosted upstream's revision (issue 13): a tiktoken
+ * encoding (js-tiktoken, offline, loaded on first use) for OpenAI model families —
+ * `o200k_base` (GPT-4o, GPT-4.1, o1/o3/o4, gpt-5) and `cl100k_base` (GPT-4, GPT-3.5-turbo) —
+ * or `none`. With one, prompt tokens are counted with it for admission (plus a per-message
+ * overhead: an upper bound), and output the upstream did not report (a cut stream without
+ * continuous usage) is counted from the text received (`usage_source: counted`); without one,
+ * the UTF-8 byte bound reserves and content deltas are counted (`estimated`). A llama.cpp
+ * revision always uses its engine's own tokenizer.
+ */
+export type TokenizerName = 'o200k_base' | 'cl100k_base' | 'none';
+
 /** An OpenAI-compatible HTTP upstream (vLLM, TGI, llama.cpp server, Ollama, OpenAI). */
 export interface OpenAICompatibleEngineSpec {
   kind: 'openai-compatible';
@@ -60,12 +72,14 @@ export interface OpenAICompatibleEngineSpec {
    * connection, so a cut stream is billed exactly. Default false.
    */
   gracefulStop?: boolean;
+  /** The revision's tokenizer (see {@link TokenizerName}). Default `none`. */
+  tokenizer?: TokenizerName;
 }
 
 /**
  * Anthropic's Messages API (`POST {baseUrl}/v1/messages`, streaming), served by
  * `createAnthropicEngine` of `@weir/engines`. A hosted upstream, like an OpenAI-compatible one:
- * prompt tokens are counted with the UTF-8 upper bound, never a network call.
+ * prompt tokens are counted with the declared tokenizer (`tokenizer`) or the UTF-8 upper bound, never a network call.
  */
 export interface AnthropicEngineSpec {
   kind: 'anthropic';
@@ -84,6 +98,11 @@ export interface AnthropicEngineSpec {
   idleTimeoutMs: number;
   /** Parallel requests this upstream accepts from one Weir replica. Default 16. */
   maxConcurrency: number;
+  /**
+   * A tokenizer to count with where the API reports nothing (see {@link TokenizerName}).
+   * Claude's tokenizer is not public: a tiktoken encoding only approximates it. Default `none`.
+   */
+  tokenizer?: TokenizerName;
 }
 
 /**

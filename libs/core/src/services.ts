@@ -6,6 +6,7 @@
 import type { AliasSpec, RevisionSpec } from './platform-config';
 import type { EngineRequest, FinishReason, GenerationTimings, TokenUsage, ToolCallDelta } from './generation';
 import type { ApiRoute } from './ports';
+import type { UpstreamAttempt, UsageSource } from './settlement';
 
 /** Who is asking: from the API key only. */
 export interface Caller {
@@ -238,6 +239,12 @@ export interface RelayJob {
    * Default false: every attempt records its usage.
    */
   retryBeforeFirstToken?: boolean;
+  /**
+   * The request's earlier upstream attempts (each failed before any output), oldest first:
+   * the relay numbers this attempt after them and carries them, with its own, on the outcome
+   * and the usage record (`UsageRecord.attempts`). Default none (this is the first attempt).
+   */
+  priorAttempts?: UpstreamAttempt[];
 }
 
 /** Events the relay streams back; exactly one `end`, always last. */
@@ -251,8 +258,19 @@ export interface GenerationOutcome {
   usage: TokenUsage;
   costNanoUsd: number;
   timings: GenerationTimings;
-  /** The revision that produced the tokens. */
+  /** The revision that produced the tokens (after a fallback, the one that answered). */
   modelRevision: string;
+  /**
+   * How `usage` was obtained (see {@link UsageSource}); absent means `reported`. A failure
+   * before any output bills nothing and is `reported` (zero is exact).
+   */
+  usageSource?: UsageSource;
+  /**
+   * Every upstream attempt of the request, oldest first, this outcome's own last (absent when
+   * no attempt reached an upstream: the request ended in the queue). Failed attempts carry the
+   * tokens their upstream reported; only `usage` bills.
+   */
+  attempts?: UpstreamAttempt[];
   /** Set when finishReason is `error`. */
   error?: {
     code: string;

@@ -15,3 +15,4 @@ export * from './simulated/simulated-engine';
 export * from './anthropic/anthropic-engine';
 export * from './create-engine';
 export * from './remote-replicas';
+export { declaredTokenizer, tiktokenTokenizer, type TextTokenizer, type TiktokenEncoding } from './tokenizers/tiktoken';

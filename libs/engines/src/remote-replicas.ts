@@ -88,7 +88,7 @@ export interface ReplicaEngineOptions {
  * Anthropic Messages adapter with the revision's model name, API key variable and timeouts.
  * Any other gets the OpenAI-compatible adapter: for a hosted upstream revision
  * (`engine.kind: openai-compatible`) the upstream's model name, API key variable, API and
- * timeouts are kept; for Weir's own engine servers the model is the revision id, the chat API
+ * timeouts and tokenizer are kept; for Weir's own engine servers the model is the revision id, the chat API
  * is used, and usage on every chunk and graceful stop are on (so a stream cut by a cancel or
  * deadline is billed from the engine's own count).
  */
@@ -112,6 +112,7 @@ export function createReplicaEngine(revision: RevisionSpec, replica: ReplicaEndp
       maxConcurrency: replica.slots,
       continuousUsageStats: upstream ? upstream.continuousUsageStats : true,
       gracefulStop: upstream ? upstream.gracefulStop : true,
+      ...(upstream?.tokenizer !== undefined ? { tokenizer: upstream.tokenizer } : {}),
       contextTokens: revision.contextWindow,
     },
     { logger: options.logger ?? silentLogger },
@@ -145,6 +146,21 @@ export function createReplicaEngines(revisions: readonly RevisionSpec[], replica
 export function replicaTokenCounter(revision: RevisionSpec, options: { timeoutMs?: number } = {}): TokenCounter | undefined {
   if (!revision.replicas || revision.replicas.length === 0 || revision.engine.kind === 'anthropic') return undefined;
   return createRemoteTokenCounter({ baseUrls: revision.replicas.map((r) => r.baseUrl), ...(options.timeoutMs !== undefined ? { timeoutMs: options.timeoutMs } : {}) });
+}
+
+/**
+ * The prompt-token counter of a hosted revision (`openai-compatible` or `anthropic`) that
+ * declares a tokenizer (`engine.tokenizer`): exactly what its adapter's `countInputTokens`
+ * counts (the tokenizer's count plus the per-message overhead of `token-bound.ts`, an upper
+ * bound; the UTF-8 byte bound until the encoding has loaded), for a process that reserves
+ * without running the adapter (the split gateway). Undefined for any other revision.
+ */
+export function declaredTokenCounter(revision: RevisionSpec): TokenCounter | undefined {
+  const e = revision.engine;
+  if ((e.kind !== 'openai-compatible' && e.kind !== 'anthropic') || e.tokenizer === undefined || e.tokenizer === 'none') return undefined;
+  // The adapter only counts here: it makes no call and reads no key.
+  const adapter = e.kind === 'anthropic' ? createAnthropicEngine(e, { env: {} }) : createOpenAICompatibleEngine(e, { env: {} });
+  return (input) => adapter.countInputTokens(input);
 }
 
 /** Error codes of an engine adapter that mean the replica itself is unreachable or hung (not a bad request). */

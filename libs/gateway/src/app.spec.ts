@@ -51,7 +51,7 @@ function fakeEngine(options: FakeEngineOptions): EngineAdapter & { options: Fake
         await new Promise((r) => setTimeout(r, engine.options.delayMs));
         yield { type: 'delta', text: `w${n} `, tokens: 1 };
       }
-      yield { type: 'end', reason: request.signal.aborted ? 'aborted' : n >= request.maxOutputTokens ? 'length' : 'stop', usage: { inputTokens: 2, outputTokens: n }, usageReported: true };
+      yield { type: 'end', reason: request.signal.aborted ? 'aborted' : n >= request.maxOutputTokens ? 'length' : 'stop', usage: { inputTokens: 2, outputTokens: n }, usageSource: 'reported' };
     },
     async close() {},
   };

@@ -469,7 +469,23 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     const entry = registry.get(tenantId, generationId);
     if (entry) entry.state = 'running';
     // One pump reads the relay; the route, repeats and /events readers follow the transcript.
-    void pumpInto(transcript, handle.events, (err) => failedOutcome(admitted.revision.id, err), (o) => toldOutcome(tracked, o)).then(async () => {
+    // The revision that answers is named once known: at the first delta (headers not yet sent on
+    // a stream), and at the end (after a fallback, the first choice did not answer).
+    const name = (revisionId: string, fallbackReason: string | undefined) => {
+      tracked.modelRevision = answer.modelRevision = revisionId;
+      if (res.headersSent) return;
+      res.setHeader('x-weir-model-revision', revisionId);
+      if (fallbackReason !== undefined) res.setHeader('x-weir-fallback-reason', fallbackReason);
+    };
+    const onFirstDelta = () => {
+      const a = started.answering();
+      name(a.revisionId, a.fallbackReason);
+    };
+    const told = (o: GenerationOutcome) => {
+      name(o.modelRevision, o.fallback?.reason);
+      return toldOutcome(tracked, o);
+    };
+    void pumpInto(transcript, handle.events, (err) => failedOutcome(admitted.revision.id, err), told, onFirstDelta).then(async () => {
       const outcome = transcript.outcome as GenerationOutcome;
       registry.finish(generationId, outcome);
       if (key === undefined) return;

@@ -24,7 +24,7 @@ function okEngine(): EngineAdapter & { started: number } {
     async *generate(): AsyncIterable<EngineEvent> {
       engine.started++;
       yield { type: 'delta', text: 'ok', tokens: 1 };
-      yield { type: 'end', reason: 'stop', usage: { inputTokens: 3, outputTokens: 1 }, usageReported: true };
+      yield { type: 'end', reason: 'stop', usage: { inputTokens: 3, outputTokens: 1 }, usageSource: 'reported' };
     },
     async close() {},
   };
@@ -109,7 +109,7 @@ function slowEngine(n = 30): EngineAdapter {
         yield { type: 'delta', text: 'w ', tokens: 1 };
         await new Promise((r) => setTimeout(r, 40));
       }
-      yield { type: 'end', reason: request.signal?.aborted ? 'aborted' : 'stop', usage: { inputTokens: 3, outputTokens: produced }, usageReported: true };
+      yield { type: 'end', reason: request.signal?.aborted ? 'aborted' : 'stop', usage: { inputTokens: 3, outputTokens: produced }, usageSource: 'reported' };
     },
     async close() {},
   };

@@ -12,6 +12,11 @@
  * is the answering attempt's, or — when no attempt could answer — one failure record written
  * here. The reservation was made for the dearest revision of the chain, so any fallback fits it.
  *
+ * Every attempt is visible (issue 13): each relay outcome carries the request's attempts so far
+ * (`outcome.attempts`, the relay's own last), the next attempt's job takes them as
+ * `priorAttempts`, so the one usage record names every failed attempt before the answering one
+ * (a failed attempt bills nothing; its upstream's own count stays on its attempt record).
+ *
  * Retries are bounded (`maxAttempts`), spaced by jittered exponential backoff, never after a
  * non-retryable failure (a 4xx other than 408/429 from an upstream is not retryable: the
  * adapters decide, see `upstream-errors.ts`), never past the request's deadline, and never once
@@ -30,6 +35,7 @@ import {
   type SchedulerService,
   type SlotLease,
   type StopCause,
+  type UpstreamAttempt,
   createAsyncQueue,
   retryDelayMs,
 } from '@weir/core';
@@ -68,7 +74,7 @@ export interface GrantedAttempt {
 /** Everything {@link startWithFailover} needs of the request. */
 export interface FailoverRequest {
   /** The job of the first attempt, without its revision and replica (filled per attempt). */
-  job: Omit<RelayJob, 'revision' | 'replicaId' | 'queueMs' | 'retryBeforeFirstToken'>;
+  job: Omit<RelayJob, 'revision' | 'replicaId' | 'queueMs' | 'retryBeforeFirstToken' | 'priorAttempts'>;
   caller: Caller;
   priority?: RequestPriority;
   /** Context tokens and bytes for the scheduler. */
@@ -99,14 +105,31 @@ export interface FailoverDeps {
   recordFailure(outcome: GenerationOutcome): void;
 }
 
+/** The attempt whose events a {@link FailoverHandle} relays now: its revision, and why it is not the first choice. */
+export interface AnsweringAttempt {
+  revisionId: string;
+  /** Set after a fallback: why the first choice did not answer (`upstream_unavailable`, `circuit_open`, …). */
+  fallbackReason?: string;
+}
+
+/** The handle of a request with failover: a relay handle, and which attempt answers. */
+export interface FailoverHandle extends RelayHandle {
+  /**
+   * The attempt running now (once its first delta is out, the one that answers: no attempt
+   * follows an output token). The gateway names it in headers and the generation resource.
+   */
+  answering(): AnsweringAttempt;
+}
+
 /**
  * Starts the first attempt and returns one handle for the whole request: its events are the
  * answering attempt's (a retry is invisible to the reader until the end), `done` resolves with
- * the final outcome — `modelRevision` names the revision that answered, and `fallback` says
- * why and from what when it is not the first choice — and `stop` reaches whichever attempt is
- * running. Never throws: a failure ends the stream with an error outcome.
+ * the final outcome — `modelRevision` names the revision that answered, `fallback` says why
+ * and from what when it is not the first choice, and `attempts` lists every upstream attempt —
+ * `stop` reaches whichever attempt is running, and `answering()` names it. Never throws: a
+ * failure ends the stream with an error outcome.
  */
-export function startWithFailover(request: FailoverRequest, deps: FailoverDeps): RelayHandle {
+export function startWithFailover(request: FailoverRequest, deps: FailoverDeps): FailoverHandle {
   const { clock } = deps;
   const maxAttempts = Math.max(1, deps.options?.maxAttempts ?? 3);
   const backoff = { baseMs: deps.options?.backoffBaseMs ?? 50, maxMs: deps.options?.backoffMaxMs ?? 1_000 };
@@ -116,6 +139,10 @@ export function startWithFailover(request: FailoverRequest, deps: FailoverDeps):
   let live: RelayHandle | undefined;
   /** The attempt running (or last run): its lease is released if Weir itself fails. */
   let current: GrantedAttempt = request.first;
+  /** Why the running attempt is not the first choice (set once a fallback happened). */
+  let fallbackReason: string | undefined = request.initialFallbackReason;
+  /** The upstream attempts made so far (each failed before any output), oldest first. */
+  let prior: UpstreamAttempt[] = [];
 
   const runAttempt = (attempt: GrantedAttempt, retryable: boolean): RelayHandle => {
     current = attempt;
@@ -125,6 +152,7 @@ export function startWithFailover(request: FailoverRequest, deps: FailoverDeps):
       replicaId: attempt.lease.replicaId,
       queueMs: attempt.lease.queueMs,
       ...(retryable ? { retryBeforeFirstToken: true } : {}),
+      ...(prior.length > 0 ? { priorAttempts: prior } : {}),
     });
     live = handle;
     if (stopCause) handle.stop(stopCause);
@@ -216,6 +244,9 @@ export function startWithFailover(request: FailoverRequest, deps: FailoverDeps):
 
       // Failed before any token, nothing recorded: try elsewhere, after a jittered pause.
       fallback ??= { reason: outcome.error?.code ?? 'upstream_error', from: attempt.revision.id, attempts };
+      fallbackReason = fallback.reason;
+      // The relay's outcome lists the attempts so far, its own last; the next job carries them.
+      prior = outcome.attempts ?? prior;
       avoid.push(attempt.lease.replicaId);
       const pauseMs = Math.min(retryDelayMs(attempts, backoff), Math.max(0, request.job.deadlineAt - clock.now()));
       await sleep(pauseMs, stopped.signal);
@@ -243,9 +274,11 @@ export function startWithFailover(request: FailoverRequest, deps: FailoverDeps):
       finishReason: 'error',
       usage: { inputTokens: 0, outputTokens: 0, cachedInputTokens: 0 },
       costNanoUsd: 0,
-      modelRevision: request.first.revision.id,
+      modelRevision: current.revision.id,
       timings: { queueMs: request.first.lease.queueMs, ttftMs: null, totalMs: clock.now() - request.job.arrivedAt },
       error: { code: 'internal', message: `the generation could not be run: ${err instanceof Error ? err.message : String(err)}` },
+      usageSource: 'reported',
+      ...(prior.length > 0 ? { attempts: prior } : {}),
     };
     // Give the slot back (a lease's release is idempotent, so one already released is untouched).
     current.lease.release();
@@ -256,6 +289,7 @@ export function startWithFailover(request: FailoverRequest, deps: FailoverDeps):
   return {
     events,
     done,
+    answering: () => ({ revisionId: current.revision.id, ...(fallbackReason !== undefined ? { fallbackReason } : {}) }),
     stop(cause) {
       stopCause ??= cause;
       // No new attempt for a client that left or cancelled; the running one stops as the relay

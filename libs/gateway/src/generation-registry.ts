@@ -18,6 +18,7 @@ export interface TrackedGeneration {
   apiKeyId?: string;
   /** Set when a revocation stopped it: the error its client is told instead of a plain cancel. */
   revoked?: { code: 'authentication_failed' | 'tenant_disabled' | 'kill_switch'; message: string };
+  /** The revision answering (the first choice until an attempt answers; once finished, the outcome's). */
   modelRevision: string;
   state: GenerationState;
   outcome?: GenerationOutcome;
@@ -98,6 +99,8 @@ export function createGenerationRegistry(
       if (!e) return;
       e.state = 'finished';
       e.outcome = outcome;
+      // The revision that answered (after a fallback, not the first choice), or the last tried.
+      e.modelRevision = outcome.modelRevision;
       e.finishedAt = now();
       finishedOrder.set(generationId, true);
       retainedChars += e.transcript?.size ?? 0;

@@ -33,7 +33,7 @@ function scriptedEngine(tokens: number, delayMs: number): EngineAdapter & { star
         await new Promise((r) => setTimeout(r, engine.delayMs));
         yield { type: 'delta', text: `w${n} `, tokens: 1 };
       }
-      yield { type: 'end', reason: request.signal.aborted ? 'aborted' : n >= request.maxOutputTokens ? 'length' : 'stop', usage: { inputTokens: 2, outputTokens: n }, usageReported: true };
+      yield { type: 'end', reason: request.signal.aborted ? 'aborted' : n >= request.maxOutputTokens ? 'length' : 'stop', usage: { inputTokens: 2, outputTokens: n }, usageSource: 'reported' };
     },
     async close() {},
   };

@@ -40,7 +40,7 @@ import { priceUsage } from '@weir/ledger';
 import { pickWeighted } from '@weir/routing';
 import { buildUsageRecord, type Relay, type RelayHandle } from '@weir/streaming';
 import { isRetired } from './deprecation';
-import { type CandidateHealth, type FailoverOptions, startWithFailover } from './failover';
+import { type AnsweringAttempt, type CandidateHealth, type FailoverOptions, startWithFailover } from './failover';
 import { createSchedulerPushback, type PushbackKey } from './scheduler-pushback';
 
 /** What the pipeline reports to metrics. */
@@ -202,6 +202,11 @@ export interface AdmittedGeneration {
         revisionId: string;
         /** Why the first attempt is not on the first choice (`circuit_open`); absent when it is. */
         fallbackReason?: string;
+        /**
+         * The attempt relaying now — after a fallback before the first token, not the first one:
+         * ask it once the first delta is out to name the revision that answers.
+         */
+        answering(): AnsweringAttempt;
       }
     | { kind: 'ended'; outcome: GenerationOutcome }
   >;
@@ -579,7 +584,13 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
             }
             deps.observer?.onFinished?.({ caller, route: params.route, alias: params.alias, revision: answeredBy, outcome, replicaId: answeredOn });
           });
-          return { kind: 'running', handle, revisionId: firstRevision.id, ...(initialFallbackReason !== undefined ? { fallbackReason: initialFallbackReason } : {}) };
+          return {
+            kind: 'running',
+            handle,
+            revisionId: firstRevision.id,
+            ...(initialFallbackReason !== undefined ? { fallbackReason: initialFallbackReason } : {}),
+            answering: () => handle.answering(),
+          };
         },
       };
     },

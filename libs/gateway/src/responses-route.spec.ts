@@ -44,7 +44,7 @@ function replyEngine(): EngineAdapter & { requests: Omit<EngineRequest, 'signal'
       let n = 0;
       for (; n < Math.min(pieces.length, request.maxOutputTokens) && !signal.aborted; n++) yield { type: 'delta', text: pieces[n], tokens: 1 };
       const reason = signal.aborted ? 'aborted' : n < pieces.length ? 'length' : 'stop';
-      yield { type: 'end', reason, usage: { inputTokens: 7, outputTokens: n }, usageReported: true };
+      yield { type: 'end', reason, usage: { inputTokens: 7, outputTokens: n }, usageSource: 'reported' };
     },
     async close() {},
   };

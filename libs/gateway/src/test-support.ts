@@ -19,7 +19,7 @@ import {
 } from '@weir/core';
 import { createStaticRouter } from '@weir/routing';
 import { createSlotScheduler } from '@weir/scheduling';
-import { createRelay } from '@weir/streaming';
+import { createRelay, type Relay } from '@weir/streaming';
 import { createGatewayApp, type Gateway, type GatewayDeps, type GatewayLogger } from './app';
 import { createLiveConfig, type LiveConfig } from './live-config';
 import type { Revocations } from './revocations';
@@ -54,7 +54,10 @@ export function twoTenantConfig(revision: RevisionSpec = fakeRevision()): Platfo
 /** What {@link startTestGateway} needs. */
 export interface TestGatewayOptions {
   config: PlatformConfig;
+  /** The engine of every revision, unless `engines` names another for it. */
   engine: EngineAdapter;
+  /** Engines by revision id (each revision's one replica `r<i>` runs its engine). Default none. */
+  engines?: Record<string, EngineAdapter>;
   admission: AdmissionService;
   idempotency?: IdempotencyStore;
   usage?: UsageReader;
@@ -70,6 +73,11 @@ export interface TestGatewayOptions {
   wallClock?: () => number;
   /** The gateway's logger. Default silent. */
   logger?: GatewayLogger;
+  /**
+   * Puts the relay behind a transport (e.g. a gRPC server and its client, as the split runs
+   * it): given the in-process relay, returns the relay the pipeline calls. Default: in-process.
+   */
+  relayVia?: (relay: Relay) => Relay | Promise<Relay>;
 }
 
 /** A running test gateway. */
@@ -99,14 +107,17 @@ export async function startTestGateway(options: TestGatewayOptions): Promise<Tes
   const otherKey = mintApiKey();
   const records: UsageRecord[] = options.records ?? [];
   const usageSink = { record: (r: UsageRecord) => void records.push(r), flush: async () => {} };
+  const engineOf = (revisionId: string | undefined) => (revisionId !== undefined ? options.engines?.[revisionId] : undefined) ?? engine;
   const router = createStaticRouter(config);
   const liveConfig = createLiveConfig(config);
   const pipeline = createGenerationPipeline({
     router,
     admission: options.admission,
     scheduler: createSlotScheduler({ replicas: config.revisions.map((r, i) => ({ id: `r${i}`, revisionId: r.id, slots: options.slots ?? 4 })), maxQueuePerReplica: config.defaults.maxQueuePerReplica, clock }),
-    relay: createRelay({ engineFor: () => engine, usageSink, clock, cancelGraceMs: config.defaults.cancelGraceMs }),
-    countInputTokens: (_rev, input) => engine.countInputTokens(input),
+    relay: await (options.relayVia ?? ((r: Relay) => r))(
+      createRelay({ engineFor: (replicaId) => engineOf(config.revisions[Number(replicaId.slice(1))]?.id), usageSink, clock, cancelGraceMs: config.defaults.cancelGraceMs }),
+    ),
+    countInputTokens: (rev, input) => engineOf(rev.id).countInputTokens(input),
     usageSink,
     tenants: liveConfig.tenants,
     revisions: liveConfig.revisions,

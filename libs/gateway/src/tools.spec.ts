@@ -32,7 +32,7 @@ function toolEngine(): EngineAdapter & { requests: Omit<EngineRequest, 'signal'>
       const tool = request.tools?.[0];
       if (!tool || request.toolChoice === 'none') {
         yield { type: 'delta', text: 'Sunny.', tokens: 2 };
-        yield { type: 'end', reason: 'stop', usage: { inputTokens: 9, outputTokens: 2 }, usageReported: true };
+        yield { type: 'end', reason: 'stop', usage: { inputTokens: 9, outputTokens: 2 }, usageSource: 'reported' };
         return;
       }
       let n = 0;
@@ -47,7 +47,7 @@ function toolEngine(): EngineAdapter & { requests: Omit<EngineRequest, 'signal'>
         n++;
         yield { type: 'delta', text: '', tokens: 1, toolCalls: [{ index: 0, argumentsDelta: ARGS.slice(at, at + 5) }] };
       }
-      yield { type: 'end', reason: signal.aborted ? 'aborted' : 'tool_calls', usage: { inputTokens: 9, outputTokens: n }, usageReported: true };
+      yield { type: 'end', reason: signal.aborted ? 'aborted' : 'tool_calls', usage: { inputTokens: 9, outputTokens: n }, usageSource: 'reported' };
     },
     async close() {},
   };

@@ -130,18 +130,24 @@ export function createTranscript(finished?: { deltas: readonly string[]; deltaTo
  * Reads a relay handle's events into a transcript until its end. Resolves when it ended.
  * Never throws: an iterator failure ends the transcript with `fallback(err)`. `finalOutcome`
  * may restate the relay's outcome for the client (e.g. a stop by a revocation); the usage
- * record is the relay's and is not changed.
+ * record is the relay's and is not changed. `onFirstDelta` runs once, just before the first
+ * delta reaches any reader (so a route can still set headers from it). Default none.
  */
 export async function pumpInto(
   transcript: Transcript,
   events: AsyncIterable<RelayEvent>,
   fallback: (err: unknown) => GenerationOutcome,
   finalOutcome: (outcome: GenerationOutcome) => GenerationOutcome = (o) => o,
+  onFirstDelta?: () => void,
 ): Promise<void> {
+  let first = true;
   try {
     for await (const ev of events) {
-      if (ev.type === 'delta') transcript.push(ev.text, ev.tokens, ev.toolCalls);
-      else transcript.end(finalOutcome(ev.outcome));
+      if (ev.type === 'delta') {
+        if (first) onFirstDelta?.();
+        first = false;
+        transcript.push(ev.text, ev.tokens, ev.toolCalls);
+      } else transcript.end(finalOutcome(ev.outcome));
     }
   } catch (err) {
     transcript.end(fallback(err));

@@ -1,7 +1,7 @@
 /**
  * A model that fails before its first token, over HTTP: a transient failure answers a
  * retryable 503 with `Retry-After` (the upstream's hint, else 1 s) and says to retry; a
- * permanent one answers without; one usage record either way.
+ * permanent one answers without; one usage record either way, billing nothing.
  */
 import { createInMemoryAdmission } from '@weir/admission';
 import { type EngineAdapter, type EngineEvent, WeirError } from '@weir/core';
@@ -65,5 +65,9 @@ describe('a model failing before its first token', () => {
     expect(res.status).toBeGreaterThanOrEqual(400);
     expect(res.headers.get('retry-after')).toBeNull();
     expect(gw.records).toHaveLength(1);
+    // A failure before any output bills nothing (issue 13), though admission counted 3 input
+    // tokens: the attempt is on the record, the charge is not.
+    expect(gw.records[0]).toMatchObject({ inputTokens: 0, outputTokens: 0, costNanoUsd: 0, usageSource: 'reported' });
+    expect(gw.records[0].attempts).toEqual([expect.objectContaining({ attempt: 1, revisionId: 'fake@1', outcome: 'failed', errorCode: 'upstream_bad_request' })]);
   });
 });

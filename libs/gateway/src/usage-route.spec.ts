@@ -19,7 +19,7 @@ const engine: EngineAdapter = {
   },
   async *generate(request: EngineRequest): AsyncIterable<EngineEvent> {
     for (let n = 0; n < 3; n++) yield { type: 'delta', text: `w${n} `, tokens: 1 };
-    yield { type: 'end', reason: request.maxOutputTokens <= 3 ? 'length' : 'stop', usage: { inputTokens: 2, outputTokens: 3 }, usageReported: true };
+    yield { type: 'end', reason: request.maxOutputTokens <= 3 ? 'length' : 'stop', usage: { inputTokens: 2, outputTokens: 3 }, usageSource: 'reported' };
   },
   async close() {},
 };

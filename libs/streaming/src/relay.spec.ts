@@ -1,5 +1,5 @@
 import { type EngineAdapter, type EngineEvent, type EngineRequest, type RelayJob, type RevisionSpec, type UsageRecord, WeirError } from '@weir/core';
-import { createRelay } from './relay';
+import { billedUsage, createRelay } from './relay';
 
 /** A hand-written engine: emits `tokens` one-token deltas `delayMs` apart, honours abort, optionally fails after `failAfter`. */
 function fakeEngine(options: { tokens: number; delayMs?: number; failAfter?: number; reportUsage?: boolean; failRetryable?: boolean }): EngineAdapter & { produced: number } {
@@ -22,7 +22,7 @@ function fakeEngine(options: { tokens: number; delayMs?: number; failAfter?: num
         yield { type: 'delta', text: `t${n} `, tokens: 1 };
       }
       const reason = request.signal.aborted ? 'aborted' : n >= request.maxOutputTokens ? 'length' : 'stop';
-      yield { type: 'end', reason, usage: { inputTokens: 3, outputTokens: n }, usageReported: options.reportUsage ?? true };
+      yield { type: 'end', reason, usage: { inputTokens: 3, outputTokens: n }, usageSource: options.reportUsage === false ? 'estimated' : 'reported' };
     },
     async close() {},
   };
@@ -91,7 +91,7 @@ describe('createRelay', () => {
       { type: 'delta', text: '', tokens: 0, toolCalls: [] },
       { type: 'delta', text: '', tokens: 1, toolCalls: [{ index: 0, argumentsDelta: '{"city":' }] },
       { type: 'delta', text: 'x', tokens: 1, toolCalls: [{ index: 0, argumentsDelta: '"Paris"}' }, { index: 1, id: 'call_b', name: 'now' }] },
-      { type: 'end', reason: 'tool_calls', usage: { inputTokens: 3, outputTokens: 4 }, usageReported: true },
+      { type: 'end', reason: 'tool_calls', usage: { inputTokens: 3, outputTokens: 4 }, usageSource: 'reported' },
     ];
     const engine: EngineAdapter = {
       kind: 'fake',
@@ -142,7 +142,7 @@ describe('createRelay', () => {
         // Ignores maxOutputTokens (a buggy upstream, or one that reads another field).
         for (; sent < 200 && !request.signal.aborted; sent++) yield { type: 'delta', text: 'w ', tokens: 1 };
         aborted = request.signal.aborted;
-        yield { type: 'end', reason: 'stop', usage: { inputTokens: 2, outputTokens: sent }, usageReported: true };
+        yield { type: 'end', reason: 'stop', usage: { inputTokens: 2, outputTokens: sent }, usageSource: 'reported' };
       },
       async close() {},
     };
@@ -167,7 +167,7 @@ describe('createRelay', () => {
       },
       async *generate() {
         yield { type: 'delta', text: 'one chunk of many tokens', tokens: 50 };
-        yield { type: 'end', reason: 'stop', usage: { inputTokens: 2, outputTokens: 50 }, usageReported: true };
+        yield { type: 'end', reason: 'stop', usage: { inputTokens: 2, outputTokens: 50 }, usageSource: 'reported' };
       },
       async close() {},
     };
@@ -196,7 +196,7 @@ describe('createRelay', () => {
       capacity: { slots: 1, contextTokens: 1024 },
       countInputTokens: async () => 609,
       async *generate() {
-        yield { type: 'end', reason: 'aborted', usage: { inputTokens: 609, outputTokens: 0 }, usageReported: false };
+        yield { type: 'end', reason: 'aborted', usage: { inputTokens: 609, outputTokens: 0 }, usageSource: 'estimated' };
       },
       async close() {},
     };
@@ -285,6 +285,59 @@ describe('createRelay', () => {
     const { relay, records } = setup(fakeEngine({ tokens: 3 }));
     await relay.start(job()).done;
     expect(records[0].outputTokens).toBe(3);
+  });
+
+  it('bills nothing for a failure before any output, even the last attempt, and keeps the upstream count on its attempt', async () => {
+    const counted = new WeirError('upstream_bad_request', 'upstream answered HTTP 400', { produced: { usage: { inputTokens: 7, outputTokens: 0 }, source: 'reported' } });
+    const engine: EngineAdapter = {
+      kind: 'fake',
+      capacity: { slots: 1, contextTokens: 512 },
+      countInputTokens: async () => 18,
+      async *generate() {
+        throw counted;
+      },
+      close: async () => {},
+    };
+    const { relay, records } = setup(engine);
+    const outcome = await relay.start(job({ inputTokens: 18 })).done;
+    expect(outcome).toMatchObject({ finishReason: 'error', usage: { inputTokens: 0, outputTokens: 0 }, costNanoUsd: 0, usageSource: 'reported' });
+    expect(records[0]).toMatchObject({ status: 'failed', inputTokens: 0, outputTokens: 0, costNanoUsd: 0 });
+    expect(records[0].attempts).toEqual([expect.objectContaining({ attempt: 1, outcome: 'failed', errorCode: 'upstream_bad_request', inputTokens: 7, outputTokens: 0, replicaId: 'r0', ttftMs: null })]);
+  });
+
+  it('bills a failure after output what the adapter counted (its source kept), else the deltas as estimated', async () => {
+    const counting: EngineAdapter = {
+      kind: 'fake',
+      capacity: { slots: 1, contextTokens: 512 },
+      countInputTokens: async () => 3,
+      async *generate() {
+        yield { type: 'delta', text: 'a', tokens: 1 };
+        yield { type: 'delta', text: 'bc', tokens: 1 };
+        throw new WeirError('upstream_error', 'upstream died', { produced: { usage: { inputTokens: 2, outputTokens: 3 }, source: 'counted' } });
+      },
+      close: async () => {},
+    };
+    const withCount = setup(counting);
+    expect(await withCount.relay.start(job()).done).toMatchObject({ usage: { inputTokens: 2, outputTokens: 3 }, usageSource: 'counted' });
+    const without = setup(fakeEngine({ tokens: 10, failAfter: 4 }));
+    expect(await without.relay.start(job()).done).toMatchObject({ usage: { inputTokens: 3, outputTokens: 4 }, usageSource: 'estimated' });
+  });
+
+  it('numbers its attempt after the prior ones and carries them all on the outcome and the record', async () => {
+    const { relay, records } = setup(fakeEngine({ tokens: 2 }));
+    const prior = [{ attempt: 1, revisionId: 'other@1', provider: 'anthropic', outcome: 'failed' as const, errorCode: 'upstream_unavailable', startedAtMs: 1, ttftMs: null, durationMs: 3, inputTokens: 0, outputTokens: 0 }];
+    const outcome = await relay.start(job({ priorAttempts: prior })).done;
+    expect(outcome.attempts).toEqual([prior[0], expect.objectContaining({ attempt: 2, revisionId: 'fake@1', provider: 'openai-compatible', replicaId: 'r0', outcome: 'answered', inputTokens: 3, outputTokens: 2 })]);
+    expect(records[0].attempts).toEqual(outcome.attempts);
+    expect(records[0].usageSource).toBe('reported');
+  });
+
+  it.each([
+    ['caps the input at the reserved count and the output at the limit', { usage: { inputTokens: 50, outputTokens: 90, cachedInputTokens: 40 }, source: 'reported' as const }, false, { inputTokens: 20, outputTokens: 64, cachedInputTokens: 20 }],
+    ['keeps a count within the reservation', { usage: { inputTokens: 12, outputTokens: 5 }, source: 'counted' as const }, false, { inputTokens: 12, outputTokens: 5 }],
+    ['bills nothing for a failure before any output', { usage: { inputTokens: 12, outputTokens: 0 }, source: 'reported' as const }, true, { inputTokens: 0, outputTokens: 0, cachedInputTokens: 0 }],
+  ])('billedUsage %s', (_name, produced, failedBeforeOutput, expected) => {
+    expect(billedUsage(produced, { reservedInputTokens: 20, maxOutputTokens: 64 }, failedBeforeOutput).usage).toEqual(expected);
   });
 
   it('ends a job already past its deadline without starting the engine or billing', async () => {

@@ -12,13 +12,16 @@ import {
   type EngineEvent,
   type FinishReason,
   type GenerationOutcome,
+  type ProducedUsage,
   type RelayEvent,
   type RelayHandle,
   type RelayService,
   type RelayJob,
   type TokenUsage,
+  type UpstreamAttempt,
   type UsageRecord,
   type UsageSink,
+  type UsageSource,
   WeirError,
   createAsyncQueue,
   toWeirError,
@@ -82,6 +85,36 @@ export function buildUsageRecord(
     finishedAt: new Date(finishedAtMs),
     ...(outcome.relayLost ? { uncertain: true } : {}),
     ...(job.useCase !== undefined ? { useCase: job.useCase } : {}),
+    ...(outcome.usageSource !== undefined ? { usageSource: outcome.usageSource } : {}),
+    ...(outcome.attempts !== undefined && outcome.attempts.length > 0 ? { attempts: outcome.attempts } : {}),
+  };
+}
+
+/** No tokens: what a failure before any output bills (and what an engine that never ran counted). */
+const NOTHING: TokenUsage = { inputTokens: 0, outputTokens: 0, cachedInputTokens: 0 };
+
+/**
+ * What a generation bills from what its engine produced (issue 13): nothing for a failure
+ * before any output (`reported`: zero is exact, whatever the upstream counted — that count stays
+ * on the attempt record); otherwise the engine's count, never above the reservation — output at
+ * most `maxOutputTokens`, input (and cached input) at most the `reservedInputTokens` admission
+ * reserved for.
+ */
+export function billedUsage(
+  produced: ProducedUsage,
+  limits: { reservedInputTokens: number; maxOutputTokens: number },
+  failedBeforeOutput: boolean,
+): ProducedUsage {
+  if (failedBeforeOutput) return { usage: NOTHING, source: 'reported' };
+  const u = produced.usage;
+  const inputTokens = Math.min(u.inputTokens, limits.reservedInputTokens);
+  return {
+    usage: {
+      inputTokens,
+      outputTokens: Math.min(u.outputTokens, limits.maxOutputTokens),
+      ...(u.cachedInputTokens !== undefined ? { cachedInputTokens: Math.min(u.cachedInputTokens, inputTokens) } : {}),
+    },
+    source: produced.source,
   };
 }
 
@@ -115,8 +148,12 @@ export function createRelay(deps: RelayDeps): Relay {
       );
 
       const done = (async (): Promise<GenerationOutcome> => {
+        const attemptStartedAtMs = wall();
+        const attemptStart = deps.clock.now();
+        let replicaReached = false;
         let producedTokens = 0;
         let ttftMs: number | null = null;
+        let firstTokenAt: number | undefined;
         // With an output schema, the whole text is kept to validate the finished document.
         let schema: OutputSchema | undefined;
         let text = '';
@@ -127,12 +164,13 @@ export function createRelay(deps: RelayDeps): Relay {
           if (job.engineRequest.outputSchema) schema = compileOutputSchema(job.engineRequest.outputSchema, 'output_schema');
           const engine = deps.engineFor(job.replicaId);
           if (!engine) throw new WeirError('engine_unavailable', `replica ${job.replicaId} is not serving`, { retryable: true });
+          replicaReached = true;
           // Past its deadline already (a slow hop): end now, before any work is done or billed.
           const late = job.deadlineAt <= deps.clock.now();
           if (late) {
             stopReason = 'deadline';
             // Nothing ran: zero is the exact count (so it is "reported", not estimated).
-            end = { type: 'end', reason: 'aborted', usage: { inputTokens: 0, outputTokens: 0, cachedInputTokens: 0 }, usageReported: true };
+            end = { type: 'end', reason: 'aborted', usage: NOTHING, usageSource: 'reported' };
           }
           const stream = late ? [] : engine.generate({ ...job.engineRequest, signal: abort.signal, generationId: job.generationId });
           // The output limit is Weir's to enforce, whatever the engine does: an upstream that
@@ -142,12 +180,16 @@ export function createRelay(deps: RelayDeps): Relay {
             if (ev.type === 'delta') {
               if (producedTokens >= limit && ev.tokens > 0) {
                 abort.abort();
-                end = { type: 'end', reason: 'length', usage: { inputTokens: job.inputTokens, outputTokens: producedTokens, cachedInputTokens: 0 }, usageReported: false };
+                // The adapter's own count is lost with the cut: the deltas' tokens are the count.
+                end = { type: 'end', reason: 'length', usage: { inputTokens: job.inputTokens, outputTokens: producedTokens, cachedInputTokens: 0 }, usageSource: 'estimated' };
                 break;
               }
               producedTokens += ev.tokens;
               if (schema) text += ev.text;
-              if (ttftMs === null && ev.tokens > 0) ttftMs = deps.clock.now() - job.arrivedAt;
+              if (ttftMs === null && ev.tokens > 0) {
+                firstTokenAt = deps.clock.now();
+                ttftMs = firstTokenAt - job.arrivedAt;
+              }
               // A delta may carry text, tool-call fragments, or both; one with neither is dropped.
               const toolCalls = ev.toolCalls !== undefined && ev.toolCalls.length > 0 ? ev.toolCalls : undefined;
               if (ev.text.length > 0 || toolCalls) queue.push({ type: 'delta', text: ev.text, tokens: ev.tokens, ...(toolCalls ? { toolCalls } : {}) });
@@ -165,18 +207,18 @@ export function createRelay(deps: RelayDeps): Relay {
           if (graceTimer) clearTimeout(graceTimer);
         }
 
-        // The engine's own count when it reported one. When it did not (stopped before its
-        // usage chunk, e.g. cut at a deadline while queued or in prefill), the adapter's
-        // estimate may be a loose upper bound (UTF-8 bytes); the input is then billed at the
-        // count admission reserved with the revision's tokenizer (`job.inputTokens`), which is
-        // the engine's count where Weir runs the model, and never above the reservation.
-        const counted: TokenUsage = end
-          ? end.usageReported
-            ? end.usage
-            : { ...end.usage, inputTokens: job.inputTokens }
-          : { inputTokens: job.inputTokens, outputTokens: producedTokens, cachedInputTokens: 0 };
-        // Never billed beyond the output limit the reservation was made for (a hard cap).
-        const usage: TokenUsage = { ...counted, outputTokens: Math.min(counted.outputTokens, job.engineRequest.maxOutputTokens) };
+        // What the engine produced, and how it was counted: its end event's usage; for a
+        // failure, what the adapter attached (the upstream's count, or its tokenizer's), else
+        // the deltas' tokens and the input admission reserved for (`estimated`).
+        const produced: ProducedUsage = end
+          ? { usage: end.usage, source: end.usageSource }
+          : (failure?.produced ?? { usage: { inputTokens: job.inputTokens, outputTokens: producedTokens, cachedInputTokens: 0 }, source: 'estimated' });
+        // A failure before any output bills nothing, in every topology (issue 13): the attempt
+        // record keeps what the upstream counted.
+        const failedBeforeOutput = failure !== undefined && producedTokens === 0;
+        const billed = billedUsage(produced, { reservedInputTokens: job.inputTokens, maxOutputTokens: job.engineRequest.maxOutputTokens }, failedBeforeOutput);
+        const usage = billed.usage;
+        const usageSource: UsageSource = billed.source;
         let finishReason: FinishReason;
         if (failure) finishReason = 'error';
         else if (stopReason) finishReason = stopReason;
@@ -184,17 +226,38 @@ export function createRelay(deps: RelayDeps): Relay {
         else finishReason = 'cancelled';
 
         const now = deps.clock.now();
+        const prior = job.priorAttempts ?? [];
+        // This attempt's record after the earlier ones: a failure before any output keeps the
+        // upstream's own count (not billed); any other attempt the tokens it bills.
+        const attempts = (errorCode: string | undefined): UpstreamAttempt[] => [
+          ...prior,
+          {
+            attempt: prior.length + 1,
+            revisionId: job.revision.id,
+            provider: job.revision.engine.kind,
+            ...(replicaReached ? { replicaId: job.replicaId } : {}),
+            outcome: failedBeforeOutput ? 'failed' : 'answered',
+            ...(errorCode !== undefined ? { errorCode } : {}),
+            startedAtMs: attemptStartedAtMs,
+            ttftMs: firstTokenAt === undefined ? null : Math.round(firstTokenAt - attemptStart),
+            durationMs: Math.round(now - attemptStart),
+            inputTokens: failedBeforeOutput ? (failure?.produced?.usage.inputTokens ?? 0) : usage.inputTokens,
+            outputTokens: failedBeforeOutput ? (failure?.produced?.usage.outputTokens ?? 0) : usage.outputTokens,
+          },
+        ];
         // An attempt the caller will retry elsewhere (it failed before any output, retryably):
         // nothing was produced or delivered, so it is neither billed nor recorded.
         if (failure && failure.retryable && producedTokens === 0 && job.retryBeforeFirstToken && !stopReason) {
           const unrecorded: GenerationOutcome = {
             finishReason: 'error',
-            usage: { inputTokens: 0, outputTokens: 0, cachedInputTokens: 0 },
+            usage: NOTHING,
             costNanoUsd: 0,
             modelRevision: job.revision.id,
             timings: { queueMs: job.queueMs, ttftMs: null, totalMs: now - job.arrivedAt },
             error: { code: failure.code, message: failure.message, retryable: true, ...(failure.retryAfterMs !== undefined ? { retryAfterMs: failure.retryAfterMs } : {}) },
             unrecorded: true,
+            usageSource: 'reported',
+            attempts: attempts(failure.code),
           };
           deps.onOutcome?.(job, unrecorded);
           queue.push({ type: 'end', outcome: unrecorded });
@@ -217,10 +280,12 @@ export function createRelay(deps: RelayDeps): Relay {
                 },
               }
             : {}),
+          usageSource,
         };
         // Every schema-constrained output is validated here, once: an invalid one ends as
         // `output_invalid` in the usage record, the end event and every replay alike.
-        const outcome = judgeOutput(measured, text, schema).outcome;
+        const judged = judgeOutput(measured, text, schema).outcome;
+        const outcome: GenerationOutcome = { ...judged, attempts: attempts(judged.error?.code) };
         deps.usageSink.record(buildUsageRecord(job, outcome, wall()));
         deps.onOutcome?.(job, outcome);
         queue.push({ type: 'end', outcome });

@@ -8,7 +8,7 @@
  * `ping` anywhere; `error` may arrive mid-stream.
  */
 import type { UpstreamWire } from './engine-contract';
-import type { FakeModelOptions, UpstreamReply, UpstreamScript } from './scripted-upstream';
+import { type CountingModelOptions, ONE_TOKEN_WORDS, type FakeModelOptions, type SseStep, type UpstreamReply, type UpstreamScript } from './scripted-upstream';
 
 /** Anthropic usage counts as the API reports them (input excludes cache reads and writes). */
 export interface AnthropicWireUsage {
@@ -206,3 +206,24 @@ export const anthropicWire: UpstreamWire = {
   errorEvent: (message) => anthropicErrorEvent('overloaded_error', message),
   errorReply: (status, message) => anthropicErrorReply(status, { message }),
 };
+
+/**
+ * An Anthropic Messages upstream that counts what it sends (`RecordedRequest.tokensSent`):
+ * `message_start` (input tokens), then `tokens` `text_delta`s of one token each
+ * (`countingModelText`), then `then`: `finish` ends with `message_delta` (the output count: the
+ * only place the API reports it) and `message_stop`; `hang` stalls; `destroy` cuts the socket.
+ */
+export function countingAnthropicScript(options: CountingModelOptions): UpstreamScript {
+  return () => {
+    const pieces = Array.from({ length: options.tokens }, (_, i) => ONE_TOKEN_WORDS[i % ONE_TOKEN_WORDS.length]);
+    const usage = { input_tokens: options.promptTokens ?? 7, output_tokens: options.tokens };
+    const then = options.then ?? 'finish';
+    const events = anthropicStreamEvents(pieces, { stopReason: then === 'finish' ? 'end_turn' : null, usage });
+    // message_start, content_block_start, ping, then one event per piece.
+    const head = 3;
+    const steps: SseStep[] = events.map((data, i) => ({ data, ...(i >= head && i < head + pieces.length ? { tokens: 1, delayMs: options.pieceDelayMs } : {}) }));
+    // A moment first, so the bytes already written reach the client before the reset.
+    if (then === 'destroy') steps.push({ destroy: true, delayMs: 50 });
+    return { kind: 'sse', steps, hang: then === 'hang' };
+  };
+}

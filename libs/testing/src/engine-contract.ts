@@ -248,7 +248,7 @@ const PLANTED_UPSTREAM_MESSAGE = 'upstream detail that may echo the prompt';
  * - streaming: pieces (multi-byte, events split across 5-byte reads) → one delta each, in
  *   order, then exactly one `end`, last;
  * - usage: input, output and cached input counts exactly as the upstream reports them
- *   (`usageReported: true`), Σ delta tokens ≤ output tokens;
+ *   (`usageSource: reported`), Σ delta tokens ≤ output tokens;
  * - end reasons: `length` and `content_filter` as the provider spells them;
  * - error mapping: HTTP statuses per {@link UPSTREAM_STATUS_CONTRACT}; an in-band error event
  *   after output began and a connection cut mid-stream → `upstream_error` (earlier deltas
@@ -316,7 +316,7 @@ export function describeUpstreamEngineContract(
       const { events, error } = await collectEngineEvents(adapter, engineRequest(input()));
       expect(error).toBeUndefined();
       const end = endOf(events);
-      expect(end).toEqual({ type: 'end', reason: 'stop', usage: reported, usageReported: true });
+      expect(end).toEqual({ type: 'end', reason: 'stop', usage: reported, usageSource: 'reported' });
       const deltaTokens = deltasOf(events).reduce((n, d) => n + d.tokens, 0);
       expect(deltaTokens).toBeGreaterThan(0);
       expect(deltaTokens).toBeLessThanOrEqual(end.usage.outputTokens);

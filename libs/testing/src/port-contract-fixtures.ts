@@ -59,6 +59,7 @@ const revisions: RevisionSpec[] = [
       idleTimeoutMs: 15_000,
       maxConcurrency: 16,
       continuousUsageStats: true,
+      tokenizer: 'cl100k_base',
     },
     contextWindow: 1024,
     maxOutputTokens: 512,

@@ -104,7 +104,7 @@ export function createScriptedEngine(): ScriptedEngine {
         }
       }
       const reason = signal.aborted ? 'aborted' : script.tokens > request.maxOutputTokens ? 'length' : calls.length > 0 ? 'tool_calls' : 'stop';
-      yield { type: 'end', reason, usage: { inputTokens: SCRIPTED_INPUT_TOKENS, outputTokens: n }, usageReported: true };
+      yield { type: 'end', reason, usage: { inputTokens: SCRIPTED_INPUT_TOKENS, outputTokens: n }, usageSource: 'reported' };
     },
     async close() {},
   };

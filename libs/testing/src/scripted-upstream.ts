@@ -12,13 +12,19 @@ export interface RecordedRequest {
   rawBody: string;
   /** Set to true when the client went away before the reply was fully sent. */
   clientAborted: boolean;
+  /**
+   * Output tokens written to the client so far: the sum of the `tokens` of the SSE steps sent
+   * (a step is counted once its bytes are written). What the upstream produced, for billing
+   * checks. 0 for replies whose steps declare none.
+   */
+  tokensSent: number;
 }
 
 /**
  * One step of an SSE body: raw bytes (a string is sent as UTF-8) after `delayMs` (default 0),
  * or `destroy` to cut the socket mid-stream (no proper HTTP end).
  */
-export type SseStep = { data: string | Uint8Array; delayMs?: number } | { destroy: true; delayMs?: number };
+export type SseStep = { data: string | Uint8Array; delayMs?: number; /** Output tokens this step carries (counted into `tokensSent`). Default 0. */ tokens?: number } | { destroy: true; delayMs?: number };
 
 /** What the scripted upstream answers to one request. */
 export type UpstreamReply =
@@ -86,6 +92,7 @@ export async function startScriptedUpstream(options: ScriptedUpstreamOptions = {
         body,
         rawBody,
         clientAborted: false,
+        tokensSent: 0,
       };
       const index = requests.push(recorded) - 1;
       Promise.resolve()
@@ -135,6 +142,7 @@ export async function startScriptedUpstream(options: ScriptedUpstreamOptions = {
         return;
       }
       res.write(step.data);
+      recorded.tokensSent += step.tokens ?? 0;
     }
     if (!reply.hang) res.end();
   }
@@ -344,4 +352,60 @@ export function fakeModelScript(options: FakeModelOptions = {}): UpstreamScript 
     const events = build(pieces, { finishReason, usage: includeUsage ? usage : false });
     return { kind: 'sse', steps: events.map((data) => ({ data, delayMs: options.pieceDelayMs })) };
   };
+}
+
+/** Words that are one token each, alone and after one another, in `cl100k_base` and `o200k_base`. */
+export const ONE_TOKEN_WORDS: readonly string[] = [' the', ' cat', ' sat', ' on', ' a', ' mat', ' and', ' then', ' it', ' ran'];
+
+/** Options of {@link countingModelScript}. */
+export interface CountingModelOptions {
+  /** Output tokens to produce, one per content chunk ({@link ONE_TOKEN_WORDS} in turn). */
+  tokens: number;
+  /**
+   * What follows the last token: `finish` (finish chunk, usage chunk when asked for, `[DONE]`),
+   * `hang` (stay open without a word: a stalled upstream, cut by the client), or `destroy` (cut
+   * the socket: the upstream died mid-stream). Default `finish`.
+   */
+  then?: 'finish' | 'hang' | 'destroy';
+  /** Prompt tokens the upstream reports. Default 7. */
+  promptTokens?: number;
+  /** Delay before each token (ms). Default 0. */
+  pieceDelayMs?: number;
+}
+
+/**
+ * An OpenAI-compatible chat upstream that counts what it sends (`RecordedRequest.tokensSent`):
+ * `tokens` content chunks of one token each, then `then`. It reports usage as a real one does:
+ * a final usage chunk when `stream_options.include_usage` is set (and the stream finishes), and
+ * cumulative usage on every chunk when `stream_options.continuous_usage_stats` is set too (as
+ * vLLM and Weir's engine servers do). Its text is {@link countingModelText}.
+ */
+export function countingModelScript(options: CountingModelOptions): UpstreamScript {
+  return (request) => {
+    const body = (request.body ?? {}) as Record<string, unknown>;
+    const streamOptions = (body.stream_options ?? {}) as { include_usage?: boolean; continuous_usage_stats?: boolean };
+    const prompt = options.promptTokens ?? 7;
+    const usage = (completion: number) => ({ prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion });
+    const meta = { id: 'chatcmpl-counting', object: 'chat.completion.chunk', created: 1_700_000_000, model: 'counting-model' };
+    const chunk = (delta: object, finish: string | null, completion: number): string =>
+      sseEvent({ ...meta, choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }], usage: streamOptions.continuous_usage_stats ? usage(completion) : null });
+    const steps: SseStep[] = [{ data: chunk({ role: 'assistant', content: '' }, null, 0) }];
+    for (let i = 0; i < options.tokens; i++) {
+      steps.push({ data: chunk({ content: ONE_TOKEN_WORDS[i % ONE_TOKEN_WORDS.length] }, null, i + 1), tokens: 1, delayMs: options.pieceDelayMs });
+    }
+    const then = options.then ?? 'finish';
+    // A moment first, so the bytes already written reach the client before the reset.
+    if (then === 'destroy') steps.push({ destroy: true, delayMs: 50 });
+    if (then === 'finish') {
+      steps.push({ data: chunk({}, 'stop', options.tokens) });
+      if (streamOptions.include_usage) steps.push({ data: sseEvent({ ...meta, choices: [], usage: usage(options.tokens) }) });
+      steps.push({ data: sseEvent('[DONE]') });
+    }
+    return { kind: 'sse', steps, hang: then === 'hang' };
+  };
+}
+
+/** The text {@link countingModelScript} (and {@link countingAnthropicScript}) sends for `tokens` tokens. */
+export function countingModelText(tokens: number): string {
+  return Array.from({ length: tokens }, (_, i) => ONE_TOKEN_WORDS[i % ONE_TOKEN_WORDS.length]).join('');
 }

@@ -17,6 +17,7 @@ import {
   type SamplingParams,
   type StopCause,
   type TokenUsage,
+  type UpstreamAttempt,
   type ToolCallDelta,
   type ToolChoice,
   type ToolDefinition,
@@ -43,6 +44,8 @@ import {
   required,
   revisionFromWire,
   revisionToWire,
+  attemptFromWire,
+  attemptToWire,
 } from './wire-common';
 
 const ROUTES: Record<ApiRoute, relayV1.ApiRoute> = {
@@ -76,7 +79,9 @@ export type RelayLostOutcome = GenerationOutcome & { relayLost: true };
  * True when `outcome` was synthesized by the relay gRPC client because the stream broke
  * before its end event (relay killed, connection lost, stream deadline): `finishReason`
  * `error`, error code `upstream_error`, usage = input tokens of the job plus the output
- * tokens relayed so far, priced at the job's revision, `relayLost: true`.
+ * tokens relayed so far (nothing at all when no output was relayed: a failure before any
+ * output bills nothing), priced at the job's revision, `usageSource: estimated`,
+ * `relayLost: true`, and the job's attempts with this one last.
  */
 export function isRelayLost(outcome: GenerationOutcome): outcome is RelayLostOutcome {
   return outcome.relayLost === true;
@@ -161,6 +166,7 @@ export function jobToWire(job: RelayJob, clock: Clock): MessageInitShape<typeof 
     inputTokens: job.inputTokens,
     ...(job.useCase !== undefined ? { useCase: job.useCase } : {}),
     retryBeforeFirstToken: job.retryBeforeFirstToken === true,
+    priorAttempts: (job.priorAttempts ?? []).map(attemptToWire),
   };
 }
 
@@ -232,6 +238,7 @@ export function jobFromWire(wire: relayV1.RelayJob | undefined, clock: Clock): R
     inputTokens: job.inputTokens,
     ...(job.useCase !== undefined ? { useCase: job.useCase } : {}),
     ...(job.retryBeforeFirstToken ? { retryBeforeFirstToken: true } : {}),
+    ...(job.priorAttempts.length > 0 ? { priorAttempts: job.priorAttempts.map(attemptFromWire) } : {}),
   };
 }
 
@@ -402,6 +409,29 @@ export function createRelayGrpcClient(options: RelayGrpcClientOptions): RelayGrp
       let outputTokens = 0;
       let ttftMs: number | null = null;
       const stopsSent = new Set<StopCause>();
+      const startedAtMs = Date.now();
+      const startedAt = clock.now();
+      // This attempt as the gateway saw it, after the job's earlier ones (the relay's own record
+      // is lost with it, or it refused the job before running anything).
+      const attemptsWith = (usage: TokenUsage, errorCode: string, replicaReached: boolean): UpstreamAttempt[] => {
+        const prior = job.priorAttempts ?? [];
+        return [
+          ...prior,
+          {
+            attempt: prior.length + 1,
+            revisionId: job.revision.id,
+            provider: job.revision.engine.kind,
+            ...(replicaReached ? { replicaId: job.replicaId } : {}),
+            outcome: usage.outputTokens > 0 ? 'answered' : 'failed',
+            errorCode,
+            startedAtMs,
+            ttftMs: ttftMs === null ? null : Math.max(0, Math.round(ttftMs - (startedAt - job.arrivedAt))),
+            durationMs: Math.round(clock.now() - startedAt),
+            inputTokens: usage.inputTokens,
+            outputTokens: usage.outputTokens,
+          },
+        ];
+      };
 
       const finish = (outcome: GenerationOutcome) => {
         if (ended) return;
@@ -411,7 +441,9 @@ export function createRelayGrpcClient(options: RelayGrpcClientOptions): RelayGrp
         resolveDone(outcome);
       };
       const lost = (why: string): RelayLostOutcome => {
-        const usage: TokenUsage = { inputTokens: job.inputTokens, outputTokens, cachedInputTokens: 0 };
+        // What was relayed, with the input reserved for; nothing when no output came (a failure
+        // before any output bills nothing, as on the relay).
+        const usage: TokenUsage = outputTokens > 0 ? { inputTokens: job.inputTokens, outputTokens, cachedInputTokens: 0 } : { inputTokens: 0, outputTokens: 0, cachedInputTokens: 0 };
         return {
           finishReason: 'error',
           usage,
@@ -420,6 +452,8 @@ export function createRelayGrpcClient(options: RelayGrpcClientOptions): RelayGrp
           modelRevision: job.revision.id,
           error: { code: 'upstream_error', message: `the streaming relay was lost mid-generation (${why}); usage counts the tokens relayed before it` },
           relayLost: true,
+          usageSource: 'estimated',
+          attempts: attemptsWith(usage, 'upstream_error', true),
         };
       };
       const refused = (error: WeirError): GenerationOutcome => ({
@@ -429,6 +463,8 @@ export function createRelayGrpcClient(options: RelayGrpcClientOptions): RelayGrp
         timings: { queueMs: job.queueMs, ttftMs: null, totalMs: clock.now() - job.arrivedAt },
         modelRevision: job.revision.id,
         error: { code: error.code, message: error.message, ...(error.retryAfterMs !== undefined ? { retryAfterMs: error.retryAfterMs } : {}) },
+        usageSource: 'reported',
+        attempts: attemptsWith({ inputTokens: 0, outputTokens: 0 }, error.code, false),
       });
 
       const metadata = new grpc.Metadata();

@@ -64,6 +64,21 @@ describe('wire translation', () => {
         modelRevision: 'hosted@1',
       },
     ],
+    [
+      'a fallback that answered, with its usage source and every attempt',
+      {
+        finishReason: 'cancelled',
+        usage: { inputTokens: 7, outputTokens: 5 },
+        costNanoUsd: 17,
+        timings: { queueMs: 0, ttftMs: 12.5, totalMs: 90 },
+        modelRevision: 'second@1',
+        usageSource: 'counted',
+        attempts: [
+          { attempt: 1, revisionId: 'first@1', provider: 'openai-compatible', replicaId: 'first@1/0', outcome: 'failed', errorCode: 'upstream_unavailable', startedAtMs: 1_760_000_000_000, ttftMs: null, durationMs: 4, inputTokens: 7, outputTokens: 0 },
+          { attempt: 2, revisionId: 'second@1', provider: 'anthropic', replicaId: 'second@1/0', outcome: 'answered', startedAtMs: 1_760_000_000_060, ttftMs: 12, durationMs: 30, inputTokens: 7, outputTokens: 5 },
+        ],
+      },
+    ],
   ])('round-trips the outcome of %s', (_name, outcome) => {
     expect(viaWire(commonV1.GenerationOutcomeSchema, outcomeToWire, outcomeFromWire, outcome)).toEqual(outcome);
   });
@@ -74,6 +89,17 @@ describe('wire translation', () => {
     const receiver = { now: () => 90_000 };
     const wire = fromBinary(relayV1.RelayJobSchema, toBinary(relayV1.RelayJobSchema, create(relayV1.RelayJobSchema, jobToWire(job, sender))));
     expect(jobFromWire(wire, receiver)).toEqual({ ...job, arrivedAt: 89_000, deadlineAt: 94_000 });
+  });
+
+  it('carries the prior attempts of a job (none when it has none)', () => {
+    const clock = { now: () => 0 };
+    const roundTrip = (job: ReturnType<typeof relayJob>) =>
+      jobFromWire(fromBinary(relayV1.RelayJobSchema, toBinary(relayV1.RelayJobSchema, create(relayV1.RelayJobSchema, jobToWire(job, clock)))), clock);
+    const priorAttempts = [
+      { attempt: 1, revisionId: 'a@1', provider: 'openai-compatible', outcome: 'failed' as const, errorCode: 'engine_unavailable', startedAtMs: 1_760_000_000_000, ttftMs: null, durationMs: 2, inputTokens: 0, outputTokens: 0 },
+    ];
+    expect(roundTrip(relayJob({ tokens: 1 }, { priorAttempts })).priorAttempts).toEqual(priorAttempts);
+    expect(roundTrip(relayJob({ tokens: 1 }))).not.toHaveProperty('priorAttempts');
   });
 
   it('carries the use case when the job has one, and none when it has none', () => {

@@ -12,8 +12,12 @@ import {
   type EngineSpec,
   type FinishReason,
   type GenerationOutcome,
+  type AttemptOutcome,
   type RevisionSpec,
+  type TokenizerName,
   type TokenUsage,
+  type UpstreamAttempt,
+  type UsageSource,
   WeirError,
 } from '@weir/core';
 import { commonV1 } from '@weir/proto';
@@ -76,6 +80,7 @@ function engineToWire(engine: EngineSpec): commonV1.Revision['engine'] {
           idleTimeoutMs: engine.idleTimeoutMs,
           maxConcurrency: engine.maxConcurrency,
           continuousUsageStats: engine.continuousUsageStats,
+          tokenizer: engine.tokenizer,
         }),
       };
     case 'anthropic':
@@ -88,6 +93,7 @@ function engineToWire(engine: EngineSpec): commonV1.Revision['engine'] {
           firstTokenTimeoutMs: engine.firstTokenTimeoutMs,
           idleTimeoutMs: engine.idleTimeoutMs,
           maxConcurrency: engine.maxConcurrency,
+          tokenizer: engine.tokenizer,
         }),
       };
     case 'simulated':
@@ -102,6 +108,14 @@ function engineToWire(engine: EngineSpec): commonV1.Revision['engine'] {
         }),
       };
   }
+}
+
+const TOKENIZERS: readonly TokenizerName[] = ['o200k_base', 'cl100k_base', 'none'];
+
+/** Decodes an engine's `tokenizer`: absent stays absent; an unknown name is malformed. */
+function tokenizerFromWire(name: string | undefined): TokenizerName | undefined {
+  if (name === undefined) return undefined;
+  return (TOKENIZERS as readonly string[]).includes(name) ? (name as TokenizerName) : malformed(`engine.tokenizer ${JSON.stringify(name)} is unknown`);
 }
 
 function engineFromWire(engine: commonV1.Revision['engine']): EngineSpec {
@@ -132,6 +146,7 @@ function engineFromWire(engine: commonV1.Revision['engine']): EngineSpec {
         idleTimeoutMs: e.idleTimeoutMs,
         maxConcurrency: e.maxConcurrency,
         continuousUsageStats: e.continuousUsageStats,
+        tokenizer: tokenizerFromWire(e.tokenizer),
       });
     }
     case 'anthropic': {
@@ -144,6 +159,7 @@ function engineFromWire(engine: commonV1.Revision['engine']): EngineSpec {
         firstTokenTimeoutMs: e.firstTokenTimeoutMs,
         idleTimeoutMs: e.idleTimeoutMs,
         maxConcurrency: e.maxConcurrency,
+        tokenizer: tokenizerFromWire(e.tokenizer),
       });
     }
     case 'simulated': {
@@ -265,7 +281,52 @@ export function outcomeToWire(outcome: GenerationOutcome): MessageInitShape<type
         }
       : undefined,
     unrecorded: outcome.unrecorded === true,
+    usageSource: outcome.usageSource !== undefined ? USAGE_SOURCES[outcome.usageSource] : commonV1.UsageSource.UNSPECIFIED,
+    attempts: (outcome.attempts ?? []).map(attemptToWire),
   };
+}
+
+const USAGE_SOURCES: Record<UsageSource, commonV1.UsageSource> = {
+  reported: commonV1.UsageSource.REPORTED,
+  counted: commonV1.UsageSource.COUNTED,
+  estimated: commonV1.UsageSource.ESTIMATED,
+};
+
+const ATTEMPT_OUTCOMES: Record<AttemptOutcome, commonV1.AttemptOutcome> = {
+  answered: commonV1.AttemptOutcome.ANSWERED,
+  failed: commonV1.AttemptOutcome.FAILED,
+};
+
+export function attemptToWire(a: UpstreamAttempt): MessageInitShape<typeof commonV1.UpstreamAttemptSchema> {
+  return {
+    attempt: a.attempt,
+    revisionId: a.revisionId,
+    provider: a.provider,
+    replicaId: a.replicaId,
+    outcome: ATTEMPT_OUTCOMES[a.outcome],
+    errorCode: a.errorCode,
+    startedAtUnixMs: BigInt(Math.round(a.startedAtMs)),
+    ttftMs: a.ttftMs ?? undefined,
+    durationMs: a.durationMs,
+    inputTokens: a.inputTokens,
+    outputTokens: a.outputTokens,
+  };
+}
+
+export function attemptFromWire(a: commonV1.UpstreamAttempt): UpstreamAttempt {
+  return defined({
+    attempt: a.attempt,
+    revisionId: a.revisionId,
+    provider: a.provider,
+    replicaId: a.replicaId,
+    outcome: enumFromWire(ATTEMPT_OUTCOMES, a.outcome, 'attempt.outcome'),
+    errorCode: a.errorCode,
+    startedAtMs: Number(a.startedAtUnixMs),
+    ttftMs: a.ttftMs ?? null,
+    durationMs: a.durationMs,
+    inputTokens: a.inputTokens,
+    outputTokens: a.outputTokens,
+  });
 }
 
 export function outcomeFromWire(outcome: commonV1.GenerationOutcome | undefined): GenerationOutcome {
@@ -288,5 +349,8 @@ export function outcomeFromWire(outcome: commonV1.GenerationOutcome | undefined)
         }
       : {}),
     ...(o.unrecorded ? { unrecorded: true } : {}),
+    // An older relay sends no source: its counts were the engine's or the byte bound, as before.
+    ...(o.usageSource !== commonV1.UsageSource.UNSPECIFIED ? { usageSource: enumFromWire(USAGE_SOURCES, o.usageSource, 'outcome.usage_source') } : {}),
+    ...(o.attempts.length > 0 ? { attempts: o.attempts.map(attemptFromWire) } : {}),
   };
 }

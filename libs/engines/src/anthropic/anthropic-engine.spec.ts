@@ -68,7 +68,7 @@ describe('createAnthropicEngine (scripted upstream)', () => {
     expect(events).toEqual([
       { type: 'delta', text: 'Hi', tokens: 1 },
       { type: 'delta', text: ' there', tokens: 1 },
-      { type: 'end', reason: 'stop', usage: { inputTokens: 11, outputTokens: 2 }, usageReported: true },
+      { type: 'end', reason: 'stop', usage: { inputTokens: 11, outputTokens: 2 }, usageSource: 'reported' },
     ]);
     const sent = upstream.requests[0];
     expect(sent.method).toBe('POST');
@@ -186,7 +186,7 @@ describe('createAnthropicEngine (scripted upstream)', () => {
     upstream.setScript(() => sseReply(anthropicStreamEvents(['ok'], { stopReason: 'max_tokens' }).slice(0, -1)));
     const { events, error } = await collectEngineEvents(createAnthropicEngine(optionsFor(originOf(upstream))), engineRequest(chat));
     expect(error).toBeUndefined();
-    expect(endOf(events)).toMatchObject({ reason: 'length', usageReported: true });
+    expect(endOf(events)).toMatchObject({ reason: 'length', usageSource: 'reported' });
   });
 
   it('accepts a non-stream JSON message', async () => {
@@ -198,7 +198,7 @@ describe('createAnthropicEngine (scripted upstream)', () => {
     expect(error).toBeUndefined();
     expect(events).toEqual([
       { type: 'delta', text: 'w0 w1 w2 ', tokens: 1 },
-      { type: 'end', reason: 'length', usage: { inputTokens: 4, outputTokens: 3 }, usageReported: true },
+      { type: 'end', reason: 'length', usage: { inputTokens: 4, outputTokens: 3 }, usageSource: 'reported' },
     ]);
   });
 
@@ -219,7 +219,7 @@ describe('createAnthropicEngine (scripted upstream)', () => {
       type: 'end',
       reason: 'aborted',
       usage: { inputTokens: 100, cachedInputTokens: 60, outputTokens: 1 },
-      usageReported: false,
+      usageSource: 'counted',
     });
   });
 

@@ -1,9 +1,10 @@
-import type { EngineAdapter, EngineEvent, EngineRequest, GenerationInput, TokenUsage } from '@weir/core';
-import { WeirError } from '@weir/core';
+import type { EngineAdapter, EngineEvent, EngineRequest, GenerationInput, ProducedUsage, TokenizerName } from '@weir/core';
+import { WeirError, withProduced } from '@weir/core';
 import { createParser } from 'eventsource-parser';
 import { type Dispatcher, request as undiciRequest } from 'undici';
 import { type EngineLogger, silentLogger } from '../logger';
 import { countInputWith, utf8TokenUpperBound } from '../openai-compatible/token-bound';
+import { declaredTokenizer, functionTokenizer, type TextTokenizer } from '../tokenizers/tiktoken';
 import { classifyUpstreamFailure, createStreamWatchdog } from '../openai-compatible/upstream-watchdog';
 import { anthropicStatusError } from './anthropic-errors';
 import { buildAnthropicBody, buildAnthropicHeaders } from './anthropic-request';
@@ -44,14 +45,17 @@ export interface AnthropicEngineOptions {
   maxConcurrency: number;
   /** Context tokens per request declared in `capacity`. Default {@link ANTHROPIC_DEFAULT_CONTEXT_TOKENS}. */
   contextTokens?: number;
+  /** A tokenizer to count with where the API reports nothing (`AnthropicEngineSpec.tokenizer`). Default `none`. */
+  tokenizer?: TokenizerName;
 }
 
 /** Dependencies of {@link createAnthropicEngine}. */
 export interface AnthropicEngineDeps {
   /**
-   * Token counter for `countInputTokens` and for usage the upstream did not report (an aborted
-   * stream). Default: the UTF-8 byte upper bound ({@link utf8TokenUpperBound}); no network
-   * call per request (the API's `count_tokens` endpoint is not used for admission).
+   * A token counter to use instead of the declared tokenizer (`options.tokenizer`), for
+   * `countInputTokens` and for usage the upstream did not report (a cut stream). Default: the
+   * declared one, else none (the UTF-8 byte upper bound for the prompt, content deltas for the
+   * output); never a network call per request (the API's `count_tokens` endpoint is not used).
    */
   countTokens?: (text: string) => number | Promise<number>;
   /** The undici dispatcher (connection pool) to use. Default: undici's global dispatcher. */
@@ -85,13 +89,16 @@ const toDelta = (p: AnthropicPiece): EngineEvent => ({ type: 'delta', text: p.te
  * thinking blocks yield nothing. Tools: `tools`, `tool_choice` and tool-call history are
  * mapped by `anthropic-request.ts`. After `message_stop` (or the end of a stream that sent
  * a `stop_reason`) one `end` with the mapped stop reason and the upstream's usage
- * (`usageReported: true`: `message_start`'s input and cache counts, `message_delta`'s final
+ * (`usageSource: reported`: `message_start`'s input and cache counts, `message_delta`'s final
  * output). A 200 JSON `Message` (an upstream that ignored `stream`) is accepted as one delta.
  *
  * Abort: the request's signal aborts the HTTP call (the connection is closed); no further
- * deltas are yielded and the stream ends with `aborted`, usage `usageReported: false`: input
- * from `message_start` when it arrived (else `countInputTokens`), output = max(deltas,
- * `countTokens` of all the text received, delivered or not).
+ * deltas are yielded and the stream ends with `aborted`. The output count only comes with
+ * `message_delta`, so a cut stream is counted by Weir: input from `message_start` when it
+ * arrived (else the prompt counted as `countInputTokens` does), output = max(deltas, the
+ * tokenizer's count of all the text received, delivered or not) with a tokenizer
+ * (`usageSource: counted`), else the content deltas (`estimated`). A failure after any output
+ * throws its error with `produced` counted the same way.
  *
  * Timeouts (ms; ≤ 0 disables): `firstTokenTimeoutMs` runs from the call until the first text
  * (or stop reason); `idleTimeoutMs` runs whenever the adapter waits for the upstream after
@@ -105,14 +112,15 @@ const toDelta = (p: AnthropicPiece): EngineEvent => ({ type: 'delta', text: p.te
  * `upstream_error` after; a stream that ends without a `stop_reason` is `upstream_error`.
  *
  * `countInputTokens`: the documented upper bound of `token-bound.ts` on the input as a chat
- * (text input = one user message); never a network call.
+ * (text input = one user message), with the declared tokenizer once loaded, else the UTF-8 byte
+ * bound; never a network call.
  *
  * `capacity` = `{slots: maxConcurrency, contextTokens: contextTokens ?? 200,000}`.
  */
 export function createAnthropicEngine(options: AnthropicEngineOptions, deps: AnthropicEngineDeps = {}): EngineAdapter {
   const logger = deps.logger ?? silentLogger;
   const env = deps.env ?? process.env;
-  const countText = deps.countTokens ?? utf8TokenUpperBound;
+  const tokenizer: TextTokenizer | undefined = deps.countTokens ? functionTokenizer(deps.countTokens) : declaredTokenizer(options);
   const origin = options.baseUrl.replace(/\/+$/, '').replace(/\/v1$/, '');
   const url = `${origin}/v1/messages`;
   const inFlight = new Set<AbortController>();
@@ -122,7 +130,11 @@ export function createAnthropicEngine(options: AnthropicEngineOptions, deps: Ant
 
   const asChat = (input: GenerationInput): GenerationInput =>
     input.kind === 'chat' ? input : { kind: 'chat', messages: [{ role: 'user', content: input.text }] };
-  const countInputTokens = (input: GenerationInput): Promise<number> => countInputWith(asChat(input), countText);
+  const countInputTokens = (input: GenerationInput): Promise<number> => {
+    if (tokenizer?.ready()) return countInputWith(asChat(input), tokenizer.count);
+    if (tokenizer) tokenizer.load().catch((err: unknown) => logger.warn({ tokenizer: tokenizer.name, err }, 'tokenizer failed to load'));
+    return countInputWith(asChat(input), utf8TokenUpperBound);
+  };
 
   async function* generate(request: EngineRequest): AsyncGenerator<EngineEvent, void, undefined> {
     const controller = new AbortController();
@@ -140,21 +152,37 @@ export function createAnthropicEngine(options: AnthropicEngineOptions, deps: Ant
     let body: Dispatcher.ResponseData['body'] | undefined;
 
     // Weir's count, for a stream the upstream did not finish: its own input counts when
-    // `message_start` arrived, and every piece of text received, delivered or not.
-    const countedUsage = async (): Promise<TokenUsage> => ({
-      ...(decoder.reportedInput() ?? { inputTokens: await countInputTokens(request.input) }),
-      outputTokens: Math.max(deltas, outputText.length === 0 ? 0 : await countText(outputText)),
-    });
-    const abortedEnd = async (): Promise<EngineEvent> => ({ type: 'end', reason: 'aborted', usage: await countedUsage(), usageReported: false });
+    // `message_start` arrived, and every piece of text received, delivered or not — with the
+    // tokenizer (`counted`), else one token per content delta (`estimated`).
+    const countedUsage = async (): Promise<ProducedUsage> => {
+      const count = tokenizer ? tokenizer.count : utf8TokenUpperBound;
+      const input = decoder.reportedInput() ?? { inputTokens: await countInputWith(asChat(request.input), count) };
+      const output = tokenizer && outputText.length > 0 ? await tokenizer.count(outputText) : 0;
+      return { usage: { ...input, outputTokens: Math.max(deltas, output) }, source: tokenizer ? 'counted' : 'estimated' };
+    };
+    const countedEnd = async (reason: Extract<EngineEvent, { type: 'end' }>['reason']): Promise<EngineEvent> => {
+      const counted = await countedUsage();
+      return { type: 'end', reason, usage: counted.usage, usageSource: counted.source };
+    };
+    const abortedEnd = (): Promise<EngineEvent> => countedEnd('aborted');
     const classify = (error: unknown): WeirError =>
       classifyUpstreamFailure(error, { timedOut: watchdog.timedOut, outputStarted: firstSeen, firstTokenTimeoutMs: options.firstTokenTimeoutMs, idleTimeoutMs: options.idleTimeoutMs });
-    const fail = (error: unknown): WeirError => {
+    const fail = async (error: unknown): Promise<WeirError> => {
       const weirError = classify(error);
       logger.warn(
         { generationId: request.generationId, code: weirError.code, retryable: weirError.retryable },
         'upstream generation failed',
       );
-      return weirError;
+      // What had been produced: Weir's count once output arrived; before it, the API's own
+      // input count when `message_start` came (kept on the attempt record, never billed).
+      const reportedInput = decoder.reportedInput();
+      const produced: ProducedUsage | undefined =
+        deltas > 0 || outputText.length > 0
+          ? await countedUsage().catch(() => undefined)
+          : reportedInput
+            ? { usage: { ...reportedInput, outputTokens: 0 }, source: 'reported' }
+            : undefined;
+      return produced ? withProduced(weirError, produced) : weirError;
     };
     const abortedByCaller = (): boolean => request.signal.aborted && !watchdog.timedOut;
 
@@ -180,12 +208,12 @@ export function createAnthropicEngine(options: AnthropicEngineOptions, deps: Ant
           yield await abortedEnd();
           return;
         }
-        throw fail(error);
+        throw await fail(error);
       }
       body = response.body;
       if (response.statusCode !== 200) {
         const text = await readLimited(response.body, MAX_ERROR_BODY_BYTES).catch(() => '');
-        throw fail(anthropicStatusError(response.statusCode, text, response.headers));
+        throw await fail(anthropicStatusError(response.statusCode, text, response.headers));
       }
 
       if (String(response.headers['content-type'] ?? '').includes('application/json')) {
@@ -198,14 +226,14 @@ export function createAnthropicEngine(options: AnthropicEngineOptions, deps: Ant
             yield await abortedEnd();
             return;
           }
-          throw fail(error);
+          throw await fail(error);
         }
         watchdog.clear();
         let piece: AnthropicPiece;
         try {
           piece = decoder.decodeMessage(JSON.parse(text));
         } catch (error) {
-          throw fail(error instanceof WeirError ? error : new WeirError('upstream_error', 'upstream sent invalid JSON', { cause: error }));
+          throw await fail(error instanceof WeirError ? error : new WeirError('upstream_error', 'upstream sent invalid JSON', { cause: error }));
         }
         if (piece.text.length > 0 || piece.toolCalls) {
           outputText += produced(piece);
@@ -230,7 +258,7 @@ export function createAnthropicEngine(options: AnthropicEngineOptions, deps: Ant
               yield await abortedEnd();
               return;
             }
-            throw fail(error);
+            throw await fail(error);
           }
           if (next.done) {
             ended = true;
@@ -271,7 +299,7 @@ export function createAnthropicEngine(options: AnthropicEngineOptions, deps: Ant
             return;
           }
           // Pieces before an `error` event are delivered first.
-          if (eventError !== undefined) throw fail(eventError);
+          if (eventError !== undefined) throw await fail(eventError);
         }
       }
       watchdog.clear();
@@ -282,7 +310,7 @@ export function createAnthropicEngine(options: AnthropicEngineOptions, deps: Ant
       }
       const stopReason = decoder.stopReason;
       if (stopReason === undefined) {
-        throw fail(
+        throw await fail(
           new WeirError(
             'upstream_error',
             decoder.finished ? 'upstream stream stopped without a stop_reason' : 'upstream stream ended before message_delta and message_stop',
@@ -292,11 +320,7 @@ export function createAnthropicEngine(options: AnthropicEngineOptions, deps: Ant
       done = true;
       const reason = mapAnthropicStopReason(stopReason);
       const reported = decoder.reportedUsage();
-      if (reported) {
-        yield { type: 'end', reason, usage: reported, usageReported: true };
-      } else {
-        yield { type: 'end', reason, usage: await countedUsage(), usageReported: false };
-      }
+      yield reported ? { type: 'end', reason, usage: reported, usageSource: 'reported' } : await countedEnd(reason);
     } finally {
       watchdog.clear();
       request.signal.removeEventListener('abort', onAbort);

@@ -21,14 +21,14 @@ const FIXTURES: Array<[file: string, expected: Expected]> = [
     'end-turn.sse',
     {
       deltas: ['Hello', '! How can I', ' help you today? ☕'],
-      end: { type: 'end', reason: 'stop', usage: { inputTokens: 1821, outputTokens: 12, cachedInputTokens: 1800 }, usageReported: true },
+      end: { type: 'end', reason: 'stop', usage: { inputTokens: 1821, outputTokens: 12, cachedInputTokens: 1800 }, usageSource: 'reported' },
     },
   ],
   [
     'max-tokens.sse',
     {
       deltas: ['Once upon a time', ', in a land'],
-      end: { type: 'end', reason: 'length', usage: { inputTokens: 14, outputTokens: 8, cachedInputTokens: 0 }, usageReported: true },
+      end: { type: 'end', reason: 'length', usage: { inputTokens: 14, outputTokens: 8, cachedInputTokens: 0 }, usageSource: 'reported' },
     },
   ],
   [
@@ -36,7 +36,7 @@ const FIXTURES: Array<[file: string, expected: Expected]> = [
     {
       deltas: ['1. Flour', '\n2. Sugar'],
       // Cache writes are input too: 30 + 2,048.
-      end: { type: 'end', reason: 'stop', usage: { inputTokens: 2078, outputTokens: 9, cachedInputTokens: 0 }, usageReported: true },
+      end: { type: 'end', reason: 'stop', usage: { inputTokens: 2078, outputTokens: 9, cachedInputTokens: 0 }, usageSource: 'reported' },
     },
   ],
   [
@@ -44,14 +44,14 @@ const FIXTURES: Array<[file: string, expected: Expected]> = [
     {
       // The thinking block is not output text; its tokens are in output_tokens.
       deltas: ['27 × 453 = ', '12,231'],
-      end: { type: 'end', reason: 'stop', usage: { inputTokens: 40, outputTokens: 61, cachedInputTokens: 0 }, usageReported: true },
+      end: { type: 'end', reason: 'stop', usage: { inputTokens: 40, outputTokens: 61, cachedInputTokens: 0 }, usageSource: 'reported' },
     },
   ],
   [
     'refusal.sse',
     {
       deltas: ['I can'],
-      end: { type: 'end', reason: 'content_filter', usage: { inputTokens: 18, outputTokens: 2, cachedInputTokens: 0 }, usageReported: true },
+      end: { type: 'end', reason: 'content_filter', usage: { inputTokens: 18, outputTokens: 2, cachedInputTokens: 0 }, usageSource: 'reported' },
     },
   ],
   ['overloaded-mid-stream.sse', { deltas: ['The capital', ' of France is'], error: { code: 'upstream_error', retryable: false } }],
@@ -116,7 +116,7 @@ describe('createAnthropicEngine replays recorded fixtures', () => {
       { type: 'delta', text: '', tokens: 1, toolCalls: [{ index: 0, id: 'toolu_01T1x1fJ34qAmk2tNTrN7Up6', name: 'get_weather' }] },
       { type: 'delta', text: '', tokens: 1, toolCalls: [{ index: 0, argumentsDelta: '{"location":' }] },
       { type: 'delta', text: '', tokens: 1, toolCalls: [{ index: 0, argumentsDelta: ' "San Francisco, CA", "unit": "fahrenheit"}' }] },
-      { type: 'end', reason: 'tool_calls', usage: { inputTokens: 472, outputTokens: 89 }, usageReported: true },
+      { type: 'end', reason: 'tool_calls', usage: { inputTokens: 472, outputTokens: 89 }, usageSource: 'reported' },
     ]);
     const args = events.flatMap((e) => (e.type === 'delta' ? (e.toolCalls ?? []) : [])).map((c) => c.argumentsDelta ?? '').join('');
     expect(JSON.parse(args)).toEqual({ location: 'San Francisco, CA', unit: 'fahrenheit' });

@@ -50,7 +50,7 @@ describe('createLlamaCppEngine (real stories260K model)', () => {
     expect(end.reason).toBe('length');
     expect(end.usage.outputTokens).toBe(20);
     expect(events.reduce((n, e) => n + (e.type === 'delta' ? e.tokens : 0), 0)).toBe(20);
-    expect(end.usageReported).toBe(true);
+    expect(end.usageSource).toBe('reported');
   });
 
   it('keeps the leading space of the first output token', async () => {

@@ -109,7 +109,7 @@ function loadLlama(nlc: NodeLlamaCpp, logger: EngineLogger): Promise<Llama> {
  *   request's signal fired; the partial output is kept). `usage.inputTokens` = BOS + the
  *   tokenizer count of the rendered prompt; `usage.outputTokens` = tokens released in
  *   `onToken`, including those produced after the abort (the text of a matched stop sequence
- *   and the end-of-generation token are not counted); `usageReported: true`. The sum of the
+ *   and the end-of-generation token are not counted); `usageSource: reported`. The sum of the
  *   deltas' `tokens` equals `usage.outputTokens`.
  * - Sampling: `temperature` 0 is greedy and deterministic; undefined means
  *   {@link LLAMACPP_DEFAULT_TEMPERATURE}. `topP`, `seed` and `stop` are passed to llama.cpp;
@@ -234,13 +234,13 @@ export async function createLlamaCppEngine(
     }
     const grammar = request.outputSchema ? await grammarFor(request.outputSchema) : undefined;
     if (request.signal.aborted) {
-      yield { type: 'end', reason: 'aborted', usage: { inputTokens, outputTokens: 0 }, usageReported: true };
+      yield { type: 'end', reason: 'aborted', usage: { inputTokens, outputTokens: 0 }, usageSource: 'reported' };
       return;
     }
     const sequence = free.pop() ?? (await waitForSequence(request.signal));
     if (!sequence) {
       if (request.signal.aborted) {
-        yield { type: 'end', reason: 'aborted', usage: { inputTokens, outputTokens: 0 }, usageReported: true };
+        yield { type: 'end', reason: 'aborted', usage: { inputTokens, outputTokens: 0 }, usageSource: 'reported' };
         return;
       }
       throw new WeirError('engine_unavailable', 'no free sequence on this engine replica', { retryable: true });
@@ -286,12 +286,12 @@ export async function createLlamaCppEngine(
         });
         const stopReason = result.metadata.stopReason;
         const reason = stopReason === 'abort' ? 'aborted' : stopReason === 'maxTokens' ? 'length' : 'stop';
-        queue.push({ type: 'end', reason, usage: { inputTokens, outputTokens }, usageReported: true });
+        queue.push({ type: 'end', reason, usage: { inputTokens, outputTokens }, usageSource: 'reported' });
         queue.end();
       } catch (error) {
         if (abort.signal.aborted) {
           // Aborted before the first token (e.g. while waiting for the sequence lock).
-          queue.push({ type: 'end', reason: 'aborted', usage: { inputTokens, outputTokens }, usageReported: true });
+          queue.push({ type: 'end', reason: 'aborted', usage: { inputTokens, outputTokens }, usageSource: 'reported' });
           queue.end();
         } else {
           logger.error({ generationId: request.generationId, err: error }, 'llama.cpp generation failed');

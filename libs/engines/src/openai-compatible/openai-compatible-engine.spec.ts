@@ -57,7 +57,7 @@ describe('createOpenAICompatibleEngine (scripted upstream)', () => {
     expect(events).toEqual([
       { type: 'delta', text: 'Hello', tokens: 1 },
       { type: 'delta', text: ' world', tokens: 1 },
-      { type: 'end', reason: 'stop', usage: { inputTokens: 7, outputTokens: 2 }, usageReported: true },
+      { type: 'end', reason: 'stop', usage: { inputTokens: 7, outputTokens: 2 }, usageSource: 'reported' },
     ]);
     const sent = upstream.requests[0];
     expect(sent.path).toBe('/v1/chat/completions');
@@ -111,7 +111,7 @@ describe('createOpenAICompatibleEngine (scripted upstream)', () => {
       { type: 'delta', text: '', tokens: 1, toolCalls: [{ index: 0, argumentsDelta: 'ris"}' }] },
       { type: 'delta', text: '', tokens: 1, toolCalls: [{ index: 1, id: 'call_b', name: 'get_weather', argumentsDelta: '' }] },
       { type: 'delta', text: '', tokens: 1, toolCalls: [{ index: 1, argumentsDelta: '{"city":"Rome"}' }] },
-      { type: 'end', reason: 'tool_calls', usage: { inputTokens: 20, outputTokens: 14 }, usageReported: true },
+      { type: 'end', reason: 'tool_calls', usage: { inputTokens: 20, outputTokens: 14 }, usageSource: 'reported' },
     ]);
     expect(upstream.requests[0].body).toMatchObject({
       messages: [
@@ -137,7 +137,7 @@ describe('createOpenAICompatibleEngine (scripted upstream)', () => {
     const { events } = await collectEngineEvents(engine, engineRequest(chat, { tools: [WEATHER] }));
     expect(events).toEqual([
       { type: 'delta', text: '', tokens: 1, toolCalls: [{ index: 0, id: 'call_x', name: 'get_weather', argumentsDelta: '{"city":"Oslo"}' }] },
-      { type: 'end', reason: 'tool_calls', usage: { inputTokens: 5, outputTokens: 1 }, usageReported: true },
+      { type: 'end', reason: 'tool_calls', usage: { inputTokens: 5, outputTokens: 1 }, usageSource: 'reported' },
     ]);
     upstream.setScript(() => sseReply(chatStreamEvents(['Hi'])));
     await collectEngineEvents(engine, engineRequest(chat));
@@ -217,20 +217,22 @@ describe('createOpenAICompatibleEngine (scripted upstream)', () => {
       type: 'end',
       reason: 'stop',
       usage: { inputTokens: 2 + CHAT_MESSAGE_OVERHEAD_TOKENS + CHAT_REPLY_PRIMING_TOKENS, outputTokens: 3 },
-      usageReported: false,
+      usageSource: 'counted',
     });
   });
 
-  it('falls back to the UTF-8 byte upper bound without a tokenizer', async () => {
-    upstream.setScript(() => sseReply(chatStreamEvents(['日本'], { usage: false })));
+  it('without a tokenizer, bounds the input by UTF-8 bytes and counts the content deltas (estimated)', async () => {
+    upstream.setScript(() => sseReply(chatStreamEvents(['日本', '語'], { usage: false })));
     const engine = createOpenAICompatibleEngine(specFor(upstream.url));
     const { events } = await collectEngineEvents(engine, engineRequest({ kind: 'text', text: 'héllo' }));
-    // 'héllo' is 6 bytes, '日本' 6 bytes; +1 each for a dummy-prefix token. Text input goes to the
-    // chat API as one user message, so it is bounded as one.
+    // 'héllo' is 6 bytes, +1 for a dummy-prefix token. Text input goes to the chat API as one
+    // user message, so it is bounded as one. The output is one token per content chunk, never
+    // the byte bound of the text (7 + 4 here).
     expect(endOf(events).usage).toEqual({
       inputTokens: 7 + CHAT_MESSAGE_OVERHEAD_TOKENS + CHAT_REPLY_PRIMING_TOKENS,
-      outputTokens: 7,
+      outputTokens: 2,
     });
+    expect(endOf(events).usageSource).toBe('estimated');
     expect(
       await engine.countInputTokens({
         kind: 'chat',
@@ -247,7 +249,7 @@ describe('createOpenAICompatibleEngine (scripted upstream)', () => {
     const engine = createOpenAICompatibleEngine(specFor(upstream.url));
     const { events } = await collectEngineEvents(engine, engineRequest(chat));
     expect(textOf(events)).toBe('whole answer');
-    expect(endOf(events)).toMatchObject({ reason: 'stop', usage: { inputTokens: 3, outputTokens: 2 }, usageReported: true });
+    expect(endOf(events)).toMatchObject({ reason: 'stop', usage: { inputTokens: 3, outputTokens: 2 }, usageSource: 'reported' });
   });
 
   it('maps an in-band error frame to upstream_error after delivering earlier deltas', async () => {
@@ -374,11 +376,12 @@ describe('createOpenAICompatibleEngine (scripted upstream)', () => {
     });
     const end = endOf(result.events);
     expect(end.reason).toBe('aborted');
-    expect(end.usageReported).toBe(false);
+    // No tokenizer declared and no usage from the upstream: the content deltas received are counted.
+    expect(end.usageSource).toBe('estimated');
     expect(result.events.filter((e) => e.type === 'delta')).toHaveLength(3);
     // Counted on everything received (≥ what was delivered), far below the 100 pieces.
-    expect(end.usage.outputTokens).toBeGreaterThanOrEqual(Buffer.byteLength('p0 p1 p2 ') + 1);
-    expect(end.usage.outputTokens).toBeLessThan(Buffer.byteLength('p0 p1 p2 p3 p4 p5 p6 p7 p8 p9 ') + 1);
+    expect(end.usage.outputTokens).toBeGreaterThanOrEqual(3);
+    expect(end.usage.outputTokens).toBeLessThan(10);
     await new Promise((r) => setTimeout(r, 50));
     expect(upstream.requests[0].clientAborted).toBe(true);
     expect(upstream.clientAborts()).toBeGreaterThan(abortsBefore);
@@ -399,7 +402,7 @@ describe('createOpenAICompatibleEngine (scripted upstream)', () => {
     const deltas = result.events.filter((e) => e.type === 'delta');
     expect(deltas.every((d) => d.type === 'delta' && d.tokens === 2)).toBe(true);
     const end = endOf(result.events);
-    expect(end).toMatchObject({ reason: 'aborted', usageReported: true, usage: { inputTokens: 4 } });
+    expect(end).toMatchObject({ reason: 'aborted', usageSource: 'reported', usage: { inputTokens: 4 } });
     // Billed by the upstream's count of what it produced (≥ what was delivered), not by bytes.
     expect(end.usage.outputTokens).toBeGreaterThanOrEqual(2 * deltas.length);
     expect(end.usage.outputTokens % 2).toBe(0);

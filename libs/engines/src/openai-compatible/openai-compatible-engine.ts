@@ -5,13 +5,15 @@ import type {
   EngineRequest,
   GenerationInput,
   OpenAICompatibleEngineSpec,
+  ProducedUsage,
   TokenUsage,
   ToolCallDelta,
 } from '@weir/core';
-import { WeirError } from '@weir/core';
+import { WeirError, withProduced } from '@weir/core';
 import { createParser } from 'eventsource-parser';
 import { type Dispatcher, request as undiciRequest } from 'undici';
 import { type EngineLogger, silentLogger } from '../logger';
+import { declaredTokenizer, functionTokenizer, type TextTokenizer } from '../tokenizers/tiktoken';
 import { countInputWith, utf8TokenUpperBound } from './token-bound';
 import { inBandError, upstreamStatusError } from './upstream-errors';
 import { classifyUpstreamFailure, createStreamWatchdog } from './upstream-watchdog';
@@ -37,8 +39,9 @@ export type OpenAICompatibleEngineOptions = OpenAICompatibleEngineSpec & {
 /** Dependencies of {@link createOpenAICompatibleEngine}. */
 export interface OpenAICompatibleEngineDeps {
   /**
-   * The revision's tokenizer, for usage when the upstream sends no usage chunk and for
-   * `countInputTokens`. Default: the UTF-8 byte upper bound ({@link utf8TokenUpperBound}).
+   * A tokenizer to use instead of the one `spec.tokenizer` declares (tests, compositions that
+   * count another way), for usage the upstream does not report and for `countInputTokens`.
+   * Default: the declared one (`spec.tokenizer`), else none.
    */
   countTokens?: (text: string) => number | Promise<number>;
   /** The undici dispatcher (connection pool) to use. Default: undici's global dispatcher. */
@@ -67,13 +70,17 @@ export interface OpenAICompatibleEngineDeps {
  * across reads are handled) or, if the upstream ignores `stream`, one JSON body. Each
  * non-empty text piece of choice 0 becomes a `delta` with `tokens: 1`; after `[DONE]` (or the
  * end of a stream that sent a `finish_reason`) one `end`: `finish_reason` `length` → `length`,
- * `content_filter` → `content_filter`, anything else → `stop`. Usage comes from the upstream's
- * usage chunk (`usageReported: true`), else from `deps.countTokens`, else from the UTF-8 byte
- * upper bound (`usageReported: false`); output tokens are never fewer than the deltas.
+ * `content_filter` → `content_filter`, anything else → `stop`. Usage, and its `usageSource`
+ * (issue 13), comes from the upstream's usage chunk (`reported`; with
+ * `spec.continuousUsageStats` the running count on every chunk, so a cut stream too), else from
+ * the revision's tokenizer (`spec.tokenizer` or `deps.countTokens`) over the prompt and all the
+ * text received (`counted`; output never fewer than the content deltas, each of which carries at
+ * least one token), else content deltas counted and the prompt's UTF-8 byte bound (`estimated`).
  *
  * Abort: the request's signal aborts the HTTP call; no further deltas are yielded and the
- * stream ends with `aborted` and usage counted on all the text received, delivered or not
- * (input from `countInputTokens`).
+ * stream ends with `aborted` and usage as above, over all the text received, delivered or not.
+ * A failure after any output (or after the upstream reported usage) throws its error with
+ * `produced` set the same way (`withProduced`), so the relay bills what was produced.
  *
  * Timeouts (ms; ≤ 0 disables): `spec.firstTokenTimeoutMs` runs from the call until the first
  * text (or finish); `spec.idleTimeoutMs` runs whenever the adapter waits for the upstream after
@@ -84,6 +91,11 @@ export interface OpenAICompatibleEngineDeps {
  * Errors: thrown as `WeirError` per the table in `upstream-errors.ts` (`upstream_bad_request`,
  * `upstream_error`, `upstream_unavailable`, `upstream_timeout`, `context_length_exceeded`).
  *
+ * `countInputTokens`: the declared tokenizer's count of the prompt as the upstream receives it
+ * plus the documented per-message overhead of `token-bound.ts` (an upper bound), once the
+ * encoding is loaded; before that (the first request after start) and without a tokenizer, the
+ * UTF-8 byte upper bound. The encoding is loaded on first use, never per request.
+ *
  * `capacity` = `{slots: spec.maxConcurrency, contextTokens: options.contextTokens ?? 8192}`.
  */
 export function createOpenAICompatibleEngine(
@@ -92,7 +104,7 @@ export function createOpenAICompatibleEngine(
 ): EngineAdapter {
   const logger = deps.logger ?? silentLogger;
   const env = deps.env ?? process.env;
-  const countText = deps.countTokens ?? utf8TokenUpperBound;
+  const tokenizer: TextTokenizer | undefined = deps.countTokens ? functionTokenizer(deps.countTokens) : declaredTokenizer(spec);
   const base = spec.baseUrl.replace(/\/+$/, '');
   const url = `${base}/${spec.api === 'completions' ? 'completions' : 'chat/completions'}`;
   const inFlight = new Set<AbortController>();
@@ -105,7 +117,13 @@ export function createOpenAICompatibleEngine(
     }
     return input.kind === 'chat' ? input : { kind: 'chat', messages: [{ role: 'user', content: input.text }] };
   };
-  const countInputTokens = (input: GenerationInput): Promise<number> => countInputWith(toUpstreamInput(input), countText);
+  // Admission never waits for an encoding to load: until it is, the byte bound (also an upper
+  // bound) reserves, and the load starts in the background.
+  const countInputTokens = (input: GenerationInput): Promise<number> => {
+    if (tokenizer?.ready()) return countInputWith(toUpstreamInput(input), tokenizer.count);
+    if (tokenizer) tokenizer.load().catch((err: unknown) => logger.warn({ tokenizer: tokenizer.name, err }, 'tokenizer failed to load'));
+    return countInputWith(toUpstreamInput(input), utf8TokenUpperBound);
+  };
 
   function buildBody(request: EngineRequest): Record<string, unknown> {
     const { sampling } = request;
@@ -183,16 +201,31 @@ export function createOpenAICompatibleEngine(
     let doneSeen = false;
     let body: Dispatcher.ResponseData['body'] | undefined;
 
-    const countedUsage = async (): Promise<TokenUsage> => ({
-      inputTokens: await countInputTokens(request.input),
-      outputTokens: Math.max(deltas, outputText.length === 0 ? 0 : await countText(outputText)),
-    });
+    // Weir's count of a stream the upstream did not report: the revision's tokenizer over the
+    // prompt and every piece of text received (`counted`), else the content deltas and the
+    // prompt's byte bound (`estimated`). Each content chunk carries at least one token, so the
+    // deltas are a floor under the tokenizer's count.
+    const countedUsage = async (): Promise<ProducedUsage> => {
+      if (tokenizer) {
+        const output = outputText.length === 0 ? 0 : await tokenizer.count(outputText);
+        return { usage: { inputTokens: await countInputWith(toUpstreamInput(request.input), tokenizer.count), outputTokens: Math.max(deltas, output) }, source: 'counted' };
+      }
+      return { usage: { inputTokens: await countInputWith(toUpstreamInput(request.input), utf8TokenUpperBound), outputTokens: deltas }, source: 'estimated' };
+    };
+    const countedEnd = async (reason: Extract<EngineEvent, { type: 'end' }>['reason']): Promise<EngineEvent> => {
+      const counted = await countedUsage();
+      return { type: 'end', reason, usage: counted.usage, usageSource: counted.source };
+    };
     // With continuous usage stats the upstream's own running count is the bill, even when the
     // stream is cut: it counts tokens whose text never arrived, too.
     const abortedEnd = async (): Promise<EngineEvent> =>
-      spec.continuousUsageStats && reported
-        ? { type: 'end', reason: 'aborted', usage: reported, usageReported: true }
-        : { type: 'end', reason: 'aborted', usage: await countedUsage(), usageReported: false };
+      spec.continuousUsageStats && reported ? { type: 'end', reason: 'aborted', usage: reported, usageSource: 'reported' } : countedEnd('aborted');
+    // What a failing generation had produced: the upstream's own count when it sent one, else
+    // Weir's count once any output arrived; nothing before that.
+    const producedSoFar = async (): Promise<ProducedUsage | undefined> => {
+      if (reported) return { usage: reported, source: 'reported' };
+      return deltas > 0 || outputText.length > 0 ? countedUsage() : undefined;
+    };
     // Output tokens already handed on as deltas, by the upstream's count (continuous usage).
     let billedTokens = 0;
     const tokensSoFar = (): number => {
@@ -203,13 +236,14 @@ export function createOpenAICompatibleEngine(
     };
     const classify = (error: unknown): WeirError =>
       classifyUpstreamFailure(error, { timedOut: watchdog.timedOut, outputStarted: firstSeen, firstTokenTimeoutMs: spec.firstTokenTimeoutMs, idleTimeoutMs: spec.idleTimeoutMs });
-    const fail = (error: unknown): WeirError => {
+    const fail = async (error: unknown): Promise<WeirError> => {
       const weirError = classify(error);
       logger.warn(
         { generationId: request.generationId, code: weirError.code, retryable: weirError.retryable },
         'upstream generation failed',
       );
-      return weirError;
+      const produced = await producedSoFar().catch(() => undefined);
+      return produced ? withProduced(weirError, produced) : weirError;
     };
 
     // Applies one parsed upstream object (a chunk, or a whole non-stream response); returns
@@ -254,13 +288,13 @@ export function createOpenAICompatibleEngine(
           yield await abortedEnd();
           return;
         }
-        throw fail(error);
+        throw await fail(error);
       }
       body = response.body;
       streaming = response.statusCode === 200;
       if (response.statusCode !== 200) {
         const text = await readLimited(response.body, MAX_ERROR_BODY_BYTES).catch(() => '');
-        throw fail(upstreamStatusError(response.statusCode, text, response.headers));
+        throw await fail(upstreamStatusError(response.statusCode, text, response.headers));
       }
 
       const contentType = String(response.headers['content-type'] ?? '');
@@ -274,20 +308,20 @@ export function createOpenAICompatibleEngine(
             yield await abortedEnd();
             return;
           }
-          throw fail(error);
+          throw await fail(error);
         }
         watchdog.clear();
         let parsed: unknown;
         try {
           parsed = JSON.parse(text);
         } catch (error) {
-          throw fail(new WeirError('upstream_error', 'upstream sent invalid JSON', { cause: error }));
+          throw await fail(new WeirError('upstream_error', 'upstream sent invalid JSON', { cause: error }));
         }
         let piece: Piece;
         try {
           piece = apply(parsed);
         } catch (error) {
-          throw fail(error);
+          throw await fail(error);
         }
         if (piece.text.length > 0 || piece.toolCalls) {
           outputText += producedText(piece);
@@ -312,7 +346,7 @@ export function createOpenAICompatibleEngine(
               yield await abortedEnd();
               return;
             }
-            throw fail(error);
+            throw await fail(error);
           }
           if (next.done) {
             ended = true;
@@ -357,18 +391,18 @@ export function createOpenAICompatibleEngine(
             return;
           }
           // Pieces before an in-band error frame are delivered first.
-          if (frameError !== undefined) throw fail(frameError);
+          if (frameError !== undefined) throw await fail(frameError);
         }
       }
       watchdog.clear();
 
       if (request.signal.aborted) {
         // Stopped gracefully: the upstream's final usage (or, without it, our count) is the bill.
-        yield reported ? { type: 'end', reason: 'aborted', usage: reported, usageReported: true } : await abortedEnd();
+        yield reported ? { type: 'end', reason: 'aborted', usage: reported, usageSource: 'reported' } : await abortedEnd();
         return;
       }
       if (finishReason === undefined) {
-        throw fail(
+        throw await fail(
           new WeirError(
             'upstream_error',
             doneSeen ? 'upstream stream finished without a finish_reason' : 'upstream stream ended without finish_reason or [DONE]',
@@ -376,11 +410,7 @@ export function createOpenAICompatibleEngine(
         );
       }
       const reason = finishReason === 'length' || finishReason === 'content_filter' || finishReason === 'tool_calls' ? finishReason : 'stop';
-      if (reported) {
-        yield { type: 'end', reason, usage: reported, usageReported: true };
-      } else {
-        yield { type: 'end', reason, usage: await countedUsage(), usageReported: false };
-      }
+      yield reported ? { type: 'end', reason, usage: reported, usageSource: 'reported' } : await countedEnd(reason);
     } finally {
       watchdog.clear();
       if (stopTimer) clearTimeout(stopTimer);

@@ -28,9 +28,15 @@ export function utf8TokenUpperBound(text: string): number {
  *
  * - `text`: `count(text)`.
  * - `chat`: Σ over messages of (`count(content)` + `count(name)` when set +
- *   {@link CHAT_MESSAGE_OVERHEAD_TOKENS}) + {@link CHAT_REPLY_PRIMING_TOKENS}.
+ *   {@link CHAT_MESSAGE_OVERHEAD_TOKENS} + per tool call of an assistant message `count(id)` +
+ *   `count(name)` + `count(arguments)` + {@link CHAT_MESSAGE_OVERHEAD_TOKENS} + `count(toolCallId)`
+ *   of a tool message) + {@link CHAT_REPLY_PRIMING_TOKENS}.
  *
- * With `count` = {@link utf8TokenUpperBound} this is an upper bound for the common templates.
+ * With `count` = {@link utf8TokenUpperBound} this is an upper bound for the common templates;
+ * with the model's own tokenizer (a declared tiktoken encoding for OpenAI models) it is an upper
+ * bound too: OpenAI documents 3 tokens per message, 1 per name and 3 to prime the reply
+ * (openai-cookbook "How to count tokens with tiktoken"), below the 8 and 4 added here. Tool
+ * definitions (`tools`) are not counted: the request's input count does not include them.
  */
 export async function countInputWith(
   input: GenerationInput,
@@ -41,6 +47,12 @@ export async function countInputWith(
   for (const message of input.messages) {
     total += (await count(message.content)) + CHAT_MESSAGE_OVERHEAD_TOKENS;
     if (message.name) total += await count(message.name);
+    // A history's tool calls and tool results are prompt too: their id, name and arguments,
+    // each call with a message's overhead for its framing.
+    for (const call of message.toolCalls ?? []) {
+      total += (await count(call.id)) + (await count(call.name)) + (await count(call.arguments)) + CHAT_MESSAGE_OVERHEAD_TOKENS;
+    }
+    if (message.toolCallId) total += await count(message.toolCallId);
   }
   return total;
 }

@@ -85,7 +85,7 @@ describe('simulated replica timing (fake clock)', () => {
       [160, ' tok3'],
       [160, 'length'],
     ]);
-    expect(a.events.at(-1)?.event).toEqual({ type: 'end', reason: 'length', usage: { inputTokens: 1000, outputTokens: 3 }, usageReported: true });
+    expect(a.events.at(-1)?.event).toEqual({ type: 'end', reason: 'length', usage: { inputTokens: 1000, outputTokens: 3 }, usageSource: 'reported' });
     expect(engine.stats()).toMatchObject({ generatedTokens: 3, promptTokens: 1000, activeSequences: 0, completed: 1 });
   });
 

@@ -84,7 +84,7 @@ interface Session {
  *   of each step, then `end`: `length` at the output limit, `stop` when the output would contain a
  *   stop sequence (that token is not emitted nor counted), `aborted` when the request's signal
  *   fires or the consumer stops reading (the sequence leaves the batch at once; the tokens already
- *   yielded are the usage). `usage` is exact (`usageReported: true`); sampling parameters other
+ *   yielded are the usage). `usage` is exact (`usageSource: reported`); sampling parameters other
  *   than `stop` change nothing: output is deterministic.
  * - Steps are scheduled on absolute times (each starts where the previous one was due), so timer
  *   lateness does not accumulate over a long stream.
@@ -157,7 +157,7 @@ export function createSimulatedEngine(spec: SimulatedEngineSpec, deps: { logger?
       if (!s) continue;
       const text = fillerToken(token.generated);
       if (s.stop.some((stop) => (s.text + text).includes(stop))) {
-        finish(token.id, { type: 'end', reason: 'stop', usage: { inputTokens: s.inputTokens, outputTokens: s.outputTokens }, usageReported: true });
+        finish(token.id, { type: 'end', reason: 'stop', usage: { inputTokens: s.inputTokens, outputTokens: s.outputTokens }, usageSource: 'reported' });
         continue;
       }
       s.outputTokens += 1;
@@ -165,7 +165,7 @@ export function createSimulatedEngine(spec: SimulatedEngineSpec, deps: { logger?
       counters.generatedTokens += 1;
       s.queue.push({ type: 'delta', text, tokens: 1 });
       if (token.finished) {
-        finish(token.id, { type: 'end', reason: 'length', usage: { inputTokens: s.inputTokens, outputTokens: s.outputTokens }, usageReported: true });
+        finish(token.id, { type: 'end', reason: 'length', usage: { inputTokens: s.inputTokens, outputTokens: s.outputTokens }, usageSource: 'reported' });
       }
     }
     // The next step starts where this one was due, so lateness does not accumulate.
@@ -184,7 +184,7 @@ export function createSimulatedEngine(spec: SimulatedEngineSpec, deps: { logger?
       );
     }
     if (request.signal.aborted) {
-      yield { type: 'end', reason: 'aborted', usage: { inputTokens, outputTokens: 0 }, usageReported: true };
+      yield { type: 'end', reason: 'aborted', usage: { inputTokens, outputTokens: 0 }, usageSource: 'reported' };
       return;
     }
     const id = `${request.generationId}#${nextId++}`;
@@ -200,7 +200,7 @@ export function createSimulatedEngine(spec: SimulatedEngineSpec, deps: { logger?
     sessions.set(id, session);
     state = enqueue(profile, state, { id, inputTokens, maxOutputTokens: Math.min(request.maxOutputTokens, profile.kvTokens - inputTokens) });
     const abort = (): void =>
-      finish(id, { type: 'end', reason: 'aborted', usage: { inputTokens, outputTokens: session.outputTokens }, usageReported: true });
+      finish(id, { type: 'end', reason: 'aborted', usage: { inputTokens, outputTokens: session.outputTokens }, usageSource: 'reported' });
     request.signal.addEventListener('abort', abort, { once: true });
     if (dueAt === undefined) startStep(clock.now());
     try {

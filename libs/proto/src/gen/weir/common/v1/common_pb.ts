@@ -17,7 +17,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file weir/common/v1/common.proto.
  */
 export const file_weir_common_v1_common: GenFile = /*@__PURE__*/
-  fileDesc("Cht3ZWlyL2NvbW1vbi92MS9jb21tb24ucHJvdG8SDndlaXIuY29tbW9uLnYxIj8KBkNhbGxlchIRCgl0ZW5hbnRfaWQYASABKAkSDgoGYXBwX2lkGAIgASgJEhIKCmFwaV9rZXlfaWQYAyABKAkibQoPUmV2aXNpb25QcmljaW5nEhoKEmlucHV0X3VzZF9wZXJfbXRvaxgBIAEoARIbChNvdXRwdXRfdXNkX3Blcl9tdG9rGAIgASgBEiEKGWNhY2hlZF9pbnB1dF91c2RfcGVyX210b2sYAyABKAEi4QEKDkxsYW1hQ3BwRW5naW5lEhcKCm1vZGVsX3BhdGgYASABKAlIAIgBARIZCgxtb2RlbF9zaGEyNTYYAiABKAlIAYgBARIWCgltb2RlbF91cmwYAyABKAlIAogBARIPCgd0aHJlYWRzGAQgASgNEhEKCXNlcXVlbmNlcxgFIAEoDRIUCgxjb250ZXh0X3NpemUYBiABKA0SGwoTdGVzdF90b2tlbl9kZWxheV9tcxgHIAEoDUINCgtfbW9kZWxfcGF0aEIPCg1fbW9kZWxfc2hhMjU2QgwKCl9tb2RlbF91cmwiqAIKFk9wZW5BaUNvbXBhdGlibGVFbmdpbmUSEAoIYmFzZV91cmwYASABKAkSFgoOdXBzdHJlYW1fbW9kZWwYAiABKAkSGAoLYXBpX2tleV9lbnYYAyABKAlIAIgBARIoCgNhcGkYBCABKA4yGy53ZWlyLmNvbW1vbi52MS5VcHN0cmVhbUFwaRIeChZmaXJzdF90b2tlbl90aW1lb3V0X21zGAUgASgNEhcKD2lkbGVfdGltZW91dF9tcxgGIAEoDRIXCg9tYXhfY29uY3VycmVuY3kYByABKA0SIwoWY29udGludW91c191c2FnZV9zdGF0cxgIIAEoCEgBiAEBQg4KDF9hcGlfa2V5X2VudkIZChdfY29udGludW91c191c2FnZV9zdGF0cyK3AQoPQW50aHJvcGljRW5naW5lEhAKCGJhc2VfdXJsGAEgASgJEhYKDnVwc3RyZWFtX21vZGVsGAIgASgJEhgKC2FwaV9rZXlfZW52GAMgASgJSACIAQESHgoWZmlyc3RfdG9rZW5fdGltZW91dF9tcxgEIAEoDRIXCg9pZGxlX3RpbWVvdXRfbXMYBSABKA0SFwoPbWF4X2NvbmN1cnJlbmN5GAYgASgNQg4KDF9hcGlfa2V5X2VudiIsCg9EZWNvZGVTdGVwUG9pbnQSDQoFYmF0Y2gYASABKA0SCgoCbXMYAiABKAEipQEKD1NpbXVsYXRlZEVuZ2luZRIhChlwcmVmaWxsX3Rva2Vuc19wZXJfc2Vjb25kGAEgASgBEjcKDmRlY29kZV9zdGVwX21zGAIgAygLMh8ud2Vpci5jb21tb24udjEuRGVjb2RlU3RlcFBvaW50EhEKCWt2X3Rva2VucxgDIAEoDRIVCg1tYXhfc2VxdWVuY2VzGAQgASgNEgwKBHNlZWQYBSABKA0iPgoPUmVwbGljYUVuZHBvaW50EgoKAmlkGAEgASgJEhAKCGJhc2VfdXJsGAIgASgJEg0KBXNsb3RzGAMgASgNIp0ECghSZXZpc2lvbhIKCgJpZBgBIAEoCRINCgVtb2RlbBgCIAEoCRIyCghsbGFtYWNwcBgDIAEoCzIeLndlaXIuY29tbW9uLnYxLkxsYW1hQ3BwRW5naW5lSAASQwoRb3BlbmFpX2NvbXBhdGlibGUYBCABKAsyJi53ZWlyLmNvbW1vbi52MS5PcGVuQWlDb21wYXRpYmxlRW5naW5lSAASNAoJc2ltdWxhdGVkGAogASgLMh8ud2Vpci5jb21tb24udjEuU2ltdWxhdGVkRW5naW5lSAASNAoJYW50aHJvcGljGAsgASgLMh8ud2Vpci5jb21tb24udjEuQW50aHJvcGljRW5naW5lSAASFgoOY29udGV4dF93aW5kb3cYBSABKA0SGQoRbWF4X291dHB1dF90b2tlbnMYBiABKA0SHQoVZGVmYXVsdF9vdXRwdXRfdG9rZW5zGAcgASgNEjAKB3ByaWNpbmcYCCABKAsyHy53ZWlyLmNvbW1vbi52MS5SZXZpc2lvblByaWNpbmcSMQoIcmVwbGljYXMYCSADKAsyHy53ZWlyLmNvbW1vbi52MS5SZXBsaWNhRW5kcG9pbnQSPwoMY2FwYWJpbGl0aWVzGAwgASgLMiQud2Vpci5jb21tb24udjEuUmV2aXNpb25DYXBhYmlsaXRpZXNIAYgBAUIICgZlbmdpbmVCDwoNX2NhcGFiaWxpdGllcyJNChRSZXZpc2lvbkNhcGFiaWxpdGllcxIRCglzdHJlYW1pbmcYASABKAgSDQoFdG9vbHMYAiABKAgSEwoLanNvbl9vdXRwdXQYAyABKAgiMgoLQWxpYXNUYXJnZXQSEwoLcmV2aXNpb25faWQYASABKAkSDgoGd2VpZ2h0GAIgASgBIoABCgVBbGlhcxIMCgRuYW1lGAEgASgJEiwKB3RhcmdldHMYAiADKAsyGy53ZWlyLmNvbW1vbi52MS5BbGlhc1RhcmdldBIYCgtkZXNjcmlwdGlvbhgDIAEoCUgAiAEBEhEKCWZhbGxiYWNrcxgEIAMoCUIOCgxfZGVzY3JpcHRpb24icwoKVG9rZW5Vc2FnZRIUCgxpbnB1dF90b2tlbnMYASABKA0SFQoNb3V0cHV0X3Rva2VucxgCIAEoDRIgChNjYWNoZWRfaW5wdXRfdG9rZW5zGAMgASgNSACIAQFCFgoUX2NhY2hlZF9pbnB1dF90b2tlbnMiWQoRR2VuZXJhdGlvblRpbWluZ3MSEAoIcXVldWVfbXMYASABKAESFAoHdHRmdF9tcxgCIAEoAUgAiAEBEhAKCHRvdGFsX21zGAMgASgBQgoKCF90dGZ0X21zIpEBCg9XZWlyRXJyb3JEZXRhaWwSDAoEY29kZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJEhsKDnJldHJ5X2FmdGVyX21zGAMgASgNSACIAQESEQoJcmV0cnlhYmxlGAQgASgIEhIKBXBhcmFtGAUgASgJSAGIAQFCEQoPX3JldHJ5X2FmdGVyX21zQggKBl9wYXJhbSKpAgoRR2VuZXJhdGlvbk91dGNvbWUSMwoNZmluaXNoX3JlYXNvbhgBIAEoDjIcLndlaXIuY29tbW9uLnYxLkZpbmlzaFJlYXNvbhIpCgV1c2FnZRgCIAEoCzIaLndlaXIuY29tbW9uLnYxLlRva2VuVXNhZ2USFQoNY29zdF9uYW5vX3VzZBgDIAEoAxIyCgd0aW1pbmdzGAQgASgLMiEud2Vpci5jb21tb24udjEuR2VuZXJhdGlvblRpbWluZ3MSFgoObW9kZWxfcmV2aXNpb24YBSABKAkSMwoFZXJyb3IYBiABKAsyHy53ZWlyLmNvbW1vbi52MS5XZWlyRXJyb3JEZXRhaWxIAIgBARISCgp1bnJlY29yZGVkGAcgASgIQggKBl9lcnJvcipgCgtVcHN0cmVhbUFwaRIcChhVUFNUUkVBTV9BUElfVU5TUEVDSUZJRUQQABIVChFVUFNUUkVBTV9BUElfQ0hBVBABEhwKGFVQU1RSRUFNX0FQSV9DT01QTEVUSU9OUxACKvEBCgxGaW5pc2hSZWFzb24SHQoZRklOSVNIX1JFQVNPTl9VTlNQRUNJRklFRBAAEhYKEkZJTklTSF9SRUFTT05fU1RPUBABEhgKFEZJTklTSF9SRUFTT05fTEVOR1RIEAISGwoXRklOSVNIX1JFQVNPTl9DQU5DRUxMRUQQAxIaChZGSU5JU0hfUkVBU09OX0RFQURMSU5FEAQSFwoTRklOSVNIX1JFQVNPTl9FUlJPUhAFEiAKHEZJTklTSF9SRUFTT05fQ09OVEVOVF9GSUxURVIQBhIcChhGSU5JU0hfUkVBU09OX1RPT0xfQ0FMTFMQB2IGcHJvdG8z");
+  fileDesc("Cht3ZWlyL2NvbW1vbi92MS9jb21tb24ucHJvdG8SDndlaXIuY29tbW9uLnYxIj8KBkNhbGxlchIRCgl0ZW5hbnRfaWQYASABKAkSDgoGYXBwX2lkGAIgASgJEhIKCmFwaV9rZXlfaWQYAyABKAkibQoPUmV2aXNpb25QcmljaW5nEhoKEmlucHV0X3VzZF9wZXJfbXRvaxgBIAEoARIbChNvdXRwdXRfdXNkX3Blcl9tdG9rGAIgASgBEiEKGWNhY2hlZF9pbnB1dF91c2RfcGVyX210b2sYAyABKAEi4QEKDkxsYW1hQ3BwRW5naW5lEhcKCm1vZGVsX3BhdGgYASABKAlIAIgBARIZCgxtb2RlbF9zaGEyNTYYAiABKAlIAYgBARIWCgltb2RlbF91cmwYAyABKAlIAogBARIPCgd0aHJlYWRzGAQgASgNEhEKCXNlcXVlbmNlcxgFIAEoDRIUCgxjb250ZXh0X3NpemUYBiABKA0SGwoTdGVzdF90b2tlbl9kZWxheV9tcxgHIAEoDUINCgtfbW9kZWxfcGF0aEIPCg1fbW9kZWxfc2hhMjU2QgwKCl9tb2RlbF91cmwizgIKFk9wZW5BaUNvbXBhdGlibGVFbmdpbmUSEAoIYmFzZV91cmwYASABKAkSFgoOdXBzdHJlYW1fbW9kZWwYAiABKAkSGAoLYXBpX2tleV9lbnYYAyABKAlIAIgBARIoCgNhcGkYBCABKA4yGy53ZWlyLmNvbW1vbi52MS5VcHN0cmVhbUFwaRIeChZmaXJzdF90b2tlbl90aW1lb3V0X21zGAUgASgNEhcKD2lkbGVfdGltZW91dF9tcxgGIAEoDRIXCg9tYXhfY29uY3VycmVuY3kYByABKA0SIwoWY29udGludW91c191c2FnZV9zdGF0cxgIIAEoCEgBiAEBEhYKCXRva2VuaXplchgJIAEoCUgCiAEBQg4KDF9hcGlfa2V5X2VudkIZChdfY29udGludW91c191c2FnZV9zdGF0c0IMCgpfdG9rZW5pemVyIt0BCg9BbnRocm9waWNFbmdpbmUSEAoIYmFzZV91cmwYASABKAkSFgoOdXBzdHJlYW1fbW9kZWwYAiABKAkSGAoLYXBpX2tleV9lbnYYAyABKAlIAIgBARIeChZmaXJzdF90b2tlbl90aW1lb3V0X21zGAQgASgNEhcKD2lkbGVfdGltZW91dF9tcxgFIAEoDRIXCg9tYXhfY29uY3VycmVuY3kYBiABKA0SFgoJdG9rZW5pemVyGAcgASgJSAGIAQFCDgoMX2FwaV9rZXlfZW52QgwKCl90b2tlbml6ZXIiLAoPRGVjb2RlU3RlcFBvaW50Eg0KBWJhdGNoGAEgASgNEgoKAm1zGAIgASgBIqUBCg9TaW11bGF0ZWRFbmdpbmUSIQoZcHJlZmlsbF90b2tlbnNfcGVyX3NlY29uZBgBIAEoARI3Cg5kZWNvZGVfc3RlcF9tcxgCIAMoCzIfLndlaXIuY29tbW9uLnYxLkRlY29kZVN0ZXBQb2ludBIRCglrdl90b2tlbnMYAyABKA0SFQoNbWF4X3NlcXVlbmNlcxgEIAEoDRIMCgRzZWVkGAUgASgNIj4KD1JlcGxpY2FFbmRwb2ludBIKCgJpZBgBIAEoCRIQCghiYXNlX3VybBgCIAEoCRINCgVzbG90cxgDIAEoDSKdBAoIUmV2aXNpb24SCgoCaWQYASABKAkSDQoFbW9kZWwYAiABKAkSMgoIbGxhbWFjcHAYAyABKAsyHi53ZWlyLmNvbW1vbi52MS5MbGFtYUNwcEVuZ2luZUgAEkMKEW9wZW5haV9jb21wYXRpYmxlGAQgASgLMiYud2Vpci5jb21tb24udjEuT3BlbkFpQ29tcGF0aWJsZUVuZ2luZUgAEjQKCXNpbXVsYXRlZBgKIAEoCzIfLndlaXIuY29tbW9uLnYxLlNpbXVsYXRlZEVuZ2luZUgAEjQKCWFudGhyb3BpYxgLIAEoCzIfLndlaXIuY29tbW9uLnYxLkFudGhyb3BpY0VuZ2luZUgAEhYKDmNvbnRleHRfd2luZG93GAUgASgNEhkKEW1heF9vdXRwdXRfdG9rZW5zGAYgASgNEh0KFWRlZmF1bHRfb3V0cHV0X3Rva2VucxgHIAEoDRIwCgdwcmljaW5nGAggASgLMh8ud2Vpci5jb21tb24udjEuUmV2aXNpb25QcmljaW5nEjEKCHJlcGxpY2FzGAkgAygLMh8ud2Vpci5jb21tb24udjEuUmVwbGljYUVuZHBvaW50Ej8KDGNhcGFiaWxpdGllcxgMIAEoCzIkLndlaXIuY29tbW9uLnYxLlJldmlzaW9uQ2FwYWJpbGl0aWVzSAGIAQFCCAoGZW5naW5lQg8KDV9jYXBhYmlsaXRpZXMiTQoUUmV2aXNpb25DYXBhYmlsaXRpZXMSEQoJc3RyZWFtaW5nGAEgASgIEg0KBXRvb2xzGAIgASgIEhMKC2pzb25fb3V0cHV0GAMgASgIIjIKC0FsaWFzVGFyZ2V0EhMKC3JldmlzaW9uX2lkGAEgASgJEg4KBndlaWdodBgCIAEoASKAAQoFQWxpYXMSDAoEbmFtZRgBIAEoCRIsCgd0YXJnZXRzGAIgAygLMhsud2Vpci5jb21tb24udjEuQWxpYXNUYXJnZXQSGAoLZGVzY3JpcHRpb24YAyABKAlIAIgBARIRCglmYWxsYmFja3MYBCADKAlCDgoMX2Rlc2NyaXB0aW9uInMKClRva2VuVXNhZ2USFAoMaW5wdXRfdG9rZW5zGAEgASgNEhUKDW91dHB1dF90b2tlbnMYAiABKA0SIAoTY2FjaGVkX2lucHV0X3Rva2VucxgDIAEoDUgAiAEBQhYKFF9jYWNoZWRfaW5wdXRfdG9rZW5zIlkKEUdlbmVyYXRpb25UaW1pbmdzEhAKCHF1ZXVlX21zGAEgASgBEhQKB3R0ZnRfbXMYAiABKAFIAIgBARIQCgh0b3RhbF9tcxgDIAEoAUIKCghfdHRmdF9tcyKRAQoPV2VpckVycm9yRGV0YWlsEgwKBGNvZGUYASABKAkSDwoHbWVzc2FnZRgCIAEoCRIbCg5yZXRyeV9hZnRlcl9tcxgDIAEoDUgAiAEBEhEKCXJldHJ5YWJsZRgEIAEoCBISCgVwYXJhbRgFIAEoCUgBiAEBQhEKD19yZXRyeV9hZnRlcl9tc0IICgZfcGFyYW0iygIKD1Vwc3RyZWFtQXR0ZW1wdBIPCgdhdHRlbXB0GAEgASgNEhMKC3JldmlzaW9uX2lkGAIgASgJEhAKCHByb3ZpZGVyGAMgASgJEhcKCnJlcGxpY2FfaWQYBCABKAlIAIgBARIvCgdvdXRjb21lGAUgASgOMh4ud2Vpci5jb21tb24udjEuQXR0ZW1wdE91dGNvbWUSFwoKZXJyb3JfY29kZRgGIAEoCUgBiAEBEhoKEnN0YXJ0ZWRfYXRfdW5peF9tcxgHIAEoAxIUCgd0dGZ0X21zGAggASgBSAKIAQESEwoLZHVyYXRpb25fbXMYCSABKAESFAoMaW5wdXRfdG9rZW5zGAogASgNEhUKDW91dHB1dF90b2tlbnMYCyABKA1CDQoLX3JlcGxpY2FfaWRCDQoLX2Vycm9yX2NvZGVCCgoIX3R0ZnRfbXMijwMKEUdlbmVyYXRpb25PdXRjb21lEjMKDWZpbmlzaF9yZWFzb24YASABKA4yHC53ZWlyLmNvbW1vbi52MS5GaW5pc2hSZWFzb24SKQoFdXNhZ2UYAiABKAsyGi53ZWlyLmNvbW1vbi52MS5Ub2tlblVzYWdlEhUKDWNvc3RfbmFub191c2QYAyABKAMSMgoHdGltaW5ncxgEIAEoCzIhLndlaXIuY29tbW9uLnYxLkdlbmVyYXRpb25UaW1pbmdzEhYKDm1vZGVsX3JldmlzaW9uGAUgASgJEjMKBWVycm9yGAYgASgLMh8ud2Vpci5jb21tb24udjEuV2VpckVycm9yRGV0YWlsSACIAQESEgoKdW5yZWNvcmRlZBgHIAEoCBIxCgx1c2FnZV9zb3VyY2UYCCABKA4yGy53ZWlyLmNvbW1vbi52MS5Vc2FnZVNvdXJjZRIxCghhdHRlbXB0cxgJIAMoCzIfLndlaXIuY29tbW9uLnYxLlVwc3RyZWFtQXR0ZW1wdEIICgZfZXJyb3IqYAoLVXBzdHJlYW1BcGkSHAoYVVBTVFJFQU1fQVBJX1VOU1BFQ0lGSUVEEAASFQoRVVBTVFJFQU1fQVBJX0NIQVQQARIcChhVUFNUUkVBTV9BUElfQ09NUExFVElPTlMQAirxAQoMRmluaXNoUmVhc29uEh0KGUZJTklTSF9SRUFTT05fVU5TUEVDSUZJRUQQABIWChJGSU5JU0hfUkVBU09OX1NUT1AQARIYChRGSU5JU0hfUkVBU09OX0xFTkdUSBACEhsKF0ZJTklTSF9SRUFTT05fQ0FOQ0VMTEVEEAMSGgoWRklOSVNIX1JFQVNPTl9ERUFETElORRAEEhcKE0ZJTklTSF9SRUFTT05fRVJST1IQBRIgChxGSU5JU0hfUkVBU09OX0NPTlRFTlRfRklMVEVSEAYSHAoYRklOSVNIX1JFQVNPTl9UT09MX0NBTExTEAcqfAoLVXNhZ2VTb3VyY2USHAoYVVNBR0VfU09VUkNFX1VOU1BFQ0lGSUVEEAASGQoVVVNBR0VfU09VUkNFX1JFUE9SVEVEEAESGAoUVVNBR0VfU09VUkNFX0NPVU5URUQQAhIaChZVU0FHRV9TT1VSQ0VfRVNUSU1BVEVEEAMqawoOQXR0ZW1wdE91dGNvbWUSHwobQVRURU1QVF9PVVRDT01FX1VOU1BFQ0lGSUVEEAASHAoYQVRURU1QVF9PVVRDT01FX0FOU1dFUkVEEAESGgoWQVRURU1QVF9PVVRDT01FX0ZBSUxFRBACYgZwcm90bzM");
 
 /**
  * Who is asking. Set by the gateway from the API key only, never from a request body.
@@ -213,6 +213,13 @@ export type OpenAiCompatibleEngine = Message<"weir.common.v1.OpenAiCompatibleEng
    * @generated from field: optional bool continuous_usage_stats = 8;
    */
   continuousUsageStats?: boolean | undefined;
+
+  /**
+   * The revision's tokenizer: `o200k_base` or `cl100k_base` (a tiktoken encoding); absent = none.
+   *
+   * @generated from field: optional string tokenizer = 9;
+   */
+  tokenizer?: string | undefined;
 };
 
 /**
@@ -269,6 +276,13 @@ export type AnthropicEngine = Message<"weir.common.v1.AnthropicEngine"> & {
    * @generated from field: uint32 max_concurrency = 6;
    */
   maxConcurrency: number;
+
+  /**
+   * A tokenizer to count with where the API reports nothing: `o200k_base` or `cl100k_base`; absent = none.
+   *
+   * @generated from field: optional string tokenizer = 7;
+   */
+  tokenizer?: string | undefined;
 };
 
 /**
@@ -720,6 +734,95 @@ export const WeirErrorDetailSchema: GenMessage<WeirErrorDetail> = /*@__PURE__*/
   messageDesc(file_weir_common_v1_common, 14);
 
 /**
+ * One upstream attempt of a request (`UpstreamAttempt` in `@weir/core`). Set by the relay
+ * that ran it (or by the gateway's relay client when that relay was lost or refused).
+ *
+ * @generated from message weir.common.v1.UpstreamAttempt
+ */
+export type UpstreamAttempt = Message<"weir.common.v1.UpstreamAttempt"> & {
+  /**
+   * 1, 2, ... in the order tried.
+   *
+   * @generated from field: uint32 attempt = 1;
+   */
+  attempt: number;
+
+  /**
+   * @generated from field: string revision_id = 2;
+   */
+  revisionId: string;
+
+  /**
+   * The revision's engine kind (`llamacpp`, `openai-compatible`, `anthropic`, ...).
+   *
+   * @generated from field: string provider = 3;
+   */
+  provider: string;
+
+  /**
+   * The replica that served it; absent when none was reached.
+   *
+   * @generated from field: optional string replica_id = 4;
+   */
+  replicaId?: string | undefined;
+
+  /**
+   * Never UNSPECIFIED.
+   *
+   * @generated from field: weir.common.v1.AttemptOutcome outcome = 5;
+   */
+  outcome: AttemptOutcome;
+
+  /**
+   * Weir error code of an attempt that ended in error.
+   *
+   * @generated from field: optional string error_code = 6;
+   */
+  errorCode?: string | undefined;
+
+  /**
+   * When the attempt started (Unix epoch ms, the relay's wall clock): a record field, never
+   * used to measure time across processes.
+   *
+   * @generated from field: int64 started_at_unix_ms = 7;
+   */
+  startedAtUnixMs: bigint;
+
+  /**
+   * From the attempt's start to its first output token (ms); absent when none came.
+   *
+   * @generated from field: optional double ttft_ms = 8;
+   */
+  ttftMs?: number | undefined;
+
+  /**
+   * From the attempt's start to its end (ms).
+   *
+   * @generated from field: double duration_ms = 9;
+   */
+  durationMs: number;
+
+  /**
+   * Tokens the upstream reported or Weir counted (a failed attempt: the upstream's own count, not billed).
+   *
+   * @generated from field: uint32 input_tokens = 10;
+   */
+  inputTokens: number;
+
+  /**
+   * @generated from field: uint32 output_tokens = 11;
+   */
+  outputTokens: number;
+};
+
+/**
+ * Describes the message weir.common.v1.UpstreamAttempt.
+ * Use `create(UpstreamAttemptSchema)` to create a new message.
+ */
+export const UpstreamAttemptSchema: GenMessage<UpstreamAttempt> = /*@__PURE__*/
+  messageDesc(file_weir_common_v1_common, 15);
+
+/**
  * How a generation ended, what it measured and what it cost. Set by the relay.
  *
  * @generated from message weir.common.v1.GenerationOutcome
@@ -775,6 +878,20 @@ export type GenerationOutcome = Message<"weir.common.v1.GenerationOutcome"> & {
    * @generated from field: bool unrecorded = 7;
    */
   unrecorded: boolean;
+
+  /**
+   * How `usage` was obtained; UNSPECIFIED (an older relay) reads as reported.
+   *
+   * @generated from field: weir.common.v1.UsageSource usage_source = 8;
+   */
+  usageSource: UsageSource;
+
+  /**
+   * Every upstream attempt of the request so far, oldest first, this one last.
+   *
+   * @generated from field: repeated weir.common.v1.UpstreamAttempt attempts = 9;
+   */
+  attempts: UpstreamAttempt[];
 };
 
 /**
@@ -782,7 +899,7 @@ export type GenerationOutcome = Message<"weir.common.v1.GenerationOutcome"> & {
  * Use `create(GenerationOutcomeSchema)` to create a new message.
  */
 export const GenerationOutcomeSchema: GenMessage<GenerationOutcome> = /*@__PURE__*/
-  messageDesc(file_weir_common_v1_common, 15);
+  messageDesc(file_weir_common_v1_common, 16);
 
 /**
  * Which endpoint of an OpenAI-compatible upstream a revision calls.
@@ -882,4 +999,75 @@ export enum FinishReason {
  */
 export const FinishReasonSchema: GenEnum<FinishReason> = /*@__PURE__*/
   enumDesc(file_weir_common_v1_common, 1);
+
+/**
+ * How a generation's token counts were obtained (`UsageSource` in `@weir/core`).
+ *
+ * @generated from enum weir.common.v1.UsageSource
+ */
+export enum UsageSource {
+  /**
+   * @generated from enum value: USAGE_SOURCE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * The engine or upstream said so itself: exact.
+   *
+   * @generated from enum value: USAGE_SOURCE_REPORTED = 1;
+   */
+  REPORTED = 1,
+
+  /**
+   * Weir counted what it relayed with the revision's tokenizer: exact to +-1 at a cut.
+   *
+   * @generated from enum value: USAGE_SOURCE_COUNTED = 2;
+   */
+  COUNTED = 2,
+
+  /**
+   * Neither: content deltas counted, or what a lost relay had relayed.
+   *
+   * @generated from enum value: USAGE_SOURCE_ESTIMATED = 3;
+   */
+  ESTIMATED = 3,
+}
+
+/**
+ * Describes the enum weir.common.v1.UsageSource.
+ */
+export const UsageSourceSchema: GenEnum<UsageSource> = /*@__PURE__*/
+  enumDesc(file_weir_common_v1_common, 2);
+
+/**
+ * How one upstream attempt ended.
+ *
+ * @generated from enum weir.common.v1.AttemptOutcome
+ */
+export enum AttemptOutcome {
+  /**
+   * @generated from enum value: ATTEMPT_OUTCOME_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * It gave the request's answer (a full one, a cut one, or a failure after output).
+   *
+   * @generated from enum value: ATTEMPT_OUTCOME_ANSWERED = 1;
+   */
+  ANSWERED = 1,
+
+  /**
+   * It failed before any output token (billed nothing).
+   *
+   * @generated from enum value: ATTEMPT_OUTCOME_FAILED = 2;
+   */
+  FAILED = 2,
+}
+
+/**
+ * Describes the enum weir.common.v1.AttemptOutcome.
+ */
+export const AttemptOutcomeSchema: GenEnum<AttemptOutcome> = /*@__PURE__*/
+  enumDesc(file_weir_common_v1_common, 3);
 
