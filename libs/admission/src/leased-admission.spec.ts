@@ -153,6 +153,33 @@ describe('leased admission, shared', () => {
     expect(r).toMatchObject({ ok: false, reason: 'budget_exhausted', message: expect.stringContaining("tenant's monthly budget of $0.02 is exhausted") });
   });
 
+  it('gives back what a dry co-row makes useless, so two holders never each hold what the other needs', async () => {
+    const h = harness();
+    const tenants = [
+      tenant('acme', { monthlyBudgetUsd: 0.01 }, [
+        { id: 'web', name: 'web', limits: { dailyBudgetUsd: 0.01 } },
+        { id: 'other', name: 'other', limits: {} },
+      ]),
+    ]; // 10 worst cases a month for the tenant, 10 a day for web
+    const a = h.make(tenants);
+    const b = h.make(tenants);
+    // A leases half of the tenant's month through its other app, and keeps it unused.
+    await a.release(ok(await a.reserve(req('acme', {}, 'other'))).reservationId);
+    // B spends through web until the month is dry for it, holding web's day money.
+    let admitted = 0;
+    while (await spend(b, h.store, req('acme'))) admitted++;
+    expect(admitted).toBe(5);
+    // A's web requests need day money B holds; B's need month money A holds. Alternating, the
+    // dry rows' holders give back what they cannot use, and the rest of the budget is spent.
+    for (let i = 0; i < 20; i++) {
+      for (const x of [a, b]) if (await spend(x, h.store, req('acme'))) admitted++;
+      await flush();
+    }
+    expect(admitted).toBe(10);
+    const month = (await h.store.readBudget(monthRow('acme')))!;
+    expect(month.settledNano).toBe(10 * WORST);
+  });
+
   it('shares one synchronous draw among a burst waiting on the same lease, and sizes the next by their demand', async () => {
     const h = harness();
     const a = h.make([tenant('acme', { monthlyBudgetUsd: 1 })]);

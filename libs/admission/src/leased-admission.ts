@@ -257,6 +257,8 @@ interface BudgetLease extends BudgetState {
   /** A draw found less than needed: requests needing more than `knownUnleasedNano` are refused until then. */
   exhaustedUntilMs: number;
   knownUnleasedNano: number;
+  /** Given back as unusable while a co-row was dry (see releaseBlocked) until then. */
+  blockedReturnUntilMs: number;
 }
 
 interface RateLease {
@@ -437,6 +439,7 @@ export function createLeasedAdmission(options: LeasedAdmissionOptions, deps: Lea
       pendingNano: 0,
       exhaustedUntilMs: 0,
       knownUnleasedNano: 0,
+      blockedReturnUntilMs: 0,
     };
     activeBudget.set(lease.keyString, lease);
     budgetLeases.set(lease.leaseId, lease);
@@ -567,53 +570,65 @@ export function createLeasedAdmission(options: LeasedAdmissionOptions, deps: Lea
   };
 
   /**
-   * Starts (or joins) the store operations that could let a rejected request pass, and
-   * resolves with their promises; an empty list means nothing can: the rejection stands.
+   * What could let a rejected request pass: the store operations to start (or join) — and
+   * nothing when some limit cannot be helped (`dry`: the budget leases whose row has too little
+   * left to lease). Nothing is started unless every shortage can be fixed, so a request refused
+   * on one row does not draw on the others.
    */
-  const drawsFor = (p: Plan, request: ReservationRequest, nowMs: number): Promise<void>[] => {
-    const waits: Promise<void>[] = [];
+  const drawsFor = (p: Plan, request: ReservationRequest, nowMs: number): { waits: Promise<void>[]; dry: BudgetLease[] } => {
     const worst = request.worstCaseCostNanoUsd;
+    const starts: (() => Promise<void>)[] = [];
+    const dry: BudgetLease[] = [];
+    let fixable = true;
     for (const { lease, budgetNano } of p.leases) {
       const short = lease.settledNano + lease.reservedNano + worst - lease.grantedNano;
       if (lease.busy) {
         if (short > 0 || lease.frozen) {
-          lease.pendingNano += worst;
-          waits.push(lease.busy);
+          starts.push(() => {
+            lease.pendingNano += worst;
+            return lease.busy ?? Promise.resolve();
+          });
         }
         continue;
       }
       if (lease.frozen) {
         // A lowered budget: give back what is unused first, then lease again under the new one.
-        waits.push(unfreeze(lease));
+        starts.push(() => unfreeze(lease));
         continue;
       }
       if (short <= 0) continue;
-      if (nowMs < lease.exhaustedUntilMs && short > lease.knownUnleasedNano) return [];
-      const target = budgetTarget(recentSum(lease.spend, nowMs, windowMs), Math.max(worst, recentMax(lease.spend, nowMs, windowMs)), sizing);
-      const want = exclusive ? Infinity : Math.max(short, target - available(lease), lease.pendingNano + short);
-      lease.pendingNano = 0;
-      counters.syncDraws++;
-      waits.push(drawBudget(lease, budgetNano, { want, min: short, maxFraction }));
+      if (nowMs < lease.exhaustedUntilMs && short > lease.knownUnleasedNano) {
+        dry.push(lease);
+        fixable = false;
+        continue;
+      }
+      starts.push(() => {
+        const target = budgetTarget(recentSum(lease.spend, nowMs, windowMs), Math.max(worst, recentMax(lease.spend, nowMs, windowMs)), sizing);
+        const want = exclusive ? Infinity : Math.max(short, target - available(lease), lease.pendingNano + short);
+        lease.pendingNano = 0;
+        counters.syncDraws++;
+        return drawBudget(lease, budgetNano, { want, min: short, maxFraction });
+      });
     }
     for (const [i, s] of p.scopes.entries()) {
       const limits = p.limits[i];
       if (!hasRateLimits(limits)) continue;
       const rate = rateLeaseFor(s);
       const ask: Partial<Record<RateField, LeaseAsk>> = {};
-      let fixable = true;
+      const pending: Partial<RateShares> = {};
       let short = false;
       for (const b of BUCKETS) {
         const limit = limits[b.limit];
         if (limit === undefined) continue;
         const need = b.need(request);
-        if (need > limit) return []; // can never pass
+        if (need > limit) return { waits: [], dry }; // can never pass
         const share = Math.min(limit, rate.shares[b.limit]);
         const level = drainedLevel(s.state[b.level], share, s.state.usedAtMs, nowMs);
         const missing = Math.ceil(level + need - share - 1e-6);
         if (missing <= 0) continue;
         short = true;
         if (rate.busy) {
-          rate.pending[b.limit] += need;
+          pending[b.limit] = need;
           continue;
         }
         if ((nowMs < rate.exhaustedUntilMs[b.limit] && missing > rate.knownUnleased[b.limit]) || share >= limit) {
@@ -622,31 +637,54 @@ export function createLeasedAdmission(options: LeasedAdmissionOptions, deps: Lea
         }
         const target = rateTarget(recentSum(s.use[b.limit], nowMs, windowMs), Math.max(need, recentMax(s.use[b.limit], nowMs, windowMs)), limit, sizing);
         ask[b.limit] = { want: exclusive ? Infinity : Math.max(missing, target - share, rate.pending[b.limit] + missing), min: missing, maxFraction };
-        rate.pending[b.limit] = 0;
       }
       const max = limits.maxConcurrent;
       if (max !== undefined) {
         const slots = Math.min(max, rate.shares.maxConcurrent);
         if (s.state.inFlight + 1 > slots) {
           short = true;
-          if (rate.busy) rate.pending.maxConcurrent += 1;
+          if (rate.busy) pending.maxConcurrent = 1;
           else if ((nowMs < rate.exhaustedUntilMs.maxConcurrent && rate.knownUnleased.maxConcurrent < 1) || slots >= max) fixable = false;
           else {
             const target = slotTarget(recentMax(s.use.maxConcurrent, nowMs, windowMs) + 1, max);
             ask.maxConcurrent = { want: exclusive ? Infinity : Math.max(1, target - slots, rate.pending.maxConcurrent + 1), min: 1, maxFraction };
-            rate.pending.maxConcurrent = 0;
           }
         }
       }
-      if (!fixable) return [];
       if (!short) continue;
-      if (rate.busy) waits.push(rate.busy);
-      else if (Object.keys(ask).length > 0) {
+      starts.push(() => {
+        if (rate.busy) {
+          for (const f of RATE_FIELDS) rate.pending[f] += pending[f] ?? 0;
+          return rate.busy;
+        }
+        for (const f of RATE_FIELDS) if (ask[f]) rate.pending[f] = 0;
+        if (Object.keys(ask).length === 0) return Promise.resolve();
         counters.syncDraws++;
-        waits.push(drawRate(s, rate, limits, ask));
-      }
+        return drawRate(s, rate, limits, ask);
+      });
     }
-    return waits;
+    if (!fixable) return { waits: [], dry };
+    return { waits: starts.map((start) => start()), dry };
+  };
+
+  /**
+   * A shared holder refused on budget rows with nothing left to lease (`dry`) gives back what it
+   * holds on the request's other rows that no request can use while those stay dry: every other
+   * row of the tenant when a tenant row is dry (all its requests use it), the app's other rows
+   * when an app row is. Else two holders could each hold what the other needs (one a tenant
+   * row's money, the other an app row's) until their idle trims (in the background; at most
+   * once per `drawRetryMs` per lease).
+   */
+  const releaseBlocked = (p: Plan, dry: readonly BudgetLease[], nowMs: number) => {
+    if (exclusive || dry.length === 0) return;
+    const tenantDry = dry.some((d) => d.scope.startsWith('tenant:'));
+    const dryScopes = new Set(dry.map((d) => d.scope));
+    for (const { lease } of p.leases) {
+      if (dry.includes(lease) || lease.busy || lease.status !== 'active' || available(lease) <= 0 || nowMs < lease.blockedReturnUntilMs) continue;
+      if (!tenantDry && !dryScopes.has(lease.scope)) continue;
+      lease.blockedReturnUntilMs = nowMs + drawRetryMs;
+      returnBudget(lease, available(lease)).catch(report('return'));
+    }
   };
 
   const commit = (p: Plan, decision: Extract<ReserveDecision, { ok: true }>, request: ReservationRequest, nowMs: number): ReserveResult => {
@@ -1053,8 +1091,9 @@ export function createLeasedAdmission(options: LeasedAdmissionOptions, deps: Lea
           observer?.onDecision?.({ tenantId, outcome: 'admitted' });
           return commit(p, decision, request, nowMs);
         }
-        const waits = round < maxDrawRounds ? drawsFor(p, request, nowMs) : [];
+        const { waits, dry } = round < maxDrawRounds ? drawsFor(p, request, nowMs) : { waits: [], dry: [] };
         if (waits.length === 0) {
+          if (decision.reason === 'budget_exhausted') releaseBlocked(p, dry, nowMs);
           counters.rejected++;
           observer?.onDecision?.({ tenantId, outcome: 'rejected', reason: decision.reason });
           return {
