@@ -218,7 +218,9 @@ export interface LeasedAdmission extends AdmissionService {
   updateTenants(tenants: readonly TenantSpec[]): void;
   /**
    * Registers the holder (an exclusive holder first reclaims every lease in the store), then
-   * runs maintenance every `heartbeatMs`. Throws store faults (nothing started).
+   * runs maintenance every `heartbeatMs`. Throws store faults (nothing started). `reserve`
+   * works before `start` too (leases are drawn on demand and extended when a reservation needs
+   * it), but nothing is refilled, trimmed, returned or reclaimed in the background.
    */
   start(): Promise<void>;
   /**
@@ -943,6 +945,10 @@ export function createLeasedAdmission(options: LeasedAdmissionOptions, deps: Lea
       } else if (lease.status !== 'pending' && lease.reservedNano === 0 && lease.holdUntilMs + reclaimGraceMs <= nowMs) {
         // Retired or lost and lapsed: the store reclaims (or reclaimed) it; forget it here.
         budgetLeases.delete(lease.leaseId);
+      } else if (lease.status === 'pending' && (!current || nowMs - lease.lastUsedMs >= idleReturnMs)) {
+        // Never drawn (its requests were refused for other reasons) and no longer needed.
+        budgetLeases.delete(lease.leaseId);
+        if (activeBudget.get(lease.keyString) === lease) activeBudget.delete(lease.keyString);
       } else if (lease.status === 'retired' && available(lease) > 0) {
         // Settlements under a retired lease free the rest of their worst cases: give it back.
         run('return', returnBudget(lease, available(lease)));
