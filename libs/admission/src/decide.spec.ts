@@ -163,6 +163,75 @@ describe('decideReservation', () => {
   });
 });
 
+describe('decideReservation on a holder\'s leases (ADR 0002)', () => {
+  const leased = (limits: AdmissionLimits, lease: ScopeCheck['lease'], state: Partial<ScopeState> = {}, money: Parameters<typeof scope>[3] = {}): ScopeCheck => ({
+    ...scope('tenant', limits, state, money),
+    lease,
+  });
+
+  it.each([
+    // grant, settled here, in flight here, worst, admitted?
+    [5_000, 1_000, 3_000, 1_000, true],
+    [5_000, 1_000, 3_000, 1_001, false],
+    [0, 0, 0, 1, false], // no lease yet: nothing may be committed
+    [0, 0, 0, 0, true],
+  ])('a budget lease of %p with %p settled and %p in flight, worst %p → admitted %p', (grant, settledNano, reservedNano, worst, admitted) => {
+    const d = decide(leased({ monthlyBudgetUsd: 1 }, { budgetNano: { month: grant } }, {}, { month: { settledNano, reservedNano } }), undefined, request(10, 20, worst));
+    expect(d.ok).toBe(admitted);
+  });
+
+  it('rejects on the lease with the configured budget in the message and what the lease has left', () => {
+    const d = decide(leased({ monthlyBudgetUsd: 1 }, { budgetNano: { month: 5_000 } }, {}, { month: { settledNano: 1_000, reservedNano: 3_500 } }));
+    expect(d).toMatchObject({ ok: false, reason: 'budget_exhausted', message: expect.stringContaining("tenant's monthly budget of $1.00 is exhausted: $0.0000005 remains") });
+    expect(d.ok || d.retryAfterMs).toBeUndefined();
+  });
+
+  it('runs each bucket on the share: capacity, refill, retry hint and reported window', () => {
+    // Share 60 of a 600/min limit: 40 used, 30 needed → 10 over the share, 10 × 60,000 / 60 = 10 s.
+    const d = decide(leased({ tokensPerMinute: 600 }, { shares: { tokensPerMinute: 60 } }, { tokensUsed: 40 }));
+    expect(d).toMatchObject({ ok: false, reason: 'rate_limited', retryAfterMs: 10_000, message: expect.stringContaining('limit of 600 tokens per minute') });
+    expect(d.rateLimits.tokens).toEqual({ limit: 600, remaining: 20, resetMs: 40_000 });
+    // It drains at the share's rate: 10 s later 10 tokens are back.
+    const later = decide(leased({ tokensPerMinute: 600 }, { shares: { tokensPerMinute: 60 } }, { tokensUsed: 40, usedAtMs: NOW - 10_000 }));
+    expect(later).toMatchObject({ ok: true, scopes: [{ tokensUsed: 60 }, {}] });
+  });
+
+  it('waits as long as the whole limit takes to produce the request when the share is smaller than the request', () => {
+    const d = decide(leased({ tokensPerMinute: 600 }, { shares: { tokensPerMinute: 20 } }));
+    expect(d).toMatchObject({ ok: false, reason: 'rate_limited', retryAfterMs: 3_000 }); // 30 tokens at 600/min
+  });
+
+  it('still judges "can never pass" on the whole limit', () => {
+    const d = decide(leased({ tokensPerMinute: 25 }, { shares: { tokensPerMinute: 25 } }));
+    expect(d).toMatchObject({ ok: false, reason: 'rate_limited', message: expect.stringContaining('can never pass') });
+    expect(d.ok || d.retryAfterMs).toBeUndefined();
+  });
+
+  it.each([
+    // slots held, in flight here, admitted?
+    [3, 2, true],
+    [3, 3, false],
+    [0, 0, false],
+  ])('%p slots with %p in flight → admitted %p', (slots, inFlight, admitted) => {
+    expect(decide(leased({ maxConcurrent: 10 }, { slots }, { inFlight })).ok).toBe(admitted);
+  });
+
+  it('counts slots leased elsewhere as in flight in the message', () => {
+    const d = decide(leased({ maxConcurrent: 10 }, { slots: 4 }, { inFlight: 4 }));
+    expect(d).toMatchObject({ ok: false, reason: 'concurrency_limited', message: expect.stringContaining('already has 10 requests in flight, its limit of 10') });
+  });
+
+  it('decides exactly as without leases when the lease holds the whole scope', () => {
+    const limits = { monthlyBudgetUsd: 0.000002, tokensPerMinute: 100, requestsPerMinute: 5, maxConcurrent: 3 };
+    const state = { tokensUsed: 70, requestsUsed: 4, inFlight: 2, usedAtMs: NOW - 1_000 };
+    const money = { month: { settledNano: 500, reservedNano: 400 } };
+    const whole = { budgetNano: { month: 2_000 }, shares: { tokensPerMinute: 100, requestsPerMinute: 5 }, slots: 3 };
+    for (const req of [request(), request(10, 20, 1_100), request(10, 21), request(1, 1)]) {
+      expect(decide(leased(limits, whole, state, money), undefined, req)).toEqual(decide(scope('tenant', limits, state, money), undefined, req));
+    }
+  });
+});
+
 describe('finishReservation and refunds', () => {
   const reservation: ReservationRecord = {
     id: 'rsv_1',

@@ -21,10 +21,13 @@ export const MINUTE_MS = 60_000;
  */
 const LEVEL_EPSILON = 1e-6;
 
-type LevelField = 'requestsUsed' | 'tokensUsed' | 'inputTokensUsed' | 'outputTokensUsed';
-type LimitField = 'requestsPerMinute' | 'tokensPerMinute' | 'inputTokensPerMinute' | 'outputTokensPerMinute';
+/** A bucket level of {@link ScopeState}. */
+export type LevelField = 'requestsUsed' | 'tokensUsed' | 'inputTokensUsed' | 'outputTokensUsed';
+/** A per-minute limit of {@link AdmissionLimits}. */
+export type LimitField = 'requestsPerMinute' | 'tokensPerMinute' | 'inputTokensPerMinute' | 'outputTokensPerMinute';
 
-interface Bucket {
+/** One per-minute token bucket of a scope. */
+export interface Bucket {
   level: LevelField;
   limit: LimitField;
   window: 'requests' | 'tokens';
@@ -33,7 +36,8 @@ interface Bucket {
   need(r: Pick<ReservationRequest, 'inputTokens' | 'maxOutputTokens'>): number;
 }
 
-const BUCKETS: readonly Bucket[] = [
+/** The per-minute buckets, each with its level, limit and what one request needs of it. */
+export const BUCKETS: readonly Bucket[] = [
   { level: 'requestsUsed', limit: 'requestsPerMinute', window: 'requests', noun: 'requests per minute', need: () => 1 },
   { level: 'tokensUsed', limit: 'tokensPerMinute', window: 'tokens', noun: 'tokens per minute', need: (r) => r.inputTokens + r.maxOutputTokens },
   { level: 'inputTokensUsed', limit: 'inputTokensPerMinute', window: 'tokens', noun: 'input tokens per minute', need: (r) => r.inputTokens },
@@ -52,6 +56,33 @@ export interface ScopeCheck {
   state: ScopeState;
   /** This scope's locked budget rows for the request's month and day. */
   budgets: { month: BudgetState; day: BudgetState };
+  /**
+   * Set when one holder among several decides on its leases of the scope (ADR 0002) rather
+   * than on the whole scope; absent, the decision is on the whole limits (ADR 0001).
+   */
+  lease?: ScopeLeaseView;
+}
+
+/**
+ * What one holder's leases of a scope let it decide on (ADR 0002 §1). Every figure replaces the
+ * whole limit in the check; messages still name the configured limits, so a rejection reads as
+ * it does without leases.
+ */
+export interface ScopeLeaseView {
+  /**
+   * nano-USD this holder may commit in each configured budget period: the grant of its budget
+   * lease on that row (absent: 0, no lease yet). The row's `settledNano` is then the cost
+   * settled locally under that lease and `reservedNano` the worst cases in flight under it, so
+   * a request is admitted while settled + reserved + worst case ≤ grant.
+   */
+  budgetNano?: { month?: number; day?: number };
+  /**
+   * This holder's share of each configured per-minute limit (absent: 0): its bucket's capacity,
+   * refilled at share ÷ 60,000 per ms. Levels in `state` are in the same local bucket.
+   */
+  shares?: Partial<Record<LimitField, number>>;
+  /** Concurrency slots held (absent: 0); `state.inFlight` counts this holder's reservations. */
+  slots?: number;
 }
 
 /** Input of {@link decideReservation}. */
@@ -94,6 +125,12 @@ export function retryAfterMsFor(level: number, need: number, limit: number): num
  *    bucket has drained enough, ms, ceil);
  * 4. concurrency (`concurrency_limited`, `retryAfterMs` = `concurrencyRetryAfterMs`).
  *
+ * With a scope's {@link ScopeLeaseView} (ADR 0002) each check runs on what this holder leases
+ * instead: its budget lease's grant, its share of each per-minute limit (capacity and refill;
+ * a share smaller than the request is waited for as long as the whole limit takes to produce
+ * the request's tokens) and its slots. "Can never pass" is still judged on the whole limit,
+ * and messages name the configured limits (slots leased elsewhere count as in flight).
+ *
  * Accepting drains every configured bucket to `nowMs`, charges the worst case (1 request;
  * input tokens to the input bucket, the output limit to the output bucket, both to the total
  * bucket), adds 1 in flight and the worst-case cost to each budget row's `reservedNano`.
@@ -111,10 +148,11 @@ export function decideReservation(input: ReserveDecisionInput): ReserveDecision 
       const budgetUsd = s.limits[p.limit];
       if (budgetUsd === undefined) continue;
       const budgetNano = Math.round(budgetUsd * NANO_PER_USD);
+      const cap = s.lease ? (s.lease.budgetNano?.[p.period] ?? 0) : budgetNano;
       const row = s.budgets[p.period];
       const committed = row.settledNano + row.reservedNano;
-      if (committed + worst > budgetNano) {
-        const left = Math.max(0, budgetNano - committed);
+      if (committed + worst > cap) {
+        const left = Math.max(0, cap - committed);
         return {
           ok: false,
           reason: 'budget_exhausted',
@@ -143,7 +181,10 @@ export function decideReservation(input: ReserveDecisionInput): ReserveDecision 
           rateLimits: before,
         };
       }
-      const wait = retryAfterMsFor(drained[i][b.level], need, limit);
+      const capacity = capacityOf(s, b, limit);
+      // A local share smaller than the request (leases): it fits only once the share grows;
+      // the hint is the time the whole limit takes to produce what it needs.
+      const wait = need > capacity ? Math.max(1, Math.ceil((need * MINUTE_MS) / limit)) : retryAfterMsFor(drained[i][b.level], need, capacity);
       if (wait > waitMs) {
         waitMs = wait;
         waitMessage = `Rate limit reached: the ${s.kind}'s limit of ${limit} ${b.noun}; retry in ${Math.ceil(wait / 1000)} s.`;
@@ -154,11 +195,15 @@ export function decideReservation(input: ReserveDecisionInput): ReserveDecision 
 
   for (const s of input.scopes) {
     const max = s.limits.maxConcurrent;
-    if (max !== undefined && s.state.inFlight + 1 > max) {
+    if (max === undefined) continue;
+    const slots = s.lease ? Math.min(max, s.lease.slots ?? 0) : max;
+    if (s.state.inFlight + 1 > slots) {
+      // Slots other holders lease count as in flight: the message reads as without leases.
+      const inFlight = s.state.inFlight + (max - slots);
       return {
         ok: false,
         reason: 'concurrency_limited',
-        message: `The ${s.kind} already has ${s.state.inFlight} requests in flight, its limit of ${max}; retry when one finishes.`,
+        message: `The ${s.kind} already has ${inFlight} requests in flight, its limit of ${max}; retry when one finishes.`,
         retryAfterMs: input.concurrencyRetryAfterMs,
         rateLimits: before,
       };
@@ -174,12 +219,17 @@ export function decideReservation(input: ReserveDecisionInput): ReserveDecision 
   return { ok: true, scopes, budgets, rateLimits: rateLimitStatus(input.scopes, scopes) };
 }
 
+/** A bucket's capacity and refill per minute: the limit, or this holder's share of it (leases). */
+function capacityOf(s: ScopeCheck, b: Bucket, limit: number): number {
+  return s.lease ? Math.min(limit, s.lease.shares?.[b.limit] ?? 0) : limit;
+}
+
 /** The scope with every configured bucket drained to `nowMs` and unconfigured ones at 0. */
 function drainScope(s: ScopeCheck, nowMs: number): ScopeState {
   const out: ScopeState = { ...s.state, usedAtMs: nowMs };
   for (const b of BUCKETS) {
     const limit = s.limits[b.limit];
-    out[b.level] = limit === undefined ? 0 : drainedLevel(s.state[b.level], limit, s.state.usedAtMs, nowMs);
+    out[b.level] = limit === undefined ? 0 : drainedLevel(s.state[b.level], capacityOf(s, b, limit), s.state.usedAtMs, nowMs);
   }
   return out;
 }
@@ -192,10 +242,11 @@ function rateLimitStatus(scopes: readonly ScopeCheck[], levels: readonly ScopeSt
       const limit = s.limits[b.limit];
       if (limit === undefined) continue;
       const level = levels[i][b.level];
+      const capacity = capacityOf(s, b, limit);
       const window: RateLimitWindow = {
         limit,
-        remaining: Math.max(0, Math.floor(limit - level + LEVEL_EPSILON)),
-        resetMs: level <= LEVEL_EPSILON ? 0 : Math.ceil((level * MINUTE_MS) / limit),
+        remaining: Math.max(0, Math.floor(capacity - level + LEVEL_EPSILON)),
+        resetMs: level <= LEVEL_EPSILON || capacity <= 0 ? 0 : Math.ceil((level * MINUTE_MS) / capacity),
       };
       const current = status[b.window];
       if (!current || window.remaining < current.remaining || (window.remaining === current.remaining && window.resetMs > current.resetMs)) {
@@ -228,7 +279,7 @@ export interface FinishEffect {
  *   never takes a level below 0, and refunding before or after draining gives the same level
  *   (max(0, max(0, L − d) − r) = max(0, L − r − d)), so no limits or clock are needed.
  */
-export function finishReservation(reservation: ReservationRecord, outcome: FinishOutcome, scopes: readonly ScopeState[], budgets: readonly BudgetState[]): FinishEffect {
+export function finishReservation(reservation: Pick<ReservationRecord, 'inputTokens' | 'maxOutputTokens' | 'worstCaseNano'>, outcome: FinishOutcome, scopes: readonly ScopeState[], budgets: readonly BudgetState[]): FinishEffect {
   const refund = refundOf(reservation, outcome);
   const nextScopes = scopes.map(
     (s): ScopeState => ({

@@ -5,3 +5,7 @@ export * from './admission';
 export * from './in-memory-admission-store';
 export * from './in-memory-admission';
 export * from './reconciler';
+export * from './lease-store';
+export * from './lease-sizing';
+export * from './in-memory-lease-store';
+export * from './leased-admission';

@@ -6,7 +6,7 @@
 import type { AliasSpec, RevisionSpec } from './platform-config';
 import type { EngineRequest, FinishReason, GenerationTimings, TokenUsage, ToolCallDelta } from './generation';
 import type { ApiRoute } from './ports';
-import type { UpstreamAttempt, UsageSource } from './settlement';
+import type { ReservationRef, UpstreamAttempt, UsageSource } from './settlement';
 
 /** Who is asking: from the API key only. */
 export interface Caller {
@@ -87,7 +87,17 @@ export type RejectReason = 'rate_limited' | 'concurrency_limited' | 'budget_exha
 
 /** Admission's answer. Rejections are values with the reason and a retry hint. */
 export type ReserveResult =
-  | { ok: true; reservationId: string; rateLimits?: RateLimitStatus }
+  | {
+      ok: true;
+      reservationId: string;
+      rateLimits?: RateLimitStatus;
+      /**
+       * What the reservation holds, for the usage record to carry to the ledger's settlement
+       * (ADR 0002). Always set by admission on leases (`createLeasedAdmission`); absent from
+       * ADR 0001's per-request admission.
+       */
+      reservation?: ReservationRef;
+    }
   | {
       ok: false;
       reason: RejectReason;

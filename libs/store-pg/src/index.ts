@@ -30,6 +30,7 @@ export {
 } from './testing';
 export { bootstrapTenants, type BootstrapResult } from './bootstrap';
 export { createPgAdmissionStore } from './admission-store';
+export { createPgLeaseStore, applyLeaseSettlements } from './lease-store';
 export {
   createReconcileQueries,
   type ReconcileQueries,
