@@ -39,3 +39,13 @@ export {
 } from './reconcile-queries';
 export { createPgIdempotencyStore, type PgIdempotencyStoreOptions } from './idempotency-store';
 export { expireOrphans, type OrphanReport } from './orphans';
+export { createPgSettlementApplier, type PgSettlementApplierOptions } from './settlement-applier';
+export {
+  openFileSettlementJournal,
+  type FileSettlementJournal,
+  type FileSettlementJournalOptions,
+  type FileSettlementJournalDeps,
+  type FileSettlementJournalStats,
+  type JournalRecovery,
+} from './journal/file-settlement-journal';
+export { encodeJournalLine, parseJournalSegment, type JournalLine, type ParsedSegment } from './journal/journal-line';
