@@ -49,3 +49,4 @@ export {
   type JournalRecovery,
 } from './journal/file-settlement-journal';
 export { encodeJournalLine, parseJournalSegment, type JournalLine, type ParsedSegment } from './journal/journal-line';
+export { fsyncDirectoryTree } from './journal/fsync-tree';

@@ -20,9 +20,9 @@ export interface QueuedSettlement {
 export interface ApplierLoopOptions {
   /** The journal's name in `journal_positions`. */
   journal: string;
-  /** Longest an item waits for its batch to fill (ms). Default 50. */
+  /** Longest an item waits for its batch to fill (ms). */
   applyIntervalMs: number;
-  /** Most items per transaction. Default 512. */
+  /** Most items per transaction. */
   maxBatch: number;
   /** Unapplied items at which `saturated()` turns true. */
   capacity: number;

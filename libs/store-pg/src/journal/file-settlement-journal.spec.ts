@@ -244,6 +244,32 @@ describe('file settlement journal', () => {
     await waitUntil(() => segmentFiles().length === 1, 5_000, 'applied segments deleted');
   });
 
+  it('deletes applied segments only after the database made their commits durable (syncDatabase)', async () => {
+    let syncs = 0;
+    let failSync = true;
+    let releaseSync: (() => void) | undefined;
+    const syncDatabase = () => {
+      syncs++;
+      if (failSync) return Promise.reject(new Error('disk unhappy'));
+      return new Promise<void>((resolve) => (releaseSync = resolve));
+    };
+    const j = await open({ segmentBytes: 1_000, syncIntervalMs: 1, syncDatabase });
+    for (let i = 0; i < 8; i++) await j.append(buildSettlementEntry(i));
+    await j.flush();
+    await waitUntil(() => syncs > 0, 5_000, 'a database sync');
+    const kept = segmentFiles().length;
+    expect(kept).toBeGreaterThan(2);
+    expect(j.stats().segmentsDeleted).toBe(0);
+
+    failSync = false;
+    await j.append(buildSettlementEntry(8));
+    await j.flush();
+    await waitUntil(() => releaseSync !== undefined, 5_000, 'a second database sync');
+    expect(j.stats().segmentsDeleted).toBe(0);
+    releaseSync!();
+    await waitUntil(() => j.stats().segmentsDeleted > 0, 5_000, 'segments deleted after the sync');
+  });
+
   it('refuses appends after close and malformed entries', async () => {
     const j = await open();
     await expect(j.append(buildSettlementEntry(1, { costNanoUsd: 1.5 }))).rejects.toMatchObject({ code: 'internal' });

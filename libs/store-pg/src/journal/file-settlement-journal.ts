@@ -25,7 +25,8 @@
  * Segments: a new one is started when the current one has `segmentBytes` of records; its first
  * lines repeat the claims and last progress of the generations still open, so the segments before
  * it are never needed for them. A segment before the current one is deleted once every settlement
- * in it is applied and the next segment has been synced (its repeated lines are on disk).
+ * in it is applied, the next segment has been synced (its repeated lines are on disk) and, with
+ * `syncDatabase`, the database has made those commits durable.
  *
  * One process per directory: the caller holds the data directory's lock.
  */
@@ -65,7 +66,10 @@ export interface FileSettlementJournalOptions {
   segmentBytes?: number;
   /** Longest a settlement waits for its batch (ms). Default 50. */
   applyIntervalMs?: number;
-  /** Most settlements per applier transaction. Default 512. */
+  /**
+   * Most settlements per applier transaction. Default 256: on PGlite a transaction runs on this
+   * process's event loop (about 0.1–0.2 ms per settlement), so a batch bounds that pause.
+   */
   maxBatch?: number;
   /** Unapplied settlements at which `saturated()` turns true (the gateway then answers 503). Default 10,000. */
   capacity?: number;
@@ -75,6 +79,14 @@ export interface FileSettlementJournalOptions {
   retryMaxMs?: number;
   /** How long an `interrupted` key recovered without a claim is kept (ms). Default 86,400,000. */
   interruptedRetentionMs?: number;
+  /**
+   * Makes what the database has committed durable, awaited before applied segments are deleted.
+   * PGlite writes its files at each commit but never fsyncs them, so after a machine crash its
+   * recent commits may be gone: the journal must still hold them. Pass
+   * `() => fsyncDirectoryTree(dataDir)` for PGlite; leave unset for Postgres (each commit is
+   * fsynced). Failures are logged and the deletion retried later.
+   */
+  syncDatabase?: () => Promise<void>;
   /** Recovery, write failures, applier retries and overspends are logged here. Default: silent. */
   logger?: StoreLogger;
   /** Called with every overspend the applier reports (for metrics and alerts). Must not throw. */
@@ -185,7 +197,7 @@ export async function openFileSettlementJournal(options: FileSettlementJournalOp
   const loop = createApplierLoop(deps.applier, {
     journal: name,
     applyIntervalMs: Math.max(0, options.applyIntervalMs ?? 50),
-    maxBatch: Math.max(1, options.maxBatch ?? 512),
+    maxBatch: Math.max(1, options.maxBatch ?? 256),
     capacity: Math.max(1, options.capacity ?? 10_000),
     retryBaseMs: Math.max(0, options.retryBaseMs ?? 100),
     retryMaxMs: options.retryMaxMs ?? 5_000,
@@ -375,6 +387,9 @@ export async function openFileSettlementJournal(options: FileSettlementJournalOp
 
   // ---- Syncing and deleting ---------------------------------------------------------------
   let syncing = false;
+  let databaseSync: Promise<void> | undefined;
+  let deleteAgain = false;
+  let closedFiles = false;
   async function syncTick(): Promise<void> {
     if (syncing || (!dataDirty && retiring.length === 0 && !dirDirty)) return;
     syncing = true;
@@ -429,18 +444,49 @@ export async function openFileSettlementJournal(options: FileSettlementJournalOp
    * once it is closed and the segment after it has been synced (it repeats what was still open).
    */
   function deleteApplied(): void {
+    if (closedFiles) return;
     // Map order is segment order: segments are added in ascending order.
     const list = [...segments.entries()];
+    const done: number[] = [];
     for (let i = 0; i + 1 < list.length; i++) {
       const [n, s] = list[i];
       if (s.pending > 0 || s.fd !== undefined || !list[i + 1][1].synced) break;
+      done.push(n);
+    }
+    if (done.length === 0) return;
+    if (!options.syncDatabase) {
+      unlinkSegments(done);
+      return;
+    }
+    // Deleted only after a database sync that started after their last commit.
+    if (databaseSync) {
+      deleteAgain = true;
+      return;
+    }
+    databaseSync = options
+      .syncDatabase()
+      .then(
+        () => unlinkSegments(done),
+        (err: unknown) => logger?.warn({ err, journal: name }, 'settlement journal: database sync failed; applied segments kept'),
+      )
+      .finally(() => {
+        databaseSync = undefined;
+        if (deleteAgain && !closedFiles) {
+          deleteAgain = false;
+          deleteApplied();
+        }
+      });
+  }
+
+  function unlinkSegments(numbers: readonly number[]): void {
+    for (const n of numbers) {
       try {
         unlinkSync(segmentPath(n));
         stats.segmentsDeleted++;
       } catch (err) {
         if ((err as NodeJS.ErrnoException).code !== 'ENOENT') {
           logger?.warn({ err, segment: n }, 'settlement journal: could not delete an applied segment');
-          break;
+          return;
         }
       }
       segments.delete(n);
@@ -527,7 +573,11 @@ export async function openFileSettlementJournal(options: FileSettlementJournalOp
           }
         }
         retiring.length = 0;
-        deleteApplied();
+        // No new deletion now (the next open deletes what is applied); one in progress may finish.
+        closedFiles = true;
+        if (databaseSync) {
+          await (closeOptions.timeoutMs === undefined ? databaseSync : Promise.race([databaseSync, new Promise((r) => setTimeout(r, closeOptions.timeoutMs).unref())]));
+        }
         if (unapplied > 0) logger?.warn({ journal: name, unapplied }, 'settlement journal closed with settlements not applied; they are applied at the next open');
         return { unapplied };
       })();
