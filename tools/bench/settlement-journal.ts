@@ -76,7 +76,7 @@ async function leases(db: WeirDatabase, tenant: string): Promise<string[]> {
 
 async function measureApplier(label: string, db: WeirDatabase): Promise<void> {
   const applier: SettlementApplier = createPgSettlementApplier(db.db);
-  for (const batchSize of [1, 64, 512]) {
+  for (const batchSize of [1, 64, 128, 512]) {
     const tenant = `bench_${label.replace(/\W/g, '')}_${batchSize}`;
     const ids = await leases(db, tenant);
     const items: SettlementItem[] = Array.from({ length: Math.min(ENTRIES, batchSize === 1 ? 512 : ENTRIES) }, () => ({ kind: 'settle', entry: entry(tenant, ids) }));
