@@ -20,7 +20,7 @@ import { type BurnRateAlert, DEFAULT_ADMISSION } from '@weir/core';
 import { createBurnRateMonitor } from '@weir/ledger';
 import { burnRateAlertCodec, connectNats, createNatsSettlementSource, createNatsTopic, ensureUsageStream, natsNames } from '@weir/messaging-nats';
 import { envInt, envRequired, envString, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
-import { createPgSettlementApplier, createUsageQueries, createUsageRepository, openDatabase } from '@weir/store-pg';
+import { applyIsolating, createPgSettlementApplier, createUsageQueries, createUsageRepository, openDatabase } from '@weir/store-pg';
 import { createLogger, createTelemetry } from '@weir/telemetry';
 import { installTracing } from '@weir/transport-grpc';
 
@@ -53,7 +53,11 @@ runUntilSignal('ledger', logger, async () => {
     if (batch.usageRecords.length > 0) await repository.insertMany(batch.usageRecords);
     written += batch.usageRecords.length;
     if (batch.items.length === 0) return;
-    const result = await applier.apply({ journal, items: batch.items, position: { segment: 0, offset: batch.lastSequence } });
+    // A settlement the database refuses for its data is set aside (logged), never wedging the stream.
+    const result = await applyIsolating(applier, { journal, items: batch.items, position: { segment: 0, offset: batch.lastSequence } }, ({ item, error }) => {
+      const usage = item.kind === 'settle' ? item.entry.usage : undefined;
+      logger.error({ err: error, generationId: usage?.generationId, tenantId: usage?.tenantId, costNanoUsd: usage?.costNanoUsd }, 'settlement refused by the database; skipped');
+    });
     if (result.overspends.length > 0) logger.error({ overspends: result.overspends.map(({ leaseId, reason, excessNano }) => ({ leaseId, reason, excessNano })) }, 'settlement exceeded its leases');
     written += result.inserted;
   });

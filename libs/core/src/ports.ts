@@ -153,7 +153,7 @@ export interface SettlementJournal {
   /**
    * Journals a finished request's settlement. Resolves once it has left the process; rejects with
    * WeirError `shutting_down` after close, or the I/O error when it could not be written.
-   * @throws (rejects) WeirError `internal` when the entry is malformed (see `usageRecordFault`).
+   * @throws (rejects) WeirError `internal` when the entry is malformed (`settlementEntryFault` in `@weir/ledger`).
    */
   append(entry: SettlementEntry): Promise<void>;
   /**

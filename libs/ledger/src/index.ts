@@ -39,6 +39,7 @@ export {
   encodeJournalRecord,
   decodeJournalRecord,
   journalRecordGeneration,
+  settlementEntryFault,
   JOURNAL_RECORD_VERSION,
   type JournalRecord,
   type DecodeJournalRecordResult,

@@ -1,5 +1,5 @@
 import { buildClaimMark, buildProgressMark, buildReservationRef, buildSettlementEntry } from '@weir/testing';
-import { type JournalRecord, decodeJournalRecord, encodeJournalRecord, journalRecordGeneration } from './journal-record';
+import { type JournalRecord, decodeJournalRecord, encodeJournalRecord, journalRecordGeneration, settlementEntryFault } from './journal-record';
 
 describe('journal records', () => {
   const entry = buildSettlementEntry(1, {
@@ -55,4 +55,22 @@ describe('journal records', () => {
   it('names the generation of every kind', () => {
     expect(records.map(([, r]) => journalRecordGeneration(r))).toEqual(['gen_test_1', 'g', 'gen_test_2', 'gen_test_3', 'gen_x']);
   });
+
+  it.each([
+    ['an attempt with an unknown outcome', buildSettlementEntry(1, { attempts: [{ ...attempt(), outcome: 'bogus' as never }] }), 'usage: attempts: outcome must be answered or failed'],
+    ['an attempt with fractional tokens', buildSettlementEntry(1, { attempts: [{ ...attempt(), outputTokens: 0.5 }] }), 'usage: attempts: outputTokens must be a non-negative integer'],
+    ['a reservation with a bad period', buildSettlementEntry(1, { reservation: buildReservationRef('g', [], { dayStartsOn: '1 Jan' }) }), 'usage: reservation: monthStartsOn and dayStartsOn must be YYYY-MM-DD'],
+    ['an unknown finish reason', buildSettlementEntry(1, { finishReason: 'done' as never }), 'usage: finishReason is not a known reason'],
+    ['a key without a generation', buildSettlementEntry(1, {}, 'test', { idempotency: { tenantId: 't', key: 'k', outcome: { kind: 'result', result: {} as never }, retainUntilMs: 1 } }), 'idempotency: outcome.result must name its generation'],
+  ])('finds a fault in %s before it reaches the applier', (_what, entry, fault) => {
+    expect(settlementEntryFault(entry)).toBe(fault);
+  });
+
+  it('passes a complete entry', () => {
+    expect(settlementEntryFault(entry)).toBeUndefined();
+  });
 });
+
+function attempt() {
+  return { attempt: 1, revisionId: 'a@1', provider: 'x', outcome: 'answered' as const, startedAtMs: 1, ttftMs: null, durationMs: 1, inputTokens: 1, outputTokens: 1 };
+}

@@ -4,6 +4,7 @@ import {
   type FinishReason,
   type IdempotencySettlement,
   type ProgressMark,
+  type SettlementEntry,
   type SettlementItem,
   type UsageRecord,
   type UsageStatus,
@@ -63,12 +64,10 @@ export function decodeJournalRecord(text: string): DecodeJournalRecordResult {
       if (!isObject(raw.entry)) return { ok: false, reason: 'entry must be an object' };
       const usage = decodeUsage(raw.entry.usage);
       if (typeof usage === 'string') return { ok: false, reason: `entry.usage: ${usage}` };
-      const entry: { usage: UsageRecord; idempotency?: IdempotencySettlement } = { usage };
-      if (raw.entry.idempotency !== undefined) {
-        const fault = idempotencyFault(raw.entry.idempotency);
-        if (fault) return { ok: false, reason: `entry.idempotency: ${fault}` };
-        entry.idempotency = raw.entry.idempotency as unknown as IdempotencySettlement;
-      }
+      const entry: SettlementEntry = { usage };
+      if (raw.entry.idempotency !== undefined) entry.idempotency = raw.entry.idempotency as unknown as IdempotencySettlement;
+      const fault = settlementEntryFault(entry);
+      if (fault) return { ok: false, reason: `entry.${fault}` };
       return { ok: true, record: { kind: 'settle', entry } };
     }
     case 'interrupted': {
@@ -94,6 +93,52 @@ export function decodeJournalRecord(text: string): DecodeJournalRecordResult {
   }
 }
 
+/**
+ * Returns what is wrong with a settlement entry, or undefined when the ledger can apply it: its
+ * usage record passes `usageRecordFault` and names a known route, status, finish reason and
+ * source; its attempts have known outcomes and non-negative integer counts and finite timings;
+ * its reservation has YYYY-MM-DD periods and string lease ids; its idempotency part names its
+ * key and generation. Journals refuse a faulty entry at `append` (a bug in the caller), so one
+ * bad entry can never wedge the applier behind it. Names fields, never values.
+ */
+export function settlementEntryFault(entry: SettlementEntry): string | undefined {
+  if (typeof entry !== 'object' || entry === null) return 'entry must be an object';
+  const u = entry.usage;
+  const usageFault = usageRecordFault(u);
+  if (usageFault) return `usage: ${usageFault}`;
+  if (!ROUTES.has(u.route)) return 'usage: route is not a known route';
+  if (!STATUSES.has(u.status)) return 'usage: status is not a known status';
+  if (!FINISH_REASONS.has(u.finishReason)) return 'usage: finishReason is not a known reason';
+  if (u.usageSource !== undefined && !SOURCES.has(u.usageSource)) return 'usage: usageSource is not a known source';
+  if (u.attempts !== undefined) {
+    if (!Array.isArray(u.attempts)) return 'usage: attempts must be an array';
+    for (const a of u.attempts) {
+      const fault = attemptFault(a);
+      if (fault) return `usage: attempts: ${fault}`;
+    }
+  }
+  if (u.reservation !== undefined) {
+    const fault = reservationFault(u.reservation);
+    if (fault) return `usage: reservation: ${fault}`;
+  }
+  if (entry.idempotency !== undefined) {
+    const fault = idempotencyFault(entry.idempotency);
+    if (fault) return `idempotency: ${fault}`;
+  }
+  return undefined;
+}
+
+function attemptFault(a: unknown): string | undefined {
+  if (!isObject(a)) return 'must be objects';
+  if (!Number.isSafeInteger(a.attempt) || (a.attempt as number) < 1) return 'attempt must be a positive integer';
+  if (typeof a.revisionId !== 'string' || typeof a.provider !== 'string') return 'revisionId and provider must be strings';
+  if (a.outcome !== 'answered' && a.outcome !== 'failed') return 'outcome must be answered or failed';
+  for (const f of ['inputTokens', 'outputTokens'] as const) if (!Number.isSafeInteger(a[f]) || (a[f] as number) < 0) return `${f} must be a non-negative integer`;
+  for (const f of ['startedAtMs', 'durationMs'] as const) if (!Number.isFinite(a[f]) || (a[f] as number) < 0) return `${f} must be a non-negative number`;
+  if (a.ttftMs !== null && (!Number.isFinite(a.ttftMs) || (a.ttftMs as number) < 0)) return 'ttftMs must be a non-negative number or null';
+  return undefined;
+}
+
 /** The generation a record is about. */
 export function journalRecordGeneration(record: JournalRecord): string {
   switch (record.kind) {
@@ -114,19 +159,13 @@ function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
+/** The usage record of a decoded settlement, its dates revived (checked by `settlementEntryFault`). */
 function decodeUsage(v: unknown): UsageRecord | string {
   if (!isObject(v)) return 'must be an object';
   for (const f of ['appId', 'apiKeyId', 'modelAlias', 'modelRevision'] as const) if (typeof v[f] !== 'string') return `${f} must be a string`;
-  if (!ROUTES.has(v.route as string)) return 'route is not a known route';
-  if (!STATUSES.has(v.status as string)) return 'status is not a known status';
-  if (!FINISH_REASONS.has(v.finishReason as string)) return 'finishReason is not a known reason';
   if (v.errorCode !== null && typeof v.errorCode !== 'string') return 'errorCode must be a string or null';
-  if (v.usageSource !== undefined && !SOURCES.has(v.usageSource as string)) return 'usageSource is not a known source';
-  if (v.attempts !== undefined && !Array.isArray(v.attempts)) return 'attempts must be an array';
-  if (v.reservation !== undefined && reservationFault(v.reservation)) return `reservation: ${reservationFault(v.reservation)}`;
   for (const f of ['startedAt', 'finishedAt'] as const) if (typeof v[f] !== 'string') return `${f} must be an ISO-8601 string`;
-  const usage = { ...v, startedAt: new Date(v.startedAt as string), finishedAt: new Date(v.finishedAt as string) } as unknown as UsageRecord;
-  return usageRecordFault(usage) ?? usage;
+  return { ...v, startedAt: new Date(v.startedAt as string), finishedAt: new Date(v.finishedAt as string) } as unknown as UsageRecord;
 }
 
 function reservationFault(v: unknown): string | undefined {

@@ -1,6 +1,7 @@
 import { jetstream, type JetStreamClient } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
-import { type SettlementEntry, type SettlementJournal, WeirError, isLogWorthyAttempt, retryDelayMs, usageRecordFault } from '@weir/core';
+import { type SettlementEntry, type SettlementJournal, WeirError, isLogWorthyAttempt, retryDelayMs } from '@weir/core';
+import { settlementEntryFault } from '@weir/ledger';
 import type { MessagingLogger } from '@weir/messaging';
 import { encodeSettlementMessage } from './settlement-codec';
 import { captureTraceHeaders, traceHeadersToNats } from './trace-headers';
@@ -110,8 +111,8 @@ export function createNatsSettlementJournal(nc: NatsConnection, options: NatsSet
   return {
     append(entry: SettlementEntry) {
       if (closed) return Promise.reject(new WeirError('shutting_down', 'the settlement journal is closed'));
-      const fault = usageRecordFault(entry.usage);
-      if (fault) return Promise.reject(new WeirError('internal', `malformed usage record: ${fault}`));
+      const fault = settlementEntryFault(entry);
+      if (fault) return Promise.reject(new WeirError('internal', `malformed settlement entry: ${fault}`));
       stats.appended++;
       const p = publish(usageSubject(subjectPrefix, entry.usage.tenantId), entry.usage.generationId, encodeSettlementMessage({ kind: 'settle', entry }), captureTraceHeaders());
       inFlight.add(p);

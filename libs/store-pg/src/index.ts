@@ -50,3 +50,4 @@ export {
 } from './journal/file-settlement-journal';
 export { encodeJournalLine, parseJournalSegment, type JournalLine, type ParsedSegment } from './journal/journal-line';
 export { fsyncDirectoryTree } from './journal/fsync-tree';
+export { applyIsolating, isDataError, type RejectedSettlement } from './settlement-isolation';

@@ -8,6 +8,7 @@ import type { GenerationOutcome, RetainedResult, SettlementBatch, SettlementEntr
 import { buildReservationRef, buildSettlementEntry, uniqueTag } from '@weir/testing';
 import { createPgIdempotencyStore } from './idempotency-store';
 import { createPgSettlementApplier } from './settlement-applier';
+import { type RejectedSettlement, applyIsolating } from './settlement-isolation';
 import { createTestDatabase, type TestDatabase } from './testing';
 import { createUsageRepository } from './usage-repository';
 
@@ -175,5 +176,40 @@ describe.each([['pglite' as const], ['postgres' as const]])('settlement applier 
     expect(await createUsageRepository(database.db).getUsage(a.usage.generationId)).toBeUndefined();
     expect(await budget(`tenant:${a.usage.tenantId}`, 'month')).toBeUndefined();
     expect(await applier().position('p')).toBeUndefined();
+  });
+
+  it('stores a result holding NUL characters (U+FFFD in their place), keeping a literal "\\u0000" as text', async () => {
+    const tenant = `t_${uniqueTag()}`;
+    const e: SettlementEntry = {
+      usage: buildSettlementEntry(1, { tenantId: tenant, generationId: `gen_nul_${tenant}` }).usage,
+      idempotency: {
+        tenantId: tenant,
+        key: 'nul',
+        outcome: { kind: 'result', result: { ...retained(`gen_nul_${tenant}`, 'nul'), deltas: ['a\u0000b', 'literal \\u0000'] } },
+        retainUntilMs: NOW + 60_000,
+        bodySha256: 'd'.repeat(64),
+        route: 'generations',
+      },
+    };
+    await applier().apply({ journal: 'q', items: [settle(e)] });
+    const got = await createPgIdempotencyStore(database.db, { now: () => NOW }).get(tenant, 'nul');
+    expect(got?.result?.deltas).toEqual(['a\ufffdb', 'literal \\u0000']);
+  });
+
+  it('sets aside a settlement the database refuses, after trying it without its attempts, and applies the rest of its batch', async () => {
+    const [good, badAttempt, badRow] = entries(3, () => ({ costNanoUsd: 10 }));
+    // ttft_ms and total_ms are integer columns: 3e9 ms is out of their range (SQLSTATE 22003).
+    badAttempt.usage.attempts = [{ attempt: 1, revisionId: 'a@1', provider: 'x', outcome: 'answered', startedAtMs: NOW, ttftMs: 3e9, durationMs: 1, inputTokens: 1, outputTokens: 1 }];
+    badRow.usage.totalMs = 3e9;
+    const rejected: RejectedSettlement[] = [];
+    const result = await applyIsolating(applier(), { journal: 'r', items: [settle(good), settle(badAttempt), settle(badRow)], position: { segment: 3, offset: 3 } }, (r) => rejected.push(r));
+    expect(result.inserted).toBe(2);
+    expect(rejected.map((r) => r.item.kind === 'settle' && r.item.entry.usage.generationId)).toEqual([badRow.usage.generationId]);
+    expect((rejected[0].error as { code?: string }).code).toBe('22003');
+    const repo = createUsageRepository(database.db);
+    expect((await repo.getUsage(badAttempt.usage.generationId))?.attempts).toBeUndefined();
+    expect(await repo.getUsage(badRow.usage.generationId)).toBeUndefined();
+    expect(await budget(`tenant:${good.usage.tenantId}`, 'month')).toEqual({ settled: 20, leased: 0 });
+    expect(await applier().position('r')).toEqual({ segment: 3, offset: 3 });
   });
 });

@@ -87,7 +87,7 @@ async function applyBatch(trx: Trx, batch: SettlementBatch, nowMs: number): Prom
   if (attempts.length > 0) {
     await sql`
       INSERT INTO usage_attempts (${columns(attempts[0])})
-      SELECT ${columns(attempts[0])} FROM jsonb_populate_recordset(NULL::usage_attempts, ${JSON.stringify(attempts)}::jsonb)
+      SELECT ${columns(attempts[0])} FROM jsonb_populate_recordset(NULL::usage_attempts, ${pgJson(attempts)}::jsonb)
       ON CONFLICT (generation_id, attempt) DO NOTHING`.execute(trx);
   }
 
@@ -111,11 +111,23 @@ async function insertUsage(trx: Trx, settles: { entry: SettlementEntry; charge: 
   const rows = settles.map(({ entry, charge }) => toRow(entry.usage, charge));
   const { rows: out } = await sql<{ generation_id: string }>`
     INSERT INTO usage_ledger (${columns(rows[0])})
-    SELECT ${columns(rows[0])} FROM jsonb_populate_recordset(NULL::usage_ledger, ${JSON.stringify(rows)}::jsonb)
+    SELECT ${columns(rows[0])} FROM jsonb_populate_recordset(NULL::usage_ledger, ${pgJson(rows)}::jsonb)
     ON CONFLICT (generation_id) DO NOTHING
     RETURNING generation_id`.execute(trx);
   for (const r of out) inserted.add(r.generation_id);
   return inserted;
+}
+
+/** `\u0000` escapes preceded by an even number of backslashes: NUL characters, not literal text. */
+const JSON_NUL = /(?<=(?:^|[^\\])(?:\\\\)*)\\u0000/g;
+
+/**
+ * JSON text Postgres accepts: `jsonb` and `text` cannot hold NUL (U+0000), which model output
+ * (a retained result) may contain; it becomes U+FFFD rather than fail the whole batch.
+ */
+export function pgJson(value: unknown): string {
+  const json = JSON.stringify(value);
+  return json.includes('\\u0000') ? json.replace(JSON_NUL, '\\ufffd') : json;
 }
 
 /** The column list of a row object (every row of a batch has the same keys). */
@@ -214,8 +226,8 @@ function keyWrite(s: IdempotencySettlement): KeyWrite {
   const o = s.outcome;
   const base = { tenantId: s.tenantId, key: s.key, expiresAt: new Date(s.retainUntilMs), ...(s.bodySha256 && s.route ? { bodySha256: s.bodySha256, route: s.route } : {}) };
   return o.kind === 'result'
-    ? { ...base, generationId: o.result.generationId, state: 'done', result: JSON.stringify(o.result) }
-    : { ...base, generationId: o.generationId, state: 'interrupted', result: JSON.stringify({ interrupted: { generationId: o.generationId, message: o.message } }) };
+    ? { ...base, generationId: o.result.generationId, state: 'done', result: pgJson(o.result) }
+    : { ...base, generationId: o.generationId, state: 'interrupted', result: pgJson({ interrupted: { generationId: o.generationId, message: o.message } }) };
 }
 
 /** Writes keys still held by their generation (or absent, when the claim is known); returns how many. */

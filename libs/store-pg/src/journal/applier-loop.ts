@@ -8,6 +8,7 @@ import {
   retryDelayMs,
 } from '@weir/core';
 import type { StoreLogger } from '../logger';
+import { type RejectedSettlement, applyIsolating } from '../settlement-isolation';
 
 /** An item handed to the loop, with where its journal line ends. */
 export interface QueuedSettlement {
@@ -34,6 +35,8 @@ export interface ApplierLoopOptions {
   onApplied?: (items: readonly QueuedSettlement[], result: SettlementApplyResult) => void;
   /** Called with every overspend a batch reported (after it is logged). Must not throw. */
   onOverspend?: (events: readonly OverspendEvent[]) => void;
+  /** Called with a settlement the database refused even degraded (see `applyIsolating`); it is skipped. Must not throw. */
+  onRejected?: (rejected: RejectedSettlement) => void;
   random?: () => number;
 }
 
@@ -59,9 +62,11 @@ export interface ApplierLoop {
  * of its last item, so the stored position never passes an unapplied item. A failed
  * transaction is retried after `min(retryMaxMs, retryBaseMs × 2^(attempt−1))` ms (50–100 %
  * jitter) until it commits; it changed nothing, and the applier's insert is idempotent anyway.
+ * A batch the database refuses for its data is applied item by item (`applyIsolating`), so a
+ * bad settlement is set aside (`onRejected`) instead of wedging every one behind it.
  */
 export function createApplierLoop(applier: SettlementApplier, options: ApplierLoopOptions): ApplierLoop {
-  const { journal, applyIntervalMs, maxBatch, capacity, logger, onApplied, onOverspend } = options;
+  const { journal, applyIntervalMs, maxBatch, capacity, logger, onApplied, onOverspend, onRejected } = options;
   const backoff = { baseMs: options.retryBaseMs, maxMs: Math.max(options.retryBaseMs, options.retryMaxMs) };
   const random = options.random ?? Math.random;
   let queue: QueuedSettlement[] = [];
@@ -109,7 +114,11 @@ export function createApplierLoop(applier: SettlementApplier, options: ApplierLo
         const batch = queue.slice(0, maxBatch);
         let result: SettlementApplyResult;
         try {
-          result = await applier.apply({ journal, items: batch.map((q) => q.item), position: batch[batch.length - 1].position });
+          result = await applyIsolating(applier, { journal, items: batch.map((q) => q.item), position: batch[batch.length - 1].position }, (rejected) => {
+            const usage = rejected.item.kind === 'settle' ? rejected.item.entry.usage : undefined;
+            logger?.error({ err: rejected.error, generationId: usage?.generationId, tenantId: usage?.tenantId, costNanoUsd: usage?.costNanoUsd }, 'settlement refused by the database; set aside');
+            quietly(() => onRejected?.(rejected));
+          });
         } catch (error) {
           attempt++;
           const retryInMs = retryDelayMs(attempt, backoff, random);

@@ -270,9 +270,30 @@ describe('file settlement journal', () => {
     await waitUntil(() => j.stats().segmentsDeleted > 0, 5_000, 'segments deleted after the sync');
   });
 
+  it('sets a settlement the database refuses aside in rejected.journal and applies the others', async () => {
+    const refused: string[] = [];
+    const inner = applier;
+    const poisoned = {
+      position: inner.position,
+      apply: async (b: Parameters<typeof inner.apply>[0]) => {
+        if (b.items.some((it) => it.kind === 'settle' && it.entry.usage.generationId === 'gen_test_2')) throw Object.assign(new Error('value out of range'), { code: '22003' });
+        return inner.apply(b);
+      },
+    };
+    const j = await openFileSettlementJournal({ dir, applyIntervalMs: 5, onRejected: (r) => refused.push(r.item.kind === 'settle' ? r.item.entry.usage.generationId : '') }, { applier: poisoned });
+    opened.push(j);
+    await Promise.all([1, 2, 3].map((i) => j.append(buildSettlementEntry(i))));
+    await j.flush();
+    expect([...applier.rows.keys()]).toEqual(['gen_test_1', 'gen_test_3']);
+    expect(refused).toEqual(['gen_test_2']);
+    expect(j.stats().rejected).toBe(1);
+    expect(records('rejected.journal')).toEqual([{ kind: 'settle', entry: buildSettlementEntry(2) }]);
+  });
+
   it('refuses appends after close and malformed entries', async () => {
     const j = await open();
     await expect(j.append(buildSettlementEntry(1, { costNanoUsd: 1.5 }))).rejects.toMatchObject({ code: 'internal' });
+    await expect(j.append(buildSettlementEntry(1, { attempts: [{ attempt: 0 } as never] }))).rejects.toMatchObject({ code: 'internal', message: expect.stringContaining('attempt must be a positive integer') });
     await j.close();
     await expect(j.append(buildSettlementEntry(2))).rejects.toMatchObject({ code: 'shutting_down' });
     await expect(j.claim(buildClaimMark(2))).rejects.toMatchObject({ code: 'shutting_down' });

@@ -30,7 +30,7 @@
  *
  * One process per directory: the caller holds the data directory's lock.
  */
-import { closeSync, fdatasync, fdatasyncSync, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync, unlinkSync, writeSync } from 'node:fs';
+import { appendFileSync, closeSync, fdatasync, fdatasyncSync, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync, unlinkSync, writeSync } from 'node:fs';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import {
@@ -42,10 +42,10 @@ import {
   type SettlementEntry,
   type SettlementJournal,
   WeirError,
-  usageRecordFault,
 } from '@weir/core';
-import { type JournalRecord, createOpenGenerations, settleAbandoned } from '@weir/ledger';
+import { type JournalRecord, createOpenGenerations, settleAbandoned, settlementEntryFault } from '@weir/ledger';
 import type { StoreLogger } from '../logger';
+import type { RejectedSettlement } from '../settlement-isolation';
 import { type QueuedSettlement, createApplierLoop } from './applier-loop';
 import { encodeJournalLine, parseJournalSegment } from './journal-line';
 
@@ -92,6 +92,12 @@ export interface FileSettlementJournalOptions {
   logger?: StoreLogger;
   /** Called with every overspend the applier reports (for metrics and alerts). Must not throw. */
   onOverspend?: (events: readonly OverspendEvent[]) => void;
+  /**
+   * Called with every settlement the database refused even degraded (see `applyIsolating`),
+   * after its line was appended to `<dir>/rejected.journal` (kept: an operator can correct and
+   * re-append it) and logged. Must not throw.
+   */
+  onRejected?: (rejected: RejectedSettlement) => void;
 }
 
 /** Dependencies of {@link openFileSettlementJournal}. */
@@ -137,6 +143,8 @@ export interface FileSettlementJournalStats {
   syncs: number;
   /** Settlements applied (committed). */
   applied: number;
+  /** Settlements the database refused even degraded, set aside in `rejected.journal`. */
+  rejected: number;
   /** Segments deleted. */
   segmentsDeleted: number;
   /** Generations with a claim or progress and no settlement yet. */
@@ -188,7 +196,7 @@ export async function openFileSettlementJournal(options: FileSettlementJournalOp
   const segmentBytes = Math.max(1, options.segmentBytes ?? 8 * 1024 * 1024);
   const { logger } = options;
   const now = deps.now ?? Date.now;
-  const stats = { appended: 0, marks: 0, writes: 0, syncs: 0, applied: 0, segmentsDeleted: 0 };
+  const stats = { appended: 0, marks: 0, writes: 0, syncs: 0, applied: 0, rejected: 0, segmentsDeleted: 0 };
 
   mkdirSync(dir, { recursive: true });
   const segmentPath = (n: number) => path.join(dir, `${String(n).padStart(16, '0')}.journal`);
@@ -205,6 +213,15 @@ export async function openFileSettlementJournal(options: FileSettlementJournalOp
     logger,
     random: deps.random,
     onOverspend: options.onOverspend,
+    onRejected(rejected) {
+      stats.rejected++;
+      try {
+        appendFileSync(path.join(dir, 'rejected.journal'), encodeJournalLine(rejected.item));
+      } catch (err) {
+        logger?.error({ err, journal: name }, 'settlement journal: a refused settlement could not be kept aside');
+      }
+      options.onRejected?.(rejected);
+    },
     onApplied(items) {
       stats.applied += items.length;
       for (const q of items) {
@@ -507,8 +524,8 @@ export async function openFileSettlementJournal(options: FileSettlementJournalOp
 
     append(entry: SettlementEntry) {
       if (closed) return Promise.reject(new WeirError('shutting_down', 'the settlement journal is closed'));
-      const fault = usageRecordFault(entry.usage);
-      if (fault) return Promise.reject(new WeirError('internal', `malformed usage record: ${fault}`));
+      const fault = settlementEntryFault(entry);
+      if (fault) return Promise.reject(new WeirError('internal', `malformed settlement entry: ${fault}`));
       lastProgress.delete(entry.usage.generationId);
       marked.delete(entry.usage.generationId);
       stats.appended++;
