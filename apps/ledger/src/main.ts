@@ -1,11 +1,14 @@
 /**
- * The ledger service (split topology): consumes usage records from the durable JetStream
- * stream and writes them to Postgres, and runs the burn-rate check (alerts on
+ * The ledger service (split topology): applies the settlement journal — the settlement entries
+ * relays publish to the durable JetStream usage stream (`createNatsSettlementJournal`) — to
+ * Postgres with the settlement applier (ADR 0002 §2: usage row, attempts, budget rows, leases
+ * and idempotency result in one transaction), and runs the burn-rate check (alerts on
  * `<namespace>.alerts.burn_rate`, metrics `weir_tenant_burn_rate_ratio` and
- * `weir_burn_rate_alerts_total`). A batch is acknowledged only after the insert commits,
- * and the insert is idempotent on `generation_id`, so a restart or a redelivery never loses
- * or double-bills a record (at-least-once delivery, exactly-once effect). Several instances
- * share the durable consumer and split the work.
+ * `weir_burn_rate_alerts_total`). Usage records of producers still on the older usage sink are
+ * inserted as rows only (admission settled them). A batch is acknowledged only after its
+ * commit, and both writes are idempotent on `generation_id`, so a restart or a redelivery never
+ * loses or double-bills a settlement (at-least-once delivery, exactly-once effect). Several
+ * instances share the durable consumer and split the work.
  *
  * Environment: DATABASE_URL, NATS_URL, WEIR_NATS_NAMESPACE (default weir: deployments sharing a NATS server need different ones), HOST, OPS_PORT (default 9465), LEDGER_ACK_WAIT_MS (default
  * 5000: how soon JetStream redelivers what a killed ledger had taken but not acknowledged),
@@ -15,9 +18,9 @@
 import { loadConfigFile } from '@weir/config';
 import { type BurnRateAlert, DEFAULT_ADMISSION } from '@weir/core';
 import { createBurnRateMonitor } from '@weir/ledger';
-import { burnRateAlertCodec, connectNats, createNatsTopic, createNatsUsageSource, ensureUsageStream, natsNames } from '@weir/messaging-nats';
+import { burnRateAlertCodec, connectNats, createNatsSettlementSource, createNatsTopic, ensureUsageStream, natsNames } from '@weir/messaging-nats';
 import { envInt, envRequired, envString, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
-import { createUsageQueries, createUsageRepository, openDatabase } from '@weir/store-pg';
+import { applyIsolating, createPgSettlementApplier, createUsageQueries, createUsageRepository, openDatabase } from '@weir/store-pg';
 import { createLogger, createTelemetry } from '@weir/telemetry';
 import { installTracing } from '@weir/transport-grpc';
 
@@ -42,11 +45,21 @@ runUntilSignal('ledger', logger, async () => {
   const nc = await connectNats({ servers: env.NATS_URL, name: 'weir-ledger', logger });
   const names = natsNames(env.WEIR_NATS_NAMESPACE);
   await ensureUsageStream(nc, { stream: names.usageStream, subjects: [`${names.usageSubjectPrefix}.>`] });
-  const source = createNatsUsageSource(nc, { logger, stream: names.usageStream, durable: names.ledgerDurable, ackWaitMs: env.LEDGER_ACK_WAIT_MS });
+  const applier = createPgSettlementApplier(database.db);
+  const journal = `jetstream:${names.usageStream}`;
+  const source = createNatsSettlementSource(nc, { logger, stream: names.usageStream, durable: names.ledgerDurable, ackWaitMs: env.LEDGER_ACK_WAIT_MS });
   let written = 0;
-  await source.start(async (records) => {
-    await repository.insertMany(records);
-    written += records.length;
+  await source.start(async (batch) => {
+    if (batch.usageRecords.length > 0) await repository.insertMany(batch.usageRecords);
+    written += batch.usageRecords.length;
+    if (batch.items.length === 0) return;
+    // A settlement the database refuses for its data is set aside (logged), never wedging the stream.
+    const result = await applyIsolating(applier, { journal, items: batch.items, position: { segment: 0, offset: batch.lastSequence } }, ({ item, error }) => {
+      const usage = item.kind === 'settle' ? item.entry.usage : undefined;
+      logger.error({ err: error, generationId: usage?.generationId, tenantId: usage?.tenantId, costNanoUsd: usage?.costNanoUsd }, 'settlement refused by the database; skipped');
+    });
+    if (result.overspends.length > 0) logger.error({ overspends: result.overspends.map(({ leaseId, reason, excessNano }) => ({ leaseId, reason, excessNano })) }, 'settlement exceeded its leases');
+    written += result.inserted;
   });
   const admissionDefaults = env.WEIR_CONFIG ? loadConfigFile(env.WEIR_CONFIG).defaults.admission : DEFAULT_ADMISSION;
   const burnRate = createBurnRateMonitor(

@@ -3,7 +3,17 @@
  * Domain libraries depend on these, never on a transport or a driver.
  */
 import type { EngineEvent, EngineRequest, FinishReason } from './generation';
-import type { IdempotencySettlement, ReservationRef, UpstreamAttempt, UsageSource } from './settlement';
+import type {
+  ClaimMark,
+  IdempotencySettlement,
+  JournalPosition,
+  ProgressMark,
+  ReservationRef,
+  SettlementApplyResult,
+  SettlementBatch,
+  UpstreamAttempt,
+  UsageSource,
+} from './settlement';
 
 /** The identity an API key resolves to. Tenant and app come only from here, never a body. */
 export interface ApiKeyIdentity {
@@ -140,9 +150,54 @@ export interface UsageSink {
  * than deliver an answer that was not recorded).
  */
 export interface SettlementJournal {
+  /**
+   * Journals a finished request's settlement. Resolves once it has left the process; rejects with
+   * WeirError `shutting_down` after close, or the I/O error when it could not be written.
+   * @throws (rejects) WeirError `internal` when the entry is malformed (`settlementEntryFault` in `@weir/ledger`).
+   */
   append(entry: SettlementEntry): Promise<void>;
+  /**
+   * Journals that a keyed generation started (see {@link ClaimMark}); resolves like `append`.
+   * Journals that keep no progress (JetStream: a dead relay's stream is recorded by its gateway)
+   * resolve at once without writing.
+   */
+  claim(claim: ClaimMark): Promise<void>;
+  /**
+   * Offers a running generation's progress. The journal takes `mark()` only when the
+   * generation's last mark is at least `progressIntervalMs` old (default 1 s), so a relay may
+   * call this on every frame: `mark` is not called otherwise (no allocation on the hot path).
+   * Never blocks and never throws (a failed progress write is logged: progress only narrows what
+   * a crash loses). A no-op on journals that keep no progress.
+   */
+  progress(generationId: string, mark: () => ProgressMark): void;
+  /**
+   * Says a generation that claimed a key or offered progress ended without a settlement (it did
+   * no billable work: refused, ended in the queue), so recovery will not mark its key
+   * `interrupted`. Never blocks and never throws; a no-op for a generation the journal holds
+   * nothing of.
+   */
+  release(generationId: string): void;
   /** Resolves once every entry appended so far has been applied to the database (tests, shutdown). */
   flush(): Promise<void>;
+  /**
+   * True while too many entries wait to be applied (the database is slow or away): refuse new
+   * work (503) rather than let the backlog grow without bound. Appends are still accepted.
+   */
+  saturated(): boolean;
+}
+
+/**
+ * Applies settlement batches to the ledger's database (ADR 0002 §2): one transaction per batch
+ * and each generation once — usage rows inserted idempotently on `generation_id`, and only for
+ * rows actually inserted: their attempts, their cost on the four budget rows
+ * (tenant/app × month/day), their cost moved from their leases, their idempotency results; plus
+ * the journal's position. A batch that fails changes nothing and may be applied again.
+ */
+export interface SettlementApplier {
+  /** @throws the driver's error when the database fails (nothing was applied). */
+  apply(batch: SettlementBatch): Promise<SettlementApplyResult>;
+  /** The position stored for `journal` by the last applied batch, if any. */
+  position(journal: string): Promise<JournalPosition | undefined>;
 }
 
 /** Durable storage of usage records; inserts are idempotent on `generationId`. */

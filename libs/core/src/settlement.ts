@@ -6,6 +6,7 @@
  * owner, the relay that ran the generation, before the terminal event reaches the client.
  */
 import type { RetainedResult } from './idempotency';
+import type { ApiRoute, SettlementEntry } from './ports';
 
 /**
  * How a usage record's token counts were obtained (issue 13, item 3):
@@ -80,4 +81,129 @@ export interface IdempotencySettlement {
   outcome: IdempotencyOutcome;
   /** Keep it until (epoch ms). */
   retainUntilMs: number;
+  /**
+   * The claim's body hash and route, when the settling process knows them: with both, the applier
+   * writes the key even if the database never saw the claim (a claim held in memory); without,
+   * it only updates a key the generation still holds.
+   */
+  bodySha256?: string;
+  route?: ApiRoute;
+}
+
+/**
+ * A running generation's progress (ADR 0002 §2): what it has produced so far and everything
+ * needed to bill it if its process dies before it finishes. The relay journals one at most every
+ * `progressIntervalMs` (default 1 s) per generation while it streams; recovery turns the last
+ * mark of a generation that never settled into an `estimated` usage row (finish reason `error`,
+ * error code `interrupted`), its cost capped at the reservation's worst case.
+ * Metadata only: never prompt or output text.
+ */
+export interface ProgressMark {
+  generationId: string;
+  /** The client's idempotency key if it sent one, else the generation id. */
+  requestId: string;
+  tenantId: string;
+  appId: string;
+  apiKeyId: string;
+  route: ApiRoute;
+  modelAlias: string;
+  /** The revision answering (the attempt running now). */
+  modelRevision: string;
+  /** Tokens so far (input: the prompt as counted or reported; output: produced so far). */
+  inputTokens: number;
+  outputTokens: number;
+  cachedInputTokens: number;
+  /**
+   * Cost of the tokens so far at the answering revision's prices (integer nano-USD), computed
+   * when the mark is taken: recovery must not price with a configuration that may have changed
+   * since.
+   */
+  costNanoUsd: number;
+  /** When the request started (epoch ms). */
+  startedAtMs: number;
+  /** When this mark was taken (epoch ms); an estimated row finishes here. */
+  atMs: number;
+  queueMs: number;
+  /** From the start to the first output token (ms); null before it. */
+  ttftMs: number | null;
+  useCase?: string;
+  /** The holds the request settles; absent when nothing was reserved. */
+  reservation?: ReservationRef;
+  /** The client's idempotency key, when it sent one (the key becomes `interrupted` at recovery). */
+  idempotencyKey?: string;
+  /** Attempts so far, the running one last (recovery records it as failed, `interrupted`). */
+  attempts?: UpstreamAttempt[];
+}
+
+/**
+ * A keyed generation started (ADR 0002 §3): journaled when a request with an idempotency key
+ * claims it, so that if the process dies before the generation settles, recovery marks the key
+ * `interrupted` and a retry is told so at once instead of waiting out the claim's lease. Holds
+ * what is needed to write the key even when the database never saw the claim.
+ */
+export interface ClaimMark {
+  tenantId: string;
+  /** The client's idempotency key (`request_id` / `Idempotency-Key`). */
+  key: string;
+  generationId: string;
+  /** SHA-256 (hex) of the canonical request body (tells a retry from a different request). */
+  bodySha256: string;
+  route: ApiRoute;
+  /** Keep an `interrupted` outcome until (epoch ms). */
+  retainUntilMs: number;
+  /** When the claim was taken (epoch ms). */
+  atMs: number;
+}
+
+/**
+ * One unit of work for the settlement applier:
+ * - `settle`: a finished (or recovered) request — its usage row, its budget and lease
+ *   settlement and its idempotency result, all or nothing, applied once per generation id;
+ * - `interrupted`: a keyed generation that died before any progress was journaled — no usage
+ *   row (nothing billable is known), only its key becomes `interrupted`.
+ */
+export type SettlementItem = { kind: 'settle'; entry: SettlementEntry } | { kind: 'interrupted'; idempotency: IdempotencySettlement };
+
+/**
+ * How far a journal has been applied. File journal: segment number and byte offset just past
+ * the last applied line. JetStream: segment 0 and the stream sequence of the last applied message.
+ */
+export interface JournalPosition {
+  segment: number;
+  offset: number;
+}
+
+/** A batch for {@link SettlementApplier.apply}: items in journal order, and the position they end at. */
+export interface SettlementBatch {
+  /** The journal's name (the key of `journal_positions`). */
+  journal: string;
+  items: readonly SettlementItem[];
+  /** Recorded in the same transaction; absent when the source has no position (it never moves back). */
+  position?: JournalPosition;
+}
+
+/**
+ * Money a settlement could not take from a lease: the lease was reclaimed (`lease_gone`), or
+ * the cost exceeded what the lease still had (`lease_exhausted`). The cost is still added to the
+ * budget rows' settled spend, so the rows may exceed their budget by `excessNano`: an overspend
+ * to alert on.
+ */
+export interface OverspendEvent {
+  leaseId: string;
+  reason: 'lease_gone' | 'lease_exhausted';
+  /** Nano-USD settled beyond the lease. */
+  excessNano: number;
+  /** The generations whose cost went to this lease in the batch. */
+  generationIds: string[];
+}
+
+/** What one {@link SettlementApplier.apply} did. */
+export interface SettlementApplyResult {
+  /** Usage rows inserted (settle items whose generation id was new). */
+  inserted: number;
+  /** Settle items skipped because their generation id was already in the ledger. */
+  duplicates: number;
+  /** Idempotency keys written (`done` or `interrupted`); keys no longer held by the generation are skipped. */
+  idempotencyWritten: number;
+  overspends: OverspendEvent[];
 }

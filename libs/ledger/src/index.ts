@@ -35,3 +35,22 @@ export {
   type EngineComparison,
   type UncertainSettlement,
 } from './reconcile';
+export {
+  encodeJournalRecord,
+  decodeJournalRecord,
+  journalRecordGeneration,
+  settlementEntryFault,
+  JOURNAL_RECORD_VERSION,
+  type JournalRecord,
+  type DecodeJournalRecordResult,
+} from './journal-record';
+export { settlementCharge, sumCharges, type SettlementCharge, type ChargeTotals, type BudgetRowCharge, type LeaseCharge } from './settlement-charge';
+export {
+  createOpenGenerations,
+  settleAbandoned,
+  estimatedUsage,
+  INTERRUPTED_ERROR_CODE,
+  type OpenGeneration,
+  type OpenGenerations,
+  type SettleAbandonedOptions,
+} from './open-generations';

@@ -8,3 +8,7 @@ export * from './topic-codecs';
 export * from './nats-topic';
 export * from './namespace';
 export * from './capacity-topics';
+export * from './jetstream-batch-source';
+export * from './settlement-codec';
+export * from './nats-settlement-journal';
+export * from './nats-settlement-source';

@@ -126,7 +126,18 @@ function toClaim(row: Selectable<IdempotencyKeysTable>): IdempotencyClaim {
     route: row.route as ApiRoute,
     state: row.state,
     ...(row.state === 'done' && row.result ? { result: parseResult(row.result) } : {}),
+    ...(row.state === 'interrupted' ? { interruption: interruptionOf(row.result) } : {}),
   };
+}
+
+/**
+ * The message of an `interrupted` key: the settlement applier stores
+ * `{"interrupted": {"generationId", "message"}}` in `result`.
+ */
+function interruptionOf(value: unknown): string {
+  const parsed = (typeof value === 'string' ? JSON.parse(value) : value) as { interrupted?: { message?: unknown } } | null;
+  const message = parsed?.interrupted?.message;
+  return typeof message === 'string' ? message : 'the generation was interrupted';
 }
 
 /** `jsonb` comes back parsed from `pg`; PGlite's adapter may hand back text. */

@@ -40,3 +40,15 @@ export {
 } from './reconcile-queries';
 export { createPgIdempotencyStore, type PgIdempotencyStoreOptions } from './idempotency-store';
 export { expireOrphans, type OrphanReport } from './orphans';
+export { createPgSettlementApplier, type PgSettlementApplierOptions } from './settlement-applier';
+export {
+  openFileSettlementJournal,
+  type FileSettlementJournal,
+  type FileSettlementJournalOptions,
+  type FileSettlementJournalDeps,
+  type FileSettlementJournalStats,
+  type JournalRecovery,
+} from './journal/file-settlement-journal';
+export { encodeJournalLine, parseJournalSegment, type JournalLine, type ParsedSegment } from './journal/journal-line';
+export { fsyncDirectoryTree } from './journal/fsync-tree';
+export { applyIsolating, isDataError, type RejectedSettlement } from './settlement-isolation';

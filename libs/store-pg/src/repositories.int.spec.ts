@@ -90,13 +90,14 @@ describe.each(backends)('store-pg repositories on %s', (_name, open) => {
       const repo = createUsageRepository(database.db);
       const rec = usageRecord({ tenantId: newId('t'), costNanoUsd: 123_456_789_012, ttftMs: null, errorCode: 'upstream_error', status: 'failed', finishReason: 'error' });
       await repo.insertMany([rec]);
-      expect(await repo.getUsage(rec.generationId)).toEqual(rec);
+      // A record that names no source was reported (the default), and reads back so.
+      expect(await repo.getUsage(rec.generationId)).toEqual({ ...rec, usageSource: 'reported' });
       expect(await repo.getUsage('gen_missing')).toBeUndefined();
     });
 
     it('keeps the uncertain mark of a record made after a lost relay', async () => {
       const repo = createUsageRepository(database.db);
-      const rec = usageRecord({ uncertain: true, status: 'failed', finishReason: 'error', errorCode: 'upstream_error' });
+      const rec = usageRecord({ uncertain: true, status: 'failed', finishReason: 'error', errorCode: 'upstream_error', usageSource: 'estimated' });
       await repo.insertMany([rec]);
       expect(await repo.getUsage(rec.generationId)).toEqual(rec);
     });

@@ -47,8 +47,8 @@ describe.each<['pglite' | 'postgres']>([['pglite'], ['postgres']])('usage querie
     const named = record(T0, { tenantId: newId('t'), useCase: 'support:triage.v2' });
     const unnamed = record(T0, { tenantId: named.tenantId });
     await repo.insertMany([named, unnamed]);
-    expect(await repo.getUsage(named.generationId)).toEqual(named);
-    expect(await repo.getUsage(unnamed.generationId)).toEqual(unnamed);
+    expect(await repo.getUsage(named.generationId)).toEqual({ ...named, usageSource: 'reported' });
+    expect(await repo.getUsage(unnamed.generationId)).toEqual({ ...unnamed, usageSource: 'reported' });
     const { rows } = await sql<{ use_case: string | null }>`select use_case from usage_ledger where generation_id = ${unnamed.generationId}`.execute(database.db);
     expect(rows[0].use_case).toBeNull();
   });

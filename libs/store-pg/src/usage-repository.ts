@@ -1,7 +1,7 @@
 import { type Insertable, type Kysely, type Selectable, sql } from 'kysely';
-import type { ApiRoute, FinishReason, UsageRecord, UsageRepository, UsageStatus } from '@weir/core';
+import type { ApiRoute, FinishReason, UpstreamAttempt, UsageRecord, UsageRepository, UsageSource, UsageStatus } from '@weir/core';
 import { nanoToDecimal, toSafeInteger } from './nano-usd';
-import type { UsageLedgerTable, WeirSchema } from './schema';
+import type { UsageAttemptsTable, UsageLedgerTable, WeirSchema } from './schema';
 
 /** Filter for {@link UsageLedgerRepository.listUsage}. */
 export interface ListUsageQuery {
@@ -51,9 +51,13 @@ export interface UsageLedgerRepository extends UsageRepository {
    *   safe integer; the driver's error when the database fails (nothing is written then).
    */
   insertMany(records: readonly UsageRecord[]): Promise<void>;
-  /** One record by generation id, or undefined. Cost comes back exactly as stored. */
+  /**
+   * One record by generation id, or undefined. Cost comes back exactly as stored, with its
+   * `usageSource` and its `attempts` (in order; absent when none were recorded). The
+   * reservation it settled is not read back (`reservation` is absent).
+   */
   getUsage(generationId: string): Promise<UsageRecord | undefined>;
-  /** A tenant's records, oldest `finishedAt` first (ties by generation id). */
+  /** A tenant's records, oldest `finishedAt` first (ties by generation id), read as `getUsage` reads one. */
   listUsage(query: ListUsageQuery): Promise<UsageRecord[]>;
   /**
    * A tenant's totals since an instant (`finished_at >= since`); all zeros when none.
@@ -65,10 +69,10 @@ export interface UsageLedgerRepository extends UsageRepository {
 
 /**
  * Rows per INSERT statement. Postgres binds at most 65,535 parameters per statement and a
- * ledger row takes 22 (`use_case` made it 22: 3,000 rows would be 66,000), so 2,500 rows
- * (55,000 parameters) stay inside the limit with room for a few more columns.
+ * ledger row takes 27 (migration 0010's five columns made it 27: 2,500 rows would be 67,500),
+ * so 2,000 rows (54,000 parameters) stay inside the limit with room for a few more columns.
  */
-export const MAX_ROWS_PER_INSERT = 2500;
+export const MAX_ROWS_PER_INSERT = 2000;
 
 /** Creates the usage ledger repository over an open database. */
 export function createUsageRepository(db: Kysely<WeirSchema>): UsageLedgerRepository {
@@ -82,7 +86,7 @@ export function createUsageRepository(db: Kysely<WeirSchema>): UsageLedgerReposi
   return {
     async insertMany(records) {
       if (records.length === 0) return;
-      const rows = records.map(toRow);
+      const rows = records.map((r) => toRow(r));
       if (rows.length <= MAX_ROWS_PER_INSERT) {
         await insertRows(db, rows);
         return;
@@ -96,14 +100,15 @@ export function createUsageRepository(db: Kysely<WeirSchema>): UsageLedgerReposi
 
     async getUsage(generationId) {
       const row = await selectRecord().where('generation_id', '=', generationId).executeTakeFirst();
-      return row && fromRow(row);
+      if (!row) return undefined;
+      return withAttempts(db, [fromRow(row)]).then(([r]) => r);
     },
 
     async listUsage({ tenantId, since, limit = 1000 }) {
       let q = selectRecord().where('tenant_id', '=', tenantId);
       if (since) q = q.where('finished_at', '>=', since);
       const rows = await q.orderBy('finished_at').orderBy('generation_id').limit(limit).execute();
-      return rows.map(fromRow);
+      return withAttempts(db, rows.map(fromRow));
     },
 
     async usageTotals({ tenantId, since }) {
@@ -146,7 +151,12 @@ async function insertRows(db: Kysely<WeirSchema>, rows: InsertRow[]): Promise<vo
     .execute();
 }
 
-function toRow(r: UsageRecord): InsertRow {
+/**
+ * The `usage_ledger` row of a record. `budget` names the periods its cost was charged to (the
+ * settlement applier's); otherwise they are the reservation's, or null when nothing was reserved.
+ */
+export function toRow(r: UsageRecord, budget?: { monthStartsOn: string; dayStartsOn: string }): InsertRow {
+  const periods = budget ?? r.reservation;
   return {
     generation_id: r.generationId,
     request_id: r.requestId,
@@ -171,7 +181,70 @@ function toRow(r: UsageRecord): InsertRow {
     finished_at: r.finishedAt,
     uncertain: r.uncertain ?? false,
     use_case: r.useCase ?? null,
+    usage_source: r.usageSource ?? 'reported',
+    reservation_id: r.reservation?.reservationId ?? null,
+    lease_ids: r.reservation ? [...r.reservation.leaseIds] : null,
+    budget_month: periods?.monthStartsOn ?? null,
+    budget_day: periods?.dayStartsOn ?? null,
   };
+}
+
+/** The `usage_attempts` rows of a record (none when it names no attempts). */
+export function attemptRows(r: UsageRecord): Insertable<UsageAttemptsTable>[] {
+  return (r.attempts ?? []).map((a) => ({
+    generation_id: r.generationId,
+    attempt: a.attempt,
+    tenant_id: r.tenantId,
+    revision_id: a.revisionId,
+    provider: a.provider,
+    replica_id: a.replicaId ?? null,
+    outcome: a.outcome,
+    error_code: a.errorCode ?? null,
+    started_at: new Date(a.startedAtMs),
+    ttft_ms: a.ttftMs === null ? null : Math.round(a.ttftMs),
+    duration_ms: Math.round(a.durationMs),
+    input_tokens: a.inputTokens,
+    output_tokens: a.outputTokens,
+  }));
+}
+
+/** Reads the attempts of `records` (one query) and sets each record's `attempts`, in attempt order. */
+async function withAttempts(db: Kysely<WeirSchema>, records: UsageRecord[]): Promise<UsageRecord[]> {
+  if (records.length === 0) return records;
+  const rows = await db
+    .selectFrom('usage_attempts')
+    .selectAll()
+    .where(
+      'generation_id',
+      'in',
+      records.map((r) => r.generationId),
+    )
+    .orderBy('generation_id')
+    .orderBy('attempt')
+    .execute();
+  const byGeneration = new Map<string, UpstreamAttempt[]>();
+  for (const a of rows) {
+    const list = byGeneration.get(a.generation_id) ?? [];
+    if (list.length === 0) byGeneration.set(a.generation_id, list);
+    list.push({
+      attempt: a.attempt,
+      revisionId: a.revision_id,
+      provider: a.provider,
+      ...(a.replica_id !== null ? { replicaId: a.replica_id } : {}),
+      outcome: a.outcome,
+      ...(a.error_code !== null ? { errorCode: a.error_code } : {}),
+      startedAtMs: a.started_at.getTime(),
+      ttftMs: a.ttft_ms,
+      durationMs: a.duration_ms,
+      inputTokens: a.input_tokens,
+      outputTokens: a.output_tokens,
+    });
+  }
+  for (const r of records) {
+    const attempts = byGeneration.get(r.generationId);
+    if (attempts) r.attempts = attempts;
+  }
+  return records;
 }
 
 function fromRow(r: SelectRow): UsageRecord {
@@ -198,5 +271,6 @@ function fromRow(r: SelectRow): UsageRecord {
     finishedAt: r.finished_at,
     ...(r.uncertain ? { uncertain: true } : {}),
     ...(r.use_case !== null ? { useCase: r.use_case } : {}),
+    usageSource: r.usage_source as UsageSource,
   };
 }

@@ -2,6 +2,7 @@ export * from './paths';
 export * from './scripted-upstream';
 export * from './engine-contract';
 export * from './usage-records';
+export * from './settlements';
 export * from './topic-contract';
 export * from './usage-channel-contract';
 export * from './private-nats';
