@@ -17,6 +17,7 @@
  * inserted or not). PGlite has one connection: its transactions simply run one at a time.
  */
 import { type Kysely, type RawBuilder, type Transaction, sql } from 'kysely';
+import type { SettlementCharge } from '@weir/ledger';
 import {
   type BudgetKey,
   type BudgetLeaseRow,
@@ -27,12 +28,12 @@ import {
   type RateLeaseRow,
   type RateShares,
   type ReclaimReport,
-  appScope,
+  lockKeys,
   budgetKeyString,
   leaseGrant,
-  tenantScope,
 } from '@weir/admission';
 import { toSafeInteger } from './nano-usd';
+import { settleMoney } from './settlement-applier';
 import type { WeirSchema } from './schema';
 
 type Db = Kysely<WeirSchema> | Transaction<WeirSchema>;
@@ -395,43 +396,18 @@ function toRateLease(r: LeaseRowDb): RateLeaseRow {
  * transaction then rolls back).
  */
 export async function applyLeaseSettlements(trx: Transaction<WeirSchema>, items: readonly LeaseSettlement[]): Promise<void> {
-  const rows = new Map<string, { key: BudgetKey; nano: number }>();
-  const leases = new Map<string, number>();
-  for (const it of items) {
+  const charges = items.map((it, i): SettlementCharge => {
     if (!Number.isSafeInteger(it.costNano) || it.costNano < 0) throw new RangeError(`settlement cost must be a non-negative safe integer of nano-USD, got ${it.costNano}`);
-    const ref = it.reservation;
-    for (const scope of [tenantScope(it.tenantId), appScope(it.tenantId, it.appId)]) {
-      for (const key of [
-        { scope, period: 'month' as const, startsOn: ref.monthStartsOn },
-        { scope, period: 'day' as const, startsOn: ref.dayStartsOn },
-      ]) {
-        const k = budgetKeyString(key);
-        rows.set(k, { key, nano: (rows.get(k)?.nano ?? 0) + it.costNano });
-      }
-    }
-    if (it.costNano > 0) for (const id of ref.leaseIds) leases.set(id, (leases.get(id) ?? 0) + it.costNano);
-  }
-  if (rows.size === 0) return;
-  const sorted = [...rows.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([, v]) => v);
-  await sql`
-    INSERT INTO budget_periods (scope, period, starts_on, settled_nano)
-    VALUES ${sql.join(sorted.map((r) => sql`(${r.key.scope}, ${r.key.period}, ${r.key.startsOn}::date, ${r.nano}::bigint)`))}
-    ON CONFLICT (scope, period, starts_on) DO UPDATE SET settled_nano = budget_periods.settled_nano + excluded.settled_nano`.execute(trx);
-  if (leases.size === 0) return;
-  const values = [...leases.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([id, nano]) => sql`(${id}::text, ${nano}::bigint)`);
-  await sql`
-    WITH v(lease_id, cost) AS (VALUES ${sql.join(values)}),
-    l AS (
-      SELECT a.lease_id, a.scope, a.period, a.starts_on, greatest(0, least(v.cost, a.granted_nano - a.consumed_nano)) AS moved
-      FROM admission_leases a JOIN v ON v.lease_id = a.lease_id
-      WHERE a.kind = 'budget' ORDER BY a.lease_id FOR UPDATE OF a
-    ),
-    u AS (
-      UPDATE admission_leases a SET consumed_nano = a.consumed_nano + l.moved
-      FROM l WHERE a.lease_id = l.lease_id AND l.moved > 0
-      RETURNING l.scope, l.period, l.starts_on, l.moved
-    )
-    UPDATE budget_periods b SET leased_nano = b.leased_nano - s.moved
-    FROM (SELECT scope, period, starts_on, sum(moved)::bigint AS moved FROM u GROUP BY scope, period, starts_on) s
-    WHERE b.scope = s.scope AND b.period = s.period AND b.starts_on = s.starts_on`.execute(trx);
+    const { monthStartsOn, dayStartsOn, leaseIds } = it.reservation;
+    return {
+      generationId: `lease-settlement-${i}`,
+      costNano: it.costNano,
+      monthStartsOn,
+      dayStartsOn,
+      budgets: lockKeys(it.tenantId, it.appId, monthStartsOn, dayStartsOn).budgets,
+      leaseIds: [...new Set(leaseIds)],
+    };
+  });
+  // One implementation of the money a settlement moves: the ledger's applier's.
+  await settleMoney(trx, charges, Date.now());
 }

@@ -148,7 +148,7 @@ interface LeaseMove {
  * rows first (key order: the insert takes them in VALUES order), then leases (id order), the
  * order the lease store takes them in, so the two never deadlock.
  */
-async function settleMoney(trx: Trx, charges: SettlementCharge[], nowMs: number): Promise<OverspendEvent[]> {
+export async function settleMoney(trx: Trx, charges: readonly SettlementCharge[], nowMs: number): Promise<OverspendEvent[]> {
   const totals = sumCharges(charges);
   if (totals.budgets.length > 0) {
     const values = totals.budgets.map((b) => sql`(${b.scope}::text, ${b.period}::text, ${b.startsOn}::date, ${b.nano}::bigint)`);
