@@ -12,3 +12,4 @@ export * from './scheduler-contract';
 export * from './scripted-engine';
 export * from './relay-contract';
 export * from './anthropic-upstream';
+export * from './chaos-upstream';
