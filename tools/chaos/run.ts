@@ -3,7 +3,7 @@
  *
  *   node --import tsx tools/chaos/run.ts --seed 42 --topology all-in-one|split
  *        [--requests 400] [--duration 60] [--concurrency 8] [--kills N] [--kill-switches 2]
- *        [--budget-fraction 0.4] [--database pglite|postgres] [--settle 5] [--out FILE.json]
+ *        [--budget-fraction F] [--database pglite|postgres] [--settle 5] [--out FILE.json]
  *
  * A seeded, randomized run against the chaos upstream (`libs/testing/src/chaos-upstream.ts`):
  * streaming and non-streaming chat completions and generations, client cancels, short deadlines,
@@ -29,7 +29,7 @@ async function main(): Promise<number> {
       concurrency: { type: 'string', default: '8' },
       kills: { type: 'string' },
       'kill-switches': { type: 'string', default: '2' },
-      'budget-fraction': { type: 'string', default: '0.4' },
+      'budget-fraction': { type: 'string' },
       database: { type: 'string', default: 'pglite' },
       settle: { type: 'string', default: '5' },
       out: { type: 'string' },
@@ -38,7 +38,7 @@ async function main(): Promise<number> {
     strict: true,
   });
   if (values.help) {
-    process.stdout.write('usage: node --import tsx tools/chaos/run.ts --seed 42 --topology all-in-one|split [--requests 400] [--duration 60] [--concurrency 8] [--kills N] [--kill-switches 2] [--budget-fraction 0.4] [--database pglite|postgres] [--settle 5] [--out FILE.json]\n');
+    process.stdout.write('usage: node --import tsx tools/chaos/run.ts --seed 42 --topology all-in-one|split [--requests 400] [--duration 60] [--concurrency 8] [--kills N] [--kill-switches 2] [--budget-fraction F] [--database pglite|postgres] [--settle 5] [--out FILE.json]\n');
     return 0;
   }
   const int = (name: string, v: string | undefined, min: number): number => {
@@ -48,8 +48,8 @@ async function main(): Promise<number> {
   };
   if (values.topology !== 'all-in-one' && values.topology !== 'split') throw new Error(`--topology: all-in-one or split, got ${JSON.stringify(values.topology)}`);
   if (values.database !== 'pglite' && values.database !== 'postgres') throw new Error(`--database: pglite or postgres, got ${JSON.stringify(values.database)}`);
-  const budgetFraction = Number(values['budget-fraction']);
-  if (!(budgetFraction > 0)) throw new Error('--budget-fraction: a number > 0');
+  const budgetFraction = values['budget-fraction'] === undefined ? undefined : Number(values['budget-fraction']);
+  if (budgetFraction !== undefined && !(budgetFraction > 0)) throw new Error('--budget-fraction: a number > 0');
   const result = await runChaos({
     seed: int('seed', values.seed, 0),
     topology: values.topology,
@@ -58,7 +58,7 @@ async function main(): Promise<number> {
     concurrency: int('concurrency', values.concurrency, 1),
     ...(values.kills !== undefined ? { kills: int('kills', values.kills, 0) } : {}),
     killSwitches: int('kill-switches', values['kill-switches'], 0),
-    budgetFraction,
+    ...(budgetFraction !== undefined ? { budgetFraction } : {}),
     database: values.database,
     settleMs: int('settle', values.settle, 0) * 1000,
     log: (line) => process.stderr.write(`${line}\n`),

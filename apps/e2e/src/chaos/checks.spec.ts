@@ -129,7 +129,7 @@ describe('checkChaos', () => {
     it('a generation the upstream never saw bills nothing', () => {
       const e = clean();
       e.reservedInput = () => 20;
-      e.requests.push(client(plan('r2'), [{ generationId: 'gen_2', status: 503, answered: false, errorCode: 'kill_switch' }]));
+      e.requests = [...e.requests, client(plan('r2'), [{ generationId: 'gen_2', status: 503, answered: false, errorCode: 'kill_switch' }])];
       e.final.ledger.push(row('gen_2', { inputTokens: 11, outputTokens: 0, status: 'cancelled' }));
       expect(broken(e)).toEqual(['billed-equals-produced']);
       e.final.ledger[1] = row('gen_2', { inputTokens: 0, outputTokens: 0, costNano: 0, status: 'failed' });

@@ -43,6 +43,8 @@ export interface ChaosEvidence {
 
 /** One broken invariant, with enough context to reproduce it. */
 export interface Violation {
+  /** What went wrong, as a short stable key (the report groups by it), e.g. `unbilled`, `lost-row`. */
+  kind: string;
   /** A generation id, a request's key, or a sample instant. */
   subject: string;
   message: string;
@@ -176,13 +178,13 @@ function billedEqualsProduced(e: ChaosEvidence, ctx: Indexed): InvariantResult {
     const produced = (g?.attempts ?? []).reduce((n, a) => n + a.produced, 0);
     const row = ctx.rowsByGeneration.get(id)?.[0];
     const killed = killedWhileRunning(e, g);
-    const fail = (message: string) => violations.push({ subject: id, message, context: describeGeneration(e, ctx, id) });
+    const fail = (kind: string, message: string) => violations.push({ kind, subject: id, message, context: describeGeneration(e, ctx, id) });
     if (!row) {
-      if (produced > 0 && !killed) fail(`produced ${produced} output tokens, billed none (no usage row)`);
+      if (produced > 0 && !killed) fail('unbilled', `produced ${produced} output tokens, billed none (no usage row)`);
       continue;
     }
     if (!g) {
-      if (row.outputTokens !== 0 || row.inputTokens !== 0) fail(`billed ${row.inputTokens}/${row.outputTokens} tokens for a generation the upstream never saw`);
+      if (row.outputTokens !== 0 || row.inputTokens !== 0) fail('billed-never-seen', `billed ${row.inputTokens}/${row.outputTokens} tokens for a generation the upstream never saw`);
       continue;
     }
     const d = row.outputTokens - produced;
@@ -190,19 +192,19 @@ function billedEqualsProduced(e: ChaosEvidence, ctx: Indexed): InvariantResult {
     // The situation decides the tolerance …
     const reportedToWeir = g.attempts.every((a) => a.produced === 0 || a.usageReported === 'continuous' || (a.usageReported === 'final' && (a.ending === 'finished' || a.ending === 'stopped')));
     if (killed) {
-      if (d > 0) fail(`billed ${row.outputTokens} output tokens, more than the ${produced} produced (its counter was killed)`);
+      if (d > 0) fail('over-produced-after-kill', `billed ${row.outputTokens} output tokens, more than the ${produced} produced (its counter was killed)`);
     } else if (reportedToWeir) {
-      if (d !== 0) fail(`billed ${row.outputTokens} output tokens, the upstream produced and reported ${produced}`);
+      if (d !== 0) fail(d > 0 ? 'over-billed-reported' : 'under-billed-reported', `billed ${row.outputTokens} output tokens, the upstream produced and reported ${produced}`);
       const answering = [...g.attempts].reverse().find((a) => a.produced > 0);
-      if (answering && row.inputTokens !== answering.promptTokens) fail(`billed ${row.inputTokens} input tokens, the upstream reported ${answering.promptTokens}`);
+      if (answering && row.inputTokens !== answering.promptTokens) fail('input-not-reported-count', `billed ${row.inputTokens} input tokens, the upstream reported ${answering.promptTokens}`);
     } else if (Math.abs(d) > 1) {
-      fail(`billed ${row.outputTokens} output tokens, the upstream produced ${produced} (Weir counts: ±1 allowed)`);
+      fail(d > 0 ? 'over-billed-counted' : 'under-billed-counted', `billed ${row.outputTokens} output tokens, the upstream produced ${produced} (Weir counts: ±1 allowed)`);
     }
     // … and the label may not claim more precision than the count has.
-    if (source === 'reported' && d !== 0 && !killed) fail(`usage_source reported, but ${row.outputTokens} ≠ ${produced} produced`);
-    if (source === 'counted' && Math.abs(d) > 1 && !killed) fail(`usage_source counted, but ${row.outputTokens} is more than 1 from ${produced} produced`);
-    if (source === 'reported' && !reportedToWeir && !killed) fail(`usage_source reported, but no usage reached Weir from the upstream (it must have counted: counted or estimated)`);
-    if (killed && source !== 'estimated' && d !== 0 && !(source === 'counted' && Math.abs(d) <= 1)) fail(`usage_source ${source} on a count of ${row.outputTokens} that differs from the ${produced} produced (should say estimated)`);
+    if (source === 'reported' && d !== 0 && !killed) fail('label-reported-inexact', `usage_source reported, but ${row.outputTokens} ≠ ${produced} produced`);
+    if (source === 'counted' && Math.abs(d) > 1 && !killed) fail('label-counted-off', `usage_source counted, but ${row.outputTokens} is more than 1 from ${produced} produced`);
+    if (source === 'reported' && !reportedToWeir && !killed) fail('label-reported-without-usage', `usage_source reported, but no usage reached Weir from the upstream (it must have counted: counted or estimated)`);
+    if (killed && source !== 'estimated' && d !== 0 && !(source === 'counted' && Math.abs(d) <= 1)) fail('label-not-estimated-after-kill', `usage_source ${source} on a count of ${row.outputTokens} that differs from the ${produced} produced (should say estimated)`);
   }
   return result('billed-equals-produced', ids.size, violations);
 }
@@ -216,7 +218,7 @@ function inputWithinReserved(e: ChaosEvidence, ctx: Indexed): InvariantResult {
     const bound = reservationInput.get(row.generationId) ?? (planId ? e.reservedInput(planId, row.modelRevision) : undefined);
     if (bound === undefined) continue;
     checked += 1;
-    if (row.inputTokens > bound) violations.push({ subject: row.generationId, message: `billed ${row.inputTokens} input tokens, ${bound} were reserved`, context: describeGeneration(e, ctx, row.generationId) });
+    if (row.inputTokens > bound) violations.push({ kind: 'input-over-reserved', subject: row.generationId, message: `billed ${row.inputTokens} input tokens, ${bound} were reserved`, context: describeGeneration(e, ctx, row.generationId) });
   }
   return result('input-within-reserved', checked, violations);
 }
@@ -229,11 +231,11 @@ function answeredExactlyOneRow(e: ChaosEvidence, ctx: Indexed): InvariantResult 
       if (!a.answered) continue;
       checked += 1;
       if (!a.generationId) {
-        violations.push({ subject: r.plan.planId, message: `attempt #${a.n} was answered without a generation id` });
+        violations.push({ kind: 'answered-without-id', subject: r.plan.planId, message: `attempt #${a.n} was answered without a generation id` });
         continue;
       }
       const n = ctx.rowsByGeneration.get(a.generationId)?.length ?? 0;
-      if (n !== 1) violations.push({ subject: a.generationId, message: `answered (attempt #${a.n}${a.replayed ? ', a replay' : ''}, finish ${a.finishReason ?? '?'}), ${n === 0 ? 'no usage row: lost' : `${n} usage rows`}`, context: describeGeneration(e, ctx, a.generationId) });
+      if (n !== 1) violations.push({ kind: n === 0 ? 'lost-row' : 'several-rows', subject: a.generationId, message: `answered (attempt #${a.n}${a.replayed ? ', a replay' : ''}, finish ${a.finishReason ?? '?'}), ${n === 0 ? 'no usage row: lost' : `${n} usage rows`}`, context: describeGeneration(e, ctx, a.generationId) });
     }
   }
   return result('answered-exactly-one-row', checked, violations);
@@ -241,7 +243,7 @@ function answeredExactlyOneRow(e: ChaosEvidence, ctx: Indexed): InvariantResult 
 
 function noDuplicates(e: ChaosEvidence, ctx: Indexed): InvariantResult {
   const violations: Violation[] = [];
-  for (const [id, rows] of ctx.rowsByGeneration) if (rows.length > 1) violations.push({ subject: id, message: `${rows.length} usage rows for one generation id` });
+  for (const [id, rows] of ctx.rowsByGeneration) if (rows.length > 1) violations.push({ kind: 'generation-twice', subject: id, message: `${rows.length} usage rows for one generation id` });
   const byKey = new Map<string, LedgerRow[]>();
   for (const row of e.final.ledger) {
     if (!ctx.keys.has(row.requestId)) continue;
@@ -252,6 +254,7 @@ function noDuplicates(e: ChaosEvidence, ctx: Indexed): InvariantResult {
   for (const [k, rows] of byKey) {
     if (rows.length < 2) continue;
     violations.push({
+      kind: 'key-billed-twice',
       subject: k,
       message: `one idempotency key billed ${rows.length} times: ${rows.map((r) => `${r.generationId} ${r.inputTokens}/${r.outputTokens} ${r.status} ${r.finishReason}`).join(', ')}`,
       context: rows.map((r) => describeGeneration(e, ctx, r.generationId)).join('\n      '),
@@ -265,14 +268,14 @@ function noHoldsPastExpiry(e: ChaosEvidence): InvariantResult {
   const now = e.final.readAtMs;
   const reservations = e.final.reservations ?? [];
   for (const r of reservations) {
-    if (r.state === 'held' && r.expiresAtMs + e.holdGraceMs < now) violations.push({ subject: r.generationId, message: `reservation ${r.id} still held ${Math.round((now - r.expiresAtMs) / 1000)} s past its expiry` });
+    if (r.state === 'held' && r.expiresAtMs + e.holdGraceMs < now) violations.push({ kind: 'reservation-held', subject: r.generationId, message: `reservation ${r.id} still held ${Math.round((now - r.expiresAtMs) / 1000)} s past its expiry` });
   }
   const leases = e.final.leases ?? [];
   for (const l of leases) {
     const dead = l.holderExpiresAtMs === null || l.holderExpiresAtMs < now;
     const outstanding = l.outstandingNano > 0 || l.slots > 0;
     if (dead && outstanding && l.holdUntilMs + e.holdGraceMs < now) {
-      violations.push({ subject: l.leaseId, message: `${l.kind} lease of dead holder ${l.holder} on ${l.scope} still outstanding (${l.outstandingNano} nano, ${l.slots} slots) ${Math.round((now - l.holdUntilMs) / 1000)} s past hold_until` });
+      violations.push({ kind: 'dead-holder-lease', subject: l.leaseId, message: `${l.kind} lease of dead holder ${l.holder} on ${l.scope} still outstanding (${l.outstandingNano} nano, ${l.slots} slots) ${Math.round((now - l.holdUntilMs) / 1000)} s past hold_until` });
     }
   }
   return result('no-holds-past-expiry', reservations.length + leases.length, violations);
@@ -283,9 +286,9 @@ function budgetNeverExceeded(e: ChaosEvidence): InvariantResult {
   const samples = [...e.budgetSamples, ...(e.final.budget ? [e.final.budget] : [])];
   for (const s of samples) {
     const usd = (n: number) => `$${(n / 1e9).toFixed(9)}`;
-    if (s.settledNano > e.budgetNano) violations.push({ subject: new Date(s.atMs).toISOString(), message: `${s.source}: settled ${usd(s.settledNano)} > budget ${usd(e.budgetNano)}` });
+    if (s.settledNano > e.budgetNano) violations.push({ kind: 'settled-over-budget', subject: new Date(s.atMs).toISOString(), message: `${s.source}: settled ${usd(s.settledNano)} > budget ${usd(e.budgetNano)}` });
     else if (s.source === 'db' && s.settledNano + s.reservedNano + s.leasedNano > e.budgetNano) {
-      violations.push({ subject: new Date(s.atMs).toISOString(), message: `settled ${usd(s.settledNano)} + reserved ${usd(s.reservedNano)} + leased ${usd(s.leasedNano)} > budget ${usd(e.budgetNano)}` });
+      violations.push({ kind: 'held-over-budget', subject: new Date(s.atMs).toISOString(), message: `settled ${usd(s.settledNano)} + reserved ${usd(s.reservedNano)} + leased ${usd(s.leasedNano)} > budget ${usd(e.budgetNano)}` });
     }
   }
   return result('budget-never-exceeded', samples.length, violations);
@@ -301,7 +304,7 @@ function toldEqualsBilled(e: ChaosEvidence, ctx: Indexed): InvariantResult {
       if (!row || row.usageSource === 'estimated' || row.uncertain || e.final.reconciled.has(a.generationId)) continue;
       checked += 1;
       if (row.inputTokens !== a.told.inputTokens || row.outputTokens !== a.told.outputTokens) {
-        violations.push({ subject: a.generationId, message: `told ${a.told.inputTokens}/${a.told.outputTokens} (attempt #${a.n}${a.replayed ? ', a replay' : ''}), billed ${row.inputTokens}/${row.outputTokens}`, context: describeGeneration(e, ctx, a.generationId) });
+        violations.push({ kind: 'told-differs', subject: a.generationId, message: `told ${a.told.inputTokens}/${a.told.outputTokens} (attempt #${a.n}${a.replayed ? ', a replay' : ''}), billed ${row.inputTokens}/${row.outputTokens}`, context: describeGeneration(e, ctx, a.generationId) });
       }
     }
   }
@@ -310,10 +313,10 @@ function toldEqualsBilled(e: ChaosEvidence, ctx: Indexed): InvariantResult {
 
 function reconcileClean(e: ChaosEvidence): InvariantResult {
   const r = e.reconcile;
-  if (!r) return result('reconcile-clean', 0, [{ subject: 'reconcile', message: 'not run' }]);
+  if (!r) return result('reconcile-clean', 0, [{ kind: 'not-run', subject: 'reconcile', message: 'not run' }]);
   if (r.exitCode === 0) return result('reconcile-clean', 1, []);
   const what = r.differences && r.differences.length > 0 ? `${r.differences.length} differences: ${JSON.stringify(r.differences.slice(0, 5)).slice(0, 1_500)}` : (r.stderr ?? '').trim().split('\n').slice(-3).join(' / ');
-  return result('reconcile-clean', 1, [{ subject: 'reconcile', message: `exit ${r.exitCode}: ${what}` }]);
+  return result('reconcile-clean', 1, [{ kind: 'reconcile-failed', subject: 'reconcile', message: `exit ${r.exitCode}: ${what}` }]);
 }
 
 function stats(e: ChaosEvidence, ctx: Indexed): Record<string, number> {

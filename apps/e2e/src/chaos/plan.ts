@@ -72,7 +72,11 @@ export interface ChaosRunOptions {
   kills?: number;
   /** Kill-switch episodes. Default 2. */
   killSwitches?: number;
-  /** The monthly budget as a fraction of what the planned requests would cost uncut. Default 0.4. */
+  /**
+   * The monthly budget as a fraction of what the planned requests would cost uncut, so that it
+   * runs out late in the run (with traffic and faults still to come). Default 0.6 for the split
+   * and 0.4 for the all-in-one, whose kills take it down for about a third of the run.
+   */
   budgetFraction?: number;
   /** The all-in-one's database: its embedded PGlite (default, `npm start`'s) or a temporary Postgres database. */
   database?: 'pglite' | 'postgres';
@@ -135,7 +139,7 @@ export function planChaos(options: ChaosRunOptions): ChaosPlan {
     const input = chaosPromptTokens([{ role: 'user', content: r.prompt }]);
     return { nano: output * CHAOS_PRICING.outputPerMtok * 1_000 + input * CHAOS_PRICING.inputPerMtok * 1_000, worstTokens: r.maxTokens + input };
   });
-  const budgetNano = Math.max(1_000_000, Math.round(uncut.reduce((n, c) => n + c.nano, 0) * (options.budgetFraction ?? 0.4)));
+  const budgetNano = Math.max(1_000_000, Math.round(uncut.reduce((n, c) => n + c.nano, 0) * (options.budgetFraction ?? (options.topology === 'split' ? 0.6 : 0.4))));
   // 1.5× the planned mean rate of worst cases: bursts (uniform arrivals cluster) are limited now and then.
   const tokensPerMinute = Math.max(1_000, Math.round((uncut.reduce((n, c) => n + c.worstTokens, 0) / (durationMs / 60_000)) * 1.5));
   return { seed: options.seed, topology: options.topology, durationMs, concurrency: options.concurrency ?? 8, requests, faults, budgetNano, tokensPerMinute };

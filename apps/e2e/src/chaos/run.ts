@@ -223,7 +223,7 @@ async function restartWithRetry(t: ChaosTopology, name: string, log: (line: stri
 }
 
 /** Renders a run's verdict: the plan, the faults, the stats, and each invariant with its first violations. */
-export function formatChaosReport(r: Omit<ChaosRunResult, 'report'>, options: Pick<ChaosRunOptions, 'database'> = {}, maxViolations = 8): string {
+export function formatChaosReport(r: Omit<ChaosRunResult, 'report'>, options: Pick<ChaosRunOptions, 'database'> = {}, examplesPerKind = 3): string {
   const { plan, verdict } = r;
   const lines: string[] = [];
   const db = plan.topology === 'all-in-one' ? ` (${options.database ?? 'pglite'})` : '';
@@ -236,11 +236,16 @@ export function formatChaosReport(r: Omit<ChaosRunResult, 'report'>, options: Pi
   lines.push('Invariants:');
   for (const inv of verdict.invariants) {
     lines.push(`  ${inv.ok ? 'PASS' : 'FAIL'} ${inv.name} (${inv.checked} checked${inv.ok ? '' : `, ${inv.violations.length} violations`}): ${inv.description}`);
-    for (const v of inv.violations.slice(0, maxViolations)) {
-      lines.push(`    - ${v.subject}: ${v.message}`);
-      if (v.context) lines.push(`      ${v.context}`);
+    // Grouped by kind, most frequent first, a few examples each.
+    const kinds = new Map<string, typeof inv.violations>();
+    for (const v of inv.violations) kinds.set(v.kind, [...(kinds.get(v.kind) ?? []), v]);
+    for (const [kind, vs] of [...kinds].sort((a, b) => b[1].length - a[1].length)) {
+      lines.push(`    ${kind} × ${vs.length}`);
+      for (const v of vs.slice(0, examplesPerKind)) {
+        lines.push(`      - ${v.subject}: ${v.message}`);
+        if (v.context) lines.push(`        ${v.context}`);
+      }
     }
-    if (inv.violations.length > maxViolations) lines.push(`    … and ${inv.violations.length - maxViolations} more`);
   }
   const broken = verdict.invariants.filter((i) => !i.ok).length;
   lines.push(verdict.ok ? 'Result: PASS (every invariant holds)' : `Result: FAIL (${broken} of ${verdict.invariants.length} invariants broken)`);
