@@ -114,6 +114,9 @@ describe('checkChaos', () => {
       // An under-count that claims to be exact is mislabelled.
       e.final.ledger = [row('gen_1', { outputTokens: 3, usageSource: 'reported' })];
       expect(broken(e)).toEqual(['billed-equals-produced']);
+      // The older mark of an estimate (`uncertain`) is one too.
+      e.final.ledger = [row('gen_1', { outputTokens: 3, usageSource: 'reported', uncertain: true })];
+      expect(broken(e)).toEqual([]);
     });
 
     it('a kill of a process that does not count (the split ledger) changes nothing: exact is still wanted', () => {

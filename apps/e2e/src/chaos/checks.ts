@@ -188,7 +188,8 @@ function billedEqualsProduced(e: ChaosEvidence, ctx: Indexed): InvariantResult {
       continue;
     }
     const d = row.outputTokens - produced;
-    const source = row.usageSource ?? (row.uncertain ? 'estimated' : 'reported');
+    // Before migration 0010's column was written, `uncertain` was the mark of an estimate.
+    const source = row.uncertain ? 'estimated' : (row.usageSource ?? 'reported');
     // The situation decides the tolerance …
     const reportedToWeir = g.attempts.every((a) => a.produced === 0 || a.usageReported === 'continuous' || (a.usageReported === 'final' && (a.ending === 'finished' || a.ending === 'stopped')));
     if (killed) {
