@@ -1,3 +1,4 @@
+import { setFlagsFromString } from 'node:v8';
 import { Kysely, PostgresDialect } from 'kysely';
 import { Pool } from 'pg';
 import type { StoreLogger } from './logger';
@@ -97,12 +98,23 @@ async function openPglite(dataDir: string | undefined): Promise<WeirDatabase> {
   // imports share a chunk.
   const { PGlite } = await import('@electric-sql/pglite');
   const { createPgConfig } = await import('@electric-sql/pglite/node-postgres');
+  // PGlite's Postgres (9 MB of WASM) is compiled by V8's baseline compiler only (Liftoff): V8
+  // captures the flag when it compiles a module (here, before waitReady resolves; on a new data
+  // directory also PGlite's initdb instance), so WASM compiled later (undici's HTTP parser, on
+  // the request path) still tiers up. TurboFan's compilations of PGlite's hot functions left
+  // 50–110 MB of native memory in glibc's arenas of an all-in-one, idle or under load; Liftoff's
+  // code costs ~10 % more CPU per statement (tools/bench/idle-memory.ts; issue 13 item 7). A flag
+  // given on the command line is left alone; an unknown flag would be ignored.
+  const liftoffOnly = !process.execArgv.some((a) => a.includes('liftoff-only'));
+  if (liftoffOnly) setFlagsFromString('--liftoff-only');
   const pglite = new PGlite(dataDir, { startParams: [...PGlite.defaultStartParams, ...PGLITE_SETTINGS.flatMap((s) => ['-c', s])] });
   try {
     await pglite.waitReady;
   } catch (err) {
     await pglite.close().catch(() => undefined);
     throw err;
+  } finally {
+    if (liftoffOnly) setFlagsFromString('--no-liftoff-only');
   }
   // createPgConfig gives `pg` a connection object that speaks to this PGlite instance; one
   // connection only, so the pool must never open a second client.
