@@ -23,7 +23,7 @@
 //   NODE_OPTIONS) to see TypeScript positions in stack traces. Off by default: it keeps every
 //   map in memory.
 //
-// API: `ensureAppBundles(apps, { root?, force?, log? })` → `{ files: { [app]: path }, built: string[], ms }`
+// API: `RUNTIME_ENV` (environment for every app process); `ensureAppBundles(apps, { root?, force?, log? })` → `{ files: { [app]: path }, built: string[], ms }`
 // (synchronous; builds in a child process when stale); `ensureAppBundle(app, options)` → path;
 // `buildAppBundles(apps, { root? })` (async, always builds); `bundlePath(app, root?)`;
 // `isStale(app, root?)`; `staleApps(apps, root?)`; `allApps(root?)`.
@@ -38,6 +38,18 @@ const ROOT = path.resolve(__dirname, '../..');
 
 /** Files every bundle depends on besides its inputs: the paths mapping and this build. */
 const always = (root) => [path.join(root, 'tsconfig.base.json'), __filename];
+
+/**
+ * Environment every app process starts with (a value already in the environment wins).
+ *
+ * `MALLOC_MMAP_THRESHOLD_` (glibc): allocations of 128 KiB and more get their own mapping,
+ * returned to the system when freed. glibc's default threshold adapts upwards once such blocks
+ * are freed, after which they come from the heap and stay resident: PGlite's first start on a
+ * new data directory (an initdb instance whose data directory is copied through tarballs in
+ * memory) left ~45 MB of freed buffers in the main heap of an idle all-in-one (221 → 172 MiB
+ * of RSS, tools/bench/idle-memory.ts). Ignored by other C libraries.
+ */
+const RUNTIME_ENV = Object.freeze({ MALLOC_MMAP_THRESHOLD_: '131072' });
 
 /** Path of the bundle of `app`. */
 function bundlePath(app, root = ROOT) {
@@ -205,7 +217,7 @@ function allApps(root = ROOT) {
     .sort();
 }
 
-module.exports = { ROOT, bundlePath, isStale, staleApps, buildAppBundles, ensureAppBundles, ensureAppBundle, allApps };
+module.exports = { ROOT, RUNTIME_ENV, bundlePath, isStale, staleApps, buildAppBundles, ensureAppBundles, ensureAppBundle, allApps };
 
 if (require.main === module) {
   const args = process.argv.slice(2);

@@ -27,7 +27,8 @@ if (!existsSync(path.join(root, 'node_modules/.package-lock.json'))) {
 }
 let bundle;
 try {
-  const { ensureAppBundle } = createRequire(import.meta.url)('./app-bundle.cjs');
+  const { ensureAppBundle, RUNTIME_ENV } = createRequire(import.meta.url)('./app-bundle.cjs');
+  Object.assign(env, { ...RUNTIME_ENV, ...env });
   bundle = ensureAppBundle(app, { log: (line) => process.stderr.write(`run-app: ${line}\n`) });
 } catch (err) {
   process.stderr.write(`run-app: cannot build ${app}: ${err instanceof Error ? err.message : String(err)}\n`);

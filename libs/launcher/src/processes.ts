@@ -14,10 +14,25 @@ export const REPO_ROOT = path.resolve(__dirname, '../../..');
 
 /** What tools/scripts/app-bundle.cjs exports (plain JavaScript, shared with `npm start`). */
 interface AppBundles {
+  RUNTIME_ENV: Record<string, string>;
   ensureAppBundles(apps: string[], options?: { log?: (line: string) => void }): { files: Record<string, string>; built: string[]; ms: number };
 }
 
 let appBundles: AppBundles | undefined;
+
+function loadAppBundles(): AppBundles {
+  // Loaded at run time from the repository (also from inside a bundle: REPO_ROOT is the source's).
+  appBundles ??= createRequire(__filename)(path.join(REPO_ROOT, 'tools/scripts/app-bundle.cjs')) as AppBundles;
+  return appBundles;
+}
+
+/**
+ * Environment every app process starts with, as `npm start` gives it (tools/scripts/app-bundle.cjs:
+ * `MALLOC_MMAP_THRESHOLD_`); spread it before the caller's own environment.
+ */
+export function appRuntimeEnv(): Record<string, string> {
+  return { ...loadAppBundles().RUNTIME_ENV };
+}
 
 /**
  * The compiled bundle of each app (`dist/apps/<app>/main.cjs`), building the stale ones first in
@@ -27,9 +42,7 @@ let appBundles: AppBundles | undefined;
  * @throws Error with the compiler's messages when an app does not compile.
  */
 export function ensureAppBundles(apps: string[]): Record<string, string> {
-  // Loaded at run time from the repository (also from inside a bundle: REPO_ROOT is the source's).
-  appBundles ??= createRequire(__filename)(path.join(REPO_ROOT, 'tools/scripts/app-bundle.cjs')) as AppBundles;
-  return appBundles.ensureAppBundles([...new Set(apps)]).files;
+  return loadAppBundles().ensureAppBundles([...new Set(apps)]).files;
 }
 
 /** A free TCP port on 127.0.0.1 (bound and released; a tiny race is acceptable locally). */
@@ -74,6 +87,7 @@ export function spawnApp(name: string, app: string, env: Record<string, string |
   const child: ChildProcess = spawn(process.execPath, [bundle], {
     cwd: REPO_ROOT,
     env: {
+      ...appRuntimeEnv(),
       ...process.env,
       NODE_OPTIONS: '',
       NODE_LLAMA_CPP_SKIP_DOWNLOAD: 'true',

@@ -8,7 +8,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { ensureAppBundles } from '@weir/launcher';
+import { appRuntimeEnv, ensureAppBundles } from '@weir/launcher';
 import { freePort, repoPath, tinyModelPath } from '@weir/testing';
 
 /** A running all-in-one process. */
@@ -46,6 +46,7 @@ export async function startAllInOne(options: StartAllInOneOptions = {}): Promise
   const child: ChildProcess = spawn(process.execPath, [bundle], {
     cwd: repoPath(),
     env: {
+      ...appRuntimeEnv(),
       ...process.env,
       NODE_OPTIONS: '',
       PORT: String(port),
