@@ -27,3 +27,13 @@ export async function migrateToLatest(db: Kysely<unknown>, logger?: StoreLogger)
   if (applied.length > 0) logger?.info({ migrations: applied }, 'database migrations applied');
   return applied;
 }
+
+/**
+ * The migrations of Weir's history not yet applied to `db`, in order (empty when the schema is
+ * current). Reads only: for a command that must not change a database it was not asked to.
+ * @throws the driver's error when the database cannot be read.
+ */
+export async function pendingMigrations(db: Kysely<unknown>): Promise<string[]> {
+  const migrator = new Migrator({ db, provider: migrationProvider });
+  return (await migrator.getMigrations()).filter((m) => m.executedAt === undefined).map((m) => m.name);
+}
