@@ -179,7 +179,6 @@ export async function runReconciliation(options: RunReconciliationOptions, deps:
   const slackMs = fix ? 0 : (options.reclaimSlackMs ?? RECLAIM_INTERVAL_MS);
   const differences: string[] = [];
   const notes: string[] = [];
-  if (options.configSource) notes.push(`prices and budgets from ${options.configSource}`);
 
   // 0. The journal of a stopped all-in-one.
   let journal: ReconciliationReport['journal'];
