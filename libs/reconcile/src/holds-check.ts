@@ -10,7 +10,7 @@ import type { HeldReservations, LeaseRow } from '@weir/store-pg';
 
 /** What {@link checkHolds} looks at. */
 export interface HoldsCheckInput {
-  /** Epoch ms. */
+  /** Epoch ms; after a fix, the instant the fix reclaimed at (what lapsed by then was reclaimed). */
   nowMs: number;
   /**
    * Every holder is provably stopped (the data directory's lock is ours: the all-in-one on its
@@ -90,7 +90,7 @@ export function checkHolds(input: HoldsCheckInput): HoldsCheck {
     if (stuck.length > 0) {
       const holders = [...new Set(stuck.map((l) => l.holder))];
       differences.push(
-        `${stuck.length} lease(s) past hold_until + ${input.graceMs} ms grace${after} still outstanding, holding ${usd(sum(stuck))} (holders ${holders.slice(0, 5).join(', ')}${holders.length > 5 ? ', …' : ''}): ${input.fixed ? 'a heartbeat may have extended them meanwhile; run again' : '--fix reclaims them'} (${listed(stuck)})`,
+        `${stuck.length} lease(s) past hold_until + ${input.graceMs} ms grace${after} still outstanding, holding ${usd(sum(stuck))} (holders ${holders.slice(0, 5).join(', ')}${holders.length > 5 ? ', …' : ''})${input.fixed ? '' : ': --fix reclaims them'} (${listed(stuck)})`,
       );
     }
   }

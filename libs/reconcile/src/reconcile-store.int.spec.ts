@@ -15,7 +15,18 @@ import { createAdmission, createLeasedAdmission } from '@weir/admission';
 import { seedFromConfigFile } from '@weir/control-plane';
 import type { Caller, ProgressMark, UsageRecord } from '@weir/core';
 import { priceUsage } from '@weir/ledger';
-import { createPgAdmissionStore, createPgLeaseStore, createReconcileQueries, dataDirLayout, encodeJournalLine, expireOrphans, journalSegmentPath, openDatabase } from '@weir/store-pg';
+import { type Kysely, Migrator } from 'kysely';
+import {
+  createPgAdmissionStore,
+  createPgLeaseStore,
+  createReconcileQueries,
+  dataDirLayout,
+  encodeJournalLine,
+  expireOrphans,
+  journalSegmentPath,
+  migrationProvider,
+  openDatabase,
+} from '@weir/store-pg';
 import { buildClaimMark, buildProgressMark, buildUsageRecord } from '@weir/testing';
 import { loadReconcileConfig } from './reconcile-config';
 import { openReconcileStore, ReconcileStoreError } from './reconcile-store';
@@ -210,4 +221,24 @@ it('--fix does what the next start would, then everything agrees; a second run f
   expect(again.differences).toEqual([]);
   expect(again.ok).toBe(true);
   expect(again.journal?.inspection).toMatchObject({ present: true, unapplied: { settlements: 0, interruptions: 0 }, abandoned: { estimated: 0, interrupted: 0 } });
+});
+
+it('refuses, report only, a data directory whose schema is behind; --fix migrates it first, as the next start would', async () => {
+  const old = path.join(root, 'old');
+  mkdirSync(old, { recursive: true });
+  const database = await openDatabase({ dataDir: dataDirLayout(old).database, migrate: false });
+  try {
+    const { error } = await new Migrator({ db: database.db as Kysely<unknown>, provider: migrationProvider }).migrateTo('0009_evals');
+    expect(error).toBeUndefined();
+  } finally {
+    await database.close();
+  }
+  await expect(openReconcileStore({ kind: 'embedded', dataDir: old }, { fix: false })).rejects.toThrow(/schema is behind this Weir \(0010_money_path not applied\): run with --fix/);
+  const store = await openReconcileStore({ kind: 'embedded', dataDir: old }, { fix: true });
+  try {
+    expect(store.migrated).toEqual(['0010_money_path']);
+    expect(await createReconcileQueries(store.database.db).leases()).toEqual([]);
+  } finally {
+    await store.close();
+  }
 });

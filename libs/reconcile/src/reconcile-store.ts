@@ -97,7 +97,7 @@ export async function openReconcileStore(target: ReconcileTarget, options: OpenR
   let database: WeirDatabase | undefined;
   try {
     database = await openDatabase({ dataDir: layout.database, migrate: false, logger: options.logger });
-    const pending = await pendingMigrations(database.db as never);
+    const pending = await pendingMigrations(database.db);
     let migrated: string[] = [];
     if (pending.length > 0) {
       if (!options.fix) {

@@ -240,6 +240,10 @@ export async function runReconciliation(options: RunReconciliationOptions, deps:
   for (const u of uncertain.unresolved) byReason.set(u.reason, [...(byReason.get(u.reason) ?? []), `${u.generationId} (${u.modelRevision})`]);
   for (const [reason, ids] of byReason) notes.push(`${ids.length} estimated or uncertain row(s) stay as recorded — ${reason}: ${ids.slice(0, 5).join(', ')}${ids.length > 5 ? ', …' : ''}`);
 
+  // One instant for the fixes and the checks after them: whatever had lapsed by then was fixed,
+  // so what the checks still find lapsed by then is a fault (not something that lapsed since).
+  const fixedAtMs = now();
+
   // 3. Reservations (ADR 0001's table: databases from before leases, and the split until it moves).
   const reservations: ReconciliationReport['reservations'] = { ran: false };
   if (fix && deps.reconcileReservations) {
@@ -257,8 +261,7 @@ export async function runReconciliation(options: RunReconciliationOptions, deps:
   let leaseError: string | undefined;
   if (fix && deps.leaseStore) {
     try {
-      const nowMs = now();
-      reclaimed = ownerStopped ? await deps.leaseStore.reclaimHolders({ nowMs }) : await deps.leaseStore.reclaimExpired({ nowMs, graceMs });
+      reclaimed = ownerStopped ? await deps.leaseStore.reclaimHolders({ nowMs: fixedAtMs }) : await deps.leaseStore.reclaimExpired({ nowMs: fixedAtMs, graceMs });
       if (reclaimed.leases + reclaimed.holders > 0) notes.push(`reclaimed ${reclaimed.leases} lease(s) of ${reclaimed.holders} holder(s), giving ${usd(reclaimed.returnedNano)} back to their budgets`);
     } catch (error) {
       leaseError = (error as Error).message;
@@ -267,7 +270,7 @@ export async function runReconciliation(options: RunReconciliationOptions, deps:
   }
 
   // 5. Holds and budgets.
-  const nowMs = now();
+  const nowMs = fix ? fixedAtMs : now();
   const held = await deps.queries.heldReservations(new Date(nowMs - slackMs));
   reservations.held = held.held;
   reservations.expiredHeld = held.pastExpiry;
