@@ -12,22 +12,38 @@
  * subscriber and applied to the router, the gateway's tenants and revisions, admission and the
  * revocation fast path; the admin API is served under `/admin/v1` on the same port.
  */
+import { createHash } from 'node:crypto';
 import { mkdirSync } from 'node:fs';
+import { hostname } from 'node:os';
+import path from 'node:path';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import express from 'express';
-import { createAdmission, startReconciler } from '@weir/admission';
+import { createAdmission, createLeasedAdmission, withStoreFaultsAsUnavailable } from '@weir/admission';
 import { type AllInOneEnv, replicaPlacement, resolveModelFile } from '@weir/config';
 import { type ConfigBucket, createConfigSyncMetrics } from '@weir/config-sync';
 import { createAdminRouter } from '@weir/control-plane';
 import { type BurnRateAlert, type EngineAdapter, type GenerationInput, type PlatformConfig, type RevisionSpec, type Topic, systemClock } from '@weir/core';
 import { createEngine, createReplicaEngines, type LlamaCppEngine, remoteReplicas, replicaTokenCounter, replicaUnreachable, startReplicaHealthChecks } from '@weir/engines';
-import { createGatewayApp, createGenerationPipeline, createLiveConfig, createMetricsObserver, createRevocations, type Gateway } from '@weir/gateway';
-import { createBatchedUsageSink, createBurnRateMonitor, type BatchedUsageSink } from '@weir/ledger';
+import { createGatewayApp, createGenerationPipeline, createJournaledIdempotencyStore, createLiveConfig, createMetricsObserver, createRevocations, type Gateway } from '@weir/gateway';
+import { createBurnRateMonitor } from '@weir/ledger';
 import { createInProcessTopic } from '@weir/messaging';
 import { breakerOptionsFrom, breakerScopeOf, breakerTransitionRecorder, createBreakerRegistry, createRevisionHealth, createRouter, revisionProviderKey } from '@weir/routing';
 import { createPoolScheduler, createSchedulerSampler, replicaSamples, schedulerMetricsObserver } from '@weir/scheduling';
-import { bootstrapTenants, createApiKeyRepository, createCachedApiKeyStore, createPgIdempotencyStore, createUsageQueries, createPgAdmissionStore, createUsageRepository, expireOrphans, openDatabase } from '@weir/store-pg';
+import {
+  bootstrapTenants,
+  createApiKeyRepository,
+  createCachedApiKeyStore,
+  createPgAdmissionStore,
+  createPgIdempotencyStore,
+  createPgLeaseStore,
+  createPgSettlementApplier,
+  createUsageQueries,
+  expireOrphans,
+  fsyncDirectoryTree,
+  openDatabase,
+  openFileSettlementJournal,
+} from '@weir/store-pg';
 import { createRelay } from '@weir/streaming';
 import { createLogger, createTelemetry, type WeirLogger } from '@weir/telemetry';
 import { type ConfigPlane, openConfigPlane } from './config-plane';
@@ -149,7 +165,27 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
   const config = withServingRevisions(loaded, servedIds);
   const boot = await bootstrapTenants(database.db, config, settings.demoApiKey, logger);
 
-  const usageSink: BatchedUsageSink = createBatchedUsageSink(createUsageRepository(database.db), { logger });
+  // The settlement journal (ADR 0002 §2): the relay appends every finished request's entry —
+  // usage row, the leases it settles, a keyed request's result — before its terminal event; the
+  // applier writes them to the database in group commits. Opening it replays what a crash left
+  // unapplied and settles abandoned generations, before anything is leased or served.
+  const journal = await openFileSettlementJournal(
+    {
+      dir: path.join(settings.dataDir, 'journal'),
+      // One journal per process on a shared Postgres; the embedded PGlite has only this one.
+      name: database.kind === 'pglite' ? 'local' : `all-in-one:${hostname()}:${createHash('sha256').update(path.resolve(settings.dataDir)).digest('hex').slice(0, 12)}`,
+      syncIntervalMs: settings.journalSyncMs,
+      progressIntervalMs: settings.journalProgressMs,
+      // PGlite never fsyncs its commits: applied segments stay until its files are synced.
+      ...(database.kind === 'pglite' ? { syncDatabase: () => fsyncDirectoryTree(path.join(settings.dataDir, 'pg')) } : {}),
+      logger,
+      onOverspend: (events) => {
+        for (const e of events) logger.warn({ lease: e.leaseId, reason: e.reason, excessNano: e.excessNano, generations: e.generationIds.length }, 'settlement beyond its lease');
+      },
+    },
+    { applier: createPgSettlementApplier(database.db) },
+  );
+  if (journal.recovery.replayed + journal.recovery.estimated + journal.recovery.interrupted > 0) logger.warn({ ...journal.recovery }, 'the previous run stopped with settlements unapplied or generations running: replayed and settled');
   const usageQueries = createUsageQueries(database.db);
   const burnRateAlerts = createInProcessTopic<BurnRateAlert>({ onHandlerError: (err) => logger.warn({ err }, 'burn-rate alert subscriber failed') });
   const burnRate = createBurnRateMonitor(
@@ -157,35 +193,32 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
     { spend: usageQueries, alerts: burnRateAlerts, metrics: telemetry.metrics, logger },
   );
   burnRate.start();
-  // Admission on the ledger's database (ADR 0001); reconciles expired reservations every 10 s.
-  const admission = createAdmission(
-    { tenants: config.tenants },
+  // Reservations and idempotency claims a run before ADR 0002 left held in the database (the
+  // per-request tables): on its own PGlite this process is the only one, so they are orphans;
+  // release them now so the leases below see the whole budget.
+  if (database.kind === 'pglite') {
+    const orphans = await expireOrphans(database.db);
+    if (orphans.reservationsExpired > 0) await createAdmission({ tenants: config.tenants }, { store: createPgAdmissionStore(database.db) }).reconcileReservations();
+    if (orphans.claimsFreed + orphans.reservationsExpired > 0) logger.warn({ ...orphans }, 'per-request holds of an earlier version released');
+  }
+  // Admission decides in memory on budget leases (ADR 0002 §1): on its own PGlite this process
+  // leases everything (exclusive: its predecessor's leases are reclaimed at start, after the
+  // journal's replay above); on a shared Postgres it leases by demand like any holder.
+  const admission = createLeasedAdmission(
+    { tenants: config.tenants, mode: database.kind === 'pglite' ? 'exclusive' : 'shared' },
     {
-      store: createPgAdmissionStore(database.db),
+      store: createPgLeaseStore(database.db),
       observer: {
         onDecision: (d) => telemetry.metrics.recordAdmissionDecision({ outcome: d.outcome, reason: d.reason }),
         onOverspend: (o) => {
           telemetry.metrics.recordAdmissionOverspend({ tenant: o.tenantId });
           logger.warn({ tenant: o.tenantId, app: o.appId, reservationId: o.reservationId, overspendNano: o.overspendNano }, 'settlement above the reserved worst case');
         },
-        onReconciled: (r) => telemetry.metrics.recordReconciliation(r),
+        onError: (err, operation) => logger.warn({ err, operation }, 'budget lease maintenance failed; retrying next pass'),
       },
     },
   );
-  // On its own PGlite this process is the only one: whatever a previous run left running or
-  // held (it was killed) is orphaned. Free those keys, and settle or release those
-  // reservations now rather than after their deadline and grace.
-  if (database.kind === 'pglite') {
-    const orphans = await expireOrphans(database.db);
-    if (orphans.claimsFreed + orphans.reservationsExpired > 0) {
-      const report = await admission.reconcileReservations();
-      logger.warn({ ...orphans, settledFromLedger: report.expiredSettled, released: report.expiredReleased }, 'the previous run stopped with requests in flight: their keys are freed and their reservations reconciled');
-    }
-  }
-  const reconciler = startReconciler(admission, {
-    onReport: () => void admission.countHeld().then((n) => telemetry.metrics.recordReservationsHeld(n), () => undefined),
-    onError: (err) => logger.warn({ err }, 'reservation reconciliation failed; retrying next interval'),
-  });
+  await admission.start();
   const router = createRouter(config);
   // Tenants and revisions as the latest snapshot has them; revocations on their fast path.
   const live = createLiveConfig(config);
@@ -252,7 +285,7 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
   const enginesByReplica = new Map([...remoteEngines, ...inProcess.map((r) => [replicaId(r), engines.get(r.id) as EngineAdapter] as const)]);
   const relay = createRelay({
     engineFor: (id) => enginesByReplica.get(id),
-    usageSink,
+    settlements: journal,
     clock: systemClock,
     cancelGraceMs: config.defaults.cancelGraceMs,
     onOutcome(job, outcome) {
@@ -282,11 +315,11 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
   const pipeline = createGenerationPipeline({
     router,
     health: createRevisionHealth(breakers, (id) => providerKeys.get(id)),
-    admission,
+    admission: withStoreFaultsAsUnavailable(admission, (err, call) => logger.warn({ err, call }, 'budget lease store unreachable')),
     scheduler,
     relay,
     countInputTokens: (revision, input) => (counters.get(revision.id) as (input: GenerationInput) => Promise<number>)(input),
-    usageSink,
+    settlements: journal,
     tenants: live.tenants,
     revisions: live.revisions,
     clock: systemClock,
@@ -304,13 +337,14 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
     defaults: config.defaults,
     clock: systemClock,
     logger,
-    idempotency: createPgIdempotencyStore(database.db),
+    // Keys decided in memory and journaled; finished ones reach the database through the journal.
+    idempotency: createJournaledIdempotencyStore({ journal, durable: createPgIdempotencyStore(database.db) }),
     usage: usageQueries,
     metricsHandler: (req, res) => telemetry.metricsHandler(req, res),
     readiness: () =>
       served.aliases.length === 0
         ? { ready: false, reason: 'no model is being served (see the startup warnings)' }
-        : usageSink.saturated()
+        : journal.saturated()
           ? { ready: false, reason: 'usage ledger backlog is full' }
           : { ready: true },
   });
@@ -356,11 +390,13 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
         await gateway.drain(graceMs);
         const closed = new Promise<void>((resolve) => server.close(() => resolve()));
         server.closeIdleConnections();
-        const result = await usageSink.close({ timeoutMs: 10_000 });
-        if (result.unwritten > 0) logger.error({ unwritten: result.unwritten }, 'usage records could not be written before exit');
+        // Every answer's settlement is in the journal already; apply what is pending (what is
+        // left is applied at the next start, nothing is lost) and give back unused leases.
+        const result = await journal.close({ timeoutMs: 10_000 });
+        if (result.unapplied > 0) logger.warn({ unapplied: result.unapplied }, 'settlements not yet in the database at exit: they stay in the journal and are applied at the next start');
+        await admission.stop();
         await configPlane.stop();
         await burnRate.stop();
-        await reconciler.stop();
         replicaHealth.stop();
         for (const engine of enginesByReplica.values()) await engine.close().catch(() => undefined);
         await telemetry.shutdown().catch(() => undefined);

@@ -21,7 +21,7 @@ import { createConfigSyncMetrics, openDataPlaneConfig } from '@weir/config-sync'
 import { type CancelMessage, type GenerationInput, systemClock } from '@weir/core';
 import { countInputWith, declaredTokenCounter, remoteReplicas, replicaTokenCounter, utf8TokenUpperBound } from '@weir/engines';
 import { createGatewayApp, createGenerationPipeline, createLiveConfig, createMetricsObserver, createRevocations } from '@weir/gateway';
-import { cancelMessageCodec, connectNats, createNatsTopic, createNatsUsageSink, ensureUsageStream, natsNames } from '@weir/messaging-nats';
+import { cancelMessageCodec, connectNats, createNatsTopic, createNatsSettlementJournal, ensureUsageStream, natsNames } from '@weir/messaging-nats';
 import { envInt, envRequired, envString, readEnv, runUntilSignal } from '@weir/service-runtime';
 import { bootstrapTenants, createApiKeyRepository, createCachedApiKeyStore, createPgIdempotencyStore, createUsageQueries, createUsageRepository, openDatabase } from '@weir/store-pg';
 import { createLogger, createTelemetry } from '@weir/telemetry';
@@ -63,7 +63,7 @@ runUntilSignal('gateway', logger, async () => {
 
   const names = natsNames(env.WEIR_NATS_NAMESPACE);
   await ensureUsageStream(nc, { stream: names.usageStream, subjects: [`${names.usageSubjectPrefix}.>`] });
-  const usageSink = createNatsUsageSink(nc, { logger, subjectPrefix: names.usageSubjectPrefix });
+  const settlements = createNatsSettlementJournal(nc, { logger, subjectPrefix: names.usageSubjectPrefix });
   const cancelTopic = createNatsTopic<CancelMessage>(nc, names.cancelSubject, cancelMessageCodec);
 
   const onBackgroundError = (error: Error, call: string) => logger.warn({ err: error, call }, 'background gRPC call failed');
@@ -114,7 +114,7 @@ runUntilSignal('gateway', logger, async () => {
     scheduler,
     relay,
     countInputTokens: (revision, input) => (counters.get(revision.id) ?? upperBound)(input),
-    usageSink,
+    settlements,
     tenants: live.tenants,
     revisions: live.revisions,
     clock: systemClock,
@@ -134,7 +134,7 @@ runUntilSignal('gateway', logger, async () => {
     logger,
     idempotency: createPgIdempotencyStore(database.db),
     metricsHandler: (req, res) => telemetry.metricsHandler(req, res),
-    readiness: () => (usageSink.saturated() ? { ready: false, reason: 'usage backlog full' } : { ready: true }),
+    readiness: () => (settlements.saturated() ? { ready: false, reason: 'usage backlog full' } : { ready: true }),
     cancelTopic,
     usage: createUsageQueries(database.db),
     findFinished: async (tenantId, generationId) => {
@@ -157,8 +157,7 @@ runUntilSignal('gateway', logger, async () => {
       await gateway.drain(env.SHUTDOWN_GRACE_MS);
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));
       server.closeIdleConnections();
-      const result = await usageSink.close({ timeoutMs: 10_000 });
-      if (result.unwritten > 0) logger.error({ unwritten: result.unwritten }, 'usage records not acknowledged by JetStream before exit');
+      await settlements.close();
       await source.stop();
       router.close();
       admission.close();

@@ -22,7 +22,7 @@ import {
   cancelMessageCodec,
   connectNats,
   createNatsTopic,
-  createNatsUsageSink,
+  createNatsSettlementJournal,
   ensureUsageStream,
   natsNames,
   replicaHealthEventCodec,
@@ -66,13 +66,13 @@ runUntilSignal('streaming-relay', logger, async () => {
 
   const names = natsNames(env.WEIR_NATS_NAMESPACE);
   await ensureUsageStream(nc, { stream: names.usageStream, subjects: [`${names.usageSubjectPrefix}.>`] });
-  const usageSink = createNatsUsageSink(nc, { logger, subjectPrefix: names.usageSubjectPrefix });
+  const settlements = createNatsSettlementJournal(nc, { logger, subjectPrefix: names.usageSubjectPrefix });
   const health = createNatsTopic<ReplicaHealthEvent>(nc, names.healthSubject, replicaHealthEventCodec);
   const cancels = createNatsTopic<CancelMessage>(nc, names.cancelSubject, cancelMessageCodec);
 
   const relay = createRelay({
     engineFor: (id) => engines.get(id),
-    usageSink,
+    settlements,
     clock: systemClock,
     cancelGraceMs: config.defaults.cancelGraceMs,
     onOutcome(job, outcome) {
@@ -103,7 +103,7 @@ runUntilSignal('streaming-relay', logger, async () => {
     host: env.HOST,
     port: env.OPS_PORT,
     readiness: () =>
-      draining ? { ready: false, reason: 'draining' } : usageSink.saturated() ? { ready: false, reason: 'usage backlog full' } : { ready: true },
+      draining ? { ready: false, reason: 'draining' } : settlements.saturated() ? { ready: false, reason: 'usage backlog full' } : { ready: true },
     metricsHandler: telemetry.metricsHandler,
   });
   logger.info({ grpc: grpc.address, ops: ops.port, replicas: engines.size }, 'streaming relay listening');
@@ -115,8 +115,7 @@ runUntilSignal('streaming-relay', logger, async () => {
       const until = Date.now() + 5_000;
       while (running.size > 0 && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
       unsubscribe();
-      const result = await usageSink.close({ timeoutMs: 10_000 });
-      if (result.unwritten > 0) logger.error({ unwritten: result.unwritten }, 'usage records not acknowledged by JetStream before exit');
+      await settlements.close();
       for (const engine of engines.values()) await engine.close().catch(() => undefined);
       await source.stop();
       await nc.drain().catch(() => undefined);

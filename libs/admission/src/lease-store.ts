@@ -58,13 +58,21 @@ export interface LeaseAsk {
 }
 
 /**
+ * The most one budget lease holds at once (nano-USD): 2^50 ≈ $1.1 million, so grants, their sums
+ * over holders and a row's settled spend stay safe integers.
+ */
+export const MAX_LEASE_NANO = 2 ** 50;
+
+/**
  * How much of `unleased` a draw grants (pure; integer): min(want, ⌊unleased × maxFraction⌋),
  * raised to `min` when that is less and `min` is unleased (so near the cap a lease shrinks to
  * one request's worst case and the last of a budget is still handed out exactly), 0 when not
- * even `min` is unleased. Never negative, never more than ⌊unleased⌋.
+ * even `min` is unleased. Never negative, never more than ⌊unleased⌋ or {@link MAX_LEASE_NANO}.
  */
 export function leaseGrant(unleased: number, ask: LeaseAsk): number {
-  const free = Math.max(0, Math.floor(unleased));
+  // Never more than MAX_LEASE_NANO at once: rows and sums stay exact integers (a budget of
+  // $1,000,000,000 is 1e18 nano-USD, beyond 2^53); a holder that spends it draws again.
+  const free = Math.min(MAX_LEASE_NANO, Math.max(0, Math.floor(unleased)));
   const min = Math.max(0, Math.ceil(ask.min));
   let grant = Math.min(Math.max(0, ask.want), Math.floor(free * Math.min(1, Math.max(0, ask.maxFraction))));
   if (grant < min) grant = free >= min ? min : 0;

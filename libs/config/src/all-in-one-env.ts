@@ -33,6 +33,13 @@ export interface AllInOneEnv {
   shutdownGraceMs: number;
   /** `WEIR_BURN_RATE_INTERVAL_MS`: time between burn-rate checks (ms), 100–86,400,000. Default 60,000. */
   burnRateIntervalMs: number;
+  /**
+   * `WEIR_JOURNAL_SYNC_MS`: the settlement journal's group `fdatasync` interval (ms), 1–10,000: what a
+   * machine crash may lose (a killed process loses nothing; ADR 0002). Default 20.
+   */
+  journalSyncMs: number;
+  /** `WEIR_JOURNAL_PROGRESS_MS`: least time between two progress marks of one stream (ms), 100–600,000. Default 1,000. */
+  journalProgressMs: number;
 }
 
 /**
@@ -93,6 +100,8 @@ export function loadAllInOneEnv(env: NodeJS.ProcessEnv): AllInOneEnv {
 
   const shutdownGraceMs = integer('WEIR_SHUTDOWN_GRACE_MS', 10_000, 0, 3_600_000, 'set the drain budget in milliseconds, e.g. 10000');
   const burnRateIntervalMs = integer('WEIR_BURN_RATE_INTERVAL_MS', 60_000, 100, 86_400_000, 'set the time between burn-rate checks in milliseconds, e.g. 60000');
+  const journalSyncMs = integer('WEIR_JOURNAL_SYNC_MS', 20, 1, 10_000, 'set the settlement journal fsync interval in milliseconds, e.g. 20');
+  const journalProgressMs = integer('WEIR_JOURNAL_PROGRESS_MS', 1_000, 100, 600_000, 'set the least time between progress marks of a stream in milliseconds, e.g. 1000');
 
   if (problems.length > 0) throw new ConfigError('environment', problems);
   return {
@@ -108,6 +117,8 @@ export function loadAllInOneEnv(env: NodeJS.ProcessEnv): AllInOneEnv {
     allowModelDownload,
     shutdownGraceMs,
     burnRateIntervalMs,
+    journalSyncMs,
+    journalProgressMs,
   };
 }
 

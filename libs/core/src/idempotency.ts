@@ -59,6 +59,13 @@ export interface IdempotencyStore {
   claim(claim: { tenantId: string; requestId: string; bodySha256: string; generationId: string; route: ApiRoute; leaseUntilMs: number }): Promise<ClaimResult>;
   /** Stores the result and keeps it until `retainUntilMs` (epoch ms). Only the claiming generation may complete. */
   complete(tenantId: string, requestId: string, result: RetainedResult, retainUntilMs: number): Promise<void>;
+  /**
+   * Marks the key `interrupted` (its generation failed after producing billed output): a retry is
+   * told so with `message` until `retainUntilMs` (epoch ms), never charged again. Only the claiming
+   * generation may. With a settlement journal the durable mark is written by the journal's applier
+   * from the relay's entry; this records it where the store keeps live claims.
+   */
+  interrupt(tenantId: string, requestId: string, generationId: string, message: string, retainUntilMs: number): Promise<void>;
   /** Drops the claim of a request that did no work (rejected, ended in the queue), so a retry runs. */
   abandon(tenantId: string, requestId: string, generationId: string): Promise<void>;
   /** The claim, if any (and not expired). */

@@ -6,7 +6,7 @@
 import type { AliasSpec, RevisionSpec } from './platform-config';
 import type { EngineRequest, FinishReason, GenerationTimings, TokenUsage, ToolCallDelta } from './generation';
 import type { ApiRoute } from './ports';
-import type { ReservationRef, UpstreamAttempt, UsageSource } from './settlement';
+import type { ReservationRef, RetainSpec, UpstreamAttempt, UsageSource } from './settlement';
 
 /** Who is asking: from the API key only. */
 export interface Caller {
@@ -255,6 +255,16 @@ export interface RelayJob {
    * and the usage record (`UsageRecord.attempts`). Default none (this is the first attempt).
    */
   priorAttempts?: UpstreamAttempt[];
+  /**
+   * The admission holds this generation settles (ADR 0002): carried into its usage record, so
+   * the ledger's applier moves its cost from the leases that covered it. Default none.
+   */
+  reservation?: ReservationRef;
+  /**
+   * The request carries an idempotency key: the relay keeps its deltas and its settlement entry
+   * leaves the result (or that it was interrupted) for retries (ADR 0002 §2). Default none.
+   */
+  retain?: RetainSpec;
 }
 
 /** Events the relay streams back; exactly one `end`, always last. */

@@ -73,6 +73,22 @@ export type IdempotencyOutcome =
   | { kind: 'result'; result: RetainedResult }
   | { kind: 'interrupted'; generationId: string; message: string };
 
+/**
+ * What a keyed request's relay job carries so that its settlement entry can leave the result for
+ * retries (`RelayJob.retain`): the key, the body it was claimed with and how long to keep it.
+ * Tenant and route come from the job.
+ */
+export interface RetainSpec {
+  /** The client's idempotency key (`request_id` / `Idempotency-Key`). */
+  key: string;
+  /** SHA-256 (hex) of the canonical request body the key was claimed with. */
+  bodySha256: string;
+  /** The original response's `created` (Unix seconds), replayed unchanged. */
+  createdS: number;
+  /** Keep the result until (epoch ms). */
+  retainUntilMs: number;
+}
+
 /** The idempotency part of a settlement entry: the tenant's key and what a retry gets. */
 export interface IdempotencySettlement {
   tenantId: string;

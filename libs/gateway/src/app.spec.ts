@@ -3,6 +3,7 @@
  * hand-written engine, so every path — rejections, queueing, mid-stream failure, cancel —
  * can be driven deterministically.
  */
+import { createRecordingSettlements } from '@weir/testing';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { createInMemoryAdmission, type InMemoryAdmission } from '@weir/admission';
@@ -104,9 +105,9 @@ beforeEach(async () => {
     router,
     admission: { reserve: (r) => (admissionOverride.reserve ?? admission.reserve)(r), settle: admission.settle, release: admission.release },
     scheduler: createSlotScheduler({ replicas: [{ id: 'r0', revisionId: 'fake@1', slots: 1 }], maxQueuePerReplica: 1, clock }),
-    relay: createRelay({ engineFor: () => engine, usageSink: { record: (r) => records.push(r), flush: async () => {} }, clock, cancelGraceMs: 20 }),
+    relay: createRelay({ engineFor: () => engine, settlements: createRecordingSettlements(records), clock, cancelGraceMs: 20 }),
     countInputTokens: (_rev, input) => engine.countInputTokens(input),
-    usageSink: { record: (r) => records.push(r), flush: async () => {} },
+    settlements: createRecordingSettlements(records),
     tenants: new Map(config.tenants.map((t) => [t.id, t])),
     clock,
   });
@@ -307,9 +308,9 @@ describe('gateway', () => {
       router: createStaticRouter(config),
       admission,
       scheduler: { acquire: async () => Promise.reject(new WeirError('upstream_unavailable', 'scheduler unreachable', { retryable: true })) },
-      relay: createRelay({ engineFor: () => engine, usageSink: { record: () => undefined, flush: async () => {} }, clock }),
+      relay: createRelay({ engineFor: () => engine, settlements: createRecordingSettlements(), clock }),
       countInputTokens: async () => 2,
-      usageSink: { record: () => undefined, flush: async () => {} },
+      settlements: createRecordingSettlements(),
       tenants: new Map(config.tenants.map((t) => [t.id, t])),
       clock,
     });

@@ -17,6 +17,7 @@ import {
   type IdempotencyClaim,
   type IdempotencyStore,
   type RetainedResult,
+  type RetainSpec,
   type PlatformDefaults,
   type RouterService,
   type SamplingParams,
@@ -47,6 +48,7 @@ import {
   toOpenAiToolCallChunks,
   toOpenAiUsage,
   compileOutputSchema,
+  interruptedMessage,
 } from '@weir/streaming';
 
 import { createGenerationRegistry, type GenerationRegistry, statusOf, type TrackedGeneration } from './generation-registry';
@@ -380,9 +382,14 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     const user = (req.body as { user?: unknown } | undefined)?.user;
     const endUser = typeof user === 'string' && user.length > 0 && user.length <= 256 ? user : undefined;
     await limits.beforeAdmit?.(endUser ?? requestId, useCase);
+    const createdS = Math.floor(Date.now() / 1000);
+    // A keyed request: its relay leaves the result (or that it was interrupted) for retries in its settlement entry.
+    let retain: RetainSpec | undefined;
     if (key !== undefined) {
-      const replay = await claimOrReplay(req, res, route, key, generationId, deadlineMs, limits.keyParam ?? 'request_id', useCase);
+      const bodySha256 = requestBodySha256(route, req.body, useCase);
+      const replay = await claimOrReplay(req, res, route, key, bodySha256, generationId, deadlineMs, limits.keyParam ?? 'request_id');
       if (replay) return replay;
+      retain = { key, bodySha256, createdS, retainUntilMs: Date.now() + defaults.admission.idempotencyRetentionMs };
     }
     const abandon = () => (key === undefined ? Promise.resolve() : idempotency.abandon(tenantId, key, generationId).catch((err: unknown) => logger.warn({ err }, 'idempotency abandon failed')));
     const admitted = await pipeline
@@ -404,6 +411,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
         ...(limits.outputSchema !== undefined ? { outputSchema: limits.outputSchema } : {}),
         ...(limits.tools !== undefined ? limits.tools : {}),
         ...(endUser !== undefined ? { endUser } : {}),
+        ...(retain ? { retain } : {}),
       })
       .catch(async (err: unknown) => {
         await abandon();
@@ -414,7 +422,6 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     // Set once the relay starts; until then a stop aborts the wait in the queue.
     const live: { handle?: RelayHandle } = {};
     const transcript = createTranscript();
-    const createdS = Math.floor(Date.now() / 1000);
     const tracked: TrackedGeneration = {
       generationId,
       requestId,
@@ -489,9 +496,15 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
       const outcome = transcript.outcome as GenerationOutcome;
       registry.finish(generationId, outcome);
       if (key === undefined) return;
-      // A failure (before or after some output) is not a result to replay: a retry runs again.
-      // (A failure mid-stream was billed for the tokens it produced; the retry is a new generation.)
-      if (outcome.finishReason === 'error') return abandon();
+      // A failure before any output billed nothing: the key is freed and a retry runs anew. A
+      // failure after output was billed: the key is `interrupted`, so a retry is told instead of
+      // charged again (the relay's settlement entry makes it durable; ADR 0002 §2).
+      if (outcome.finishReason === 'error') {
+        if (outcome.usage.outputTokens === 0) return abandon();
+        return idempotency
+          .interrupt(tenantId, key, generationId, interruptedMessage(generationId, outcome.usage.outputTokens), Date.now() + defaults.admission.idempotencyRetentionMs)
+          .catch((err: unknown) => logger.warn({ err, generationId }, 'idempotency interruption not kept'));
+      }
       await idempotency
         .complete(
           tenantId,
@@ -523,13 +536,12 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     res: Response,
     route: ApiRoute,
     key: string,
+    bodySha256: string,
     generationId: string,
     deadlineMs: number | undefined,
     keyParam: string,
-    useCase: string | undefined,
   ): Promise<Answer | undefined> => {
     const { tenantId } = req.caller;
-    const bodySha256 = requestBodySha256(route, req.body, useCase);
     const waitMs = pipeline.deadlineMsFor(req.caller, deadlineMs);
     const giveUpAt = Date.now() + waitMs;
     const gone = new AbortController();
@@ -544,6 +556,11 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
           `The idempotency key '${key}' was already used for a different request (generation ${existing.generationId}); resend the same request to get its result, or use a new key.`,
           { param: keyParam },
         );
+      }
+      if (existing.state === 'interrupted') {
+        throw new WeirError('conflict', existing.interruption ?? `The generation for idempotency key '${key}' was interrupted after producing output, which was billed; send a new key to run it again.`, {
+          param: keyParam,
+        });
       }
       const answer = replayOf(existing);
       if (answer) {

@@ -2,6 +2,7 @@
  * A first choice whose circuit breaker is open, or that no replica serves (a canary not placed
  * yet): the pipeline starts on the next revision of the chain and says so before any header goes out.
  */
+import { createRecordingSettlements } from '@weir/testing';
 import type { AdmissionService, GenerationOutcome, RelayJob, RevisionSpec, RouterService, ScheduleResult, SchedulerService } from '@weir/core';
 import { createAsyncQueue } from '@weir/core';
 import { createGenerationPipeline, type GenerationPipelineDeps } from './pipeline';
@@ -40,7 +41,7 @@ function pipelineWith(scheduler: SchedulerService, health?: GenerationPipelineDe
       },
     },
     countInputTokens: async () => 1,
-    usageSink: { record: () => undefined, flush: async () => undefined },
+    settlements: createRecordingSettlements(),
     tenants: new Map(),
     clock: { now: () => 0 },
     ...(health ? { health } : {}),

@@ -123,7 +123,7 @@ function setup(scripts: Record<string, Script>, twoReplicas: string[] = [], heal
     ...(health ? { health } : {}),
     options: { maxAttempts, backoffBaseMs: 1, backoffMaxMs: 2 },
     onAttemptEnd: (attempt: { lease: { replicaId: string } }) => void attemptsEnded.push(attempt.lease.replicaId),
-    recordFailure: (o: GenerationOutcome) => void failures.push(o),
+    recordFailure: async (o: GenerationOutcome) => void failures.push(o),
   };
   return { relay, scheduler, failures, attemptsEnded, deps };
 }

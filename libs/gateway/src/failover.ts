@@ -101,8 +101,11 @@ export interface FailoverDeps {
   options?: FailoverOptions;
   /** Called once per attempt when its lease is to be released, with the attempt's outcome (metrics, the scheduler's estimates). */
   onAttemptEnd(attempt: GrantedAttempt, outcome: GenerationOutcome): void;
-  /** Called when no attempt could answer and nothing was recorded: the caller records this outcome once. */
-  recordFailure(outcome: GenerationOutcome): void;
+  /**
+   * Called when no attempt could answer and nothing was recorded: the caller records this outcome
+   * once. Resolves once the record has left the process (the terminal event waits for it).
+   */
+  recordFailure(outcome: GenerationOutcome): Promise<void>;
 }
 
 /** The attempt whose events a {@link FailoverHandle} relays now: its revision, and why it is not the first choice. */
@@ -260,7 +263,7 @@ export function startWithFailover(request: FailoverRequest, deps: FailoverDeps):
         // Nobody could take it: this failure is the answer, recorded once here.
         const { unrecorded: _unrecorded, ...failed } = outcome;
         const final: GenerationOutcome = { ...failed, fallback: { ...fallback, attempts } };
-        deps.recordFailure(final);
+        await deps.recordFailure(final);
         return finish(final);
       }
       if (next.attempt.revision.id !== attempt.revision.id) avoid.length = 0;
@@ -269,7 +272,7 @@ export function startWithFailover(request: FailoverRequest, deps: FailoverDeps):
     }
   };
   // A fault of Weir's own (a relay that throws) must still end the stream once, with one record.
-  const done = run().catch((err: unknown): GenerationOutcome => {
+  const done = run().catch(async (err: unknown): Promise<GenerationOutcome> => {
     const failed: GenerationOutcome = {
       finishReason: 'error',
       usage: { inputTokens: 0, outputTokens: 0, cachedInputTokens: 0 },
@@ -282,7 +285,7 @@ export function startWithFailover(request: FailoverRequest, deps: FailoverDeps):
     };
     // Give the slot back (a lease's release is idempotent, so one already released is untouched).
     current.lease.release();
-    deps.recordFailure(failed);
+    await deps.recordFailure(failed).catch(() => undefined);
     return finish(failed);
   });
 

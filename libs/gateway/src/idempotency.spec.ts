@@ -379,17 +379,31 @@ describe('idempotency keys: header, ignored fields, disconnects, other gateways'
 describe('failures are not results', () => {
   const body = { model_alias: 'fake', input: 'a b', max_output_tokens: 4 };
 
-  it('does not replay a generation that failed mid-stream: a retry with the same key runs again', async () => {
+  it('tells a retry of a generation that failed mid-stream that it was interrupted, and never runs or bills it again (ADR 0002)', async () => {
     engine.failAfter = 2;
     const first = (await (await post('/v1/generations', { ...body, request_id: 'fail-1' })).json()) as { finish_reason: string; usage: { output_tokens: number } };
     expect(first).toMatchObject({ finish_reason: 'error', usage: { output_tokens: 2 } });
     await until(() => settles.length === 1);
     engine.failAfter = undefined;
     const retry = await post('/v1/generations', { ...body, request_id: 'fail-1' });
+    expect(retry.status).toBe(409);
+    expect(retry.headers.get('x-should-retry')).toBe('false');
+    const error = ((await retry.json()) as { error: { code: string; message: string } }).error;
+    expect(error.code).toBe('conflict');
+    expect(error.message).toMatch(/failed after producing 2 tokens, which were billed; send a new key/);
+    expect(engine.started).toBe(1);
+    expect(records.map((r) => r.finishReason)).toEqual(['error']);
+  });
+
+  it('runs a retry anew when the first attempt failed before any output (it billed nothing)', async () => {
+    engine.failAfter = 0;
+    const first = await post('/v1/generations', { ...body, request_id: 'fail-0' });
+    expect(first.status).toBeGreaterThanOrEqual(500);
+    engine.failAfter = undefined;
+    const retry = await post('/v1/generations', { ...body, request_id: 'fail-0' });
     expect(retry.headers.get('idempotent-replayed')).toBeNull();
     expect(await retry.json()).toMatchObject({ finish_reason: 'length', usage: { output_tokens: 4 } });
     expect(engine.started).toBe(2);
-    expect(records.map((r) => r.finishReason)).toEqual(['error', 'length']);
   });
 
   it('passes a refusal\'s retry hint on as Retry-After', async () => {

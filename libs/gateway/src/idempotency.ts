@@ -5,7 +5,7 @@
  * (`@weir/store-pg` `createPgIdempotencyStore`), shared by every gateway.
  */
 import { createHash } from 'node:crypto';
-import type { ApiRoute, IdempotencyClaim, IdempotencyStore } from '@weir/core';
+import type { ApiRoute, IdempotencyClaim, IdempotencyStore, SettlementJournal } from '@weir/core';
 import { stringify } from 'safe-stable-stringify';
 
 /**
@@ -34,15 +34,22 @@ export function requestBodySha256(route: ApiRoute, body: unknown, useCase?: stri
  * An in-memory {@link IdempotencyStore}: the same semantics as the Postgres store (claims
  * taken over only when expired, completion only by the claiming generation), for one process.
  */
-export function createMemoryIdempotencyStore(options: { now?: () => number } = {}): IdempotencyStore {
+export function createMemoryIdempotencyStore(
+  options: {
+    now?: () => number;
+    /** `purgeExpired` also drops keys that finished (done or interrupted) this long ago (ms), because they are kept durably elsewhere. Default never. */
+    forgetFinishedAfterMs?: number;
+  } = {},
+): IdempotencyStore {
   const now = options.now ?? Date.now;
-  const keys = new Map<string, IdempotencyClaim & { expiresAtMs: number }>();
+  const forgetAfter = options.forgetFinishedAfterMs ?? Number.POSITIVE_INFINITY;
+  const keys = new Map<string, IdempotencyClaim & { expiresAtMs: number; finishedAtMs?: number }>();
   const k = (tenantId: string, requestId: string) => `${tenantId}\u0000${requestId}`;
   const live = (tenantId: string, requestId: string) => {
     const c = keys.get(k(tenantId, requestId));
     return c && c.expiresAtMs >= now() ? c : undefined;
   };
-  const strip = ({ expiresAtMs: _e, ...claim }: IdempotencyClaim & { expiresAtMs: number }): IdempotencyClaim => claim;
+  const strip = ({ expiresAtMs: _e, finishedAtMs: _f, ...claim }: IdempotencyClaim & { expiresAtMs: number; finishedAtMs?: number }): IdempotencyClaim => claim;
   return {
     async claim(c) {
       const existing = live(c.tenantId, c.requestId);
@@ -64,6 +71,15 @@ export function createMemoryIdempotencyStore(options: { now?: () => number } = {
       c.state = 'done';
       c.result = result;
       c.expiresAtMs = retainUntilMs;
+      c.finishedAtMs = now();
+    },
+    async interrupt(tenantId, requestId, generationId, message, retainUntilMs) {
+      const c = keys.get(k(tenantId, requestId));
+      if (!c || c.generationId !== generationId) return;
+      c.state = 'interrupted';
+      c.interruption = message;
+      c.expiresAtMs = retainUntilMs;
+      c.finishedAtMs = now();
     },
     async abandon(tenantId, requestId, generationId) {
       const c = keys.get(k(tenantId, requestId));
@@ -88,12 +104,83 @@ export function createMemoryIdempotencyStore(options: { now?: () => number } = {
     async purgeExpired(nowMs) {
       let n = 0;
       for (const [key, c] of keys) {
-        if (c.expiresAtMs < nowMs) {
+        if (c.expiresAtMs < nowMs || (c.finishedAtMs !== undefined && c.finishedAtMs + forgetAfter < nowMs)) {
           keys.delete(key);
           n++;
         }
       }
       return n;
+    },
+  };
+}
+
+/** Options of {@link createJournaledIdempotencyStore}. */
+export interface JournaledIdempotencyStoreOptions {
+  /** The settlement journal: claims are journaled (recovery marks a dead generation's key `interrupted`), abandons released. */
+  journal: Pick<SettlementJournal, 'claim' | 'release'>;
+  /** Where finished keys live durably (the Postgres store over the ledger's database): looked up on a miss, purged. */
+  durable: IdempotencyStore;
+  /**
+   * How long a finished key stays in memory after it finished (ms): longer than the journal's
+   * applier needs to make it durable, so a retry never misses it (the gateway's purge, every
+   * minute by default, drops it after). Default 60,000.
+   */
+  keepFinishedMs?: number;
+  /** Wall clock (epoch ms). Default `Date.now`. */
+  now?: () => number;
+}
+
+/**
+ * Idempotency for a process that owns its keys (the all-in-one; ADR 0002 §2): live claims are
+ * decided in memory — no database round trip on the request path — and journaled (`journal.claim`),
+ * so that a crash leaves the key `interrupted` rather than free; results and interruptions reach the
+ * database through the settlement journal (the relay's entry), so this store keeps them in memory
+ * only until they are durable (`keepFinishedMs`) and reads the durable store on a miss. A key the
+ * durable store shows `running` was claimed by a process that is gone (this one owns the keys) and
+ * is taken over. Two processes sharing one database and one tenant's keys need the Postgres store.
+ */
+export function createJournaledIdempotencyStore(options: JournaledIdempotencyStoreOptions): IdempotencyStore {
+  const now = options.now ?? Date.now;
+  const keepMs = options.keepFinishedMs ?? 60_000;
+  const { journal, durable } = options;
+  // Finished keys leave memory once durable (the gateway's periodic purge drops them).
+  const live = createMemoryIdempotencyStore({ now, forgetFinishedAfterMs: keepMs });
+  return {
+    async claim(c) {
+      const mem = await live.get(c.tenantId, c.requestId);
+      if (mem) return { claimed: false, existing: mem };
+      const stored = await durable.get(c.tenantId, c.requestId);
+      if (stored && stored.state !== 'running') return { claimed: false, existing: stored };
+      const taken = await live.claim(c);
+      if (!taken.claimed) return taken;
+      await journal.claim({
+        tenantId: c.tenantId,
+        key: c.requestId,
+        generationId: c.generationId,
+        bodySha256: c.bodySha256,
+        route: c.route,
+        retainUntilMs: c.leaseUntilMs,
+        atMs: now(),
+      });
+      return taken;
+    },
+    complete: (tenantId, requestId, result, retainUntilMs) => live.complete(tenantId, requestId, result, retainUntilMs),
+    interrupt: (tenantId, requestId, generationId, message, retainUntilMs) => live.interrupt(tenantId, requestId, generationId, message, retainUntilMs),
+    async abandon(tenantId, requestId, generationId) {
+      await live.abandon(tenantId, requestId, generationId);
+      journal.release(generationId);
+    },
+    async get(tenantId, requestId) {
+      return (await live.get(tenantId, requestId)) ?? durable.get(tenantId, requestId);
+    },
+    async findClaimByGeneration(tenantId, generationId) {
+      return (await live.findClaimByGeneration(tenantId, generationId)) ?? durable.findClaimByGeneration(tenantId, generationId);
+    },
+    async findResult(tenantId, generationId) {
+      return (await live.findResult(tenantId, generationId)) ?? durable.findResult(tenantId, generationId);
+    },
+    async purgeExpired(nowMs) {
+      return (await live.purgeExpired(nowMs)) + (await durable.purgeExpired(nowMs));
     },
   };
 }

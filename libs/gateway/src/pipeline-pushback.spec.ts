@@ -4,6 +4,7 @@
  * tokens, reserving or asking the scheduler — while other tenants (and other revisions and
  * priorities) go through; the memo ends after the hold, at a grant, and is off at 0.
  */
+import { createRecordingSettlements } from '@weir/testing';
 import type {
   AdmissionService,
   Caller,
@@ -67,7 +68,7 @@ function harness(options: { pushbackMs?: number; countMs?: number } = {}) {
     // The relay is never awaited here: a generation that "runs" forever.
     relay: { start: () => ({ events: (async function* () {})(), done: new Promise<GenerationOutcome>(() => undefined), stop: () => undefined }) },
     countInputTokens: async () => (calls.count++, (now += options.countMs ?? 0), 10),
-    usageSink: { record: () => undefined, flush: async () => undefined },
+    settlements: createRecordingSettlements(),
     tenants: new Map(),
     clock,
     observer: { onRejected: (caller, reason) => void calls.rejected.push([caller.tenantId, reason]) },

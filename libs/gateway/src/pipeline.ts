@@ -30,7 +30,8 @@ import {
   type TenantSpec,
   type ToolChoice,
   type ToolDefinition,
-  type UsageSink,
+  type RetainSpec,
+  type SettlementJournal,
   type WeirErrorCode,
   DEFAULT_SCHEDULING,
   WeirError,
@@ -38,7 +39,7 @@ import {
 } from '@weir/core';
 import { priceUsage } from '@weir/ledger';
 import { pickWeighted } from '@weir/routing';
-import { buildUsageRecord, type Relay, type RelayHandle } from '@weir/streaming';
+import { type Relay, type RelayHandle, settlementOf } from '@weir/streaming';
 import { isRetired } from './deprecation';
 import { type AnsweringAttempt, type CandidateHealth, type FailoverOptions, startWithFailover } from './failover';
 import { createSchedulerPushback, type PushbackKey } from './scheduler-pushback';
@@ -59,7 +60,11 @@ export interface GenerationPipelineDeps {
   relay: Relay;
   /** Counts prompt tokens with the revision's tokenizer (or the engine's documented upper bound). */
   countInputTokens(revision: RevisionSpec, input: GenerationInput): Promise<number>;
-  usageSink: UsageSink;
+  /**
+   * Where the settlement entries the gateway itself makes go (ADR 0002 §2): requests that ended
+   * in the queue, failures no relay recorded, a lost relay's stream. The relay journals the rest.
+   */
+  settlements: SettlementJournal;
   /**
    * Tenants by id (deadline defaults, pins). A function is called on every request, so a
    * snapshot can replace the map while the gateway serves (`createLiveConfig(...).tenants`).
@@ -129,6 +134,8 @@ export interface GenerationParams {
   toolChoice?: ToolChoice;
   /** OpenAI's `parallel_tool_calls` (`EngineRequest.parallelToolCalls`); only with `tools`. Default none. */
   parallelToolCalls?: boolean;
+  /** The request claimed an idempotency key: its settlement leaves the result for retries (`RelayJob.retain`). Default none. */
+  retain?: RetainSpec;
 }
 
 /** Characters of a prompt's beginning that make its prefix-affinity key. */
@@ -401,8 +408,19 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
         return reject(caller, new AdmissionRejectedError(reserved.reason, reserved.message, reserved.retryAfterMs, reserved.rateLimits));
       }
       const reservationId = reserved.reservationId;
+      const reservation = reserved.reservation;
+      // What the gateway's own settlement entries need of the request (the relay's carry the same).
+      const usageJob = {
+        generationId: params.generationId,
+        requestId: params.requestId,
+        route: params.route,
+        caller,
+        modelAlias: params.alias,
+        ...(params.useCase !== undefined ? { useCase: params.useCase } : {}),
+        ...(reservation ? { reservation } : {}),
+      };
 
-      const endedInQueue = (reason: 'deadline' | 'cancelled', queueMs: number): GenerationOutcome => {
+      const endedInQueue = async (reason: 'deadline' | 'cancelled', queueMs: number): Promise<GenerationOutcome> => {
         const outcome: GenerationOutcome = {
           finishReason: reason,
           usage: { inputTokens: 0, outputTokens: 0, cachedInputTokens: 0 },
@@ -410,9 +428,8 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
           modelRevision: revision.id,
           timings: { queueMs, ttftMs: null, totalMs: clock.now() - params.arrivedAt },
         };
-        deps.usageSink.record(
-          buildUsageRecord({ generationId: params.generationId, requestId: params.requestId, route: params.route, caller, modelAlias: params.alias, useCase: params.useCase }, outcome, Date.now()),
-        );
+        // Never reached an engine: no result to leave for retries (the gateway frees a keyed request's key).
+        await deps.settlements.append(settlementOf(usageJob, outcome, Date.now()));
         deps.observer?.onFinished?.({ caller, route: params.route, alias: params.alias, revision, outcome });
         return outcome;
       };
@@ -507,7 +524,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
             }
             await releaseQuietly();
             if (scheduled.reason === 'deadline' || scheduled.reason === 'cancelled') {
-              return { kind: 'ended', outcome: endedInQueue(scheduled.reason, scheduled.queueMs) };
+              return { kind: 'ended', outcome: await endedInQueue(scheduled.reason, scheduled.queueMs) };
             }
             // `shed` (batch work in a brownout) answers like a full queue: 503 queue_full, with the reason in the message.
             const code = scheduled.reason === 'queue_full' || scheduled.reason === 'shed' ? 'queue_full' : scheduled.reason === 'deadline_unmeetable' ? 'deadline_unmeetable' : 'engine_unavailable';
@@ -515,7 +532,6 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
           }
           // Only a grant without queueing shows free capacity; a queued one only shows that the queue moves.
           if (scheduled.lease.queueMs < 1) pushback.noteGrant(pushbackKey);
-          const usageJob = { generationId: params.generationId, requestId: params.requestId, route: params.route, caller, modelAlias: params.alias, useCase: params.useCase };
           let answeredOn = scheduled.lease.replicaId;
           let answeredBy = firstRevision;
           const handle = startWithFailover(
@@ -539,6 +555,8 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
                 deadlineAt,
                 inputTokens,
                 ...(params.useCase !== undefined ? { useCase: params.useCase } : {}),
+                ...(reservation ? { reservation } : {}),
+                ...(params.retain ? { retain: params.retain } : {}),
               },
               caller,
               ...(params.priority !== undefined ? { priority: params.priority } : {}),
@@ -568,7 +586,8 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
                 answeredOn = attempt.lease.replicaId;
                 answeredBy = attempt.revision;
               },
-              recordFailure: (outcome) => deps.usageSink.record(buildUsageRecord(usageJob, outcome, Date.now())),
+              // Every attempt failed before any output: billed nothing, and a keyed request's key is freed by the gateway.
+              recordFailure: (outcome) => deps.settlements.append(settlementOf(usageJob, outcome, Date.now())),
             },
           );
           void handle.done.then(async (outcome) => {
@@ -578,7 +597,9 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
               // The engine may have produced more than was relayed, so the reservation is not
               // settled here: its worst case stays held until reconciliation settles it from the
               // ledger once the row holds the engine's own count (ADR 0001).
-              deps.usageSink.record(buildUsageRecord(usageJob, outcome, Date.now()));
+              await deps.settlements
+                .append(settlementOf({ ...usageJob, ...(params.retain ? { retain: params.retain } : {}) }, outcome, Date.now()))
+                .catch(() => undefined);
             } else {
               await settleWithRetry(reservationId, { usage: outcome.usage, costNanoUsd: outcome.costNanoUsd });
             }

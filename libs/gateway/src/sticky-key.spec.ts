@@ -1,4 +1,5 @@
 /** The canary's sticky key: the end user (OpenAI's `user`) when given, else the request id; the use case reaches the router too. */
+import { createRecordingSettlements } from '@weir/testing';
 import type { AdmissionService, RouterService, SchedulerService } from '@weir/core';
 import { createGenerationPipeline } from './pipeline';
 
@@ -12,7 +13,7 @@ function pipelineWith(router: RouterService) {
     scheduler: { acquire: never } as unknown as SchedulerService,
     relay: { start: never },
     countInputTokens: never,
-    usageSink: { record: () => undefined, flush: async () => undefined },
+    settlements: createRecordingSettlements(),
     tenants: new Map(),
     clock: { now: () => 0 },
   });

@@ -3,6 +3,7 @@
  * and relay over a hand-written engine, with two tenants (`t`/app `a`, `u`/app `b`) and a key
  * for each. Specs choose the admission, the idempotency store and the usage reader.
  */
+import { createRecordingSettlements } from '@weir/testing';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import {
@@ -106,7 +107,7 @@ export async function startTestGateway(options: TestGatewayOptions): Promise<Tes
   const key = mintApiKey();
   const otherKey = mintApiKey();
   const records: UsageRecord[] = options.records ?? [];
-  const usageSink = { record: (r: UsageRecord) => void records.push(r), flush: async () => {} };
+  const settlements = createRecordingSettlements(records);
   const engineOf = (revisionId: string | undefined) => (revisionId !== undefined ? options.engines?.[revisionId] : undefined) ?? engine;
   const router = createStaticRouter(config);
   const liveConfig = createLiveConfig(config);
@@ -115,10 +116,10 @@ export async function startTestGateway(options: TestGatewayOptions): Promise<Tes
     admission: options.admission,
     scheduler: createSlotScheduler({ replicas: config.revisions.map((r, i) => ({ id: `r${i}`, revisionId: r.id, slots: options.slots ?? 4 })), maxQueuePerReplica: config.defaults.maxQueuePerReplica, clock }),
     relay: await (options.relayVia ?? ((r: Relay) => r))(
-      createRelay({ engineFor: (replicaId) => engineOf(config.revisions[Number(replicaId.slice(1))]?.id), usageSink, clock, cancelGraceMs: config.defaults.cancelGraceMs }),
+      createRelay({ engineFor: (replicaId) => engineOf(config.revisions[Number(replicaId.slice(1))]?.id), settlements, clock, cancelGraceMs: config.defaults.cancelGraceMs }),
     ),
     countInputTokens: (rev, input) => engineOf(rev.id).countInputTokens(input),
-    usageSink,
+    settlements,
     tenants: liveConfig.tenants,
     revisions: liveConfig.revisions,
     ...(options.wallClock ? { wallClock: options.wallClock } : {}),

@@ -71,6 +71,15 @@ export function createPgIdempotencyStore(db: Kysely<WeirSchema>, options: PgIdem
         .where('generation_id', '=', result.generationId)
         .execute();
     },
+    async interrupt(tenantId, requestId, generationId, message, retainUntilMs) {
+      await db
+        .updateTable('idempotency_keys')
+        .set({ state: 'interrupted', result: JSON.stringify({ interrupted: { generationId, message } }), expires_at: new Date(retainUntilMs) })
+        .where('tenant_id', '=', tenantId)
+        .where('request_id', '=', requestId)
+        .where('generation_id', '=', generationId)
+        .execute();
+    },
     async abandon(tenantId, requestId, generationId) {
       await db
         .deleteFrom('idempotency_keys')

@@ -1,5 +1,6 @@
 import { type EngineAdapter, type EngineEvent, type EngineRequest, type RelayJob, type RevisionSpec, type UsageRecord, WeirError } from '@weir/core';
 import { billedUsage, createRelay } from './relay';
+import { createRecordingSettlements } from '@weir/testing';
 
 /** A hand-written engine: emits `tokens` one-token deltas `delayMs` apart, honours abort, optionally fails after `failAfter`. */
 function fakeEngine(options: { tokens: number; delayMs?: number; failAfter?: number; reportUsage?: boolean; failRetryable?: boolean }): EngineAdapter & { produced: number } {
@@ -61,7 +62,7 @@ function job(over: Partial<RelayJob> = {}): RelayJob {
 
 function setup(engine: EngineAdapter, graceMs = 50) {
   const records: UsageRecord[] = [];
-  const relay = createRelay({ engineFor: (id) => (id === 'r0' ? engine : undefined), usageSink: { record: (r) => records.push(r), flush: async () => {} }, clock, cancelGraceMs: graceMs });
+  const relay = createRelay({ engineFor: (id) => (id === 'r0' ? engine : undefined), settlements: createRecordingSettlements(records), clock, cancelGraceMs: graceMs });
   return { relay, records };
 }
 
@@ -347,5 +348,66 @@ describe('createRelay', () => {
     expect(outcome).toMatchObject({ finishReason: 'deadline', usage: { inputTokens: 0, outputTokens: 0 }, costNanoUsd: 0 });
     expect(engine.produced).toBe(0);
     expect(records[0]).toMatchObject({ status: 'deadline', outputTokens: 0 });
+  });
+});
+
+describe('createRelay: the settlement entry (ADR 0002 §2)', () => {
+  const ref = { reservationId: 'rsv_1', worstCaseNano: 1_000_000, monthStartsOn: '2026-12-01', dayStartsOn: '2026-12-01', leaseIds: ['lse_a', 'lse_b'] };
+  const retain = { key: 'order-1', bodySha256: 'f'.repeat(64), createdS: 1_765_000_000, retainUntilMs: 1_900_000_000_000 };
+
+  function setupJournal(engine: EngineAdapter) {
+    const settlements = createRecordingSettlements();
+    const relay = createRelay({ engineFor: (id) => (id === 'r0' ? engine : undefined), settlements, clock, cancelGraceMs: 20 });
+    return { relay, settlements };
+  }
+
+  it('appends one entry with the reservation it settles before the terminal event is emitted', async () => {
+    const { relay, settlements } = setupJournal(fakeEngine({ tokens: 3 }));
+    const handle = relay.start(job({ reservation: ref }));
+    let appendedAtEnd = -1;
+    for await (const ev of handle.events) if (ev.type === 'end') appendedAtEnd = settlements.entries.length;
+    expect(appendedAtEnd).toBe(1);
+    expect(settlements.entries[0].usage).toMatchObject({ generationId: 'gen_1', outputTokens: 3, reservation: ref });
+    expect(settlements.entries[0].idempotency).toBeUndefined();
+  });
+
+  it("leaves a keyed request's result for retries: its deltas as streamed and its outcome", async () => {
+    const { relay, settlements } = setupJournal(fakeEngine({ tokens: 3 }));
+    const handle = relay.start(job({ retain }));
+    await collect(handle.events);
+    const idem = settlements.entries[0].idempotency;
+    expect(idem).toMatchObject({ tenantId: 't', key: 'order-1', bodySha256: retain.bodySha256, route: 'generations', retainUntilMs: retain.retainUntilMs });
+    expect(idem?.outcome).toMatchObject({ kind: 'result', result: { generationId: 'gen_1', requestId: 'req_1', createdS: retain.createdS, deltas: ['t0 ', 't1 ', 't2 '], outcome: { finishReason: 'stop' } } });
+  });
+
+  it('marks a keyed request interrupted when it failed after output, and leaves nothing when it failed before any', async () => {
+    const after = setupJournal(fakeEngine({ tokens: 9, failAfter: 2 }));
+    await collect(after.relay.start(job({ retain })).events);
+    expect(after.settlements.entries[0].idempotency?.outcome).toMatchObject({ kind: 'interrupted', generationId: 'gen_1' });
+    expect(after.settlements.entries[0].usage.outputTokens).toBe(2);
+
+    const before = setupJournal(fakeEngine({ tokens: 9, failAfter: 0 }));
+    await collect(before.relay.start(job({ retain })).events);
+    expect(before.settlements.entries).toHaveLength(1);
+    expect(before.settlements.entries[0].usage).toMatchObject({ outputTokens: 0, costNanoUsd: 0 });
+    expect(before.settlements.entries[0].idempotency).toBeUndefined();
+  });
+
+  it('ends with an error, not a whole answer, when the entry cannot be journaled', async () => {
+    const { relay, settlements } = setupJournal(fakeEngine({ tokens: 2 }));
+    settlements.failAppends(1);
+    const handle = relay.start(job());
+    const events = await collect(handle.events);
+    const end = events.at(-1) as { type: 'end'; outcome: { finishReason: string; error?: { code: string } } };
+    expect(end.outcome.finishReason).toBe('error');
+    expect(end.outcome.error?.code).toBe('internal');
+  });
+
+  it('offers progress marks while it streams: tokens so far priced now, the running attempt last', async () => {
+    const { relay, settlements } = setupJournal(fakeEngine({ tokens: 4 }));
+    await collect(relay.start(job({ reservation: ref, retain })).events);
+    const mark = settlements.progressMarks.get('gen_1');
+    expect(mark).toMatchObject({ outputTokens: 4, inputTokens: 3, costNanoUsd: 3 * 1_000 + 4 * 2_000, reservation: ref, idempotencyKey: 'order-1', modelRevision: 'fake@1' });
+    expect(mark?.attempts?.at(-1)).toMatchObject({ attempt: 1, revisionId: 'fake@1', replicaId: 'r0', outputTokens: 4 });
   });
 });

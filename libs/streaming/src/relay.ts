@@ -19,8 +19,12 @@ import {
   type RelayJob,
   type TokenUsage,
   type UpstreamAttempt,
+  type IdempotencySettlement,
+  type ProgressMark,
+  type SettlementEntry,
+  type SettlementJournal,
+  type ToolCallDelta,
   type UsageRecord,
-  type UsageSink,
   type UsageSource,
   WeirError,
   createAsyncQueue,
@@ -34,7 +38,13 @@ import { compileOutputSchema, judgeOutput, type OutputSchema } from './output-sc
 export interface RelayDeps {
   /** Resolves the engine adapter serving a replica id; undefined when it is gone. */
   engineFor(replicaId: string): EngineAdapter | undefined;
-  usageSink: UsageSink;
+  /**
+   * Where each finished generation's settlement entry goes (ADR 0002 §2): the relay appends it —
+   * usage record, the reservation it settles, a keyed request's result — and only then emits the
+   * terminal event, so every answer a client received has left the process before it was told.
+   * Progress marks of long streams go here too.
+   */
+  settlements: SettlementJournal;
   clock: Clock;
   /** Wall clock for record timestamps (default `Date.now`). */
   wallClock?: () => number;
@@ -43,7 +53,7 @@ export interface RelayDeps {
    * stopped (ms). Tokens produced in the grace period are billed. Default 250.
    */
   cancelGraceMs?: number;
-  /** Called once per finished generation, after the usage record is queued (metrics). */
+  /** Called once per finished generation, after its settlement entry is journaled (metrics). */
   onOutcome?(job: RelayJob, outcome: GenerationOutcome): void;
 }
 
@@ -157,6 +167,19 @@ export function createRelay(deps: RelayDeps): Relay {
         // With an output schema, the whole text is kept to validate the finished document.
         let schema: OutputSchema | undefined;
         let text = '';
+        // A keyed request's deltas, kept for the result its settlement leaves for retries.
+        const retained = job.retain ? { deltas: [] as string[], toolCalls: [] as (ToolCallDelta[] | null)[], anyToolCalls: false } : undefined;
+        // A long stream's progress, offered to the journal on every delta (it takes one at most
+        // every progress interval): what a crash of this process would still bill.
+        const progressMark = (): ProgressMark =>
+          progressOf(job, {
+            outputTokens: producedTokens,
+            ttftMs,
+            attemptTtftMs: firstTokenAt === undefined ? null : Math.round(firstTokenAt - attemptStart),
+            requestStartedAtMs: attemptStartedAtMs - Math.round(attemptStart - job.arrivedAt),
+            attemptStartedAtMs,
+            nowMs: wall(),
+          });
         let end: Extract<EngineEvent, { type: 'end' }> | undefined;
         let failure: WeirError | undefined;
         try {
@@ -192,7 +215,15 @@ export function createRelay(deps: RelayDeps): Relay {
               }
               // A delta may carry text, tool-call fragments, or both; one with neither is dropped.
               const toolCalls = ev.toolCalls !== undefined && ev.toolCalls.length > 0 ? ev.toolCalls : undefined;
-              if (ev.text.length > 0 || toolCalls) queue.push({ type: 'delta', text: ev.text, tokens: ev.tokens, ...(toolCalls ? { toolCalls } : {}) });
+              if (ev.text.length > 0 || toolCalls) {
+                queue.push({ type: 'delta', text: ev.text, tokens: ev.tokens, ...(toolCalls ? { toolCalls } : {}) });
+                if (retained) {
+                  retained.deltas.push(ev.text);
+                  retained.toolCalls.push(toolCalls ?? null);
+                  if (toolCalls) retained.anyToolCalls = true;
+                }
+              }
+              if (ev.tokens > 0) deps.settlements.progress(job.generationId, progressMark);
             } else {
               end = ev;
             }
@@ -285,8 +316,14 @@ export function createRelay(deps: RelayDeps): Relay {
         // Every schema-constrained output is validated here, once: an invalid one ends as
         // `output_invalid` in the usage record, the end event and every replay alike.
         const judged = judgeOutput(measured, text, schema).outcome;
-        const outcome: GenerationOutcome = { ...judged, attempts: attempts(judged.error?.code) };
-        deps.usageSink.record(buildUsageRecord(job, outcome, wall()));
+        let outcome: GenerationOutcome = { ...judged, attempts: attempts(judged.error?.code) };
+        try {
+          await deps.settlements.append(settlementOf(job, outcome, wall(), retained));
+        } catch (err) {
+          // Not recorded: the client is told the answer failed rather than take it as whole.
+          const e = toWeirError(err);
+          outcome = { ...outcome, finishReason: 'error', error: { code: 'internal', message: `the usage of this generation could not be recorded (${e.message}); do not rely on this answer` } };
+        }
         deps.onOutcome?.(job, outcome);
         queue.push({ type: 'end', outcome });
         queue.end();
@@ -301,5 +338,111 @@ export function createRelay(deps: RelayDeps): Relay {
         },
       };
     },
+  };
+}
+
+/**
+ * The settlement entry of a finished generation (ADR 0002 §2): its usage record with the
+ * reservation it settles, and for a keyed request what a retry gets — its result when it
+ * finished (stop, length, content filter, cancel, deadline: the answer as delivered), or
+ * `interrupted` when it failed after producing output (billed; running it again would charge
+ * twice). A failure before any output leaves no idempotency outcome: it billed nothing, and the
+ * gateway frees the key so a retry runs anew.
+ */
+export function settlementOf(
+  job: Pick<RelayJob, 'generationId' | 'requestId' | 'route' | 'caller' | 'modelAlias' | 'useCase' | 'reservation' | 'retain'>,
+  outcome: GenerationOutcome,
+  finishedAtMs: number,
+  retained?: { deltas: string[]; toolCalls: (ToolCallDelta[] | null)[]; anyToolCalls: boolean },
+): SettlementEntry {
+  const usage: UsageRecord = { ...buildUsageRecord(job, outcome, finishedAtMs), ...(job.reservation ? { reservation: job.reservation } : {}) };
+  const idempotency = job.retain ? idempotencyOf(job, job.retain, outcome, retained) : undefined;
+  return idempotency ? { usage, idempotency } : { usage };
+}
+
+/** What a retry of a keyed generation that failed after producing output is told (it was billed; running it again would charge twice). */
+export function interruptedMessage(generationId: string, outputTokens: number): string {
+  return `The generation for this idempotency key (${generationId}) failed after producing ${outputTokens} tokens, which were billed; send a new key to run it again.`;
+}
+
+function idempotencyOf(
+  job: Pick<RelayJob, 'generationId' | 'requestId' | 'route' | 'caller'>,
+  retain: NonNullable<RelayJob['retain']>,
+  outcome: GenerationOutcome,
+  retained: { deltas: string[]; toolCalls: (ToolCallDelta[] | null)[]; anyToolCalls: boolean } | undefined,
+): IdempotencySettlement | undefined {
+  const base = { tenantId: job.caller.tenantId, key: retain.key, retainUntilMs: retain.retainUntilMs, bodySha256: retain.bodySha256, route: job.route };
+  if (outcome.finishReason === 'error') {
+    if (outcome.usage.outputTokens === 0) return undefined;
+    return {
+      ...base,
+      outcome: {
+        kind: 'interrupted',
+        generationId: job.generationId,
+        message: interruptedMessage(job.generationId, outcome.usage.outputTokens),
+      },
+    };
+  }
+  return {
+    ...base,
+    outcome: {
+      kind: 'result',
+      result: {
+        generationId: job.generationId,
+        requestId: job.requestId,
+        route: job.route,
+        modelRevision: outcome.modelRevision,
+        createdS: retain.createdS,
+        deltas: retained?.deltas ?? [],
+        ...(retained?.anyToolCalls ? { deltaToolCalls: retained.toolCalls } : {}),
+        outcome,
+      },
+    },
+  };
+}
+
+/** A running generation's progress mark: what it has produced so far, priced now (see `ProgressMark`). */
+function progressOf(
+  job: RelayJob,
+  at: { outputTokens: number; ttftMs: number | null; attemptTtftMs: number | null; requestStartedAtMs: number; attemptStartedAtMs: number; nowMs: number },
+): ProgressMark {
+  const { outputTokens, ttftMs, attemptTtftMs, nowMs } = at;
+  const usage = { inputTokens: job.inputTokens, outputTokens, cachedInputTokens: 0 };
+  return {
+    generationId: job.generationId,
+    requestId: job.requestId,
+    tenantId: job.caller.tenantId,
+    appId: job.caller.appId,
+    apiKeyId: job.caller.apiKeyId,
+    route: job.route,
+    modelAlias: job.modelAlias,
+    modelRevision: job.revision.id,
+    inputTokens: usage.inputTokens,
+    outputTokens,
+    cachedInputTokens: 0,
+    costNanoUsd: priceUsage(job.revision.pricing, usage),
+    startedAtMs: at.requestStartedAtMs,
+    atMs: nowMs,
+    queueMs: job.queueMs,
+    ttftMs,
+    ...(job.useCase !== undefined ? { useCase: job.useCase } : {}),
+    ...(job.reservation ? { reservation: job.reservation } : {}),
+    ...(job.retain ? { idempotencyKey: job.retain.key } : {}),
+    // Every attempt so far, the running one last (recovery marks it failed, `interrupted`).
+    attempts: [
+      ...(job.priorAttempts ?? []),
+      {
+        attempt: (job.priorAttempts?.length ?? 0) + 1,
+        revisionId: job.revision.id,
+        provider: job.revision.engine.kind,
+        replicaId: job.replicaId,
+        outcome: 'answered',
+        startedAtMs: at.attemptStartedAtMs,
+        ttftMs: attemptTtftMs,
+        durationMs: Math.max(0, nowMs - at.attemptStartedAtMs),
+        inputTokens: usage.inputTokens,
+        outputTokens,
+      },
+    ],
   };
 }

@@ -14,3 +14,4 @@ export * from './scripted-engine';
 export * from './relay-contract';
 export * from './anthropic-upstream';
 export * from './lease-store-contract';
+export * from './chaos-upstream';

@@ -7,6 +7,7 @@ import type {
   SettlementApplier,
   SettlementBatch,
   SettlementEntry,
+  SettlementJournal,
   UsageRecord,
 } from '@weir/core';
 import { buildUsageRecord } from './usage-records';
@@ -121,6 +122,57 @@ export function createInMemorySettlementApplier(): InMemorySettlementApplier {
     async position(journal) {
       return self.positions.get(journal);
     },
+  };
+  return self;
+}
+
+/**
+ * A {@link SettlementJournal} for unit tests that keeps everything in memory: every appended
+ * entry (`entries`), their usage records (`records`, the array given, so a test can pass its
+ * own), claim marks, the last progress mark per generation and released generations. `append`
+ * resolves at once (the entry is "out of the process" the moment it is in the array);
+ * `failAppends(n)` makes the next `n` appends reject.
+ */
+export interface RecordingSettlements extends SettlementJournal {
+  readonly entries: SettlementEntry[];
+  readonly records: UsageRecord[];
+  readonly claims: ClaimMark[];
+  readonly progressMarks: Map<string, ProgressMark>;
+  readonly released: string[];
+  failAppends(n: number): void;
+}
+
+/** Creates a {@link RecordingSettlements}; `records` collects the usage records (default a new array). */
+export function createRecordingSettlements(records: UsageRecord[] = []): RecordingSettlements {
+  let failures = 0;
+  const self: RecordingSettlements = {
+    entries: [],
+    records,
+    claims: [],
+    progressMarks: new Map(),
+    released: [],
+    failAppends(n) {
+      failures = n;
+    },
+    async append(entry) {
+      if (failures > 0) {
+        failures--;
+        throw new Error('injected append failure');
+      }
+      self.entries.push(entry);
+      records.push(entry.usage);
+    },
+    async claim(claim) {
+      self.claims.push(claim);
+    },
+    progress(generationId, mark) {
+      self.progressMarks.set(generationId, mark());
+    },
+    release(generationId) {
+      self.released.push(generationId);
+    },
+    async flush() {},
+    saturated: () => false,
   };
   return self;
 }

@@ -3,11 +3,11 @@
  * gRPC client talking over loopback to a gRPC server that wraps the same implementation.
  */
 import { createInMemoryAdmission } from '@weir/admission';
-import { type UsageRecord, systemClock } from '@weir/core';
+import { systemClock } from '@weir/core';
 import { createStaticRouter } from '@weir/routing';
 import { createPoolScheduler } from '@weir/scheduling';
 import { createRelay } from '@weir/streaming';
-import { describeAdmissionContract, describeRelayContract, describeRouterContract, describeSchedulerContract } from '@weir/testing';
+import { describeAdmissionContract, describeRelayContract, describeRouterContract, describeSchedulerContract, createRecordingSettlements } from '@weir/testing';
 import {
   createAdmissionGrpcClient,
   createAdmissionGrpcServer,
@@ -20,7 +20,6 @@ import {
   startGrpcServer,
 } from './index';
 
-const noUsage = { record: (_r: UsageRecord) => undefined, flush: async () => undefined };
 
 describeRouterContract('in-process', async (config) => ({ service: createStaticRouter(config) }));
 describeRouterContract('gRPC loopback', async (config) => {
@@ -49,7 +48,7 @@ describeSchedulerContract('gRPC loopback', async (t) => {
 describeRelayContract('in-process', async (deps) => ({
   service: createRelay({
     engineFor: (id) => (id === deps.replicaId ? deps.engine : undefined),
-    usageSink: noUsage,
+    settlements: createRecordingSettlements(),
     clock: systemClock,
     cancelGraceMs: deps.cancelGraceMs,
   }),
@@ -57,7 +56,7 @@ describeRelayContract('in-process', async (deps) => ({
 describeRelayContract('gRPC loopback', async (deps) => {
   const impl = createRelay({
     engineFor: (id) => (id === deps.replicaId ? deps.engine : undefined),
-    usageSink: noUsage,
+    settlements: createRecordingSettlements(),
     clock: systemClock,
     cancelGraceMs: deps.cancelGraceMs,
   });

@@ -4,7 +4,7 @@ import { type RelayService, type UsageRecord, systemClock } from '@weir/core';
 import { priceUsage } from '@weir/ledger';
 import { relayV1 } from '@weir/proto';
 import { createRelay } from '@weir/streaming';
-import { collectRelayEvents, createScriptedEngine, freePort, relayJob } from '@weir/testing';
+import { collectRelayEvents, createScriptedEngine, freePort, relayJob, createRecordingSettlements } from '@weir/testing';
 import { createRelayGrpcClient, createRelayGrpcServer, isRelayLost, makeGrpcServiceDefinition } from './index';
 import { eventually, serve, stopEverythingAfterEach, track } from './test-support';
 
@@ -14,7 +14,7 @@ function relayOver(engine = createScriptedEngine()) {
   const records: UsageRecord[] = [];
   const relay = createRelay({
     engineFor: (id) => (id === 'tiny@1/0' ? engine : undefined),
-    usageSink: { record: (r) => void records.push(r), flush: async () => undefined },
+    settlements: createRecordingSettlements(records),
     clock: systemClock,
     cancelGraceMs: 50,
   });

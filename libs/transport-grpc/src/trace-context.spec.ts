@@ -5,7 +5,7 @@ import { InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-tr
 import { type RelayService, type RouteResult, systemClock } from '@weir/core';
 import { routerV1 } from '@weir/proto';
 import { createRelay } from '@weir/streaming';
-import { contractCallers, createScriptedEngine, relayJob } from '@weir/testing';
+import { contractCallers, createScriptedEngine, relayJob, createRecordingSettlements } from '@weir/testing';
 import {
   type GrpcServiceBinding,
   createRelayGrpcClient,
@@ -97,7 +97,7 @@ describe('W3C trace context over gRPC', () => {
     let inRelay: string | undefined;
     const inner = createRelay({
       engineFor: () => createScriptedEngine(),
-      usageSink: { record: () => undefined, flush: async () => undefined },
+      settlements: createRecordingSettlements(),
       clock: systemClock,
     });
     const relay: RelayService = {
