@@ -172,10 +172,10 @@ it('report only: lists what the kill left, and writes nothing', async () => {
   const journalBefore = readdirSync(dataDirLayout(dataDir).journal);
   const report = await reconcile(false);
   expect(report.ok).toBe(false);
-  expect(report.journal?.inspection).toMatchObject({ present: true, unapplied: { settlements: 1 }, abandoned: { estimated: 1, interrupted: 1 } });
+  expect(report.journal?.inspection).toMatchObject({ present: true, unapplied: { settlements: 1 }, abandoned: { estimated: 1, interrupted: 1, keys: 1 } });
   expect(report.differences).toEqual([
     expect.stringMatching(/^the settlement journal holds 1 settlement\(s\) and 0 interruption\(s\) not yet applied to the ledger \(gen_store_a\): --fix applies them/),
-    expect.stringMatching(/^the settlement journal holds 2 generation\(s\) abandoned mid-stream \(gen_store_c, gen_store_b\): --fix bills 1 as estimated and marks 1 key\(s\) interrupted/),
+    expect.stringMatching(/^the settlement journal holds 2 generation\(s\) abandoned mid-stream \(gen_store_c, gen_store_b\): --fix bills 1 from their last progress as estimated \(1 had produced nothing\) and marks 1 idempotency key\(s\) interrupted/),
     expect.stringMatching(/^1 budget lease\(s\) of the stopped all-in-one hold \$0\.000999300 its budgets cannot use/),
     '1 reservation(s) of the stopped all-in-one still held, holding $0.000000700: --fix settles them from their ledger rows or releases them, as its next start would',
     '1 idempotency key(s) still running from the stopped all-in-one (a retry of them waits for their claim): --fix frees them, as its next start would',

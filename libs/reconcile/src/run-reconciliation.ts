@@ -191,7 +191,7 @@ export async function runReconciliation(options: RunReconciliationOptions, deps:
         if (r) {
           const { replayed, estimated, interrupted } = r.recovery;
           if (replayed + estimated + interrupted > 0) {
-            notes.push(`settlement journal recovered: ${replayed} settlement(s) applied, ${estimated} abandoned generation(s) billed as estimated, ${interrupted} key(s) marked interrupted`);
+            notes.push(`settlement journal recovered: ${replayed} settlement(s) applied, ${estimated} abandoned generation(s) billed as estimated, ${interrupted} abandoned before any output (key marked interrupted)`);
           }
           if (r.recovery.invalidLines > 0 || r.recovery.tornBytes > 0) notes.push(`settlement journal: ${r.recovery.invalidLines} invalid line(s) and ${r.recovery.tornBytes} torn byte(s) skipped`);
           if (r.overspends.length > 0) notes.push(`${r.overspends.length} recovered settlement(s) exceeded what their leases held: ${usd(r.overspends.reduce((n, o) => n + o.excessNano, 0))} settled beyond the leases`);
@@ -214,7 +214,7 @@ export async function runReconciliation(options: RunReconciliationOptions, deps:
       }
       if (abandoned > 0) {
         differences.push(
-          `the settlement journal holds ${abandoned} generation(s) abandoned mid-stream (${i.abandoned.generationIds.slice(0, 5).join(', ')}${abandoned > 5 ? ', …' : ''}): --fix bills ${i.abandoned.estimated} as estimated and marks ${i.abandoned.interrupted} key(s) interrupted, as the next start would`,
+          `the settlement journal holds ${abandoned} generation(s) abandoned mid-stream (${i.abandoned.generationIds.slice(0, 5).join(', ')}${abandoned > 5 ? ', …' : ''}): --fix bills ${i.abandoned.estimated} from their last progress as estimated (${i.abandoned.interrupted} had produced nothing) and marks ${i.abandoned.keys} idempotency key(s) interrupted, as the next start would`,
         );
       }
       if (i.invalidLines > 0 || i.tornBytes > 0) notes.push(`settlement journal: ${i.invalidLines} invalid line(s) and ${i.tornBytes} torn byte(s) (skipped by recovery)`);

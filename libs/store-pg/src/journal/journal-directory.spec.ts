@@ -54,7 +54,7 @@ describe('inspectFileSettlementJournal', () => {
       invalidLines: 0,
       tornBytes: 0,
       unapplied: { settlements: 2, interruptions: 0, generationIds: ['gen_insp_7', unapplied.usage.generationId] },
-      abandoned: { estimated: 2, interrupted: 1, generationIds: ['gen_insp_3', 'gen_insp_4', 'gen_insp_5'] },
+      abandoned: { estimated: 2, interrupted: 1, keys: 2, generationIds: ['gen_insp_3', 'gen_insp_4', 'gen_insp_5'] },
     });
     expect(readdirSync(dir)).toEqual(['0000000000000001.journal']);
     expect(applier.batches).toEqual([]);

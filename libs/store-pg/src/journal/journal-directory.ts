@@ -96,8 +96,12 @@ export interface SettlementJournalInspection {
   tornBytes: number;
   /** Settlements written and not yet applied (recovery applies them). */
   unapplied: { settlements: number; interruptions: number; generationIds: string[] };
-  /** Generations that started and never settled: recovery writes an `estimated` row for each with progress, an `interrupted` key for each with only a claim. */
-  abandoned: { estimated: number; interrupted: number; generationIds: string[] };
+  /**
+   * Generations that started and never settled: recovery writes an `estimated` row for each with
+   * progress (`estimated`), nothing but an `interrupted` key for each with only a claim
+   * (`interrupted`); `keys` counts the idempotency keys it marks interrupted, of either kind.
+   */
+  abandoned: { estimated: number; interrupted: number; keys: number; generationIds: string[] };
 }
 
 /**
@@ -118,7 +122,7 @@ export async function inspectFileSettlementJournal(
     invalidLines: 0,
     tornBytes: 0,
     unapplied: { settlements: 0, interruptions: 0, generationIds: [] },
-    abandoned: { estimated: 0, interrupted: 0, generationIds: [] },
+    abandoned: { estimated: 0, interrupted: 0, keys: 0, generationIds: [] },
   };
   if (!existsSync(options.dir)) return empty;
   const position = await deps.applier.position(options.name ?? 'local');
@@ -139,6 +143,7 @@ export async function inspectFileSettlementJournal(
     abandoned: {
       estimated: abandoned.filter((a) => a.kind === 'settle').length,
       interrupted: abandoned.filter((a) => a.kind === 'interrupted').length,
+      keys: abandoned.filter((a) => a.kind === 'interrupted' || a.entry.idempotency !== undefined).length,
       generationIds: abandoned.slice(0, 20).map(idOf),
     },
   };
