@@ -11,9 +11,9 @@
  *    then agrees (exit 0), nothing is held, and after a restart the same key and the tenant are
  *    served at once.
  *
- * Written against both money paths: ADR 0001's reservations (what the all-in-one runs until its
- * switch to leases and the settlement journal) and ADR 0002's leases and journal (then the
- * killed stream's progress mark becomes an `estimated` row).
+ * Written against both money paths: ADR 0002's leases and settlement journal (the killed
+ * stream's progress mark becomes an `estimated` row; the exclusive holder's leases are
+ * reclaimed) and ADR 0001's reservations (a held reservation and a running key).
  */
 import { execFile } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync } from 'node:fs';

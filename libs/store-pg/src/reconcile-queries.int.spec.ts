@@ -152,6 +152,23 @@ describe.each(backends)('reconcile queries on %s', (_name, open) => {
     });
   });
 
+  it('leaves the difference of a row with a per-request reservation to its reservation\'s correction', async () => {
+    const tag = uniqueTag();
+    const tenant = `t_${tag}`;
+    const usage = buildUsageRecord(1, { tenantId: tenant, appId: 'web', generationId: `gen_${tag}_r`, usageSource: 'estimated', costNanoUsd: 1_000, reservation: buildReservationRef(`gen_${tag}_r`) }, tag);
+    await createPgSettlementApplier(database.db).apply({ journal: 'test', items: [{ kind: 'settle', entry: { usage } }] });
+    await database.db.insertInto('reservations').values({
+      id: `rsv_${tag}`, tenant_id: tenant, app_id: 'web', request_id: usage.requestId, generation_id: usage.generationId, state: 'settled', input_tokens: 1, max_output_tokens: 1,
+      worst_case_nano: 5_000, month_starts_on: '2026-01-01', day_starts_on: '2026-01-01', expires_at: new Date(base),
+    }).execute();
+    const q = createReconcileQueries(database.db);
+    expect(await q.settleFromCount({ generationId: usage.generationId, inputTokens: 1, outputTokens: 1, cachedInputTokens: 0, costNanoUsd: 3_000, source: 'engine:e/0' })).toEqual({
+      settled: true, deltaNano: 2_000, budgetsMoved: false, overspends: [],
+    });
+    const { rows } = await sql<{ settled: string }>`select settled_nano::text as settled from budget_periods where scope = ${`tenant:${tenant}`} and period = 'month'`.execute(database.db);
+    expect(rows).toEqual([{ settled: '1000' }]);
+  });
+
   it('finds budget rows whose leased money is not what their leases hold, and lists leases with their holders', async () => {
     const tag = uniqueTag();
     const q = createReconcileQueries(database.db);

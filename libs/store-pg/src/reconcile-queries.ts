@@ -69,8 +69,8 @@ export type CountSettlementResult =
       deltaNano: number;
       /**
        * True when the difference was moved through the row's budget rows (and, when positive,
-       * its leases): a row the settlement applier wrote. False for an older row, whose
-       * reservation's correction (`reconcileReservations`) moves it.
+       * its leases): a row the settlement applier wrote. False for a row with a per-request
+       * reservation, whose correction (`reconcileReservations`) moves it.
        */
       budgetsMoved: boolean;
       /** A positive difference its leases could not hold (reclaimed or exhausted): settled anyway. */
@@ -169,8 +169,9 @@ export interface ReconcileQueries {
    * its budget periods), the cost difference d = new − old moves as a settlement would: d > 0 is
    * added to `settled_nano` of its four budget rows (tenant and app × its month and day) and
    * moved from its leases up to what they still hold (`settleMoney`), d < 0 is taken off
-   * `settled_nano` of the four rows (never below 0). An older row's reservation is corrected by
-   * `reconcileReservations` instead. Locks: the ledger row, then budget rows in key order, then
+   * `settled_nano` of the four rows (never below 0). A row with a per-request reservation (ADR
+   * 0001: an older row, or admission not yet on leases) moves nothing here: its reservation is
+   * corrected by `reconcileReservations`. Locks: the ledger row, then budget rows in key order, then
    * leases by id — the applier's order.
    * @throws RangeError when the cost is not a non-negative safe integer.
    */
@@ -317,11 +318,13 @@ export function createReconcileQueries(db: Kysely<WeirSchema>, options: { now?: 
           budget_month: string | null;
           budget_day: string | null;
           lease_ids: string[] | null;
+          reserved: boolean;
         }>`
-          SELECT tenant_id, app_id, (cost_usd * 1000000000)::bigint::text AS cost_nano, budget_month::text AS budget_month,
-            budget_day::text AS budget_day, lease_ids
-          FROM usage_ledger WHERE generation_id = ${s.generationId} AND (uncertain OR usage_source = 'estimated')
-          FOR UPDATE`.execute(trx);
+          SELECT u.tenant_id, u.app_id, (u.cost_usd * 1000000000)::bigint::text AS cost_nano, u.budget_month::text AS budget_month,
+            u.budget_day::text AS budget_day, u.lease_ids,
+            EXISTS (SELECT 1 FROM reservations r WHERE r.generation_id = u.generation_id) AS reserved
+          FROM usage_ledger u WHERE u.generation_id = ${s.generationId} AND (u.uncertain OR u.usage_source = 'estimated')
+          FOR UPDATE OF u`.execute(trx);
         if (rows.length === 0) return { settled: false };
         const old = rows[0];
         // The counts as first recorded (which the usage stream carries), then the settled ones.
@@ -337,7 +340,9 @@ export function createReconcileQueries(db: Kysely<WeirSchema>, options: { now?: 
             usage_source = ${s.usageSource ?? 'reported'}
           WHERE generation_id = ${s.generationId}`.execute(trx);
         const deltaNano = s.costNanoUsd - toSafeInteger(old.cost_nano, 'cost (nano-USD)');
-        if (!old.budget_month || !old.budget_day) return { settled: true, deltaNano, budgetsMoved: false, overspends: [] };
+        // A row with an ADR 0001 reservation (an older row, or admission not yet on leases) is
+        // charged through its reservation: `reconcileReservations` corrects it, once.
+        if (!old.budget_month || !old.budget_day || old.reserved) return { settled: true, deltaNano, budgetsMoved: false, overspends: [] };
         const { budgets } = lockKeys(old.tenant_id, old.app_id, old.budget_month, old.budget_day);
         let overspends: OverspendEvent[] = [];
         if (deltaNano > 0) {
