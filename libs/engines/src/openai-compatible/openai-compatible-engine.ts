@@ -10,11 +10,12 @@ import type {
   ToolCallDelta,
 } from '@weir/core';
 import { WeirError, withProduced } from '@weir/core';
-import { createParser } from 'eventsource-parser';
 import { type Dispatcher, request as undiciRequest } from 'undici';
 import { type EngineLogger, silentLogger } from '../logger';
 import { declaredTokenizer, functionTokenizer, type TextTokenizer } from '../tokenizers/tiktoken';
 import { countInputWith, utf8TokenUpperBound } from './token-bound';
+import { createSseDataReader } from './sse-data-reader';
+import { readUpstreamText, startUpstreamCall, type UpstreamCall, type UpstreamHead } from './upstream-call';
 import { inBandError, upstreamStatusError } from './upstream-errors';
 import { classifyUpstreamFailure, createStreamWatchdog } from './upstream-watchdog';
 
@@ -106,7 +107,7 @@ export function createOpenAICompatibleEngine(
   const env = deps.env ?? process.env;
   const tokenizer: TextTokenizer | undefined = deps.countTokens ? functionTokenizer(deps.countTokens) : declaredTokenizer(spec);
   const base = spec.baseUrl.replace(/\/+$/, '');
-  const url = `${base}/${spec.api === 'completions' ? 'completions' : 'chat/completions'}`;
+  const target = new URL(`${base}/${spec.api === 'completions' ? 'completions' : 'chat/completions'}`);
   const inFlight = new Set<AbortController>();
 
   // The input as the upstream receives it: text becomes one user message on the chat API;
@@ -199,7 +200,10 @@ export function createOpenAICompatibleEngine(
     let finishReason: string | undefined;
     let reported: TokenUsage | undefined;
     let doneSeen = false;
-    let body: Dispatcher.ResponseData['body'] | undefined;
+    let call: UpstreamCall | undefined;
+    // The controller (the request's signal, a timeout, close()) cuts the call.
+    const cut = (): void => call?.abort(controller.signal.reason instanceof Error ? controller.signal.reason : new Error('upstream call aborted'));
+    controller.signal.addEventListener('abort', cut, { once: true });
 
     // Weir's count of a stream the upstream did not report: the revision's tokenizer over the
     // prompt and every piece of text received (`counted`), else the content deltas and the
@@ -272,17 +276,10 @@ export function createOpenAICompatibleEngine(
         return;
       }
       watchdog.arm('first', spec.firstTokenTimeoutMs);
-      let response: Dispatcher.ResponseData;
+      call = startUpstreamCall({ url: target, method: 'POST', headers: buildHeaders(request), body: JSON.stringify(buildBody(request)), dispatcher: deps.dispatcher });
+      let head: UpstreamHead;
       try {
-        response = await undiciRequest(url, {
-          method: 'POST',
-          headers: buildHeaders(request),
-          body: JSON.stringify(buildBody(request)),
-          signal: controller.signal,
-          dispatcher: deps.dispatcher,
-          headersTimeout: 0,
-          bodyTimeout: 0,
-        });
+        head = await call.head;
       } catch (error) {
         if (request.signal.aborted && !watchdog.timedOut) {
           yield await abortedEnd();
@@ -290,19 +287,18 @@ export function createOpenAICompatibleEngine(
         }
         throw await fail(error);
       }
-      body = response.body;
-      streaming = response.statusCode === 200;
-      if (response.statusCode !== 200) {
-        const text = await readLimited(response.body, MAX_ERROR_BODY_BYTES).catch(() => '');
-        throw await fail(upstreamStatusError(response.statusCode, text, response.headers));
+      streaming = head.statusCode === 200;
+      if (head.statusCode !== 200) {
+        const text = await readUpstreamText(call, MAX_ERROR_BODY_BYTES).catch(() => '');
+        throw await fail(upstreamStatusError(head.statusCode, text, head.headers));
       }
 
-      const contentType = String(response.headers['content-type'] ?? '');
+      const contentType = String(head.headers['content-type'] ?? '');
       if (contentType.includes('application/json')) {
         // The upstream ignored `stream: true`: one JSON body.
         let text: string;
         try {
-          text = await readLimited(response.body, Number.POSITIVE_INFINITY);
+          text = await readUpstreamText(call, Number.POSITIVE_INFINITY);
         } catch (error) {
           if (request.signal.aborted && !watchdog.timedOut) {
             yield await abortedEnd();
@@ -330,16 +326,13 @@ export function createOpenAICompatibleEngine(
         }
         doneSeen = true;
       } else {
-        const datas: string[] = [];
-        const parser = createParser({ onEvent: (event) => datas.push(event.data) });
-        const decoder = new TextDecoder('utf-8');
-        const iterator = response.body[Symbol.asyncIterator]();
+        const reader = createSseDataReader();
         let ended = false;
         while (!doneSeen && !ended) {
           if (firstSeen && !watchdog.armed) watchdog.arm('idle', spec.idleTimeoutMs);
-          let next: IteratorResult<Buffer>;
+          let batch: Buffer[] | null;
           try {
-            next = (await iterator.next()) as IteratorResult<Buffer>;
+            batch = await call.read();
           } catch (error) {
             if (request.signal.aborted && !watchdog.timedOut) {
               watchdog.clear();
@@ -348,24 +341,27 @@ export function createOpenAICompatibleEngine(
             }
             throw await fail(error);
           }
-          if (next.done) {
+          // Everything that arrived since the last read is parsed at once.
+          let datas: string[];
+          if (batch === null) {
             ended = true;
-            parser.feed(decoder.decode());
-            parser.feed('\n\n');
-          } else {
-            parser.feed(decoder.decode(next.value, { stream: true }));
-          }
+            datas = reader.end();
+          } else if (batch.length === 1) datas = reader.push(batch[0]);
+          else datas = reader.push(Buffer.concat(batch));
           if (datas.length === 0) continue;
           const pieces: Array<Piece & { tokens: number }> = [];
           let frameError: unknown;
-          for (const data of datas.splice(0)) {
-            if (data.trim() === '[DONE]') {
+          for (const data of datas) {
+            if (data === '[DONE]' || data.trim() === '[DONE]') {
               doneSeen = true;
               break;
             }
             try {
               const piece = apply(JSON.parse(data));
-              if (piece.text.length > 0 || piece.toolCalls) pieces.push({ ...piece, tokens: tokensSoFar() });
+              if (piece.text.length > 0 || piece.toolCalls) {
+                outputText += piece.toolCalls ? producedText(piece) : piece.text;
+                pieces.push({ text: piece.text, tokens: tokensSoFar(), ...(piece.toolCalls ? { toolCalls: piece.toolCalls } : {}) });
+              }
             } catch (error) {
               frameError =
                 error instanceof WeirError
@@ -379,11 +375,10 @@ export function createOpenAICompatibleEngine(
           // the idle clock once these pieces are handed on.
           if (firstSeen) watchdog.clear();
           // Everything received counts as produced (billed), even if an abort stops its delivery.
-          outputText += pieces.map(producedText).join('');
           for (const piece of pieces) {
             if (request.signal.aborted) break;
             deltas += 1;
-            yield { type: 'delta', text: piece.text, tokens: piece.tokens, ...(piece.toolCalls ? { toolCalls: piece.toolCalls } : {}) };
+            yield piece.toolCalls ? { type: 'delta', text: piece.text, tokens: piece.tokens, toolCalls: piece.toolCalls } : { type: 'delta', text: piece.text, tokens: piece.tokens };
           }
           // A graceful stop keeps reading (delivering nothing more) until the upstream's end.
           if (request.signal.aborted && !graceful()) {
@@ -415,11 +410,11 @@ export function createOpenAICompatibleEngine(
       watchdog.clear();
       if (stopTimer) clearTimeout(stopTimer);
       request.signal.removeEventListener('abort', onAbort);
+      controller.signal.removeEventListener('abort', cut);
       inFlight.delete(controller);
-      // Cut the HTTP call only if the stream did not end normally (building an Error with a
-      // stack for every successful request was a measurable share of the gateway's CPU).
-      if (!controller.signal.aborted && !doneSeen) controller.abort();
-      body?.destroy();
+      // Cut the HTTP call only if the upstream has not finished sending (after `[DONE]` the rest
+      // of the body is normally already in, and the connection goes back to its pool).
+      if (call && !call.complete) call.abort(controller.signal.reason instanceof Error ? controller.signal.reason : new Error('generation ended before the upstream response'));
     }
   }
 
@@ -483,19 +478,4 @@ function parseUsage(value: unknown): TokenUsage | undefined {
     outputTokens: u.completion_tokens,
     ...(cached !== undefined ? { cachedInputTokens: cached } : {}),
   };
-}
-
-async function readLimited(body: AsyncIterable<Buffer | Uint8Array>, maxBytes: number): Promise<string> {
-  const parts: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of body) {
-    const buf = Buffer.from(chunk);
-    if (size + buf.length > maxBytes) {
-      parts.push(buf.subarray(0, maxBytes - size));
-      break;
-    }
-    parts.push(buf);
-    size += buf.length;
-  }
-  return Buffer.concat(parts).toString('utf8');
 }
