@@ -58,15 +58,25 @@ export function statusOf(reason: FinishReason): string {
   }
 }
 
+/** Retention of finished generations (see {@link createGenerationRegistry}). */
+export interface GenerationRegistryOptions {
+  /** How long a finished generation stays (ms). Default 600,000. */
+  retentionMs?: number;
+  /** Most finished generations kept. Default 10,000. */
+  maxFinished?: number;
+  /** Most transcript text kept over all finished generations (UTF-16 units). Default 32 Mi. */
+  maxRetainedChars?: number;
+  /** Wall clock (ms). Default `Date.now`. */
+  now?: () => number;
+}
+
 /**
  * Creates a registry with a periodic (unref'd) sweep. Finished entries are kept for
  * `retentionMs` (default 10 min) but at most `maxFinished` of them (default 10,000) holding at
  * most `maxRetainedChars` of transcript text (default 32 Mi UTF-16 units, ≈ 64 MiB); the
  * oldest go first, so memory stays bounded at any request rate.
  */
-export function createGenerationRegistry(
-  options: { retentionMs?: number; maxFinished?: number; maxRetainedChars?: number; now?: () => number } = {},
-): GenerationRegistry {
+export function createGenerationRegistry(options: GenerationRegistryOptions = {}): GenerationRegistry {
   const retentionMs = options.retentionMs ?? 600_000;
   const maxFinished = options.maxFinished ?? 10_000;
   const maxRetainedChars = options.maxRetainedChars ?? 32 * 1024 * 1024;
