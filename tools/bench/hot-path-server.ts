@@ -14,7 +14,8 @@
  *   piped back): the floor any Node gateway pays on this machine.
  *
  * Started by the driver with an IPC channel: `node --import tsx tools/bench/hot-path-server.ts
- * <weir|bare> <upstream origin> [tokens-per-minute]`. It sends `{type: 'ready', url}` once it
+ * <weir|bare> <upstream origin> [memory|stub]` (the admission: the in-memory store, or one
+ * that admits everything at once). It sends `{type: 'ready', url}` once it
  * listens, and answers `{cmd: 'cpu'}` with `{type: 'cpu', user, system}` (µs, this process's
  * `process.cpuUsage()`), `{cmd: 'profile-start'}` / `{cmd: 'profile-stop', file}` (a V8 CPU
  * profile of exactly the window in between, written to `file`), `{cmd: 'heap'}` (used heap
@@ -27,7 +28,7 @@ import type { AddressInfo } from 'node:net';
 import { Pool } from 'undici';
 import { createAdmission, createInMemoryAdmissionStore } from '@weir/admission';
 import { parseConfig } from '@weir/config';
-import { type ApiKeyIdentity, type EngineAdapter, type GenerationInput, hashApiKey, systemClock } from '@weir/core';
+import { type AdmissionService, type ApiKeyIdentity, type EngineAdapter, type GenerationInput, hashApiKey, systemClock } from '@weir/core';
 import { createEngine } from '@weir/engines';
 import { createGatewayApp, createGenerationPipeline, createLiveConfig, createMetricsObserver, createRevocations } from '@weir/gateway';
 import { createBatchedUsageSink } from '@weir/ledger';
@@ -78,7 +79,22 @@ defaults:
 `;
 }
 
-async function startWeir(upstream: string): Promise<(req: IncomingMessage, res: ServerResponse) => void> {
+/**
+ * Admission that admits everything at once with a tokens window (`--admission stub`): the
+ * request path's cost without admission's, which budget leases make an in-memory decision
+ * (ADR 0002) that is not this harness's to measure.
+ */
+function stubAdmission(): AdmissionService {
+  let n = 0;
+  const rateLimits = { tokens: { limit: 100_000_000_000, remaining: 99_999_999_000, resetMs: 1 } };
+  return {
+    reserve: () => Promise.resolve({ ok: true, reservationId: `r${++n}`, rateLimits }),
+    settle: () => Promise.resolve(),
+    release: () => Promise.resolve(),
+  };
+}
+
+async function startWeir(upstream: string, admissionKind: string): Promise<(req: IncomingMessage, res: ServerResponse) => void> {
   const config = parseConfig(hotPathConfigYaml(upstream), 'hot-path.yaml');
   const logger = createLogger({ name: 'weir', level: 'info' });
   const telemetry = createTelemetry({ serviceName: 'weir-hot-path' });
@@ -87,7 +103,7 @@ async function startWeir(upstream: string): Promise<(req: IncomingMessage, res: 
   const replicaId = `${revision.id}/0`;
   // The usage ledger's batching as the all-in-one runs it; the batch goes nowhere.
   const usageSink = createBatchedUsageSink({ insertMany: async () => {} }, { logger });
-  const admission = createAdmission(
+  const admission: AdmissionService = admissionKind === 'stub' ? stubAdmission() : createAdmission(
     { tenants: config.tenants },
     {
       store: createInMemoryAdmissionStore(),
@@ -169,9 +185,9 @@ function startBare(upstream: string): (req: IncomingMessage, res: ServerResponse
 }
 
 async function main(): Promise<void> {
-  const [kind, upstream] = process.argv.slice(2);
+  const [kind, upstream, admission = 'memory'] = process.argv.slice(2);
   if ((kind !== 'weir' && kind !== 'bare') || !upstream) throw new Error('usage: hot-path-server.ts <weir|bare> <upstream origin>');
-  const handler = kind === 'weir' ? await startWeir(upstream) : startBare(upstream);
+  const handler = kind === 'weir' ? await startWeir(upstream, admission) : startBare(upstream);
   const server = createServer(handler);
   server.keepAliveTimeout = 65_000;
   server.requestTimeout = 0;

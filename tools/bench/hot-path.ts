@@ -6,7 +6,7 @@
  *
  *   node --import tsx tools/bench/hot-path.ts [--seconds 3] [--warmup-seconds 1]
  *        [--concurrency 1,16,64] [--modes non-stream,stream] [--targets direct,bare,weir]
- *        [--tokens 50] [--profile] [--tsx] [--out FILE.md]
+ *        [--tokens 50] [--admission memory|stub] [--repeat N] [--profile] [--tsx] [--out FILE.md]
  *
  * - The mock upstream (`mock-upstream.ts`, `--tokens` tokens of `"tok "`, default 50 as in
  *   the speed probe, zero delay) and the load generator (`load.ts`: a closed loop of `c`
@@ -51,6 +51,10 @@ const TARGETS = (value('--targets') ?? 'direct,bare,weir').split(',') as Target[
 const TOKENS = Number(value('--tokens') ?? 50);
 const PROFILE = argv.includes('--profile');
 const TSX = argv.includes('--tsx');
+/** Windows per cell; the table keeps the one with the least CPU per request (direct: the lowest p50). */
+const REPEAT = Math.max(1, Number(value('--repeat') ?? 1));
+/** `memory` (default): admission on the in-memory store; `stub`: admits at once (the path without admission's cost). */
+const ADMISSION = value('--admission') ?? 'memory';
 const STAMP = new Date().toISOString().slice(0, 16).replace(/[:T]/g, '-');
 const OUT = value('--out') ?? path.join(__dirname, 'results', `${STAMP}-hot-path.md`);
 const LOAD_CPU = 0;
@@ -99,7 +103,7 @@ async function buildServer(): Promise<string> {
 
 async function startServer(kind: 'weir' | 'bare', upstream: string, script: string | undefined): Promise<Server> {
   const taskset = tasksetPath();
-  const child = fork(script ?? path.join(__dirname, 'hot-path-server.ts'), [kind, upstream], {
+  const child = fork(script ?? path.join(__dirname, 'hot-path-server.ts'), [kind, upstream, ADMISSION], {
     execArgv: script ? ['--expose-gc'] : ['--import', 'tsx', '--expose-gc'],
     stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
     env: { ...process.env, NODE_OPTIONS: '', TSX_TSCONFIG_PATH: path.join(__dirname, '..', '..', 'tsconfig.json') },
@@ -211,39 +215,46 @@ async function main(): Promise<void> {
   for (const mode of MODES) {
     for (const c of CONCURRENCIES) {
       for (const t of TARGETS) {
-        const server = servers.get(t);
-        let cpuStart = 0;
-        let cpuEnd = 0;
-        const profileFile = PROFILE && t === 'weir' ? path.join(profileDir, `${mode}-c${c}.cpuprofile`) : undefined;
-        const load = await runLoad(targetOf(t), {
-          stream: mode === 'stream',
-          concurrency: c,
-          warmupMs: WARMUP_SECONDS * 1000,
-          measureMs: SECONDS * 1000,
-          maxRequests: 2e6,
-          maxTokens: MAX_TOKENS,
-          expectCompletionTokens: TOKENS,
-          onMeasureStart: async () => {
-            if (!server) return;
-            if (profileFile) await server.request({ cmd: 'profile-start' }, 'profiling');
-            cpuStart = await cpuOf(server);
-          },
-          onMeasureEnd: async () => {
-            if (!server) return;
-            // Let batched work (the usage sink's flush timer) land inside the window.
-            await new Promise((r) => setTimeout(r, 100));
-            cpuEnd = await cpuOf(server);
-            if (profileFile) {
-              await server.request({ cmd: 'profile-stop', file: profileFile }, 'profiled');
-              if (script) attributeBundle(profileFile, script);
-            }
-          },
-        });
-        const cell: Cell = { target: t, mode, c, load, ...(server ? { cpuUsPerRequest: (cpuEnd - cpuStart) / Math.max(1, load.completedInWindow) } : {}), ...(profileFile ? { profile: profileFile } : {}) };
-        cells.push(cell);
-        process.stderr.write(
-          `${mode.padEnd(10)} c=${String(c).padEnd(3)} ${t.padEnd(6)} ${load.rps.toFixed(0).padStart(6)} req/s  ${cell.cpuUsPerRequest !== undefined ? `${cell.cpuUsPerRequest.toFixed(0).padStart(6)} µs CPU/req` : '                 '}  p50 ${load.latency.p50.toFixed(3)} ms  errors ${load.errors}${load.firstError ? ` (${load.firstError.slice(0, 120)})` : ''}\n`,
-        );
+        let best: Cell | undefined;
+        for (let round = 0; round < REPEAT; round++) {
+          const server = servers.get(t);
+          let cpuStart = 0;
+          let cpuEnd = 0;
+          const profileFile = PROFILE && t === 'weir' && round === 0 ? path.join(profileDir, `${mode}-c${c}.cpuprofile`) : undefined;
+          const load = await runLoad(targetOf(t), {
+            stream: mode === 'stream',
+            concurrency: c,
+            warmupMs: round === 0 ? WARMUP_SECONDS * 1000 : 300,
+            measureMs: SECONDS * 1000,
+            maxRequests: 2e6,
+            maxTokens: MAX_TOKENS,
+            expectCompletionTokens: TOKENS,
+            onMeasureStart: async () => {
+              if (!server) return;
+              if (profileFile) await server.request({ cmd: 'profile-start' }, 'profiling');
+              cpuStart = await cpuOf(server);
+            },
+            onMeasureEnd: async () => {
+              if (!server) return;
+              // Let batched work (the usage sink's flush timer) land inside the window.
+              await new Promise((r) => setTimeout(r, 100));
+              cpuEnd = await cpuOf(server);
+              if (profileFile) {
+                await server.request({ cmd: 'profile-stop', file: profileFile }, 'profiled');
+                if (script) attributeBundle(profileFile, script);
+              }
+            },
+          });
+          const cell: Cell = { target: t, mode, c, load, ...(server ? { cpuUsPerRequest: (cpuEnd - cpuStart) / Math.max(1, load.completedInWindow) } : {}), ...(profileFile ? { profile: profileFile } : {}) };
+          // Other users of a shared machine only ever add CPU time (cache and hypervisor
+          // contention): the least of the rounds is the best estimate of the path's own cost.
+          const better = (a: Cell, b: Cell) => (a.cpuUsPerRequest !== undefined && b.cpuUsPerRequest !== undefined ? a.cpuUsPerRequest < b.cpuUsPerRequest : a.load.latency.p50 < b.load.latency.p50);
+          if (!best || better(cell, best)) best = { ...cell, ...(best?.profile ? { profile: best.profile } : {}) };
+          process.stderr.write(
+            `${mode.padEnd(10)} c=${String(c).padEnd(3)} ${t.padEnd(6)} ${load.rps.toFixed(0).padStart(6)} req/s  ${cell.cpuUsPerRequest !== undefined ? `${cell.cpuUsPerRequest.toFixed(0).padStart(6)} µs CPU/req` : '                 '}  p50 ${load.latency.p50.toFixed(3)} ms  errors ${load.errors}${load.firstError ? ` (${load.firstError.slice(0, 120)})` : ''}\n`,
+          );
+        }
+        cells.push(best as Cell);
       }
     }
   }
@@ -261,7 +272,7 @@ async function main(): Promise<void> {
   const lines: string[] = [
     `# Hot path: ${new Date().toISOString()} (commit ${rev})`,
     '',
-    `${TOKENS}-token answers, ${SECONDS} s windows after ${WARMUP_SECONDS} s of warm-up; load generator and mock on CPU 0, each server on CPU 1${pinned ? '' : ' (NOT pinned: no taskset)'}. ` +
+    `${REPEAT > 1 ? `Each cell: the least CPU per request of ${REPEAT} windows (direct: the lowest p50). ` : ''}Admission: ${ADMISSION === 'stub' ? 'a stub that admits at once (the path without admission)' : 'the in-memory store'}. ${TOKENS}-token answers, ${SECONDS} s windows after ${WARMUP_SECONDS} s of warm-up; load generator and mock on CPU 0, each server on CPU 1${pinned ? '' : ' (NOT pinned: no taskset)'}. ` +
       'CPU per request = the server process\'s `process.cpuUsage()` over the window ÷ requests completed. Δp50 = p50 through the server − p50 direct.',
     '',
     '| mode | c | target | req/s | CPU µs/req | × bare | p50 ms | Δp50 ms | p99 ms | TTFT p50 ms | ΔTTFT p50 ms | errors |',

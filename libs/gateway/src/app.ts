@@ -33,6 +33,8 @@ import {
 import {
   SSE_DONE,
   accumulateToolCalls,
+  contentChunkJson,
+  formatSseJson,
   chatCompletion,
   chatCompletionChunk,
   formatSseEvent,
@@ -872,14 +874,20 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     // and failures before any output are still HTTP errors the SDKs can retry.
     const events = await firstEventOrThrow(g.transcript.follow(0));
     const sse = openSse(res, { heartbeatMs: defaults.sseHeartbeatMs });
-    const send = (chunk: unknown) => sse.write(formatSseEvent({ data: JSON.stringify(chunk) }));
+    const send = (chunk: unknown) => sse.write(formatSseJson(JSON.stringify(chunk)));
+    // A text delta's chunk: its JSON around the text is built once for the response.
+    const contentChunk = contentChunkJson(meta, kind);
     if (kind === 'chat') await send(chatCompletionChunk(meta, { delta: { role: 'assistant', content: '' }, finishReason: null }));
     for await (const ev of events) {
       if (ev.type === 'delta') {
         const toolCalls = kind === 'chat' && ev.toolCalls ? toOpenAiToolCallChunks(ev.toolCalls) : undefined;
+        if (!toolCalls) {
+          await sse.write(formatSseJson(contentChunk(ev.text)));
+          continue;
+        }
         // A delta of tool calls only has no `content`, as OpenAI streams it.
-        const delta = toolCalls ? { ...(ev.text !== '' ? { content: ev.text } : {}), tool_calls: toolCalls } : { content: ev.text };
-        await send(kind === 'chat' ? chatCompletionChunk(meta, { delta, finishReason: null }) : textCompletionChunk(meta, { text: ev.text, finishReason: null }));
+        const delta = { ...(ev.text !== '' ? { content: ev.text } : {}), tool_calls: toolCalls };
+        await send(chatCompletionChunk(meta, { delta, finishReason: null }));
         continue;
       }
       const o = ev.outcome;
