@@ -606,13 +606,8 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
       sse.end();
       return;
     }
-    let text = '';
-    let outcome: GenerationOutcome | undefined;
-    for await (const ev of g.transcript.follow(0)) {
-      if (ev.type === 'delta') text += ev.text;
-      else outcome = ev.outcome;
-    }
-    if (!outcome) throw new WeirError('internal', 'the generation ended without an outcome');
+    const outcome = await g.transcript.ended();
+    const text = g.transcript.text();
     if (outcome.finishReason === 'error' && outcome.usage.outputTokens === 0) throw outcomeError(outcome);
     if (g.endedInQueue && outcome.finishReason === 'deadline') throw deadlineInQueue();
     answeredBy(res, outcome);
@@ -848,16 +843,10 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     const meta: OpenAiResponseMeta = { id: `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${g.generationId.slice(4)}`, created: g.createdS, model };
     const weir = (o: GenerationOutcome) => ({ finish_reason: o.finishReason, model_revision: o.modelRevision, ...(o.fallback ? { fallback_reason: o.fallback.reason } : {}) });
     if (!stream) {
-      let text = '';
-      const toolCallDeltas: ToolCallDelta[][] = [];
-      let outcome: GenerationOutcome | undefined;
-      for await (const ev of g.transcript.follow(0)) {
-        if (ev.type === 'delta') {
-          text += ev.text;
-          if (ev.toolCalls) toolCallDeltas.push(ev.toolCalls);
-        } else outcome = ev.outcome;
-      }
-      if (!outcome) throw new WeirError('internal', 'the generation ended without an outcome');
+      // The whole answer: wait for the end, then read the transcript once.
+      const outcome = await g.transcript.ended();
+      const text = g.transcript.text();
+      const toolCallDeltas = g.transcript.deltaToolCalls.filter((c): c is ToolCallDelta[] => c !== null);
       if (outcome.finishReason === 'error') throw outcomeError(outcome);
       answeredBy(res, outcome);
       const finish = toOpenAiFinishReason(outcome.finishReason);

@@ -156,14 +156,8 @@ function unconstrainedBecause(r: RevisionSpec): string | undefined {
 
 /** Reads a whole generation: its text and outcome. */
 async function collect(g: ResponsesAnswer): Promise<{ text: string; outcome: GenerationOutcome }> {
-  let text = '';
-  let outcome: GenerationOutcome | undefined;
-  for await (const ev of g.transcript.follow(0)) {
-    if (ev.type === 'delta') text += ev.text;
-    else outcome = ev.outcome;
-  }
-  if (!outcome) throw new WeirError('internal', 'the generation ended without an outcome');
-  return { text, outcome };
+  const outcome = await g.transcript.ended();
+  return { text: g.transcript.text(), outcome };
 }
 
 /** The error an ended generation is answered with; `output_invalid` tells SDKs not to retry (a retry is billed again). */

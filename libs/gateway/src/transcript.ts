@@ -30,6 +30,13 @@ export interface Transcript {
   /** Ends it (first call wins). */
   end(outcome: GenerationOutcome): void;
   /**
+   * Resolves with the outcome once it ended (at once when it has): what a reader that wants the
+   * whole answer awaits, instead of following every delta.
+   */
+  ended(): Promise<GenerationOutcome>;
+  /** The text of every delta so far, joined. */
+  text(): string;
+  /**
    * Deltas from index `from` (0-based) and then the end, waiting for live ones. Each call is
    * an independent reader. Stops early (without the end) when `signal` fires.
    */
@@ -47,6 +54,8 @@ export function createTranscript(finished?: { deltas: readonly string[]; deltaTo
   let outcome: GenerationOutcome | undefined = finished?.outcome;
   let size = deltas.reduce((n, d) => n + d.length, 0);
   let waiters: (() => void)[] = [];
+  let whenEnded: Promise<GenerationOutcome> | undefined;
+  let resolveEnded: ((o: GenerationOutcome) => void) | undefined;
   const wake = () => {
     const w = waiters;
     waiters = [];
@@ -81,7 +90,16 @@ export function createTranscript(finished?: { deltas: readonly string[]; deltaTo
     end(o) {
       if (outcome) return;
       outcome = o;
+      resolveEnded?.(o);
       wake();
+    },
+    ended() {
+      if (outcome) return Promise.resolve(outcome);
+      whenEnded ??= new Promise<GenerationOutcome>((resolve) => (resolveEnded = resolve));
+      return whenEnded;
+    },
+    text() {
+      return deltas.length === 1 ? deltas[0] : deltas.join('');
     },
     follow(from = 0, signal) {
       return {

@@ -108,7 +108,7 @@ export function createOpenAICompatibleEngine(
   const tokenizer: TextTokenizer | undefined = deps.countTokens ? functionTokenizer(deps.countTokens) : declaredTokenizer(spec);
   const base = spec.baseUrl.replace(/\/+$/, '');
   const target = new URL(`${base}/${spec.api === 'completions' ? 'completions' : 'chat/completions'}`);
-  const inFlight = new Set<AbortController>();
+  const inFlight = new Set<Cutter>();
 
   // The input as the upstream receives it: text becomes one user message on the chat API;
   // chat messages are joined with newlines on the completions API.
@@ -175,8 +175,18 @@ export function createOpenAICompatibleEngine(
     if (spec.api === 'completions' && request.tools && request.tools.length > 0) {
       throw new WeirError('invalid_request', 'tools need the chat API: this revision calls its upstream on /completions, which has no tool calls', { param: 'tools' });
     }
-    const controller = new AbortController();
-    inFlight.add(controller);
+    // What cuts the call (the request's signal, a timeout, close()): the first reason wins. A
+    // plain object rather than an AbortController — nothing listens to it but the call.
+    let call: UpstreamCall | undefined;
+    let cutReason: Error | undefined;
+    const cutter: Cutter = {
+      abort(reason) {
+        if (cutReason) return;
+        cutReason = reason instanceof Error ? reason : new Error('upstream call aborted');
+        call?.abort(cutReason);
+      },
+    };
+    inFlight.add(cutter);
     // Set once the response is streaming: an abort then asks a Weir engine to stop and end
     // the stream with its own final usage, instead of cutting the connection.
     let streaming = false;
@@ -184,15 +194,15 @@ export function createOpenAICompatibleEngine(
     const graceful = (): boolean => spec.gracefulStop === true && streaming;
     const onAbort = (): void => {
       if (!graceful()) {
-        controller.abort(request.signal.reason);
+        cutter.abort(request.signal.reason);
         return;
       }
       requestStop(request.generationId);
-      stopTimer = setTimeout(() => controller.abort(new Error('upstream did not stop in time')), GRACEFUL_STOP_TIMEOUT_MS);
+      stopTimer = setTimeout(() => cutter.abort(new Error('upstream did not stop in time')), GRACEFUL_STOP_TIMEOUT_MS);
     };
     request.signal.addEventListener('abort', onAbort, { once: true });
 
-    const watchdog = createStreamWatchdog(controller);
+    const watchdog = createStreamWatchdog(cutter);
 
     let outputText = '';
     let deltas = 0;
@@ -200,10 +210,6 @@ export function createOpenAICompatibleEngine(
     let finishReason: string | undefined;
     let reported: TokenUsage | undefined;
     let doneSeen = false;
-    let call: UpstreamCall | undefined;
-    // The controller (the request's signal, a timeout, close()) cuts the call.
-    const cut = (): void => call?.abort(controller.signal.reason instanceof Error ? controller.signal.reason : new Error('upstream call aborted'));
-    controller.signal.addEventListener('abort', cut, { once: true });
 
     // Weir's count of a stream the upstream did not report: the revision's tokenizer over the
     // prompt and every piece of text received (`counted`), else the content deltas and the
@@ -277,6 +283,7 @@ export function createOpenAICompatibleEngine(
       }
       watchdog.arm('first', spec.firstTokenTimeoutMs);
       call = startUpstreamCall({ url: target, method: 'POST', headers: buildHeaders(request), body: JSON.stringify(buildBody(request)), dispatcher: deps.dispatcher });
+      if (cutReason) call.abort(cutReason);
       let head: UpstreamHead;
       try {
         head = await call.head;
@@ -410,11 +417,10 @@ export function createOpenAICompatibleEngine(
       watchdog.clear();
       if (stopTimer) clearTimeout(stopTimer);
       request.signal.removeEventListener('abort', onAbort);
-      controller.signal.removeEventListener('abort', cut);
-      inFlight.delete(controller);
+      inFlight.delete(cutter);
       // Cut the HTTP call only if the upstream has not finished sending (after `[DONE]` the rest
       // of the body is normally already in, and the connection goes back to its pool).
-      if (call && !call.complete) call.abort(controller.signal.reason instanceof Error ? controller.signal.reason : new Error('generation ended before the upstream response'));
+      if (call && !call.complete) call.abort(cutReason ?? new Error('generation ended before the upstream response'));
     }
   }
 
@@ -424,9 +430,14 @@ export function createOpenAICompatibleEngine(
     countInputTokens,
     generate,
     async close() {
-      for (const controller of inFlight) controller.abort(new Error('engine closed'));
+      for (const cutter of inFlight) cutter.abort(new Error('engine closed'));
     },
   };
+}
+
+/** Cuts one upstream call (what the watchdog and `close()` call). */
+interface Cutter {
+  abort(reason?: unknown): void;
 }
 
 /** What one upstream chunk carries for choice 0. */
