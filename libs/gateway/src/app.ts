@@ -57,7 +57,7 @@ import { createGenerationRegistry, type GenerationRegistry, type GenerationRegis
 import { createMemoryIdempotencyStore, requestBodySha256 } from './idempotency';
 import { AdmissionRejectedError, type GenerationPipeline, type ParamNames } from './pipeline';
 import { rateLimitHeaders } from './rate-limit-headers';
-import { createTranscript, pumpInto, type Transcript, type TranscriptEvent } from './transcript';
+import { createTranscript, firstEventOrThrow as waitFirstEvent, pumpInto, readTranscript, type Transcript, type TranscriptEvent } from './transcript';
 import { chatCompletionsBody, completionsBody, generationsBody, parseBody, priorityOf, toChatInput, toStopList, useCaseOf } from './schemas';
 import { type ChatTools, chatToolsOf, refuseIncapableRoutes, toolsCheck } from './tools';
 import { usageHandler } from './usage-route';
@@ -600,9 +600,9 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
 
     if (body.stream) {
       // A failure before any output (a relay or engine that is down) is an HTTP error, not a 200 stream.
-      const events = await firstEventOrThrow(g.transcript.follow(0));
+      await waitFirstEvent(g.transcript, outcomeError);
       const sse = openSse(res, { heartbeatMs: defaults.sseHeartbeatMs });
-      await writeWeirStream(sse, g, events, 0);
+      await writeWeirStream(sse, g, 0);
       sse.end();
       return;
     }
@@ -625,17 +625,14 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
    * id 1, delta `i` is id `i + 2`, `end` is id `deltas + 2`. `events` must begin at delta
    * index `max(0, lastEventId - 1)`.
    */
-  async function writeWeirStream(sse: SseWriter, g: Answer, events: AsyncIterable<TranscriptEvent>, lastEventId: number) {
+  async function writeWeirStream(sse: SseWriter, g: Answer, lastEventId: number, signal?: AbortSignal) {
     const send = (id: number, event: string, data: unknown) => sse.write(formatSseEvent({ id, event, data: JSON.stringify(data) }));
     if (lastEventId < 1) await send(1, 'start', { generation_id: g.generationId, request_id: g.requestId, model_revision: g.modelRevision });
-    let ended = 0;
-    for await (const ev of events) {
-      if (ev.type === 'delta') await send(ev.index + 2, 'delta', { text: ev.text });
-      else {
-        ended = g.transcript.deltas.length + 2;
-        if (ended > lastEventId) await send(ended, 'end', weirEndData(ev.outcome));
-      }
-    }
+    const t = g.transcript;
+    const outcome = await readTranscript(t, Math.max(0, lastEventId - 1), (i) => send(i + 2, 'delta', { text: t.deltas[i] }), signal);
+    if (!outcome) return;
+    const ended = t.deltas.length + 2;
+    if (ended > lastEventId) await send(ended, 'end', weirEndData(outcome));
   }
 
   get('/v1/generations/:id/events', async (req, res) => {
@@ -666,7 +663,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     const gone = new AbortController();
     res.on('close', () => gone.abort());
     const sse = openSse(res, { heartbeatMs: defaults.sseHeartbeatMs });
-    await writeWeirStream(sse, g, g.transcript.follow(Math.max(0, lastEventId - 1), gone.signal), lastEventId);
+    await writeWeirStream(sse, g, lastEventId, gone.signal);
     sse.end();
   });
 
@@ -756,7 +753,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     await answerOpenAi(res, g, body.model, 'text', body.stream === true, body.stream_options?.include_usage === true);
   });
 
-  registerResponsesRoute({ post, begin, router: deps.router, sseHeartbeatMs: defaults.sseHeartbeatMs, firstEventOrThrow, answeredBy, outcomeError, deadlineOrCancel, generationsKey, idempotencyKeyHeader, sampling });
+  registerResponsesRoute({ post, begin, router: deps.router, sseHeartbeatMs: defaults.sseHeartbeatMs, firstEventOrThrow: followFromFirstEvent, answeredBy, outcomeError, deadlineOrCancel, generationsKey, idempotencyKeyHeader, sampling });
 
   /** A `/v1/models` entry: OpenAI's fields, plus `deprecation` while the caller's revisions for the alias count down. */
   const modelEntry = (caller: Caller, alias: AliasSpec) => {
@@ -861,36 +858,34 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     }
     // Headers go out only once a slot is held and the first event is in, so queue rejections
     // and failures before any output are still HTTP errors the SDKs can retry.
-    const events = await firstEventOrThrow(g.transcript.follow(0));
+    await waitFirstEvent(g.transcript, outcomeError);
     const sse = openSse(res, { heartbeatMs: defaults.sseHeartbeatMs });
     const send = (chunk: unknown) => sse.write(formatSseJson(JSON.stringify(chunk)));
     // A text delta's chunk: its JSON around the text is built once for the response.
     const contentChunk = contentChunkJson(meta, kind);
     if (kind === 'chat') await send(chatCompletionChunk(meta, { delta: { role: 'assistant', content: '' }, finishReason: null }));
-    for await (const ev of events) {
-      if (ev.type === 'delta') {
-        const toolCalls = kind === 'chat' && ev.toolCalls ? toOpenAiToolCallChunks(ev.toolCalls) : undefined;
-        if (!toolCalls) {
-          await sse.write(formatSseJson(contentChunk(ev.text)));
-          continue;
-        }
-        // A delta of tool calls only has no `content`, as OpenAI streams it.
-        const delta = { ...(ev.text !== '' ? { content: ev.text } : {}), tool_calls: toolCalls };
-        await send(chatCompletionChunk(meta, { delta, finishReason: null }));
-        continue;
-      }
-      const o = ev.outcome;
+    const t = g.transcript;
+    const outcome = await readTranscript(t, 0, (i) => {
+      const calls = kind === 'chat' ? t.deltaToolCalls[i] : undefined;
+      if (!calls) return sse.write(formatSseJson(contentChunk(t.deltas[i])));
+      // A delta of tool calls only has no `content`, as OpenAI streams it.
+      const text = t.deltas[i];
+      const delta = { ...(text !== '' ? { content: text } : {}), tool_calls: toOpenAiToolCallChunks(calls) };
+      return send(chatCompletionChunk(meta, { delta, finishReason: null }));
+    });
+    /** The end of the stream: an in-band error, or the finish chunk, the usage chunk and [DONE]. */
+    const writeEnd = async (o: GenerationOutcome) => {
       if (o.finishReason === 'error') {
         // After the headers, an error can only be reported in-band (CONVENTIONS.md §1).
         const code = asCode(o.error?.code ?? 'internal');
         await send(openAiError(o.error?.message ?? 'the generation failed', HTTP_ERRORS[code].type, code));
-        break;
+        return;
       }
       if (o.finishReason === 'cancelled') {
         // Cancelled through the API while this client still reads: OpenAI has no finish reason
         // for it, and `stop` would pass a cut answer off as whole, so it ends in-band as an error.
         await send(openAiError('The generation was cancelled (POST /v1/generations/{id}/cancel); the answer is incomplete.', 'invalid_request_error', 'cancelled'));
-        break;
+        return;
       }
       const finish = toOpenAiFinishReason(o.finishReason);
       await send(
@@ -903,7 +898,8 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
         await send(kind === 'chat' ? chatCompletionChunk(meta, null, { usage }) : textCompletionChunk(meta, null, { usage }));
       }
       await sse.write(SSE_DONE);
-    }
+    };
+    if (outcome) await writeEnd(outcome);
     sse.end();
   }
 
@@ -999,7 +995,7 @@ function describeRecord(r: UsageRecord) {
  * Waits for a generation's first event. A failure before any output throws its Weir error
  * (so the route answers with an HTTP status); otherwise returns every event, first included.
  */
-async function firstEventOrThrow(events: AsyncIterable<TranscriptEvent>): Promise<AsyncIterable<TranscriptEvent>> {
+async function followFromFirstEvent(events: AsyncIterable<TranscriptEvent>): Promise<AsyncIterable<TranscriptEvent>> {
   const it = events[Symbol.asyncIterator]();
   const first = await it.next();
   if (!first.done && first.value.type === 'end' && first.value.outcome.finishReason === 'error' && first.value.outcome.usage.outputTokens === 0) {

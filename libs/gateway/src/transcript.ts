@@ -37,6 +37,12 @@ export interface Transcript {
   /** The text of every delta so far, joined. */
   text(): string;
   /**
+   * Resolves once there are more than `from` deltas or the transcript ended (at once if so),
+   * or `signal` fired. Waiters are woken once per event-loop turn, after the turn's promise
+   * jobs ran, so a reader takes all of a turn's deltas in one wake (see {@link readTranscript}).
+   */
+  changed(from: number, signal?: AbortSignal): Promise<void>;
+  /**
    * Deltas from index `from` (0-based) and then the end, waiting for live ones. Each call is
    * an independent reader. Stops early (without the end) when `signal` fires.
    */
@@ -56,10 +62,20 @@ export function createTranscript(finished?: { deltas: readonly string[]; deltaTo
   let waiters: (() => void)[] = [];
   let whenEnded: Promise<GenerationOutcome> | undefined;
   let resolveEnded: ((o: GenerationOutcome) => void) | undefined;
-  const wake = () => {
+  // Readers are woken once per turn: a tick queued from a promise job runs after every promise
+  // job of the turn (the pump appends the deltas of one upstream read in such a chain).
+  let wakeQueued = false;
+  const wakeNow = () => {
+    wakeQueued = false;
     const w = waiters;
     waiters = [];
     for (const f of w) f();
+  };
+  const wakeAtTurnEnd = () => process.nextTick(wakeNow);
+  const wake = () => {
+    if (wakeQueued || waiters.length === 0) return;
+    wakeQueued = true;
+    queueMicrotask(wakeAtTurnEnd);
   };
 
   const transcript: Transcript = {
@@ -101,6 +117,17 @@ export function createTranscript(finished?: { deltas: readonly string[]; deltaTo
     text() {
       return deltas.length === 1 ? deltas[0] : deltas.join('');
     },
+    changed(from, signal) {
+      if (deltas.length > from || outcome || signal?.aborted) return Promise.resolve();
+      return new Promise<void>((resolve) => {
+        const done = () => {
+          signal?.removeEventListener('abort', done);
+          resolve();
+        };
+        waiters.push(done);
+        signal?.addEventListener('abort', done, { once: true });
+      });
+    },
     follow(from = 0, signal) {
       return {
         async *[Symbol.asyncIterator]() {
@@ -117,14 +144,7 @@ export function createTranscript(finished?: { deltas: readonly string[]; deltaTo
               yield { type: 'end', outcome };
               return;
             }
-            await new Promise<void>((resolve) => {
-              const done = () => {
-                signal?.removeEventListener('abort', done);
-                resolve();
-              };
-              waiters.push(done);
-              signal?.addEventListener('abort', done, { once: true });
-            });
+            await transcript.changed(i, signal);
           }
         },
       };
@@ -142,6 +162,41 @@ export function createTranscript(finished?: { deltas: readonly string[]; deltaTo
     },
   };
   return transcript;
+}
+
+/**
+ * Reads a transcript from delta `from` (0-based) to its end in batches: `each(i)` for every
+ * delta `i` in order (awaited when it returns a promise: backpressure), one wait per turn
+ * rather than per delta. Resolves with the outcome, or undefined when `signal` fired first.
+ */
+export async function readTranscript(
+  transcript: Transcript,
+  from: number,
+  each: (index: number) => Promise<void> | undefined | void,
+  signal?: AbortSignal,
+): Promise<GenerationOutcome | undefined> {
+  let i = Math.max(0, from);
+  for (;;) {
+    if (signal?.aborted) return undefined;
+    while (i < transcript.deltas.length) {
+      const pending = each(i++);
+      if (pending) await pending;
+    }
+    const outcome = transcript.outcome;
+    if (outcome && i >= transcript.deltas.length) return outcome;
+    if (i >= transcript.deltas.length) await transcript.changed(i, signal);
+  }
+}
+
+/**
+ * Waits for a transcript's first event. A generation that failed before any output (its first
+ * event is an end with an error and no output tokens) throws `error(outcome)`, so the route
+ * answers with an HTTP status rather than a 200 stream.
+ */
+export async function firstEventOrThrow(transcript: Transcript, error: (o: GenerationOutcome) => Error): Promise<void> {
+  if (transcript.deltas.length === 0 && !transcript.outcome) await transcript.changed(0);
+  const o = transcript.outcome;
+  if (transcript.deltas.length === 0 && o && o.finishReason === 'error' && o.usage.outputTokens === 0) throw error(o);
 }
 
 /**

@@ -216,7 +216,7 @@ export function createRelay(deps: RelayDeps): Relay {
               // A delta may carry text, tool-call fragments, or both; one with neither is dropped.
               const toolCalls = ev.toolCalls !== undefined && ev.toolCalls.length > 0 ? ev.toolCalls : undefined;
               if (ev.text.length > 0 || toolCalls) {
-                queue.push({ type: 'delta', text: ev.text, tokens: ev.tokens, ...(toolCalls ? { toolCalls } : {}) });
+                queue.push(toolCalls ? { type: 'delta', text: ev.text, tokens: ev.tokens, toolCalls } : { type: 'delta', text: ev.text, tokens: ev.tokens });
                 if (retained) {
                   retained.deltas.push(ev.text);
                   retained.toolCalls.push(toolCalls ?? null);
