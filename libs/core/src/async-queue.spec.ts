@@ -1,4 +1,4 @@
-import { createAsyncQueue } from './async-queue';
+import { createAsyncQueue, forEachBatch } from './async-queue';
 
 describe('createAsyncQueue', () => {
   it('hands items to a waiting consumer in order, then ends', async () => {
@@ -32,5 +32,50 @@ describe('createAsyncQueue', () => {
     await expect((async () => {
       for await (const _ of q) void _;
     })()).rejects.toThrow('one consumer');
+  });
+
+  it('hands a batch consumer everything pushed in one chain of promise jobs in one batch, then undefined at the end', async () => {
+    const q = createAsyncQueue<number>();
+    const batches: number[][] = [];
+    const consumer = (async () => {
+      for (let b = await q.nextBatch(); b !== undefined; b = await q.nextBatch()) batches.push([...b]);
+    })();
+    // A producer pushing from promise jobs, one per item (as an engine's deltas arrive).
+    await (async () => {
+      for (let i = 0; i < 5; i++) {
+        q.push(i);
+        await Promise.resolve();
+      }
+    })();
+    await new Promise((r) => setImmediate(r));
+    q.push(5);
+    q.end();
+    await consumer;
+    expect(batches).toEqual([[0, 1, 2, 3, 4], [5]]);
+  });
+
+  it('rejects a batch consumer after the queued items when failed', async () => {
+    const q = createAsyncQueue<string>();
+    q.push('a');
+    q.fail(new Error('boom'));
+    await expect(q.nextBatch()).resolves.toEqual(['a']);
+    await expect(q.nextBatch()).rejects.toThrow('boom');
+  });
+
+  it('forEachBatch reads a batched queue in batches and any other iterable item by item', async () => {
+    const q = createAsyncQueue<number>();
+    q.push(1);
+    q.push(2);
+    q.end();
+    const fromQueue: number[][] = [];
+    await forEachBatch(q, (b) => fromQueue.push([...b]));
+    expect(fromQueue).toEqual([[1, 2]]);
+    async function* gen() {
+      yield 'x';
+      yield 'y';
+    }
+    const fromGen: string[][] = [];
+    await forEachBatch(gen(), (b) => fromGen.push([...b]));
+    expect(fromGen).toEqual([['x'], ['y']]);
   });
 });

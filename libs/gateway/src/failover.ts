@@ -37,6 +37,7 @@ import {
   type StopCause,
   type UpstreamAttempt,
   createAsyncQueue,
+  forEachBatch,
   retryDelayMs,
 } from '@weir/core';
 import type { Relay } from '@weir/streaming';
@@ -232,14 +233,17 @@ export function startWithFailover(request: FailoverRequest, deps: FailoverDeps):
       const handle = runAttempt(attempt, retryable);
       let firstTokenAt: number | undefined;
       let outcome: GenerationOutcome | undefined;
-      for await (const ev of handle.events) {
-        if (ev.type === 'delta') {
-          firstTokenAt ??= clock.now();
-          events.push(ev);
-        } else {
-          outcome = ev.outcome;
+      // The attempt's events, a turn's worth at a time (the relay's queue hands them over in batches).
+      await forEachBatch(handle.events, (batch) => {
+        for (const ev of batch) {
+          if (ev.type === 'delta') {
+            firstTokenAt ??= clock.now();
+            events.push(ev);
+          } else {
+            outcome = ev.outcome;
+          }
         }
-      }
+      });
       outcome ??= await handle.done;
       deps.onAttemptEnd(attempt, outcome);
       // The breaker judges a revision per request, not per replica: a failure a retry on another

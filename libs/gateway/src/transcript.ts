@@ -8,7 +8,7 @@
  * Weir's SSE event ids over a transcript (ARCHITECTURE.md §8): `start` is id 1, delta `i`
  * (0-based) is id `i + 2`, and `end` is id `deltas.length + 2`.
  */
-import type { GenerationOutcome, RelayEvent, ToolCallDelta } from '@weir/core';
+import { forEachBatch, type GenerationOutcome, type RelayEvent, type ToolCallDelta } from '@weir/core';
 
 /** An event read from a transcript, with its position. */
 export type TranscriptEvent =
@@ -215,13 +215,15 @@ export async function pumpInto(
 ): Promise<void> {
   let first = true;
   try {
-    for await (const ev of events) {
-      if (ev.type === 'delta') {
-        if (first) onFirstDelta?.();
-        first = false;
-        transcript.push(ev.text, ev.tokens, ev.toolCalls);
-      } else transcript.end(finalOutcome(ev.outcome));
-    }
+    await forEachBatch(events, (batch) => {
+      for (const ev of batch) {
+        if (ev.type === 'delta') {
+          if (first) onFirstDelta?.();
+          first = false;
+          transcript.push(ev.text, ev.tokens, ev.toolCalls);
+        } else transcript.end(finalOutcome(ev.outcome));
+      }
+    });
   } catch (err) {
     transcript.end(fallback(err));
   }
