@@ -6,7 +6,8 @@
  *
  *   node --import tsx tools/bench/hot-path.ts [--seconds 3] [--warmup-seconds 1]
  *        [--concurrency 1,16,64] [--modes non-stream,stream] [--targets direct,bare,weir]
- *        [--tokens 50] [--admission memory|stub] [--repeat N] [--profile] [--tsx] [--out FILE.md]
+ *        [--tokens 50] [--admission memory|stub] [--repeat N] [--node-args "FLAGS"] [--profile] [--tsx]
+ *        [--out FILE.md]
  *
  * - The mock upstream (`mock-upstream.ts`, `--tokens` tokens of `"tok "`, default 50 as in
  *   the speed probe, zero delay) and the load generator (`load.ts`: a closed loop of `c`
@@ -53,6 +54,8 @@ const PROFILE = argv.includes('--profile');
 const TSX = argv.includes('--tsx');
 /** Windows per cell; the table keeps the one with the least CPU per request (direct: the lowest p50). */
 const REPEAT = Math.max(1, Number(value('--repeat') ?? 1));
+/** Extra Node flags for the weir server (e.g. `--max-semi-space-size=32`), space-separated. */
+const NODE_ARGS = (value('--node-args') ?? '').split(' ').filter(Boolean);
 /** `memory` (default): admission on the in-memory store; `stub`: admits at once (the path without admission's cost). */
 const ADMISSION = value('--admission') ?? 'memory';
 const STAMP = new Date().toISOString().slice(0, 16).replace(/[:T]/g, '-');
@@ -104,7 +107,7 @@ async function buildServer(): Promise<string> {
 async function startServer(kind: 'weir' | 'bare', upstream: string, script: string | undefined): Promise<Server> {
   const taskset = tasksetPath();
   const child = fork(script ?? path.join(__dirname, 'hot-path-server.ts'), [kind, upstream, ADMISSION], {
-    execArgv: script ? ['--expose-gc'] : ['--import', 'tsx', '--expose-gc'],
+    execArgv: [...(script ? ['--expose-gc'] : ['--import', 'tsx', '--expose-gc']), ...(kind === 'weir' ? NODE_ARGS : [])],
     stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
     env: { ...process.env, NODE_OPTIONS: '', TSX_TSCONFIG_PATH: path.join(__dirname, '..', '..', 'tsconfig.json') },
   });
@@ -272,7 +275,7 @@ async function main(): Promise<void> {
   const lines: string[] = [
     `# Hot path: ${new Date().toISOString()} (commit ${rev})`,
     '',
-    `${REPEAT > 1 ? `Each cell: the least CPU per request of ${REPEAT} windows (direct: the lowest p50). ` : ''}Admission: ${ADMISSION === 'stub' ? 'a stub that admits at once (the path without admission)' : 'the in-memory store'}. ${TOKENS}-token answers, ${SECONDS} s windows after ${WARMUP_SECONDS} s of warm-up; load generator and mock on CPU 0, each server on CPU 1${pinned ? '' : ' (NOT pinned: no taskset)'}. ` +
+    `${NODE_ARGS.length > 0 ? `Weir's Node flags: \`${NODE_ARGS.join(' ')}\`. ` : ''}${REPEAT > 1 ? `Each cell: the least CPU per request of ${REPEAT} windows (direct: the lowest p50). ` : ''}Admission: ${ADMISSION === 'stub' ? 'a stub that admits at once (the path without admission)' : 'the in-memory store'}. ${TOKENS}-token answers, ${SECONDS} s windows after ${WARMUP_SECONDS} s of warm-up; load generator and mock on CPU 0, each server on CPU 1${pinned ? '' : ' (NOT pinned: no taskset)'}. ` +
       'CPU per request = the server process\'s `process.cpuUsage()` over the window ÷ requests completed. Δp50 = p50 through the server − p50 direct.',
     '',
     '| mode | c | target | req/s | CPU µs/req | × bare | p50 ms | Δp50 ms | p99 ms | TTFT p50 ms | ΔTTFT p50 ms | errors |',
