@@ -18,7 +18,9 @@
  * that admits everything at once). It sends `{type: 'ready', url}` once it
  * listens, and answers `{cmd: 'cpu'}` with `{type: 'cpu', user, system}` (µs, this process's
  * `process.cpuUsage()`), `{cmd: 'profile-start'}` / `{cmd: 'profile-stop', file}` (a V8 CPU
- * profile of exactly the window in between, written to `file`), `{cmd: 'heap'}` (used heap
+ * profile of exactly the window in between, written to `file`), `{cmd: 'alloc-start'}` /
+ * `{cmd: 'alloc-stop', file}` (a sampling heap profile of the allocations in between, collected
+ * ones included), `{cmd: 'heap'}` (used heap
  * after a full GC, when run with `--expose-gc`) and `{cmd: 'stop'}`.
  */
 import { writeFileSync } from 'node:fs';
@@ -216,6 +218,22 @@ async function main(): Promise<void> {
           (session as Session).disconnect();
           session = undefined;
           process.send?.({ type: 'profiled' });
+          return;
+        }
+        case 'alloc-start':
+          session = new Session();
+          session.connect();
+          await session.post('HeapProfiler.enable');
+          // Every 4 KiB allocated, on average: the allocation sites of the hot path by bytes.
+          await session.post('HeapProfiler.startSampling', { samplingInterval: 4096, includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: true });
+          process.send?.({ type: 'allocating' });
+          return;
+        case 'alloc-stop': {
+          const { profile } = await (session as Session).post('HeapProfiler.stopSampling');
+          writeFileSync(msg.file as string, JSON.stringify(profile));
+          (session as Session).disconnect();
+          session = undefined;
+          process.send?.({ type: 'allocated' });
           return;
         }
         case 'heap': {

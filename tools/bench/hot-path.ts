@@ -6,7 +6,7 @@
  *
  *   node --import tsx tools/bench/hot-path.ts [--seconds 3] [--warmup-seconds 1]
  *        [--concurrency 1,16,64] [--modes non-stream,stream] [--targets direct,bare,weir]
- *        [--tokens 50] [--admission memory|stub] [--repeat N] [--node-args "FLAGS"] [--profile] [--tsx]
+ *        [--tokens 50] [--admission memory|stub] [--repeat N] [--node-args "FLAGS"] [--profile] [--alloc] [--tsx]
  *        [--out FILE.md]
  *
  * - The mock upstream (`mock-upstream.ts`, `--tokens` tokens of `"tok "`, default 50 as in
@@ -52,6 +52,8 @@ const TARGETS = (value('--targets') ?? 'direct,bare,weir').split(',') as Target[
 const TOKENS = Number(value('--tokens') ?? 50);
 const PROFILE = argv.includes('--profile');
 const TSX = argv.includes('--tsx');
+/** `--alloc`: a sampling heap profile of the weir server over each measured window (allocation sites by bytes). */
+const ALLOC = argv.includes('--alloc');
 /** Windows per cell; the table keeps the one with the least CPU per request (direct: the lowest p50). */
 const REPEAT = Math.max(1, Number(value('--repeat') ?? 1));
 /** Extra Node flags for the weir server (e.g. `--max-semi-space-size=32`), space-separated. */
@@ -178,6 +180,58 @@ function attributeBundle(profileFile: string, bundle: string): void {
   writeFileSync(profileFile, JSON.stringify(profile));
 }
 
+interface HeapProfileNode {
+  callFrame: { functionName: string; url: string; lineNumber: number };
+  selfSize: number;
+  children: HeapProfileNode[];
+}
+interface HeapProfile {
+  head: HeapProfileNode;
+}
+
+/** The allocation sites of a sampling heap profile by bytes (self), with bytes per request. */
+function formatAllocations(title: string, profile: HeapProfile, bundle: string | undefined, requests: number): string {
+  const starts: { line: number; file: string }[] = [];
+  if (bundle) {
+    readFileSync(bundle, 'utf8')
+      .split('\n')
+      .forEach((text, i) => {
+        const m = /^\/\/ ((?:libs|apps|tools)\/\S+\.ts)$/.exec(text);
+        if (m) starts.push({ line: i, file: m[1] });
+      });
+  }
+  const where = (frame: HeapProfileNode['callFrame']) => {
+    let url = frame.url.replace(/^file:\/\//, '');
+    let line = frame.lineNumber;
+    if (bundle && url === bundle) {
+      const s = [...starts].reverse().find((x) => x.line <= line);
+      if (s) {
+        url = s.file;
+        line -= s.line;
+      }
+    }
+    const nm = url.lastIndexOf('node_modules/');
+    if (nm >= 0) url = url.slice(nm + 'node_modules/'.length);
+    return `${frame.functionName || '(anonymous)'} ${url}:${line + 1}`;
+  };
+  const bySite = new Map<string, number>();
+  let total = 0;
+  const walk = (n: HeapProfileNode) => {
+    if (n.selfSize > 0) {
+      const k = where(n.callFrame);
+      bySite.set(k, (bySite.get(k) ?? 0) + n.selfSize);
+      total += n.selfSize;
+    }
+    for (const c of n.children) walk(c);
+  };
+  walk(profile.head);
+  const rows = [...bySite.entries()].sort((a, b) => b[1] - a[1]).slice(0, 40);
+  const lines = [`## ${title}`, '', `sampled allocations: ${(total / 1048576).toFixed(1)} MiB${requests > 0 ? `, ≈ ${Math.round(total / requests)} bytes per request` : ''}`, '', '| share | bytes/request | site |', '|---:|---:|---|'];
+  for (const [site, bytes] of rows) lines.push(`| ${((bytes / total) * 100).toFixed(1)}% | ${requests > 0 ? Math.round(bytes / requests) : '—'} | \`${site}\` |`);
+  lines.push('');
+  return lines.join('\n');
+}
+
 interface Cell {
   target: Target;
   mode: 'non-stream' | 'stream';
@@ -200,7 +254,8 @@ async function main(): Promise<void> {
   for (const t of TARGETS) if (t !== 'direct') servers.set(t, await startServer(t, mock.url, script));
   // Raw profiles are large: they go to a temporary directory (named in the output), not the repository.
   const profileDir = path.join(os.tmpdir(), `weir-hot-path-profiles-${STAMP}`);
-  if (PROFILE) mkdirSync(profileDir, { recursive: true });
+  if (PROFILE || ALLOC) mkdirSync(profileDir, { recursive: true });
+  const allocs: { cell: string; file: string; requests: number }[] = [];
   const cells: Cell[] = [];
   const originOf = (t: Target) => (t === 'direct' ? mock.url : (servers.get(t) as Server).url);
   const targetOf = (t: Target): LoadTarget => ({
@@ -224,6 +279,7 @@ async function main(): Promise<void> {
           let cpuStart = 0;
           let cpuEnd = 0;
           const profileFile = PROFILE && t === 'weir' && round === 0 ? path.join(profileDir, `${mode}-c${c}.cpuprofile`) : undefined;
+          const allocFile = ALLOC && t === 'weir' && round === 0 ? path.join(profileDir, `${mode}-c${c}.heapprofile`) : undefined;
           const load = await runLoad(targetOf(t), {
             stream: mode === 'stream',
             concurrency: c,
@@ -235,6 +291,7 @@ async function main(): Promise<void> {
             onMeasureStart: async () => {
               if (!server) return;
               if (profileFile) await server.request({ cmd: 'profile-start' }, 'profiling');
+              if (allocFile) await server.request({ cmd: 'alloc-start' }, 'allocating');
               cpuStart = await cpuOf(server);
             },
             onMeasureEnd: async () => {
@@ -242,6 +299,10 @@ async function main(): Promise<void> {
               // Let batched work (the usage sink's flush timer) land inside the window.
               await new Promise((r) => setTimeout(r, 100));
               cpuEnd = await cpuOf(server);
+              if (allocFile) {
+                await server.request({ cmd: 'alloc-stop', file: allocFile }, 'allocated');
+                allocs.push({ cell: `${mode}, c=${c}`, file: allocFile, requests: 0 });
+              }
               if (profileFile) {
                 await server.request({ cmd: 'profile-stop', file: profileFile }, 'profiled');
                 if (script) attributeBundle(profileFile, script);
@@ -316,6 +377,10 @@ async function main(): Promise<void> {
       /\(garbage collector\)/,
     ]);
     out.push('### inclusive shares by concern', '', '| share | ms | frames matching |', '|---:|---:|---|', ...shares.map((s) => `| ${(s.share * 100).toFixed(1)}% | ${s.ms.toFixed(0)} | \`${s.pattern}\` |`), '');
+  }
+  for (const a of allocs) {
+    const cell = cells.find((x) => x.target === 'weir' && `${x.mode}, c=${x.c}` === a.cell);
+    out.push(formatAllocations(`weir allocations, ${a.cell} (${a.file})`, JSON.parse(readFileSync(a.file, 'utf8')) as HeapProfile, script, cell?.load.completedInWindow ?? 0));
   }
   mkdirSync(path.dirname(OUT), { recursive: true });
   writeFileSync(OUT, out.join('\n'));

@@ -14,6 +14,7 @@ import { type Dispatcher, request as undiciRequest } from 'undici';
 import { type EngineLogger, silentLogger } from '../logger';
 import { declaredTokenizer, functionTokenizer, type TextTokenizer } from '../tokenizers/tiktoken';
 import { countInputWith, utf8TokenUpperBound } from './token-bound';
+import { createContentChunkReader } from './content-chunk';
 import { createSseDataReader } from './sse-data-reader';
 import { readUpstreamText, startUpstreamCall, type UpstreamCall, type UpstreamHead } from './upstream-call';
 import { inBandError, upstreamStatusError } from './upstream-errors';
@@ -334,6 +335,15 @@ export function createOpenAICompatibleEngine(
         doneSeen = true;
       } else {
         const reader = createSseDataReader();
+        // Content chunks shaped like one already parsed are read without parsing (content-chunk.ts).
+        const chunks = createContentChunkReader();
+        const plainTextOfJson = (json: string): string | undefined => {
+          try {
+            return plainContentOf(JSON.parse(json), spec.api);
+          } catch {
+            return undefined;
+          }
+        };
         let ended = false;
         while (!doneSeen && !ended) {
           if (firstSeen && !watchdog.armed) watchdog.arm('idle', spec.idleTimeoutMs);
@@ -363,8 +373,18 @@ export function createOpenAICompatibleEngine(
               doneSeen = true;
               break;
             }
+            const fast = chunks.read(data);
+            if (fast !== undefined) {
+              if (fast.length > 0) {
+                outputText += fast;
+                pieces.push({ text: fast, tokens: tokensSoFar() });
+              }
+              continue;
+            }
             try {
-              const piece = apply(JSON.parse(data));
+              const parsed: unknown = JSON.parse(data);
+              const piece = apply(parsed);
+              if (piece.text.length > 0 && !piece.toolCalls && plainContentOf(parsed, spec.api) === piece.text) chunks.learn(data, piece.text, plainTextOfJson);
               if (piece.text.length > 0 || piece.toolCalls) {
                 outputText += piece.toolCalls ? producedText(piece) : piece.text;
                 pieces.push({ text: piece.text, tokens: tokensSoFar(), ...(piece.toolCalls ? { toolCalls: piece.toolCalls } : {}) });
@@ -433,6 +453,24 @@ export function createOpenAICompatibleEngine(
       for (const cutter of inFlight) cutter.abort(new Error('engine closed'));
     },
   };
+}
+
+/**
+ * The text of a plain content chunk — one choice, index 0, no finish reason, no usage, no
+ * error, no tool calls: a chunk `apply` reads as that text and nothing else — else undefined.
+ */
+function plainContentOf(payload: unknown, api: OpenAICompatibleEngineSpec['api']): string | undefined {
+  if (typeof payload !== 'object' || payload === null || Array.isArray(payload)) return undefined;
+  const obj = payload as Record<string, unknown>;
+  if ((obj.error !== undefined && obj.error !== null) || (obj.usage !== undefined && obj.usage !== null)) return undefined;
+  const choices = obj.choices;
+  if (!Array.isArray(choices) || choices.length !== 1) return undefined;
+  const c = choices[0] as Record<string, unknown> | null;
+  if (typeof c !== 'object' || c === null || (c.index ?? 0) !== 0 || (c.finish_reason !== undefined && c.finish_reason !== null)) return undefined;
+  if (api === 'completions') return typeof c.text === 'string' ? c.text : undefined;
+  const d = c.delta as Record<string, unknown> | null | undefined;
+  if (typeof d !== 'object' || d === null || (d.tool_calls !== undefined && d.tool_calls !== null)) return undefined;
+  return typeof d.content === 'string' ? d.content : undefined;
 }
 
 /** Cuts one upstream call (what the watchdog and `close()` call). */
