@@ -6,7 +6,8 @@
  *   exporter), the access log (pino at `info`, to this process's stdout) and the real
  *   OpenAI-compatible engine adapter, composed as `apps/all-in-one/src/platform.ts` composes
  *   them — with admission on the in-memory store (`createInMemoryAdmissionStore`), the usage
- *   sink's batches handed to a repository that discards them, the API key behind the same
+ *   sink's batches handed to a repository that discards them (the settlement journal of ADR
+ *   0002 is not on the request path: it is appended off it), the API key behind the same
  *   cache as the all-in-one's (`createCachedApiKeyStore` over a map), and idempotency in
  *   memory. That is the request path as it stands once admission decides on in-memory leases
  *   and the usage record goes to a journal (ADR 0002);
@@ -14,8 +15,10 @@
  *   piped back): the floor any Node gateway pays on this machine.
  *
  * Started by the driver with an IPC channel: `node --import tsx tools/bench/hot-path-server.ts
- * <weir|bare> <upstream origin> [memory|stub]` (the admission: the in-memory store, or one
- * that admits everything at once). It sends `{type: 'ready', url}` once it
+ * <weir|bare> <upstream origin> [leased|memory|stub]` (the admission: budget leases over the
+ * in-memory lease store as the all-in-one will run it (ADR 0002, exclusive holder), the
+ * per-request transactions of ADR 0001 on the in-memory admission store, or one that admits
+ * everything at once). It sends `{type: 'ready', url}` once it
  * listens, and answers `{cmd: 'cpu'}` with `{type: 'cpu', user, system}` (µs, this process's
  * `process.cpuUsage()`), `{cmd: 'profile-start'}` / `{cmd: 'profile-stop', file}` (a V8 CPU
  * profile of exactly the window in between, written to `file`), `{cmd: 'alloc-start'}` /
@@ -28,7 +31,7 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import { Session } from 'node:inspector/promises';
 import type { AddressInfo } from 'node:net';
 import { Pool } from 'undici';
-import { createAdmission, createInMemoryAdmissionStore } from '@weir/admission';
+import { createAdmission, createInMemoryAdmissionStore, createInMemoryLeaseStore, createLeasedAdmission } from '@weir/admission';
 import { parseConfig } from '@weir/config';
 import { type AdmissionService, type ApiKeyIdentity, type EngineAdapter, type GenerationInput, hashApiKey, systemClock } from '@weir/core';
 import { createEngine } from '@weir/engines';
@@ -105,13 +108,15 @@ async function startWeir(upstream: string, admissionKind: string): Promise<(req:
   const replicaId = `${revision.id}/0`;
   // The usage ledger's batching as the all-in-one runs it; the batch goes nowhere.
   const usageSink = createBatchedUsageSink({ insertMany: async () => {} }, { logger });
-  const admission: AdmissionService = admissionKind === 'stub' ? stubAdmission() : createAdmission(
+  const leased = admissionKind === 'leased' ? createLeasedAdmission({ tenants: config.tenants, mode: 'exclusive' }, { store: createInMemoryLeaseStore() }) : undefined;
+  if (leased) await leased.start();
+  const admission: AdmissionService = leased ?? (admissionKind === 'stub' ? stubAdmission() : createAdmission(
     { tenants: config.tenants },
     {
       store: createInMemoryAdmissionStore(),
       observer: { onDecision: (d) => telemetry.metrics.recordAdmissionDecision({ outcome: d.outcome, reason: d.reason }) },
     },
-  );
+  ));
   const router = createRouter(config);
   const live = createLiveConfig(config);
   const identity: ApiKeyIdentity = { keyId: 'bench-key', prefix: 'hotpath1', tenantId: 'bench', appId: 'bench-app' };
@@ -187,7 +192,7 @@ function startBare(upstream: string): (req: IncomingMessage, res: ServerResponse
 }
 
 async function main(): Promise<void> {
-  const [kind, upstream, admission = 'memory'] = process.argv.slice(2);
+  const [kind, upstream, admission = 'leased'] = process.argv.slice(2);
   if ((kind !== 'weir' && kind !== 'bare') || !upstream) throw new Error('usage: hot-path-server.ts <weir|bare> <upstream origin>');
   const handler = kind === 'weir' ? await startWeir(upstream, admission) : startBare(upstream);
   const server = createServer(handler);

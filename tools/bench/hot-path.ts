@@ -6,7 +6,7 @@
  *
  *   node --import tsx tools/bench/hot-path.ts [--seconds 3] [--warmup-seconds 1]
  *        [--concurrency 1,16,64] [--modes non-stream,stream] [--targets direct,bare,weir]
- *        [--tokens 50] [--admission memory|stub] [--repeat N] [--node-args "FLAGS"] [--profile] [--alloc] [--tsx]
+ *        [--tokens 50] [--admission leased|memory|stub] [--repeat N] [--node-args "FLAGS"] [--profile] [--alloc] [--tsx]
  *        [--out FILE.md]
  *
  * - The mock upstream (`mock-upstream.ts`, `--tokens` tokens of `"tok "`, default 50 as in
@@ -58,8 +58,8 @@ const ALLOC = argv.includes('--alloc');
 const REPEAT = Math.max(1, Number(value('--repeat') ?? 1));
 /** Extra Node flags for the weir server (e.g. `--max-semi-space-size=32`), space-separated. */
 const NODE_ARGS = (value('--node-args') ?? '').split(' ').filter(Boolean);
-/** `memory` (default): admission on the in-memory store; `stub`: admits at once (the path without admission's cost). */
-const ADMISSION = value('--admission') ?? 'memory';
+/** `leased` (default): budget leases on the in-memory lease store; `memory`: ADR 0001's per-request transactions on the in-memory store; `stub`: admits at once (the path without admission's cost). */
+const ADMISSION = value('--admission') ?? 'leased';
 const STAMP = new Date().toISOString().slice(0, 16).replace(/[:T]/g, '-');
 const OUT = value('--out') ?? path.join(__dirname, 'results', `${STAMP}-hot-path.md`);
 const LOAD_CPU = 0;
@@ -336,7 +336,7 @@ async function main(): Promise<void> {
   const lines: string[] = [
     `# Hot path: ${new Date().toISOString()} (commit ${rev})`,
     '',
-    `${NODE_ARGS.length > 0 ? `Weir's Node flags: \`${NODE_ARGS.join(' ')}\`. ` : ''}${REPEAT > 1 ? `Each cell: the least CPU per request of ${REPEAT} windows (direct: the lowest p50). ` : ''}Admission: ${ADMISSION === 'stub' ? 'a stub that admits at once (the path without admission)' : 'the in-memory store'}. ${TOKENS}-token answers, ${SECONDS} s windows after ${WARMUP_SECONDS} s of warm-up; load generator and mock on CPU 0, each server on CPU 1${pinned ? '' : ' (NOT pinned: no taskset)'}. ` +
+    `${NODE_ARGS.length > 0 ? `Weir's Node flags: \`${NODE_ARGS.join(' ')}\`. ` : ''}${REPEAT > 1 ? `Each cell: the least CPU per request of ${REPEAT} windows (direct: the lowest p50). ` : ''}Admission: ${ADMISSION === 'stub' ? 'a stub that admits at once (the path without admission)' : ADMISSION === 'memory' ? "ADR 0001's transactions on the in-memory store" : 'budget leases on the in-memory lease store (ADR 0002)'}. ${TOKENS}-token answers, ${SECONDS} s windows after ${WARMUP_SECONDS} s of warm-up; load generator and mock on CPU 0, each server on CPU 1${pinned ? '' : ' (NOT pinned: no taskset)'}. ` +
       'CPU per request = the server process\'s `process.cpuUsage()` over the window ÷ requests completed. Δp50 = p50 through the server − p50 direct.',
     '',
     '| mode | c | target | req/s | CPU µs/req | × bare | p50 ms | Δp50 ms | p99 ms | TTFT p50 ms | ΔTTFT p50 ms | errors |',

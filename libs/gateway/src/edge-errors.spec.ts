@@ -20,7 +20,7 @@ const engine: EngineAdapter = {
   },
   async *generate(): AsyncIterable<EngineEvent> {
     yield { type: 'delta', text: 'hi', tokens: 1 };
-    yield { type: 'end', reason: 'stop', usage: { inputTokens: 2, outputTokens: 1 }, usageReported: true };
+    yield { type: 'end', reason: 'stop', usage: { inputTokens: 2, outputTokens: 1 }, usageSource: 'reported' };
   },
   async close() {},
 };
