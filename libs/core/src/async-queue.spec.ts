@@ -1,4 +1,4 @@
-import { createAsyncQueue, forEachBatch } from './async-queue';
+import { batchedIterable, createAsyncQueue, forEachBatch } from './async-queue';
 
 describe('createAsyncQueue', () => {
   it('hands items to a waiting consumer in order, then ends', async () => {
@@ -68,14 +68,68 @@ describe('createAsyncQueue', () => {
     q.push(2);
     q.end();
     const fromQueue: number[][] = [];
-    await forEachBatch(q, (b) => fromQueue.push([...b]));
+    await forEachBatch(q, (b) => void fromQueue.push([...b]));
     expect(fromQueue).toEqual([[1, 2]]);
     async function* gen() {
       yield 'x';
       yield 'y';
     }
     const fromGen: string[][] = [];
-    await forEachBatch(gen(), (b) => fromGen.push([...b]));
+    await forEachBatch(gen(), (b) => void fromGen.push([...b]));
     expect(fromGen).toEqual([['x'], ['y']]);
+  });
+
+  it('batchedIterable hands batch consumers whole batches and iterators single items, closing the source when either stops early', async () => {
+    let closed = 0;
+    async function* batches() {
+      try {
+        yield [1, 2, 3];
+        yield [4];
+        yield [5, 6];
+      } finally {
+        closed++;
+      }
+    }
+    const seen: number[][] = [];
+    await forEachBatch(batchedIterable(batches()), (b) => {
+      seen.push([...b]);
+      return b[0] !== 4;
+    });
+    expect(seen).toEqual([[1, 2, 3], [4]]);
+    expect(closed).toBe(1);
+    const items: number[] = [];
+    for await (const n of batchedIterable(batches())) {
+      items.push(n);
+      if (n === 5) break;
+    }
+    expect(items).toEqual([1, 2, 3, 4, 5]);
+    expect(closed).toBe(2);
+  });
+
+  it('batchedIterable skips what skipWhenIterating says for item-by-item readers only, and forEachBatch closes the source when its callback throws', async () => {
+    let stop = false;
+    async function* batches() {
+      yield [1, 2, 3];
+    }
+    const items: number[] = [];
+    for await (const n of batchedIterable(batches(), { skipWhenIterating: () => stop })) {
+      items.push(n);
+      if (n === 1) stop = true;
+    }
+    expect(items).toEqual([1]);
+    let closed = false;
+    async function* forever() {
+      try {
+        for (;;) yield [0];
+      } finally {
+        closed = true;
+      }
+    }
+    await expect(
+      forEachBatch(batchedIterable(forever()), () => {
+        throw new Error('consumer failed');
+      }),
+    ).rejects.toThrow('consumer failed');
+    expect(closed).toBe(true);
   });
 });

@@ -26,20 +26,70 @@ export interface AsyncQueue<T> extends BatchedAsyncIterable<T> {
  */
 export interface BatchedAsyncIterable<T> extends AsyncIterable<T> {
   nextBatch(): Promise<readonly T[] | undefined>;
+  /** Ends a batch consumer's reading early (what `return()` is to an iterator). Default: nothing to close. */
+  closeBatches?(): Promise<void>;
 }
 
 /**
  * Calls `each` with the items of `source` in order, a batch at a time when `source` offers
- * `nextBatch()` ({@link BatchedAsyncIterable}), else one by one from its iterator. Resolves
- * at the end; rejects with the source's error.
+ * `nextBatch()` ({@link BatchedAsyncIterable}), else one by one from its iterator (sync
+ * iterables too). `each` returns `false` to stop early: the source is then closed (its
+ * iterator's `return()`, or `closeBatches()`), as a `break` out of `for await` would; so it is
+ * when `each` throws (rethrown). Resolves at the end; rejects with the source's error.
  */
-export async function forEachBatch<T>(source: AsyncIterable<T>, each: (items: readonly T[]) => void): Promise<void> {
-  const batched = (source as Partial<BatchedAsyncIterable<T>>).nextBatch;
-  if (typeof batched === 'function') {
-    for (let items = await batched.call(source); items !== undefined; items = await batched.call(source)) each(items);
+export async function forEachBatch<T>(source: AsyncIterable<T> | Iterable<T>, each: (items: readonly T[]) => boolean | void): Promise<void> {
+  const batched = source as Partial<BatchedAsyncIterable<T>>;
+  if (typeof batched.nextBatch === 'function') {
+    for (let items = await batched.nextBatch(); items !== undefined; items = await batched.nextBatch()) {
+      let go: boolean | void;
+      try {
+        go = each(items);
+      } catch (err) {
+        await batched.closeBatches?.();
+        throw err;
+      }
+      if (go === false) {
+        await batched.closeBatches?.();
+        return;
+      }
+    }
     return;
   }
-  for await (const item of source) each([item]);
+  for await (const item of source) if (each([item]) === false) return;
+}
+
+/**
+ * Presents an async generator of batches as a {@link BatchedAsyncIterable}: batch consumers
+ * take one batch per `nextBatch()` (one promise per batch, not per item); iterating yields the
+ * items one by one (less `options.skipWhenIterating`). Either way, stopping early closes the
+ * generator (its `finally` runs).
+ */
+export function batchedIterable<T>(batches: AsyncGenerator<readonly T[], void, undefined>, options: BatchedIterableOptions<T> = {}): BatchedAsyncIterable<T> {
+  const { skipWhenIterating } = options;
+  return {
+    async nextBatch() {
+      const r = await batches.next();
+      return r.done ? undefined : r.value;
+    },
+    async closeBatches() {
+      await batches.return(undefined);
+    },
+    async *[Symbol.asyncIterator]() {
+      for await (const batch of batches) {
+        for (const item of batch) if (!skipWhenIterating?.(item)) yield item;
+      }
+    },
+  };
+}
+
+/** Options of {@link batchedIterable}. */
+export interface BatchedIterableOptions<T> {
+  /**
+   * Items an item-by-item reader no longer gets, checked as each is about to be yielded (e.g.
+   * an engine's deltas once its request was aborted — the reader's own doing, between two items
+   * of one batch). Batch consumers get whole batches. Default none.
+   */
+  skipWhenIterating?: (item: T) => boolean;
 }
 
 /** Creates an {@link AsyncQueue}. Iterating it twice throws. */

@@ -9,7 +9,7 @@ import type {
   TokenUsage,
   ToolCallDelta,
 } from '@weir/core';
-import { WeirError, withProduced } from '@weir/core';
+import { batchedIterable, WeirError, withProduced } from '@weir/core';
 import { type Dispatcher, request as undiciRequest } from 'undici';
 import { type EngineLogger, silentLogger } from '../logger';
 import { declaredTokenizer, functionTokenizer, type TextTokenizer } from '../tokenizers/tiktoken';
@@ -172,7 +172,11 @@ export function createOpenAICompatibleEngine(
       .catch(() => undefined); // the stop timer cuts the connection if this never lands
   }
 
-  async function* generate(request: EngineRequest): AsyncGenerator<EngineEvent, void, undefined> {
+  /**
+   * The generation as batches of events: the deltas of one upstream read together (one
+   * promise per read for a batch consumer such as the relay, rather than one per delta).
+   */
+  async function* generateBatches(request: EngineRequest): AsyncGenerator<EngineEvent[], void, undefined> {
     if (spec.api === 'completions' && request.tools && request.tools.length > 0) {
       throw new WeirError('invalid_request', 'tools need the chat API: this revision calls its upstream on /completions, which has no tool calls', { param: 'tools' });
     }
@@ -279,7 +283,7 @@ export function createOpenAICompatibleEngine(
 
     try {
       if (request.signal.aborted) {
-        yield await abortedEnd();
+        yield [await abortedEnd()];
         return;
       }
       watchdog.arm('first', spec.firstTokenTimeoutMs);
@@ -290,7 +294,7 @@ export function createOpenAICompatibleEngine(
         head = await call.head;
       } catch (error) {
         if (request.signal.aborted && !watchdog.timedOut) {
-          yield await abortedEnd();
+          yield [await abortedEnd()];
           return;
         }
         throw await fail(error);
@@ -309,7 +313,7 @@ export function createOpenAICompatibleEngine(
           text = await readUpstreamText(call, Number.POSITIVE_INFINITY);
         } catch (error) {
           if (request.signal.aborted && !watchdog.timedOut) {
-            yield await abortedEnd();
+            yield [await abortedEnd()];
             return;
           }
           throw await fail(error);
@@ -330,7 +334,7 @@ export function createOpenAICompatibleEngine(
         if (piece.text.length > 0 || piece.toolCalls) {
           outputText += producedText(piece);
           deltas += 1;
-          yield { type: 'delta', text: piece.text, tokens: 1, ...(piece.toolCalls ? { toolCalls: piece.toolCalls } : {}) };
+          yield [{ type: 'delta', text: piece.text, tokens: 1, ...(piece.toolCalls ? { toolCalls: piece.toolCalls } : {}) }];
         }
         doneSeen = true;
       } else {
@@ -353,7 +357,7 @@ export function createOpenAICompatibleEngine(
           } catch (error) {
             if (request.signal.aborted && !watchdog.timedOut) {
               watchdog.clear();
-              yield await abortedEnd();
+              yield [await abortedEnd()];
               return;
             }
             throw await fail(error);
@@ -366,7 +370,8 @@ export function createOpenAICompatibleEngine(
           } else if (batch.length === 1) datas = reader.push(batch[0]);
           else datas = reader.push(Buffer.concat(batch));
           if (datas.length === 0) continue;
-          const pieces: Array<Piece & { tokens: number }> = [];
+          // This read's deltas, as they will be handed on.
+          const pieces: EngineEvent[] = [];
           let frameError: unknown;
           for (const data of datas) {
             if (data === '[DONE]' || data.trim() === '[DONE]') {
@@ -377,7 +382,7 @@ export function createOpenAICompatibleEngine(
             if (fast !== undefined) {
               if (fast.length > 0) {
                 outputText += fast;
-                pieces.push({ text: fast, tokens: tokensSoFar() });
+                pieces.push({ type: 'delta', text: fast, tokens: tokensSoFar() });
               }
               continue;
             }
@@ -387,7 +392,7 @@ export function createOpenAICompatibleEngine(
               if (piece.text.length > 0 && !piece.toolCalls && plainContentOf(parsed, spec.api) === piece.text) chunks.learn(data, piece.text, plainTextOfJson);
               if (piece.text.length > 0 || piece.toolCalls) {
                 outputText += piece.toolCalls ? producedText(piece) : piece.text;
-                pieces.push({ text: piece.text, tokens: tokensSoFar(), ...(piece.toolCalls ? { toolCalls: piece.toolCalls } : {}) });
+                pieces.push(piece.toolCalls ? { type: 'delta', text: piece.text, tokens: tokensSoFar(), toolCalls: piece.toolCalls } : { type: 'delta', text: piece.text, tokens: tokensSoFar() });
               }
             } catch (error) {
               frameError =
@@ -402,14 +407,14 @@ export function createOpenAICompatibleEngine(
           // the idle clock once these pieces are handed on.
           if (firstSeen) watchdog.clear();
           // Everything received counts as produced (billed), even if an abort stops its delivery.
-          for (const piece of pieces) {
-            if (request.signal.aborted) break;
-            deltas += 1;
-            yield piece.toolCalls ? { type: 'delta', text: piece.text, tokens: piece.tokens, toolCalls: piece.toolCalls } : { type: 'delta', text: piece.text, tokens: piece.tokens };
+          // The read's deltas go out together; none once the request was aborted.
+          if (pieces.length > 0 && !request.signal.aborted) {
+            deltas += pieces.length;
+            yield pieces;
           }
           // A graceful stop keeps reading (delivering nothing more) until the upstream's end.
           if (request.signal.aborted && !graceful()) {
-            yield await abortedEnd();
+            yield [await abortedEnd()];
             return;
           }
           // Pieces before an in-band error frame are delivered first.
@@ -420,7 +425,7 @@ export function createOpenAICompatibleEngine(
 
       if (request.signal.aborted) {
         // Stopped gracefully: the upstream's final usage (or, without it, our count) is the bill.
-        yield reported ? { type: 'end', reason: 'aborted', usage: reported, usageSource: 'reported' } : await abortedEnd();
+        yield [reported ? { type: 'end', reason: 'aborted', usage: reported, usageSource: 'reported' } : await abortedEnd()];
         return;
       }
       if (finishReason === undefined) {
@@ -432,7 +437,7 @@ export function createOpenAICompatibleEngine(
         );
       }
       const reason = finishReason === 'length' || finishReason === 'content_filter' || finishReason === 'tool_calls' ? finishReason : 'stop';
-      yield reported ? { type: 'end', reason, usage: reported, usageSource: 'reported' } : await countedEnd(reason);
+      yield [reported ? { type: 'end', reason, usage: reported, usageSource: 'reported' } : await countedEnd(reason)];
     } finally {
       watchdog.clear();
       if (stopTimer) clearTimeout(stopTimer);
@@ -448,7 +453,9 @@ export function createOpenAICompatibleEngine(
     kind: 'openai-compatible',
     capacity: { slots: spec.maxConcurrency, contextTokens: spec.contextTokens ?? OPENAI_COMPATIBLE_DEFAULT_CONTEXT_TOKENS },
     countInputTokens,
-    generate,
+    // Batches for consumers that take them (the relay); one event at a time for any other.
+    // (An item-by-item reader that aborts mid-batch gets no further deltas of it, as before.)
+    generate: (request: EngineRequest) => batchedIterable(generateBatches(request), { skipWhenIterating: (ev) => ev.type === 'delta' && request.signal.aborted }),
     async close() {
       for (const cutter of inFlight) cutter.abort(new Error('engine closed'));
     },
