@@ -3,14 +3,15 @@
  *
  * - `weir`: the all-in-one's request path without its database — the real gateway, pipeline,
  *   router, pool scheduler, relay, circuit breakers, metrics (OpenTelemetry + Prometheus
- *   exporter), the access log (pino at `info`, to this process's stdout) and the real
- *   OpenAI-compatible engine adapter, composed as `apps/all-in-one/src/platform.ts` composes
- *   them — with admission on the in-memory store (`createInMemoryAdmissionStore`), the usage
- *   sink's batches handed to a repository that discards them (the settlement journal of ADR
- *   0002 is not on the request path: it is appended off it), the API key behind the same
- *   cache as the all-in-one's (`createCachedApiKeyStore` over a map), and idempotency in
- *   memory. That is the request path as it stands once admission decides on in-memory leases
- *   and the usage record goes to a journal (ADR 0002);
+ *   exporter), the logger (pino at `info`, to this process's stdout; the access log at its
+ *   default level) and the real OpenAI-compatible engine adapter, composed as
+ *   `apps/all-in-one/src/platform.ts` composes them: admission on budget leases (ADR 0002 §1)
+ *   over the in-memory lease store, the real file settlement journal (ADR 0002 §2: every
+ *   request's entry appended before its terminal event, group fdatasync) in a temporary
+ *   directory with an applier that discards the batches instead of writing the database,
+ *   idempotency decided in memory and journaled, the API key behind the same cache as the
+ *   all-in-one's (`createCachedApiKeyStore` over a map). That is the request path minus the
+ *   database;
  * - `bare`: a `node:http` pass-through (body in, upstream call through an undici Pool, body
  *   piped back): the floor any Node gateway pays on this machine.
  *
@@ -26,20 +27,21 @@
  * ones included), `{cmd: 'heap'}` (used heap
  * after a full GC, when run with `--expose-gc`) and `{cmd: 'stop'}`.
  */
-import { writeFileSync } from 'node:fs';
+import { mkdtempSync, writeFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { Session } from 'node:inspector/promises';
 import type { AddressInfo } from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
 import { Pool } from 'undici';
 import { createAdmission, createInMemoryAdmissionStore, createInMemoryLeaseStore, createLeasedAdmission } from '@weir/admission';
 import { parseConfig } from '@weir/config';
 import { type AdmissionService, type ApiKeyIdentity, type EngineAdapter, type GenerationInput, hashApiKey, systemClock } from '@weir/core';
 import { createEngine } from '@weir/engines';
-import { createGatewayApp, createGenerationPipeline, createLiveConfig, createMetricsObserver, createRevocations } from '@weir/gateway';
-import { createBatchedUsageSink } from '@weir/ledger';
+import { createGatewayApp, createGenerationPipeline, createJournaledIdempotencyStore, createLiveConfig, createMemoryIdempotencyStore, createMetricsObserver, createRevocations } from '@weir/gateway';
 import { breakerOptionsFrom, createBreakerRegistry, createRevisionHealth, createRouter, revisionProviderKey } from '@weir/routing';
 import { createPoolScheduler, createSchedulerSampler, replicaSamples, schedulerMetricsObserver } from '@weir/scheduling';
-import { createCachedApiKeyStore } from '@weir/store-pg';
+import { createCachedApiKeyStore, openFileSettlementJournal } from '@weir/store-pg';
 import { createRelay } from '@weir/streaming';
 import { createLogger, createTelemetry } from '@weir/telemetry';
 
@@ -106,8 +108,17 @@ async function startWeir(upstream: string, admissionKind: string): Promise<(req:
   const revision = config.revisions[0];
   const engine: EngineAdapter = await createEngine(revision.engine, { logger });
   const replicaId = `${revision.id}/0`;
-  // The usage ledger's batching as the all-in-one runs it; the batch goes nowhere.
-  const usageSink = createBatchedUsageSink({ insertMany: async () => {} }, { logger });
+  // The settlement journal as the all-in-one opens it; its applier drops the batches instead of
+  // writing them to the database (what the harness leaves out).
+  const journal = await openFileSettlementJournal(
+    { dir: mkdtempSync(path.join(os.tmpdir(), 'weir-hot-path-journal-')), logger },
+    {
+      applier: {
+        apply: async (batch) => ({ inserted: batch.items.length, duplicates: 0, idempotencyWritten: 0, overspends: [] }),
+        position: async () => undefined,
+      },
+    },
+  );
   const leased = admissionKind === 'leased' ? createLeasedAdmission({ tenants: config.tenants, mode: 'exclusive' }, { store: createInMemoryLeaseStore() }) : undefined;
   if (leased) await leased.start();
   const admission: AdmissionService = leased ?? (admissionKind === 'stub' ? stubAdmission() : createAdmission(
@@ -136,7 +147,7 @@ async function startWeir(upstream: string, admissionKind: string): Promise<(req:
   telemetry.observeScheduler(() => sampleScheduler(scheduler.stats()));
   telemetry.observeReplicas(() => replicaSamples(scheduler, () => true));
   telemetry.observeQueues(() => scheduler.stats().queued);
-  const relay = createRelay({ engineFor: (id) => (id === replicaId ? engine : undefined), usageSink, clock: systemClock, cancelGraceMs: config.defaults.cancelGraceMs });
+  const relay = createRelay({ engineFor: (id) => (id === replicaId ? engine : undefined), settlements: journal, clock: systemClock, cancelGraceMs: config.defaults.cancelGraceMs });
   const breakers = createBreakerRegistry({ breaker: breakerOptionsFrom(config.defaults.circuitBreaker) });
   telemetry.observeCircuitBreakers(() => breakers.snapshot(Date.now()));
   const providerKeys = new Map(config.revisions.map((r) => [r.id, revisionProviderKey(r)]));
@@ -147,7 +158,7 @@ async function startWeir(upstream: string, admissionKind: string): Promise<(req:
     scheduler,
     relay,
     countInputTokens: (_revision, input: GenerationInput) => engine.countInputTokens(input),
-    usageSink,
+    settlements: journal,
     tenants: live.tenants,
     revisions: live.revisions,
     clock: systemClock,
@@ -164,8 +175,9 @@ async function startWeir(upstream: string, admissionKind: string): Promise<(req:
     defaults: config.defaults,
     clock: systemClock,
     logger,
+    idempotency: createJournaledIdempotencyStore({ journal, durable: createMemoryIdempotencyStore() }),
     metricsHandler: (req, res) => telemetry.metricsHandler(req, res),
-    readiness: () => (usageSink.saturated() ? { ready: false, reason: 'usage ledger backlog is full' } : { ready: true }),
+    readiness: () => (journal.saturated() ? { ready: false, reason: 'usage ledger backlog is full' } : { ready: true }),
   });
   return gateway.app as unknown as (req: IncomingMessage, res: ServerResponse) => void;
 }
