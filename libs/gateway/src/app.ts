@@ -1,10 +1,9 @@
 /**
- * The gateway's HTTP edge (express): authentication, validation, the public contracts of
- * ARCHITECTURE.md §3/§8, SSE writing and client-disconnect detection. Everything behind
- * the edge goes through the {@link GenerationPipeline}.
+ * The gateway's public API on its lean HTTP edge (`edge.ts`, `node:http`): authentication,
+ * validation, the public contracts of ARCHITECTURE.md §3/§8, SSE writing and client-disconnect
+ * detection. Everything behind the edge goes through the {@link GenerationPipeline}.
  */
-import express, { type NextFunction, type Request, type RequestHandler, type Response } from 'express';
-import type { ServerResponse } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import {
   type AliasSpec,
   type ApiKeyStore,
@@ -34,6 +33,8 @@ import {
 import {
   SSE_DONE,
   accumulateToolCalls,
+  contentChunkJson,
+  formatSseJson,
   chatCompletion,
   chatCompletionChunk,
   formatSseEvent,
@@ -51,11 +52,12 @@ import {
   interruptedMessage,
 } from '@weir/streaming';
 
-import { createGenerationRegistry, type GenerationRegistry, statusOf, type TrackedGeneration } from './generation-registry';
+import { type AuthedRequest, createEdgeRouter, type EdgeRequest, type EdgeRoute, edgeRequest, readJsonBody, sendJson } from './edge';
+import { createGenerationRegistry, type GenerationRegistry, type GenerationRegistryOptions, statusOf, type TrackedGeneration } from './generation-registry';
 import { createMemoryIdempotencyStore, requestBodySha256 } from './idempotency';
 import { AdmissionRejectedError, type GenerationPipeline, type ParamNames } from './pipeline';
 import { rateLimitHeaders } from './rate-limit-headers';
-import { createTranscript, pumpInto, type Transcript, type TranscriptEvent } from './transcript';
+import { createTranscript, firstEventOrThrow as waitFirstEvent, pumpInto, readTranscript, type Transcript, type TranscriptEvent } from './transcript';
 import { chatCompletionsBody, completionsBody, generationsBody, parseBody, priorityOf, toChatInput, toStopList, useCaseOf } from './schemas';
 import { type ChatTools, chatToolsOf, refuseIncapableRoutes, toolsCheck } from './tools';
 import { usageHandler } from './usage-route';
@@ -70,6 +72,10 @@ export interface GatewayLogger {
   info(obj: object, msg?: string): void;
   warn(obj: object, msg?: string): void;
   error(obj: object, msg?: string): void;
+  /** For the access log at `debug` (see {@link GatewayDeps.accessLog}); without it, debug lines are not written. */
+  debug?(obj: object, msg?: string): void;
+  /** Whether lines at `level` are written (pino's); without it, every level is taken as enabled. */
+  isLevelEnabled?(level: string): boolean;
 }
 
 /** Dependencies of {@link createGatewayApp}. */
@@ -82,7 +88,16 @@ export interface GatewayDeps {
   clock: Clock;
   logger: GatewayLogger;
   /** Serves `GET /metrics` (Prometheus text) when given. */
-  metricsHandler?: (req: Request, res: Response) => void;
+  metricsHandler?: (req: IncomingMessage, res: ServerResponse) => void;
+  /**
+   * The level of the access log (one line per request: method, route, status, ms, tenant, app —
+   * never bodies, keys or text). Default `debug`: off at the default `info`, because a line per
+   * request costs a log write on the request path, and the usage ledger already records every
+   * generation. `info` writes them at the default level.
+   */
+  accessLog?: 'info' | 'debug';
+  /** Retention of finished generations (`GET /v1/generations/{id}`, `/events`, replays): see {@link GenerationRegistryOptions}. */
+  registry?: GenerationRegistryOptions;
   /** Readiness beyond draining (e.g. the usage queue is saturated). */
   readiness?: () => { ready: boolean; reason?: string };
   /**
@@ -155,15 +170,20 @@ interface Answer {
   endedInQueue: boolean;
 }
 
-/** The gateway: the express app plus lifecycle controls. */
+/** The gateway: its HTTP handler plus lifecycle controls. */
 export interface Gateway {
-  app: express.Express;
+  /** The request handler of the public API: `createServer(gateway.app)`. */
+  app: (req: IncomingMessage, res: ServerResponse) => void;
   registry: GenerationRegistry;
   /** Stops admitting (503 `shutting_down`, not ready) and waits up to `graceMs` for in-flight generations; then stops the rest (billed as cancelled). */
   drain(graceMs: number): Promise<void>;
 }
 
-type Authed = Request & { caller: Caller; requestId: string };
+type Authed = AuthedRequest;
+/** A route handler; errors it throws (or rejects with) are answered by the edge's error handler. */
+type Handler = (req: Authed, res: ServerResponse) => Promise<void> | void;
+/** A route: `auth` (default true) authenticates first; `post` routes also refuse while draining and read the JSON body. */
+type Route = EdgeRoute<{ run: Handler; auth: boolean; body: boolean }>;
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 
@@ -185,7 +205,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
   const { pipeline, clock, logger, defaults, revocations } = deps;
   const wallClock = deps.wallClock ?? Date.now;
   const announcer = createDeprecationAnnouncer(logger);
-  const registry = createGenerationRegistry();
+  const registry = createGenerationRegistry(deps.registry);
   // A key revoked, a tenant disabled or its kill switch engaged also stops what is running for it
   // (billed for what it produced, ending as cancelled), not only what comes next.
   revocations?.onRevoked((target) => {
@@ -207,29 +227,22 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
   let draining = false;
   /** `created` of `/v1/models` entries: when this gateway loaded its configuration (Unix s). */
   const modelsCreated = Math.floor(Date.now() / 1000);
-  const app = express();
-  app.disable('x-powered-by');
-  app.set('etag', false);
+  const routes: Route[] = [];
+  const get = (pattern: string, run: Handler, auth = true) => routes.push({ method: 'GET', pattern, handler: { run, auth, body: false } });
+  const post = (pattern: string, run: Handler) => routes.push({ method: 'POST', pattern, handler: { run, auth: true, body: true } });
+  const accessLevel = deps.accessLog ?? 'debug';
+  const accessLine = accessLevel === 'info' ? logger.info.bind(logger) : logger.debug?.bind(logger);
 
-  // Every response carries x-request-id (the client's if well-formed, else ours).
-  app.use((req, res, next) => {
-    const given = req.header('x-request-id');
-    const id = given && REQUEST_ID.test(given) ? given : newId('req');
-    (req as Authed).requestId = id;
-    res.setHeader('x-request-id', id);
-    next();
-  });
-
-  // One access line per request: metadata only (never bodies, keys or text).
-  app.use((req, res, next) => {
+  /** One access line per request, when its level is enabled: metadata only (never bodies, keys or text). */
+  const watchAccess = (req: EdgeRequest, res: ServerResponse, line: (obj: object, msg?: string) => void) => {
     const started = performance.now();
     res.on('close', () => {
-      const caller = (req as Partial<Authed>).caller;
-      logger.info(
+      const caller = req.caller;
+      line(
         {
-          requestId: (req as Authed).requestId,
+          requestId: req.requestId,
           method: req.method,
-          path: req.route?.path ?? req.path,
+          path: req.routePath ?? req.path,
           status: res.statusCode,
           ms: Math.round(performance.now() - started),
           ...(caller ? { tenant: caller.tenantId, app: caller.appId } : {}),
@@ -238,16 +251,14 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
         'request',
       );
     });
-    next();
-  });
+  };
 
-  app.get('/healthz', (_req, res) => void res.json({ status: 'ok' }));
-  app.get('/readyz', (_req, res) => {
+  const readyz = (res: ServerResponse) => {
     const extra = deps.readiness?.() ?? { ready: true };
     const config = deps.configState?.();
     const ready = !draining && !config?.stale && extra.ready;
     const reason = draining ? 'draining' : config?.stale ? 'config_stale' : extra.reason;
-    res.status(ready ? 200 : 503).json({
+    sendJson(res, ready ? 200 : 503, {
       status: ready ? 'ready' : 'not_ready',
       reason,
       ...(config
@@ -258,30 +269,20 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
           }
         : {}),
     });
-  });
-  if (deps.metricsHandler) {
-    const handler = deps.metricsHandler;
-    app.get('/metrics', (req, res) => handler(req, res));
-  }
+  };
 
-  // Fail closed on a stale snapshot: every route below (the API, and unknown paths) is refused.
-  if (deps.configState) {
-    const configState = deps.configState;
-    app.use((_req, _res, next) => {
-      const state = configState();
-      next(state.stale ? configStaleError(state) : undefined);
-    });
-  }
-
-  const authenticate: RequestHandler = (req, _res, next) => {
+  /**
+   * Authenticates: a Bearer key, hashed, refused on the revocation fast path (even while a cache
+   * still holds it), then looked up (a map hit in the cache in steady state).
+   */
+  const authenticate = async (req: EdgeRequest): Promise<Caller> => {
     const header = req.header('authorization');
     const match = header ? /^Bearer\s+(\S+)\s*$/i.exec(header) : null;
     if (!match) {
       const message = header
         ? 'Use Bearer authentication: `Authorization: Bearer wk_…` (the header has another scheme or no key).'
         : 'Missing API key. Send it as `Authorization: Bearer wk_…`.';
-      next(new WeirError('authentication_failed', message));
-      return;
+      throw new WeirError('authentication_failed', message);
     }
     const key = match[1];
     const sha256 = hashApiKey(key);
@@ -289,49 +290,45 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
       const prefix = parseApiKey(key)?.prefix;
       return new WeirError('authentication_failed', prefix ? `Incorrect API key provided: wk_${prefix}_… is unknown or revoked.` : 'Incorrect API key provided.');
     };
-    // The fast path first: a key revoked moments ago is refused even while a cache still holds it.
-    if (revocations?.isKeyRevoked({ sha256 })) {
-      next(unknownKey());
+    if (revocations?.isKeyRevoked({ sha256 })) throw unknownKey();
+    const identity = await deps.apiKeys.findByHash(sha256);
+    if (!identity || revocations?.isKeyRevoked({ keyId: identity.keyId })) throw unknownKey();
+    const refusal = revocations?.tenantRefusal(identity.tenantId);
+    if (refusal) throw new WeirError(refusal.code, refusal.message);
+    return { tenantId: identity.tenantId, appId: identity.appId, apiKeyId: identity.keyId };
+  };
+
+  const refuseWhileDraining = () => {
+    if (draining) throw new WeirError('shutting_down', 'This gateway is shutting down; retry on another replica.', { retryable: true, retryAfterMs: 1_000 });
+    const r = deps.readiness?.();
+    if (r && !r.ready) throw new WeirError('engine_unavailable', `Weir is not ready: ${r.reason ?? 'unknown'}; retry shortly.`, { retryable: true, retryAfterMs: 1_000 });
+  };
+
+  /** One error handler: the Weir error's status and OpenAI-shaped body; faults are logged. */
+  const onError = (err: unknown, req: EdgeRequest, res: ServerResponse) => {
+    const error = err instanceof WeirError ? err : toWeirError(err);
+    if (error.code === 'internal') logger.error({ err: error.cause ?? err, requestId: req.requestId, path: req.path }, 'request failed');
+    if (res.headersSent) {
+      if (!res.writableEnded) res.end();
       return;
     }
-    deps.apiKeys.findByHash(sha256).then(
-      (identity) => {
-        if (!identity || revocations?.isKeyRevoked({ keyId: identity.keyId })) {
-          next(unknownKey());
-          return;
-        }
-        const refusal = revocations?.tenantRefusal(identity.tenantId);
-        if (refusal) {
-          next(new WeirError(refusal.code, refusal.message));
-          return;
-        }
-        (req as Authed).caller = { tenantId: identity.tenantId, appId: identity.appId, apiKeyId: identity.keyId };
-        next();
-      },
-      (err: unknown) => next(err),
-    );
+    sendError(res, error);
   };
 
-  const refuseWhileDraining: RequestHandler = (_req, _res, next) => {
-    if (draining) next(new WeirError('shutting_down', 'This gateway is shutting down; retry on another replica.', { retryable: true, retryAfterMs: 1_000 }));
-    else {
-      const r = deps.readiness?.();
-      if (r && !r.ready) next(new WeirError('engine_unavailable', `Weir is not ready: ${r.reason ?? 'unknown'}; retry shortly.`, { retryable: true, retryAfterMs: 1_000 }));
-      else next();
+  /** Runs a matched route: authentication, then (POST) the drain check and the JSON body, then the handler. */
+  const run = async (route: Route, req: EdgeRequest, res: ServerResponse): Promise<void> => {
+    const { run: handler, auth, body } = route.handler;
+    if (auth) req.caller = await authenticate(req);
+    if (body) {
+      refuseWhileDraining();
+      req.body = await readJsonBody(req.raw, defaults.maxBodyBytes);
+      if (req.body === undefined && req.header('content-length') !== '0') {
+        req.raw.resume();
+        throw new WeirError('unsupported_media_type', 'Send the body as JSON with `Content-Type: application/json`.');
+      }
     }
+    await handler(req as Authed, res);
   };
-
-  // strict: false parses any JSON value, so `null` or `"hi"` get "must be a JSON object", not "invalid JSON".
-  const json = express.json({ limit: defaults.maxBodyBytes, type: ['application/json', 'application/*+json'], strict: false });
-  const requireJson: RequestHandler = (req, _res, next) => {
-    if (req.body === undefined && req.header('content-length') !== '0') {
-      next(new WeirError('unsupported_media_type', 'Send the body as JSON with `Content-Type: application/json`.'));
-    } else next();
-  };
-  const post = (path: string, handler: (req: Authed, res: Response) => Promise<void>) =>
-    app.post(path, authenticate, refuseWhileDraining, json, requireJson, (req, res, next) => {
-      handler(req as Authed, res).catch(next);
-    });
 
   /** Watches the response: fires `onGone` if the client disconnects before we finish. */
   const watchClient = (res: ServerResponse, onGone: () => void) => {
@@ -348,7 +345,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
    */
   const begin = async (
     req: Authed,
-    res: Response,
+    res: ServerResponse,
     route: ApiRoute,
     alias: string,
     input: GenerationInput,
@@ -533,7 +530,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
    */
   const claimOrReplay = async (
     req: Authed,
-    res: Response,
+    res: ServerResponse,
     route: ApiRoute,
     key: string,
     bodySha256: string,
@@ -603,23 +600,18 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
 
     if (body.stream) {
       // A failure before any output (a relay or engine that is down) is an HTTP error, not a 200 stream.
-      const events = await firstEventOrThrow(g.transcript.follow(0));
+      await waitFirstEvent(g.transcript, outcomeError);
       const sse = openSse(res, { heartbeatMs: defaults.sseHeartbeatMs });
-      await writeWeirStream(sse, g, events, 0);
+      await writeWeirStream(sse, g, 0);
       sse.end();
       return;
     }
-    let text = '';
-    let outcome: GenerationOutcome | undefined;
-    for await (const ev of g.transcript.follow(0)) {
-      if (ev.type === 'delta') text += ev.text;
-      else outcome = ev.outcome;
-    }
-    if (!outcome) throw new WeirError('internal', 'the generation ended without an outcome');
+    const outcome = await g.transcript.ended();
+    const text = g.transcript.text();
     if (outcome.finishReason === 'error' && outcome.usage.outputTokens === 0) throw outcomeError(outcome);
     if (g.endedInQueue && outcome.finishReason === 'deadline') throw deadlineInQueue();
     answeredBy(res, outcome);
-    res.json({
+    sendJson(res, 200, {
       generation_id: g.generationId,
       request_id: g.requestId,
       model_revision: g.modelRevision,
@@ -633,22 +625,19 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
    * id 1, delta `i` is id `i + 2`, `end` is id `deltas + 2`. `events` must begin at delta
    * index `max(0, lastEventId - 1)`.
    */
-  async function writeWeirStream(sse: SseWriter, g: Answer, events: AsyncIterable<TranscriptEvent>, lastEventId: number) {
+  async function writeWeirStream(sse: SseWriter, g: Answer, lastEventId: number, signal?: AbortSignal) {
     const send = (id: number, event: string, data: unknown) => sse.write(formatSseEvent({ id, event, data: JSON.stringify(data) }));
     if (lastEventId < 1) await send(1, 'start', { generation_id: g.generationId, request_id: g.requestId, model_revision: g.modelRevision });
-    let ended = 0;
-    for await (const ev of events) {
-      if (ev.type === 'delta') await send(ev.index + 2, 'delta', { text: ev.text });
-      else {
-        ended = g.transcript.deltas.length + 2;
-        if (ended > lastEventId) await send(ended, 'end', weirEndData(ev.outcome));
-      }
-    }
+    const t = g.transcript;
+    const outcome = await readTranscript(t, Math.max(0, lastEventId - 1), (i) => send(i + 2, 'delta', { text: t.deltas[i] }), signal);
+    if (!outcome) return;
+    const ended = t.deltas.length + 2;
+    if (ended > lastEventId) await send(ended, 'end', weirEndData(outcome));
   }
 
-  app.get('/v1/generations/:id/events', authenticate, async (req, res) => {
-    const { tenantId } = (req as Authed).caller;
-    const id = String(req.params.id);
+  get('/v1/generations/:id/events', async (req, res) => {
+    const { tenantId } = req.caller;
+    const id = req.params.id;
     const lastEventId = parseLastEventId(req);
     const entry = registry.get(tenantId, id);
     let g = entry ? answerFromEntry(entry) : undefined;
@@ -674,7 +663,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     const gone = new AbortController();
     res.on('close', () => gone.abort());
     const sse = openSse(res, { heartbeatMs: defaults.sseHeartbeatMs });
-    await writeWeirStream(sse, g, g.transcript.follow(Math.max(0, lastEventId - 1), gone.signal), lastEventId);
+    await writeWeirStream(sse, g, lastEventId, gone.signal);
     sse.end();
   });
 
@@ -684,39 +673,45 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     return record && record.tenantId === tenantId ? describeRecord(record) : undefined;
   };
 
-  app.get('/v1/generations/:id', authenticate, async (req, res) => {
-    const { tenantId } = (req as Authed).caller;
-    const id = String(req.params.id);
+  get('/v1/generations/:id', async (req, res) => {
+    const { tenantId } = req.caller;
+    const id = req.params.id;
     const entry = registry.get(tenantId, id);
     if (entry) {
-      res.json(describe(entry));
+      sendJson(res, 200, describe(entry));
       return;
     }
     const finished = await finishedElsewhere(tenantId, id);
     if (!finished) throw notFoundGeneration(id);
-    res.json(finished);
+    sendJson(res, 200, finished);
   });
 
-  app.post('/v1/generations/:id/cancel', authenticate, async (req, res) => {
-    const { tenantId } = (req as Authed).caller;
-    const id = String(req.params.id);
+  // Cancel takes no body: it authenticates and answers, even while draining.
+  routes.push({
+    method: 'POST',
+    pattern: '/v1/generations/:id/cancel',
+    handler: { auth: true, body: false, run: (req, res) => cancel(req, res) },
+  });
+  const cancel = async (req: Authed, res: ServerResponse) => {
+    const { tenantId } = req.caller;
+    const id = req.params.id;
     const entry = registry.get(tenantId, id);
     if (entry) {
       entry.stop('cancel_requested');
-      res.json(describe(entry));
+      sendJson(res, 200, describe(entry));
       return;
     }
     const finished = await finishedElsewhere(tenantId, id);
     if (finished) {
-      res.json(finished);
+      sendJson(res, 200, finished);
       return;
     }
     if (!deps.cancelTopic) throw notFoundGeneration(id);
     // Not here and not finished: it may be running behind another gateway. The relay holding
     // it checks the tenant before acting, so a guessed id cannot cancel another tenant's work.
     deps.cancelTopic.publish({ generationId: id, tenantId, cause: 'cancel_requested' });
-    res.status(202).json({ generation_id: id, status: 'cancel_requested' });
-  });
+    sendJson(res, 202, { generation_id: id, status: 'cancel_requested' });
+  };
 
   // ---- OpenAI-compatible routes ----------------------------------------------------------
   post('/v1/chat/completions', async (req, res) => {
@@ -758,7 +753,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     await answerOpenAi(res, g, body.model, 'text', body.stream === true, body.stream_options?.include_usage === true);
   });
 
-  registerResponsesRoute({ post, begin, router: deps.router, sseHeartbeatMs: defaults.sseHeartbeatMs, firstEventOrThrow, answeredBy, outcomeError, deadlineOrCancel, generationsKey, idempotencyKeyHeader, sampling });
+  registerResponsesRoute({ post, begin, router: deps.router, sseHeartbeatMs: defaults.sseHeartbeatMs, firstEventOrThrow: followFromFirstEvent, answeredBy, outcomeError, deadlineOrCancel, generationsKey, idempotencyKeyHeader, sampling });
 
   /** A `/v1/models` entry: OpenAI's fields, plus `deprecation` while the caller's revisions for the alias count down. */
   const modelEntry = (caller: Caller, alias: AliasSpec) => {
@@ -766,56 +761,75 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     const deprecation = catalog ? aliasDeprecation(alias, catalog.tenants().get(caller.tenantId), catalog.revisions(), wallClock()) : undefined;
     return { id: alias.name, object: 'model', created: modelsCreated, owned_by: 'weir', ...(deprecation ? { deprecation } : {}) };
   };
-  app.get('/v1/models', authenticate, async (req, res) => {
-    const { caller } = req as Authed;
-    res.json({ object: 'list', data: (await deps.router.listAliases(caller)).map((a) => modelEntry(caller, a)) });
+  get('/v1/models', async (req, res) => {
+    const { caller } = req;
+    sendJson(res, 200, { object: 'list', data: (await deps.router.listAliases(caller)).map((a) => modelEntry(caller, a)) });
   });
-  if (deps.usage) app.get('/v1/usage', authenticate, usageHandler(deps.usage));
-  app.get('/v1/models/:id', authenticate, async (req, res) => {
-    const { caller } = req as Authed;
+  if (deps.usage) get('/v1/usage', usageHandler(deps.usage));
+  get('/v1/models/:id', async (req, res) => {
+    const { caller } = req;
     const alias = (await deps.router.listAliases(caller)).find((a) => a.name === req.params.id);
-    if (!alias) throw new WeirError('model_not_found', `The model '${String(req.params.id)}' does not exist or you do not have access to it.`, { param: 'model' });
-    res.json(modelEntry(caller, alias));
+    if (!alias) throw new WeirError('model_not_found', `The model '${req.params.id}' does not exist or you do not have access to it.`, { param: 'model' });
+    sendJson(res, 200, modelEntry(caller, alias));
   });
 
-  // A known path with the wrong method is a 405 with `Allow`, not a 404.
-  const methods = new Map<string, string>([
-    ['/v1/generations', 'POST'],
-    ['/v1/chat/completions', 'POST'],
-    ['/v1/completions', 'POST'],
-    ['/v1/responses', 'POST'],
-    ['/v1/models', 'GET'],
-    ['/v1/usage', 'GET'],
-  ]);
-  const patterns: [RegExp, string][] = [
-    [/^\/v1\/generations\/[^/]+$/, 'GET'],
-    [/^\/v1\/generations\/[^/]+\/events$/, 'GET'],
-    [/^\/v1\/generations\/[^/]+\/cancel$/, 'POST'],
-    [/^\/v1\/models\/[^/]+$/, 'GET'],
+  // Known paths whose route is not configured here still answer 405 rather than 404 for other
+  // methods (e.g. `/v1/usage` without a usage reader), as before.
+  const knownPaths: [RegExp, string][] = [
+    [/^\/v1\/generations$/i, 'POST'],
+    [/^\/v1\/chat\/completions$/i, 'POST'],
+    [/^\/v1\/completions$/i, 'POST'],
+    [/^\/v1\/responses$/i, 'POST'],
+    [/^\/v1\/models$/i, 'GET'],
+    [/^\/v1\/usage$/i, 'GET'],
+    [/^\/v1\/generations\/[^/]+$/i, 'GET'],
+    [/^\/v1\/generations\/[^/]+\/events$/i, 'GET'],
+    [/^\/v1\/generations\/[^/]+\/cancel$/i, 'POST'],
+    [/^\/v1\/models\/[^/]+$/i, 'GET'],
   ];
-  app.use((req, res, next) => {
-    const allowed = methods.get(req.path) ?? patterns.find(([re]) => re.test(req.path))?.[1];
+  const router = createEdgeRouter(routes);
+
+  /** A path no route takes with this method: 405 with `Allow` for a known path, else 404. */
+  const unrouted = (req: EdgeRequest, res: ServerResponse) => {
+    const path = req.path.length > 1 && req.path.endsWith('/') ? req.path.slice(0, -1) : req.path;
+    const allowed = router.allowed(path)[0] ?? knownPaths.find(([re]) => re.test(path))?.[1];
     if (allowed) {
       res.setHeader('allow', allowed);
-      next(new WeirError('method_not_allowed', `${req.method} is not allowed on ${req.path}; use ${allowed}.`));
-      return;
+      throw new WeirError('method_not_allowed', `${req.method} is not allowed on ${req.path}; use ${allowed}.`);
     }
-    next(new WeirError('not_found', `Unknown route ${req.method} ${req.path}.`));
-  });
+    throw new WeirError('not_found', `Unknown route ${req.method} ${req.path}.`);
+  };
 
-  // One error handler: body-parser faults become 4xx, everything else goes through the table.
-  app.use((err: unknown, req: Request, res: Response, _next: NextFunction) => {
-    const error = fromExpressError(err);
-    if (error.code === 'internal') logger.error({ err: error.cause ?? err, requestId: (req as Authed).requestId, path: req.path }, 'request failed');
-    if (res.headersSent) {
-      if (!res.writableEnded) res.end();
-      return;
+  const app = (raw: IncomingMessage, res: ServerResponse): void => {
+    // Every response carries x-request-id (the client's if well-formed, else ours).
+    const given = raw.headers['x-request-id'];
+    const requestId = typeof given === 'string' && REQUEST_ID.test(given) ? given : newId('req');
+    res.setHeader('x-request-id', requestId);
+    const req = edgeRequest(raw, requestId);
+    if (accessLine && (logger.isLevelEnabled?.(accessLevel) ?? true)) watchAccess(req, res, accessLine);
+    const method = req.method;
+    const path = req.path;
+    if ((method === 'GET' || method === 'HEAD') && (path === '/healthz' || path === '/readyz' || path === '/metrics')) {
+      if (path === '/healthz') return sendJson(res, 200, { status: 'ok' });
+      if (path === '/readyz') return readyz(res);
+      if (deps.metricsHandler) return deps.metricsHandler(raw, res);
     }
-    sendError(res, error);
-  });
+    try {
+      // Fail closed on a stale snapshot: every route below (the API, and unknown paths) is refused.
+      const state = deps.configState?.();
+      if (state?.stale) throw configStaleError(state);
+      const match = router.match(method, path);
+      if (!match) return unrouted(req, res);
+      req.params = match.params;
+      req.routePath = match.route.pattern;
+      run(match.route, req, res).catch((err: unknown) => onError(err, req, res));
+    } catch (err) {
+      onError(err, req, res);
+    }
+  };
 
   async function answerOpenAi(
-    res: Response,
+    res: ServerResponse,
     g: Answer,
     model: string,
     kind: 'chat' | 'text',
@@ -826,20 +840,16 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     const meta: OpenAiResponseMeta = { id: `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${g.generationId.slice(4)}`, created: g.createdS, model };
     const weir = (o: GenerationOutcome) => ({ finish_reason: o.finishReason, model_revision: o.modelRevision, ...(o.fallback ? { fallback_reason: o.fallback.reason } : {}) });
     if (!stream) {
-      let text = '';
-      const toolCallDeltas: ToolCallDelta[][] = [];
-      let outcome: GenerationOutcome | undefined;
-      for await (const ev of g.transcript.follow(0)) {
-        if (ev.type === 'delta') {
-          text += ev.text;
-          if (ev.toolCalls) toolCallDeltas.push(ev.toolCalls);
-        } else outcome = ev.outcome;
-      }
-      if (!outcome) throw new WeirError('internal', 'the generation ended without an outcome');
+      // The whole answer: wait for the end, then read the transcript once.
+      const outcome = await g.transcript.ended();
+      const text = g.transcript.text();
+      const toolCallDeltas = g.transcript.deltaToolCalls.filter((c): c is ToolCallDelta[] => c !== null);
       if (outcome.finishReason === 'error') throw outcomeError(outcome);
       answeredBy(res, outcome);
       const finish = toOpenAiFinishReason(outcome.finishReason);
-      res.json(
+      sendJson(
+        res,
+        200,
         kind === 'chat'
           ? chatCompletion(meta, text, finish, toOpenAiUsage(outcome.usage), weir(outcome), accumulateToolCalls(toolCallDeltas))
           : textCompletion(meta, text, finish, toOpenAiUsage(outcome.usage), weir(outcome)),
@@ -848,30 +858,34 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     }
     // Headers go out only once a slot is held and the first event is in, so queue rejections
     // and failures before any output are still HTTP errors the SDKs can retry.
-    const events = await firstEventOrThrow(g.transcript.follow(0));
+    await waitFirstEvent(g.transcript, outcomeError);
     const sse = openSse(res, { heartbeatMs: defaults.sseHeartbeatMs });
-    const send = (chunk: unknown) => sse.write(formatSseEvent({ data: JSON.stringify(chunk) }));
+    const send = (chunk: unknown) => sse.write(formatSseJson(JSON.stringify(chunk)));
+    // A text delta's chunk: its JSON around the text is built once for the response.
+    const contentChunk = contentChunkJson(meta, kind);
     if (kind === 'chat') await send(chatCompletionChunk(meta, { delta: { role: 'assistant', content: '' }, finishReason: null }));
-    for await (const ev of events) {
-      if (ev.type === 'delta') {
-        const toolCalls = kind === 'chat' && ev.toolCalls ? toOpenAiToolCallChunks(ev.toolCalls) : undefined;
-        // A delta of tool calls only has no `content`, as OpenAI streams it.
-        const delta = toolCalls ? { ...(ev.text !== '' ? { content: ev.text } : {}), tool_calls: toolCalls } : { content: ev.text };
-        await send(kind === 'chat' ? chatCompletionChunk(meta, { delta, finishReason: null }) : textCompletionChunk(meta, { text: ev.text, finishReason: null }));
-        continue;
-      }
-      const o = ev.outcome;
+    const t = g.transcript;
+    const outcome = await readTranscript(t, 0, (i) => {
+      const calls = kind === 'chat' ? t.deltaToolCalls[i] : undefined;
+      if (!calls) return sse.write(formatSseJson(contentChunk(t.deltas[i])));
+      // A delta of tool calls only has no `content`, as OpenAI streams it.
+      const text = t.deltas[i];
+      const delta = { ...(text !== '' ? { content: text } : {}), tool_calls: toOpenAiToolCallChunks(calls) };
+      return send(chatCompletionChunk(meta, { delta, finishReason: null }));
+    });
+    /** The end of the stream: an in-band error, or the finish chunk, the usage chunk and [DONE]. */
+    const writeEnd = async (o: GenerationOutcome) => {
       if (o.finishReason === 'error') {
         // After the headers, an error can only be reported in-band (CONVENTIONS.md §1).
         const code = asCode(o.error?.code ?? 'internal');
         await send(openAiError(o.error?.message ?? 'the generation failed', HTTP_ERRORS[code].type, code));
-        break;
+        return;
       }
       if (o.finishReason === 'cancelled') {
         // Cancelled through the API while this client still reads: OpenAI has no finish reason
         // for it, and `stop` would pass a cut answer off as whole, so it ends in-band as an error.
         await send(openAiError('The generation was cancelled (POST /v1/generations/{id}/cancel); the answer is incomplete.', 'invalid_request_error', 'cancelled'));
-        break;
+        return;
       }
       const finish = toOpenAiFinishReason(o.finishReason);
       await send(
@@ -884,7 +898,8 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
         await send(kind === 'chat' ? chatCompletionChunk(meta, null, { usage }) : textCompletionChunk(meta, null, { usage }));
       }
       await sse.write(SSE_DONE);
-    }
+    };
+    if (outcome) await writeEnd(outcome);
     sse.end();
   }
 
@@ -939,7 +954,7 @@ function sampling(body: { temperature?: number | null; top_p?: number | null; se
   };
 }
 
-function deadlineHeader(req: Request): number | undefined {
+function deadlineHeader(req: EdgeRequest): number | undefined {
   const v = req.header('x-weir-deadline-ms');
   if (v === undefined) return undefined;
   const n = /^\d{1,7}$/.test(v.trim()) ? Number(v.trim()) : NaN;
@@ -980,7 +995,7 @@ function describeRecord(r: UsageRecord) {
  * Waits for a generation's first event. A failure before any output throws its Weir error
  * (so the route answers with an HTTP status); otherwise returns every event, first included.
  */
-async function firstEventOrThrow(events: AsyncIterable<TranscriptEvent>): Promise<AsyncIterable<TranscriptEvent>> {
+async function followFromFirstEvent(events: AsyncIterable<TranscriptEvent>): Promise<AsyncIterable<TranscriptEvent>> {
   const it = events[Symbol.asyncIterator]();
   const first = await it.next();
   if (!first.done && first.value.type === 'end' && first.value.outcome.finishReason === 'error' && first.value.outcome.usage.outputTokens === 0) {
@@ -1000,7 +1015,7 @@ async function firstEventOrThrow(events: AsyncIterable<TranscriptEvent>): Promis
  * (`x-weir-model-revision`, which before the answer named the first choice) and, after a
  * fallback, why (`x-weir-fallback-reason`).
  */
-function answeredBy(res: Response, o: GenerationOutcome): void {
+function answeredBy(res: ServerResponse, o: GenerationOutcome): void {
   if (res.headersSent) return;
   res.setHeader('x-weir-model-revision', o.modelRevision);
   if (o.fallback) res.setHeader('x-weir-fallback-reason', o.fallback.reason);
@@ -1018,9 +1033,10 @@ function weirEndData(o: GenerationOutcome): WeirEndData {
 }
 
 /** `Last-Event-ID` (header, or `last_event_id` query for clients that cannot set headers); 0 when absent. */
-function parseLastEventId(req: Request): number {
+function parseLastEventId(req: EdgeRequest): number {
   const header = req.header('last-event-id');
-  const raw = header ?? (typeof req.query.last_event_id === 'string' ? req.query.last_event_id : undefined);
+  const fromQuery = req.query().last_event_id;
+  const raw = header ?? (typeof fromQuery === 'string' ? fromQuery : undefined);
   if (raw === undefined || raw.trim() === '') return 0;
   const v = raw.trim();
   if (!/^\d{1,9}$/.test(v)) {
@@ -1034,7 +1050,7 @@ function parseLastEventId(req: Request): number {
  * The idempotency key of `POST /v1/generations`: `request_id` in the body, or an
  * `Idempotency-Key` header (the same key both ways is fine; two different keys are a 400).
  */
-function generationsKey(req: Request, bodyKey: string | undefined): { requestId?: string; keyParam: string } {
+function generationsKey(req: EdgeRequest, bodyKey: string | undefined): { requestId?: string; keyParam: string } {
   const headerKey = idempotencyKeyHeader(req);
   if (bodyKey !== undefined && headerKey !== undefined && bodyKey !== headerKey) {
     throw new WeirError('invalid_request', '`request_id` and the `Idempotency-Key` header name different keys; send one of them, or the same key in both.', { param: 'request_id' });
@@ -1045,7 +1061,7 @@ function generationsKey(req: Request, bodyKey: string | undefined): { requestId?
 }
 
 /** The OpenAI routes' opt-in idempotency key (`Idempotency-Key`), validated like `request_id`. */
-function idempotencyKeyHeader(req: Request): string | undefined {
+function idempotencyKeyHeader(req: EdgeRequest): string | undefined {
   const v = req.header('idempotency-key');
   if (v === undefined) return undefined;
   if (!REQUEST_ID.test(v)) {
@@ -1105,31 +1121,8 @@ function failedOutcome(revision: string, err: unknown): GenerationOutcome {
   };
 }
 
-/** Maps body-parser's errors (they carry `type` and `status`) to Weir errors. */
-function fromExpressError(err: unknown): WeirError {
-  if (err instanceof WeirError) return err;
-  const e = err as { type?: string; status?: number; limit?: number };
-  switch (e?.type) {
-    case 'entity.too.large':
-      return new WeirError('payload_too_large', `The request body is larger than ${e.limit ?? 'the'} bytes allowed; send less input.`);
-    case 'entity.parse.failed':
-      return new WeirError('invalid_json', 'The request body is not valid JSON; check quoting and commas.');
-    case 'encoding.unsupported':
-      return new WeirError('unsupported_media_type', 'Unsupported Content-Encoding: send the body uncompressed, or as gzip, deflate or br.');
-    case 'charset.unsupported':
-      return new WeirError('unsupported_media_type', 'Send the body as UTF-8 JSON.');
-    case 'request.aborted':
-      return new WeirError('invalid_request', 'The request body was not received completely.');
-  }
-  // A body that fails to decompress (a wrong Content-Encoding) is the client's error.
-  if (typeof e?.status === 'number' && e.status >= 400 && e.status < 500) {
-    return new WeirError('invalid_request', 'The request body could not be read as its Content-Encoding says; send it uncompressed or fix the header.');
-  }
-  return toWeirError(err);
-}
-
 /** Sends an OpenAI-shaped error with the headers clients use to decide on retries. */
-export function sendError(res: Response, error: WeirError): void {
+export function sendError(res: ServerResponse, error: WeirError): void {
   const mapping = HTTP_ERRORS[error.code];
   if (error.retryAfterMs !== undefined) {
     res.setHeader('retry-after', String(Math.max(1, Math.ceil(error.retryAfterMs / 1000))));
@@ -1143,5 +1136,5 @@ export function sendError(res: Response, error: WeirError): void {
   if (error instanceof AdmissionRejectedError) {
     for (const [name, value] of Object.entries(rateLimitHeaders(error.rateLimits))) res.setHeader(name, value);
   }
-  res.status(mapping.status).json(openAiError(error.message, mapping.type, error.code, error.param ?? null));
+  sendJson(res, mapping.status, openAiError(error.message, mapping.type, error.code, error.param ?? null));
 }

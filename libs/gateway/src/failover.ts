@@ -37,6 +37,7 @@ import {
   type StopCause,
   type UpstreamAttempt,
   createAsyncQueue,
+  forEachBatch,
   retryDelayMs,
 } from '@weir/core';
 import type { Relay } from '@weir/streaming';
@@ -137,7 +138,15 @@ export function startWithFailover(request: FailoverRequest, deps: FailoverDeps):
   const maxAttempts = Math.max(1, deps.options?.maxAttempts ?? 3);
   const backoff = { baseMs: deps.options?.backoffBaseMs ?? 50, maxMs: deps.options?.backoffMaxMs ?? 1_000 };
   const events = createAsyncQueue<RelayEvent>();
-  const stopped = new AbortController();
+  // Stopped (client gone, cancel): no new attempt. The signal that tells a retry's scheduler
+  // wait and backoff is made only when a retry needs one (most requests never retry).
+  let isStopped = false;
+  let stopSignal: AbortController | undefined;
+  const stoppedSignal = (): AbortSignal => {
+    stopSignal ??= new AbortController();
+    if (isStopped) stopSignal.abort();
+    return stopSignal.signal;
+  };
   let stopCause: StopCause | undefined;
   let live: RelayHandle | undefined;
   /** The attempt running (or last run): its lease is released if Weir itself fails. */
@@ -175,7 +184,7 @@ export function startWithFailover(request: FailoverRequest, deps: FailoverDeps):
       left = true;
     };
     for (let i = index; i < request.chain.length; i++) {
-      if (stopped.signal.aborted || clock.now() >= request.job.deadlineAt) return undefined;
+      if (isStopped || clock.now() >= request.job.deadlineAt) return undefined;
       const revision = request.chain[i];
       const same = revision.id === failed.revision.id;
       if (!same) leave();
@@ -191,7 +200,7 @@ export function startWithFailover(request: FailoverRequest, deps: FailoverDeps):
           ...(request.priority !== undefined ? { priority: request.priority } : {}),
           ...(request.affinityKey !== undefined ? { affinityKey: request.affinityKey } : {}),
           deadlineAt: request.job.deadlineAt,
-          signal: stopped.signal,
+          signal: stoppedSignal(),
           ...(revision.id === failed.revision.id ? { avoidReplicas: [...avoid] } : {}),
         })
         .catch(() => undefined);
@@ -224,14 +233,17 @@ export function startWithFailover(request: FailoverRequest, deps: FailoverDeps):
       const handle = runAttempt(attempt, retryable);
       let firstTokenAt: number | undefined;
       let outcome: GenerationOutcome | undefined;
-      for await (const ev of handle.events) {
-        if (ev.type === 'delta') {
-          firstTokenAt ??= clock.now();
-          events.push(ev);
-        } else {
-          outcome = ev.outcome;
+      // The attempt's events, a turn's worth at a time (the relay's queue hands them over in batches).
+      await forEachBatch(handle.events, (batch) => {
+        for (const ev of batch) {
+          if (ev.type === 'delta') {
+            firstTokenAt ??= clock.now();
+            events.push(ev);
+          } else {
+            outcome = ev.outcome;
+          }
         }
-      }
+      });
       outcome ??= await handle.done;
       deps.onAttemptEnd(attempt, outcome);
       // The breaker judges a revision per request, not per replica: a failure a retry on another
@@ -252,14 +264,14 @@ export function startWithFailover(request: FailoverRequest, deps: FailoverDeps):
       prior = outcome.attempts ?? prior;
       avoid.push(attempt.lease.replicaId);
       const pauseMs = Math.min(retryDelayMs(attempts, backoff), Math.max(0, request.job.deadlineAt - clock.now()));
-      await sleep(pauseMs, stopped.signal);
+      await sleep(pauseMs, stoppedSignal());
       let revisionRecorded = false;
       const next = await nextAttempt(attempt, index, avoid, () => {
         revisionRecorded = true;
         recordRevision('failure');
       });
       if (!next) {
-        if (!revisionRecorded) recordRevision(stopped.signal.aborted ? 'ignored' : 'failure');
+        if (!revisionRecorded) recordRevision(isStopped ? 'ignored' : 'failure');
         // Nobody could take it: this failure is the answer, recorded once here.
         const { unrecorded: _unrecorded, ...failed } = outcome;
         const final: GenerationOutcome = { ...failed, fallback: { ...fallback, attempts } };
@@ -297,7 +309,8 @@ export function startWithFailover(request: FailoverRequest, deps: FailoverDeps):
       stopCause ??= cause;
       // No new attempt for a client that left or cancelled; the running one stops as the relay
       // decides (after the grace period for a disconnect).
-      stopped.abort();
+      isStopped = true;
+      stopSignal?.abort();
       live?.stop(cause);
     },
   };

@@ -1,7 +1,7 @@
 /**
  * Live and recently finished generations of this gateway, by generation id: what
- * `GET /v1/generations/{id}` and `POST /v1/generations/{id}/cancel` act on. Entries of
- * finished generations are kept for `retentionMs` (default 10 min), then swept.
+ * `GET /v1/generations/{id}` and `POST /v1/generations/{id}/cancel` act on. Finished
+ * generations are kept within time, count and memory budgets (see {@link createGenerationRegistry}).
  */
 import type { FinishReason, GenerationOutcome, StopCause } from '@weir/core';
 import type { Transcript } from './transcript';
@@ -38,6 +38,8 @@ export interface GenerationRegistry {
   finish(generationId: string, outcome: GenerationOutcome): void;
   /** Generations not yet finished. */
   active(): TrackedGeneration[];
+  /** Finished generations held, and the memory they hold (estimated bytes, {@link retainedBytesOf}). */
+  retained(): { finished: number; bytes: number };
   close(): void;
 }
 
@@ -58,31 +60,69 @@ export function statusOf(reason: FinishReason): string {
   }
 }
 
+/** Retention of finished generations (see {@link createGenerationRegistry}). */
+export interface GenerationRegistryOptions {
+  /** How long a finished generation stays (ms). Default 600,000 (10 min). */
+  retentionMs?: number;
+  /** Most finished generations kept. Default 10,000. */
+  maxFinished?: number;
+  /**
+   * Most memory the finished generations may hold, estimated (bytes; see
+   * {@link retainedBytesOf}). Default 32 MiB.
+   */
+  maxRetainedBytes?: number;
+  /** Wall clock (ms). Default `Date.now`. */
+  now?: () => number;
+}
+
+/** Bytes a finished entry holds besides its transcript: the entry, its outcome and ids (an estimate from heap snapshots). */
+const ENTRY_BYTES = 1_024;
+/** Bytes a transcript delta holds besides its text: the string header and its array slots. */
+const DELTA_BYTES = 48;
+
+/**
+ * The memory a finished generation holds, estimated: {@link ENTRY_BYTES}, plus per delta
+ * {@link DELTA_BYTES} and its text at 2 bytes per UTF-16 unit (V8 keeps Latin-1 text in one,
+ * so this is an upper bound for most text).
+ */
+export function retainedBytesOf(entry: Pick<TrackedGeneration, 'transcript'>): number {
+  const t = entry.transcript;
+  return ENTRY_BYTES + (t ? 2 * t.size + DELTA_BYTES * t.deltas.length : 0);
+}
+
+/** A finished generation's `stop`: nothing to stop. */
+const STOPPED = (): void => undefined;
+
 /**
  * Creates a registry with a periodic (unref'd) sweep. Finished entries are kept for
  * `retentionMs` (default 10 min) but at most `maxFinished` of them (default 10,000) holding at
- * most `maxRetainedChars` of transcript text (default 32 Mi UTF-16 units, ≈ 64 MiB); the
- * oldest go first, so memory stays bounded at any request rate.
+ * most `maxRetainedBytes` (default 32 MiB, estimated with {@link retainedBytesOf}); the oldest
+ * go first, so memory stays bounded at any request rate. A finished entry keeps only its ids,
+ * state, outcome and transcript: its `stop` — a closure over the request it was made for — is
+ * replaced, so the request, the response and the relay's state can be collected.
  */
-export function createGenerationRegistry(
-  options: { retentionMs?: number; maxFinished?: number; maxRetainedChars?: number; now?: () => number } = {},
-): GenerationRegistry {
+export function createGenerationRegistry(options: GenerationRegistryOptions = {}): GenerationRegistry {
   const retentionMs = options.retentionMs ?? 600_000;
   const maxFinished = options.maxFinished ?? 10_000;
-  const maxRetainedChars = options.maxRetainedChars ?? 32 * 1024 * 1024;
-  let retainedChars = 0;
+  const maxRetainedBytes = options.maxRetainedBytes ?? 32 * 1024 * 1024;
+  let retainedBytes = 0;
   const now = options.now ?? Date.now;
-  const entries = new Map<string, TrackedGeneration & { finishedAt?: number }>();
-  // Finished ids in finishing order (Map iteration order), for the cap.
+  const entries = new Map<string, TrackedGeneration & { finishedAt?: number; retained?: number }>();
+  // Finished ids in finishing order (Map iteration order), for the caps.
   const finishedOrder = new Map<string, true>();
+  const forget = (id: string) => {
+    const e = entries.get(id);
+    entries.delete(id);
+    finishedOrder.delete(id);
+    retainedBytes -= e?.retained ?? 0;
+  };
   const sweep = setInterval(() => {
     const cutoff = now() - retentionMs;
-    for (const [id, e] of entries) {
-      if (e.finishedAt !== undefined && e.finishedAt < cutoff) {
-        entries.delete(id);
-        finishedOrder.delete(id);
-        retainedChars -= e.transcript?.size ?? 0;
-      }
+    // Finished entries in finishing order: the first one not yet expired ends the sweep.
+    for (const id of finishedOrder.keys()) {
+      const e = entries.get(id);
+      if (e?.finishedAt !== undefined && e.finishedAt >= cutoff) break;
+      forget(id);
     }
   }, Math.min(retentionMs, 60_000));
   sweep.unref();
@@ -96,23 +136,27 @@ export function createGenerationRegistry(
     },
     finish(generationId, outcome) {
       const e = entries.get(generationId);
-      if (!e) return;
+      if (!e || e.state === 'finished') return;
       e.state = 'finished';
       e.outcome = outcome;
       // The revision that answered (after a fallback, not the first choice), or the last tried.
       e.modelRevision = outcome.modelRevision;
+      e.stop = STOPPED;
       e.finishedAt = now();
+      e.retained = retainedBytesOf(e);
       finishedOrder.set(generationId, true);
-      retainedChars += e.transcript?.size ?? 0;
-      while (finishedOrder.size > maxFinished || (retainedChars > maxRetainedChars && finishedOrder.size > 0)) {
-        const oldest = finishedOrder.keys().next().value as string;
-        finishedOrder.delete(oldest);
-        retainedChars -= entries.get(oldest)?.transcript?.size ?? 0;
-        entries.delete(oldest);
+      retainedBytes += e.retained;
+      while (finishedOrder.size > maxFinished || (retainedBytes > maxRetainedBytes && finishedOrder.size > 0)) {
+        forget(finishedOrder.keys().next().value as string);
       }
     },
     active() {
-      return [...entries.values()].filter((e) => e.state !== 'finished');
+      const out: TrackedGeneration[] = [];
+      for (const e of entries.values()) if (e.state !== 'finished') out.push(e);
+      return out;
+    },
+    retained() {
+      return { finished: finishedOrder.size, bytes: retainedBytes };
     },
     close() {
       clearInterval(sweep);

@@ -19,9 +19,8 @@
  * Admission, idempotency, deadlines, priority and use case go through the same `begin` as the
  * other routes (app.ts), which hands it in with its helpers.
  */
-import type { Request, Response } from 'express';
+import type { ServerResponse } from 'node:http';
 import {
-  type Caller,
   capabilitiesOf,
   type GenerationInput,
   type GenerationOutcome,
@@ -46,6 +45,7 @@ import {
   type OutputSchema,
 } from '@weir/streaming';
 import { toGrammarSchema, UnsupportedSchemaError } from '@weir/engines';
+import { type AuthedRequest, type EdgeRequest, sendJson } from './edge';
 import type { ParamNames } from './pipeline';
 import { refuseIncapableRoutes, type RouteCheck } from './tools';
 import { parseBody, RESPONSES_OPENAI_FIELDS, responsesOpenAiBody, responsesWeirBody, toChatInput, toResponsesChatInput } from './schemas';
@@ -76,20 +76,21 @@ export interface ResponsesBeginLimits {
   beforeAdmit?: (requestId: string, useCase: string | undefined) => Promise<void>;
 }
 
-type Authed = Request & { caller: Caller; requestId: string };
+type Authed = AuthedRequest;
 
 /** What app.ts hands the route: its `post`, `begin` and the helpers the other routes use. */
 export interface ResponsesRouteContext {
-  post(path: string, handler: (req: Authed, res: Response) => Promise<void>): unknown;
-  begin(req: Authed, res: Response, route: 'generations', alias: string, input: GenerationInput, sampling: SamplingParams, limits: ResponsesBeginLimits): Promise<ResponsesAnswer>;
+  /** Registers a POST route on the edge (authenticated, refused while draining, JSON body read). */
+  post(path: string, handler: (req: Authed, res: ServerResponse) => Promise<void>): unknown;
+  begin(req: Authed, res: ServerResponse, route: 'generations', alias: string, input: GenerationInput, sampling: SamplingParams, limits: ResponsesBeginLimits): Promise<ResponsesAnswer>;
   router: RouterService;
   sseHeartbeatMs: number;
   firstEventOrThrow(events: AsyncIterable<TranscriptEvent>): Promise<AsyncIterable<TranscriptEvent>>;
-  answeredBy(res: Response, o: GenerationOutcome): void;
+  answeredBy(res: ServerResponse, o: GenerationOutcome): void;
   outcomeError(o: GenerationOutcome): WeirError;
   deadlineOrCancel(o: GenerationOutcome): WeirError;
-  generationsKey(req: Request, bodyKey: string | undefined): { requestId?: string; keyParam: string };
-  idempotencyKeyHeader(req: Request): string | undefined;
+  generationsKey(req: EdgeRequest, bodyKey: string | undefined): { requestId?: string; keyParam: string };
+  idempotencyKeyHeader(req: EdgeRequest): string | undefined;
   sampling(body: { temperature?: number | null; top_p?: number | null; seed?: number | null; stop?: string | string[] | null }): SamplingParams;
 }
 
@@ -155,18 +156,12 @@ function unconstrainedBecause(r: RevisionSpec): string | undefined {
 
 /** Reads a whole generation: its text and outcome. */
 async function collect(g: ResponsesAnswer): Promise<{ text: string; outcome: GenerationOutcome }> {
-  let text = '';
-  let outcome: GenerationOutcome | undefined;
-  for await (const ev of g.transcript.follow(0)) {
-    if (ev.type === 'delta') text += ev.text;
-    else outcome = ev.outcome;
-  }
-  if (!outcome) throw new WeirError('internal', 'the generation ended without an outcome');
-  return { text, outcome };
+  const outcome = await g.transcript.ended();
+  return { text: g.transcript.text(), outcome };
 }
 
 /** The error an ended generation is answered with; `output_invalid` tells SDKs not to retry (a retry is billed again). */
-function failure(ctx: ResponsesRouteContext, res: Response, o: GenerationOutcome): WeirError {
+function failure(ctx: ResponsesRouteContext, res: ServerResponse, o: GenerationOutcome): WeirError {
   if (o.error?.code === 'output_invalid') {
     if (!res.headersSent) res.setHeader('x-should-retry', 'false');
     return new WeirError('output_invalid', o.error.message);
@@ -194,7 +189,7 @@ function weirResponsesEnd(o: GenerationOutcome, value: unknown): WeirResponsesEn
   };
 }
 
-async function answerWeirShape(ctx: ResponsesRouteContext, req: Authed, res: Response): Promise<void> {
+async function answerWeirShape(ctx: ResponsesRouteContext, req: Authed, res: ServerResponse): Promise<void> {
   const body = parseBody(responsesWeirBody, req.body);
   if (body.model === undefined) {
     throw new WeirError(
@@ -221,7 +216,7 @@ async function answerWeirShape(ctx: ResponsesRouteContext, req: Authed, res: Res
     if (judged.outcome.finishReason === 'error') throw failure(ctx, res, judged.outcome);
     ctx.answeredBy(res, outcome);
     const end = weirResponsesEnd(judged.outcome, undefined);
-    res.json({
+    sendJson(res, 200, {
       object: 'weir.response',
       id: g.generationId,
       request_id: g.requestId,
@@ -257,7 +252,7 @@ async function answerWeirShape(ctx: ResponsesRouteContext, req: Authed, res: Res
 
 // ---- OpenAI's Responses API shape -------------------------------------------------------
 
-async function answerOpenAiShape(ctx: ResponsesRouteContext, req: Authed, res: Response, raw: Record<string, unknown>): Promise<void> {
+async function answerOpenAiShape(ctx: ResponsesRouteContext, req: Authed, res: ServerResponse, raw: Record<string, unknown>): Promise<void> {
   for (const name of Object.keys(raw)) {
     if (RESPONSES_OPENAI_FIELDS.has(name)) continue;
     const hint = UNSUPPORTED_HINTS[name] ?? 'Weir’s /v1/responses takes model, input, instructions, max_output_tokens, stream, temperature, top_p, text, service_tier, store (false) and user';
@@ -306,7 +301,7 @@ async function answerOpenAiShape(ctx: ResponsesRouteContext, req: Authed, res: R
     if (judged.outcome.finishReason === 'error') throw failure(ctx, res, judged.outcome);
     if (outcome.finishReason === 'cancelled') throw new WeirError('invalid_request', 'The generation was cancelled (POST /v1/generations/{id}/cancel); the answer is incomplete.');
     ctx.answeredBy(res, outcome);
-    res.json(responseObject(meta, finalState(outcome, text)));
+    sendJson(res, 200, responseObject(meta, finalState(outcome, text)));
     return;
   }
 

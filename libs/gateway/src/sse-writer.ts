@@ -1,16 +1,28 @@
 /**
  * Writes an SSE stream to a Node HTTP response: the headers SSE clients and proxies expect,
- * one flush per event, backpressure (waits for `drain` when the socket buffer is full),
- * comment heartbeats while idle, and a `closed` flag once the client is gone.
+ * events coalesced into one socket write per event-loop turn, backpressure (waits for `drain`
+ * when the socket buffer is full), comment heartbeats while idle, and a `closed` flag once the
+ * client is gone.
+ *
+ * Why coalesce: the deltas of one upstream read reach the writer in the same turn (one chain
+ * of promise jobs); a `res.write` each was a chunk header and a `writev` system call per
+ * event — on this platform's VMs the largest single cost of a streamed answer. Events are
+ * appended to a string and written once, from a `process.nextTick` queued after the turn's
+ * promise jobs ran; `end()` writes what is pending with the end of the response. Nothing waits
+ * for a timer, so an event is on the wire before the process next waits for I/O.
  */
 import type { ServerResponse } from 'node:http';
 import { formatSseComment } from '@weir/streaming';
 
 /** An open SSE stream. */
 export interface SseWriter {
-  /** Writes framed text; resolves when it may write again (after `drain` if needed). */
-  write(framed: string): Promise<void>;
-  /** Ends the response. */
+  /**
+   * Queues framed text for this turn's write. Returns undefined when more may be written at
+   * once, or a promise that resolves once the socket drained (or the client left) when its
+   * buffer is full: await it before writing more.
+   */
+  write(framed: string): Promise<void> | undefined;
+  /** Writes what is pending and ends the response. */
   end(): void;
   /** True once the client has gone away or the stream ended. */
   readonly closed: boolean;
@@ -34,14 +46,19 @@ export function openSse(res: ServerResponse, options: SseWriterOptions = {}): Ss
   });
   res.flushHeaders();
   let closed = false;
+  let pending = '';
+  let scheduled = false;
+  /** Set while the socket's buffer is over its high-water mark: resolves on `drain` or `close`. */
+  let draining: Promise<void> | undefined;
   const heartbeatMs = options.heartbeatMs ?? 15_000;
   let heartbeat: NodeJS.Timeout | undefined;
+  // The heartbeat timer is refreshed at most once per turn (at the flush), not per event.
   const arm = () => {
     if (heartbeatMs <= 0 || closed) return;
     if (heartbeat) heartbeat.refresh();
     else heartbeat = setTimeout(() => {
       heartbeat = undefined;
-      if (!closed) res.write(formatSseComment('ping'));
+      if (!closed && !res.destroyed) res.write(formatSseComment('ping'));
       arm();
     }, heartbeatMs);
   };
@@ -49,29 +66,53 @@ export function openSse(res: ServerResponse, options: SseWriterOptions = {}): Ss
     closed = true;
     if (heartbeat) clearTimeout(heartbeat);
   };
+  const flush = () => {
+    scheduled = false;
+    if (pending.length === 0 || closed || res.destroyed) {
+      pending = '';
+      return;
+    }
+    const text = pending;
+    pending = '';
+    arm();
+    if (res.write(text) || draining) return;
+    draining = new Promise<void>((resolve) => {
+      const done = () => {
+        res.off('drain', done);
+        res.off('close', done);
+        draining = undefined;
+        resolve();
+      };
+      res.on('drain', done);
+      res.on('close', done);
+    });
+  };
+  const schedule = () => process.nextTick(flush);
   res.on('close', stop);
   arm();
   return {
     get closed() {
       return closed || res.destroyed;
     },
-    async write(framed) {
-      if (closed || res.destroyed) return;
-      arm();
-      if (res.write(framed)) return;
-      await new Promise<void>((resolve) => {
-        const done = () => {
-          res.off('drain', done);
-          res.off('close', done);
-          resolve();
-        };
-        res.on('drain', done);
-        res.on('close', done);
-      });
+    write(framed) {
+      if (closed || res.destroyed) return undefined;
+      pending += framed;
+      if (!scheduled) {
+        scheduled = true;
+        // A tick queued from a promise job runs once every promise job of the turn ran (Node
+        // drains the microtask queue before the next tick); queued from plain code it would
+        // run first, hence the hop through a microtask.
+        queueMicrotask(schedule);
+      }
+      return draining;
     },
     end() {
+      const text = pending;
+      pending = '';
       stop();
-      if (!res.writableEnded) res.end();
+      if (res.writableEnded) return;
+      if (text.length > 0 && !res.destroyed) res.end(text);
+      else res.end();
     },
   };
 }

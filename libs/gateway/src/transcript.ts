@@ -8,7 +8,7 @@
  * Weir's SSE event ids over a transcript (ARCHITECTURE.md §8): `start` is id 1, delta `i`
  * (0-based) is id `i + 2`, and `end` is id `deltas.length + 2`.
  */
-import type { GenerationOutcome, RelayEvent, ToolCallDelta } from '@weir/core';
+import { forEachBatch, type GenerationOutcome, type RelayEvent, type ToolCallDelta } from '@weir/core';
 
 /** An event read from a transcript, with its position. */
 export type TranscriptEvent =
@@ -30,6 +30,19 @@ export interface Transcript {
   /** Ends it (first call wins). */
   end(outcome: GenerationOutcome): void;
   /**
+   * Resolves with the outcome once it ended (at once when it has): what a reader that wants the
+   * whole answer awaits, instead of following every delta.
+   */
+  ended(): Promise<GenerationOutcome>;
+  /** The text of every delta so far, joined. */
+  text(): string;
+  /**
+   * Resolves once there are more than `from` deltas or the transcript ended (at once if so),
+   * or `signal` fired. Waiters are woken once per event-loop turn, after the turn's promise
+   * jobs ran, so a reader takes all of a turn's deltas in one wake (see {@link readTranscript}).
+   */
+  changed(from: number, signal?: AbortSignal): Promise<void>;
+  /**
    * Deltas from index `from` (0-based) and then the end, waiting for live ones. Each call is
    * an independent reader. Stops early (without the end) when `signal` fires.
    */
@@ -47,10 +60,22 @@ export function createTranscript(finished?: { deltas: readonly string[]; deltaTo
   let outcome: GenerationOutcome | undefined = finished?.outcome;
   let size = deltas.reduce((n, d) => n + d.length, 0);
   let waiters: (() => void)[] = [];
-  const wake = () => {
+  let whenEnded: Promise<GenerationOutcome> | undefined;
+  let resolveEnded: ((o: GenerationOutcome) => void) | undefined;
+  // Readers are woken once per turn: a tick queued from a promise job runs after every promise
+  // job of the turn (the pump appends the deltas of one upstream read in such a chain).
+  let wakeQueued = false;
+  const wakeNow = () => {
+    wakeQueued = false;
     const w = waiters;
     waiters = [];
     for (const f of w) f();
+  };
+  const wakeAtTurnEnd = () => process.nextTick(wakeNow);
+  const wake = () => {
+    if (wakeQueued || waiters.length === 0) return;
+    wakeQueued = true;
+    queueMicrotask(wakeAtTurnEnd);
   };
 
   const transcript: Transcript = {
@@ -81,7 +106,27 @@ export function createTranscript(finished?: { deltas: readonly string[]; deltaTo
     end(o) {
       if (outcome) return;
       outcome = o;
+      resolveEnded?.(o);
       wake();
+    },
+    ended() {
+      if (outcome) return Promise.resolve(outcome);
+      whenEnded ??= new Promise<GenerationOutcome>((resolve) => (resolveEnded = resolve));
+      return whenEnded;
+    },
+    text() {
+      return deltas.length === 1 ? deltas[0] : deltas.join('');
+    },
+    changed(from, signal) {
+      if (deltas.length > from || outcome || signal?.aborted) return Promise.resolve();
+      return new Promise<void>((resolve) => {
+        const done = () => {
+          signal?.removeEventListener('abort', done);
+          resolve();
+        };
+        waiters.push(done);
+        signal?.addEventListener('abort', done, { once: true });
+      });
     },
     follow(from = 0, signal) {
       return {
@@ -99,14 +144,7 @@ export function createTranscript(finished?: { deltas: readonly string[]; deltaTo
               yield { type: 'end', outcome };
               return;
             }
-            await new Promise<void>((resolve) => {
-              const done = () => {
-                signal?.removeEventListener('abort', done);
-                resolve();
-              };
-              waiters.push(done);
-              signal?.addEventListener('abort', done, { once: true });
-            });
+            await transcript.changed(i, signal);
           }
         },
       };
@@ -127,6 +165,41 @@ export function createTranscript(finished?: { deltas: readonly string[]; deltaTo
 }
 
 /**
+ * Reads a transcript from delta `from` (0-based) to its end in batches: `each(i)` for every
+ * delta `i` in order (awaited when it returns a promise: backpressure), one wait per turn
+ * rather than per delta. Resolves with the outcome, or undefined when `signal` fired first.
+ */
+export async function readTranscript(
+  transcript: Transcript,
+  from: number,
+  each: (index: number) => Promise<void> | undefined | void,
+  signal?: AbortSignal,
+): Promise<GenerationOutcome | undefined> {
+  let i = Math.max(0, from);
+  for (;;) {
+    if (signal?.aborted) return undefined;
+    while (i < transcript.deltas.length) {
+      const pending = each(i++);
+      if (pending) await pending;
+    }
+    const outcome = transcript.outcome;
+    if (outcome && i >= transcript.deltas.length) return outcome;
+    if (i >= transcript.deltas.length) await transcript.changed(i, signal);
+  }
+}
+
+/**
+ * Waits for a transcript's first event. A generation that failed before any output (its first
+ * event is an end with an error and no output tokens) throws `error(outcome)`, so the route
+ * answers with an HTTP status rather than a 200 stream.
+ */
+export async function firstEventOrThrow(transcript: Transcript, error: (o: GenerationOutcome) => Error): Promise<void> {
+  if (transcript.deltas.length === 0 && !transcript.outcome) await transcript.changed(0);
+  const o = transcript.outcome;
+  if (transcript.deltas.length === 0 && o && o.finishReason === 'error' && o.usage.outputTokens === 0) throw error(o);
+}
+
+/**
  * Reads a relay handle's events into a transcript until its end. Resolves when it ended.
  * Never throws: an iterator failure ends the transcript with `fallback(err)`. `finalOutcome`
  * may restate the relay's outcome for the client (e.g. a stop by a revocation); the usage
@@ -142,13 +215,15 @@ export async function pumpInto(
 ): Promise<void> {
   let first = true;
   try {
-    for await (const ev of events) {
-      if (ev.type === 'delta') {
-        if (first) onFirstDelta?.();
-        first = false;
-        transcript.push(ev.text, ev.tokens, ev.toolCalls);
-      } else transcript.end(finalOutcome(ev.outcome));
-    }
+    await forEachBatch(events, (batch) => {
+      for (const ev of batch) {
+        if (ev.type === 'delta') {
+          if (first) onFirstDelta?.();
+          first = false;
+          transcript.push(ev.text, ev.tokens, ev.toolCalls);
+        } else transcript.end(finalOutcome(ev.outcome));
+      }
+    });
   } catch (err) {
     transcript.end(fallback(err));
   }

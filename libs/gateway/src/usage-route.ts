@@ -5,9 +5,10 @@
  * ignored, so a client that believes it can ask about another tenant learns at once that it
  * cannot.
  */
-import type { Request, Response } from 'express';
+import type { ServerResponse } from 'node:http';
 import { type UsageAggregate, type UsageReader, type UsageSummary, type UsageWindow, WeirError } from '@weir/core';
 import { nanoUsdToDecimal, usagePeriod } from '@weir/ledger';
+import { type AuthedRequest, sendJson } from './edge';
 
 /** The sums every level of the answer carries (snake_case, as on the wire). */
 export interface UsageSumsBody {
@@ -96,17 +97,17 @@ function sums(a: UsageAggregate): UsageSumsBody {
 }
 
 /**
- * The express handler of `GET /v1/usage`, to mount after authentication (it reads the
- * caller's tenant from the request). `now` is the wall clock (epoch ms), default `Date.now`.
- * Errors (a bad query, a ledger fault) are thrown for the app's error handler.
+ * The edge handler of `GET /v1/usage`, for an authenticated request (it reads the caller's
+ * tenant from it). `now` is the wall clock (epoch ms), default `Date.now`. Errors (a bad
+ * query, a ledger fault) are thrown for the edge's error handler.
  */
-export function usageHandler(reader: UsageReader, now: () => number = Date.now): (req: Request, res: Response) => Promise<void> {
+export function usageHandler(reader: UsageReader, now: () => number = Date.now): (req: AuthedRequest, res: ServerResponse) => Promise<void> {
   return async (req, res) => {
-    const window = parseUsageQuery(req.query as Record<string, unknown>);
-    const { tenantId } = (req as Request & { caller: { tenantId: string } }).caller;
+    const window = parseUsageQuery(req.query());
+    const { tenantId } = req.caller;
     const period = usagePeriod(window, now());
     const summary = await reader.summarize({ tenantId, since: period.start, until: period.end });
     res.setHeader('cache-control', 'no-store');
-    res.json(usageBody(tenantId, window, period, summary));
+    sendJson(res, 200, usageBody(tenantId, window, period, summary));
   };
 }

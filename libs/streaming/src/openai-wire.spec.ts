@@ -1,4 +1,4 @@
-import { chatCompletionChunk, textCompletionChunk, toOpenAiFinishReason, toOpenAiUsage } from './openai-wire';
+import { chatCompletionChunk, contentChunkJson, textCompletionChunk, toOpenAiFinishReason, toOpenAiUsage } from './openai-wire';
 
 describe('OpenAI wire shapes', () => {
   it.each([
@@ -32,5 +32,11 @@ describe('OpenAI wire shapes', () => {
       choices: [{ text: 'y', finish_reason: 'length' }],
       weir: { finish_reason: 'deadline' },
     });
+  });
+
+  it.each(['tok ', '', 'quote " backslash \\ newline \n tab \t', 'é 🌍 \u2028 \u0000', '\u0000weir:text\u0000'])('frames a content chunk byte for byte as the chunk builders do (%j)', (text) => {
+    const meta = { id: 'chatcmpl-Ab_9', created: 1_700_000_000, model: 'alias "x"' };
+    expect(contentChunkJson(meta, 'chat')(text)).toBe(JSON.stringify(chatCompletionChunk(meta, { delta: { content: text }, finishReason: null })));
+    expect(contentChunkJson(meta, 'text')(text)).toBe(JSON.stringify(textCompletionChunk(meta, { text, finishReason: null })));
   });
 });

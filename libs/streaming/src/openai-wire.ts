@@ -145,6 +145,27 @@ export function chatCompletionChunk(
   return envelope(meta, 'chat.completion.chunk', choice ? [{ index: 0, delta: choice.delta, logprobs: null, finish_reason: choice.finishReason }] : [], options);
 }
 
+/** A string that never occurs in a chunk: it marks where the text goes in a {@link contentChunkJson} template. */
+const TEXT_SLOT = '\u0000weir:text\u0000';
+
+/**
+ * The JSON of a content chunk of one response, as a function of its text: for `chat`, byte
+ * for byte `JSON.stringify(chatCompletionChunk(meta, {delta: {content: text}, finishReason:
+ * null}))`; for `text`, that of `textCompletionChunk(meta, {text, finishReason: null})`. The
+ * envelope around the text is serialised once per response, so a streamed delta costs one
+ * `JSON.stringify` of its text, not of a chunk object built for it.
+ */
+export function contentChunkJson(meta: OpenAiResponseMeta, kind: 'chat' | 'text'): (text: string) => string {
+  const template = JSON.stringify(
+    kind === 'chat' ? chatCompletionChunk(meta, { delta: { content: TEXT_SLOT }, finishReason: null }) : textCompletionChunk(meta, { text: TEXT_SLOT, finishReason: null }),
+  );
+  const slot = JSON.stringify(TEXT_SLOT);
+  const at = template.indexOf(slot);
+  const before = template.slice(0, at);
+  const after = template.slice(at + slot.length);
+  return (text) => before + JSON.stringify(text) + after;
+}
+
 /** A legacy completion chunk (`object: "text_completion"`, same shape as the full response). */
 export function textCompletionChunk(
   meta: OpenAiResponseMeta,

@@ -28,6 +28,7 @@ import {
   type UsageSource,
   WeirError,
   createAsyncQueue,
+  forEachBatch,
   toWeirError,
 } from '@weir/core';
 import { priceUsage, usageStatusFor } from '@weir/ledger';
@@ -199,35 +200,41 @@ export function createRelay(deps: RelayDeps): Relay {
           // The output limit is Weir's to enforce, whatever the engine does: an upstream that
           // ignores it (or a buggy one) is cut at the limit and never billed beyond it.
           const limit = job.engineRequest.maxOutputTokens;
-          for await (const ev of stream) {
-            if (ev.type === 'delta') {
-              if (producedTokens >= limit && ev.tokens > 0) {
-                abort.abort();
-                // The adapter's own count is lost with the cut: the deltas' tokens are the count.
-                end = { type: 'end', reason: 'length', usage: { inputTokens: job.inputTokens, outputTokens: producedTokens, cachedInputTokens: 0 }, usageSource: 'estimated' };
-                break;
-              }
-              producedTokens += ev.tokens;
-              if (schema) text += ev.text;
-              if (ttftMs === null && ev.tokens > 0) {
-                firstTokenAt = deps.clock.now();
-                ttftMs = firstTokenAt - job.arrivedAt;
-              }
-              // A delta may carry text, tool-call fragments, or both; one with neither is dropped.
-              const toolCalls = ev.toolCalls !== undefined && ev.toolCalls.length > 0 ? ev.toolCalls : undefined;
-              if (ev.text.length > 0 || toolCalls) {
-                queue.push({ type: 'delta', text: ev.text, tokens: ev.tokens, ...(toolCalls ? { toolCalls } : {}) });
-                if (retained) {
-                  retained.deltas.push(ev.text);
-                  retained.toolCalls.push(toolCalls ?? null);
-                  if (toolCalls) retained.anyToolCalls = true;
+          // The engine's events a batch at a time when it offers them (an upstream read's deltas
+          // together), else one by one: the same loop, without a promise per delta. Returning
+          // false stops reading and closes the engine's stream, as `break` out of `for await` did.
+          await forEachBatch(stream, (batch) => {
+            for (const ev of batch) {
+              if (ev.type === 'delta') {
+                if (producedTokens >= limit && ev.tokens > 0) {
+                  abort.abort();
+                  // The adapter's own count is lost with the cut: the deltas' tokens are the count.
+                  end = { type: 'end', reason: 'length', usage: { inputTokens: job.inputTokens, outputTokens: producedTokens, cachedInputTokens: 0 }, usageSource: 'estimated' };
+                  return false;
                 }
+                producedTokens += ev.tokens;
+                if (schema) text += ev.text;
+                if (ttftMs === null && ev.tokens > 0) {
+                  firstTokenAt = deps.clock.now();
+                  ttftMs = firstTokenAt - job.arrivedAt;
+                }
+                // A delta may carry text, tool-call fragments, or both; one with neither is dropped.
+                const toolCalls = ev.toolCalls !== undefined && ev.toolCalls.length > 0 ? ev.toolCalls : undefined;
+                if (ev.text.length > 0 || toolCalls) {
+                  queue.push(toolCalls ? { type: 'delta', text: ev.text, tokens: ev.tokens, toolCalls } : { type: 'delta', text: ev.text, tokens: ev.tokens });
+                  if (retained) {
+                    retained.deltas.push(ev.text);
+                    retained.toolCalls.push(toolCalls ?? null);
+                    if (toolCalls) retained.anyToolCalls = true;
+                  }
+                }
+                if (ev.tokens > 0) deps.settlements.progress(job.generationId, progressMark);
+              } else {
+                end = ev;
               }
-              if (ev.tokens > 0) deps.settlements.progress(job.generationId, progressMark);
-            } else {
-              end = ev;
             }
-          }
+            return true;
+          });
           if (!end) throw new WeirError('upstream_error', 'the engine stream ended without a terminal event');
         } catch (err) {
           // An abort can surface as a thrown error from some adapters; it is still our stop.

@@ -1,5 +1,5 @@
 import { createParser, type EventSourceMessage } from 'eventsource-parser';
-import { SSE_DONE, formatSseComment, formatSseEvent } from './sse';
+import { SSE_DONE, formatSseComment, formatSseEvent, formatSseJson } from './sse';
 
 function parse(text: string): EventSourceMessage[] {
   const out: EventSourceMessage[] = [];
@@ -22,5 +22,11 @@ describe('SSE framing', () => {
     expect(() => formatSseEvent({ id: '1\n2', data: 'x' })).toThrow(TypeError);
     expect(() => formatSseEvent({ event: 'a\rb', data: 'x' })).toThrow(TypeError);
     expect(() => formatSseComment('a\nb')).toThrow(TypeError);
+  });
+
+  it('frames JSON data as formatSseEvent does, and a parser reads it back', () => {
+    const json = JSON.stringify({ text: 'a\nb\r\nc', n: 1 });
+    expect(formatSseJson(json)).toBe(formatSseEvent({ data: json }));
+    expect(parse(formatSseJson(json)).map((e) => JSON.parse(e.data))).toEqual([{ text: 'a\nb\r\nc', n: 1 }]);
   });
 });

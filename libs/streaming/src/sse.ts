@@ -23,6 +23,14 @@ export function formatSseEvent(e: SseEvent): string {
   return `${out}\n`;
 }
 
+/**
+ * Frames one event whose data is a JSON text (`JSON.stringify` output, which never holds a raw
+ * CR or LF) as `data: …\n\n`: what {@link formatSseEvent} makes of it, without the split.
+ */
+export function formatSseJson(json: string): string {
+  return `data: ${json}\n\n`;
+}
+
 /** Frames a comment line (a heartbeat such as `: ping`); parsers ignore it. */
 export function formatSseComment(text: string): string {
   return `: ${assertSingleLine(text)}\n\n`;

@@ -3,6 +3,7 @@ import { PrometheusExporter } from '@opentelemetry/exporter-prometheus';
 import { resourceFromAttributes } from '@opentelemetry/resources';
 import { MeterProvider } from '@opentelemetry/sdk-metrics';
 import type { Meter } from '@opentelemetry/api';
+import { createLocalMetrics } from './local-metrics';
 import { ATTRIBUTE_NAMES, CIRCUIT_BREAKER_STATE_VALUES, METRIC_NAMES } from './metric-names';
 import { circuitBreakerScopeOf, createWeirMetrics, label, type CircuitBreakerScope, type CircuitBreakerStateName, type WeirMetrics } from './weir-metrics';
 
@@ -148,16 +149,16 @@ export const METER_NAME = '@weir/telemetry';
  * endpoint is mounted on the app's server instead. The provider is not registered globally.
  */
 export function createTelemetry(options: TelemetryOptions): Telemetry {
-  const exporter = new PrometheusExporter({ preventServerStart: true });
-  const provider = new MeterProvider({
-    resource: resourceFromAttributes({
-      'service.name': options.serviceName,
-      ...(options.serviceVersion !== undefined ? { 'service.version': options.serviceVersion } : {}),
-    }),
-    readers: [exporter],
+  const resource = resourceFromAttributes({
+    'service.name': options.serviceName,
+    ...(options.serviceVersion !== undefined ? { 'service.version': options.serviceVersion } : {}),
   });
+  // The per-request series are aggregated in memory and exported alongside the SDK's (see local-metrics.ts).
+  const local = createLocalMetrics(METER_NAME, resource);
+  const exporter = new PrometheusExporter({ preventServerStart: true, metricProducers: [local] });
+  const provider = new MeterProvider({ resource, readers: [exporter] });
   const meter = provider.getMeter(METER_NAME);
-  const metrics = createWeirMetrics(meter);
+  const metrics = createWeirMetrics(meter, local);
   let stopped: Promise<void> | undefined;
   return {
     metrics,

@@ -9,12 +9,14 @@ import type {
   TokenUsage,
   ToolCallDelta,
 } from '@weir/core';
-import { WeirError, withProduced } from '@weir/core';
-import { createParser } from 'eventsource-parser';
+import { batchedIterable, WeirError, withProduced } from '@weir/core';
 import { type Dispatcher, request as undiciRequest } from 'undici';
 import { type EngineLogger, silentLogger } from '../logger';
 import { declaredTokenizer, functionTokenizer, type TextTokenizer } from '../tokenizers/tiktoken';
 import { countInputWith, utf8TokenUpperBound } from './token-bound';
+import { createContentChunkReader } from './content-chunk';
+import { createSseDataReader } from './sse-data-reader';
+import { readUpstreamText, startUpstreamCall, type UpstreamCall, type UpstreamHead } from './upstream-call';
 import { inBandError, upstreamStatusError } from './upstream-errors';
 import { classifyUpstreamFailure, createStreamWatchdog } from './upstream-watchdog';
 
@@ -106,8 +108,8 @@ export function createOpenAICompatibleEngine(
   const env = deps.env ?? process.env;
   const tokenizer: TextTokenizer | undefined = deps.countTokens ? functionTokenizer(deps.countTokens) : declaredTokenizer(spec);
   const base = spec.baseUrl.replace(/\/+$/, '');
-  const url = `${base}/${spec.api === 'completions' ? 'completions' : 'chat/completions'}`;
-  const inFlight = new Set<AbortController>();
+  const target = new URL(`${base}/${spec.api === 'completions' ? 'completions' : 'chat/completions'}`);
+  const inFlight = new Set<Cutter>();
 
   // The input as the upstream receives it: text becomes one user message on the chat API;
   // chat messages are joined with newlines on the completions API.
@@ -170,12 +172,26 @@ export function createOpenAICompatibleEngine(
       .catch(() => undefined); // the stop timer cuts the connection if this never lands
   }
 
-  async function* generate(request: EngineRequest): AsyncGenerator<EngineEvent, void, undefined> {
+  /**
+   * The generation as batches of events: the deltas of one upstream read together (one
+   * promise per read for a batch consumer such as the relay, rather than one per delta).
+   */
+  async function* generateBatches(request: EngineRequest): AsyncGenerator<EngineEvent[], void, undefined> {
     if (spec.api === 'completions' && request.tools && request.tools.length > 0) {
       throw new WeirError('invalid_request', 'tools need the chat API: this revision calls its upstream on /completions, which has no tool calls', { param: 'tools' });
     }
-    const controller = new AbortController();
-    inFlight.add(controller);
+    // What cuts the call (the request's signal, a timeout, close()): the first reason wins. A
+    // plain object rather than an AbortController — nothing listens to it but the call.
+    let call: UpstreamCall | undefined;
+    let cutReason: Error | undefined;
+    const cutter: Cutter = {
+      abort(reason) {
+        if (cutReason) return;
+        cutReason = reason instanceof Error ? reason : new Error('upstream call aborted');
+        call?.abort(cutReason);
+      },
+    };
+    inFlight.add(cutter);
     // Set once the response is streaming: an abort then asks a Weir engine to stop and end
     // the stream with its own final usage, instead of cutting the connection.
     let streaming = false;
@@ -183,15 +199,15 @@ export function createOpenAICompatibleEngine(
     const graceful = (): boolean => spec.gracefulStop === true && streaming;
     const onAbort = (): void => {
       if (!graceful()) {
-        controller.abort(request.signal.reason);
+        cutter.abort(request.signal.reason);
         return;
       }
       requestStop(request.generationId);
-      stopTimer = setTimeout(() => controller.abort(new Error('upstream did not stop in time')), GRACEFUL_STOP_TIMEOUT_MS);
+      stopTimer = setTimeout(() => cutter.abort(new Error('upstream did not stop in time')), GRACEFUL_STOP_TIMEOUT_MS);
     };
     request.signal.addEventListener('abort', onAbort, { once: true });
 
-    const watchdog = createStreamWatchdog(controller);
+    const watchdog = createStreamWatchdog(cutter);
 
     let outputText = '';
     let deltas = 0;
@@ -199,7 +215,6 @@ export function createOpenAICompatibleEngine(
     let finishReason: string | undefined;
     let reported: TokenUsage | undefined;
     let doneSeen = false;
-    let body: Dispatcher.ResponseData['body'] | undefined;
 
     // Weir's count of a stream the upstream did not report: the revision's tokenizer over the
     // prompt and every piece of text received (`counted`), else the content deltas and the
@@ -268,44 +283,37 @@ export function createOpenAICompatibleEngine(
 
     try {
       if (request.signal.aborted) {
-        yield await abortedEnd();
+        yield [await abortedEnd()];
         return;
       }
       watchdog.arm('first', spec.firstTokenTimeoutMs);
-      let response: Dispatcher.ResponseData;
+      call = startUpstreamCall({ url: target, method: 'POST', headers: buildHeaders(request), body: JSON.stringify(buildBody(request)), dispatcher: deps.dispatcher });
+      if (cutReason) call.abort(cutReason);
+      let head: UpstreamHead;
       try {
-        response = await undiciRequest(url, {
-          method: 'POST',
-          headers: buildHeaders(request),
-          body: JSON.stringify(buildBody(request)),
-          signal: controller.signal,
-          dispatcher: deps.dispatcher,
-          headersTimeout: 0,
-          bodyTimeout: 0,
-        });
+        head = await call.head;
       } catch (error) {
         if (request.signal.aborted && !watchdog.timedOut) {
-          yield await abortedEnd();
+          yield [await abortedEnd()];
           return;
         }
         throw await fail(error);
       }
-      body = response.body;
-      streaming = response.statusCode === 200;
-      if (response.statusCode !== 200) {
-        const text = await readLimited(response.body, MAX_ERROR_BODY_BYTES).catch(() => '');
-        throw await fail(upstreamStatusError(response.statusCode, text, response.headers));
+      streaming = head.statusCode === 200;
+      if (head.statusCode !== 200) {
+        const text = await readUpstreamText(call, MAX_ERROR_BODY_BYTES).catch(() => '');
+        throw await fail(upstreamStatusError(head.statusCode, text, head.headers));
       }
 
-      const contentType = String(response.headers['content-type'] ?? '');
+      const contentType = String(head.headers['content-type'] ?? '');
       if (contentType.includes('application/json')) {
         // The upstream ignored `stream: true`: one JSON body.
         let text: string;
         try {
-          text = await readLimited(response.body, Number.POSITIVE_INFINITY);
+          text = await readUpstreamText(call, Number.POSITIVE_INFINITY);
         } catch (error) {
           if (request.signal.aborted && !watchdog.timedOut) {
-            yield await abortedEnd();
+            yield [await abortedEnd()];
             return;
           }
           throw await fail(error);
@@ -326,46 +334,66 @@ export function createOpenAICompatibleEngine(
         if (piece.text.length > 0 || piece.toolCalls) {
           outputText += producedText(piece);
           deltas += 1;
-          yield { type: 'delta', text: piece.text, tokens: 1, ...(piece.toolCalls ? { toolCalls: piece.toolCalls } : {}) };
+          yield [{ type: 'delta', text: piece.text, tokens: 1, ...(piece.toolCalls ? { toolCalls: piece.toolCalls } : {}) }];
         }
         doneSeen = true;
       } else {
-        const datas: string[] = [];
-        const parser = createParser({ onEvent: (event) => datas.push(event.data) });
-        const decoder = new TextDecoder('utf-8');
-        const iterator = response.body[Symbol.asyncIterator]();
+        const reader = createSseDataReader();
+        // Content chunks shaped like one already parsed are read without parsing (content-chunk.ts).
+        const chunks = createContentChunkReader();
+        const plainTextOfJson = (json: string): string | undefined => {
+          try {
+            return plainContentOf(JSON.parse(json), spec.api);
+          } catch {
+            return undefined;
+          }
+        };
         let ended = false;
         while (!doneSeen && !ended) {
           if (firstSeen && !watchdog.armed) watchdog.arm('idle', spec.idleTimeoutMs);
-          let next: IteratorResult<Buffer>;
+          let batch: Buffer[] | null;
           try {
-            next = (await iterator.next()) as IteratorResult<Buffer>;
+            batch = await call.read();
           } catch (error) {
             if (request.signal.aborted && !watchdog.timedOut) {
               watchdog.clear();
-              yield await abortedEnd();
+              yield [await abortedEnd()];
               return;
             }
             throw await fail(error);
           }
-          if (next.done) {
+          // Everything that arrived since the last read is parsed at once.
+          let datas: string[];
+          if (batch === null) {
             ended = true;
-            parser.feed(decoder.decode());
-            parser.feed('\n\n');
-          } else {
-            parser.feed(decoder.decode(next.value, { stream: true }));
-          }
+            datas = reader.end();
+          } else if (batch.length === 1) datas = reader.push(batch[0]);
+          else datas = reader.push(Buffer.concat(batch));
           if (datas.length === 0) continue;
-          const pieces: Array<Piece & { tokens: number }> = [];
+          // This read's deltas, as they will be handed on.
+          const pieces: EngineEvent[] = [];
           let frameError: unknown;
-          for (const data of datas.splice(0)) {
-            if (data.trim() === '[DONE]') {
+          for (const data of datas) {
+            if (data === '[DONE]' || data.trim() === '[DONE]') {
               doneSeen = true;
               break;
             }
+            const fast = chunks.read(data);
+            if (fast !== undefined) {
+              if (fast.length > 0) {
+                outputText += fast;
+                pieces.push({ type: 'delta', text: fast, tokens: tokensSoFar() });
+              }
+              continue;
+            }
             try {
-              const piece = apply(JSON.parse(data));
-              if (piece.text.length > 0 || piece.toolCalls) pieces.push({ ...piece, tokens: tokensSoFar() });
+              const parsed: unknown = JSON.parse(data);
+              const piece = apply(parsed);
+              if (piece.text.length > 0 && !piece.toolCalls && plainContentOf(parsed, spec.api) === piece.text) chunks.learn(data, piece.text, plainTextOfJson);
+              if (piece.text.length > 0 || piece.toolCalls) {
+                outputText += piece.toolCalls ? producedText(piece) : piece.text;
+                pieces.push(piece.toolCalls ? { type: 'delta', text: piece.text, tokens: tokensSoFar(), toolCalls: piece.toolCalls } : { type: 'delta', text: piece.text, tokens: tokensSoFar() });
+              }
             } catch (error) {
               frameError =
                 error instanceof WeirError
@@ -379,15 +407,14 @@ export function createOpenAICompatibleEngine(
           // the idle clock once these pieces are handed on.
           if (firstSeen) watchdog.clear();
           // Everything received counts as produced (billed), even if an abort stops its delivery.
-          outputText += pieces.map(producedText).join('');
-          for (const piece of pieces) {
-            if (request.signal.aborted) break;
-            deltas += 1;
-            yield { type: 'delta', text: piece.text, tokens: piece.tokens, ...(piece.toolCalls ? { toolCalls: piece.toolCalls } : {}) };
+          // The read's deltas go out together; none once the request was aborted.
+          if (pieces.length > 0 && !request.signal.aborted) {
+            deltas += pieces.length;
+            yield pieces;
           }
           // A graceful stop keeps reading (delivering nothing more) until the upstream's end.
           if (request.signal.aborted && !graceful()) {
-            yield await abortedEnd();
+            yield [await abortedEnd()];
             return;
           }
           // Pieces before an in-band error frame are delivered first.
@@ -398,7 +425,7 @@ export function createOpenAICompatibleEngine(
 
       if (request.signal.aborted) {
         // Stopped gracefully: the upstream's final usage (or, without it, our count) is the bill.
-        yield reported ? { type: 'end', reason: 'aborted', usage: reported, usageSource: 'reported' } : await abortedEnd();
+        yield [reported ? { type: 'end', reason: 'aborted', usage: reported, usageSource: 'reported' } : await abortedEnd()];
         return;
       }
       if (finishReason === undefined) {
@@ -410,16 +437,15 @@ export function createOpenAICompatibleEngine(
         );
       }
       const reason = finishReason === 'length' || finishReason === 'content_filter' || finishReason === 'tool_calls' ? finishReason : 'stop';
-      yield reported ? { type: 'end', reason, usage: reported, usageSource: 'reported' } : await countedEnd(reason);
+      yield [reported ? { type: 'end', reason, usage: reported, usageSource: 'reported' } : await countedEnd(reason)];
     } finally {
       watchdog.clear();
       if (stopTimer) clearTimeout(stopTimer);
       request.signal.removeEventListener('abort', onAbort);
-      inFlight.delete(controller);
-      // Cut the HTTP call only if the stream did not end normally (building an Error with a
-      // stack for every successful request was a measurable share of the gateway's CPU).
-      if (!controller.signal.aborted && !doneSeen) controller.abort();
-      body?.destroy();
+      inFlight.delete(cutter);
+      // Cut the HTTP call only if the upstream has not finished sending (after `[DONE]` the rest
+      // of the body is normally already in, and the connection goes back to its pool).
+      if (call && !call.complete) call.abort(cutReason ?? new Error('generation ended before the upstream response'));
     }
   }
 
@@ -427,11 +453,36 @@ export function createOpenAICompatibleEngine(
     kind: 'openai-compatible',
     capacity: { slots: spec.maxConcurrency, contextTokens: spec.contextTokens ?? OPENAI_COMPATIBLE_DEFAULT_CONTEXT_TOKENS },
     countInputTokens,
-    generate,
+    // Batches for consumers that take them (the relay); one event at a time for any other.
+    // (An item-by-item reader that aborts mid-batch gets no further deltas of it, as before.)
+    generate: (request: EngineRequest) => batchedIterable(generateBatches(request), { skipWhenIterating: (ev) => ev.type === 'delta' && request.signal.aborted }),
     async close() {
-      for (const controller of inFlight) controller.abort(new Error('engine closed'));
+      for (const cutter of inFlight) cutter.abort(new Error('engine closed'));
     },
   };
+}
+
+/**
+ * The text of a plain content chunk — one choice, index 0, no finish reason, no usage, no
+ * error, no tool calls: a chunk `apply` reads as that text and nothing else — else undefined.
+ */
+function plainContentOf(payload: unknown, api: OpenAICompatibleEngineSpec['api']): string | undefined {
+  if (typeof payload !== 'object' || payload === null || Array.isArray(payload)) return undefined;
+  const obj = payload as Record<string, unknown>;
+  if ((obj.error !== undefined && obj.error !== null) || (obj.usage !== undefined && obj.usage !== null)) return undefined;
+  const choices = obj.choices;
+  if (!Array.isArray(choices) || choices.length !== 1) return undefined;
+  const c = choices[0] as Record<string, unknown> | null;
+  if (typeof c !== 'object' || c === null || (c.index ?? 0) !== 0 || (c.finish_reason !== undefined && c.finish_reason !== null)) return undefined;
+  if (api === 'completions') return typeof c.text === 'string' ? c.text : undefined;
+  const d = c.delta as Record<string, unknown> | null | undefined;
+  if (typeof d !== 'object' || d === null || (d.tool_calls !== undefined && d.tool_calls !== null)) return undefined;
+  return typeof d.content === 'string' ? d.content : undefined;
+}
+
+/** Cuts one upstream call (what the watchdog and `close()` call). */
+interface Cutter {
+  abort(reason?: unknown): void;
 }
 
 /** What one upstream chunk carries for choice 0. */
@@ -483,19 +534,4 @@ function parseUsage(value: unknown): TokenUsage | undefined {
     outputTokens: u.completion_tokens,
     ...(cached !== undefined ? { cachedInputTokens: cached } : {}),
   };
-}
-
-async function readLimited(body: AsyncIterable<Buffer | Uint8Array>, maxBytes: number): Promise<string> {
-  const parts: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of body) {
-    const buf = Buffer.from(chunk);
-    if (size + buf.length > maxBytes) {
-      parts.push(buf.subarray(0, maxBytes - size));
-      break;
-    }
-    parts.push(buf);
-    size += buf.length;
-  }
-  return Buffer.concat(parts).toString('utf8');
 }

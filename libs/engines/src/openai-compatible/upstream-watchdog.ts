@@ -19,8 +19,8 @@ export interface StreamWatchdog {
   readonly timedOut: 'first' | 'idle' | undefined;
 }
 
-/** A watchdog that aborts `controller` when a timer fires. */
-export function createStreamWatchdog(controller: AbortController): StreamWatchdog {
+/** A watchdog that aborts `controller` (an `AbortController`, or anything with its `abort`) when a timer fires. */
+export function createStreamWatchdog(controller: { abort(reason?: unknown): void }): StreamWatchdog {
   let timer: NodeJS.Timeout | undefined;
   let timedOut: 'first' | 'idle' | undefined;
   const clear = (): void => {
