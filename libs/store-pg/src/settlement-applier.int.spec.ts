@@ -171,7 +171,8 @@ describe.each([['pglite' as const], ['postgres' as const]])('settlement applier 
 
   it('is all or nothing: a batch that fails leaves no row, no charge, no key and no position', async () => {
     const [a, b] = entries(2, () => ({ costNanoUsd: 100 }));
-    const bad = { ...b, usage: { ...b.usage, attempts: [{ attempt: 1, revisionId: 'x', provider: 'x', outcome: 'bogus' as never, startedAtMs: NOW, ttftMs: null, durationMs: 1, inputTokens: 0, outputTokens: 0 }] } };
+    // total_ms is an integer column: 3e9 ms is out of its range.
+    const bad = { ...b, usage: { ...b.usage, totalMs: 3e9 } };
     await expect(applier().apply({ journal: 'p', items: [settle(a), settle(bad)], position: { segment: 1, offset: 1 } })).rejects.toThrow();
     expect(await createUsageRepository(database.db).getUsage(a.usage.generationId)).toBeUndefined();
     expect(await budget(`tenant:${a.usage.tenantId}`, 'month')).toBeUndefined();
@@ -198,8 +199,12 @@ describe.each([['pglite' as const], ['postgres' as const]])('settlement applier 
 
   it('sets aside a settlement the database refuses, after trying it without its attempts, and applies the rest of its batch', async () => {
     const [good, badAttempt, badRow] = entries(3, () => ({ costNanoUsd: 10 }));
-    // ttft_ms and total_ms are integer columns: 3e9 ms is out of their range (SQLSTATE 22003).
-    badAttempt.usage.attempts = [{ attempt: 1, revisionId: 'a@1', provider: 'x', outcome: 'answered', startedAtMs: NOW, ttftMs: 3e9, durationMs: 1, inputTokens: 1, outputTokens: 1 }];
+    // A lone surrogate is valid in a JS string and JSON text but not in jsonb (SQLSTATE 22P02).
+    badAttempt.usage.attempts = [
+      { attempt: 1, revisionId: 'a@1', provider: 'x', replicaId: 'r\ud800', outcome: 'failed', startedAtMs: NOW, ttftMs: null, durationMs: 1, inputTokens: 0, outputTokens: 0 },
+      { attempt: 2, revisionId: 'a@1', provider: 'x', outcome: 'answered', startedAtMs: NOW, ttftMs: 1, durationMs: 1, inputTokens: 1, outputTokens: 1 },
+    ];
+    // total_ms is an integer column: 3e9 ms is out of its range (SQLSTATE 22003).
     badRow.usage.totalMs = 3e9;
     const rejected: RejectedSettlement[] = [];
     const result = await applyIsolating(applier(), { journal: 'r', items: [settle(good), settle(badAttempt), settle(badRow)], position: { segment: 3, offset: 3 } }, (r) => rejected.push(r));
