@@ -10,14 +10,18 @@
  *   result of 50 deltas. The ledger is first filled with `--fill` rows (default 20,000) so index
  *   inserts are not into an empty table.
  *
- *   node --import tsx tools/bench/settlement-journal.ts [--entries 4096] [--fill 20000] [--memory] [--no-postgres]
+ * - with `--usage-rows N`: `GET /v1/usage`'s query (`createUsageQueries().summarize`) for one tenant
+ *   holding N rows in the month (spread over 30 days, several apps, models and use cases), for
+ *   the month and for one day, on PGlite (data dir): ms of CPU and wall per call.
+ *
+ *   node --import tsx tools/bench/settlement-journal.ts [--entries 4096] [--fill 20000] [--memory] [--no-postgres] [--usage-rows 100000]
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { sql } from 'kysely';
 import type { SettlementApplier, SettlementEntry, SettlementItem } from '@weir/core';
-import { createPgSettlementApplier, createTemporaryPostgresDatabase, openDatabase, openFileSettlementJournal, type WeirDatabase } from '@weir/store-pg';
+import { createPgSettlementApplier, createTemporaryPostgresDatabase, createUsageQueries, openDatabase, openFileSettlementJournal, type WeirDatabase } from '@weir/store-pg';
 
 const arg = (name: string, fallback: number) => {
   const i = process.argv.indexOf(name);
@@ -25,6 +29,7 @@ const arg = (name: string, fallback: number) => {
 };
 const ENTRIES = arg('--entries', 4096);
 const FILL = arg('--fill', 20_000);
+const USAGE_ROWS = arg('--usage-rows', 0);
 const BATCHES = [1, 16, 64, 128, 256];
 const T0 = Date.UTC(2026, 0, 1, 12);
 let seq = 0;
@@ -117,6 +122,37 @@ async function measureApplier(label: string, db: WeirDatabase): Promise<void> {
   }
 }
 
+/** `/v1/usage`'s query over a tenant with USAGE_ROWS rows in January 2026. */
+async function measureUsageQuery(db: WeirDatabase): Promise<void> {
+  const applier = createPgSettlementApplier(db.db);
+  const tenant = 'bench_usage';
+  const DAY = 86_400_000;
+  for (let i = 0; i < USAGE_ROWS; i += 1_000) {
+    const items: SettlementItem[] = Array.from({ length: Math.min(1_000, USAGE_ROWS - i) }, (_, k) => {
+      const n = i + k;
+      const e = entry(tenant, []);
+      const finishedAt = new Date(T0 - 11 * 3_600_000 + Math.floor((n / USAGE_ROWS) * 30 * DAY));
+      e.usage = { ...e.usage, appId: `app_${n % 5}`, modelAlias: `m${n % 3}`, modelRevision: `m${n % 3}@1`, useCase: n % 4 === 0 ? undefined : `uc_${n % 4}`, startedAt: finishedAt, finishedAt, reservation: undefined };
+      return { kind: 'settle', entry: e };
+    });
+    await applier.apply({ journal: 'bench_usage', items });
+  }
+  const queries = createUsageQueries(db.db);
+  const windows = [
+    ['month', new Date(Date.UTC(2026, 0, 1)), new Date(Date.UTC(2026, 1, 1))],
+    ['day', new Date(Date.UTC(2026, 0, 15)), new Date(Date.UTC(2026, 0, 16))],
+  ] as const;
+  for (const [label, since, until] of windows) {
+    const summary = await queries.summarize({ tenantId: tenant, since, until });
+    const cpu0 = process.cpuUsage();
+    const t0 = performance.now();
+    for (let i = 0; i < 10; i++) await queries.summarize({ tenantId: tenant, since, until });
+    const wall = (performance.now() - t0) / 10;
+    const cpu = process.cpuUsage(cpu0);
+    console.log(`/v1/usage summarize, ${label} (${summary.requests} of ${USAGE_ROWS} rows): ${wall.toFixed(1)} ms wall, ${((cpu.user + cpu.system) / 10_000).toFixed(1)} ms CPU per call`);
+  }
+}
+
 async function measureAppend(): Promise<void> {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'weir-bench-journal-'));
   const applier: SettlementApplier = { apply: async () => ({ inserted: 0, duplicates: 0, idempotencyWritten: 0, overspends: [] }), position: async () => undefined };
@@ -164,6 +200,7 @@ async function main(): Promise<void> {
   const disk = await openDatabase({ dataDir });
   try {
     await measureApplier('PGlite (data dir)', disk);
+    if (USAGE_ROWS > 0) await measureUsageQuery(disk);
   } finally {
     await disk.close();
     rmSync(dataDir, { recursive: true, force: true });

@@ -110,6 +110,12 @@ interface Prepared {
   runs: number;
 }
 
+/** Options of {@link createPgliteStatementRunner}. */
+export interface PgliteStatementRunnerOptions {
+  /** Runs of a prepared statement after which it is prepared again. Default 10,000 (see {@link REPREPARE_AFTER_RUNS}). */
+  reprepareAfterRuns?: number;
+}
+
 /**
  * Runs of a prepared statement after which it is prepared again. After five runs Postgres may
  * keep one generic plan for good, costed on the table sizes of that moment; PGlite never runs
@@ -129,8 +135,9 @@ const REPREPARE_AFTER_RUNS = 10_000;
  * to the Sync, which rolls the transaction back. Statements must therefore not contain
  * transaction control of their own.
  */
-export function createPgliteStatementRunner(db: Kysely<WeirSchema>, pglite: PgliteHandle, module: PgliteModule): StatementRunner {
+export function createPgliteStatementRunner(db: Kysely<WeirSchema>, pglite: PgliteHandle, module: PgliteModule, options: PgliteStatementRunnerOptions = {}): StatementRunner {
   const wire = module.protocol.serialize;
+  const reprepareAfterRuns = options.reprepareAfterRuns ?? REPREPARE_AFTER_RUNS;
   const prepared = new Map<string, Prepared>();
 
   async function call(message: Uint8Array): Promise<readonly BackendMessage[]> {
@@ -141,7 +148,7 @@ export function createPgliteStatementRunner(db: Kysely<WeirSchema>, pglite: Pgli
   async function prepare(s: Statement): Promise<Prepared> {
     const known = prepared.get(s.name);
     if (known && known.text !== s.text) throw new Error(`statement ${s.name} was prepared with other SQL`);
-    if (known && known.runs < REPREPARE_AFTER_RUNS) return known;
+    if (known && known.runs < reprepareAfterRuns) return known;
     const parts = [wire.parse({ name: s.name, text: s.text }), wire.describe({ type: 'S', name: s.name }), wire.sync()];
     if (known) parts.unshift(wire.close({ type: 'S', name: s.name }));
     prepared.delete(s.name);

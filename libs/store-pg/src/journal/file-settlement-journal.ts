@@ -66,12 +66,18 @@ export interface FileSettlementJournalOptions {
   progressIntervalMs?: number;
   /** Bytes of records after which a new segment is started. Default 8 MiB. */
   segmentBytes?: number;
-  /** Longest a settlement waits for its batch (ms). Default 50. */
+  /**
+   * Longest a settlement waits for its batch (ms): how long after a request ends its usage row may
+   * still be missing from `/v1/usage` (plus the transaction's own time). Default 100: a
+   * transaction has a fixed cost (~1 ms of CPU on PGlite, `tools/bench/settlement-journal.ts`), so
+   * at 1,000 requests/s 100 ms batches spend ~10 µs per settlement on it, 50 ms batches ~20 µs.
+   */
   applyIntervalMs?: number;
   /**
-   * Most settlements per applier transaction. Default 128: on PGlite a transaction runs on this
-   * process's event loop (about 0.15–0.25 ms per settlement measured), so the batch size bounds
-   * that pause (about 20–30 ms).
+   * Most settlements per applier transaction (a full batch is applied at once). Default 256: on
+   * PGlite a transaction runs on this process's event loop (~25–35 µs of CPU per settlement
+   * measured), so this bounds that pause to ~6–9 ms, and above ~2,500 requests/s batches fill
+   * before `applyIntervalMs`.
    */
   maxBatch?: number;
   /** Unapplied settlements at which `saturated()` turns true (the gateway then answers 503). Default 10,000. */
@@ -208,8 +214,8 @@ export async function openFileSettlementJournal(options: FileSettlementJournalOp
 
   const loop = createApplierLoop(deps.applier, {
     journal: name,
-    applyIntervalMs: Math.max(0, options.applyIntervalMs ?? 50),
-    maxBatch: Math.max(1, options.maxBatch ?? 128),
+    applyIntervalMs: Math.max(0, options.applyIntervalMs ?? 100),
+    maxBatch: Math.max(1, options.maxBatch ?? 256),
     capacity: Math.max(1, options.capacity ?? 10_000),
     retryBaseMs: Math.max(0, options.retryBaseMs ?? 100),
     retryMaxMs: options.retryMaxMs ?? 5_000,
