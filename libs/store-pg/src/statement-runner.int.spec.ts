@@ -70,6 +70,10 @@ describe.each([['pglite' as const], ['postgres' as const]])('statement runner on
         const count: Statement = { name: 'runner_spec_count', text: 'SELECT count(*)::text AS n FROM generate_series(1, $1::int)', values: ['3'] };
         for (let i = 0; i < 5; i++) expect((await runner.run([count]))[0].rows).toEqual([{ n: '3' }]);
         await expect(runner.run([{ ...count, text: 'SELECT 1' }])).rejects.toThrow('prepared with other SQL');
+        // Dropped behind its back: the run fails once, the next prepares it again.
+        await sql`DEALLOCATE runner_spec_count`.execute(db);
+        await expect(runner.run([count])).rejects.toMatchObject({ code: '26000' });
+        expect((await runner.run([count]))[0].rows).toEqual([{ n: '3' }]);
         await db.destroy();
       } finally {
         await pglite.close();

@@ -167,7 +167,12 @@ export function createPgliteStatementRunner(db: Kysely<WeirSchema>, pglite: Pgli
         for (const s of statements) plans.push(await prepare(s));
         for (const p of plans) p.runs++;
         const messages = await call(encodePipeline(statements));
-        throwIfError(messages);
+        const error = messages.find((m) => m.name === 'error') as { code?: string } | undefined;
+        if (error) {
+          // A statement this session no longer knows (DEALLOCATE by someone else): prepare all again next time.
+          if (error.code === '26000') prepared.clear();
+          throw error;
+        }
         // Per statement: BindComplete, DataRow…, CommandComplete (no Describe: columns are known).
         const results: StatementResult[] = [];
         let current: StatementResult | undefined;
