@@ -13,8 +13,8 @@ export interface SettlementCharge {
   /** First day (`YYYY-MM-DD`, UTC) of the month and the day charged. */
   monthStartsOn: string;
   dayStartsOn: string;
-  /** The four budget rows, sorted the way stores lock them. */
-  budgets: BudgetKey[];
+  /** The four budget rows, sorted the way stores lock them (shared between charges of the same rows: never mutate). */
+  budgets: readonly BudgetKey[];
   /** The budget leases that covered the reservation (none when nothing was reserved). */
   leaseIds: string[];
 }
@@ -28,9 +28,33 @@ export function settlementCharge(usage: UsageRecord): SettlementCharge {
     costNano: usage.costNanoUsd,
     monthStartsOn: periods.month,
     dayStartsOn: periods.day,
-    budgets: lockKeys(usage.tenantId, usage.appId, periods.month, periods.day).budgets,
-    leaseIds: r ? [...new Set(r.leaseIds)] : [],
+    budgets: budgetRows(usage.tenantId, usage.appId, periods.month, periods.day),
+    leaseIds: r ? distinct(r.leaseIds) : [],
   };
+}
+
+/**
+ * The four rows of a tenant/app pair and periods, sorted for locking: computed once and shared
+ * (frozen) while the same rows keep coming — a batch of settlements is mostly a few tenants —
+ * so a charge costs one map look-up instead of building and sorting four keys. At most
+ * {@link BUDGET_ROWS_CACHED} sets are kept; the cache starts over when full.
+ */
+function budgetRows(tenantId: string, appId: string, month: string, day: string): readonly BudgetKey[] {
+  const key = `${tenantId}\u0000${appId}\u0000${month}\u0000${day}`;
+  let rows = budgetRowsCache.get(key);
+  if (!rows) {
+    if (budgetRowsCache.size >= BUDGET_ROWS_CACHED) budgetRowsCache.clear();
+    rows = Object.freeze(lockKeys(tenantId, appId, month, day).budgets.map((b) => Object.freeze(b)));
+    budgetRowsCache.set(key, rows);
+  }
+  return rows;
+}
+const BUDGET_ROWS_CACHED = 4096;
+const budgetRowsCache = new Map<string, readonly BudgetKey[]>();
+
+function distinct(ids: readonly string[]): string[] {
+  if (ids.length <= 1 || (ids.length === 2 && ids[0] !== ids[1])) return [...ids];
+  return [...new Set(ids)];
 }
 
 /** A budget row's share of a batch: nano-USD to add to its settled spend. */
@@ -58,22 +82,27 @@ export interface ChargeTotals {
  * of statements. Zero-cost charges move nothing and are left out.
  */
 export function sumCharges(charges: readonly SettlementCharge[]): ChargeTotals {
-  const budgets = new Map<string, BudgetRowCharge>();
+  // Costs per set of rows first (charges of the same rows share one array), then per row.
+  const perRows = new Map<readonly BudgetKey[], number>();
   const leases = new Map<string, LeaseCharge>();
   for (const c of charges) {
     if (c.costNano === 0) continue;
-    for (const b of c.budgets) {
-      const k = budgetKeyString(b);
-      const row = budgets.get(k);
-      if (row) row.nano += c.costNano;
-      else budgets.set(k, { ...b, nano: c.costNano });
-    }
+    perRows.set(c.budgets, (perRows.get(c.budgets) ?? 0) + c.costNano);
     for (const id of c.leaseIds) {
       const lease = leases.get(id);
       if (lease) {
         lease.nano += c.costNano;
         lease.generationIds.push(c.generationId);
       } else leases.set(id, { leaseId: id, nano: c.costNano, generationIds: [c.generationId] });
+    }
+  }
+  const budgets = new Map<string, BudgetRowCharge>();
+  for (const [rows, nano] of perRows) {
+    for (const b of rows) {
+      const k = budgetKeyString(b);
+      const row = budgets.get(k);
+      if (row) row.nano += nano;
+      else budgets.set(k, { ...b, nano });
     }
   }
   const byKey = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);

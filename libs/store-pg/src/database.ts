@@ -4,6 +4,7 @@ import { Pool } from 'pg';
 import type { StoreLogger } from './logger';
 import { migrateToLatest } from './migrate';
 import type { WeirSchema } from './schema';
+import { createPgliteStatementRunner, registerStatementRunner } from './statement-runner';
 
 /** Options for {@link openDatabase}. */
 export interface OpenDatabaseOptions {
@@ -40,8 +41,9 @@ export interface WeirDatabase {
  * - `databaseUrl` set: a `pg` pool of `maxConnections` to that Postgres server.
  * - otherwise: PGlite, persisted in `dataDir`, or in memory when `dataDir` is undefined.
  *   PGlite is loaded lazily (it is ESM and several MB of WASM), so processes that use a
- *   Postgres server never load it. It boots in ~3–5 s in memory and in under 1 s when
- *   reopening an existing data directory. PGlite serves one connection: its pool has `max: 1`,
+ *   Postgres server never load it. Statements run through `statementRunnerFor(db)` (the
+ *   settlement applier's) are pipelined into PGlite in one call per transaction. It boots in
+ *   ~3–5 s in memory and in under 1 s when reopening an existing data directory. PGlite serves one connection: its pool has `max: 1`,
  *   so queries (and transactions) run one at a time.
  *
  * Migrations run on open unless `migrate: false`.
@@ -96,7 +98,7 @@ async function openPglite(dataDir: string | undefined): Promise<WeirDatabase> {
   // loads PGlite's ESM entry; only this code path pays for it. Sequential on purpose: jest's
   // ESM loader fails ("request for './chunk-….js' is not in cache") when two concurrent
   // imports share a chunk.
-  const { PGlite } = await import('@electric-sql/pglite');
+  const { PGlite, protocol } = await import('@electric-sql/pglite');
   const { createPgConfig } = await import('@electric-sql/pglite/node-postgres');
   // PGlite's Postgres (9 MB of WASM) is compiled by V8's baseline compiler only (Liftoff): V8
   // captures the flag when it compiles a module (here, before waitReady resolves; on a new data
@@ -122,6 +124,8 @@ async function openPglite(dataDir: string | undefined): Promise<WeirDatabase> {
   // startup handshake after every idle spell (there is no socket to reclaim).
   const pool = new Pool({ ...createPgConfig(pglite), max: 1, idleTimeoutMillis: 0 });
   const db = new Kysely<WeirSchema>({ dialect: new PostgresDialect({ pool }) });
+  // Hot transactions (the settlement applier's) bypass `pg` and go to PGlite in one call.
+  registerStatementRunner(db, createPgliteStatementRunner(db, pglite, { protocol }));
   return {
     db,
     kind: 'pglite',

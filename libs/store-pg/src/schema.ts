@@ -1,4 +1,5 @@
 import type { ColumnType, Generated } from 'kysely';
+import type { UpstreamAttempt } from '@weir/core';
 
 /**
  * Kysely table types for Weir's database. Column names are snake_case as in SQL; the
@@ -74,6 +75,12 @@ export interface UsageLedgerTable {
   lease_ids: ColumnType<string[] | null, string[] | null | undefined, string[] | null>;
   budget_month: ColumnType<Date | null, string | null | undefined, string | null>;
   budget_day: ColumnType<Date | null, string | null | undefined, string | null>;
+  /**
+   * `jsonb` (migration 0010): the request's upstream attempts (`UpstreamAttempt[]`, timings in
+   * whole ms) when there was more than one or its only one failed; null when its first attempt
+   * answered — the row itself is that attempt (revision, timings, tokens).
+   */
+  attempts: ColumnType<UpstreamAttempt[] | null, string | null | undefined, string | null>;
 }
 
 /**
@@ -149,23 +156,6 @@ export interface AdmissionLeasesTable {
   hold_until_ms: BigIntColumn;
   created_at_ms: BigIntColumn;
   updated_at_ms: BigIntColumn;
-}
-
-/** `usage_attempts`: every upstream attempt of a request beside its usage row. */
-export interface UsageAttemptsTable {
-  generation_id: string;
-  attempt: number;
-  tenant_id: string;
-  revision_id: string;
-  provider: string;
-  replica_id: string | null;
-  outcome: 'answered' | 'failed';
-  error_code: string | null;
-  started_at: Date;
-  ttft_ms: number | null;
-  duration_ms: number;
-  input_tokens: number;
-  output_tokens: number;
 }
 
 /** `journal_positions`: how far a settlement journal has been applied (segment number, byte offset). */
@@ -391,7 +381,6 @@ export interface EvalRunsTable {
 export interface WeirSchema {
   admission_holders: AdmissionHoldersTable;
   admission_leases: AdmissionLeasesTable;
-  usage_attempts: UsageAttemptsTable;
   journal_positions: JournalPositionsTable;
 }
 

@@ -98,6 +98,53 @@ describe.each([['pglite' as const], ['postgres' as const]])('settlement applier 
     expect(await applier().position('k')).toEqual({ segment: 2, offset: 10 });
   });
 
+  it('applies the new generations of a batch that also holds stored ones: their rows, money and keys, and only theirs', async () => {
+    const tag = uniqueTag();
+    const tenant = `t_${tag}`;
+    await lease(`lm_${tag}`, `tenant:${tenant}`, 100_000);
+    const keyed = (e: SettlementEntry, key: string): SettlementEntry => ({
+      ...e,
+      idempotency: { tenantId: tenant, key, outcome: { kind: 'result', result: retained(e.usage.generationId, key) }, retainUntilMs: NOW + 60_000, bodySha256: 'e'.repeat(64), route: 'generations' },
+    });
+    const [a, b, c] = entries(3, (i) => ({ tenantId: tenant, costNanoUsd: [1_000, 2_000, 4_000][i], reservation: buildReservationRef(`g${i}`, [`lm_${tag}`]) }));
+    await applier().apply({ journal: 's', items: [settle(keyed(a, 'ka'))] });
+    const store = createPgIdempotencyStore(database.db, { now: () => NOW });
+    await sql`update idempotency_keys set result = '{"kept":true}'::jsonb where tenant_id = ${tenant} and request_id = 'ka'`.execute(database.db);
+
+    // a is stored: the batch fails on it once, then b and c are applied without it.
+    const result = await applier().apply({ journal: 's', items: [settle(keyed(a, 'ka')), settle(b), settle(keyed(c, 'kc'))], position: { segment: 1, offset: 7 } });
+    expect(result).toMatchObject({ inserted: 2, duplicates: 1, idempotencyWritten: 1, overspends: [] });
+    expect(await consumed(`lm_${tag}`)).toBe(7_000);
+    expect(await budget(`tenant:${tenant}`, 'month')).toEqual({ settled: 7_000, leased: 93_000 });
+    expect(await budget(`app:${tenant}/web`, 'day')).toEqual({ settled: 7_000, leased: 0 });
+    expect((await store.get(tenant, 'ka'))?.result).toEqual({ kept: true });
+    expect(await store.get(tenant, 'kc')).toMatchObject({ state: 'done', result: retained(c.usage.generationId, 'kc') });
+    expect(await applier().position('s')).toEqual({ segment: 1, offset: 7 });
+  });
+
+  it('stores a request id equal to the generation id, lease ids of any characters, and attempts only when there is more than the answering one', async () => {
+    const odd = `l"\\,{} ${uniqueTag()}`;
+    const attempt = { attempt: 1, revisionId: 'm@1', provider: 'llamacpp', outcome: 'answered' as const, startedAtMs: NOW, ttftMs: 2, durationMs: 9, inputTokens: 3, outputTokens: 2 };
+    const failed = { ...attempt, outcome: 'failed' as const, errorCode: 'upstream_error', ttftMs: null, outputTokens: 0 };
+    const [same, answered, failedOnly] = entries(3, (i) => ({
+      ...(i === 0 ? { reservation: buildReservationRef('g0', [odd, 'plain']) } : {}),
+      attempts: [[attempt], [attempt], [failed]][i],
+    }));
+    same.usage.requestId = same.usage.generationId;
+    await applier().apply({ journal: 't', items: [settle(same), settle(answered), settle(failedOnly)] });
+    const { rows } = await sql<{ generation_id: string; request_id: string; lease_ids: string[] | null; attempts: unknown }>`
+      select generation_id, request_id, lease_ids, attempts from usage_ledger where tenant_id = ${same.usage.tenantId} order by generation_id`.execute(database.db);
+    expect(rows).toEqual([
+      { generation_id: same.usage.generationId, request_id: same.usage.generationId, lease_ids: [odd, 'plain'], attempts: null },
+      { generation_id: answered.usage.generationId, request_id: answered.usage.requestId, lease_ids: null, attempts: null },
+      { generation_id: failedOnly.usage.generationId, request_id: failedOnly.usage.requestId, lease_ids: null, attempts: [failed] },
+    ]);
+    expect(answered.usage.requestId).not.toBe(answered.usage.generationId);
+    const repo = createUsageRepository(database.db);
+    expect((await repo.getUsage(answered.usage.generationId))?.attempts).toBeUndefined();
+    expect((await repo.getUsage(failedOnly.usage.generationId))?.attempts).toEqual([failed]);
+  });
+
   it('moves each cost from its leases to the rows, exactly, and reports what a lease could not cover', async () => {
     const tag = uniqueTag();
     const tenant = `t_${tag}`;
@@ -171,7 +218,8 @@ describe.each([['pglite' as const], ['postgres' as const]])('settlement applier 
 
   it('is all or nothing: a batch that fails leaves no row, no charge, no key and no position', async () => {
     const [a, b] = entries(2, () => ({ costNanoUsd: 100 }));
-    const bad = { ...b, usage: { ...b.usage, attempts: [{ attempt: 1, revisionId: 'x', provider: 'x', outcome: 'bogus' as never, startedAtMs: NOW, ttftMs: null, durationMs: 1, inputTokens: 0, outputTokens: 0 }] } };
+    // total_ms is an integer column: 3e9 ms is out of its range.
+    const bad = { ...b, usage: { ...b.usage, totalMs: 3e9 } };
     await expect(applier().apply({ journal: 'p', items: [settle(a), settle(bad)], position: { segment: 1, offset: 1 } })).rejects.toThrow();
     expect(await createUsageRepository(database.db).getUsage(a.usage.generationId)).toBeUndefined();
     expect(await budget(`tenant:${a.usage.tenantId}`, 'month')).toBeUndefined();
@@ -198,8 +246,12 @@ describe.each([['pglite' as const], ['postgres' as const]])('settlement applier 
 
   it('sets aside a settlement the database refuses, after trying it without its attempts, and applies the rest of its batch', async () => {
     const [good, badAttempt, badRow] = entries(3, () => ({ costNanoUsd: 10 }));
-    // ttft_ms and total_ms are integer columns: 3e9 ms is out of their range (SQLSTATE 22003).
-    badAttempt.usage.attempts = [{ attempt: 1, revisionId: 'a@1', provider: 'x', outcome: 'answered', startedAtMs: NOW, ttftMs: 3e9, durationMs: 1, inputTokens: 1, outputTokens: 1 }];
+    // A lone surrogate is valid in a JS string and JSON text but not in jsonb (SQLSTATE 22P02).
+    badAttempt.usage.attempts = [
+      { attempt: 1, revisionId: 'a@1', provider: 'x', replicaId: 'r\ud800', outcome: 'failed', startedAtMs: NOW, ttftMs: null, durationMs: 1, inputTokens: 0, outputTokens: 0 },
+      { attempt: 2, revisionId: 'a@1', provider: 'x', outcome: 'answered', startedAtMs: NOW, ttftMs: 1, durationMs: 1, inputTokens: 1, outputTokens: 1 },
+    ];
+    // total_ms is an integer column: 3e9 ms is out of its range (SQLSTATE 22003).
     badRow.usage.totalMs = 3e9;
     const rejected: RejectedSettlement[] = [];
     const result = await applyIsolating(applier(), { journal: 'r', items: [settle(good), settle(badAttempt), settle(badRow)], position: { segment: 3, offset: 3 } }, (r) => rejected.push(r));

@@ -1,7 +1,7 @@
 import { type Insertable, type Kysely, type Selectable, sql } from 'kysely';
 import type { ApiRoute, FinishReason, UpstreamAttempt, UsageRecord, UsageRepository, UsageSource, UsageStatus } from '@weir/core';
 import { nanoToDecimal, toSafeInteger } from './nano-usd';
-import type { UsageAttemptsTable, UsageLedgerTable, WeirSchema } from './schema';
+import type { UsageLedgerTable, WeirSchema } from './schema';
 
 /** Filter for {@link UsageLedgerRepository.listUsage}. */
 export interface ListUsageQuery {
@@ -53,8 +53,10 @@ export interface UsageLedgerRepository extends UsageRepository {
   insertMany(records: readonly UsageRecord[]): Promise<void>;
   /**
    * One record by generation id, or undefined. Cost comes back exactly as stored, with its
-   * `usageSource` and its `attempts` (in order; absent when none were recorded). The
-   * reservation it settled is not read back (`reservation` is absent).
+   * `usageSource` and its `attempts` as stored (in order, timings in whole ms) — which is only
+   * when there was more than one or the only one failed (see {@link storedAttempts}): a record
+   * answered by its first attempt comes back without `attempts`, the record itself being that
+   * attempt. The reservation it settled is not read back (`reservation` is absent).
    */
   getUsage(generationId: string): Promise<UsageRecord | undefined>;
   /** A tenant's records, oldest `finishedAt` first (ties by generation id), read as `getUsage` reads one. */
@@ -100,15 +102,14 @@ export function createUsageRepository(db: Kysely<WeirSchema>): UsageLedgerReposi
 
     async getUsage(generationId) {
       const row = await selectRecord().where('generation_id', '=', generationId).executeTakeFirst();
-      if (!row) return undefined;
-      return withAttempts(db, [fromRow(row)]).then(([r]) => r);
+      return row ? fromRow(row) : undefined;
     },
 
     async listUsage({ tenantId, since, limit = 1000 }) {
       let q = selectRecord().where('tenant_id', '=', tenantId);
       if (since) q = q.where('finished_at', '>=', since);
       const rows = await q.orderBy('finished_at').orderBy('generation_id').limit(limit).execute();
-      return withAttempts(db, rows.map(fromRow));
+      return rows.map(fromRow);
     },
 
     async usageTotals({ tenantId, since }) {
@@ -152,11 +153,13 @@ async function insertRows(db: Kysely<WeirSchema>, rows: InsertRow[]): Promise<vo
 }
 
 /**
- * The `usage_ledger` row of a record. `budget` names the periods its cost was charged to (the
- * settlement applier's); otherwise they are the reservation's, or null when nothing was reserved.
+ * The `usage_ledger` row of a record, as `insertMany` writes it: budget periods are the
+ * reservation's, or null when nothing was reserved. (The settlement applier encodes its rows
+ * itself, with the periods it charged.)
  */
-export function toRow(r: UsageRecord, budget?: { monthStartsOn: string; dayStartsOn: string }): InsertRow {
-  const periods = budget ?? r.reservation;
+function toRow(r: UsageRecord): InsertRow {
+  const periods = r.reservation;
+  const attempts = storedAttempts(r);
   return {
     generation_id: r.generationId,
     request_id: r.requestId,
@@ -186,65 +189,26 @@ export function toRow(r: UsageRecord, budget?: { monthStartsOn: string; dayStart
     lease_ids: r.reservation ? [...r.reservation.leaseIds] : null,
     budget_month: periods?.monthStartsOn ?? null,
     budget_day: periods?.dayStartsOn ?? null,
+    attempts: attempts ? JSON.stringify(attempts) : null,
   };
 }
 
-/** The `usage_attempts` rows of a record (none when it names no attempts). */
-export function attemptRows(r: UsageRecord): Insertable<UsageAttemptsTable>[] {
-  return (r.attempts ?? []).map((a) => ({
-    generation_id: r.generationId,
-    attempt: a.attempt,
-    tenant_id: r.tenantId,
-    revision_id: a.revisionId,
-    provider: a.provider,
-    replica_id: a.replicaId ?? null,
-    outcome: a.outcome,
-    error_code: a.errorCode ?? null,
-    started_at: new Date(a.startedAtMs),
-    ttft_ms: a.ttftMs === null ? null : Math.round(a.ttftMs),
-    duration_ms: Math.round(a.durationMs),
-    input_tokens: a.inputTokens,
-    output_tokens: a.outputTokens,
+/**
+ * The attempts a ledger row keeps (`usage_ledger.attempts`): all of them, timings rounded to
+ * whole ms like the row's, when there was more than one or the only one failed; undefined when
+ * the record's first attempt answered it (the row's revision, timings and tokens are that
+ * attempt's) or it names none. Issue 13 asks for every attempt beside the row that bills; a
+ * lone answering attempt adds nothing the row lacks but its provider and replica, and writing
+ * it for every request would cost the settlement path more than anything else per row.
+ */
+export function storedAttempts(r: UsageRecord): UpstreamAttempt[] | undefined {
+  const attempts = r.attempts;
+  if (!attempts || attempts.length === 0 || (attempts.length === 1 && attempts[0].outcome === 'answered')) return undefined;
+  return attempts.map((a) => ({
+    ...a,
+    ttftMs: a.ttftMs === null ? null : Math.round(a.ttftMs),
+    durationMs: Math.round(a.durationMs),
   }));
-}
-
-/** Reads the attempts of `records` (one query) and sets each record's `attempts`, in attempt order. */
-async function withAttempts(db: Kysely<WeirSchema>, records: UsageRecord[]): Promise<UsageRecord[]> {
-  if (records.length === 0) return records;
-  const rows = await db
-    .selectFrom('usage_attempts')
-    .selectAll()
-    .where(
-      'generation_id',
-      'in',
-      records.map((r) => r.generationId),
-    )
-    .orderBy('generation_id')
-    .orderBy('attempt')
-    .execute();
-  const byGeneration = new Map<string, UpstreamAttempt[]>();
-  for (const a of rows) {
-    const list = byGeneration.get(a.generation_id) ?? [];
-    if (list.length === 0) byGeneration.set(a.generation_id, list);
-    list.push({
-      attempt: a.attempt,
-      revisionId: a.revision_id,
-      provider: a.provider,
-      ...(a.replica_id !== null ? { replicaId: a.replica_id } : {}),
-      outcome: a.outcome,
-      ...(a.error_code !== null ? { errorCode: a.error_code } : {}),
-      startedAtMs: a.started_at.getTime(),
-      ttftMs: a.ttft_ms,
-      durationMs: a.duration_ms,
-      inputTokens: a.input_tokens,
-      outputTokens: a.output_tokens,
-    });
-  }
-  for (const r of records) {
-    const attempts = byGeneration.get(r.generationId);
-    if (attempts) r.attempts = attempts;
-  }
-  return records;
 }
 
 function fromRow(r: SelectRow): UsageRecord {
@@ -272,5 +236,6 @@ function fromRow(r: SelectRow): UsageRecord {
     ...(r.uncertain ? { uncertain: true } : {}),
     ...(r.use_case !== null ? { useCase: r.use_case } : {}),
     usageSource: r.usage_source as UsageSource,
+    ...(r.attempts !== null ? { attempts: r.attempts } : {}),
   };
 }

@@ -63,6 +63,34 @@ describe('file settlement journal', () => {
     expect(applier.batches[0].items).toHaveLength(20);
   });
 
+  it('splits one turn’s appends across segments at segmentBytes, one write(2) per segment', async () => {
+    const j = await open({ segmentBytes: 2_000, maxBatch: 1_000 });
+    const entries = Array.from({ length: 20 }, (_, i) => buildSettlementEntry(i, { modelAlias: 'ünïcode ✓' }));
+    await Promise.all(entries.map((e) => j.append(e)));
+    const files = segmentFiles();
+    expect(files.length).toBeGreaterThan(2);
+    expect(j.stats().writes).toBe(files.length);
+    expect(files.flatMap(records)).toEqual(entries.map((entry) => ({ kind: 'settle', entry })));
+    const line = Buffer.byteLength(encodeJournalLine({ kind: 'settle', entry: entries[0] }));
+    for (const f of files) expect(readFileSync(path.join(dir, f)).length).toBeLessThanOrEqual(2_000 + line);
+    await j.flush();
+    // The last position is the end of the last line of the last segment.
+    const last = files[files.length - 1];
+    expect(applier.positions.get('local')).toEqual({ segment: Number(last.slice(0, 16)), offset: readFileSync(path.join(dir, last)).length });
+    expect(applier.rows.size).toBe(20);
+  });
+
+  it('writes a turn larger than its reusable buffer (over 1 MiB) whole', async () => {
+    const j = await open();
+    const big = Array.from({ length: 1_500 }, (_, i) => buildSettlementEntry(i, { apiKeyId: 'k'.repeat(1_000) }));
+    await Promise.all(big.map((e) => j.append(e)));
+    expect(j.stats().writes).toBe(1);
+    await j.append(buildSettlementEntry(5_000));
+    const [file] = segmentFiles();
+    expect(records(file)).toEqual([...big, buildSettlementEntry(5_000)].map((entry) => ({ kind: 'settle', entry })));
+    expect(parseJournalSegment(readFileSync(path.join(dir, file))).invalid).toBe(0);
+  });
+
   it('applies in batches of at most maxBatch, in order', async () => {
     const j = await open({ maxBatch: 3 });
     const all = Array.from({ length: 8 }, (_, i) => j.append(buildSettlementEntry(i)));

@@ -43,14 +43,16 @@ import {
   type SettlementJournal,
   WeirError,
 } from '@weir/core';
-import { type JournalRecord, settleAbandoned, settlementEntryFault } from '@weir/ledger';
+import { type JournalRecord, encodeJournalRecord, settleAbandoned, settlementEntryFault } from '@weir/ledger';
 import type { StoreLogger } from '../logger';
 import type { RejectedSettlement } from '../settlement-isolation';
 import { type QueuedSettlement, createApplierLoop } from './applier-loop';
 import { journalSegmentPath, readJournalDirectory } from './journal-directory';
-import { encodeJournalLine } from './journal-line';
+import { LINE_OVERHEAD_BYTES, encodeJournalLine, writeJournalLine } from './journal-line';
 
 const fdatasyncAsync = promisify(fdatasync);
+/** The write buffer kept between turns grows to at most this. */
+const MAX_KEPT_BUFFER_BYTES = 1024 * 1024;
 
 /** Options of {@link openFileSettlementJournal}. */
 export interface FileSettlementJournalOptions {
@@ -64,12 +66,18 @@ export interface FileSettlementJournalOptions {
   progressIntervalMs?: number;
   /** Bytes of records after which a new segment is started. Default 8 MiB. */
   segmentBytes?: number;
-  /** Longest a settlement waits for its batch (ms). Default 50. */
+  /**
+   * Longest a settlement waits for its batch (ms): how long after a request ends its usage row may
+   * still be missing from `/v1/usage` (plus the transaction's own time). Default 100: a
+   * transaction has a fixed cost (~1 ms of CPU on PGlite, `tools/bench/settlement-journal.ts`), so
+   * at 1,000 requests/s 100 ms batches spend ~10 µs per settlement on it, 50 ms batches ~20 µs.
+   */
   applyIntervalMs?: number;
   /**
-   * Most settlements per applier transaction. Default 128: on PGlite a transaction runs on this
-   * process's event loop (about 0.15–0.25 ms per settlement measured), so the batch size bounds
-   * that pause (about 20–30 ms).
+   * Most settlements per applier transaction (a full batch is applied at once). Default 256: on
+   * PGlite a transaction runs on this process's event loop (~25–35 µs of CPU per settlement
+   * measured), so this bounds that pause to ~6–9 ms, and above ~2,500 requests/s batches fill
+   * before `applyIntervalMs`.
    */
   maxBatch?: number;
   /** Unapplied settlements at which `saturated()` turns true (the gateway then answers 503). Default 10,000. */
@@ -177,7 +185,8 @@ interface SegmentState {
 
 interface PendingWrite {
   record: JournalRecord;
-  line: string;
+  /** `encodeJournalRecord(record)`, taken when the record was offered. */
+  json: string;
   resolve?: () => void;
   reject?: (err: unknown) => void;
 }
@@ -204,8 +213,8 @@ export async function openFileSettlementJournal(options: FileSettlementJournalOp
 
   const loop = createApplierLoop(deps.applier, {
     journal: name,
-    applyIntervalMs: Math.max(0, options.applyIntervalMs ?? 50),
-    maxBatch: Math.max(1, options.maxBatch ?? 128),
+    applyIntervalMs: Math.max(0, options.applyIntervalMs ?? 100),
+    maxBatch: Math.max(1, options.maxBatch ?? 256),
     capacity: Math.max(1, options.capacity ?? 10_000),
     retryBaseMs: Math.max(0, options.retryBaseMs ?? 100),
     retryMaxMs: options.retryMaxMs ?? 5_000,
@@ -291,6 +300,8 @@ export async function openFileSettlementJournal(options: FileSettlementJournalOp
   // ---- Writing ----------------------------------------------------------------------------
   let writes: PendingWrite[] = [];
   let writeScheduled = false;
+  /** Reused for every write: lines are encoded into it, then written with one write(2) per segment. */
+  let out = Buffer.allocUnsafe(64 * 1024);
   const lastProgress = new Map<string, number>();
   /** Generations this process journaled a claim or progress of, until they settle or are released. */
   const marked = new Set<string>();
@@ -309,45 +320,46 @@ export async function openFileSettlementJournal(options: FileSettlementJournalOp
 
   /** Queues a record's line; resolves once it is written. */
   function journalWrite(record: JournalRecord): Promise<void> {
-    let line: string;
+    let json: string;
     try {
-      line = encodeJournalLine(record);
+      json = encodeJournalRecord(record);
     } catch (err) {
       return Promise.reject(new WeirError('internal', 'the settlement journal record could not be serialized', { cause: err }));
     }
-    return new Promise<void>((resolve, reject) => enqueue({ record, line, resolve, reject }));
+    return new Promise<void>((resolve, reject) => enqueue({ record, json, resolve, reject }));
   }
 
   function writeOut(): void {
     writeScheduled = false;
     const batch = writes;
     writes = [];
+    // Every line of the turn, encoded into `out` back to back; `ends[k]` is where line k ends.
+    let needed = 0;
+    for (const w of batch) needed += Buffer.byteLength(w.json) + LINE_OVERHEAD_BYTES;
+    // A turn with more than 1 MiB of lines gets a buffer of its own rather than growing `out` for good.
+    if (needed > out.length && needed <= MAX_KEPT_BUFFER_BYTES) out = Buffer.allocUnsafe(Math.max(needed, Math.min(out.length * 2, MAX_KEPT_BUFFER_BYTES)));
+    const buf = needed > out.length ? Buffer.allocUnsafe(needed) : out;
+    const ends: number[] = [];
+    let filled = 0;
+    for (const w of batch) {
+      filled += writeJournalLine(buf, filled, w.json);
+      ends.push(filled);
+    }
     let i = 0;
     try {
       while (i < batch.length) {
-        if (needsNewSegment || (recordBytes > 0 && recordBytes + Buffer.byteLength(batch[i].line) > segmentBytes)) startSegment();
+        const from = i === 0 ? 0 : ends[i - 1];
+        if (needsNewSegment || (recordBytes > 0 && recordBytes + ends[i] - from > segmentBytes)) startSegment();
         // Lines up to the segment's end, written together.
-        let j = i;
-        let bytes = 0;
-        const lengths: number[] = [];
-        while (j < batch.length) {
-          const len = Buffer.byteLength(batch[j].line);
-          if (j > i && recordBytes + bytes + len > segmentBytes) break;
-          lengths.push(len);
-          bytes += len;
-          j++;
-        }
-        const chunk = batch.slice(i, j);
-        writeFully(fd, Buffer.from(chunk.length === 1 ? chunk[0].line : chunk.map((w) => w.line).join('')));
+        let j = i + 1;
+        while (j < batch.length && recordBytes + ends[j] - from <= segmentBytes) j++;
+        writeFully(fd, buf, from, ends[j - 1]);
         stats.writes++;
         dataDirty = true;
-        let offset = size;
-        size += bytes;
-        recordBytes += bytes;
-        chunk.forEach((w, k) => {
-          offset += lengths[k];
-          written(w, offset);
-        });
+        const base = size - from;
+        size += ends[j - 1] - from;
+        recordBytes += ends[j - 1] - from;
+        for (let k = i; k < j; k++) written(batch[k], base + ends[k]);
         i = j;
       }
     } catch (err) {
@@ -549,9 +561,10 @@ export async function openFileSettlementJournal(options: FileSettlementJournalOp
       lastProgress.set(generationId, t);
       try {
         const record: JournalRecord = { kind: 'progress', mark: mark() };
+        const json = encodeJournalRecord(record);
         stats.marks++;
         marked.add(generationId);
-        enqueue({ record, line: encodeJournalLine(record) });
+        enqueue({ record, json });
       } catch (err) {
         logger?.warn({ err, generationId }, 'settlement journal: progress mark not taken');
       }
@@ -594,8 +607,8 @@ export async function openFileSettlementJournal(options: FileSettlementJournalOp
   };
 }
 
-/** `write(2)` until every byte is written (a regular file may take a short write). */
-function writeFully(fd: number, buf: Buffer): void {
-  let off = 0;
-  while (off < buf.length) off += writeSync(fd, buf, off, buf.length - off);
+/** `write(2)` of `buf[from, to)` until every byte is written (a regular file may take a short write). */
+function writeFully(fd: number, buf: Buffer, from = 0, to = buf.length): void {
+  let off = from;
+  while (off < to) off += writeSync(fd, buf, off, to - off);
 }

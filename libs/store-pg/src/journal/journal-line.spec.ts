@@ -1,7 +1,8 @@
 import { crc32 } from 'node:zlib';
 import { buildClaimMark, buildSettlementEntry } from '@weir/testing';
 import type { JournalRecord } from '@weir/ledger';
-import { encodeJournalLine, parseJournalSegment } from './journal-line';
+import { encodeJournalRecord } from '@weir/ledger';
+import { LINE_OVERHEAD_BYTES, encodeJournalLine, parseJournalSegment, writeJournalLine } from './journal-line';
 
 const records: JournalRecord[] = [
   { kind: 'settle', entry: buildSettlementEntry(1, { modelAlias: 'ünïcode ✓' }) },
@@ -20,6 +21,16 @@ describe('journal lines', () => {
     expect(parsed.lines.map((l) => l.end)).toEqual(ends);
     expect(parsed.lines.map((l) => l.start)).toEqual([0, ends[0], ends[1]]);
     expect([parsed.invalid, parsed.tornTailBytes]).toEqual([0, 0]);
+  });
+
+  it('writes into a buffer the same bytes encodeJournalLine gives, and refuses a buffer too small', () => {
+    const buf = Buffer.alloc(4_096, 0xff);
+    let at = 3;
+    for (const r of records) at += writeJournalLine(buf, at, encodeJournalRecord(r));
+    expect(buf.subarray(3, at).toString('utf8')).toBe(lines.join(''));
+    const json = encodeJournalRecord(records[0]);
+    expect(() => writeJournalLine(Buffer.alloc(Buffer.byteLength(json) + LINE_OVERHEAD_BYTES - 1), 0, json)).toThrow(RangeError);
+    expect(writeJournalLine(Buffer.alloc(Buffer.byteLength(json) + LINE_OVERHEAD_BYTES), 0, json)).toBe(Buffer.byteLength(lines[0]));
   });
 
   it('detects a torn last line and keeps the lines before it', () => {

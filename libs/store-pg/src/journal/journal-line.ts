@@ -11,11 +11,34 @@ const NEWLINE = 0x0a;
 const SPACE = 0x20;
 /** 8 hex digits and a space. */
 const HEADER_BYTES = 9;
+const HEX = Buffer.from('0123456789abcdef', 'latin1');
 
 /** One journal line for a record (see the module comment). */
 export function encodeJournalLine(record: JournalRecord): string {
   const json = encodeJournalRecord(record);
   return `${crc32(json).toString(16).padStart(8, '0')} ${json}\n`;
+}
+
+/** Bytes a line adds to its JSON's UTF-8: the checksum header and the newline. */
+export const LINE_OVERHEAD_BYTES = HEADER_BYTES + 1;
+
+/**
+ * Writes the line of `json` (the text of `encodeJournalRecord`) into `buf` at `offset`, the same
+ * bytes as {@link encodeJournalLine}, and returns how many it wrote. The checksum is computed on
+ * the UTF-8 already in `buf`, so a line costs no intermediate string or buffer.
+ * @throws RangeError when `buf` has fewer than `Buffer.byteLength(json) + LINE_OVERHEAD_BYTES`
+ *   bytes from `offset`.
+ */
+export function writeJournalLine(buf: Buffer, offset: number, json: string): number {
+  const bodyStart = offset + HEADER_BYTES;
+  const bodyBytes = Buffer.byteLength(json);
+  if (bodyStart + bodyBytes + 1 > buf.length) throw new RangeError('journal line does not fit the buffer');
+  buf.write(json, bodyStart, 'utf8');
+  const crc = crc32(buf.subarray(bodyStart, bodyStart + bodyBytes));
+  for (let i = 7, v = crc; i >= 0; i--, v >>>= 4) buf[offset + i] = HEX[v & 0xf];
+  buf[offset + HEADER_BYTES - 1] = SPACE;
+  buf[bodyStart + bodyBytes] = NEWLINE;
+  return HEADER_BYTES + bodyBytes + 1;
 }
 
 /** A whole, valid line read back: its record and the byte offset just past its newline. */
