@@ -39,6 +39,7 @@ export {
   type UncertainSettlementWrite,
 } from './reconcile-queries';
 export { createPgIdempotencyStore, type PgIdempotencyStoreOptions } from './idempotency-store';
+export { startKeyHolder, type KeyHolder, type KeyHolderOptions } from './key-holder';
 export { expireOrphans, type OrphanReport } from './orphans';
 export { createPgSettlementApplier, type PgSettlementApplierOptions } from './settlement-applier';
 export {
