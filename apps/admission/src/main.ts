@@ -19,7 +19,10 @@
  * Environment: WEIR_CONFIG, WEIR_CONFIG_PUBLIC_KEY(_FILE), WEIR_CONFIG_CACHE_DIR, NATS_URL,
  * WEIR_NATS_NAMESPACE, DATABASE_URL, HOST, GRPC_PORT (default 50052), OPS_PORT (default
  * 9462), SCHEDULER_ADDR (default 127.0.0.1:50053), ADMISSION_DB_POOL (default 4: lease
- * transactions only), ADMISSION_HOLDER_ID (default a fresh id per start), LOG_LEVEL.
+ * transactions only), ADMISSION_HOLDER_ID (default a fresh id per start), ADMISSION_LEASE_HOLD_MS
+ * (default 180,000: heartbeats move each lease's hold_until to now + this), ADMISSION_RECLAIM_EVERY_MS
+ * (default 10,000) and ADMISSION_RECLAIM_GRACE_MS (default 5,000: clock skew between holders),
+ * LOG_LEVEL.
  */
 import { createLeasedAdmission, withStoreFaultsAsUnavailable } from '@weir/admission';
 import type { NatsConnection } from '@nats-io/transport-node';
@@ -41,6 +44,9 @@ const env = readEnv({
   SCHEDULER_ADDR: envString('127.0.0.1:50053'),
   ADMISSION_DB_POOL: envInt(4, 1, 200),
   ADMISSION_HOLDER_ID: envString(''),
+  ADMISSION_LEASE_HOLD_MS: envInt(180_000, 1_000),
+  ADMISSION_RECLAIM_EVERY_MS: envInt(10_000, 100),
+  ADMISSION_RECLAIM_GRACE_MS: envInt(5_000, 0),
   LOG_LEVEL: envString('info'),
 });
 const logger = createLogger({ name: 'admission', level: env.LOG_LEVEL as 'info' });
@@ -59,7 +65,14 @@ runUntilSignal('admission', logger, async () => {
   const config = source.initial;
   const database = await openDatabase({ databaseUrl: env.DATABASE_URL, maxConnections: env.ADMISSION_DB_POOL, logger });
   const admission = createLeasedAdmission(
-    { tenants: config.tenants, mode: 'shared', ...(env.ADMISSION_HOLDER_ID ? { holderId: env.ADMISSION_HOLDER_ID } : {}) },
+    {
+      tenants: config.tenants,
+      mode: 'shared',
+      holdMs: env.ADMISSION_LEASE_HOLD_MS,
+      reclaimEveryMs: env.ADMISSION_RECLAIM_EVERY_MS,
+      reclaimGraceMs: env.ADMISSION_RECLAIM_GRACE_MS,
+      ...(env.ADMISSION_HOLDER_ID ? { holderId: env.ADMISSION_HOLDER_ID } : {}),
+    },
     { store: createPgLeaseStore(database.db), observer: admissionObserver(telemetry.metrics, logger) },
   );
   // Registers the holder; leases are drawn on the first requests and kept filled from then on.
