@@ -87,6 +87,13 @@ export interface LeasedAdmissionOptions {
   holdMs?: number;
   /** A lease is reclaimed only this long after its `hold_until` (clock skew between holders). Default 5,000. */
   reclaimGraceMs?: number;
+  /**
+   * A request whose reservation outlives its leases' `hold_until` extends them to its expiry plus
+   * this, so the requests right after it (expiring a few ms later) are covered too: one
+   * extension per lease per this interval, not one per request (the default deadline, 120 s, plus
+   * the default reservation grace, 60 s, is just past `holdMs`). Default 30,000.
+   */
+  extendSlackMs?: number;
   /** How often maintenance reclaims expired leases (any holder's). Default 10,000. */
   reclaimEveryMs?: number;
   /**
@@ -343,6 +350,7 @@ export function createLeasedAdmission(options: LeasedAdmissionOptions, deps: Lea
   const holdMs = options.holdMs ?? 180_000;
   const reclaimGraceMs = options.reclaimGraceMs ?? 5_000;
   const reclaimEveryMs = options.reclaimEveryMs ?? 10_000;
+  const extendSlackMs = options.extendSlackMs ?? 30_000;
   const stopGraceMs = options.stopGraceMs ?? 30_000;
   const idleReturnMs = options.idleReturnMs ?? 60_000;
   const drawRetryMs = options.drawRetryMs ?? 1_000;
@@ -1090,7 +1098,7 @@ export function createLeasedAdmission(options: LeasedAdmissionOptions, deps: Lea
           const ids = uncovered(p, request.expiresAtMs);
           if (ids.length > 0) {
             // The one other round trip: a deadline beyond what the leases are held for.
-            await extend(ids, Math.max(nowMs + holdMs, request.expiresAtMs));
+            await extend(ids, Math.max(nowMs + holdMs, request.expiresAtMs + extendSlackMs));
             continue;
           }
           counters.admitted++;
