@@ -389,7 +389,10 @@ export function createAdmitGrpcClient(options: AdmitGrpcClientOptions): AdmitGrp
         });
       });
       call.on('error', (error: unknown) => fail(error));
-      call.on('end', () => fail(new WeirError('internal', stage === 'reserve' ? 'Admit ended without a reservation step' : 'Admit ended without the scheduler step')));
+      call.on('end', () => {
+        // The normal end comes after both steps (stage `done`): no error object for it.
+        if (stage !== 'done') fail(new WeirError('internal', stage === 'reserve' ? 'Admit ended without a reservation step' : 'Admit ended without the scheduler step'));
+      });
     });
 
   return {
