@@ -1,7 +1,9 @@
 /**
- * A minimal Chrome DevTools Protocol client for the V8 CPU profiler of a Node process started
- * with `--inspect=127.0.0.1:0` (its stderr says `Debugger listening on ws://…`). Used by
- * `run.ts --profile` to profile exactly the measurement windows, in any process of a topology.
+ * A minimal Chrome DevTools Protocol client for a Node process started with
+ * `--inspect=127.0.0.1:0` (its stderr says `Debugger listening on ws://…`): the V8 CPU profiler
+ * (`run.ts --profile` profiles exactly the measurement windows, in any process of a topology),
+ * full garbage collections and expressions evaluated in the process (`idle-memory.ts`,
+ * `soak.ts`: heap after GC, `process.memoryUsage()`).
  */
 import { WebSocket } from 'undici';
 
@@ -23,8 +25,19 @@ export interface CpuProfiler {
   close(): void;
 }
 
-/** Connects to a process's inspector and enables its profiler (sampling every `intervalUs`). */
-export async function connectProfiler(wsUrl: string, intervalUs = 250): Promise<CpuProfiler> {
+/** A Chrome DevTools Protocol session with one process. */
+export interface InspectorSession {
+  /** Sends one protocol command and resolves with its result. */
+  call(method: string, params?: Record<string, unknown>): Promise<unknown>;
+  /** Evaluates `expression` in the process's main context and returns its value (JSON-serialisable). */
+  evaluate<T>(expression: string): Promise<T>;
+  /** A full garbage collection (HeapProfiler.collectGarbage). */
+  collectGarbage(): Promise<void>;
+  close(): void;
+}
+
+/** Connects to a process's inspector (`ws://…` from {@link findInspectorUrl}). */
+export async function connectInspector(wsUrl: string): Promise<InspectorSession> {
   const ws = new WebSocket(wsUrl);
   await new Promise<void>((resolve, reject) => {
     ws.addEventListener('open', () => resolve(), { once: true });
@@ -47,6 +60,24 @@ export async function connectProfiler(wsUrl: string, intervalUs = 250): Promise<
       pending.set(id, { resolve, reject });
       ws.send(JSON.stringify({ id, method, params }));
     });
+  return {
+    call,
+    async evaluate<T>(expression: string) {
+      const r = (await call('Runtime.evaluate', { expression, returnByValue: true, awaitPromise: true })) as { result?: { value?: unknown }; exceptionDetails?: { text?: string; exception?: { description?: string } } };
+      if (r.exceptionDetails) throw new Error(`inspector evaluate failed: ${r.exceptionDetails.exception?.description ?? r.exceptionDetails.text ?? 'exception'}`);
+      return r.result?.value as T;
+    },
+    async collectGarbage() {
+      await call('HeapProfiler.collectGarbage');
+    },
+    close: () => ws.close(),
+  };
+}
+
+/** Connects to a process's inspector and enables its profiler (sampling every `intervalUs`). */
+export async function connectProfiler(wsUrl: string, intervalUs = 250): Promise<CpuProfiler> {
+  const session = await connectInspector(wsUrl);
+  const call = session.call;
   await call('Profiler.enable');
   await call('Profiler.setSamplingInterval', { interval: intervalUs });
   return {
@@ -58,6 +89,6 @@ export async function connectProfiler(wsUrl: string, intervalUs = 250): Promise<
       await call('HeapProfiler.collectGarbage');
       return ((await call('Runtime.getHeapUsage')) as { usedSize: number }).usedSize;
     },
-    close: () => ws.close(),
+    close: () => session.close(),
   };
 }

@@ -1,21 +1,30 @@
 /**
- * Weir's overhead benchmark (issue 3, item 8): the latency and CPU Weir adds over a direct call
- * to the same OpenAI-compatible upstream, for the all-in-one and the split topology.
+ * Weir's overhead and peer benchmark (issue 3 item 8, issue 13 "Speed and memory"): the latency
+ * and CPU Weir adds over a direct call to the same OpenAI-compatible upstream, for the
+ * all-in-one and the split topology, side by side with peers — a bare node:http pass-through
+ * (tools/bench/passthrough.mjs) and Portkey's open-source gateway (tools/bench/peers).
  *
  *   node --import tsx tools/bench/run.ts [--quick] [--profile] [--only all-in-one,all-in-one-pg,split]
- *        [--warmup-ms N] [--measure-ms N] [--jit-warmup-ms N] [--tokens N] [--token-delay-ms N]
- *        [--quiet-cores X] [--quiet-budget-ms N] [--no-pin] [--shared-nats] [--out FILE]
+ *        [--peers passthrough,portkey|none] [--warmup-ms N] [--measure-ms N] [--jit-warmup-ms N]
+ *        [--tokens N] [--token-delay-ms N] [--quiet-cores X] [--quiet-budget-ms N] [--no-pin]
+ *        [--shared-nats] [--out FILE]
  *
- * What it does (see docs/performance.md):
+ * What it does (see docs/performance.md and tools/bench/README.md):
  * - pins itself (the load generator) and the mock upstream (tools/bench/mock-upstream.ts) to
- *   CPU 0 and Weir to CPU 1 (taskset; without taskset nothing is pinned and the JSON says so);
- * - per composition — the all-in-one on PGlite (npm start's default), the all-in-one on the
- *   machine's Postgres, the split topology (six co-located processes on a private NATS) —
- *   starts Weir with one `openai-compatible` revision pointing at the mock, with
- *   authentication by API key, admission, metering and the ledger on;
+ *   CPU 0 and every gateway — each peer and Weir — to CPU 1, one loaded at a time (taskset;
+ *   without taskset nothing is pinned and the JSON says so);
+ * - installs the peers on demand (`npm ci --prefix tools/bench/peers --ignore-scripts` when
+ *   their node_modules is missing or older than their lockfile) and starts them once;
+ * - per composition — the all-in-one on PGlite (npm start's default: its compiled bundle, as
+ *   `npm start` runs it), the all-in-one on the machine's Postgres, the split topology (six
+ *   co-located processes on a private NATS) — starts Weir with one `openai-compatible`
+ *   revision pointing at the mock, with authentication by API key, a monthly budget, a
+ *   tokens-per-minute limit, admission, metering and the ledger on;
  * - per cell (non-streaming and streaming × concurrency 1, 16, 64): warm-up, then a fixed
- *   measurement window, direct-to-mock then through Weir; latency p50/p90/p99, TTFB, TTFT
- *   (streams), requests/s, and each process's CPU seconds (/proc/<pid>/stat) and RSS;
+ *   measurement window, for each target in turn — direct to the mock, each peer (in the first
+ *   composition only) and Weir, the order rotated from cell to cell so drift favours no one;
+ *   latency p50/p90/p99, TTFB, TTFT (streams), requests/s, and each process's CPU seconds
+ *   (/proc/<pid>/stat) and RSS;
  * - checks the ledger: one usage row per successful request through Weir;
  * - prints markdown tables and writes the raw results to tools/bench/results/<date>.json
  *   (and the tables to <date>.md).
@@ -25,12 +34,12 @@
  * 16 (through Weir only), measures the JS heap each retains per request (after a full GC), and
  * writes it all to tools/bench/results/<date>-profile.md.
  */
-import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { closeSync, fstatSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { type ChildProcess, execFileSync, spawn, spawnSync } from 'node:child_process';
+import { closeSync, existsSync, fstatSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { freePort, REPO_ROOT, startSplitTopology } from '@weir/launcher';
+import { appRuntimeEnv, ensureAppBundles, freePort, REPO_ROOT, startSplitTopology } from '@weir/launcher';
 import { createTemporaryPostgresDatabase, openDatabase } from '@weir/store-pg';
 import { Pool as PgPool } from 'pg';
 import { formatProfileSummary, summarizeProfile } from './cpuprofile-summary';
@@ -56,15 +65,23 @@ const PROFILE = flag('--profile');
 type CompositionName = 'all-in-one' | 'all-in-one-pg' | 'split';
 const COMPOSITIONS: CompositionName[] = ['all-in-one', 'all-in-one-pg', 'split'];
 const ONLY = value('--only');
-const SELECTED = ONLY ? (ONLY.split(',') as CompositionName[]) : COMPOSITIONS;
+/** --quick measures the all-in-one (and the peers) only, unless --only says otherwise. */
+const SELECTED = ONLY ? (ONLY.split(',') as CompositionName[]) : QUICK ? (['all-in-one'] as CompositionName[]) : COMPOSITIONS;
 for (const c of SELECTED) if (!COMPOSITIONS.includes(c)) throw new Error(`--only takes a comma-separated list of ${COMPOSITIONS.join(', ')}`);
 const WARMUP_MS = Number(value('--warmup-ms') ?? (QUICK ? 300 : 1000));
 const MEASURE_MS = Number(value('--measure-ms') ?? (QUICK ? 1200 : PROFILE ? 5000 : 3500));
 /** Per composition, before the first cell: load through Weir and direct, not recorded (JIT warm-up). */
 const JIT_WARMUP_MS = Number(value('--jit-warmup-ms') ?? (QUICK ? 1000 : 2000));
-const TOKENS = Number(value('--tokens') ?? DEFAULT_TOKENS);
+/** Output tokens per answer: 50 by default, as in issue 13's peer comparison (the mock's own default is {@link DEFAULT_TOKENS}). */
+const TOKENS = Number(value('--tokens') ?? 50);
 const TOKEN_DELAY_MS = Number(value('--token-delay-ms') ?? 0);
 const CONCURRENCIES = PROFILE ? [16] : [1, 16, 64];
+type PeerName = 'passthrough' | 'portkey';
+const PEER_NAMES: PeerName[] = ['passthrough', 'portkey'];
+/** --peers: the peers measured beside Weir (in the first composition); `none` for none. Never with --profile. */
+const PEERS_OPTION = value('--peers');
+const SELECTED_PEERS: PeerName[] = PROFILE || PEERS_OPTION === 'none' ? [] : PEERS_OPTION ? (PEERS_OPTION.split(',') as PeerName[]) : PEER_NAMES;
+for (const p of SELECTED_PEERS) if (!PEER_NAMES.includes(p)) throw new Error(`--peers takes a comma-separated list of ${PEER_NAMES.join(', ')} (or none)`);
 const MAX_REQUESTS_PER_CELL = 500_000;
 /**
  * The quiet gate: before each (mode, concurrency) pair of cells, wait until the rest of the
@@ -83,9 +100,13 @@ const DEMO_KEY = 'wk_benchkey_' + 'B'.repeat(43);
 const ALIAS = 'bench';
 const REVISION = 'bench-upstream@1';
 const LOAD_CPU = 0;
+/** How a split's ledger process shows in /proc/<pid>/cmdline (its compiled bundle). */
+const LEDGER_CMD = 'dist/apps/ledger/main.cjs';
 const WEIR_CPU = 1;
 
 const tsxEnv = { NODE_OPTIONS: '', TSX_TSCONFIG_PATH: path.join(REPO_ROOT, 'tsconfig.json') };
+/** The dummy API key the peers forward to the mock (which checks none). */
+const PEER_AUTH = { authorization: 'Bearer sk-bench-dummy' };
 
 function configYaml(mockUrl: string): string {
   return `# tools/bench: one OpenAI-compatible revision on the mock upstream
@@ -112,7 +133,8 @@ tenants:
     name: Demo
     apps: [{ id: demo-app, name: Demo app }]
     allowed_aliases: ["*"]
-    limits: { max_concurrent: 256 }
+    # Budget and tokens-per-minute on (never reached), as in issue 13's comparison.
+    limits: { max_concurrent: 256, tokens_per_minute: 100000000000, monthly_budget_usd: 1000000000 }
 defaults:
   max_queue_per_replica: 1024
 `;
@@ -181,6 +203,95 @@ async function startMock(): Promise<{ url: string; child: Child }> {
   return { url, child };
 }
 
+// ---- peers ---------------------------------------------------------------------------------
+
+/** A peer gateway: started once, pinned to the Weir CPU, idle while another target is measured. */
+interface Peer {
+  name: PeerName;
+  child: Child;
+  url: string;
+  headers: Record<string, string>;
+  startupSeconds: number;
+  /** RSS right after it answered its first request (MiB). */
+  rssAtStartMiB: number;
+  version: string;
+}
+
+const PEERS_DIR = path.join(REPO_ROOT, 'tools/bench/peers');
+
+/**
+ * Installs tools/bench/peers (its own manifest and lockfile, never the root's) when its
+ * node_modules is missing or older than its lockfile: `npm ci --ignore-scripts` (Portkey's only
+ * install script runs patch-package, which has nothing to patch in the published package).
+ */
+function installPeers(): void {
+  const installed = path.join(PEERS_DIR, 'node_modules/.package-lock.json');
+  const lock = path.join(PEERS_DIR, 'package-lock.json');
+  if (existsSync(installed) && statSync(installed).mtimeMs >= statSync(lock).mtimeMs) return;
+  process.stdout.write('installing the peers (npm ci --prefix tools/bench/peers --ignore-scripts)…\n');
+  const r = spawnSync('npm', ['ci', '--prefix', PEERS_DIR, '--ignore-scripts', '--no-audit', '--no-fund'], { cwd: REPO_ROOT, stdio: 'inherit', env: { ...process.env, NODE_OPTIONS: '' } });
+  if (r.status !== 0) throw new Error(`npm ci --prefix tools/bench/peers failed (exit ${r.status}); run it by hand or pass --peers none`);
+}
+
+function packageVersion(file: string): string {
+  try {
+    return (JSON.parse(readFileSync(file, 'utf8')) as { version?: string }).version ?? '?';
+  } catch {
+    return '?';
+  }
+}
+
+async function startPeer(name: PeerName, mockUrl: string): Promise<Peer> {
+  const port = await freePort();
+  const url = `http://127.0.0.1:${port}`;
+  const t0 = Date.now();
+  let child: Child;
+  let headers: Record<string, string>;
+  let version: string;
+  if (name === 'passthrough') {
+    child = spawnNode(name, [path.join(REPO_ROOT, 'tools/bench/passthrough.mjs'), '--port', String(port), '--upstream', mockUrl], {}, WEIR_CPU);
+    headers = { ...PEER_AUTH };
+    version = `node ${process.version}`;
+  } else {
+    installPeers();
+    // The package's bin (what `npx @portkey-ai/gateway` runs) without its web console.
+    const bin = path.join(PEERS_DIR, 'node_modules/@portkey-ai/gateway/build/start-server.js');
+    child = spawnNode(name, [bin, `--port=${port}`, '--headless'], {}, WEIR_CPU);
+    // Routed to the mock: provider openai, custom host = the mock's /v1.
+    headers = { ...PEER_AUTH, 'x-portkey-provider': 'openai', 'x-portkey-custom-host': `${mockUrl}/v1` };
+    version = `@portkey-ai/gateway ${packageVersion(path.join(PEERS_DIR, 'node_modules/@portkey-ai/gateway/package.json'))} (@hono/node-server ${packageVersion(path.join(PEERS_DIR, 'node_modules/@hono/node-server/package.json'))})`;
+  }
+  const tail = () => child.lines.slice(-20).join('\n');
+  const answers = async () => {
+    const res = await fetch(`${url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { ...headers, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'bench-upstream', messages: [{ role: 'user', content: 'hi' }], max_tokens: MAX_TOKENS_SENT }),
+      signal: AbortSignal.timeout(2_000),
+    });
+    await res.arrayBuffer();
+    return res.ok;
+  };
+  try {
+    await waitFor(name, answers, () => child.proc.exitCode === null, 60_000, tail);
+  } catch (err) {
+    await stopChild(child);
+    throw err;
+  }
+  return { name, child, url, headers, startupSeconds: (Date.now() - t0) / 1000, rssAtStartMiB: rssMiB(child.pid), version };
+}
+
+/** One request each way through a peer, checked like every measured one (usage, [DONE]). */
+async function smokePeer(peer: Peer): Promise<void> {
+  for (const stream of [false, true]) {
+    const r = await runLoad(
+      { origin: peer.url, path: '/v1/chat/completions', headers: peer.headers, model: 'bench-upstream' },
+      { stream, concurrency: 1, warmupMs: 0, measureMs: 200, maxRequests: 2, maxTokens: MAX_TOKENS_SENT, expectCompletionTokens: Math.min(TOKENS, MAX_TOKENS_SENT) },
+    );
+    if (r.okTotal === 0) throw new Error(`smoke request (stream=${stream}) through ${peer.name} failed: ${r.firstError ?? 'no answer'}\n${peer.child.lines.slice(-20).join('\n')}`);
+  }
+}
+
 // ---- compositions ------------------------------------------------------------------------
 
 interface Running {
@@ -214,11 +325,13 @@ async function startAllInOne(mockUrl: string, workRoot: string, postgres: boolea
   const port = await freePort();
   const url = `http://127.0.0.1:${port}`;
   const t0 = Date.now();
-  const nodeArgs = [...(inspect ? ['--inspect=127.0.0.1:0'] : []), '--import', 'tsx', path.join(REPO_ROOT, 'apps/all-in-one/src/main.ts')];
+  // As `npm start` runs it: plain node on the compiled bundle (built first when stale).
+  const nodeArgs = [...(inspect ? ['--inspect=127.0.0.1:0'] : []), ensureAppBundles(['all-in-one'])['all-in-one']];
   const child = spawnNode(
     'all-in-one',
     nodeArgs,
     {
+      ...appRuntimeEnv(),
       PORT: String(port),
       HOST: '127.0.0.1',
       WEIR_CONFIG: configPath,
@@ -323,11 +436,11 @@ async function startSplit(mockUrl: string, workRoot: string, inspect: boolean): 
   if (nats) notes.push(`a private nats-server (JetStream, ${nats.url}, not pinned) so no other split topology shares the ledger's durable consumer`);
   else {
     notes.push('the machine\'s NATS (nats://127.0.0.1:4222), shared with any other split topology running on this machine');
-    const foreign = pidsMatching('apps/ledger/src/main.ts');
+    const foreign = pidsMatching(LEDGER_CMD);
     if (foreign.length > 0) {
       process.stdout.write(`another split topology is running (ledger pid ${foreign.join(', ')}); waiting up to 180 s for it to stop…\n`);
       const until = Date.now() + 180_000;
-      while (pidsMatching('apps/ledger/src/main.ts').length > 0 && Date.now() < until) await sleep(2_000);
+      while (pidsMatching(LEDGER_CMD).length > 0 && Date.now() < until) await sleep(2_000);
     }
   }
   const temp = await createTemporaryPostgresDatabase();
@@ -402,9 +515,12 @@ async function startSplit(mockUrl: string, workRoot: string, inspect: boolean): 
 
 // ---- cells ---------------------------------------------------------------------------------
 
+/** What a cell measures: the mock directly, a peer, or Weir. */
+type TargetName = 'direct' | 'weir' | PeerName;
+
 interface Cell {
   composition: string;
-  target: 'direct' | 'weir';
+  target: TargetName;
   stream: boolean;
   concurrency: number;
   load: LoadResult;
@@ -473,12 +589,19 @@ async function waitQuiet(): Promise<QuietGate> {
   }
 }
 
-async function runCell(running: Running, mock: { url: string; pid: number }, target: 'direct' | 'weir', stream: boolean, concurrency: number): Promise<Cell> {
-  const t: LoadTarget =
-    target === 'direct'
-      ? { origin: mock.url, path: '/v1/chat/completions', headers: {}, model: 'bench-upstream' }
-      : { origin: running.url, path: '/v1/chat/completions', headers: { authorization: `Bearer ${DEMO_KEY}` }, model: ALIAS };
-  const watched = new Map<string, number>([...running.pids, ...running.infra, ['mock', mock.pid]]);
+/** The load generator's target for `target`. */
+function loadTarget(target: TargetName, running: Running, mockUrl: string, peers: Peer[]): LoadTarget {
+  if (target === 'direct') return { origin: mockUrl, path: '/v1/chat/completions', headers: {}, model: 'bench-upstream' };
+  if (target === 'weir') return { origin: running.url, path: '/v1/chat/completions', headers: { authorization: `Bearer ${DEMO_KEY}` }, model: ALIAS };
+  const peer = peers.find((p) => p.name === target);
+  if (!peer) throw new Error(`no peer ${target}`);
+  return { origin: peer.url, path: '/v1/chat/completions', headers: peer.headers, model: 'bench-upstream' };
+}
+
+async function runCell(running: Running, mock: { url: string; pid: number }, peers: Peer[], target: TargetName, stream: boolean, concurrency: number): Promise<Cell> {
+  const t = loadTarget(target, running, mock.url, peers);
+  // Every process's CPU is read in every cell: an idle peer or Weir must use next to nothing.
+  const watched = new Map<string, number>([...running.pids, ...running.infra, ['mock', mock.pid], ...peers.map((p) => [p.name, p.child.pid] as [string, number])]);
   const before = new Map<string, { user: number; system: number }>();
   let machineBefore: number[][] = [];
   let wallStart = 0;
@@ -537,7 +660,7 @@ async function runCell(running: Running, mock: { url: string; pid: number }, tar
   rss['weir-total'] = [...running.pids.keys()].reduce((s, n) => s + rss[n], 0);
   peak['weir-total'] = [...running.pids.keys()].reduce((s, n) => s + peak[n], 0);
   const busy = busyShare(machineBefore, machineAfter);
-  const ours = util['weir-total'] + util.mock + util['load-generator'] + [...running.infra.keys()].reduce((a, n) => a + util[n], 0);
+  const ours = util['weir-total'] + util.mock + util['load-generator'] + [...running.infra.keys(), ...peers.map((p) => p.name)].reduce((a, n) => a + util[n], 0);
   return {
     composition: running.name,
     target,
@@ -583,7 +706,12 @@ interface CompositionResult {
   infraPids?: Record<string, number>;
   cpusAllowed: Record<string, string>;
   startupSeconds: number;
+  /** RSS of each Weir process right after it answered its first requests (MiB). */
+  rssAtStartMiB: Record<string, number>;
+  /** RSS after the JIT warm-up, before the first cell (MiB): each Weir process and each peer measured here. */
   idleRssMiB: Record<string, number>;
+  /** The peers measured beside this composition. */
+  peers: PeerName[];
   notes: string[];
   cells: Cell[];
   ledger: { okRequestsThroughWeir: number; rows?: number; matches?: boolean };
@@ -638,9 +766,103 @@ function compositionTable(c: CompositionResult): string {
   return lines.join('\n');
 }
 
+function cellOf(c: CompositionResult, target: TargetName, stream: boolean, conc: number): Cell | undefined {
+  return c.cells.find((x) => x.target === target && x.stream === stream && x.concurrency === conc);
+}
+
+/** `target` − direct at the same percentile, same mode and concurrency (ms). TTFT: the direct call's own TTFT. */
+function deltaVsDirect(c: CompositionResult, target: TargetName, stream: boolean, conc: number, metric: 'latency' | 'ttft', p: 'p50' | 'p99'): number {
+  const d = cellOf(c, 'direct', stream, conc);
+  const t = cellOf(c, target, stream, conc);
+  if (!d || !t) return Number.NaN;
+  return (t.load[metric]?.[p] ?? Number.NaN) - (d.load[metric]?.[p] ?? Number.NaN);
+}
+
+/** The process whose CPU and RSS stand for `target` in a cell. */
+function processOf(c: CompositionResult, target: TargetName): string {
+  return target === 'weir' ? c.gatewayProcess : target === 'direct' ? 'mock' : target;
+}
+
+const LABELS: Record<TargetName, string> = { direct: 'direct (baseline)', passthrough: 'node:http pass-through', portkey: 'Portkey', weir: 'Weir' };
+
+/** Highest req/s of `target` over the concurrencies, in one mode. */
+function maxRps(c: CompositionResult, target: TargetName, stream: boolean): number {
+  return Math.max(...CONCURRENCIES.map((conc) => cellOf(c, target, stream, conc)?.load.rps ?? Number.NaN).filter(Number.isFinite));
+}
+
+/**
+ * The peer comparison of one composition: every target in every cell (req/s, the gateway's CPU
+ * per request and as a multiple of the pass-through's, Δ latency and TTFT vs direct, RSS), and a
+ * summary in the shape of issue 13's table.
+ */
+function peerTables(c: CompositionResult): string {
+  const targets: TargetName[] = ['direct', ...c.peers, 'weir'];
+  const lines = [
+    `### Peers, beside ${c.name}`,
+    '',
+    'Every gateway alone on CPU 1 (the others idle), load generator and mock on CPU 0; "other load": CPU the rest of the machine used during the cell (trust cells near 0); Δ = target − direct at the same percentile in the same group of cells (measured minutes apart at most). CPU µs/request: the gateway process\'s user+system CPU over the window ÷ completed requests; "× pass-through": that CPU as a multiple of the bare node:http pass-through\'s in the same cell. RSS: at the end of the cell. "bound": `gw` when the gateway used ≥ 90 % of its core (the req/s is then its capacity), `cpu0` when load generator + mock used ≥ 90 % of theirs.',
+    '',
+    '| mode | conc. | target | req/s | × direct | CPU µs/req | × pass-through | CPU use | p50 ms | Δp50 | Δp99 | ΔTTFT p50 / p99 | RSS MiB | errors | bound | other load (cores) |',
+    '|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|',
+  ];
+  for (const stream of [false, true]) {
+    for (const conc of CONCURRENCIES) {
+      const d = cellOf(c, 'direct', stream, conc);
+      const pt = cellOf(c, 'passthrough', stream, conc);
+      for (const target of targets) {
+        const x = cellOf(c, target, stream, conc);
+        if (!x) continue;
+        const proc = processOf(c, target);
+        const cpu = x.cpuPerRequestUs[proc];
+        const ptCpu = pt?.cpuPerRequestUs.passthrough ?? Number.NaN;
+        const gwBusy = target === 'direct' ? Number.NaN : x.cpuUtilization[proc];
+        const cpu0 = (x.cpuUtilization.mock ?? 0) + (x.cpuUtilization['load-generator'] ?? 0);
+        const bound = gwBusy >= 0.9 ? 'gw' : cpu0 >= 0.9 ? 'cpu0' : '-';
+        const isDirect = target === 'direct';
+        lines.push(
+          `| ${stream ? 'stream' : 'non-stream'} | ${conc} | ${LABELS[target]} | ${x.load.rps.toFixed(0)} | ${isDirect ? '1' : d ? (x.load.rps / d.load.rps).toFixed(2) : '—'} | ${isDirect ? '—' : us(cpu)} | ${isDirect ? '—' : (cpu / ptCpu).toFixed(1)} | ${isDirect ? '—' : `${(gwBusy * 100).toFixed(0)}%`} | ${ms(x.load.latency.p50)} | ${isDirect ? '—' : signedMs(deltaVsDirect(c, target, stream, conc, 'latency', 'p50'))} | ${isDirect ? '—' : signedMs(deltaVsDirect(c, target, stream, conc, 'latency', 'p99'))} | ${!stream || isDirect ? '—' : `${signedMs(deltaVsDirect(c, target, stream, conc, 'ttft', 'p50'))} / ${signedMs(deltaVsDirect(c, target, stream, conc, 'ttft', 'p99'))}`} | ${isDirect ? '—' : (x.rssMiB[proc] ?? Number.NaN).toFixed(0)} | ${x.load.errors} | ${bound} | ${x.otherLoadCores.toFixed(2)} |`,
+        );
+      }
+    }
+  }
+  lines.push('', '**Summary** (issue 13\'s table): max req/s over c = 1, 16, 64; CPU per request over those cells; Δp50 at c=1; idle RSS after the warm-up.', '');
+  lines.push('| | max req/s non-stream / stream | CPU µs/request non-stream / stream | × pass-through CPU (c=16) non-stream / stream | Δp50 at c=1 non-stream / stream | ΔTTFT p50 at c=1 | idle RSS MiB |', '|---|---|---|---|---|---|---:|');
+  const range = (v: number[]) => {
+    const f = v.filter(Number.isFinite);
+    return f.length ? `${us(Math.min(...f))}–${us(Math.max(...f))}` : '—';
+  };
+  for (const target of targets.filter((t) => t !== 'direct')) {
+    const proc = processOf(c, target);
+    const cpus = (stream: boolean) => range(CONCURRENCIES.map((conc) => cellOf(c, target, stream, conc)?.cpuPerRequestUs[proc] ?? Number.NaN));
+    const mult = (stream: boolean) => ((cellOf(c, target, stream, 16)?.cpuPerRequestUs[proc] ?? Number.NaN) / (cellOf(c, 'passthrough', stream, 16)?.cpuPerRequestUs.passthrough ?? Number.NaN)).toFixed(1);
+    lines.push(
+      `| ${LABELS[target]} | ${maxRps(c, target, false).toFixed(0)} / ${maxRps(c, target, true).toFixed(0)} | ${cpus(false)} / ${cpus(true)} | ${mult(false)} / ${mult(true)} | ${signedMs(deltaVsDirect(c, target, false, 1, 'latency', 'p50'))} / ${signedMs(deltaVsDirect(c, target, true, 1, 'latency', 'p50'))} ms | ${signedMs(deltaVsDirect(c, target, true, 1, 'ttft', 'p50'))} ms | ${(c.idleRssMiB[proc] ?? Number.NaN).toFixed(0)} |`,
+    );
+  }
+  lines.push('');
+  return lines.join('\n');
+}
+
 function targetsTable(results: CompositionResult[]): string {
   const rows: string[] = ['| target | measured | verdict |', '|---|---|---|'];
   const verdict = (ok: boolean) => (ok ? 'met' : '**not met**');
+  // Issue 13's targets against the peers of the same run (the embedded default: the PGlite all-in-one).
+  const withPortkey = results.find((r) => r.name === 'all-in-one' && r.peers.includes('portkey'));
+  if (withPortkey && !PROFILE) {
+    for (const [stream, factor] of [
+      [false, 3],
+      [true, 5],
+    ] as const) {
+      const w = maxRps(withPortkey, 'weir', stream);
+      const p = maxRps(withPortkey, 'portkey', stream);
+      rows.push(`| all-in-one (PGlite): ≥ ${factor}× Portkey's req/s (${stream ? 'stream' : 'non-stream'}, max over c, one core each) | ${w.toFixed(0)} vs ${p.toFixed(0)} req/s = ${(w / p).toFixed(2)}× | ${verdict(w >= factor * p)} |`);
+    }
+  }
+  const aioRss = results.find((r) => r.name === 'all-in-one');
+  if (aioRss && !PROFILE) {
+    const v = aioRss.rssAtStartMiB['all-in-one'];
+    rows.push(`| all-in-one (PGlite): idle RSS ≤ 150 MB without a local engine | ${v.toFixed(0)} MiB after start (${(aioRss.idleRssMiB['all-in-one'] ?? Number.NaN).toFixed(0)} MiB after the JIT warm-up) | ${verdict(v * 1.048576 <= 150)} |`);
+  }
   for (const aio of results.filter((r) => r.name !== 'split')) {
     if (PROFILE) break;
     const label = aio.name === 'all-in-one' ? 'all-in-one (PGlite)' : 'all-in-one (Postgres)';
@@ -682,11 +904,16 @@ function markdown(meta: Record<string, unknown>, results: CompositionResult[]): 
     `${String(meta.cpuModel)}, ${String(meta.cpus)} CPUs (calibration: ${(meta.calibration as { syscallUs: number }).syscallUs.toFixed(2)} µs per fstat syscall, ${(meta.calibration as { jsLoopNsPerIteration: number }).jsLoopNsPerIteration.toFixed(2)} ns per JS loop iteration; the mock, a minimal node:http server, used ${mockFloor(results)} µs CPU per request in the direct cells at c=16), node ${String(meta.node)}, commit ${String(meta.commit).slice(0, 10)}${meta.dirty ? ' (+ uncommitted changes in the working tree)' : ''}; pinning: ${String(meta.pinning)}; mock: ${TOKENS} tokens/response, ${TOKEN_DELAY_MS} ms/token; windows: ${WARMUP_MS} ms warm-up + ${MEASURE_MS} ms measured per cell; load average at start ${(meta.loadavgStart as number[]).map((x) => x.toFixed(2)).join(' ')}, at the end ${(meta.loadavgEnd as number[]).map((x) => x.toFixed(2)).join(' ')}; quiet gate (other load < ${QUIET_CORES} cores before each pair of cells) waited ${(quietWaitedMs / 1000).toFixed(0)} s in all. "Other load" in the tables is the CPU the rest of the machine used during each cell.`,
     '',
   ];
+  const peerMeta = (meta.peers as { name: string; version: string; cpus: string; rssAtStartMiB: number }[] | undefined) ?? [];
+  if (peerMeta.length > 0) parts.push(`Peers: ${peerMeta.map((p) => `${p.name} = ${p.version} (CPU ${p.cpus}, RSS after start ${p.rssAtStartMiB.toFixed(0)} MiB)`).join('; ')}.`, '');
   if (!PROFILE) parts.push('### Targets', '', targetsTable(results));
   for (const r of results) {
+    if (r.peers.length > 0) parts.push(peerTables(r));
     parts.push(compositionTable(r));
     parts.push(
-      `Ledger: ${r.ledger.rows ?? '?'} usage rows for ${r.ledger.okRequestsThroughWeir} successful requests through Weir${r.ledger.matches === undefined ? '' : r.ledger.matches ? ' (one each)' : ' (**mismatch**)'}; startup ${r.startupSeconds.toFixed(1)} s; idle RSS ${Object.entries(r.idleRssMiB)
+      `Ledger: ${r.ledger.rows ?? '?'} usage rows for ${r.ledger.okRequestsThroughWeir} successful requests through Weir${r.ledger.matches === undefined ? '' : r.ledger.matches ? ' (one each)' : ' (**mismatch**)'}; startup ${r.startupSeconds.toFixed(1)} s; RSS after start ${Object.entries(r.rssAtStartMiB)
+        .map(([k, v]) => `${k} ${v.toFixed(0)} MiB`)
+        .join(', ')}; idle RSS after the warm-up ${Object.entries(r.idleRssMiB)
         .map(([k, v]) => `${k} ${v.toFixed(0)} MiB`)
         .join(', ')}.${r.notes.length ? ` Notes: ${r.notes.join('; ')}.` : ''}`,
       '',
@@ -740,6 +967,7 @@ async function main(): Promise<void> {
   const mock = await startMock();
   meta.mockCpus = cpusAllowed(mock.child.pid);
   const results: CompositionResult[] = [];
+  const peers: Peer[] = [];
   let current: Running | undefined;
   let interrupted = false;
   const onSignal = () => {
@@ -750,13 +978,24 @@ async function main(): Promise<void> {
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
   try {
+    for (const peerName of SELECTED_PEERS) {
+      const peer = await startPeer(peerName, mock.url);
+      peers.push(peer);
+      await smokePeer(peer);
+      process.stdout.write(`peer ${peerName}: ${peer.version}, up in ${peer.startupSeconds.toFixed(1)} s at ${peer.url}, pid ${peer.child.pid} (cpus ${cpusAllowed(peer.child.pid)}), RSS ${peer.rssAtStartMiB.toFixed(0)} MiB\n`);
+    }
+    meta.peers = peers.map((p) => ({ name: p.name, version: p.version, cpus: cpusAllowed(p.child.pid), startupSeconds: p.startupSeconds, rssAtStartMiB: p.rssAtStartMiB }));
     for (const name of SELECTED) {
       if (interrupted) break;
+      // The peers are measured beside the first composition only (they do not change with Weir's).
+      const peersHere = results.length === 0 ? peers : [];
       process.stdout.write(`\n== ${name}: starting…\n`);
       current = name === 'split' ? await startSplit(mock.url, workRoot, PROFILE) : await startAllInOne(mock.url, workRoot, name === 'all-in-one-pg', PROFILE);
       const running = current;
       process.stdout.write(`   up in ${running.startupSeconds.toFixed(1)} s at ${running.url}; pids ${[...running.pids].map(([n, p]) => `${n}=${p} (cpus ${cpusAllowed(p)})`).join(', ')}\n`);
       let okThroughWeir = await smoke(running);
+      const rssAtStart: Record<string, number> = {};
+      for (const [n, pid] of running.pids) rssAtStart[n] = rssMiB(pid);
       if (PROFILE) {
         for (const [n] of running.pids) {
           const ws = findInspectorUrl(running.output(n));
@@ -767,39 +1006,49 @@ async function main(): Promise<void> {
       const heapBefore = new Map<string, number>();
       for (const [n, p] of profilers) heapBefore.set(n, await p.heapUsedAfterGc());
       const okBeforeCells = okThroughWeir;
-      // JIT warm-up: both modes, through Weir and direct, at concurrency 16; nothing recorded.
+      // JIT warm-up: both modes, through every target, at concurrency 16; nothing recorded.
+      const targets: TargetName[] = ['direct', ...peersHere.map((p) => p.name), 'weir'];
       for (const stream of [false, true]) {
-        for (const target of ['direct', 'weir'] as const) {
-          const r = await runLoad(
-            target === 'direct'
-              ? { origin: mock.url, path: '/v1/chat/completions', headers: {}, model: 'bench-upstream' }
-              : { origin: running.url, path: '/v1/chat/completions', headers: { authorization: `Bearer ${DEMO_KEY}` }, model: ALIAS },
-            { stream, concurrency: 16, warmupMs: JIT_WARMUP_MS / 2, measureMs: 1, maxRequests: MAX_REQUESTS_PER_CELL, maxTokens: MAX_TOKENS_SENT, expectCompletionTokens: Math.min(TOKENS, MAX_TOKENS_SENT) },
-          );
+        for (const target of targets) {
+          const r = await runLoad(loadTarget(target, running, mock.url, peers), {
+            stream,
+            concurrency: 16,
+            warmupMs: JIT_WARMUP_MS / 2,
+            measureMs: 1,
+            maxRequests: MAX_REQUESTS_PER_CELL,
+            maxTokens: MAX_TOKENS_SENT,
+            expectCompletionTokens: Math.min(TOKENS, MAX_TOKENS_SENT),
+          });
           if (target === 'weir') okThroughWeir += r.okTotal;
           if (r.firstError) throw new Error(`warm-up through ${target} failed: ${r.firstError}\n${running.tail()}`);
         }
       }
       const idleRss: Record<string, number> = {};
       for (const [n, pid] of running.pids) idleRss[n] = rssMiB(pid);
+      for (const p of peersHere) idleRss[p.name] = rssMiB(p.child.pid);
       const cells: Cell[] = [];
       const foreignLedgers = new Set<number>();
+      let group = 0;
       for (const stream of [false, true]) {
         for (const conc of CONCURRENCIES) {
           if (name === 'split') {
             const own = running.pids.get('ledger');
-            for (const pid of pidsMatching('apps/ledger/src/main.ts')) if (pid !== own) foreignLedgers.add(pid);
+            for (const pid of pidsMatching(LEDGER_CMD)) if (pid !== own) foreignLedgers.add(pid);
           }
           const gate = await waitQuiet();
-          for (const target of PROFILE ? (['weir'] as const) : (['direct', 'weir'] as const)) {
+          // Rotated from one group of cells to the next, so drift favours no target.
+          const order: TargetName[] = PROFILE ? ['weir'] : targets.map((_, i) => targets[(i + group) % targets.length]);
+          group++;
+          for (const [i, target] of order.entries()) {
             if (interrupted) break;
-            const cell = await runCell(running, { url: mock.url, pid: mock.child.pid }, target, stream, conc);
-            if (target === 'direct' || PROFILE) cell.gate = gate;
+            const cell = await runCell(running, { url: mock.url, pid: mock.child.pid }, peersHere, target, stream, conc);
+            if (i === 0) cell.gate = gate;
             cells.push(cell);
             if (target === 'weir') okThroughWeir += cell.load.okTotal;
             const gw = name === 'split' ? 'gateway-0' : 'all-in-one';
+            const peerGw = target !== 'direct' && target !== 'weir' ? ` gw=${us(cell.cpuPerRequestUs[target])} µs/req` : '';
             process.stdout.write(
-              `   ${target.padEnd(6)} ${stream ? 'stream    ' : 'non-stream'} c=${String(conc).padEnd(2)} n=${String(cell.load.sampled).padStart(6)} p50=${ms(cell.load.latency.p50)} p99=${ms(cell.load.latency.p99)} ms${cell.load.ttft ? ` ttft50=${ms(cell.load.ttft.p50)}` : ''} ${cell.load.rps.toFixed(0)} req/s err=${cell.load.errors}${target === 'weir' ? ` gw=${us(cell.cpuPerRequestUs[gw])} µs/req all=${us(cell.cpuPerRequestUs['weir-total'])} µs/req (sys ${((cell.systemCpuSeconds[gw] / cell.cpuSeconds[gw]) * 100).toFixed(0)}%)` : ''} cpu busy=${cell.machineCpuBusy.map((b) => `${(b * 100).toFixed(0)}%`).join('/')} others=${cell.otherLoadCores.toFixed(2)} cores${cell.gate ? ` (gate: ${cell.gate.quiet ? 'quiet' : 'not quiet'} after ${(cell.gate.waitedMs / 1000).toFixed(1)} s)` : ''}\n`,
+              `   ${target.padEnd(11)} ${stream ? 'stream    ' : 'non-stream'} c=${String(conc).padEnd(2)} n=${String(cell.load.sampled).padStart(6)} p50=${ms(cell.load.latency.p50)} p99=${ms(cell.load.latency.p99)} ms${cell.load.ttft ? ` ttft50=${ms(cell.load.ttft.p50)}` : ''} ${cell.load.rps.toFixed(0)} req/s err=${cell.load.errors}${target === 'weir' ? ` gw=${us(cell.cpuPerRequestUs[gw])} µs/req all=${us(cell.cpuPerRequestUs['weir-total'])} µs/req (sys ${((cell.systemCpuSeconds[gw] / cell.cpuSeconds[gw]) * 100).toFixed(0)}%)` : peerGw} cpu busy=${cell.machineCpuBusy.map((b) => `${(b * 100).toFixed(0)}%`).join('/')} others=${cell.otherLoadCores.toFixed(2)} cores${cell.gate ? ` (gate: ${cell.gate.quiet ? 'quiet' : 'not quiet'} after ${(cell.gate.waitedMs / 1000).toFixed(1)} s)` : ''}\n`,
             );
             if (cell.load.firstError) process.stdout.write(`     first error: ${cell.load.firstError}\n`);
           }
@@ -810,7 +1059,7 @@ async function main(): Promise<void> {
         const until = Date.now() + 30_000;
         while (Date.now() < until && ((await running.ledgerRows()) ?? 0) < okThroughWeir) await sleep(250);
         const own = running.pids.get('ledger');
-        for (const pid of pidsMatching('apps/ledger/src/main.ts')) if (pid !== own) foreignLedgers.add(pid);
+        for (const pid of pidsMatching(LEDGER_CMD)) if (pid !== own) foreignLedgers.add(pid);
         if (foreignLedgers.size > 0 && !running.infra.has('nats')) {
           running.notes.push(
             `another split topology's ledger (pid ${[...foreignLedgers].join(', ')}) ran during this run on the same NATS and shares the JetStream durable consumer 'weir-ledger': usage records of either topology may have been written to the other's database`,
@@ -835,7 +1084,9 @@ async function main(): Promise<void> {
         infraPids: Object.fromEntries(running.infra),
         cpusAllowed: cpus,
         startupSeconds: running.startupSeconds,
+        rssAtStartMiB: rssAtStart,
         idleRssMiB: idleRss,
+        peers: peersHere.map((p) => p.name),
         notes: running.notes,
         cells,
         ledger: { okRequestsThroughWeir: okThroughWeir, rows, matches: rows === undefined ? undefined : rows === okThroughWeir },
@@ -845,6 +1096,7 @@ async function main(): Promise<void> {
     }
   } finally {
     if (current) await current.stop().catch(() => undefined);
+    for (const p of peers) await stopChild(p.child, 10_000);
     await stopChild(mock.child);
   }
   meta.loadavgEnd = os.loadavg();

@@ -1,6 +1,7 @@
-// Runs apps/<name>/src/main.ts under tsx (installing dependencies first if missing),
-// passing SIGINT/SIGTERM/SIGHUP on so the app shuts down gracefully. `npm start` and
-// `npm run split` use it.
+// Runs apps/<name> as compiled JavaScript (installing dependencies first if missing, then
+// building dist/apps/<name>/main.cjs with esbuild when a source is newer: see app-bundle.cjs),
+// with plain `node`, no TypeScript loader, passing SIGINT/SIGTERM/SIGHUP on so the app shuts
+// down gracefully. `npm start`, `npm run split` and `npm run reconcile` use it.
 //
 // One Ctrl-C must reach the app once: the terminal sends SIGINT to its whole foreground process
 // group (npm, this script and, if it shared the group, the app) and npm passes it on to this
@@ -10,6 +11,7 @@
 // exits at once, as documented).
 import { spawn, spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -18,12 +20,21 @@ const SIGNAL_DEDUP_MS = 1_000;
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const app = process.argv[2];
-const env = { NODE_LLAMA_CPP_SKIP_DOWNLOAD: 'true', NODE_LLAMA_CPP_GPU: 'false', ...process.env, TSX_TSCONFIG_PATH: path.join(root, 'tsconfig.json') };
+const env = { NODE_LLAMA_CPP_SKIP_DOWNLOAD: 'true', NODE_LLAMA_CPP_GPU: 'false', ...process.env };
 if (!existsSync(path.join(root, 'node_modules/.package-lock.json'))) {
   const r = spawnSync('npm', ['ci'], { cwd: root, stdio: 'inherit', env });
   if (r.status !== 0) process.exit(r.status ?? 1);
 }
-const child = spawn(process.execPath, ['--import', 'tsx', path.join(root, 'apps', app, 'src/main.ts'), ...process.argv.slice(3)], {
+let bundle;
+try {
+  const { ensureAppBundle, RUNTIME_ENV } = createRequire(import.meta.url)('./app-bundle.cjs');
+  Object.assign(env, { ...RUNTIME_ENV, ...env });
+  bundle = ensureAppBundle(app, { log: (line) => process.stderr.write(`run-app: ${line}\n`) });
+} catch (err) {
+  process.stderr.write(`run-app: cannot build ${app}: ${err instanceof Error ? err.message : String(err)}\n`);
+  process.exit(1);
+}
+const child = spawn(process.execPath, [bundle, ...process.argv.slice(3)], {
   stdio: 'inherit',
   env,
   detached: true,

@@ -3,7 +3,8 @@
  * totals equal an independent count — the engines' own token counters and the usage event
  * stream — times the prices, exactly.
  *
- * Fresh engine replicas, a private nats-server, a private namespace and a private database.
+ * Fresh engine replicas, a private nats-server, a private namespace and a private database; the
+ * control plane runs, so the configuration every service applies is the store's.
  *
  * Phase A (every engine replica survives, so their counters cover exactly this phase):
  * normal requests, client cancels mid-stream, deadline cut-offs, retries with the same
@@ -15,7 +16,10 @@
  * Phase B: an engine replica killed with SIGKILL while it streams. A killed replica loses its
  * counters, so this phase is excluded from the engine-counter comparison; it is still compared
  * with the usage stream and the prices, by the operator command (`npm run reconcile`) run once
- * through child_process over both phases.
+ * through child_process over both phases — with WEIR_CONFIG naming a file that does not exist:
+ * prices, budgets and replicas come from the control plane's store (issue 13: the command read
+ * the file and could not settle what the killed relay left). After it nothing is held past its
+ * expiry (reservations, leases) and the tenant is served.
  */
 import { sql } from 'kysely';
 import { execFile } from 'node:child_process';
@@ -24,12 +28,18 @@ import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { createAdmission } from '@weir/admission';
-import type { RevisionPricing } from '@weir/core';
-import { loadConfigFile } from '@weir/config';
 import { type SplitTopology, startSplitTopology } from '@weir/launcher';
 import { connectNats, natsNames } from '@weir/messaging-nats';
-import { type ReconciliationReport, runReconciliation } from '@weir/reconcile';
-import { createPgAdmissionStore, createReconcileQueries, createTemporaryPostgresDatabase, openDatabase, type TemporaryPostgresDatabase, type WeirDatabase } from '@weir/store-pg';
+import { loadReconcileConfig, type ReconciliationReport, runReconciliation } from '@weir/reconcile';
+import {
+  createPgAdmissionStore,
+  createPgLeaseStore,
+  createReconcileQueries,
+  createTemporaryPostgresDatabase,
+  openDatabase,
+  type TemporaryPostgresDatabase,
+  type WeirDatabase,
+} from '@weir/store-pg';
 import { type PrivateNats, startPrivateNats, tinyModelPath, uniqueTag } from '@weir/testing';
 import { DEMO_KEY, E2E_CONFIG } from './support/fixtures';
 import { readSse } from './support/sse';
@@ -56,6 +66,8 @@ beforeAll(async () => {
     natsUrl: nats.url,
     natsNamespace: namespace,
     env: { WEIR_DEMO_API_KEY: DEMO_KEY },
+    // The configuration in the control plane's store, as in production: reconciliation reads it there.
+    controlPlane: { adminToken: `wa_rcchaos1_${'R'.repeat(43)}`, heartbeatMs: 1_000 },
   });
   ledger = await openDatabase({ databaseUrl: pg.url, migrate: false, maxConnections: 2 });
 });
@@ -151,10 +163,12 @@ async function waitForReplicasUp(timeoutMs = 60_000): Promise<void> {
   }
 }
 
-function reconcileOptions() {
-  const config = loadConfigFile(topology.configPath);
+/** Prices, budgets and replicas as the control plane stored them (what every service runs). */
+async function reconcileOptions() {
+  const { config, prices } = await loadReconcileConfig(createReconcileQueries(ledger.db));
   return {
-    pricing: new Map<string, RevisionPricing>(config.revisions.map((r) => [r.id, r.pricing])),
+    tenants: config.tenants,
+    pricing: prices,
     enginesByRevision: new Map(config.revisions.map((r) => [r.id, (r.replicas ?? []).map((x) => ({ replicaId: x.id, baseUrl: x.baseUrl }))])),
   };
 }
@@ -227,13 +241,14 @@ it('after cancels, deadlines, retries, a lost relay and a killed engine, the led
   const nc = await connectNats({ servers: nats.url, name: 'weir-reconcile-test' });
   let reportA: ReconciliationReport;
   try {
+    const options = await reconcileOptions();
     reportA = await runReconciliation(
-      { ...reconcileOptions(), since: phaseAStart, until: phaseAEnd, engineCounters: 'assert', fix: true, usageStream: natsNames(namespace).usageStream },
+      { ...options, since: phaseAStart, until: phaseAEnd, engineCounters: 'assert', fix: true, usageStream: natsNames(namespace).usageStream },
       {
         queries: createReconcileQueries(ledger.db),
         nats: nc,
-        reconcileReservations: () => createAdmission({ tenants: loadConfigFile(topology.configPath).tenants }, { store: createPgAdmissionStore(ledger.db) }).reconcileReservations(),
-        countExpiredHeld: (now) => createReconcileQueries(ledger.db).countHeldPastExpiry(now),
+        reconcileReservations: () => createAdmission({ tenants: options.tenants, uncertainHoldMs: 0 }, { store: createPgAdmissionStore(ledger.db) }).reconcileReservations(),
+        leaseStore: createPgLeaseStore(ledger.db),
       },
     );
   } finally {
@@ -262,6 +277,7 @@ it('after cancels, deadlines, retries, a lost relay and a killed engine, the led
   expect(reportA.usage.cost).toMatchObject({ ok: true, expectedNanoUsd: reportA.usage.ledgerTotals.costNanoUsd });
   expect(reportA.usage.uncertain.count).toBe(0);
   expect(reportA.reservations).toMatchObject({ ran: true, expiredHeld: 0 });
+  expect(reportA.leases).toMatchObject({ lapsed: 0, stuck: [], mismatches: [] });
 
   // Phase B: an engine replica killed (SIGKILL) while it streams; its counters die with it.
   await waitForReplicasUp();
@@ -292,7 +308,8 @@ it('after cancels, deadlines, retries, a lost relay and a killed engine, the led
     [path.join(REPO_ROOT, 'tools/scripts/run-app.mjs'), 'reconcile', '--since', phaseAStart.toISOString(), '--fix', '--json', '--no-engine-counters'],
     {
       cwd: REPO_ROOT,
-      env: { ...process.env, NODE_OPTIONS: '', DATABASE_URL: pg.url, NATS_URL: nats.url, WEIR_NATS_NAMESPACE: namespace, WEIR_CONFIG: topology.configPath },
+      // A WEIR_CONFIG that does not exist: the command must take everything from the store.
+      env: { ...process.env, NODE_OPTIONS: '', DATABASE_URL: pg.url, NATS_URL: nats.url, WEIR_NATS_NAMESPACE: namespace, WEIR_CONFIG: path.join(workDir, 'no-such-config.yaml') },
       maxBuffer: 16 * 1024 * 1024,
     },
   ); // exit status 1 (differences) would reject
@@ -319,7 +336,14 @@ it('after cancels, deadlines, retries, a lost relay and a killed engine, the led
   ]);
   expect(report.usage.cost.expectedNanoUsd).toBe(report.usage.ledgerTotals.costNanoUsd);
   expect(report.uncertain.found).toBe(0);
+  expect(report.config).toMatch(/^the control plane's store/);
+  // Nothing held past its expiry: no reservation, no lease past hold_until + grace.
   expect(report.reservations).toMatchObject({ ran: true, expiredHeld: 0 });
+  expect(report.leases).toMatchObject({ lapsed: 0, stuck: [], mismatches: [] });
   const held = await ledger.db.selectFrom('reservations').select((eb) => eb.fn.countAll<string>().as('n')).where('state', '=', 'held').where('expires_at', '<', new Date()).executeTakeFirstOrThrow();
   expect(Number(held.n)).toBe(0);
+  const lapsed = await ledger.db.selectFrom('admission_leases').select((eb) => eb.fn.countAll<string>().as('n')).where('hold_until_ms', '<', String(Date.now() - 5_000)).executeTakeFirstOrThrow();
+  expect(Number(lapsed.n)).toBe(0);
+  // The tenant is served after the fix.
+  expect((await generate({})).status).toBe(200);
 });

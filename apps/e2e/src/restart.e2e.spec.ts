@@ -64,29 +64,34 @@ it('creates a demo key once, flushes usage on SIGTERM, and keeps data across res
   expect(await second.stop()).toBe(0);
 });
 
-it('after a kill -9 mid-stream, a restart frees the orphaned idempotency key and reservation at once', async () => {
+it('after a kill -9 mid-stream, a restart settles what the journal recorded, tells the retry it was interrupted, and frees the budget at once (ADR 0002)', async () => {
   const root = mkdtempSync(path.join(os.tmpdir(), 'weir-crash-'));
   const data = path.join(root, 'data');
   mkdirSync(data, { recursive: true });
-  const env = { WEIR_DEMO_API_KEY: DEMO_KEY };
+  // Progress marks every 100 ms, so a stream killed after ~0.6 s has journaled what it produced.
+  const env = { WEIR_DEMO_API_KEY: DEMO_KEY, WEIR_JOURNAL_PROGRESS_MS: '100' };
   let crashed: AllInOneProcess | undefined = await startAllInOne({ dataDir: data, configYaml: E2E_CONFIG, env });
   let restarted: AllInOneProcess | undefined;
   try {
     const headers = { Authorization: `Bearer ${DEMO_KEY}`, 'Content-Type': 'application/json' };
     // The tiny model may end a story early: keep starting keyed generations until one is still
-    // running (a delta out, no end yet) when the process is killed.
+    // running (deltas out, no end yet) 600 ms after its first delta, then kill the process.
     let body: Record<string, unknown> | undefined;
+    let deltasSeen = 0;
     for (let attempt = 1; attempt <= 5 && !body; attempt++) {
       const candidate = { request_id: `crash-${attempt}`, model_alias: 'tiny-stories-slow', input: 'Once upon a time', max_output_tokens: 200, temperature: 1, seed: attempt, stream: true };
       const res = await fetch(`${crashed.url}/v1/generations`, { method: 'POST', headers, body: JSON.stringify(candidate) });
       expect(res.status).toBe(200);
       const reader = (res.body as ReadableStream<Uint8Array>).getReader();
       let seen = '';
-      while (!seen.includes('event: delta') && !seen.includes('event: end')) {
+      let firstDeltaAt: number | undefined;
+      while (!seen.includes('event: end') && (firstDeltaAt === undefined || Date.now() - firstDeltaAt < 600)) {
         const chunk = await reader.read();
         if (chunk.done) break;
         seen += new TextDecoder().decode(chunk.value);
+        if (firstDeltaAt === undefined && seen.includes('event: delta')) firstDeltaAt = Date.now();
       }
+      deltasSeen = seen.split('event: delta').length - 1;
       if (!seen.includes('event: end')) body = candidate;
       else await reader.cancel();
     }
@@ -96,23 +101,35 @@ it('after a kill -9 mid-stream, a restart frees the orphaned idempotency key and
     crashed = undefined;
 
     restarted = await startAllInOne({ dataDir: data, configYaml: E2E_CONFIG, env });
-    expect(restarted.output()).toContain('the previous run stopped with requests in flight');
-    // The same key runs again at once (not a 409 after the original's deadline), and nothing stays held.
+    expect(restarted.output()).toContain('settlement journal recovered');
+    // The retry is told at once that the generation was interrupted and billed (estimated):
+    // not run again, not charged twice, no wait for the original's deadline.
     const started = Date.now();
-    const again = await fetch(`${restarted.url}/v1/generations`, { method: 'POST', headers, body: JSON.stringify({ ...body, max_output_tokens: 5, stream: false }) });
-    expect(again.status).toBe(200);
-    expect(again.headers.get('idempotent-replayed')).toBeNull();
-    expect(Date.now() - started).toBeLessThan(30_000);
-    await new Promise((r) => setTimeout(r, 500));
+    const again = await fetch(`${restarted.url}/v1/generations`, { method: 'POST', headers, body: JSON.stringify({ ...body, stream: false }) });
+    expect(again.status).toBe(409);
+    const error = ((await again.json()) as { error: { code: string; message: string } }).error;
+    expect(error.message).toMatch(/was interrupted: the process running it stopped after \d+ output tokens; they were billed \(estimated\)/);
+    expect(Date.now() - started).toBeLessThan(5_000);
+    // A new key runs at once: the dead process's leases were reclaimed at start.
+    const fresh = await fetch(`${restarted.url}/v1/generations`, { method: 'POST', headers, body: JSON.stringify({ ...body, request_id: 'after-crash', max_output_tokens: 5, stream: false }) });
+    expect(fresh.status).toBe(200);
     expect(await restarted.stop()).toBe(0);
     restarted = undefined;
     const db = await openDatabase({ dataDir: `${data}/pg`, migrate: false });
     try {
-      const held = await db.db.selectFrom('reservations').select(['state', 'finished_by']).where('request_id', '=', String(body.request_id)).orderBy('created_at').execute();
-      expect(held).toEqual([
-        { state: 'expired', finished_by: 'reconciler' },
-        { state: 'settled', finished_by: 'gateway' },
-      ]);
+      const rows = await db.db
+        .selectFrom('usage_ledger')
+        .select(['usage_source', 'finish_reason', 'error_code', 'output_tokens'])
+        .where('request_id', '=', String(body.request_id))
+        .execute();
+      expect(rows).toHaveLength(1);
+      expect(rows[0]).toMatchObject({ usage_source: 'estimated', finish_reason: 'error', error_code: 'interrupted' });
+      // What the relay had received and journaled: at least one token, never above the limit.
+      expect(rows[0].output_tokens).toBeGreaterThanOrEqual(Math.min(1, deltasSeen));
+      expect(rows[0].output_tokens).toBeLessThanOrEqual(200);
+      // No lease of the killed process survives its successor's start.
+      const holders = await db.db.selectFrom('admission_leases').select('holder').distinct().execute();
+      expect(holders.length).toBeLessThanOrEqual(1);
     } finally {
       await db.close();
     }

@@ -1,45 +1,50 @@
 /**
- * `npm run reconcile` — the operator's reconciliation command (issue 4, deliverable 9).
+ * `npm run reconcile` — the operator's reconciliation command (docs/reconciliation.md).
  *
  * Usage:
- *   npm run reconcile -- [--since <ISO>] [--until <ISO>] [--fix] [--json]
+ *   npm run reconcile -- [--since <ISO>] [--until <ISO>] [--fix] [--json] [--data-dir <dir>]
  *                        [--nats-url <url>] [--namespace <ns>] [--no-stream]
  *                        [--engines <url,url,…>] [--engines-fresh | --no-engine-counters]
  *
- * 1. Settles usage rows marked `uncertain` (a relay lost mid-stream) from the engine replicas'
- *    own count of the generation (`GET /v1/generations/{id}/usage`), priced with the revision's
- *    prices, exactly once (only with `--fix`; without it, says what it would settle).
- * 2. With `--fix`, reconciles reservations with the ledger (admission's `reconcileReservations`
- *    over the Postgres admission store: held reservations past their expiry are settled from
- *    the ledger or released; settled amounts that differ from the ledger are corrected), then
- *    reports reservations still held past their expiry.
- * 3. Compares over the window `[since, until)` (by `finished_at`; default: everything until
- *    now): the ledger's sums per tenant and revision, the usage stream's records (a fresh
- *    ephemeral consumer; the ledger's durable consumer is untouched), the engines' token
- *    counters, and every row's cost against tokens × the revision's prices.
+ * The store: `DATABASE_URL` (a Postgres server: the split, or an all-in-one run on Postgres),
+ * else the all-in-one's data directory (`--data-dir`, `WEIR_DATA_DIR`, default `.data`): its
+ * embedded PGlite database and settlement journal, under the all-in-one's own lock — refused
+ * while the all-in-one runs.
  *
- * The engines' counters cover everything since each replica started, so they match the ledger
- * only when every replica started fresh for the window: they are shown, and count as a
- * difference only with `--engines-fresh`. `--engines` names the engines to ask (default: the
- * configuration's replicas).
+ * Prices, budgets and replicas come from the control plane's store (the latest configuration
+ * snapshot; each ledger row priced by the snapshot current when it finished); `WEIR_CONFIG` (or
+ * the built-in default) only when the store holds no snapshot.
  *
- * Environment: DATABASE_URL (required), NATS_URL (default nats://127.0.0.1:4222),
- * WEIR_NATS_NAMESPACE (default weir), WEIR_CONFIG (prices and replicas; default the built-in
- * configuration), LOG_LEVEL.
+ * Report only, unless `--fix`, which: recovers the stopped all-in-one's settlement journal
+ * (what its next start would do), frees what it left running, settles estimated and uncertain
+ * rows from the engines' own counts, settles or releases reservations past expiry, and reclaims
+ * leases past `hold_until` + grace (on the stopped all-in-one: all of them). Then it checks
+ * every hold, settled + reserved + leased ≤ budget, leased = Σ of the leases, and compares the
+ * ledger over `[since, until)` with the usage stream, the engines' counters and tokens × prices.
  *
- * Exit status: 0 when everything agrees, 1 with the differences, 2 for bad arguments or when a
- * store cannot be reached.
+ * Environment: DATABASE_URL, WEIR_DATA_DIR, NATS_URL (default nats://127.0.0.1:4222),
+ * WEIR_NATS_NAMESPACE (default weir), WEIR_CONFIG, LOG_LEVEL.
+ *
+ * Exit status: 0 when everything agrees, 1 with the differences, 2 for bad arguments, a store
+ * that cannot be opened (e.g. the all-in-one runs on it) or reached.
  */
 import { parseArgs } from 'node:util';
 import { createAdmission } from '@weir/admission';
-import { defaultConfig, loadConfigFile } from '@weir/config';
-import type { PlatformConfig, RevisionPricing } from '@weir/core';
 import { connectNats, natsNames } from '@weir/messaging-nats';
-import { type EngineEndpoint, formatReport, runReconciliation } from '@weir/reconcile';
-import { createPgAdmissionStore, createReconcileQueries, openDatabase } from '@weir/store-pg';
+import {
+  describeConfigSource,
+  type EngineEndpoint,
+  formatReport,
+  loadReconcileConfig,
+  openReconcileStore,
+  ReconcileStoreError,
+  type ReconcileTarget,
+  runReconciliation,
+} from '@weir/reconcile';
+import { createPgAdmissionStore, createPgLeaseStore, createReconcileQueries, expireOrphans } from '@weir/store-pg';
 
-const USAGE = `usage: npm run reconcile -- [--since <ISO>] [--until <ISO>] [--fix] [--json] [--nats-url <url>] [--namespace <ns>] [--no-stream] [--engines <url,url>] [--engines-fresh | --no-engine-counters]
-environment: DATABASE_URL (required), NATS_URL, WEIR_NATS_NAMESPACE, WEIR_CONFIG`;
+const USAGE = `usage: npm run reconcile -- [--since <ISO>] [--until <ISO>] [--fix] [--json] [--data-dir <dir>] [--nats-url <url>] [--namespace <ns>] [--no-stream] [--engines <url,url>] [--engines-fresh | --no-engine-counters]
+environment: DATABASE_URL (a Postgres server; unset: the stopped all-in-one's data directory), WEIR_DATA_DIR (default .data), NATS_URL, WEIR_NATS_NAMESPACE, WEIR_CONFIG (only when the store holds no configuration)`;
 
 class UsageError extends Error {}
 
@@ -58,6 +63,7 @@ async function main(argv: string[]): Promise<number> {
       until: { type: 'string' },
       fix: { type: 'boolean', default: false },
       json: { type: 'boolean', default: false },
+      'data-dir': { type: 'string' },
       'nats-url': { type: 'string' },
       namespace: { type: 'string' },
       'no-stream': { type: 'boolean', default: false },
@@ -76,19 +82,7 @@ async function main(argv: string[]): Promise<number> {
   const until = parseDate('until', values.until);
   if (since && until && since >= until) throw new UsageError('--since must be before --until');
   if (values['engines-fresh'] && values['no-engine-counters']) throw new UsageError('--engines-fresh and --no-engine-counters exclude each other');
-  const databaseUrl = process.env.DATABASE_URL?.trim();
-  if (!databaseUrl) {
-    throw new UsageError(
-      'DATABASE_URL is required, e.g. postgres://postgres@127.0.0.1:5432/weir (an all-in-one on its embedded PGlite cannot be reconciled while it runs: PGlite serves one process; run it with DATABASE_URL to reconcile it live)',
-    );
-  }
-
-  const config: PlatformConfig = process.env.WEIR_CONFIG ? loadConfigFile(process.env.WEIR_CONFIG) : defaultConfig();
-  const pricing = new Map<string, RevisionPricing>(config.revisions.map((r) => [r.id, r.pricing]));
-  const enginesByRevision = new Map<string, EngineEndpoint[]>(
-    config.revisions.map((r) => [r.id, (r.replicas ?? []).map((x) => ({ replicaId: x.id, baseUrl: x.baseUrl }))]),
-  );
-  const engines = (values.engines ?? '')
+  const engines: EngineEndpoint[] = (values.engines ?? '')
     .split(',')
     .map((s) => s.trim())
     .filter((s) => s.length > 0)
@@ -97,37 +91,59 @@ async function main(argv: string[]): Promise<number> {
       return { replicaId: url, baseUrl: url };
     });
 
-  const database = await openDatabase({ databaseUrl, migrate: false, maxConnections: 2 });
-  const nc = values['no-stream']
-    ? undefined
-    : await connectNats({ servers: values['nats-url'] ?? process.env.NATS_URL ?? 'nats://127.0.0.1:4222', name: 'weir-reconcile' });
+  const databaseUrl = process.env.DATABASE_URL?.trim();
+  if (databaseUrl && values['data-dir']) throw new UsageError('--data-dir names an embedded database; unset DATABASE_URL to use it');
+  const target: ReconcileTarget = databaseUrl
+    ? { kind: 'postgres', databaseUrl }
+    : { kind: 'embedded', dataDir: values['data-dir'] ?? (process.env.WEIR_DATA_DIR?.trim() || '.data') };
+  // The all-in-one writes no usage stream: on its data directory there is none to read.
+  const readStream = target.kind === 'postgres' && !values['no-stream'];
+
+  const store = await openReconcileStore(target, { fix: values.fix });
   try {
-    const queries = createReconcileQueries(database.db);
-    const report = await runReconciliation(
-      {
-        since,
-        until,
-        tenants: config.tenants,
-        pricing,
-        enginesByRevision,
-        engines,
-        engineCounters: values['no-engine-counters'] ? 'off' : values['engines-fresh'] ? 'assert' : 'report',
-        fix: values.fix,
-        ...(nc ? { usageStream: natsNames(values.namespace ?? process.env.WEIR_NATS_NAMESPACE ?? 'weir').usageStream } : {}),
-      },
-      {
-        queries,
-        nats: nc,
-        reconcileReservations: () => createAdmission({ tenants: config.tenants }, { store: createPgAdmissionStore(database.db) }).reconcileReservations(),
-        countExpiredHeld: (now) => queries.countHeldPastExpiry(now),
-      },
+    const queries = createReconcileQueries(store.database.db);
+    const { config, prices, source } = await loadReconcileConfig(queries, { configPath: process.env.WEIR_CONFIG?.trim() || undefined });
+    const enginesByRevision = new Map<string, EngineEndpoint[]>(
+      config.revisions.map((r) => [r.id, (r.replicas ?? []).map((x) => ({ replicaId: x.id, baseUrl: x.baseUrl }))]),
     );
-    // The report is this command's output (stdout), not a log line; it holds no prompt or output text.
-    process.stdout.write(`${values.json ? JSON.stringify(report, null, 2) : formatReport(report)}\n`);
-    return report.ok ? 0 : 1;
+    const nc = readStream ? await connectNats({ servers: values['nats-url'] ?? process.env.NATS_URL ?? 'nats://127.0.0.1:4222', name: 'weir-reconcile' }) : undefined;
+    try {
+      const db = store.database.db;
+      const report = await runReconciliation(
+        {
+          since,
+          until,
+          tenants: config.tenants,
+          pricing: prices,
+          enginesByRevision,
+          engines,
+          engineCounters: values['no-engine-counters'] ? 'off' : values['engines-fresh'] ? 'assert' : 'report',
+          fix: values.fix,
+          ownerStopped: store.ownerStopped,
+          configSource: describeConfigSource(source),
+          ...(nc ? { usageStream: natsNames(values.namespace ?? process.env.WEIR_NATS_NAMESPACE ?? 'weir').usageStream } : {}),
+        },
+        {
+          queries,
+          nats: nc,
+          journal: store.journal,
+          expireOrphans: () => expireOrphans(db),
+          // This run has just asked the engines about every uncertain row: a reservation whose
+          // row stays uncertain is settled at the row's recorded cost now (a later engine count
+          // corrects it), not held for the admission service's 10 minutes.
+          reconcileReservations: () => createAdmission({ tenants: config.tenants, uncertainHoldMs: 0 }, { store: createPgAdmissionStore(db) }).reconcileReservations(),
+          leaseStore: createPgLeaseStore(db),
+        },
+      );
+      if (store.migrated.length > 0) report.notes.unshift(`the embedded database was migrated first (${store.migrated.join(', ')}), as the all-in-one's next start would`);
+      // The report is this command's output (stdout), not a log line; it holds no prompt or output text.
+      process.stdout.write(`${values.json ? JSON.stringify(report, null, 2) : formatReport(report)}\n`);
+      return report.ok ? 0 : 1;
+    } finally {
+      await nc?.close().catch(() => undefined);
+    }
   } finally {
-    await nc?.close().catch(() => undefined);
-    await database.close();
+    await store.close();
   }
 }
 
@@ -136,10 +152,11 @@ main(process.argv.slice(2)).then(
   (error: unknown) => {
     const message = error instanceof Error ? error.message : String(error);
     const hint = /stream not found/i.test(message)
-      ? ' (no usage stream under this NATS namespace: the all-in-one writes none — run with --no-stream — or set --namespace / WEIR_NATS_NAMESPACE to the deployment\'s)'
+      ? " (no usage stream under this NATS namespace: set --namespace / WEIR_NATS_NAMESPACE to the deployment's, or pass --no-stream)"
       : '';
     const usage = error instanceof UsageError || (error as { code?: string }).code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION';
-    process.stderr.write(`${usage ? `${message}\n${USAGE}` : `reconcile failed: ${message}${hint}`}\n`);
+    const refused = error instanceof ReconcileStoreError;
+    process.stderr.write(`${usage ? `${message}\n${USAGE}` : refused ? `reconcile: ${message}` : `reconcile failed: ${message}${hint}`}\n`);
     process.exit(2);
   },
 );

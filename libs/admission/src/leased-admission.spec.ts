@@ -229,22 +229,29 @@ describe('leased admission, shared', () => {
     expect(await h.store.readBudget(monthRow('acme'))).toMatchObject({ settledNano: 250_000, leasedNano: 8 * WORST - 250_000 });
   });
 
-  it('extends hold_until first (one round trip) for a reservation that would outlive its leases, with slack for the requests right after it', async () => {
+  it('extends hold_until first (one round trip, a minute past the reservation) for a reservation that would outlive its leases', async () => {
     const h = harness();
-    const a = h.make([tenant('acme', { monthlyBudgetUsd: 1 })], { holdMs: 180_000, extendSlackMs: 30_000 });
+    const a = h.make([tenant('acme', { monthlyBudgetUsd: 1 })], { holdMs: 180_000 });
     ok(await a.reserve(req('acme')));
     const calls = h.store.calls();
     ok(await a.reserve(req('acme', { expiresAtMs: NOW + 300_000 })));
     expect(h.store.calls()).toBe(calls + 1);
     expect(a.snapshot().counters.extensions).toBe(1);
     const { budget, rate } = await h.store.listLeases();
-    expect(budget[0].holdUntilMs).toBe(NOW + 330_000);
-    expect(rate[0].holdUntilMs).toBe(NOW + 330_000);
-    // The next requests expire a little later: covered by the slack, no round trip each.
-    h.clock.advance(1_000);
-    ok(await a.reserve(req('acme', { expiresAtMs: NOW + 301_000 })));
-    ok(await a.reserve(req('acme', { expiresAtMs: NOW + 329_000 })));
+    expect(budget[0].holdUntilMs).toBe(NOW + 360_000);
+    expect(rate[0].holdUntilMs).toBe(NOW + 360_000);
+    // A like request right after needs no second round trip (the headroom covers it).
+    ok(await a.reserve(req('acme', { expiresAtMs: NOW + 330_000 })));
     expect(a.snapshot().counters.extensions).toBe(1);
+  });
+
+  it('needs no extension for reservations of the default lifetime (a 120 s deadline + 60 s grace) made between heartbeats', async () => {
+    const h = harness();
+    const a = h.make([tenant('acme', { monthlyBudgetUsd: 1 })]);
+    ok(await a.reserve(req('acme', { expiresAtMs: NOW + 180_000 })));
+    h.clock.advance(1_900);
+    ok(await a.reserve(req('acme', { expiresAtMs: h.clock.now() + 180_000 })));
+    expect(a.snapshot().counters.extensions).toBe(0);
   });
 
   it('counts a reservation that expires unsettled at its worst case and frees its slot', async () => {
@@ -290,7 +297,7 @@ describe('leased admission, shared', () => {
     ok(await a.reserve(req('acme', { expiresAtMs: h.clock.now() + 60_000 })));
     expect(a.snapshot().budgetLeases.find((l) => l.status === 'active')?.leaseId).not.toBe(first);
     // The retired lease lapses at its hold_until and is reclaimed.
-    h.clock.advance(190_000);
+    h.clock.advance(250_000);
     expect((await a.reclaimExpired()).leases).toBeGreaterThanOrEqual(1);
   });
 

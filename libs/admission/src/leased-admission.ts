@@ -83,17 +83,14 @@ export interface LeasedAdmissionOptions {
   heartbeatMs?: number;
   /** The holder's row expires this long after its last heartbeat. Default 10,000. */
   holderTtlMs?: number;
-  /** Heartbeats move each lease's `hold_until` to now + this. Default 180,000 (3 min). */
+  /**
+   * Heartbeats move each lease's `hold_until` to now + this. Default 240,000 (4 min): above the
+   * default reservation lifetime (a 120 s deadline + 60 s grace) plus a heartbeat, so ordinary
+   * requests never wait for an extension.
+   */
   holdMs?: number;
   /** A lease is reclaimed only this long after its `hold_until` (clock skew between holders). Default 5,000. */
   reclaimGraceMs?: number;
-  /**
-   * A request whose reservation outlives its leases' `hold_until` extends them to its expiry plus
-   * this, so the requests right after it (expiring a few ms later) are covered too: one
-   * extension per lease per this interval, not one per request (the default deadline, 120 s, plus
-   * the default reservation grace, 60 s, is just past `holdMs`). Default 30,000.
-   */
-  extendSlackMs?: number;
   /** How often maintenance reclaims expired leases (any holder's). Default 10,000. */
   reclaimEveryMs?: number;
   /**
@@ -347,10 +344,9 @@ export function createLeasedAdmission(options: LeasedAdmissionOptions, deps: Lea
   const concurrencyRetryAfterMs = options.concurrencyRetryAfterMs ?? 1_000;
   const heartbeatMs = options.heartbeatMs ?? 2_000;
   const holderTtlMs = options.holderTtlMs ?? 10_000;
-  const holdMs = options.holdMs ?? 180_000;
+  const holdMs = options.holdMs ?? 240_000;
   const reclaimGraceMs = options.reclaimGraceMs ?? 5_000;
   const reclaimEveryMs = options.reclaimEveryMs ?? 10_000;
-  const extendSlackMs = options.extendSlackMs ?? 30_000;
   const stopGraceMs = options.stopGraceMs ?? 30_000;
   const idleReturnMs = options.idleReturnMs ?? 60_000;
   const drawRetryMs = options.drawRetryMs ?? 1_000;
@@ -1098,7 +1094,8 @@ export function createLeasedAdmission(options: LeasedAdmissionOptions, deps: Lea
           const ids = uncovered(p, request.expiresAtMs);
           if (ids.length > 0) {
             // The one other round trip: a deadline beyond what the leases are held for.
-            await extend(ids, Math.max(nowMs + holdMs, request.expiresAtMs + extendSlackMs));
+            // With a minute of headroom, so the next requests of like deadlines need no round trip.
+            await extend(ids, Math.max(nowMs + holdMs, request.expiresAtMs + 60_000));
             continue;
           }
           counters.admitted++;

@@ -1,14 +1,49 @@
 /**
- * Child processes of a local topology: spawned with node + tsx on an app's `src/main.ts`,
- * output captured line by line with a `[name]` prefix (and echoed when asked), stopped by pid
- * with SIGTERM (SIGKILL after a timeout).
+ * Child processes of a local topology: spawned with plain node on an app's compiled bundle
+ * (`dist/apps/<app>/main.cjs`, built by esbuild from `apps/<app>/src/main.ts` when stale: see
+ * tools/scripts/app-bundle.cjs), output captured line by line with a `[name]` prefix (and
+ * echoed when asked), stopped by pid with SIGTERM (SIGKILL after a timeout).
  */
 import { type ChildProcess, spawn } from 'node:child_process';
+import { createRequire } from 'node:module';
 import { createServer } from 'node:net';
 import path from 'node:path';
 
-/** The repository root (this file is libs/launcher/src/processes.ts). */
+/** The repository root (this file is libs/launcher/src/processes.ts; its bundles keep that meaning). */
 export const REPO_ROOT = path.resolve(__dirname, '../../..');
+
+/** What tools/scripts/app-bundle.cjs exports (plain JavaScript, shared with `npm start`). */
+interface AppBundles {
+  RUNTIME_ENV: Record<string, string>;
+  ensureAppBundles(apps: string[], options?: { log?: (line: string) => void }): { files: Record<string, string>; built: string[]; ms: number };
+}
+
+let appBundles: AppBundles | undefined;
+
+function loadAppBundles(): AppBundles {
+  // Loaded at run time from the repository (also from inside a bundle: REPO_ROOT is the source's).
+  appBundles ??= createRequire(__filename)(path.join(REPO_ROOT, 'tools/scripts/app-bundle.cjs')) as AppBundles;
+  return appBundles;
+}
+
+/**
+ * Environment every app process starts with, as `npm start` gives it (tools/scripts/app-bundle.cjs:
+ * `MALLOC_MMAP_THRESHOLD_`); spread it before the caller's own environment.
+ */
+export function appRuntimeEnv(): Record<string, string> {
+  return { ...loadAppBundles().RUNTIME_ENV };
+}
+
+/**
+ * The compiled bundle of each app (`dist/apps/<app>/main.cjs`), building the stale ones first in
+ * one esbuild run (~1–2 s; nothing when every bundle is newer than its sources).
+ *
+ * @returns the bundle path of each app.
+ * @throws Error with the compiler's messages when an app does not compile.
+ */
+export function ensureAppBundles(apps: string[]): Record<string, string> {
+  return loadAppBundles().ensureAppBundles([...new Set(apps)]).files;
+}
 
 /** A free TCP port on 127.0.0.1 (bound and released; a tiny race is acceptable locally). */
 export function freePort(): Promise<number> {
@@ -42,14 +77,19 @@ export interface OutputLog {
   echo: boolean;
 }
 
-/** Spawns `apps/<app>/src/main.ts` under tsx with `env` added to this process's environment. */
+/**
+ * Spawns the compiled `apps/<app>` (its bundle, built first if stale: {@link ensureAppBundles})
+ * with plain node, `env` added to this process's environment (NODE_OPTIONS cleared unless
+ * `env` sets it).
+ */
 export function spawnApp(name: string, app: string, env: Record<string, string | undefined>, log: OutputLog): ManagedProcess {
-  const child: ChildProcess = spawn(process.execPath, ['--import', 'tsx', path.join(REPO_ROOT, 'apps', app, 'src/main.ts')], {
+  const bundle = ensureAppBundles([app])[app];
+  const child: ChildProcess = spawn(process.execPath, [bundle], {
     cwd: REPO_ROOT,
     env: {
+      ...appRuntimeEnv(),
       ...process.env,
       NODE_OPTIONS: '',
-      TSX_TSCONFIG_PATH: path.join(REPO_ROOT, 'tsconfig.json'),
       NODE_LLAMA_CPP_SKIP_DOWNLOAD: 'true',
       NODE_LLAMA_CPP_GPU: 'false',
       ...env,

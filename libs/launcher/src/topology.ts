@@ -21,7 +21,7 @@ import path from 'node:path';
 import { parseConfig, resolveModelFile } from '@weir/config';
 import { connectNats, deleteStream, natsNames } from '@weir/messaging-nats';
 import { parse, stringify } from 'yaml';
-import { freePort, type ManagedProcess, type OutputLog, spawnApp, waitReady } from './processes';
+import { ensureAppBundles, freePort, type ManagedProcess, type OutputLog, spawnApp, waitReady } from './processes';
 
 /** The key files {@link ensureSigningKeyFiles} leaves in a work directory, and whether it made a new pair. */
 export interface SigningKeyFiles {
@@ -340,6 +340,8 @@ async function startOnce(options: SplitTopologyOptions): Promise<SplitTopology> 
   const processes = new Map<string, ManagedProcess>();
   const byName = new Map(specs.map((s) => [s.name, s]));
   const readyTimeoutMs = options.readyTimeoutMs ?? 120_000;
+  // Every stale bundle in one build, before anything starts (spawnApp would build one at a time).
+  ensureAppBundles(specs.map((s) => s.app));
   // The control plane first: the data plane waits for its first snapshot.
   const first = specs.filter((s) => s.name === 'control-plane');
   for (const s of first) processes.set(s.name, spawnApp(s.name, s.app, s.env, log));

@@ -77,12 +77,12 @@ export function settleAbandoned(open: readonly OpenGeneration[], nowMs: number, 
   for (const g of open) {
     const { claim, progress: mark } = g;
     if (!mark) {
-      if (claim) out.push({ kind: 'interrupted', idempotency: interruptedKey(claim, g.generationId, 'the process running it stopped before it produced any output; nothing was billed') });
+      if (claim) out.push({ kind: 'interrupted', idempotency: interruptedKey(claim, g.generationId, 'the process running it stopped before any of its output was recorded, so nothing was billed; send a new key to run it again') });
       continue;
     }
     const usage = estimatedUsage(mark);
     const key = claim?.key ?? mark.idempotencyKey;
-    const message = `the process running it stopped after ${usage.outputTokens} output tokens; they were billed (estimated)`;
+    const message = `the process running it stopped after ${usage.outputTokens} output tokens; they were billed (estimated); send a new key to run it again`;
     const idempotency: IdempotencySettlement | undefined = claim
       ? interruptedKey(claim, g.generationId, message)
       : key !== undefined

@@ -77,6 +77,28 @@ describe('reconcileUsage', () => {
     expect(result.cost.mismatches.items).toEqual([{ generationId: 'x', modelRevision: 'gone@1', ledgerNanoUsd: expect.any(Number), expectedNanoUsd: null }]);
   });
 
+  it('accepts an uncertain estimate billed below tokens × prices (capped at its worst case), and nothing else below or above', () => {
+    const capped = row('e1', 'a', 'r1', 100, 1_000, { uncertain: true, usageSource: 'estimated' });
+    const below = { ...capped, costNanoUsd: capped.costNanoUsd - 50 };
+    expect(reconcileUsage({ ledger: [below], pricing })).toMatchObject({ ok: true, cost: { ok: true, capped: 1, expectedNanoUsd: capped.costNanoUsd } });
+    // Above tokens × prices, or below for a certain row, is a difference.
+    expect(reconcileUsage({ ledger: [{ ...capped, costNanoUsd: capped.costNanoUsd + 1 }], pricing }).cost).toMatchObject({ ok: false, capped: 0 });
+    expect(reconcileUsage({ ledger: [{ ...below, uncertain: false }], pricing }).cost).toMatchObject({ ok: false, capped: 0 });
+  });
+
+  it('prices each row with priceOf when given (the snapshot of its time), and names what it cannot price', () => {
+    const at = new Date(Date.UTC(2026, 0, 1));
+    const then: RevisionPricing = { inputPerMTok: 1, outputPerMTok: 1, cachedInputPerMTok: 1 };
+    const old = { ...row('o1', 'a', 'r1', 10, 10, { finishedAt: at }), costNanoUsd: priceUsage(then, { inputTokens: 10, outputTokens: 10 }) };
+    const later = row('o2', 'a', 'r1', 10, 10, { finishedAt: new Date(at.getTime() + 1) });
+    const priceOf = (r: LedgerUsageRow) => (r.finishedAt && r.finishedAt.getTime() <= at.getTime() ? then : r.generationId === 'o3' ? undefined : cheap);
+    expect(reconcileUsage({ ledger: [old, later], pricing: new Map(), priceOf })).toMatchObject({ ok: true, differences: [] });
+    // With the revision's current prices only, the old row would differ.
+    expect(reconcileUsage({ ledger: [old, later], pricing }).cost.mismatches.count).toBe(1);
+    const unpriced = row('o3', 'a', 'r1', 1, 1, { finishedAt: new Date(at.getTime() + 2) });
+    expect(reconcileUsage({ ledger: [old, later, unpriced], pricing: new Map(), priceOf }).differences).toEqual(['ledger rows of revision r1, which has no prices in the configuration']);
+  });
+
   it('finds generations missing on either side and differing counts against the stream', () => {
     const stream = ledger.slice(1).map(asStream);
     stream[0] = { ...stream[0], outputTokens: stream[0].outputTokens + 1 };

@@ -4,7 +4,7 @@
  * its tokens × the revision's prices. Pure: the caller reads the ledger, the stream and the
  * engines (adapters in `@weir/reconcile`) and hands the data in; nothing here does I/O.
  */
-import type { RevisionPricing } from '@weir/core';
+import type { RevisionPricing, UsageSource } from '@weir/core';
 import { priceUsage } from './pricing';
 
 /** Token and cost sums. Tokens are counts; cost is integer nano-USD (1e-9 USD). */
@@ -30,8 +30,15 @@ export interface LedgerUsageRow extends RecordCounts {
   generationId: string;
   tenantId: string;
   modelRevision: string;
-  /** Still the gateway's best knowledge (a relay was lost mid-stream and no engine settled it). */
+  /**
+   * Still a best knowledge (a relay was lost mid-stream, or recovery billed an abandoned
+   * generation from its last progress mark) that no engine's count has settled.
+   */
   uncertain: boolean;
+  /** How the tokens were counted (`usage_source`). */
+  usageSource?: UsageSource;
+  /** When the generation finished: the row's prices are the revision's at that time. */
+  finishedAt?: Date;
   /**
    * Set when reconciliation settled the row from an engine's count: the counts as first
    * recorded, which are what the usage stream carries for this generation.
@@ -70,6 +77,11 @@ export interface ReconcileUsageInput {
   engines?: readonly EngineCounterSample[];
   /** Prices by revision id (USD per million tokens). A ledger row of an unknown revision is a difference. */
   pricing: ReadonlyMap<string, RevisionPricing>;
+  /**
+   * The prices of one row, when they depend on more than its revision (e.g. the configuration
+   * snapshot current when it finished); overrides `pricing`. Undefined: the revision has none.
+   */
+  priceOf?: (row: LedgerUsageRow) => RevisionPricing | undefined;
   /** Most generation ids listed per kind of difference. Default 20. */
   maxListed?: number;
 }
@@ -126,8 +138,12 @@ export interface UsageReconciliation {
   /** Ledger sums per (tenant, revision), sorted. */
   ledger: GroupTally[];
   ledgerTotals: UsageTally;
-  /** (d): ledger cost vs tokens × prices, row by row. */
-  cost: { ok: boolean; expectedNanoUsd: number; mismatches: { count: number; items: CostMismatch[] } };
+  /**
+   * (d): ledger cost vs tokens × prices, row by row. `capped` counts rows still `uncertain`
+   * whose cost is below tokens × prices: a recovered estimate is billed at most its
+   * reservation's worst case (ADR 0002 §3), so that is not a difference.
+   */
+  cost: { ok: boolean; expectedNanoUsd: number; capped: number; mismatches: { count: number; items: CostMismatch[] } };
   /** Rows still `uncertain`. */
   uncertain: { count: number; ids: string[] };
   stream?: StreamComparison;
@@ -182,7 +198,8 @@ const counts = (r: RecordCounts): RecordCounts => ({
  * - (c) per revision, the sum of its replicas' counters against the ledger's input and output
  *   tokens of that revision (all tenants);
  * - (d) every row's cost against `priceUsage(revision prices, row tokens)` — per row, as the
- *   relay priced it, so the sum carries no rounding difference.
+ *   relay priced it, so the sum carries no rounding difference; a row still `uncertain` may cost
+ *   less (a recovered estimate is capped at its reservation's worst case).
  * Rows still `uncertain` are listed but are not a difference by themselves (the caller says
  * whether an engine could have settled them).
  * @throws RangeError when a sum exceeds Number.MAX_SAFE_INTEGER (a window of ~9 million USD).
@@ -195,20 +212,29 @@ export function reconcileUsage(input: ReconcileUsageInput): UsageReconciliation 
   // (d) cost = tokens × prices, row by row.
   const costItems: CostMismatch[] = [];
   let costCount = 0;
+  let capped = 0;
+  let unpricedRows = 0;
   let expectedTotal = 0;
   const unpriced = new Set<string>();
+  const priceOf = input.priceOf ?? ((row: LedgerUsageRow) => input.pricing.get(row.modelRevision));
   for (const row of input.ledger) {
-    const prices = input.pricing.get(row.modelRevision);
+    const prices = priceOf(row);
     const expected = prices ? priceUsage(prices, row) : null;
-    if (expected === null) unpriced.add(row.modelRevision);
-    else expectedTotal += expected;
+    if (expected === null) {
+      unpriced.add(row.modelRevision);
+      unpricedRows += 1;
+    } else expectedTotal += expected;
+    if (expected !== null && row.uncertain && row.costNanoUsd < expected) {
+      capped += 1;
+      continue;
+    }
     if (expected !== row.costNanoUsd) {
       costCount += 1;
       if (costItems.length < maxListed) costItems.push({ generationId: row.generationId, modelRevision: row.modelRevision, ledgerNanoUsd: row.costNanoUsd, expectedNanoUsd: expected });
     }
   }
   for (const revision of [...unpriced].sort()) differences.push(`ledger rows of revision ${revision}, which has no prices in the configuration`);
-  const pricedMismatches = costCount - input.ledger.filter((r) => unpriced.has(r.modelRevision)).length;
+  const pricedMismatches = costCount - unpricedRows;
   if (pricedMismatches > 0) {
     const priced = costItems.filter((m) => m.expectedNanoUsd !== null);
     differences.push(
@@ -289,7 +315,7 @@ export function reconcileUsage(input: ReconcileUsageInput): UsageReconciliation 
     ok: differences.length === 0,
     ledger: groups,
     ledgerTotals: totals,
-    cost: { ok: costCount === 0, expectedNanoUsd: expectedTotal, mismatches: { count: costCount, items: costItems } },
+    cost: { ok: costCount === 0, expectedNanoUsd: expectedTotal, capped, mismatches: { count: costCount, items: costItems } },
     uncertain: { count: uncertainIds.length, ids: uncertainIds.slice(0, maxListed) },
     ...(stream ? { stream } : {}),
     ...(engines ? { engines } : {}),

@@ -26,12 +26,14 @@ describe('budget check', () => {
 
   it('reports every row over its budget, and only those', () => {
     const rows = [
-      { scope: 'tenant:acme', period: 'month' as const, startsOn: '2026-11-01', settledNano: 199_000, reservedNano: 1_000 },
-      { scope: 'app:acme/web', period: 'day' as const, startsOn: '2026-11-30', settledNano: 100_200, reservedNano: 0 },
-      { scope: 'app:acme/etl', period: 'month' as const, startsOn: '2026-11-01', settledNano: 9_999_999, reservedNano: 0 },
+      { scope: 'tenant:acme', period: 'month' as const, startsOn: '2026-11-01', settledNano: 150_000, reservedNano: 1_000, leasedNano: 49_000 },
+      { scope: 'app:acme/web', period: 'day' as const, startsOn: '2026-11-30', settledNano: 100_200, reservedNano: 0, leasedNano: 0 },
+      { scope: 'app:acme/web', period: 'day' as const, startsOn: '2026-11-29', settledNano: 90_000, reservedNano: 0, leasedNano: 10_001 },
+      { scope: 'app:acme/etl', period: 'month' as const, startsOn: '2026-11-01', settledNano: 9_999_999, reservedNano: 0, leasedNano: 5 },
     ];
     expect(budgetOverruns(rows, tenants)).toEqual([
-      'app:acme/web day from 2026-11-30: settled 100200 + reserved 0 = 100200 nano-USD is over its budget of 100000 by 200',
+      'app:acme/web day from 2026-11-30: settled 100200 + reserved 0 + leased 0 = 100200 nano-USD is over its budget of 100000 by 200',
+      'app:acme/web day from 2026-11-29: settled 90000 + reserved 0 + leased 10001 = 100001 nano-USD is over its budget of 100000 by 1',
     ]);
   });
 });

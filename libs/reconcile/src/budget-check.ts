@@ -1,8 +1,9 @@
 /**
  * The admission invariant checked after the fact: for every configured budget, settled +
- * reserved ≤ budget in each of its periods (ADR 0001). Reconciliation raises a settled charge
- * when an uncertain row is settled from the engine's count; this check makes any overrun that
- * produces visible instead of silent.
+ * reserved + leased ≤ budget in each of its periods (ADR 0001's reservations, ADR 0002's
+ * leases). A settlement applied after its lease was reclaimed, or an estimated row settled
+ * higher from the engine's count, can push a row over; this check makes that visible instead
+ * of silent.
  */
 import type { AdmissionLimits, TenantSpec } from '@weir/core';
 
@@ -13,7 +14,10 @@ export interface BudgetPeriodRow {
   /** First day of the period, `YYYY-MM-DD` (UTC). */
   startsOn: string;
   settledNano: number;
+  /** Held by per-request reservations (ADR 0001). */
   reservedNano: number;
+  /** Held by budget leases (ADR 0002). */
+  leasedNano: number;
 }
 
 /** The configured budget of a scope key (`tenant:<id>`, `app:<tenant>/<app>`) and period, in nano-USD; undefined when none. */
@@ -38,10 +42,10 @@ export function budgetOverruns(rows: readonly BudgetPeriodRow[], tenants: readon
   for (const r of rows) {
     const budget = budgetNanoOf(r.scope, r.period, tenants);
     if (budget === undefined) continue;
-    const committed = r.settledNano + r.reservedNano;
+    const committed = r.settledNano + r.reservedNano + r.leasedNano;
     if (committed > budget) {
       out.push(
-        `${r.scope} ${r.period} from ${r.startsOn}: settled ${r.settledNano} + reserved ${r.reservedNano} = ${committed} nano-USD is over its budget of ${budget} by ${committed - budget}`,
+        `${r.scope} ${r.period} from ${r.startsOn}: settled ${r.settledNano} + reserved ${r.reservedNano} + leased ${r.leasedNano} = ${committed} nano-USD is over its budget of ${budget} by ${committed - budget}`,
       );
     }
   }

@@ -1,7 +1,8 @@
 /**
  * One reconciliation run against a real ledger (PGlite) and a real usage stream (the shared
- * NATS server, a uniquely named stream), with a scripted engine replica over HTTP that serves
- * its per-generation usage and real Prometheus counters (@weir/telemetry).
+ * NATS server, a uniquely named stream) carrying both formats (usage records of the older sink
+ * and settlements of the JetStream settlement journal), with a scripted engine replica over
+ * HTTP that serves its per-generation usage and real Prometheus counters (@weir/telemetry).
  */
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -9,7 +10,7 @@ import { jetstream } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
 import type { RevisionPricing, UsageRecord } from '@weir/core';
 import { priceUsage } from '@weir/ledger';
-import { connectNats, createNatsUsageSink, deleteStream, encodeUsageRecord, ensureUsageStream } from '@weir/messaging-nats';
+import { connectNats, createNatsUsageSink, deleteStream, encodeSettlementMessage, encodeUsageRecord, ensureUsageStream } from '@weir/messaging-nats';
 import { createReconcileQueries, createUsageRepository, openDatabase, type WeirDatabase } from '@weir/store-pg';
 import { createTelemetry } from '@weir/telemetry';
 import { buildUsageRecord, uniqueTag } from '@weir/testing';
@@ -40,8 +41,15 @@ beforeAll(async () => {
   nc = await connectNats({ servers: process.env.WEIR_NATS_URL || 'nats://127.0.0.1:4222', name: `weir-reconcile-test-${tag}` });
   await ensureUsageStream(nc, { stream, subjects: [`${prefix}.>`], maxAgeMs: 3_600_000 });
   const sink = createNatsUsageSink(nc, { subjectPrefix: prefix });
-  for (const r of records) sink.record(r);
+  for (const r of records.slice(0, 5)) sink.record(r);
   await sink.flush();
+  // The last one as the settlement journal publishes it, and a key interrupted before any output (no row).
+  const js = jetstream(nc);
+  await js.publish(`${prefix}.${records[5].tenantId}`, encodeSettlementMessage({ kind: 'settle', entry: { usage: records[5] } }), { msgID: records[5].generationId });
+  await js.publish(
+    `${prefix}.${records[5].tenantId}`,
+    encodeSettlementMessage({ kind: 'interrupted', idempotency: { tenantId: records[5].tenantId, key: 'k1', outcome: { kind: 'interrupted', generationId: 'gen_never', message: 'interrupted' }, retainUntilMs: Date.UTC(2026, 1, 1) } }),
+  );
   // A copy published again after JetStream's duplicate window (no Nats-Msg-Id match): the ledger drops it, so must we.
   await jetstream(nc).publish(`${prefix}.${records[1].tenantId}`, encodeUsageRecord(records[1]));
   await createUsageRepository(database.db).insertMany(records);
@@ -89,8 +97,8 @@ it('without --fix, reports the uncertain row it could settle and the engine coun
   const { inputTokens: i, outputTokens: o } = counters;
   expect(report.differences).toEqual([`revision tiny@1: engines counted ${i} input / ${o} output tokens, the ledger ${i} / ${o - 26}`]);
   expect(report.usage.stream?.ok).toBe(true);
-  expect(report.stream).toMatchObject({ read: true, duplicates: 1, differingDuplicates: 0 });
-  expect(await queries.listUncertain({})).toHaveLength(1);
+  expect(report.stream).toMatchObject({ read: true, duplicates: 1, differingDuplicates: 0, interruptions: 1, malformed: 0 });
+  expect(await queries.listUnsettled({})).toHaveLength(1);
 });
 
 it('with --fix, settles it from the engine’s count exactly once, and then everything agrees', async () => {
@@ -102,7 +110,11 @@ it('with --fix, settles it from the engine’s count exactly once, and then ever
     {
       generationId: records[2].generationId,
       modelRevision: 'tiny@1',
+      was: 'uncertain',
       source: 'engine:tiny@1/0',
+      // A row of the older usage sink: its reservation carries the charge, not its budget rows.
+      budgetsMoved: false,
+      overspends: [],
       before: { inputTokens: 12, outputTokens: 4, cachedInputTokens: 0, costNanoUsd: records[2].costNanoUsd },
       after: { inputTokens: 12, outputTokens: 30, cachedInputTokens: 0, costNanoUsd: priceUsage(prices, { inputTokens: 12, outputTokens: 30 }) },
     },

@@ -8,7 +8,7 @@
 import { DeliverPolicy, jetstream, jetstreamManager } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
 import type { StreamUsageRecord } from '@weir/ledger';
-import { decodeUsageRecord } from '@weir/messaging-nats';
+import { decodeUsageMessage } from '@weir/messaging-nats';
 
 /** Options of {@link readUsageStream}. */
 export interface ReadUsageStreamOptions {
@@ -37,8 +37,10 @@ export interface UsageStreamRead {
   duplicates: number;
   /** Of `duplicates`, copies whose counts differ from the first (e.g. a hung relay's late record after the gateway's uncertain one). */
   differingDuplicates: number;
-  /** Messages that are not usage records. */
+  /** Messages that are not usage records or settlements. */
   malformed: number;
+  /** Settlements of keys whose generation died before any output (no usage row): read, not compared. */
+  interruptions: number;
   /** Publish time of the stream's oldest stored message; null when the stream is empty. */
   firstMessageAt: Date | null;
   /**
@@ -60,7 +62,7 @@ export async function readUsageStream(nc: NatsConnection, options: ReadUsageStre
   const firstMessageAt = stored > 0 && info.state.first_ts ? new Date(info.state.first_ts) : null;
   const slackMs = options.slackMs ?? 600_000;
   const coversWindow = !options.since || (firstMessageAt !== null && firstMessageAt.getTime() <= options.since.getTime() - slackMs) || firstSeq <= 1;
-  const result: UsageStreamRead = { records: [], messages: 0, duplicates: 0, differingDuplicates: 0, malformed: 0, firstMessageAt, coversWindow };
+  const result: UsageStreamRead = { records: [], messages: 0, duplicates: 0, differingDuplicates: 0, malformed: 0, interruptions: 0, firstMessageAt, coversWindow };
   if (stored === 0) return result;
 
   const start = options.since ? new Date(options.since.getTime() - slackMs) : undefined;
@@ -88,11 +90,17 @@ export async function readUsageStream(nc: NatsConnection, options: ReadUsageStre
     for await (const m of messages) {
       armIdle();
       result.messages += 1;
-      const decoded = decodeUsageRecord(m.data);
+      // Two formats share the stream: settlements (ADR 0002, the JetStream settlement journal)
+      // and usage records of the older usage sink; the ledger keeps the first of a generation
+      // whichever it is.
+      const decoded = decodeUsageMessage(m.data);
+      const usage = !decoded.ok ? undefined : decoded.kind === 'usage' ? decoded.record : decoded.item.kind === 'settle' ? decoded.item.entry.usage : undefined;
       if (!decoded.ok) {
         result.malformed += 1;
+      } else if (!usage) {
+        result.interruptions += 1;
       } else {
-        const r = decoded.record;
+        const r = usage;
         const record: StreamUsageRecord = {
           generationId: r.generationId,
           tenantId: r.tenantId,

@@ -1,3 +1,4 @@
+import { setFlagsFromString } from 'node:v8';
 import { Kysely, PostgresDialect } from 'kysely';
 import { Pool } from 'pg';
 import type { StoreLogger } from './logger';
@@ -77,6 +78,19 @@ function openPostgres(url: string, options: OpenDatabaseOptions): WeirDatabase {
   return { db, kind: 'postgres', close: once(() => db.destroy()) };
 }
 
+/**
+ * Postgres settings of the embedded database, added to PGlite's own start parameters.
+ *
+ * PGlite's defaults are a server's: `shared_buffers` 128 MB (16,384 pages of 8 kB) and
+ * `max_connections` 100 size Postgres's shared memory at 145 MB, all of it inside the WASM
+ * memory, and most of it touched (resident) at start. Weir's embedded database is small and
+ * served by one connection: 16 MB of buffers (its files stay in the OS page cache beneath)
+ * and 8 connection slots make it 21 MB, which cut an idle all-in-one's resident memory by
+ * ~120 MB (measured with `tools/bench/idle-memory.ts`; PGlite 0.5.17, Postgres 18.7).
+ * `wal_buffers` follows `shared_buffers` (1/32: 512 kB).
+ */
+const PGLITE_SETTINGS = ['shared_buffers=16MB', 'max_connections=8'];
+
 async function openPglite(dataDir: string | undefined): Promise<WeirDatabase> {
   // `import()` survives the CommonJS build (TS nodenext keeps it; swc has ignoreDynamic) and
   // loads PGlite's ESM entry; only this code path pays for it. Sequential on purpose: jest's
@@ -84,12 +98,23 @@ async function openPglite(dataDir: string | undefined): Promise<WeirDatabase> {
   // imports share a chunk.
   const { PGlite } = await import('@electric-sql/pglite');
   const { createPgConfig } = await import('@electric-sql/pglite/node-postgres');
-  const pglite = new PGlite(dataDir);
+  // PGlite's Postgres (9 MB of WASM) is compiled by V8's baseline compiler only (Liftoff): V8
+  // captures the flag when it compiles a module (here, before waitReady resolves; on a new data
+  // directory also PGlite's initdb instance), so WASM compiled later (undici's HTTP parser, on
+  // the request path) still tiers up. TurboFan's compilations of PGlite's hot functions left
+  // 50–110 MB of native memory in glibc's arenas of an all-in-one, idle or under load; Liftoff's
+  // code costs ~10 % more CPU per statement (tools/bench/idle-memory.ts; issue 13 item 7). A flag
+  // given on the command line is left alone; an unknown flag would be ignored.
+  const liftoffOnly = !process.execArgv.some((a) => a.includes('liftoff-only'));
+  if (liftoffOnly) setFlagsFromString('--liftoff-only');
+  const pglite = new PGlite(dataDir, { startParams: [...PGlite.defaultStartParams, ...PGLITE_SETTINGS.flatMap((s) => ['-c', s])] });
   try {
     await pglite.waitReady;
   } catch (err) {
     await pglite.close().catch(() => undefined);
     throw err;
+  } finally {
+    if (liftoffOnly) setFlagsFromString('--no-liftoff-only');
   }
   // createPgConfig gives `pg` a connection object that speaks to this PGlite instance; one
   // connection only, so the pool must never open a second client.

@@ -1,5 +1,5 @@
 export { openDatabase, type OpenDatabaseOptions, type WeirDatabase } from './database';
-export { migrateToLatest } from './migrate';
+export { migrateToLatest, pendingMigrations } from './migrate';
 export { MIGRATIONS, migrationProvider } from './migrations';
 export type { StoreLogger } from './logger';
 export type { WeirSchema, TenantsTable, AppsTable, ApiKeysTable, UsageLedgerTable } from './schema';
@@ -35,9 +35,17 @@ export {
   createReconcileQueries,
   type ReconcileQueries,
   type LedgerWindow,
-  type UncertainUsageRow,
-  type UncertainSettlementWrite,
+  type UnsettledUsageRow,
+  type CountSettlementWrite,
+  type CountSettlementResult,
+  type BudgetRowMoney,
+  type LeasedMismatch,
+  type LeaseRow,
+  type HeldReservations,
+  type StoredConfigSnapshot,
+  type StoredRevisionsAt,
 } from './reconcile-queries';
+export { lockDataDir, dataDirLayout, DataDirInUseError, type DataDirLock, type DataDirLayout } from './data-dir-lock';
 export { createPgIdempotencyStore, type PgIdempotencyStoreOptions } from './idempotency-store';
 export { startKeyHolder, type KeyHolder, type KeyHolderOptions } from './key-holder';
 export { expireOrphans, type OrphanReport } from './orphans';
@@ -51,5 +59,13 @@ export {
   type JournalRecovery,
 } from './journal/file-settlement-journal';
 export { encodeJournalLine, parseJournalSegment, type JournalLine, type ParsedSegment } from './journal/journal-line';
+export {
+  inspectFileSettlementJournal,
+  readJournalDirectory,
+  journalSegmentPath,
+  type InspectSettlementJournalOptions,
+  type SettlementJournalInspection,
+  type JournalDirectoryRead,
+} from './journal/journal-directory';
 export { fsyncDirectoryTree } from './journal/fsync-tree';
 export { applyIsolating, isDataError, type RejectedSettlement } from './settlement-isolation';

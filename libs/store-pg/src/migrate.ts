@@ -2,6 +2,7 @@ import { type Kysely, Migrator } from 'kysely';
 import { WeirError } from '@weir/core';
 import type { StoreLogger } from './logger';
 import { migrationProvider } from './migrations';
+import type { WeirSchema } from './schema';
 
 /**
  * Runs every pending migration of Weir's history (see `migrations/index.ts`) in order.
@@ -26,4 +27,14 @@ export async function migrateToLatest(db: Kysely<unknown>, logger?: StoreLogger)
   const applied = results.filter((r) => r.status === 'Success').map((r) => r.migrationName);
   if (applied.length > 0) logger?.info({ migrations: applied }, 'database migrations applied');
   return applied;
+}
+
+/**
+ * The migrations of Weir's history not yet applied to `db`, in order (empty when the schema is
+ * current). Reads only: for a command that must not change a database it was not asked to.
+ * @throws the driver's error when the database cannot be read.
+ */
+export async function pendingMigrations(db: Kysely<WeirSchema>): Promise<string[]> {
+  const migrator = new Migrator({ db: db as Kysely<unknown>, provider: migrationProvider });
+  return (await migrator.getMigrations()).filter((m) => m.executedAt === undefined).map((m) => m.name);
 }

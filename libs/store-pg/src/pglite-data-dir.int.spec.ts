@@ -1,6 +1,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { sql } from 'kysely';
 import { newId } from '@weir/core';
 import { openDatabase } from './database';
 import { migrateToLatest } from './migrate';
@@ -66,5 +67,19 @@ describe('PGlite in a data directory', () => {
     // STACK.md: reopening a data directory takes about 1 s (no initdb); the bound only
     // catches a reopen that re-initialises, with room for a loaded 2-core CI box.
     expect(reopenMs).toBeLessThan(15_000);
+  }, 60_000);
+
+  it('runs with the small memory settings (shared_buffers 16 MB, 8 connection slots), not PGlite\'s server defaults', async () => {
+    const database = await openDatabase({ dataDir: path.join(dir, 'settings') });
+    try {
+      const r = await sql<{ name: string; setting: string }>`SELECT name, setting FROM pg_settings WHERE name IN ('shared_buffers', 'max_connections') ORDER BY name`.execute(database.db);
+      // shared_buffers is in 8 kB pages: 2,048 × 8 kB = 16 MB (PGlite's default is 16,384).
+      expect(r.rows).toEqual([
+        { name: 'max_connections', setting: '8' },
+        { name: 'shared_buffers', setting: '2048' },
+      ]);
+    } finally {
+      await database.close();
+    }
   }, 60_000);
 });

@@ -1,6 +1,6 @@
 /**
- * Starts the all-in-one exactly as `npm start` runs it (a separate process: node + tsx on
- * apps/all-in-one/src/main.ts) on a free port, with the tiny model and a private data
+ * Starts the all-in-one exactly as `npm start` runs it (a separate process: plain node on the
+ * compiled bundle dist/apps/all-in-one/main.cjs, built first when stale) on a free port, with the tiny model and a private data
  * directory, and stops it by pid. Captures its stdout/stderr so tests can read the banner
  * and assert that no prompt text reaches the logs.
  */
@@ -8,6 +8,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { appRuntimeEnv, ensureAppBundles } from '@weir/launcher';
 import { freePort, repoPath, tinyModelPath } from '@weir/testing';
 
 /** A running all-in-one process. */
@@ -41,9 +42,11 @@ export async function startAllInOne(options: StartAllInOneOptions = {}): Promise
     configPath = path.join(dataDir, 'weir.test.yaml');
     writeFileSync(configPath, options.configYaml);
   }
-  const child: ChildProcess = spawn(process.execPath, ['--import', 'tsx', repoPath('apps/all-in-one/src/main.ts')], {
+  const bundle = ensureAppBundles(['all-in-one'])['all-in-one'];
+  const child: ChildProcess = spawn(process.execPath, [bundle], {
     cwd: repoPath(),
     env: {
+      ...appRuntimeEnv(),
       ...process.env,
       NODE_OPTIONS: '',
       PORT: String(port),
@@ -53,7 +56,6 @@ export async function startAllInOne(options: StartAllInOneOptions = {}): Promise
       WEIR_ALLOW_MODEL_DOWNLOAD: 'false',
       NODE_LLAMA_CPP_SKIP_DOWNLOAD: 'true',
       NODE_LLAMA_CPP_GPU: 'false',
-      TSX_TSCONFIG_PATH: repoPath('tsconfig.json'),
       ...(configPath ? { WEIR_CONFIG: configPath } : {}),
       ...options.env,
     },

@@ -30,7 +30,7 @@
  *
  * One process per directory: the caller holds the data directory's lock.
  */
-import { appendFileSync, closeSync, fdatasync, fdatasyncSync, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync, unlinkSync, writeSync } from 'node:fs';
+import { appendFileSync, closeSync, fdatasync, fdatasyncSync, fsyncSync, mkdirSync, openSync, unlinkSync, writeSync } from 'node:fs';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import {
@@ -43,14 +43,14 @@ import {
   type SettlementJournal,
   WeirError,
 } from '@weir/core';
-import { type JournalRecord, createOpenGenerations, settleAbandoned, settlementEntryFault } from '@weir/ledger';
+import { type JournalRecord, settleAbandoned, settlementEntryFault } from '@weir/ledger';
 import type { StoreLogger } from '../logger';
 import type { RejectedSettlement } from '../settlement-isolation';
 import { type QueuedSettlement, createApplierLoop } from './applier-loop';
-import { encodeJournalLine, parseJournalSegment } from './journal-line';
+import { journalSegmentPath, readJournalDirectory } from './journal-directory';
+import { encodeJournalLine } from './journal-line';
 
 const fdatasyncAsync = promisify(fdatasync);
-const SEGMENT_PATTERN = /^(\d{16})\.journal$/;
 
 /** Options of {@link openFileSettlementJournal}. */
 export interface FileSettlementJournalOptions {
@@ -199,9 +199,8 @@ export async function openFileSettlementJournal(options: FileSettlementJournalOp
   const stats = { appended: 0, marks: 0, writes: 0, syncs: 0, applied: 0, rejected: 0, segmentsDeleted: 0 };
 
   mkdirSync(dir, { recursive: true });
-  const segmentPath = (n: number) => path.join(dir, `${String(n).padStart(16, '0')}.journal`);
+  const segmentPath = (n: number) => journalSegmentPath(dir, n);
   const segments = new Map<number, SegmentState>();
-  const open = createOpenGenerations();
 
   const loop = createApplierLoop(deps.applier, {
     journal: name,
@@ -234,31 +233,22 @@ export async function openFileSettlementJournal(options: FileSettlementJournalOp
 
   // ---- Recovery: read what is on disk -------------------------------------------------------
   const stored = await deps.applier.position(name);
-  const onDisk = readdirSync(dir)
-    .map((f) => SEGMENT_PATTERN.exec(f))
-    .filter((m): m is RegExpExecArray => m !== null)
-    .map((m) => Number(m[1]))
-    .sort((a, b) => a - b);
-  const recovery: JournalRecovery = { segments: onDisk.length, records: 0, replayed: 0, estimated: 0, interrupted: 0, invalidLines: 0, tornBytes: 0, segment: 0 };
+  const read = readJournalDirectory(dir, stored, logger);
+  const onDisk = read.segments;
+  const open = read.open;
+  const recovery: JournalRecovery = {
+    segments: onDisk.length,
+    records: read.records,
+    replayed: read.unapplied.length,
+    estimated: 0,
+    interrupted: 0,
+    invalidLines: read.invalidLines,
+    tornBytes: read.tornBytes,
+    segment: 0,
+  };
   if (stored) recovery.position = stored;
-  const replay: QueuedSettlement[] = [];
-  for (const n of onDisk) {
-    const parsed = parseJournalSegment(readFileSync(segmentPath(n)));
-    const state: SegmentState = { pending: 0, synced: true };
-    segments.set(n, state);
-    recovery.records += parsed.lines.length;
-    recovery.invalidLines += parsed.invalid;
-    recovery.tornBytes += parsed.tornTailBytes;
-    if (parsed.invalid > 0) logger?.warn({ segment: n, invalid: parsed.invalid, reason: parsed.firstInvalidReason }, 'settlement journal: invalid lines skipped');
-    for (const line of parsed.lines) {
-      open.note(line.record);
-      if (line.record.kind !== 'settle' && line.record.kind !== 'interrupted') continue;
-      if (stored && (n < stored.segment || (n === stored.segment && line.end <= stored.offset))) continue;
-      replay.push({ item: line.record, position: { segment: n, offset: line.end } });
-      state.pending++;
-    }
-  }
-  recovery.replayed = replay.length;
+  for (const n of onDisk) segments.set(n, { pending: read.unappliedBySegment.get(n) ?? 0, synced: true });
+  const replay: QueuedSettlement[] = [...read.unapplied];
 
   // ---- The new segment --------------------------------------------------------------------
   let segment = Math.max(onDisk.length > 0 ? onDisk[onDisk.length - 1] : 0, stored?.segment ?? 0) + 1;

@@ -2,7 +2,7 @@ import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { lockDataDir } from './data-dir-lock';
+import { DataDirInUseError, dataDirLayout, lockDataDir } from './data-dir-lock';
 
 describe('lockDataDir', () => {
   let root: string;
@@ -24,6 +24,7 @@ describe('lockDataDir', () => {
     try {
       writeFileSync(path.join(root, 'weir.lock'), String(other.pid));
       expect(() => lockDataDir(root)).toThrow(new RegExp(`in use by another Weir process \\(pid ${other.pid}\\)`));
+      expect(() => lockDataDir(root)).toThrow(DataDirInUseError);
     } finally {
       other.kill('SIGKILL');
     }
@@ -36,5 +37,9 @@ describe('lockDataDir', () => {
     const lock = lockDataDir(root);
     expect(readFileSync(path.join(root, 'weir.lock'), 'utf8')).toBe(String(process.pid));
     lock.release();
+  });
+
+  it('names the embedded database, the journal and the lock inside the data directory', () => {
+    expect(dataDirLayout('/srv/weir')).toEqual({ database: '/srv/weir/pg', journal: '/srv/weir/journal', lock: '/srv/weir/weir.lock' });
   });
 });
