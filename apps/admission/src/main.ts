@@ -20,7 +20,7 @@
  * WEIR_NATS_NAMESPACE, DATABASE_URL, HOST, GRPC_PORT (default 50052), OPS_PORT (default
  * 9462), SCHEDULER_ADDR (default 127.0.0.1:50053), ADMISSION_DB_POOL (default 4: lease
  * transactions only), ADMISSION_HOLDER_ID (default a fresh id per start), ADMISSION_LEASE_HOLD_MS
- * (default 180,000: heartbeats move each lease's hold_until to now + this), ADMISSION_RECLAIM_EVERY_MS
+ * (default 240,000: heartbeats move each lease's hold_until to now + this), ADMISSION_RECLAIM_EVERY_MS
  * (default 10,000) and ADMISSION_RECLAIM_GRACE_MS (default 5,000: clock skew between holders),
  * LOG_LEVEL.
  */
@@ -44,7 +44,7 @@ const env = readEnv({
   SCHEDULER_ADDR: envString('127.0.0.1:50053'),
   ADMISSION_DB_POOL: envInt(4, 1, 200),
   ADMISSION_HOLDER_ID: envString(''),
-  ADMISSION_LEASE_HOLD_MS: envInt(180_000, 1_000),
+  ADMISSION_LEASE_HOLD_MS: envInt(240_000, 1_000),
   ADMISSION_RECLAIM_EVERY_MS: envInt(10_000, 100),
   ADMISSION_RECLAIM_GRACE_MS: envInt(5_000, 0),
   LOG_LEVEL: envString('info'),
