@@ -1,29 +1,37 @@
 /**
  * The admission service (split topology): reserve → settle → release over gRPC
- * (`weir.admission.v1`), with its state in Postgres (ADR 0001: Postgres is the atomic
- * arbiter). Any number of instances may run against one database: each reserve is one
- * transaction on the tenant's and app's locked rows, so limits and budgets hold across all of
- * them and a restarted instance simply continues. Each instance also reconciles expired
- * reservations with the usage ledger every ADMISSION_RECONCILE_INTERVAL_MS (idempotent, so
- * instances may overlap).
+ * (`weir.admission.v1`), decided in memory on budget leases (ADR 0002 §1): this instance is a
+ * `shared` holder drawing slices of each budget row, rate shares and concurrency slots from
+ * Postgres in the background (`createPgLeaseStore`), so a reserve is a few µs with no database
+ * round trip in steady state, and any number of instances keep the cap exact (settled + Σ
+ * leases ≤ budget). A reservation lives in this process: the gateway settles or releases it
+ * here; if this instance dies, its reservations die with it and its leases are reclaimed by
+ * the other instances once their `hold_until` has passed (the ledger has settled what its
+ * relays finished by then). Maintenance (heartbeat, refills, returns, reclaim of dead holders'
+ * leases) runs every 2 s; reconciliation of the ledger is `apps/reconcile`'s.
+ *
+ * `Admit` (the gateway's one round trip, issue 13 item 6): reserve here, then acquire the slot
+ * from the scheduler (SCHEDULER_ADDR) for the gateway, under the gateway's lease id.
  *
  * Configuration: the control plane's signed snapshots when WEIR_CONFIG_PUBLIC_KEY(_FILE) is set
  * (limits and budgets apply live), else the file WEIR_CONFIG.
  *
  * Environment: WEIR_CONFIG, WEIR_CONFIG_PUBLIC_KEY(_FILE), WEIR_CONFIG_CACHE_DIR, NATS_URL,
  * WEIR_NATS_NAMESPACE, DATABASE_URL, HOST, GRPC_PORT (default 50052), OPS_PORT (default
- * 9462), ADMISSION_RECONCILE_INTERVAL_MS (default 10,000), ADMISSION_DB_POOL (default 10),
+ * 9462), SCHEDULER_ADDR (default 127.0.0.1:50053), ADMISSION_DB_POOL (default 4: lease
+ * transactions only), ADMISSION_HOLDER_ID (default a fresh id per start), ADMISSION_LEASE_HOLD_MS
+ * (default 240,000: heartbeats move each lease's hold_until to now + this), ADMISSION_RECLAIM_EVERY_MS
+ * (default 10,000) and ADMISSION_RECLAIM_GRACE_MS (default 5,000: clock skew between holders),
  * LOG_LEVEL.
  */
-import { createAdmission, startReconciler, withStoreFaultsAsUnavailable } from '@weir/admission';
+import { createLeasedAdmission, withStoreFaultsAsUnavailable } from '@weir/admission';
 import type { NatsConnection } from '@nats-io/transport-node';
 import { createConfigSyncMetrics, openDataPlaneConfig } from '@weir/config-sync';
 import { connectNats } from '@weir/messaging-nats';
 import { envInt, envRequired, envString, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
-import { settleUncertainUsage } from '@weir/reconcile';
-import { createPgAdmissionStore, createReconcileQueries, openDatabase } from '@weir/store-pg';
+import { createPgLeaseStore, openDatabase } from '@weir/store-pg';
 import { createLogger, createTelemetry } from '@weir/telemetry';
-import { createAdmissionGrpcServer, installTracing, startGrpcServer } from '@weir/transport-grpc';
+import { createAdmissionGrpcServer, createSchedulerGrpcClient, installTracing, startGrpcServer } from '@weir/transport-grpc';
 import { admissionObserver } from './observer';
 
 const env = readEnv({
@@ -33,8 +41,12 @@ const env = readEnv({
   HOST: envString('127.0.0.1'),
   GRPC_PORT: envInt(50052, 0, 65535),
   OPS_PORT: envInt(9462, 0, 65535),
-  ADMISSION_RECONCILE_INTERVAL_MS: envInt(10_000, 100),
-  ADMISSION_DB_POOL: envInt(10, 1, 200),
+  SCHEDULER_ADDR: envString('127.0.0.1:50053'),
+  ADMISSION_DB_POOL: envInt(4, 1, 200),
+  ADMISSION_HOLDER_ID: envString(''),
+  ADMISSION_LEASE_HOLD_MS: envInt(240_000, 1_000),
+  ADMISSION_RECLAIM_EVERY_MS: envInt(10_000, 100),
+  ADMISSION_RECLAIM_GRACE_MS: envInt(5_000, 0),
   LOG_LEVEL: envString('info'),
 });
 const logger = createLogger({ name: 'admission', level: env.LOG_LEVEL as 'info' });
@@ -52,37 +64,30 @@ runUntilSignal('admission', logger, async () => {
   });
   const config = source.initial;
   const database = await openDatabase({ databaseUrl: env.DATABASE_URL, maxConnections: env.ADMISSION_DB_POOL, logger });
-  const admission = createAdmission({ tenants: config.tenants }, { store: createPgAdmissionStore(database.db), observer: admissionObserver(telemetry.metrics, logger) });
-  // Each pass first settles usage rows left uncertain by a lost relay from the engine
-  // replicas' own counts (so the reservations held for them settle exactly), then reconciles
-  // reservations with the ledger.
-  const queries = createReconcileQueries(database.db);
-  let pricing = new Map(config.revisions.map((r) => [r.id, r.pricing]));
-  let enginesByRevision = new Map(config.revisions.map((r) => [r.id, (r.replicas ?? []).map((x) => ({ replicaId: x.id, baseUrl: x.baseUrl }))]));
-  // A new snapshot's limits, budgets and prices apply to the next reservation.
+  const admission = createLeasedAdmission(
+    {
+      tenants: config.tenants,
+      mode: 'shared',
+      holdMs: env.ADMISSION_LEASE_HOLD_MS,
+      reclaimEveryMs: env.ADMISSION_RECLAIM_EVERY_MS,
+      reclaimGraceMs: env.ADMISSION_RECLAIM_GRACE_MS,
+      ...(env.ADMISSION_HOLDER_ID ? { holderId: env.ADMISSION_HOLDER_ID } : {}),
+    },
+    { store: createPgLeaseStore(database.db), observer: admissionObserver(telemetry.metrics, logger) },
+  );
+  // Registers the holder; leases are drawn on the first requests and kept filled from then on.
+  await admission.start();
+  // A new snapshot's limits and budgets apply to the next reservation.
   source.onChange((next, version) => {
     admission.updateTenants(next.tenants);
-    pricing = new Map(next.revisions.map((r) => [r.id, r.pricing]));
-    enginesByRevision = new Map(next.revisions.map((r) => [r.id, (r.replicas ?? []).map((x) => ({ replicaId: x.id, baseUrl: x.baseUrl }))]));
     logger.info({ version }, 'configuration applied: tenant limits and budgets updated');
   });
-  const settleUncertain = async () => {
-    const result = await settleUncertainUsage({ window: { since: new Date(Date.now() - 86_400_000) }, pricing, enginesByRevision, fix: true }, { queries });
-    if (result.settled.length > 0) logger.info({ settled: result.settled.map((r) => r.generationId) }, 'uncertain usage settled from the engines\' counts');
-  };
-  const reconciler = startReconciler({
-    async reconcileReservations() {
-      await settleUncertain().catch((err: unknown) => logger.warn({ err }, 'settling uncertain usage failed; retrying next interval'));
-      return admission.reconcileReservations();
-    },
-  }, {
-    intervalMs: env.ADMISSION_RECONCILE_INTERVAL_MS,
-    onReport: () => void admission.countHeld().then((n) => telemetry.metrics.recordReservationsHeld(n), () => undefined),
-    onError: (err) => logger.warn({ err }, 'reservation reconciliation failed; retrying next interval'),
-  });
-  // A database fault is a retryable 503 (the gateway may fail over to another instance), not a 500.
-  const served = withStoreFaultsAsUnavailable(admission, (err, call) => logger.warn({ err, call }, 'admission database call failed'));
-  const grpc = await startGrpcServer({ host: env.HOST, port: env.GRPC_PORT, services: [createAdmissionGrpcServer(served)] });
+  const onBackgroundError = (error: Error, call: string) => logger.warn({ err: error, call }, 'background gRPC call failed');
+  const scheduler = createSchedulerGrpcClient({ address: env.SCHEDULER_ADDR, onBackgroundError });
+  // A database fault of a synchronous draw (the edge of a budget, a scope's first request) is a
+  // retryable 503 (the gateway may fail over to another instance), not a 500.
+  const served = withStoreFaultsAsUnavailable(admission, (err, call) => logger.warn({ err, call }, 'admission lease store call failed'));
+  const grpc = await startGrpcServer({ host: env.HOST, port: env.GRPC_PORT, services: [createAdmissionGrpcServer(served, { scheduler })] });
   let draining = false;
   const ops = await startOpsServer({
     host: env.HOST,
@@ -90,12 +95,19 @@ runUntilSignal('admission', logger, async () => {
     readiness: () => (draining ? { ready: false, reason: 'draining' } : { ready: true }),
     metricsHandler: telemetry.metricsHandler,
   });
-  logger.info({ grpc: grpc.address, ops: ops.port }, 'admission listening');
+  // Reservations held here (the `weir_admission_reservations_held` gauge), sampled.
+  const sampler = setInterval(() => telemetry.metrics.recordReservationsHeld(admission.snapshot().held), 10_000);
+  sampler.unref();
+  logger.info({ grpc: grpc.address, ops: ops.port, holder: admission.holderId }, 'admission listening');
   return {
     async stop() {
       draining = true;
+      clearInterval(sampler);
+      // Settles and releases of requests still running keep arriving while the gateways drain.
       await grpc.close(5_000);
-      await reconciler.stop();
+      // Unused lease money goes back now; what reservations in flight still hold lapses after them.
+      await admission.stop();
+      scheduler.close();
       await source.stop();
       await nc?.drain().catch(() => undefined);
       await database.close();

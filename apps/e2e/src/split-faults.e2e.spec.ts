@@ -1,6 +1,7 @@
 /**
- * Faults on the split topology (issue 3): a relay killed mid-stream, a ledger restarted while
- * traffic flows, NATS away for a few seconds, and an engine replica that stops answering
+ * Faults on the split topology (issue 3, on ADR 0002's money path): a relay killed mid-stream,
+ * a ledger restarted while traffic flows, NATS away for a few seconds (answers wait for their
+ * settlement to be journaled), and an engine replica that stops answering
  * (killed, and hung with SIGSTOP). The topology runs on a private nats-server started on a
  * free port for this suite (so stopping it never touches the machine's shared NATS) and a
  * private Postgres database; every process is stopped by pid.
@@ -130,13 +131,16 @@ describe('an engine replica that stops answering', () => {
 });
 
 describe('NATS unavailable for a few seconds', () => {
-  it('keeps serving, buffers usage records, and delivers each exactly once after reconnect', async () => {
+  it('holds each answer until its settlement is journaled, and records each exactly once after reconnect', async () => {
+    // ADR 0002 §2: the relay's append resolves on the JetStream PubAck (retried for up to 10 s)
+    // before the terminal event, so answers made during a short outage wait for NATS rather
+    // than go out unrecorded.
     await nats.stop();
-    const results = [];
-    for (let i = 0; i < 6; i++) results.push(await generate());
+    const pending = Promise.all(Array.from({ length: 6 }, () => generate()));
     await new Promise((r) => setTimeout(r, 2_000));
-    expect(results.map((r) => r.status)).toEqual(Array(6).fill(200));
     await nats.restart();
+    const results = await pending;
+    expect(results.map((r) => [r.status, r.body.finish_reason])).toEqual(Array(6).fill([200, 'length']));
     const ids = results.map((r) => r.body.generation_id as string);
     const rows = await ledgerRows(ids);
     expect(rows.map((r) => r.generation_id).sort()).toEqual([...ids].sort());
@@ -202,7 +206,8 @@ describe('the streaming relay killed mid-stream', () => {
     const generationId = (JSON.parse(events[0].data) as { generation_id: string }).generation_id;
     const rows = await ledgerRows([generationId]);
     expect(rows).toHaveLength(1);
-    expect(rows[0]).toMatchObject({ status: 'failed', uncertain: true, output_tokens: data.usage.output_tokens });
+    // Recorded by the gateway (ADR 0002 §3): estimated, with the reservation it settles.
+    expect(rows[0]).toMatchObject({ status: 'failed', uncertain: true, usage_source: 'estimated', output_tokens: data.usage.output_tokens, reservation_id: expect.stringMatching(/^rsv_/) });
 
     // A new relay takes over; traffic flows again through the same gateways.
     await topology.restart('relay');

@@ -1,38 +1,51 @@
 /**
  * The gateway service (split topology): the HTTP edge — authentication, validation, the
- * public REST/SSE contracts, client-disconnect detection — calling router, admission,
- * scheduler and streaming relay over gRPC. Usage records of requests that end before an
+ * public REST/SSE contracts, client-disconnect detection — with one round trip before the
+ * relay (issue 13, item 6): routes are resolved in-process from the configuration snapshot
+ * (a pure function of the snapshot and the sticky key, `createRouter`), and one `Admit` call to
+ * an admission instance reserves and acquires the first slot (the instance asks the scheduler).
+ * Settle and release go to the instance that reserved; retries and fallbacks before the first
+ * token acquire from the scheduler directly. Settlement entries of requests that end before an
  * engine (deadline or cancel in the queue) or whose relay is lost mid-stream go to NATS
  * JetStream; cancels for generations held elsewhere are fanned out on NATS.
+ *
+ * Idempotency keys are claimed in Postgres under this process's holder id, kept alive by a
+ * heartbeat (`key_holders`), so a retry on another gateway after this one died is answered from
+ * the relay's settlement (the ledger writes the result) or told the generation was interrupted
+ * within seconds. Results are written by the ledger only (`resultsFromJournal`).
  *
  * Configuration: signed snapshots from the control plane when WEIR_CONFIG_PUBLIC_KEY(_FILE) is
  * set (WEIR_CONFIG_CACHE_DIR keeps the last good one, WEIR_CONFIG_MAX_STALENESS_MS bounds its
  * age: beyond it requests get 503 config_stale), else the file WEIR_CONFIG.
  *
- * Environment: WEIR_CONFIG, DATABASE_URL, NATS_URL, WEIR_NATS_NAMESPACE (default weir: deployments sharing a NATS server need different ones), HOST, PORT (default 8080), ROUTER_ADDR,
+ * Environment: WEIR_CONFIG, DATABASE_URL, NATS_URL, WEIR_NATS_NAMESPACE (default weir: deployments sharing a NATS server need different ones), HOST, PORT (default 8080),
  * ADMISSION_ADDR (host:port, or a comma-separated list of admission instances: the first is
  * preferred, the others take over when it is unreachable), SCHEDULER_ADDR, RELAY_ADDR
  * (host:port), WEIR_DEMO_API_KEY (registered for
- * the demo tenant if set), SHUTDOWN_GRACE_MS (default 10000), LOG_LEVEL.
+ * the demo tenant if set), SHUTDOWN_GRACE_MS (default 10000), GATEWAY_HOLDER_ID (default a
+ * fresh id per start), LOG_LEVEL.
  */
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { createConfigSyncMetrics, openDataPlaneConfig } from '@weir/config-sync';
-import { type CancelMessage, type GenerationInput, systemClock } from '@weir/core';
+import { type CancelMessage, type GenerationInput, newId, systemClock } from '@weir/core';
 import { countInputWith, declaredTokenCounter, remoteReplicas, replicaTokenCounter, utf8TokenUpperBound } from '@weir/engines';
 import { createGatewayApp, createGenerationPipeline, createLiveConfig, createMetricsObserver, createRevocations } from '@weir/gateway';
 import { cancelMessageCodec, connectNats, createNatsTopic, createNatsSettlementJournal, ensureUsageStream, natsNames } from '@weir/messaging-nats';
 import { envInt, envRequired, envString, readEnv, runUntilSignal } from '@weir/service-runtime';
-import { bootstrapTenants, createApiKeyRepository, createCachedApiKeyStore, createPgIdempotencyStore, createUsageQueries, createUsageRepository, openDatabase } from '@weir/store-pg';
-import { createLogger, createTelemetry } from '@weir/telemetry';
-import { breakerOptionsFrom, breakerScopeOf, breakerTransitionRecorder, createBreakerRegistry, createRevisionHealth, revisionProviderKey } from '@weir/routing';
 import {
-  createAdmissionFailoverClient,
-  createRelayGrpcClient,
-  createRouterGrpcClient,
-  createSchedulerGrpcClient,
-  installTracing,
-} from '@weir/transport-grpc';
+  bootstrapTenants,
+  createApiKeyRepository,
+  createCachedApiKeyStore,
+  createPgIdempotencyStore,
+  createUsageQueries,
+  createUsageRepository,
+  openDatabase,
+  startKeyHolder,
+} from '@weir/store-pg';
+import { createLogger, createTelemetry } from '@weir/telemetry';
+import { breakerOptionsFrom, breakerScopeOf, breakerTransitionRecorder, createBreakerRegistry, createRevisionHealth, createRouter, revisionProviderKey } from '@weir/routing';
+import { createAdmitGrpcClient, createRelayGrpcClient, createSchedulerGrpcClient, installTracing } from '@weir/transport-grpc';
 
 const env = readEnv({
   WEIR_CONFIG: envString(''),
@@ -41,12 +54,12 @@ const env = readEnv({
   WEIR_NATS_NAMESPACE: envString('weir'),
   HOST: envString('127.0.0.1'),
   PORT: envInt(8080, 0, 65535),
-  ROUTER_ADDR: envString('127.0.0.1:50051'),
   ADMISSION_ADDR: envString('127.0.0.1:50052'),
   SCHEDULER_ADDR: envString('127.0.0.1:50053'),
   RELAY_ADDR: envString('127.0.0.1:50054'),
   WEIR_DEMO_API_KEY: envString(''),
   SHUTDOWN_GRACE_MS: envInt(10_000, 0),
+  GATEWAY_HOLDER_ID: envString(''),
   LOG_LEVEL: envString('info'),
 });
 const logger = createLogger({ name: 'gateway', level: env.LOG_LEVEL as 'info' });
@@ -55,7 +68,7 @@ runUntilSignal('gateway', logger, async () => {
   installTracing();
   const telemetry = createTelemetry({ serviceName: 'weir-gateway' });
   const nc = await connectNats({ servers: env.NATS_URL, name: 'weir-gateway', logger });
-  const source = await openDataPlaneConfig({ env: process.env, service: 'gateway', connectNats: async () => nc, logger, metrics: createConfigSyncMetrics(telemetry.meter) });
+  const source = await openDataPlaneConfig({ env: process.env, service: 'gateway', connectNats: async () => nc, logger, metrics: createConfigSyncMetrics(telemetry.meter), watchFile: true });
   const config = source.initial;
   const database = await openDatabase({ databaseUrl: env.DATABASE_URL, logger });
   const boot = await bootstrapTenants(database.db, config, env.WEIR_DEMO_API_KEY || undefined, logger);
@@ -67,11 +80,16 @@ runUntilSignal('gateway', logger, async () => {
   const cancelTopic = createNatsTopic<CancelMessage>(nc, names.cancelSubject, cancelMessageCodec);
 
   const onBackgroundError = (error: Error, call: string) => logger.warn({ err: error, call }, 'background gRPC call failed');
-  const router = createRouterGrpcClient({ address: env.ROUTER_ADDR, onBackgroundError });
+  // Routing in-process: the router's answer is a pure function of the snapshot and the sticky key.
+  const router = createRouter(config);
   const admissionAddresses = env.ADMISSION_ADDR.split(',').map((a) => a.trim()).filter(Boolean);
   if (admissionAddresses.length === 0) throw new Error('ADMISSION_ADDR: give at least one host:port');
-  const admission = createAdmissionFailoverClient({ addresses: admissionAddresses, onBackgroundError });
   const scheduler = createSchedulerGrpcClient({ address: env.SCHEDULER_ADDR, onBackgroundError });
+  const admit = createAdmitGrpcClient({ addresses: admissionAddresses, scheduler, onBackgroundError });
+  const holder = await startKeyHolder(database.db, {
+    holder: env.GATEWAY_HOLDER_ID || newId('gw'),
+    onError: (err) => logger.warn({ err }, 'key holder heartbeat failed; retrying'),
+  });
   const relay = createRelayGrpcClient({ address: env.RELAY_ADDR, onBackgroundError });
 
   // Prompt tokens with the revision's own tokenizer (its replicas' /tokenize) where Weir
@@ -99,6 +117,7 @@ runUntilSignal('gateway', logger, async () => {
   const revocations = createRevocations({ keyCache: apiKeys });
   revocations.applyConfig(config.tenants);
   source.onChange((next, version) => {
+    router.update(next);
     live.update(next);
     revocations.applyConfig(next.tenants);
     logger.info({ version }, 'configuration applied');
@@ -110,7 +129,7 @@ runUntilSignal('gateway', logger, async () => {
   const pipeline = createGenerationPipeline({
     router,
     health: createRevisionHealth(breakers, (id) => providerKeys.get(id)),
-    admission,
+    admit,
     scheduler,
     relay,
     countInputTokens: (revision, input) => (counters.get(revision.id) ?? upperBound)(input),
@@ -132,7 +151,12 @@ runUntilSignal('gateway', logger, async () => {
     defaults: config.defaults,
     clock: systemClock,
     logger,
-    idempotency: createPgIdempotencyStore(database.db),
+    // Claims name this process (a retry elsewhere can tell it died); the ledger writes results.
+    idempotency: createPgIdempotencyStore(database.db, {
+      holder: holder.holder,
+      resultsFromJournal: true,
+      interruptedRetentionMs: config.defaults.admission.idempotencyRetentionMs,
+    }),
     metricsHandler: (req, res) => telemetry.metricsHandler(req, res),
     readiness: () => (settlements.saturated() ? { ready: false, reason: 'usage backlog full' } : { ready: true }),
     cancelTopic,
@@ -159,8 +183,8 @@ runUntilSignal('gateway', logger, async () => {
       server.closeIdleConnections();
       await settlements.close();
       await source.stop();
-      router.close();
-      admission.close();
+      holder.stop();
+      admit.close();
       scheduler.close();
       relay.close();
       await nc.drain().catch(() => undefined);

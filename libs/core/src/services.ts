@@ -221,6 +221,54 @@ export interface SchedulerService {
   acquire(request: ScheduleRequest): Promise<ScheduleResult>;
 }
 
+/**
+ * What {@link AdmitService.admit} is asked: the reservation, and the slot to acquire for the
+ * request's first attempt once it is held.
+ */
+export interface AdmitRequest {
+  reservation: ReservationRequest;
+  /** The scheduler request of the first attempt; its caller is the reservation's, its signal the one {@link Admitted.schedule} takes. */
+  schedule: Omit<ScheduleRequest, 'caller' | 'signal'>;
+}
+
+/**
+ * A held reservation whose slot is being acquired (in the split: by the admission instance that
+ * reserved, in the same call). `settle` and `release` go to the instance that made the
+ * reservation; if it is gone, the reservation died with it (ADR 0002: its leases are reclaimed
+ * at their `hold_until`), and they fail or do nothing.
+ */
+export interface Admitted {
+  ok: true;
+  reservationId: string;
+  rateLimits?: RateLimitStatus;
+  /** What the reservation holds, for the usage record (see {@link ReserveResult}). */
+  reservation?: ReservationRef;
+  /**
+   * The scheduler's answer to {@link AdmitRequest.schedule}; call at most once. `signal` withdraws
+   * the request while it waits (`cancelled`). A refusal other than `no_replica` has released
+   * the reservation; after `no_replica` it is still held (the caller may try another revision,
+   * then settles or releases it). Throws `WeirError` when the scheduler, or the instance carrying
+   * the call, cannot be reached (the reservation is then released, or died with its instance).
+   */
+  schedule(signal: AbortSignal): Promise<ScheduleResult>;
+  /** Settles the reservation to actuals (see {@link AdmissionService.settle}). Idempotent. */
+  settle(settlement: Settlement): Promise<void>;
+  /** Releases the reservation (see {@link AdmissionService.release}). Idempotent. */
+  release(): Promise<void>;
+}
+
+/** Reserve's refusal, as {@link AdmitService.admit} returns it. */
+export type AdmitRejected = Extract<ReserveResult, { ok: false }>;
+
+/**
+ * Reserve, then acquire the first attempt's slot (issue 13, item 6): in-process two calls; in the
+ * split one round trip from the gateway — the admission instance reserves in memory and asks the
+ * scheduler itself. Throws `WeirError` as `reserve` does (unreachable, shutting down).
+ */
+export interface AdmitService {
+  admit(request: AdmitRequest): Promise<Admitted | AdmitRejected>;
+}
+
 /** One generation handed to the streaming relay. */
 export interface RelayJob {
   generationId: string;

@@ -13,6 +13,8 @@
 import { createHash } from 'node:crypto';
 import {
   type AdmissionService,
+  type AdmitService,
+  type Admitted,
   type AliasSpec,
   type ApiRoute,
   type Caller,
@@ -26,6 +28,7 @@ import {
   type RouterService,
   type SamplingParams,
   type SchedulerService,
+  type ScheduleResult,
   type Settlement,
   type TenantSpec,
   type ToolChoice,
@@ -41,6 +44,7 @@ import { priceUsage } from '@weir/ledger';
 import { pickWeighted } from '@weir/routing';
 import { type Relay, type RelayHandle, settlementOf } from '@weir/streaming';
 import { isRetired } from './deprecation';
+import { composeAdmit } from './admit';
 import { type AnsweringAttempt, type CandidateHealth, type FailoverOptions, startWithFailover } from './failover';
 import { createSchedulerPushback, type PushbackKey } from './scheduler-pushback';
 
@@ -55,7 +59,19 @@ export interface PipelineObserver {
 /** Dependencies of {@link createGenerationPipeline}. */
 export interface GenerationPipelineDeps {
   router: RouterService;
-  admission: AdmissionService;
+  /**
+   * Admission (reserve, settle, release). The pipeline reserves and acquires the first slot
+   * through {@link admit} when it is given, else through both composed in-process
+   * (`composeAdmit(admission, scheduler)`); one of the two is required.
+   */
+  admission?: AdmissionService;
+  /**
+   * Reserve + acquire in one call (the split's admission `Admit`: one round trip from the
+   * gateway, issue 13 item 6); settle and release go to the instance that reserved. Default
+   * `composeAdmit(admission, scheduler)`.
+   */
+  admit?: AdmitService;
+  /** The scheduler: the first slot when {@link admit} is not given, and every retry or fallback's slot. */
   scheduler: SchedulerService;
   relay: Relay;
   /** Counts prompt tokens with the revision's tokenizer (or the engine's documented upper bound). */
@@ -294,10 +310,10 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
    * 30 s; settle is idempotent. If it still fails, the reservation stays held until it expires
    * and reconciliation settles it from the ledger.
    */
-  const settleWithRetry = async (reservationId: string, settlement: Settlement) => {
+  const settleWithRetry = async (admitted: Admitted, settlement: Settlement) => {
     for (let attempt = 1; ; attempt++) {
       try {
-        await deps.admission.settle(reservationId, settlement);
+        await admitted.settle(settlement);
         return;
       } catch {
         if (attempt >= SETTLE_ATTEMPTS) return;
@@ -306,6 +322,8 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
     }
   };
 
+  if (!deps.admit && !deps.admission) throw new TypeError('createGenerationPipeline: give `admission` or `admit`');
+  const admitPort: AdmitService = deps.admit ?? composeAdmit(deps.admission as AdmissionService, deps.scheduler);
   const tenants = typeof deps.tenants === 'function' ? deps.tenants : ((map) => () => map)(deps.tenants);
   const wallClock = deps.wallClock ?? Date.now;
   const deadlineMsFor = (caller: Caller, requestedMs?: number) => requestedMs ?? tenants().get(caller.tenantId)?.defaultDeadlineMs ?? 120_000;
@@ -392,22 +410,68 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
         maxOutputTokens = Math.max(1, Math.min(wanted, revision.contextWindow - inputTokens));
       }
 
+      // The first attempt's revision: the first choice, unless its circuit breaker is open —
+      // then the first revision of the chain whose breaker lets a call through (fallback before
+      // any work; nothing is reserved when none does).
+      let firstIndex = 0;
+      let permit = deps.health?.tryAcquire(chain[0].id, clock.now()) ?? { allowed: true as const, probe: false };
+      let refusedFor = 0;
+      while (!permit.allowed) {
+        refusedFor = Math.max(refusedFor, permit.retryAfterMs);
+        firstIndex++;
+        if (firstIndex >= chain.length) {
+          return reject(
+            caller,
+            new WeirError('upstream_unavailable', `Model '${params.alias}' (revision ${chain[0].id}${chain.length > 1 ? ' and its fallbacks' : ''}) is failing and its circuit breaker is open; retry later.`, {
+              retryable: true,
+              retryAfterMs: Math.max(1_000, refusedFor),
+            }),
+          );
+        }
+        permit = deps.health?.tryAcquire(chain[firstIndex].id, clock.now()) ?? { allowed: true as const, probe: false };
+      }
+      let firstRevision = chain[firstIndex];
+      const giveBackProbe = () => {
+        if (permit.allowed && permit.probe) deps.health?.record(firstRevision.id, 'ignored', undefined, clock.now(), true);
+      };
+      const affinityKey = affinityKeyOf(caller.tenantId, params.input);
+      const bytes = inputBytes(params.input);
+
       // Worst case: every input token plus the whole output limit at the highest prices of the
-      // candidate chain, so a fallback can never break the cap (ARCHITECTURE.md §2).
+      // candidate chain, so a fallback can never break the cap (ARCHITECTURE.md §2). Reserved and
+      // the first slot asked for in one call (one round trip in the split).
       const worstCase = worstCaseCostNanoUsd(chain, inputTokens, maxOutputTokens);
-      const reserved = await deps.admission.reserve({
-        caller,
-        requestId: params.requestId,
-        generationId: params.generationId,
-        expiresAtMs: Date.now() + (deadlineAt - clock.now()) + (deps.reservationGraceMs ?? 60_000),
-        inputTokens,
-        maxOutputTokens,
-        worstCaseCostNanoUsd: worstCase,
-      });
+      let reserved: Awaited<ReturnType<AdmitService['admit']>>;
+      try {
+        reserved = await admitPort.admit({
+          reservation: {
+            caller,
+            requestId: params.requestId,
+            generationId: params.generationId,
+            expiresAtMs: Date.now() + (deadlineAt - clock.now()) + (deps.reservationGraceMs ?? 60_000),
+            inputTokens,
+            maxOutputTokens,
+            worstCaseCostNanoUsd: worstCase,
+          },
+          schedule: {
+            revisionId: firstRevision.id,
+            tokens: inputTokens + maxOutputTokens,
+            inputTokens,
+            bytes,
+            ...(params.priority !== undefined ? { priority: params.priority } : {}),
+            affinityKey,
+            deadlineAt,
+          },
+        });
+      } catch (err) {
+        giveBackProbe();
+        throw err;
+      }
       if (!reserved.ok) {
+        giveBackProbe();
         return reject(caller, new AdmissionRejectedError(reserved.reason, reserved.message, reserved.retryAfterMs, reserved.rateLimits));
       }
-      const reservationId = reserved.reservationId;
+      const admitted = reserved;
       const reservation = reserved.reservation;
       // What the gateway's own settlement entries need of the request (the relay's carry the same).
       const usageJob = {
@@ -436,7 +500,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
 
       // A release that fails (admission unreachable) must not turn the answer into a 500: the
       // reservation then expires on the admission side.
-      const releaseQuietly = () => deps.admission.release(reservationId).catch(() => undefined);
+      const releaseQuietly = () => admitted.release().catch(() => undefined);
       let started = false;
       return {
         revision,
@@ -447,52 +511,33 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
         async start(signal) {
           if (started) throw new Error('AdmittedGeneration.start called twice');
           started = true;
-          // The first choice, unless its circuit breaker is open: then the first revision of the
-          // chain whose breaker lets a call through (fallback before any work).
-          let firstIndex = 0;
-          let permit = deps.health?.tryAcquire(chain[0].id, clock.now()) ?? { allowed: true as const, probe: false };
-          let refusedFor = 0;
-          while (!permit.allowed) {
-            refusedFor = Math.max(refusedFor, permit.retryAfterMs);
-            firstIndex++;
-            if (firstIndex >= chain.length) {
-              await releaseQuietly();
-              return reject(
-                caller,
-                new WeirError('upstream_unavailable', `Model '${params.alias}' (revision ${chain[0].id}${chain.length > 1 ? ' and its fallbacks' : ''}) is failing and its circuit breaker is open; retry later.`, {
-                  retryable: true,
-                  retryAfterMs: Math.max(1_000, refusedFor),
-                }),
-              );
-            }
-            permit = deps.health?.tryAcquire(chain[firstIndex].id, clock.now()) ?? { allowed: true as const, probe: false };
-          }
-          let firstRevision = chain[firstIndex];
           let initialFallbackReason: string | undefined = firstIndex > 0 ? 'circuit_open' : undefined;
-          const affinityKey = affinityKeyOf(caller.tenantId, params.input);
-          const giveBackProbe = () => {
-            if (permit.allowed && permit.probe) deps.health?.record(firstRevision.id, 'ignored', undefined, clock.now(), true);
-          };
-          let scheduled;
-          for (;;) {
+          let scheduled: ScheduleResult;
+          // The first slot comes with the reservation's call; a refusal there (but `no_replica`)
+          // has released the reservation already.
+          let releasedByAdmit = false;
+          for (let first = true; ; first = false) {
             try {
-              scheduled = await deps.scheduler.acquire({
-                caller,
-                revisionId: firstRevision.id,
-                tokens: inputTokens + maxOutputTokens,
-                inputTokens,
-                bytes: inputBytes(params.input),
-                ...(params.priority !== undefined ? { priority: params.priority } : {}),
-                affinityKey,
-                deadlineAt,
-                signal,
-              });
+              scheduled = first
+                ? await admitted.schedule(signal)
+                : await deps.scheduler.acquire({
+                    caller,
+                    revisionId: firstRevision.id,
+                    tokens: inputTokens + maxOutputTokens,
+                    inputTokens,
+                    bytes,
+                    ...(params.priority !== undefined ? { priority: params.priority } : {}),
+                    affinityKey,
+                    deadlineAt,
+                    signal,
+                  });
             } catch (err) {
               // The scheduler is unreachable: hold nothing.
               giveBackProbe();
-              await releaseQuietly();
+              if (!first) await releaseQuietly();
               throw err;
             }
+            releasedByAdmit = first && !scheduled.ok && scheduled.reason !== 'no_replica';
             // No replica serves this revision (e.g. a canary not placed yet): the next revision of
             // the chain whose breaker lets a call through, before any work (fallback_reason no_replica).
             if (scheduled.ok || scheduled.reason !== 'no_replica') break;
@@ -522,7 +567,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
                 outputTokens: maxOutputTokens,
               });
             }
-            await releaseQuietly();
+            if (!releasedByAdmit) await releaseQuietly();
             if (scheduled.reason === 'deadline' || scheduled.reason === 'cancelled') {
               return { kind: 'ended', outcome: await endedInQueue(scheduled.reason, scheduled.queueMs) };
             }
@@ -561,7 +606,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
               caller,
               ...(params.priority !== undefined ? { priority: params.priority } : {}),
               tokens: inputTokens + maxOutputTokens,
-              bytes: inputBytes(params.input),
+              bytes,
               affinityKey,
               chain,
               first: { revision: firstRevision, lease: scheduled.lease, grantedAt: clock.now(), probe: permit.allowed && permit.probe },
@@ -593,15 +638,18 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
           void handle.done.then(async (outcome) => {
             // Settlement failures are logged by the transport; they never reach the client.
             if (outcome.relayLost) {
-              // A lost relay could not record usage: record what was relayed, marked uncertain.
-              // The engine may have produced more than was relayed, so the reservation is not
-              // settled here: its worst case stays held until reconciliation settles it from the
-              // ledger once the row holds the engine's own count (ADR 0001).
+              // A lost relay could not record usage: record what was relayed (estimated), with the
+              // reservation it settles, so the ledger moves its cost from the right leases and
+              // reconciliation can settle the row from the engine's own count (ADR 0002 §3).
               await deps.settlements
                 .append(settlementOf({ ...usageJob, ...(params.retain ? { retain: params.retain } : {}) }, outcome, Date.now()))
                 .catch(() => undefined);
+              // The engine may have produced more than was relayed, so admission counts the worst
+              // case as spent (what an expiry would count), but at once: the request's concurrency
+              // slot is free now rather than at the reservation's expiry.
+              await settleWithRetry(admitted, { usage: { inputTokens, outputTokens: maxOutputTokens, cachedInputTokens: 0 }, costNanoUsd: worstCase });
             } else {
-              await settleWithRetry(reservationId, { usage: outcome.usage, costNanoUsd: outcome.costNanoUsd });
+              await settleWithRetry(admitted, { usage: outcome.usage, costNanoUsd: outcome.costNanoUsd });
             }
             deps.observer?.onFinished?.({ caller, route: params.route, alias: params.alias, revision: answeredBy, outcome, replicaId: answeredOn });
           });

@@ -92,8 +92,8 @@ export interface SplitTopologyOptions {
   /** Gateway replicas. Default 2. */
   gateways?: number;
   /**
-   * Admission instances, all on `databaseUrl` (Postgres is the arbiter, ADR 0001); gateway i
-   * talks to instance i mod N. Default 2.
+   * Admission instances, all on `databaseUrl`, each deciding in memory on its budget leases
+   * (ADR 0002); gateway i prefers instance i mod N and fails over to the others. Default 2.
    */
   admissionInstances?: number;
   /** Engine replicas per llama.cpp revision. Default 2. */
@@ -296,7 +296,7 @@ async function startOnce(options: SplitTopologyOptions): Promise<SplitTopology> 
       name: service,
       app: service === 'relay' ? 'streaming-relay' : service,
       readyUrl: `http://${host}:${ops}/readyz`,
-      env: { ...common, GRPC_PORT: String(ports[service]), OPS_PORT: String(ops) },
+      env: { ...common, GRPC_PORT: String(ports[service]), OPS_PORT: String(ops), ...(service === 'admission' ? { SCHEDULER_ADDR: addresses.scheduler } : {}) },
     });
   }
   for (let i = 1; i < admissionCount; i++) {
@@ -306,7 +306,7 @@ async function startOnce(options: SplitTopologyOptions): Promise<SplitTopology> 
       name: admissionNames[i],
       app: 'admission',
       readyUrl: `http://${host}:${ops}/readyz`,
-      env: { ...common, GRPC_PORT: String(admissionPorts[i]), OPS_PORT: String(ops) },
+      env: { ...common, GRPC_PORT: String(admissionPorts[i]), OPS_PORT: String(ops), SCHEDULER_ADDR: addresses.scheduler },
     });
   }
   {
@@ -328,8 +328,8 @@ async function startOnce(options: SplitTopologyOptions): Promise<SplitTopology> 
       env: {
         ...common,
         PORT: String(port),
-        ROUTER_ADDR: addresses.router,
-        // Its own instance first, the others to fail over to (admission is stateless).
+        // Its own instance first, the others to fail over to (a reservation stays with the
+        // instance that made it; a new request may go to any).
         ADMISSION_ADDR: [...addresses.admissions.slice(i % admissionCount), ...addresses.admissions.slice(0, i % admissionCount)].join(','),
         SCHEDULER_ADDR: addresses.scheduler,
         RELAY_ADDR: addresses.relay,

@@ -37,8 +37,14 @@ export function captureTraceHeaders(ctx: Context = context.active()): Record<str
   return carrier;
 }
 
-/** NATS headers holding `captured` (from {@link captureTraceHeaders}); a fresh object each call. */
-export function traceHeadersToNats(captured: Readonly<Record<string, string>>): MsgHdrs {
+/** NATS headers holding `captured` (from {@link captureTraceHeaders}); a fresh object each call; undefined when nothing was captured (tracing off). */
+export function traceHeadersToNats(captured: Readonly<Record<string, string>>): MsgHdrs | undefined {
+  let any = false;
+  for (const _ in captured) {
+    any = true;
+    break;
+  }
+  if (!any) return undefined;
   const h = natsHeaders();
   for (const [k, v] of Object.entries(captured)) h.set(k, v);
   return h;

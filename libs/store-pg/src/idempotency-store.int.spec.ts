@@ -5,6 +5,7 @@
  */
 import type { GenerationOutcome, RetainedResult } from '@weir/core';
 import { createPgIdempotencyStore } from './idempotency-store';
+import { startKeyHolder } from './key-holder';
 import { createTestDatabase, type TestDatabase } from './testing';
 
 const outcome: GenerationOutcome = {
@@ -33,6 +34,7 @@ describe.each([['pglite' as const], ['postgres' as const]])('pg idempotency stor
   afterAll(() => database.close());
   beforeEach(async () => {
     await database.db.deleteFrom('idempotency_keys').execute();
+    await database.db.deleteFrom('key_holders').execute();
     now = Date.parse('2026-11-30T12:00:00Z');
   });
   const store = () => createPgIdempotencyStore(database.db, { now: () => now });
@@ -97,5 +99,50 @@ describe.each([['pglite' as const], ['postgres' as const]])('pg idempotency stor
     await s.claim({ ...claim('gen_2', 'u'), leaseUntilMs: now + 10 });
     expect(await s.purgeExpired(now + 1_000)).toBe(1);
     expect(await s.get('t', 'order-1')).toBeDefined();
+  });
+
+  describe('a key whose holder (a gateway) died', () => {
+    const holderStore = (holder: string) => createPgIdempotencyStore(database.db, { now: () => now, holder, deadHolderWaitMs: 1_000, interruptedRetentionMs: 3_600_000 });
+
+    it('is left running while its holder heartbeats, and marked interrupted once the heartbeat is older than the wait', async () => {
+      const beat = await startKeyHolder(database.db, { holder: 'gw-a', ttlMs: 3_000, intervalMs: 60_000, now: () => now });
+      try {
+        expect(await holderStore('gw-a').claim(claim('gen_1'))).toEqual({ claimed: true });
+        const retry = holderStore('gw-b');
+        // Alive (and within ttl + wait): the retry waits, as before.
+        now += 3_500;
+        expect(await retry.claim(claim('gen_2'))).toMatchObject({ claimed: false, existing: { state: 'running', generationId: 'gen_1' } });
+        // The heartbeat stopped 4.001 s ago (expiry 3 s + wait 1 s): interrupted, never run again.
+        now += 501;
+        const told = await retry.claim(claim('gen_3'));
+        expect(told).toMatchObject({ claimed: false, existing: { state: 'interrupted', generationId: 'gen_1' } });
+        expect(told.claimed ? '' : told.existing.interruption).toMatch(/gen_1.*interrupted.*new key/);
+        // Kept for the retention, not the claim's lease: a retry long after is still told.
+        now += 120_000;
+        expect(await retry.claim(claim('gen_4'))).toMatchObject({ claimed: false, existing: { state: 'interrupted', generationId: 'gen_1' } });
+      } finally {
+        beat.stop();
+      }
+    });
+
+    it('treats a holder with no row as dead, and leaves a key that finished (the ledger wrote the result) as it is', async () => {
+      expect(await holderStore('gw-gone').claim(claim('gen_1'))).toEqual({ claimed: true });
+      // The relay's settlement arrived first: the ledger wrote the result (and cleared the holder).
+      await database.db.updateTable('idempotency_keys').set({ state: 'done', result: JSON.stringify(result('gen_1')), holder: null }).execute();
+      now += 10_000;
+      const got = await holderStore('gw-b').claim(claim('gen_2'));
+      expect(got).toMatchObject({ claimed: false, existing: { state: 'done', result: result('gen_1') } });
+      await database.db.deleteFrom('idempotency_keys').execute();
+      expect(await holderStore('gw-gone').claim(claim('gen_5'))).toEqual({ claimed: true });
+      now += 1_001;
+      expect(await holderStore('gw-b').claim(claim('gen_6'))).toMatchObject({ claimed: false, existing: { state: 'interrupted', generationId: 'gen_5' } });
+    });
+
+    it('writes no result on complete when results come through the settlement journal', async () => {
+      const s = createPgIdempotencyStore(database.db, { now: () => now, holder: 'gw-a', resultsFromJournal: true });
+      await s.claim(claim('gen_1'));
+      await s.complete('t', 'order-1', result('gen_1'), now + 3_600_000);
+      expect(await s.get('t', 'order-1')).toMatchObject({ state: 'running', generationId: 'gen_1' });
+    });
   });
 });

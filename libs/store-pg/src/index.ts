@@ -47,6 +47,7 @@ export {
 } from './reconcile-queries';
 export { lockDataDir, dataDirLayout, DataDirInUseError, type DataDirLock, type DataDirLayout } from './data-dir-lock';
 export { createPgIdempotencyStore, type PgIdempotencyStoreOptions } from './idempotency-store';
+export { startKeyHolder, type KeyHolder, type KeyHolderOptions } from './key-holder';
 export { expireOrphans, type OrphanReport } from './orphans';
 export { createPgSettlementApplier, type PgSettlementApplierOptions } from './settlement-applier';
 export {

@@ -129,6 +129,14 @@ export interface BudgetPeriodsTable {
   leased_nano: ColumnType<string, number | string | bigint | undefined, number | string | bigint>;
 }
 
+/** `key_holders` (migration 0010): a process that claims idempotency keys (a split gateway), and its liveness (epoch ms). */
+export interface KeyHoldersTable {
+  holder: string;
+  started_at_ms: BigIntColumn;
+  heartbeat_at_ms: BigIntColumn;
+  expires_at_ms: BigIntColumn;
+}
+
 /** `admission_holders`: a process that admits, and its liveness (epoch ms). */
 export interface AdmissionHoldersTable {
   holder: string;
@@ -380,6 +388,7 @@ export interface EvalRunsTable {
 /** The money-path tables (ADR 0002), merged into the whole schema. */
 export interface WeirSchema {
   admission_holders: AdmissionHoldersTable;
+  key_holders: KeyHoldersTable;
   admission_leases: AdmissionLeasesTable;
   journal_positions: JournalPositionsTable;
 }

@@ -28,7 +28,7 @@ export {
 export { DEFAULT_RETRY_POLICY, DEFAULT_UNARY_DEADLINE_MS, type GrpcClientOptions, type RetryPolicy } from './client-connection';
 export { type GrpcServerBindingOptions, type GrpcServiceBinding } from './server-handlers';
 export { startGrpcServer, type StartGrpcServerOptions, type RunningGrpcServer } from './grpc-server';
-export { injectTraceContext, extractTraceContext, metadataGetter, metadataSetter } from './trace-context';
+export { injectTraceContext, extractTraceContext, metadataGetter, metadataSetter, tracingActive } from './trace-context';
 export { installTracing, type InstallTracingOptions, type InstalledTracing } from './install-tracing';
 export {
   createRouterGrpcServer,
@@ -39,8 +39,13 @@ export {
   createAdmissionGrpcServer,
   createAdmissionGrpcClient,
   createAdmissionFailoverClient,
+  createAdmitGrpcClient,
   type AdmissionGrpcClient,
+  type AdmissionGrpcServerOptions,
   type AdmissionFailoverOptions,
+  type AdmitGrpcClient,
+  type AdmitGrpcClientOptions,
+  type AdmitScheduler,
 } from './admission-grpc';
 export {
   createSchedulerGrpcServer,

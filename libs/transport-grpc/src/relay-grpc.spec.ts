@@ -1,11 +1,12 @@
 import { create } from '@bufbuild/protobuf';
 import * as grpc from '@grpc/grpc-js';
-import { type RelayService, type UsageRecord, systemClock } from '@weir/core';
+import { type GenerationOutcome, type RelayEvent, type RelayJob, type RelayService, type UsageRecord, createAsyncQueue, systemClock } from '@weir/core';
 import { priceUsage } from '@weir/ledger';
 import { relayV1 } from '@weir/proto';
 import { createRelay } from '@weir/streaming';
 import { collectRelayEvents, createScriptedEngine, freePort, relayJob, createRecordingSettlements } from '@weir/testing';
 import { createRelayGrpcClient, createRelayGrpcServer, isRelayLost, makeGrpcServiceDefinition } from './index';
+import { jobToWire } from './relay-grpc';
 import { eventually, serve, stopEverythingAfterEach, track } from './test-support';
 
 stopEverythingAfterEach();
@@ -160,5 +161,74 @@ describe('relay over gRPC', () => {
     expect(isRelayLost(await handle.done)).toBe(true);
     expect(await eventually(() => stopped === 'client_disconnected')).toBe(true);
     expect(await eventually(() => binding.running() === 0)).toBe(true);
+  });
+});
+
+describe('relay frames and the money path over gRPC', () => {
+  const end: GenerationOutcome = {
+    finishReason: 'stop',
+    usage: { inputTokens: 3, outputTokens: 40, cachedInputTokens: 0 },
+    costNanoUsd: 7,
+    modelRevision: 'tiny@1',
+    timings: { queueMs: 0, ttftMs: 1, totalMs: 2 },
+  };
+  /** A relay whose engine produces `turns` bursts of `perTurn` deltas, each burst within one event-loop turn. */
+  const bursty = (turns: number, perTurn: number, seen: RelayJob[] = []): RelayService => ({
+    start(job) {
+      seen.push(job);
+      const events = createAsyncQueue<RelayEvent>();
+      void (async () => {
+        for (let t = 0; t < turns; t++) {
+          for (let i = 0; i < perTurn; i++) events.push({ type: 'delta', text: `${t}.${i} `, tokens: 1 });
+          await new Promise((r) => setTimeout(r, 5));
+        }
+        events.push({ type: 'end', outcome: end });
+        events.end();
+      })();
+      return { events, done: Promise.resolve(end), stop: () => undefined };
+    },
+  });
+
+  it('sends the deltas of one event-loop turn as one frame, in order, then the end', async () => {
+    const server = await serve([createRelayGrpcServer(bursty(3, 20))]);
+    const definition = makeGrpcServiceDefinition(relayV1.RelayService);
+    const raw = track(new grpc.Client(server.address, grpc.credentials.createInsecure()));
+    const frames: relayV1.GenerateResponse[] = [];
+    await new Promise<void>((resolve, reject) => {
+      const call = raw.makeServerStreamRequest(
+        definition.generate.path,
+        definition.generate.requestSerialize,
+        definition.generate.responseDeserialize,
+        create(relayV1.GenerateRequestSchema, { job: jobToWire(relayJob({ tokens: 1 }), systemClock) }),
+      );
+      call.on('data', (m: relayV1.GenerateResponse) => frames.push(m));
+      call.on('end', resolve);
+      call.on('error', reject);
+    });
+    // 60 tokens in three bursts: three delta frames (not 60), then the end.
+    expect(frames.map((f) => f.event.case)).toEqual(['deltas', 'deltas', 'deltas', 'end']);
+    const texts = frames.flatMap((f) => (f.event.case === 'deltas' ? f.event.value.deltas.map((d) => d.text) : []));
+    expect(texts).toEqual(Array.from({ length: 60 }, (_, k) => `${Math.floor(k / 20)}.${k % 20} `));
+  });
+
+  it('hands a coalesced frame to the reader as the deltas it holds, counting each one', async () => {
+    const server = await serve([createRelayGrpcServer(bursty(2, 25))]);
+    const client = track(createRelayGrpcClient({ address: server.address }));
+    const events = await collectRelayEvents(client.start(relayJob({ tokens: 1 })));
+    expect(events.filter((e) => e.type === 'delta')).toHaveLength(50);
+    expect(events[events.length - 1]).toEqual({ type: 'end', outcome: end });
+  });
+
+  it('carries the reservation a generation settles and a keyed request\'s retain spec to the relay', async () => {
+    const seen: RelayJob[] = [];
+    const server = await serve([createRelayGrpcServer(bursty(1, 1, seen))]);
+    const client = track(createRelayGrpcClient({ address: server.address }));
+    const reservation = { reservationId: 'rsv_a_1', worstCaseNano: 9_007_199_254, monthStartsOn: '2026-12-01', dayStartsOn: '2026-12-07', leaseIds: ['lse_1', 'lse_2'] };
+    const retain = { key: 'order-7', bodySha256: 'c'.repeat(64), createdS: 1_800_000_000, retainUntilMs: Date.UTC(2026, 11, 8) };
+    await client.start(relayJob({ tokens: 1 }, { reservation, retain })).done;
+    await client.start(relayJob({ tokens: 1 })).done;
+    expect(seen[0]).toMatchObject({ reservation, retain });
+    expect(seen[1].reservation).toBeUndefined();
+    expect(seen[1].retain).toBeUndefined();
   });
 });

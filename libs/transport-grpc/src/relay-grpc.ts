@@ -46,6 +46,8 @@ import {
   revisionToWire,
   attemptFromWire,
   attemptToWire,
+  reservationFromWire,
+  reservationToWire,
 } from './wire-common';
 
 const ROUTES: Record<ApiRoute, relayV1.ApiRoute> = {
@@ -167,6 +169,17 @@ export function jobToWire(job: RelayJob, clock: Clock): MessageInitShape<typeof 
     ...(job.useCase !== undefined ? { useCase: job.useCase } : {}),
     retryBeforeFirstToken: job.retryBeforeFirstToken === true,
     priorAttempts: (job.priorAttempts ?? []).map(attemptToWire),
+    ...(job.reservation ? { reservation: reservationToWire(job.reservation) } : {}),
+    ...(job.retain
+      ? {
+          retain: {
+            key: job.retain.key,
+            bodySha256: job.retain.bodySha256,
+            createdS: BigInt(Math.floor(job.retain.createdS)),
+            retainUntilUnixMs: BigInt(Math.round(job.retain.retainUntilMs)),
+          },
+        }
+      : {}),
   };
 }
 
@@ -239,6 +252,10 @@ export function jobFromWire(wire: relayV1.RelayJob | undefined, clock: Clock): R
     ...(job.useCase !== undefined ? { useCase: job.useCase } : {}),
     ...(job.retryBeforeFirstToken ? { retryBeforeFirstToken: true } : {}),
     ...(job.priorAttempts.length > 0 ? { priorAttempts: job.priorAttempts.map(attemptFromWire) } : {}),
+    ...(job.reservation ? { reservation: reservationFromWire(job.reservation) } : {}),
+    ...(job.retain
+      ? { retain: { key: job.retain.key, bodySha256: job.retain.bodySha256, createdS: Number(job.retain.createdS), retainUntilMs: Number(job.retain.retainUntilUnixMs) } }
+      : {}),
   };
 }
 
@@ -249,11 +266,23 @@ export function deltaFromWire(d: relayV1.Delta): Extract<RelayEvent, { type: 'de
   return { type: 'delta', text: d.text, tokens: d.tokens, toolCalls };
 }
 
-/** Encodes a relay event for the Generate stream. */
+/** A delta → wire. */
+function deltaToWire(event: Extract<RelayEvent, { type: 'delta' }>): relayV1.Delta {
+  return create(relayV1.DeltaSchema, { text: event.text, tokens: event.tokens, toolCalls: event.toolCalls ?? [] });
+}
+
+/** Encodes a relay event for the Generate stream (one delta, or the end). */
 export function eventToWire(event: RelayEvent): relayV1.GenerateResponse {
   return event.type === 'delta'
-    ? create(relayV1.GenerateResponseSchema, { event: { case: 'delta', value: { text: event.text, tokens: event.tokens, toolCalls: event.toolCalls ?? [] } } })
+    ? create(relayV1.GenerateResponseSchema, { event: { case: 'delta', value: deltaToWire(event) } })
     : create(relayV1.GenerateResponseSchema, { event: { case: 'end', value: { outcome: outcomeToWire(event.outcome) } } });
+}
+
+/** Encodes the deltas of one event-loop turn as one frame: a single `delta`, or `deltas` for several. */
+export function deltasToWire(deltas: readonly relayV1.Delta[]): relayV1.GenerateResponse {
+  return deltas.length === 1
+    ? create(relayV1.GenerateResponseSchema, { event: { case: 'delta', value: deltas[0] } })
+    : create(relayV1.GenerateResponseSchema, { event: { case: 'deltas', value: { deltas: [...deltas] } } });
 }
 
 /** Options of {@link createRelayGrpcServer}. */
@@ -274,7 +303,9 @@ const MAX_EARLY_STOPS = 10_000;
 
 /**
  * Hosts `impl` as `weir.relay.v1.RelayService`. Generate starts `impl.start(job)` and
- * streams its events with backpressure (waits for `drain`); the relay keeps running and
+ * streams its events: the deltas of one event-loop turn go out as one frame (written at
+ * `setImmediate`, so a burst of tokens is one write, not one per token), held back while the
+ * stream is not drained (backpressure), then the end after every delta; the relay keeps running and
  * billing whether or not the stream is read. A cancelled Generate call (the gateway went
  * away) stops the generation as `client_disconnected` (grace period applies). Stop is
  * idempotent; a Stop for an id not running yet is remembered for `earlyStopTtlMs` and
@@ -307,6 +338,24 @@ export function createRelayGrpcServer(impl: RelayService, options: RelayGrpcServ
       wake?.();
     };
     call.once('cancelled', onCancelled);
+    // Deltas not yet written: flushed once per event-loop turn, or when the stream drains.
+    let pending: relayV1.Delta[] = [];
+    let flushQueued = false;
+    let blocked = false;
+    const flush = () => {
+      flushQueued = false;
+      if (cancelled || blocked || pending.length === 0) return;
+      const frame = deltasToWire(pending);
+      pending = [];
+      if (!call.write(frame)) {
+        blocked = true;
+        call.once('drain', () => {
+          blocked = false;
+          flush();
+          wake?.();
+        });
+      }
+    };
     runInServerSpan(generatePath, call.metadata, options.propagator, async () => {
       const job = jobFromWire(call.request.job, clock);
       if (running.has(job.generationId)) throw new WeirError('conflict', `generation ${job.generationId} is already running`);
@@ -322,14 +371,19 @@ export function createRelayGrpcServer(impl: RelayService, options: RelayGrpcServ
         if (cancelled) h.stop('client_disconnected');
         for await (const event of h.events) {
           if (cancelled) continue; // keep draining: the relay finishes and bills on its own
-          if (!call.write(eventToWire(event)) && !cancelled) {
-            await new Promise<void>((resolve) => {
-              wake = resolve;
-              call.once('drain', resolve);
-            });
-            call.removeAllListeners('drain');
-            wake = undefined;
+          if (event.type === 'delta') {
+            pending.push(deltaToWire(event));
+            if (!flushQueued && !blocked) {
+              flushQueued = true;
+              setImmediate(flush);
+            }
+            continue;
           }
+          // The end: every delta first, once the stream has room for them.
+          while (blocked && !cancelled) await new Promise<void>((resolve) => (wake = resolve));
+          wake = undefined;
+          flush();
+          if (!cancelled) call.write(eventToWire(event));
         }
         if (!cancelled) call.end();
       } finally {
@@ -477,15 +531,21 @@ export function createRelayGrpcClient(options: RelayGrpcClientOptions): RelayGrp
       calls.add(call);
       void done.then(() => calls.delete(call));
 
+      const onDelta = (d: relayV1.Delta) => {
+        outputTokens += d.tokens;
+        if (ttftMs === null && d.tokens > 0) ttftMs = clock.now() - job.arrivedAt;
+        queue.push(deltaFromWire(d));
+      };
       call.on('data', (message: relayV1.GenerateResponse) => {
         if (ended) return;
         received++;
         const event = message.event;
         switch (event.case) {
           case 'delta':
-            outputTokens += event.value.tokens;
-            if (ttftMs === null && event.value.tokens > 0) ttftMs = clock.now() - job.arrivedAt;
-            queue.push(deltaFromWire(event.value));
+            onDelta(event.value);
+            break;
+          case 'deltas':
+            for (const d of event.value.deltas) onDelta(d);
             break;
           case 'end':
             try {

@@ -10,7 +10,19 @@
 import { randomUUID } from 'node:crypto';
 import { create } from '@bufbuild/protobuf';
 import * as grpc from '@grpc/grpc-js';
-import { type Clock, type LeaseUsageReport, type RequestPriority, type ScheduleRejectReason, type ScheduleResult, type SchedulerService, type SlotLease, WeirError, systemClock } from '@weir/core';
+import {
+  type Caller,
+  type Clock,
+  type LeaseUsageReport,
+  type RequestPriority,
+  type ScheduleRejectReason,
+  type ScheduleRequest,
+  type ScheduleResult,
+  type SchedulerService,
+  type SlotLease,
+  WeirError,
+  systemClock,
+} from '@weir/core';
 import { schedulerV1 } from '@weir/proto';
 import { type GrpcClientOptions, createGrpcConnection, isServiceError } from './client-connection';
 import { fromGrpcError, weirCodeOf } from './grpc-errors';
@@ -62,8 +74,94 @@ export interface SchedulerGrpcServerBinding extends GrpcServiceBinding {
 
 /** The scheduler gRPC client: the port plus `close()` for its channel. */
 export interface SchedulerGrpcClient extends SchedulerService {
+  /**
+   * `acquire` under a lease id the caller chose (unique per call): an admission instance acquires
+   * for a gateway (`Admit`) under the gateway's id, so the gateway can release the slot itself.
+   */
+  acquireAs(leaseId: string, request: ScheduleRequest): Promise<ScheduleResult>;
+  /**
+   * A lease another process acquired under `leaseId` (an `Admit` answer): `release()` sends
+   * Release to the scheduler in the background, once.
+   */
+  leaseOf(leaseId: string, granted: { replicaId: string; queueMs: number }): SlotLease;
+  /** Sends Release for `leaseId` in the background: frees it if granted, or makes a later grant of it release itself. */
+  releaseById(leaseId: string): void;
   /** Closes the channel; later calls fail. Leases still held are not released. */
   close(): void;
+}
+
+/** An Acquire request as the scheduler gets it (the caller's deadline as the time left, ms). */
+export function acquireRequestToWire(leaseId: string, request: Omit<ScheduleRequest, 'signal'>, remainingMs: number): schedulerV1.AcquireRequest {
+  return create(schedulerV1.AcquireRequestSchema, {
+    leaseId,
+    caller: callerToWire(request.caller),
+    revisionId: request.revisionId,
+    tokens: request.tokens,
+    deadlineInMs: Math.max(0, remainingMs),
+    avoidReplicas: request.avoidReplicas ? [...request.avoidReplicas] : [],
+    inputTokens: request.inputTokens ?? 0,
+    priority: PRIORITIES[request.priority ?? 'interactive'],
+    bytes: BigInt(Math.max(0, Math.round(request.bytes ?? 0))),
+    ...(request.affinityKey !== undefined ? { affinityKey: request.affinityKey } : {}),
+  });
+}
+
+/**
+ * An Acquire request → the port's request, its deadline rebased on `clock`; `caller` replaces
+ * the request's own when given (Admit's acquire may leave it unset).
+ */
+export function acquireRequestFromWire(request: schedulerV1.AcquireRequest, clock: Clock, signal: AbortSignal, caller?: Caller): ScheduleRequest {
+  return {
+    caller: caller ?? callerFromWire(request.caller),
+    revisionId: request.revisionId,
+    tokens: request.tokens,
+    deadlineAt: clock.now() + Math.max(0, request.deadlineInMs),
+    signal,
+    ...(request.avoidReplicas.length > 0 ? { avoidReplicas: [...request.avoidReplicas] } : {}),
+    inputTokens: request.inputTokens,
+    priority: request.priority === schedulerV1.Priority.BATCH ? 'batch' : 'interactive',
+    ...(request.bytes > 0n ? { bytes: Number(request.bytes) } : {}),
+    ...(request.affinityKey !== undefined ? { affinityKey: request.affinityKey } : {}),
+  };
+}
+
+/** The port's result → an Acquire answer under `leaseId` (a grant's lease is kept by the caller). */
+export function acquireResultToWire(leaseId: string, result: ScheduleResult): schedulerV1.AcquireResponse {
+  if (result.ok) return create(schedulerV1.AcquireResponseSchema, { result: { case: 'lease', value: { leaseId, replicaId: result.lease.replicaId, queueMs: result.lease.queueMs } } });
+  return create(schedulerV1.AcquireResponseSchema, {
+    result: {
+      case: 'rejection',
+      value: {
+        reason: REJECT_REASONS[result.reason],
+        message: result.message,
+        queueMs: result.queueMs,
+        ...(result.retryAfterMs !== undefined ? { retryAfterMs: result.retryAfterMs } : {}),
+      },
+    },
+  });
+}
+
+/**
+ * An Acquire answer → the port's result; a grant becomes `lease(granted)` (the caller decides
+ * how it is released). `invalid_request` when the answer has neither case.
+ */
+export function acquireResultFromWire(response: schedulerV1.AcquireResponse, lease: (granted: { replicaId: string; queueMs: number }) => SlotLease): ScheduleResult {
+  switch (response.result.case) {
+    case 'lease':
+      return { ok: true, lease: lease({ replicaId: response.result.value.replicaId, queueMs: response.result.value.queueMs }) };
+    case 'rejection': {
+      const r = response.result.value;
+      return {
+        ok: false,
+        reason: enumFromWire(REJECT_REASONS, r.reason, 'rejection.reason'),
+        message: r.message,
+        queueMs: r.queueMs,
+        ...(r.retryAfterMs !== undefined ? { retryAfterMs: r.retryAfterMs } : {}),
+      };
+    }
+    case undefined:
+      return malformed('AcquireResponse.result is missing');
+  }
 }
 
 /** Options of {@link createSchedulerGrpcClient}. */
@@ -117,18 +215,7 @@ export function createSchedulerGrpcServer(impl: SchedulerService, options: Sched
         pending.set(leaseId, abort);
         let result: ScheduleResult;
         try {
-          result = await impl.acquire({
-            caller: callerFromWire(request.caller),
-            revisionId: request.revisionId,
-            tokens: request.tokens,
-            deadlineAt: clock.now() + Math.max(0, request.deadlineInMs),
-            signal: abort.signal,
-            ...(request.avoidReplicas.length > 0 ? { avoidReplicas: [...request.avoidReplicas] } : {}),
-            inputTokens: request.inputTokens,
-            priority: request.priority === schedulerV1.Priority.BATCH ? 'batch' : 'interactive',
-            ...(request.bytes > 0n ? { bytes: Number(request.bytes) } : {}),
-            ...(request.affinityKey !== undefined ? { affinityKey: request.affinityKey } : {}),
-          });
+          result = await impl.acquire(acquireRequestFromWire(request, clock, abort.signal));
         } finally {
           pending.delete(leaseId);
           call.removeListener('cancelled', onCancelled);
@@ -142,21 +229,8 @@ export function createSchedulerGrpcServer(impl: SchedulerService, options: Sched
             });
           }
           leases.set(leaseId, result.lease);
-          return create(schedulerV1.AcquireResponseSchema, {
-            result: { case: 'lease', value: { leaseId, replicaId: result.lease.replicaId, queueMs: result.lease.queueMs } },
-          });
         }
-        return create(schedulerV1.AcquireResponseSchema, {
-          result: {
-            case: 'rejection',
-            value: {
-              reason: REJECT_REASONS[result.reason],
-              message: result.message,
-              queueMs: result.queueMs,
-              ...(result.retryAfterMs !== undefined ? { retryAfterMs: result.retryAfterMs } : {}),
-            },
-          },
-        });
+        return acquireResultToWire(leaseId, result);
       }),
       release: unaryHandler(method.release, options.propagator, async (request) => {
         const lease = leases.get(request.leaseId);
@@ -196,71 +270,45 @@ export function createSchedulerGrpcClient(options: SchedulerGrpcClientOptions): 
   const releaseInBackground = (leaseId: string, report?: LeaseUsageReport) =>
     connection.background('scheduler.Release', () => connection.unary(method.release, { leaseId, ...(report ? { report: reportToWire(report) } : {}) }));
 
+  const leaseOf = (leaseId: string, granted: { replicaId: string; queueMs: number }): SlotLease => {
+    let released = false;
+    return {
+      replicaId: granted.replicaId,
+      queueMs: granted.queueMs,
+      release(report) {
+        if (released) return;
+        released = true;
+        releaseInBackground(leaseId, report);
+      },
+    };
+  };
+
+  const acquireAs = async (leaseId: string, request: ScheduleRequest): Promise<ScheduleResult> => {
+    if (request.signal.aborted) return { ok: false, reason: 'cancelled', message: 'the request was cancelled', queueMs: 0 };
+    const startedAt = clock.now();
+    const remainingMs = Math.max(0, request.deadlineAt - startedAt);
+    let response: schedulerV1.AcquireResponse;
+    try {
+      response = await connection.unaryOnce(method.acquire, acquireRequestToWire(leaseId, request, remainingMs), Date.now() + remainingMs + marginMs, request.signal);
+    } catch (error) {
+      // The call may have reached the scheduler and been granted: give the slot back.
+      releaseInBackground(leaseId);
+      const queueMs = clock.now() - startedAt;
+      if (request.signal.aborted) return { ok: false, reason: 'cancelled', message: 'the request was cancelled while queued', queueMs };
+      if (isServiceError(error) && error.code === grpc.status.DEADLINE_EXCEEDED && weirCodeOf(error) === undefined) {
+        return { ok: false, reason: 'deadline', message: 'the deadline passed while the request was queued', queueMs };
+      }
+      throw fromGrpcError(error, 'scheduler');
+    }
+    if (response.result.case === undefined) releaseInBackground(leaseId);
+    return acquireResultFromWire(response, (granted) => leaseOf(leaseId, granted));
+  };
+
   return {
-    async acquire(request): Promise<ScheduleResult> {
-      if (request.signal.aborted) return { ok: false, reason: 'cancelled', message: 'the request was cancelled', queueMs: 0 };
-      const leaseId = randomUUID();
-      const startedAt = clock.now();
-      const remainingMs = Math.max(0, request.deadlineAt - startedAt);
-      let response: schedulerV1.AcquireResponse;
-      try {
-        response = await connection.unaryOnce(
-          method.acquire,
-          create(schedulerV1.AcquireRequestSchema, {
-            leaseId,
-            caller: callerToWire(request.caller),
-            revisionId: request.revisionId,
-            tokens: request.tokens,
-            deadlineInMs: remainingMs,
-            avoidReplicas: request.avoidReplicas ? [...request.avoidReplicas] : [],
-            inputTokens: request.inputTokens ?? 0,
-            priority: PRIORITIES[request.priority ?? 'interactive'],
-            bytes: BigInt(Math.max(0, Math.round(request.bytes ?? 0))),
-            ...(request.affinityKey !== undefined ? { affinityKey: request.affinityKey } : {}),
-          }),
-          Date.now() + remainingMs + marginMs,
-          request.signal,
-        );
-      } catch (error) {
-        // The call may have reached the scheduler and been granted: give the slot back.
-        releaseInBackground(leaseId);
-        const queueMs = clock.now() - startedAt;
-        if (request.signal.aborted) return { ok: false, reason: 'cancelled', message: 'the request was cancelled while queued', queueMs };
-        if (isServiceError(error) && error.code === grpc.status.DEADLINE_EXCEEDED && weirCodeOf(error) === undefined) {
-          return { ok: false, reason: 'deadline', message: 'the deadline passed while the request was queued', queueMs };
-        }
-        throw fromGrpcError(error, 'scheduler');
-      }
-      switch (response.result.case) {
-        case 'lease': {
-          const granted = response.result.value;
-          let released = false;
-          const lease: SlotLease = {
-            replicaId: granted.replicaId,
-            queueMs: granted.queueMs,
-            release(report) {
-              if (released) return;
-              released = true;
-              releaseInBackground(leaseId, report);
-            },
-          };
-          return { ok: true, lease };
-        }
-        case 'rejection': {
-          const r = response.result.value;
-          return {
-            ok: false,
-            reason: enumFromWire(REJECT_REASONS, r.reason, 'rejection.reason'),
-            message: r.message,
-            queueMs: r.queueMs,
-            ...(r.retryAfterMs !== undefined ? { retryAfterMs: r.retryAfterMs } : {}),
-          };
-        }
-        case undefined:
-          releaseInBackground(leaseId);
-          return malformed('AcquireResponse.result is missing');
-      }
-    },
+    acquire: (request) => acquireAs(randomUUID(), request),
+    acquireAs,
+    leaseOf,
+    releaseById: (leaseId) => releaseInBackground(leaseId),
     close: () => connection.close(),
   };
 }

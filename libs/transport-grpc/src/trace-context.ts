@@ -8,6 +8,7 @@
 import type * as grpc from '@grpc/grpc-js';
 import {
   type Context,
+  INVALID_SPAN_CONTEXT,
   ROOT_CONTEXT,
   type Span,
   SpanKind,
@@ -41,10 +42,20 @@ export const metadataGetter: TextMapGetter<grpc.Metadata> = {
   },
 };
 
-/** Injects the trace context of `ctx` (default: the active one) into `metadata`. */
-export function injectTraceContext(metadata: grpc.Metadata, propagator?: TextMapPropagator, ctx: Context = context.active()): void {
-  if (propagator) propagator.inject(ctx, metadata, metadataSetter);
-  else propagation.inject(ctx, metadata, metadataSetter);
+/**
+ * True when trace context is worth carrying: a propagator was given, or a real one is
+ * registered globally (`installTracing` with somewhere to send spans, or an OpenTelemetry SDK).
+ * With neither, the transports do no tracing work at all — no span objects, no metadata, no
+ * context switches per call or message (issue 13, item 6: tracing costs nothing when off).
+ */
+export function tracingActive(propagator?: TextMapPropagator): boolean {
+  return propagator !== undefined || propagation.fields().length > 0;
+}
+
+/** Injects the trace context of `ctx` (default: the active one) into `metadata`; nothing when tracing is off ({@link tracingActive}). */
+export function injectTraceContext(metadata: grpc.Metadata, propagator?: TextMapPropagator, ctx?: Context): void {
+  if (propagator) propagator.inject(ctx ?? context.active(), metadata, metadataSetter);
+  else if (tracingActive()) propagation.inject(ctx ?? context.active(), metadata, metadataSetter);
 }
 
 /** The context carried by incoming `metadata` (ROOT plus the remote span context, if valid). */
@@ -54,10 +65,14 @@ export function extractTraceContext(metadata: grpc.Metadata, propagator?: TextMa
 
 const tracer = () => trace.getTracer('@weir/transport-grpc');
 
+/** The span handlers get while tracing is off: one shared non-recording span, no ids. */
+const INERT_SPAN: Span = trace.wrapSpanContext(INVALID_SPAN_CONTEXT);
+
 /**
  * Runs `handler` for one incoming call inside the caller's trace context, under a SERVER span
- * named after the method path (a no-op span until a tracer provider is registered). The span
- * ends when the returned promise settles; a rejection marks it as an error.
+ * named after the method path. The span ends when the returned promise settles; a rejection
+ * marks it as an error. While tracing is off ({@link tracingActive}) the handler runs directly,
+ * with a shared inert span: no extraction, no span, no context switch.
  */
 export function runInServerSpan<T>(
   path: string,
@@ -65,6 +80,7 @@ export function runInServerSpan<T>(
   propagator: TextMapPropagator | undefined,
   handler: (span: Span) => Promise<T>,
 ): Promise<T> {
+  if (!tracingActive(propagator)) return handler(INERT_SPAN);
   const parent = extractTraceContext(metadata, propagator);
   const [, service = '', method = ''] = path.split('/');
   return context.with(parent, () =>

@@ -13,6 +13,7 @@ import {
   type FinishReason,
   type GenerationOutcome,
   type AttemptOutcome,
+  type ReservationRef,
   type RevisionSpec,
   type TokenizerName,
   type TokenUsage,
@@ -46,6 +47,29 @@ export function toNanoUsd(value: number): bigint {
 
 export function callerToWire(caller: Caller): MessageInitShape<typeof commonV1.CallerSchema> {
   return { tenantId: caller.tenantId, appId: caller.appId, apiKeyId: caller.apiKeyId };
+}
+
+/** A reservation's holds → wire. */
+export function reservationToWire(ref: ReservationRef): MessageInitShape<typeof commonV1.ReservationRefSchema> {
+  return {
+    reservationId: ref.reservationId,
+    worstCaseNano: toNanoUsd(ref.worstCaseNano),
+    monthStartsOn: ref.monthStartsOn,
+    dayStartsOn: ref.dayStartsOn,
+    leaseIds: [...ref.leaseIds],
+  };
+}
+
+/** Wire → a reservation's holds; `invalid_request` when it names no reservation or no periods. */
+export function reservationFromWire(ref: commonV1.ReservationRef): ReservationRef {
+  if (ref.reservationId.length === 0 || ref.monthStartsOn.length === 0 || ref.dayStartsOn.length === 0) malformed('reservation ref without its id or periods');
+  return {
+    reservationId: ref.reservationId,
+    worstCaseNano: Number(ref.worstCaseNano),
+    monthStartsOn: ref.monthStartsOn,
+    dayStartsOn: ref.dayStartsOn,
+    leaseIds: [...ref.leaseIds],
+  };
 }
 
 export function callerFromWire(caller: commonV1.Caller | undefined): Caller {

@@ -28,6 +28,10 @@ import { type Kysely, type Migration, sql } from 'kysely';
  *   transaction as what it applied, so an entry is applied exactly once.
  * - `idempotency_keys.state` may be `interrupted`: the generation holding the key died (or
  *   failed after output) and a retry is told so instead of being charged again.
+ * - `idempotency_keys.holder` and `key_holders`: the process (a split gateway) that claimed a
+ *   running key, and its liveness (a heartbeat moves `expires_at_ms`), so a retry of a key whose
+ *   gateway died is answered from the relay's settlement within seconds instead of waiting out
+ *   the claim's lease (deadline + grace) and running the request again.
  */
 export const moneyPath: Migration = {
   async up(db: Kysely<unknown>): Promise<void> {
@@ -91,8 +95,16 @@ export const moneyPath: Migration = {
     await sql`alter table idempotency_keys add constraint idempotency_keys_state_check check (state in ('running', 'done', 'interrupted'))`.execute(db);
     // Which process holds a running key (its liveness tells a retry whether to wait).
     await db.schema.alterTable('idempotency_keys').addColumn('holder', 'text').execute();
+    await db.schema
+      .createTable('key_holders')
+      .addColumn('holder', 'text', (c) => c.primaryKey())
+      .addColumn('started_at_ms', 'bigint', (c) => c.notNull())
+      .addColumn('heartbeat_at_ms', 'bigint', (c) => c.notNull())
+      .addColumn('expires_at_ms', 'bigint', (c) => c.notNull())
+      .execute();
   },
   async down(db: Kysely<unknown>): Promise<void> {
+    await db.schema.dropTable('key_holders').execute();
     await db.schema.alterTable('idempotency_keys').dropColumn('holder').execute();
     await sql`alter table idempotency_keys drop constraint if exists idempotency_keys_state_check`.execute(db);
     await sql`alter table idempotency_keys add constraint idempotency_keys_state_check check (state in ('running', 'done'))`.execute(db);

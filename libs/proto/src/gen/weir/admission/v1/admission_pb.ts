@@ -7,15 +7,17 @@
 
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
-import type { Caller, TokenUsage } from "../../common/v1/common_pb";
+import type { Caller, ReservationRef, TokenUsage } from "../../common/v1/common_pb";
 import { file_weir_common_v1_common } from "../../common/v1/common_pb";
+import type { AcquireRequest, AcquireResponse } from "../../scheduler/v1/scheduler_pb";
+import { file_weir_scheduler_v1_scheduler } from "../../scheduler/v1/scheduler_pb";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file weir/admission/v1/admission.proto.
  */
 export const file_weir_admission_v1_admission: GenFile = /*@__PURE__*/
-  fileDesc("CiF3ZWlyL2FkbWlzc2lvbi92MS9hZG1pc3Npb24ucHJvdG8SEXdlaXIuYWRtaXNzaW9uLnYxIs0BCg5SZXNlcnZlUmVxdWVzdBImCgZjYWxsZXIYASABKAsyFi53ZWlyLmNvbW1vbi52MS5DYWxsZXISEgoKcmVxdWVzdF9pZBgCIAEoCRIUCgxpbnB1dF90b2tlbnMYAyABKA0SGQoRbWF4X291dHB1dF90b2tlbnMYBCABKA0SIAoYd29yc3RfY2FzZV9jb3N0X25hbm9fdXNkGAUgASgDEhUKDWdlbmVyYXRpb25faWQYBiABKAkSFQoNZXhwaXJlc19hdF9tcxgHIAEoAyJFCg9SYXRlTGltaXRXaW5kb3cSDQoFbGltaXQYASABKAQSEQoJcmVtYWluaW5nGAIgASgEEhAKCHJlc2V0X21zGAMgASgEInsKD1JhdGVMaW1pdFN0YXR1cxI0CghyZXF1ZXN0cxgBIAEoCzIiLndlaXIuYWRtaXNzaW9uLnYxLlJhdGVMaW1pdFdpbmRvdxIyCgZ0b2tlbnMYAiABKAsyIi53ZWlyLmFkbWlzc2lvbi52MS5SYXRlTGltaXRXaW5kb3ciJQoLUmVzZXJ2YXRpb24SFgoOcmVzZXJ2YXRpb25faWQYASABKAkifQoJUmVqZWN0aW9uEi8KBnJlYXNvbhgBIAEoDjIfLndlaXIuYWRtaXNzaW9uLnYxLlJlamVjdFJlYXNvbhIPCgdtZXNzYWdlGAIgASgJEhsKDnJldHJ5X2FmdGVyX21zGAMgASgNSACIAQFCEQoPX3JldHJ5X2FmdGVyX21zIr4BCg9SZXNlcnZlUmVzcG9uc2USNQoLcmVzZXJ2YXRpb24YASABKAsyHi53ZWlyLmFkbWlzc2lvbi52MS5SZXNlcnZhdGlvbkgAEjEKCXJlamVjdGlvbhgCIAEoCzIcLndlaXIuYWRtaXNzaW9uLnYxLlJlamVjdGlvbkgAEjcKC3JhdGVfbGltaXRzGAMgASgLMiIud2Vpci5hZG1pc3Npb24udjEuUmF0ZUxpbWl0U3RhdHVzQggKBnJlc3VsdCJpCg1TZXR0bGVSZXF1ZXN0EhYKDnJlc2VydmF0aW9uX2lkGAEgASgJEikKBXVzYWdlGAIgASgLMhoud2Vpci5jb21tb24udjEuVG9rZW5Vc2FnZRIVCg1jb3N0X25hbm9fdXNkGAMgASgDIhAKDlNldHRsZVJlc3BvbnNlIigKDlJlbGVhc2VSZXF1ZXN0EhYKDnJlc2VydmF0aW9uX2lkGAEgASgJIhEKD1JlbGVhc2VSZXNwb25zZSqYAQoMUmVqZWN0UmVhc29uEh0KGVJFSkVDVF9SRUFTT05fVU5TUEVDSUZJRUQQABIeChpSRUpFQ1RfUkVBU09OX1JBVEVfTElNSVRFRBABEiUKIVJFSkVDVF9SRUFTT05fQ09OQ1VSUkVOQ1lfTElNSVRFRBACEiIKHlJFSkVDVF9SRUFTT05fQlVER0VUX0VYSEFVU1RFRBADMo8CChBBZG1pc3Npb25TZXJ2aWNlElAKB1Jlc2VydmUSIS53ZWlyLmFkbWlzc2lvbi52MS5SZXNlcnZlUmVxdWVzdBoiLndlaXIuYWRtaXNzaW9uLnYxLlJlc2VydmVSZXNwb25zZRJSCgZTZXR0bGUSIC53ZWlyLmFkbWlzc2lvbi52MS5TZXR0bGVSZXF1ZXN0GiEud2Vpci5hZG1pc3Npb24udjEuU2V0dGxlUmVzcG9uc2UiA5ACAhJVCgdSZWxlYXNlEiEud2Vpci5hZG1pc3Npb24udjEuUmVsZWFzZVJlcXVlc3QaIi53ZWlyLmFkbWlzc2lvbi52MS5SZWxlYXNlUmVzcG9uc2UiA5ACAmIGcHJvdG8z", [file_weir_common_v1_common]);
+  fileDesc("CiF3ZWlyL2FkbWlzc2lvbi92MS9hZG1pc3Npb24ucHJvdG8SEXdlaXIuYWRtaXNzaW9uLnYxIs0BCg5SZXNlcnZlUmVxdWVzdBImCgZjYWxsZXIYASABKAsyFi53ZWlyLmNvbW1vbi52MS5DYWxsZXISEgoKcmVxdWVzdF9pZBgCIAEoCRIUCgxpbnB1dF90b2tlbnMYAyABKA0SGQoRbWF4X291dHB1dF90b2tlbnMYBCABKA0SIAoYd29yc3RfY2FzZV9jb3N0X25hbm9fdXNkGAUgASgDEhUKDWdlbmVyYXRpb25faWQYBiABKAkSFQoNZXhwaXJlc19hdF9tcxgHIAEoAyJFCg9SYXRlTGltaXRXaW5kb3cSDQoFbGltaXQYASABKAQSEQoJcmVtYWluaW5nGAIgASgEEhAKCHJlc2V0X21zGAMgASgEInsKD1JhdGVMaW1pdFN0YXR1cxI0CghyZXF1ZXN0cxgBIAEoCzIiLndlaXIuYWRtaXNzaW9uLnYxLlJhdGVMaW1pdFdpbmRvdxIyCgZ0b2tlbnMYAiABKAsyIi53ZWlyLmFkbWlzc2lvbi52MS5SYXRlTGltaXRXaW5kb3ciUgoLUmVzZXJ2YXRpb24SFgoOcmVzZXJ2YXRpb25faWQYASABKAkSKwoDcmVmGAIgASgLMh4ud2Vpci5jb21tb24udjEuUmVzZXJ2YXRpb25SZWYifQoJUmVqZWN0aW9uEi8KBnJlYXNvbhgBIAEoDjIfLndlaXIuYWRtaXNzaW9uLnYxLlJlamVjdFJlYXNvbhIPCgdtZXNzYWdlGAIgASgJEhsKDnJldHJ5X2FmdGVyX21zGAMgASgNSACIAQFCEQoPX3JldHJ5X2FmdGVyX21zIr4BCg9SZXNlcnZlUmVzcG9uc2USNQoLcmVzZXJ2YXRpb24YASABKAsyHi53ZWlyLmFkbWlzc2lvbi52MS5SZXNlcnZhdGlvbkgAEjEKCXJlamVjdGlvbhgCIAEoCzIcLndlaXIuYWRtaXNzaW9uLnYxLlJlamVjdGlvbkgAEjcKC3JhdGVfbGltaXRzGAMgASgLMiIud2Vpci5hZG1pc3Npb24udjEuUmF0ZUxpbWl0U3RhdHVzQggKBnJlc3VsdCJ2CgxBZG1pdFJlcXVlc3QSMgoHcmVzZXJ2ZRgBIAEoCzIhLndlaXIuYWRtaXNzaW9uLnYxLlJlc2VydmVSZXF1ZXN0EjIKB2FjcXVpcmUYAiABKAsyIS53ZWlyLnNjaGVkdWxlci52MS5BY3F1aXJlUmVxdWVzdCKIAQoNQWRtaXRSZXNwb25zZRI2CghyZXNlcnZlZBgBIAEoCzIiLndlaXIuYWRtaXNzaW9uLnYxLlJlc2VydmVSZXNwb25zZUgAEjcKCXNjaGVkdWxlZBgCIAEoCzIiLndlaXIuc2NoZWR1bGVyLnYxLkFjcXVpcmVSZXNwb25zZUgAQgYKBHN0ZXAiaQoNU2V0dGxlUmVxdWVzdBIWCg5yZXNlcnZhdGlvbl9pZBgBIAEoCRIpCgV1c2FnZRgCIAEoCzIaLndlaXIuY29tbW9uLnYxLlRva2VuVXNhZ2USFQoNY29zdF9uYW5vX3VzZBgDIAEoAyIQCg5TZXR0bGVSZXNwb25zZSIoCg5SZWxlYXNlUmVxdWVzdBIWCg5yZXNlcnZhdGlvbl9pZBgBIAEoCSIRCg9SZWxlYXNlUmVzcG9uc2UqmAEKDFJlamVjdFJlYXNvbhIdChlSRUpFQ1RfUkVBU09OX1VOU1BFQ0lGSUVEEAASHgoaUkVKRUNUX1JFQVNPTl9SQVRFX0xJTUlURUQQARIlCiFSRUpFQ1RfUkVBU09OX0NPTkNVUlJFTkNZX0xJTUlURUQQAhIiCh5SRUpFQ1RfUkVBU09OX0JVREdFVF9FWEhBVVNURUQQAzLdAgoQQWRtaXNzaW9uU2VydmljZRJQCgdSZXNlcnZlEiEud2Vpci5hZG1pc3Npb24udjEuUmVzZXJ2ZVJlcXVlc3QaIi53ZWlyLmFkbWlzc2lvbi52MS5SZXNlcnZlUmVzcG9uc2USTAoFQWRtaXQSHy53ZWlyLmFkbWlzc2lvbi52MS5BZG1pdFJlcXVlc3QaIC53ZWlyLmFkbWlzc2lvbi52MS5BZG1pdFJlc3BvbnNlMAESUgoGU2V0dGxlEiAud2Vpci5hZG1pc3Npb24udjEuU2V0dGxlUmVxdWVzdBohLndlaXIuYWRtaXNzaW9uLnYxLlNldHRsZVJlc3BvbnNlIgOQAgISVQoHUmVsZWFzZRIhLndlaXIuYWRtaXNzaW9uLnYxLlJlbGVhc2VSZXF1ZXN0GiIud2Vpci5hZG1pc3Npb24udjEuUmVsZWFzZVJlc3BvbnNlIgOQAgJiBnByb3RvMw", [file_weir_common_v1_common, file_weir_scheduler_v1_scheduler]);
 
 /**
  * Set by the gateway.
@@ -154,11 +156,19 @@ export const RateLimitStatusSchema: GenMessage<RateLimitStatus> = /*@__PURE__*/
  */
 export type Reservation = Message<"weir.admission.v1.Reservation"> & {
   /**
-   * Admission's id for the reservation; pass it to Settle or Release.
+   * Admission's id for the reservation; pass it to Settle or Release (at this instance).
    *
    * @generated from field: string reservation_id = 1;
    */
   reservationId: string;
+
+  /**
+   * What it holds (budget periods and leases), for the usage record the ledger settles.
+   * Absent from an instance on ADR 0001's per-request admission.
+   *
+   * @generated from field: weir.common.v1.ReservationRef ref = 2;
+   */
+  ref?: ReservationRef | undefined;
 };
 
 /**
@@ -242,6 +252,71 @@ export const ReserveResponseSchema: GenMessage<ReserveResponse> = /*@__PURE__*/
   messageDesc(file_weir_admission_v1_admission, 5);
 
 /**
+ * Set by the gateway: a reservation and the slot to acquire once it is held.
+ *
+ * @generated from message weir.admission.v1.AdmitRequest
+ */
+export type AdmitRequest = Message<"weir.admission.v1.AdmitRequest"> & {
+  /**
+   * What to reserve.
+   *
+   * @generated from field: weir.admission.v1.ReserveRequest reserve = 1;
+   */
+  reserve?: ReserveRequest | undefined;
+
+  /**
+   * What to acquire, passed to the scheduler as it is. `lease_id` is chosen by the gateway,
+   * so it can release the slot at the scheduler itself (and after a broken call); `caller`
+   * may be left unset (the reservation's caller is used).
+   *
+   * @generated from field: weir.scheduler.v1.AcquireRequest acquire = 2;
+   */
+  acquire?: AcquireRequest | undefined;
+};
+
+/**
+ * Describes the message weir.admission.v1.AdmitRequest.
+ * Use `create(AdmitRequestSchema)` to create a new message.
+ */
+export const AdmitRequestSchema: GenMessage<AdmitRequest> = /*@__PURE__*/
+  messageDesc(file_weir_admission_v1_admission, 6);
+
+/**
+ * One step of an Admit call.
+ *
+ * @generated from message weir.admission.v1.AdmitResponse
+ */
+export type AdmitResponse = Message<"weir.admission.v1.AdmitResponse"> & {
+  /**
+   * @generated from oneof weir.admission.v1.AdmitResponse.step
+   */
+  step: {
+    /**
+     * First: the reservation or the rejection (a rejection ends the stream).
+     *
+     * @generated from field: weir.admission.v1.ReserveResponse reserved = 1;
+     */
+    value: ReserveResponse;
+    case: "reserved";
+  } | {
+    /**
+     * Second, after a reservation: the scheduler's answer as it gave it.
+     *
+     * @generated from field: weir.scheduler.v1.AcquireResponse scheduled = 2;
+     */
+    value: AcquireResponse;
+    case: "scheduled";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message weir.admission.v1.AdmitResponse.
+ * Use `create(AdmitResponseSchema)` to create a new message.
+ */
+export const AdmitResponseSchema: GenMessage<AdmitResponse> = /*@__PURE__*/
+  messageDesc(file_weir_admission_v1_admission, 7);
+
+/**
  * Set by the gateway from the relay's outcome.
  *
  * @generated from message weir.admission.v1.SettleRequest
@@ -274,7 +349,7 @@ export type SettleRequest = Message<"weir.admission.v1.SettleRequest"> & {
  * Use `create(SettleRequestSchema)` to create a new message.
  */
 export const SettleRequestSchema: GenMessage<SettleRequest> = /*@__PURE__*/
-  messageDesc(file_weir_admission_v1_admission, 6);
+  messageDesc(file_weir_admission_v1_admission, 8);
 
 /**
  * Empty: settling has no answer.
@@ -289,7 +364,7 @@ export type SettleResponse = Message<"weir.admission.v1.SettleResponse"> & {
  * Use `create(SettleResponseSchema)` to create a new message.
  */
 export const SettleResponseSchema: GenMessage<SettleResponse> = /*@__PURE__*/
-  messageDesc(file_weir_admission_v1_admission, 7);
+  messageDesc(file_weir_admission_v1_admission, 9);
 
 /**
  * Set by the gateway.
@@ -310,7 +385,7 @@ export type ReleaseRequest = Message<"weir.admission.v1.ReleaseRequest"> & {
  * Use `create(ReleaseRequestSchema)` to create a new message.
  */
 export const ReleaseRequestSchema: GenMessage<ReleaseRequest> = /*@__PURE__*/
-  messageDesc(file_weir_admission_v1_admission, 8);
+  messageDesc(file_weir_admission_v1_admission, 10);
 
 /**
  * Empty: releasing has no answer.
@@ -325,7 +400,7 @@ export type ReleaseResponse = Message<"weir.admission.v1.ReleaseResponse"> & {
  * Use `create(ReleaseResponseSchema)` to create a new message.
  */
 export const ReleaseResponseSchema: GenMessage<ReleaseResponse> = /*@__PURE__*/
-  messageDesc(file_weir_admission_v1_admission, 9);
+  messageDesc(file_weir_admission_v1_admission, 11);
 
 /**
  * Why admission refused a request.
@@ -367,7 +442,9 @@ export const RejectReasonSchema: GenEnum<RejectReason> = /*@__PURE__*/
   enumDesc(file_weir_admission_v1_admission, 0);
 
 /**
- * Per-tenant and per-app limits with reservations.
+ * Per-tenant and per-app limits with reservations, decided in memory on budget leases
+ * (ADR 0002). A reservation lives in the instance that made it: Settle and Release go to that
+ * instance; if it is gone, its reservations died with it and its leases are reclaimed.
  *
  * @generated from service weir.admission.v1.AdmissionService
  */
@@ -382,6 +459,22 @@ export const AdmissionService: GenService<{
     methodKind: "unary";
     input: typeof ReserveRequestSchema;
     output: typeof ReserveResponseSchema;
+  },
+  /**
+   * Reserve, then — when reserved — acquire a slot from the scheduler on the caller's behalf:
+   * the gateway's one round trip for both (issue 13, item 6). The stream carries exactly one
+   * `reserved` message, then (only after a reservation) exactly one `scheduled` message. A
+   * scheduler refusal other than NO_REPLICA releases the reservation before it is sent; after
+   * NO_REPLICA the reservation stays held (the caller may try another revision) and the caller
+   * settles or releases it. Cancelling the call releases whatever it holds (the reservation,
+   * and a slot granted after the cancel). Not idempotent: the client never retries it.
+   *
+   * @generated from rpc weir.admission.v1.AdmissionService.Admit
+   */
+  admit: {
+    methodKind: "server_streaming";
+    input: typeof AdmitRequestSchema;
+    output: typeof AdmitResponseSchema;
   },
   /**
    * Settles a reservation to actuals and releases the rest. Idempotent per reservation id.

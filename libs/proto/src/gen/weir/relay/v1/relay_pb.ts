@@ -7,7 +7,7 @@
 
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
-import type { Caller, GenerationOutcome, Revision, UpstreamAttempt } from "../../common/v1/common_pb";
+import type { Caller, GenerationOutcome, ReservationRef, Revision, UpstreamAttempt } from "../../common/v1/common_pb";
 import { file_weir_common_v1_common } from "../../common/v1/common_pb";
 import type { Message } from "@bufbuild/protobuf";
 
@@ -15,7 +15,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file weir/relay/v1/relay.proto.
  */
 export const file_weir_relay_v1_relay: GenFile = /*@__PURE__*/
-  fileDesc("Chl3ZWlyL3JlbGF5L3YxL3JlbGF5LnByb3RvEg13ZWlyLnJlbGF5LnYxIroBCgtDaGF0TWVzc2FnZRIlCgRyb2xlGAEgASgOMhcud2Vpci5yZWxheS52MS5DaGF0Um9sZRIPCgdjb250ZW50GAIgASgJEhEKBG5hbWUYAyABKAlIAIgBARIrCgp0b29sX2NhbGxzGAQgAygLMhcud2Vpci5yZWxheS52MS5Ub29sQ2FsbBIZCgx0b29sX2NhbGxfaWQYBSABKAlIAYgBAUIHCgVfbmFtZUIPCg1fdG9vbF9jYWxsX2lkIjcKCFRvb2xDYWxsEgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSEQoJYXJndW1lbnRzGAMgASgJIoQBCg1Ub29sQ2FsbERlbHRhEg0KBWluZGV4GAEgASgNEg8KAmlkGAIgASgJSACIAQESEQoEbmFtZRgDIAEoCUgBiAEBEhwKD2FyZ3VtZW50c19kZWx0YRgEIAEoCUgCiAEBQgUKA19pZEIHCgVfbmFtZUISChBfYXJndW1lbnRzX2RlbHRhIjkKCUNoYXRJbnB1dBIsCghtZXNzYWdlcxgBIAMoCzIaLndlaXIucmVsYXkudjEuQ2hhdE1lc3NhZ2UifAoIU2FtcGxpbmcSGAoLdGVtcGVyYXR1cmUYASABKAFIAIgBARISCgV0b3BfcBgCIAEoAUgBiAEBEhEKBHNlZWQYAyABKANIAogBARIMCgRzdG9wGAQgAygJQg4KDF90ZW1wZXJhdHVyZUIICgZfdG9wX3BCBwoFX3NlZWQi5gIKDUVuZ2luZVJlcXVlc3QSDgoEdGV4dBgBIAEoCUgAEigKBGNoYXQYAiABKAsyGC53ZWlyLnJlbGF5LnYxLkNoYXRJbnB1dEgAEhkKEW1heF9vdXRwdXRfdG9rZW5zGAMgASgNEikKCHNhbXBsaW5nGAQgASgLMhcud2Vpci5yZWxheS52MS5TYW1wbGluZxIfChJvdXRwdXRfc2NoZW1hX2pzb24YBSABKAlIAYgBARIXCgp0b29sc19qc29uGAYgASgJSAKIAQESHQoQdG9vbF9jaG9pY2VfanNvbhgHIAEoCUgDiAEBEiAKE3BhcmFsbGVsX3Rvb2xfY2FsbHMYCCABKAhIBIgBAUIHCgVpbnB1dEIVChNfb3V0cHV0X3NjaGVtYV9qc29uQg0KC190b29sc19qc29uQhMKEV90b29sX2Nob2ljZV9qc29uQhYKFF9wYXJhbGxlbF90b29sX2NhbGxzIucDCghSZWxheUpvYhIVCg1nZW5lcmF0aW9uX2lkGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkSJgoFcm91dGUYAyABKA4yFy53ZWlyLnJlbGF5LnYxLkFwaVJvdXRlEiYKBmNhbGxlchgEIAEoCzIWLndlaXIuY29tbW9uLnYxLkNhbGxlchITCgttb2RlbF9hbGlhcxgFIAEoCRIqCghyZXZpc2lvbhgGIAEoCzIYLndlaXIuY29tbW9uLnYxLlJldmlzaW9uEhIKCnJlcGxpY2FfaWQYByABKAkSNAoOZW5naW5lX3JlcXVlc3QYCCABKAsyHC53ZWlyLnJlbGF5LnYxLkVuZ2luZVJlcXVlc3QSFgoOYXJyaXZlZF9tc19hZ28YCSABKAESFgoOZGVhZGxpbmVfaW5fbXMYCiABKAESEAoIcXVldWVfbXMYCyABKAESFAoMaW5wdXRfdG9rZW5zGAwgASgNEhUKCHVzZV9jYXNlGA0gASgJSACIAQESIAoYcmV0cnlfYmVmb3JlX2ZpcnN0X3Rva2VuGA4gASgIEjcKDnByaW9yX2F0dGVtcHRzGA8gAygLMh8ud2Vpci5jb21tb24udjEuVXBzdHJlYW1BdHRlbXB0QgsKCV91c2VfY2FzZSI3Cg9HZW5lcmF0ZVJlcXVlc3QSJAoDam9iGAEgASgLMhcud2Vpci5yZWxheS52MS5SZWxheUpvYiJXCgVEZWx0YRIMCgR0ZXh0GAEgASgJEg4KBnRva2VucxgCIAEoDRIwCgp0b29sX2NhbGxzGAMgAygLMhwud2Vpci5yZWxheS52MS5Ub29sQ2FsbERlbHRhIjkKA0VuZBIyCgdvdXRjb21lGAEgASgLMiEud2Vpci5jb21tb24udjEuR2VuZXJhdGlvbk91dGNvbWUiZQoQR2VuZXJhdGVSZXNwb25zZRIlCgVkZWx0YRgBIAEoCzIULndlaXIucmVsYXkudjEuRGVsdGFIABIhCgNlbmQYAiABKAsyEi53ZWlyLnJlbGF5LnYxLkVuZEgAQgcKBWV2ZW50Ik0KC1N0b3BSZXF1ZXN0EhUKDWdlbmVyYXRpb25faWQYASABKAkSJwoFY2F1c2UYAiABKA4yGC53ZWlyLnJlbGF5LnYxLlN0b3BDYXVzZSIOCgxTdG9wUmVzcG9uc2UqewoIQXBpUm91dGUSGQoVQVBJX1JPVVRFX1VOU1BFQ0lGSUVEEAASGQoVQVBJX1JPVVRFX0dFTkVSQVRJT05TEAESHgoaQVBJX1JPVVRFX0NIQVRfQ09NUExFVElPTlMQAhIZChVBUElfUk9VVEVfQ09NUExFVElPTlMQAyqVAQoIQ2hhdFJvbGUSGQoVQ0hBVF9ST0xFX1VOU1BFQ0lGSUVEEAASFAoQQ0hBVF9ST0xFX1NZU1RFTRABEhcKE0NIQVRfUk9MRV9ERVZFTE9QRVIQAhISCg5DSEFUX1JPTEVfVVNFUhADEhcKE0NIQVRfUk9MRV9BU1NJU1RBTlQQBBISCg5DSEFUX1JPTEVfVE9PTBAFKmwKCVN0b3BDYXVzZRIaChZTVE9QX0NBVVNFX1VOU1BFQ0lGSUVEEAASIgoeU1RPUF9DQVVTRV9DTElFTlRfRElTQ09OTkVDVEVEEAESHwobU1RPUF9DQVVTRV9DQU5DRUxfUkVRVUVTVEVEEAIyowEKDFJlbGF5U2VydmljZRJNCghHZW5lcmF0ZRIeLndlaXIucmVsYXkudjEuR2VuZXJhdGVSZXF1ZXN0Gh8ud2Vpci5yZWxheS52MS5HZW5lcmF0ZVJlc3BvbnNlMAESRAoEU3RvcBIaLndlaXIucmVsYXkudjEuU3RvcFJlcXVlc3QaGy53ZWlyLnJlbGF5LnYxLlN0b3BSZXNwb25zZSIDkAICYgZwcm90bzM", [file_weir_common_v1_common]);
+  fileDesc("Chl3ZWlyL3JlbGF5L3YxL3JlbGF5LnByb3RvEg13ZWlyLnJlbGF5LnYxIroBCgtDaGF0TWVzc2FnZRIlCgRyb2xlGAEgASgOMhcud2Vpci5yZWxheS52MS5DaGF0Um9sZRIPCgdjb250ZW50GAIgASgJEhEKBG5hbWUYAyABKAlIAIgBARIrCgp0b29sX2NhbGxzGAQgAygLMhcud2Vpci5yZWxheS52MS5Ub29sQ2FsbBIZCgx0b29sX2NhbGxfaWQYBSABKAlIAYgBAUIHCgVfbmFtZUIPCg1fdG9vbF9jYWxsX2lkIjcKCFRvb2xDYWxsEgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSEQoJYXJndW1lbnRzGAMgASgJIoQBCg1Ub29sQ2FsbERlbHRhEg0KBWluZGV4GAEgASgNEg8KAmlkGAIgASgJSACIAQESEQoEbmFtZRgDIAEoCUgBiAEBEhwKD2FyZ3VtZW50c19kZWx0YRgEIAEoCUgCiAEBQgUKA19pZEIHCgVfbmFtZUISChBfYXJndW1lbnRzX2RlbHRhIjkKCUNoYXRJbnB1dBIsCghtZXNzYWdlcxgBIAMoCzIaLndlaXIucmVsYXkudjEuQ2hhdE1lc3NhZ2UifAoIU2FtcGxpbmcSGAoLdGVtcGVyYXR1cmUYASABKAFIAIgBARISCgV0b3BfcBgCIAEoAUgBiAEBEhEKBHNlZWQYAyABKANIAogBARIMCgRzdG9wGAQgAygJQg4KDF90ZW1wZXJhdHVyZUIICgZfdG9wX3BCBwoFX3NlZWQi5gIKDUVuZ2luZVJlcXVlc3QSDgoEdGV4dBgBIAEoCUgAEigKBGNoYXQYAiABKAsyGC53ZWlyLnJlbGF5LnYxLkNoYXRJbnB1dEgAEhkKEW1heF9vdXRwdXRfdG9rZW5zGAMgASgNEikKCHNhbXBsaW5nGAQgASgLMhcud2Vpci5yZWxheS52MS5TYW1wbGluZxIfChJvdXRwdXRfc2NoZW1hX2pzb24YBSABKAlIAYgBARIXCgp0b29sc19qc29uGAYgASgJSAKIAQESHQoQdG9vbF9jaG9pY2VfanNvbhgHIAEoCUgDiAEBEiAKE3BhcmFsbGVsX3Rvb2xfY2FsbHMYCCABKAhIBIgBAUIHCgVpbnB1dEIVChNfb3V0cHV0X3NjaGVtYV9qc29uQg0KC190b29sc19qc29uQhMKEV90b29sX2Nob2ljZV9qc29uQhYKFF9wYXJhbGxlbF90b29sX2NhbGxzIscECghSZWxheUpvYhIVCg1nZW5lcmF0aW9uX2lkGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkSJgoFcm91dGUYAyABKA4yFy53ZWlyLnJlbGF5LnYxLkFwaVJvdXRlEiYKBmNhbGxlchgEIAEoCzIWLndlaXIuY29tbW9uLnYxLkNhbGxlchITCgttb2RlbF9hbGlhcxgFIAEoCRIqCghyZXZpc2lvbhgGIAEoCzIYLndlaXIuY29tbW9uLnYxLlJldmlzaW9uEhIKCnJlcGxpY2FfaWQYByABKAkSNAoOZW5naW5lX3JlcXVlc3QYCCABKAsyHC53ZWlyLnJlbGF5LnYxLkVuZ2luZVJlcXVlc3QSFgoOYXJyaXZlZF9tc19hZ28YCSABKAESFgoOZGVhZGxpbmVfaW5fbXMYCiABKAESEAoIcXVldWVfbXMYCyABKAESFAoMaW5wdXRfdG9rZW5zGAwgASgNEhUKCHVzZV9jYXNlGA0gASgJSACIAQESIAoYcmV0cnlfYmVmb3JlX2ZpcnN0X3Rva2VuGA4gASgIEjcKDnByaW9yX2F0dGVtcHRzGA8gAygLMh8ud2Vpci5jb21tb24udjEuVXBzdHJlYW1BdHRlbXB0EjMKC3Jlc2VydmF0aW9uGBAgASgLMh4ud2Vpci5jb21tb24udjEuUmVzZXJ2YXRpb25SZWYSKQoGcmV0YWluGBEgASgLMhkud2Vpci5yZWxheS52MS5SZXRhaW5TcGVjQgsKCV91c2VfY2FzZSJfCgpSZXRhaW5TcGVjEgsKA2tleRgBIAEoCRITCgtib2R5X3NoYTI1NhgCIAEoCRIRCgljcmVhdGVkX3MYAyABKAMSHAoUcmV0YWluX3VudGlsX3VuaXhfbXMYBCABKAMiNwoPR2VuZXJhdGVSZXF1ZXN0EiQKA2pvYhgBIAEoCzIXLndlaXIucmVsYXkudjEuUmVsYXlKb2IiVwoFRGVsdGESDAoEdGV4dBgBIAEoCRIOCgZ0b2tlbnMYAiABKA0SMAoKdG9vbF9jYWxscxgDIAMoCzIcLndlaXIucmVsYXkudjEuVG9vbENhbGxEZWx0YSIuCgZEZWx0YXMSJAoGZGVsdGFzGAEgAygLMhQud2Vpci5yZWxheS52MS5EZWx0YSI5CgNFbmQSMgoHb3V0Y29tZRgBIAEoCzIhLndlaXIuY29tbW9uLnYxLkdlbmVyYXRpb25PdXRjb21lIo4BChBHZW5lcmF0ZVJlc3BvbnNlEiUKBWRlbHRhGAEgASgLMhQud2Vpci5yZWxheS52MS5EZWx0YUgAEiEKA2VuZBgCIAEoCzISLndlaXIucmVsYXkudjEuRW5kSAASJwoGZGVsdGFzGAMgASgLMhUud2Vpci5yZWxheS52MS5EZWx0YXNIAEIHCgVldmVudCJNCgtTdG9wUmVxdWVzdBIVCg1nZW5lcmF0aW9uX2lkGAEgASgJEicKBWNhdXNlGAIgASgOMhgud2Vpci5yZWxheS52MS5TdG9wQ2F1c2UiDgoMU3RvcFJlc3BvbnNlKnsKCEFwaVJvdXRlEhkKFUFQSV9ST1VURV9VTlNQRUNJRklFRBAAEhkKFUFQSV9ST1VURV9HRU5FUkFUSU9OUxABEh4KGkFQSV9ST1VURV9DSEFUX0NPTVBMRVRJT05TEAISGQoVQVBJX1JPVVRFX0NPTVBMRVRJT05TEAMqlQEKCENoYXRSb2xlEhkKFUNIQVRfUk9MRV9VTlNQRUNJRklFRBAAEhQKEENIQVRfUk9MRV9TWVNURU0QARIXChNDSEFUX1JPTEVfREVWRUxPUEVSEAISEgoOQ0hBVF9ST0xFX1VTRVIQAxIXChNDSEFUX1JPTEVfQVNTSVNUQU5UEAQSEgoOQ0hBVF9ST0xFX1RPT0wQBSpsCglTdG9wQ2F1c2USGgoWU1RPUF9DQVVTRV9VTlNQRUNJRklFRBAAEiIKHlNUT1BfQ0FVU0VfQ0xJRU5UX0RJU0NPTk5FQ1RFRBABEh8KG1NUT1BfQ0FVU0VfQ0FOQ0VMX1JFUVVFU1RFRBACMqMBCgxSZWxheVNlcnZpY2USTQoIR2VuZXJhdGUSHi53ZWlyLnJlbGF5LnYxLkdlbmVyYXRlUmVxdWVzdBofLndlaXIucmVsYXkudjEuR2VuZXJhdGVSZXNwb25zZTABEkQKBFN0b3ASGi53ZWlyLnJlbGF5LnYxLlN0b3BSZXF1ZXN0Ghsud2Vpci5yZWxheS52MS5TdG9wUmVzcG9uc2UiA5ACAmIGcHJvdG8z", [file_weir_common_v1_common]);
 
 /**
  * One chat message (plain text).
@@ -373,6 +373,22 @@ export type RelayJob = Message<"weir.relay.v1.RelayJob"> & {
    * @generated from field: repeated weir.common.v1.UpstreamAttempt prior_attempts = 15;
    */
   priorAttempts: UpstreamAttempt[];
+
+  /**
+   * The admission holds the generation settles, carried into its settlement entry (ADR 0002).
+   * Absent when nothing was reserved.
+   *
+   * @generated from field: weir.common.v1.ReservationRef reservation = 16;
+   */
+  reservation?: ReservationRef | undefined;
+
+  /**
+   * Set for a request with an idempotency key: the settlement entry leaves its result (or
+   * that it was interrupted) for retries. Absent otherwise.
+   *
+   * @generated from field: weir.relay.v1.RetainSpec retain = 17;
+   */
+  retain?: RetainSpec | undefined;
 };
 
 /**
@@ -381,6 +397,49 @@ export type RelayJob = Message<"weir.relay.v1.RelayJob"> & {
  */
 export const RelayJobSchema: GenMessage<RelayJob> = /*@__PURE__*/
   messageDesc(file_weir_relay_v1_relay, 6);
+
+/**
+ * What a keyed request's settlement entry needs to leave its result for retries
+ * (`RetainSpec` in `@weir/core`).
+ *
+ * @generated from message weir.relay.v1.RetainSpec
+ */
+export type RetainSpec = Message<"weir.relay.v1.RetainSpec"> & {
+  /**
+   * The client's idempotency key (`request_id` / `Idempotency-Key`).
+   *
+   * @generated from field: string key = 1;
+   */
+  key: string;
+
+  /**
+   * SHA-256 (hex) of the canonical request body the key was claimed with.
+   *
+   * @generated from field: string body_sha256 = 2;
+   */
+  bodySha256: string;
+
+  /**
+   * The original response's `created` (Unix seconds), replayed unchanged.
+   *
+   * @generated from field: int64 created_s = 3;
+   */
+  createdS: bigint;
+
+  /**
+   * Keep the result until then (Unix epoch ms, wall clock: stored by the ledger).
+   *
+   * @generated from field: int64 retain_until_unix_ms = 4;
+   */
+  retainUntilUnixMs: bigint;
+};
+
+/**
+ * Describes the message weir.relay.v1.RetainSpec.
+ * Use `create(RetainSpecSchema)` to create a new message.
+ */
+export const RetainSpecSchema: GenMessage<RetainSpec> = /*@__PURE__*/
+  messageDesc(file_weir_relay_v1_relay, 7);
 
 /**
  * Set by the gateway.
@@ -399,7 +458,7 @@ export type GenerateRequest = Message<"weir.relay.v1.GenerateRequest"> & {
  * Use `create(GenerateRequestSchema)` to create a new message.
  */
 export const GenerateRequestSchema: GenMessage<GenerateRequest> = /*@__PURE__*/
-  messageDesc(file_weir_relay_v1_relay, 7);
+  messageDesc(file_weir_relay_v1_relay, 8);
 
 /**
  * Output text as it is produced.
@@ -434,7 +493,27 @@ export type Delta = Message<"weir.relay.v1.Delta"> & {
  * Use `create(DeltaSchema)` to create a new message.
  */
 export const DeltaSchema: GenMessage<Delta> = /*@__PURE__*/
-  messageDesc(file_weir_relay_v1_relay, 8);
+  messageDesc(file_weir_relay_v1_relay, 9);
+
+/**
+ * Several deltas of one event-loop turn in one frame, in order (the relay coalesces what
+ * its engine produced between two writes; one frame per turn, not per token).
+ *
+ * @generated from message weir.relay.v1.Deltas
+ */
+export type Deltas = Message<"weir.relay.v1.Deltas"> & {
+  /**
+   * @generated from field: repeated weir.relay.v1.Delta deltas = 1;
+   */
+  deltas: Delta[];
+};
+
+/**
+ * Describes the message weir.relay.v1.Deltas.
+ * Use `create(DeltasSchema)` to create a new message.
+ */
+export const DeltasSchema: GenMessage<Deltas> = /*@__PURE__*/
+  messageDesc(file_weir_relay_v1_relay, 10);
 
 /**
  * The terminal event.
@@ -453,7 +532,7 @@ export type End = Message<"weir.relay.v1.End"> & {
  * Use `create(EndSchema)` to create a new message.
  */
 export const EndSchema: GenMessage<End> = /*@__PURE__*/
-  messageDesc(file_weir_relay_v1_relay, 9);
+  messageDesc(file_weir_relay_v1_relay, 11);
 
 /**
  * Set by the relay: deltas, then exactly one end, last.
@@ -476,6 +555,12 @@ export type GenerateResponse = Message<"weir.relay.v1.GenerateResponse"> & {
      */
     value: End;
     case: "end";
+  } | {
+    /**
+     * @generated from field: weir.relay.v1.Deltas deltas = 3;
+     */
+    value: Deltas;
+    case: "deltas";
   } | { case: undefined; value?: undefined };
 };
 
@@ -484,7 +569,7 @@ export type GenerateResponse = Message<"weir.relay.v1.GenerateResponse"> & {
  * Use `create(GenerateResponseSchema)` to create a new message.
  */
 export const GenerateResponseSchema: GenMessage<GenerateResponse> = /*@__PURE__*/
-  messageDesc(file_weir_relay_v1_relay, 10);
+  messageDesc(file_weir_relay_v1_relay, 12);
 
 /**
  * Set by the gateway.
@@ -510,7 +595,7 @@ export type StopRequest = Message<"weir.relay.v1.StopRequest"> & {
  * Use `create(StopRequestSchema)` to create a new message.
  */
 export const StopRequestSchema: GenMessage<StopRequest> = /*@__PURE__*/
-  messageDesc(file_weir_relay_v1_relay, 11);
+  messageDesc(file_weir_relay_v1_relay, 13);
 
 /**
  * Empty: stopping has no answer (the generation's end event reports the outcome).
@@ -525,7 +610,7 @@ export type StopResponse = Message<"weir.relay.v1.StopResponse"> & {
  * Use `create(StopResponseSchema)` to create a new message.
  */
 export const StopResponseSchema: GenMessage<StopResponse> = /*@__PURE__*/
-  messageDesc(file_weir_relay_v1_relay, 12);
+  messageDesc(file_weir_relay_v1_relay, 14);
 
 /**
  * Which public route carried the request.
