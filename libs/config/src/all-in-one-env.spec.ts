@@ -12,6 +12,8 @@ describe('loadAllInOneEnv', () => {
       allowModelDownload: true,
       shutdownGraceMs: 10_000,
       burnRateIntervalMs: 60_000,
+      journalSyncMs: 20,
+      journalProgressMs: 1_000,
     });
   });
 
@@ -30,6 +32,8 @@ describe('loadAllInOneEnv', () => {
         WEIR_ALLOW_MODEL_DOWNLOAD: 'false',
         WEIR_SHUTDOWN_GRACE_MS: '30000',
         WEIR_BURN_RATE_INTERVAL_MS: '500',
+        WEIR_JOURNAL_SYNC_MS: '5',
+        WEIR_JOURNAL_PROGRESS_MS: '250',
       }),
     ).toEqual({
       port: 0,
@@ -44,6 +48,8 @@ describe('loadAllInOneEnv', () => {
       allowModelDownload: false,
       shutdownGraceMs: 30_000,
       burnRateIntervalMs: 500,
+      journalSyncMs: 5,
+      journalProgressMs: 250,
     });
     expect(loadAllInOneEnv({ PORT: '', WEIR_CONFIG: ' ' })).toMatchObject({ port: 8080 });
     expect(loadAllInOneEnv({ WEIR_CONFIG: '' }).configPath).toBeUndefined();
@@ -56,6 +62,8 @@ describe('loadAllInOneEnv', () => {
     ['WEIR_ALLOW_MODEL_DOWNLOAD', 'maybe', 'WEIR_ALLOW_MODEL_DOWNLOAD: expected true or false, got "maybe"'],
     ['WEIR_SHUTDOWN_GRACE_MS', '-5', 'WEIR_SHUTDOWN_GRACE_MS: expected an integer from 0 to 3600000, got "-5"'],
     ['WEIR_BURN_RATE_INTERVAL_MS', '10', 'WEIR_BURN_RATE_INTERVAL_MS: expected an integer from 100 to 86400000, got "10"'],
+    ['WEIR_JOURNAL_SYNC_MS', '0', 'WEIR_JOURNAL_SYNC_MS: expected an integer from 1 to 10000, got "0"'],
+    ['WEIR_JOURNAL_PROGRESS_MS', '50', 'WEIR_JOURNAL_PROGRESS_MS: expected an integer from 100 to 600000, got "50"'],
     ['WEIR_DEMO_API_KEY', 'sk-secret value', 'WEIR_DEMO_API_KEY: an API key must look like wk_'],
     ['DATABASE_URL', 'mysql://u:secret@db/weir', 'DATABASE_URL: expected a postgres:// or postgresql:// URL (value not shown)'],
   ])('%s=%s is rejected, naming the variable', (name, value, expected) => {

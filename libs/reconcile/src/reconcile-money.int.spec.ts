@@ -204,9 +204,9 @@ it('on leases: a killed admission instance and relay — the estimated row settl
   await createPgSettlementApplier(database.db).apply({ journal: 'test', items: [{ kind: 'settle', entry: { usage: estimated } }] });
   // The engine produced 20 + 30.
   engineCounts.set(lost.generationId, { prompt_tokens: 20, completion_tokens: 30 });
-  // The admission instance is killed (nothing returned); 4 minutes later its leases are past hold_until + grace.
+  // The admission instance is killed (nothing returned); 5 minutes later its leases (held 4 min) are past hold_until + grace.
   await holder.stop({ returnLeases: false });
-  clock.advance(4 * 60_000);
+  clock.advance(5 * 60_000);
   const leasedBefore = await store.readBudget({ scope: 'tenant:beta', period: 'month', startsOn: res.reservation.monthStartsOn });
   expect(leasedBefore?.leasedNano).toBeGreaterThan(0);
 
