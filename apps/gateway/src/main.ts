@@ -29,7 +29,7 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { createConfigSyncMetrics, openDataPlaneConfig } from '@weir/config-sync';
 import { type CancelMessage, type GenerationInput, newId, systemClock } from '@weir/core';
-import { countInputWith, declaredTokenCounter, remoteReplicas, replicaTokenCounter, utf8TokenUpperBound } from '@weir/engines';
+import { adapterTokenCounter, countInputWith, remoteReplicas, replicaTokenCounter, utf8TokenUpperBound } from '@weir/engines';
 import { createGatewayApp, createGenerationPipeline, createLiveConfig, createMetricsObserver, createRevocations } from '@weir/gateway';
 import { cancelMessageCodec, connectNats, createNatsTopic, createNatsSettlementJournal, ensureUsageStream, natsNames } from '@weir/messaging-nats';
 import { envInt, envRequired, envString, readEnv, runUntilSignal } from '@weir/service-runtime';
@@ -93,10 +93,11 @@ runUntilSignal('gateway', logger, async () => {
   const relay = createRelayGrpcClient({ address: env.RELAY_ADDR, onBackgroundError });
 
   // Prompt tokens with the revision's own tokenizer (its replicas' /tokenize) where Weir
-  // runs the model; a hosted upstream's declared tokenizer (`engine.tokenizer`, as its adapter
-  // counts); else the documented upper bound.
+  // runs the model; a hosted upstream's as its adapter counts (the declared tokenizer, else the
+  // byte bound of the prompt as the upstream receives it), like the all-in-one; else the
+  // documented upper bound.
   const upperBound = (input: GenerationInput) => countInputWith(input, utf8TokenUpperBound);
-  const counters = new Map(config.revisions.map((r) => [r.id, replicaTokenCounter(r) ?? declaredTokenCounter(r) ?? upperBound]));
+  const counters = new Map(config.revisions.map((r) => [r.id, replicaTokenCounter(r) ?? adapterTokenCounter(r) ?? upperBound]));
   const providerOf = new Map(config.revisions.map((r) => [r.id, r.engine.kind]));
   const poolOf = new Map(remoteReplicas(config.revisions).map((x) => [x.id, x.pool]));
   const usageRepository = createUsageRepository(database.db);

@@ -149,15 +149,17 @@ export function replicaTokenCounter(revision: RevisionSpec, options: { timeoutMs
 }
 
 /**
- * The prompt-token counter of a hosted revision (`openai-compatible` or `anthropic`) that
- * declares a tokenizer (`engine.tokenizer`): exactly what its adapter's `countInputTokens`
- * counts (the tokenizer's count plus the per-message overhead of `token-bound.ts`, an upper
- * bound; the UTF-8 byte bound until the encoding has loaded), for a process that reserves
- * without running the adapter (the split gateway). Undefined for any other revision.
+ * The prompt-token counter of a hosted revision (`openai-compatible` or `anthropic`): exactly
+ * what its adapter's `countInputTokens` counts — the prompt as the upstream receives it (chat
+ * framing included), with the declared tokenizer (`engine.tokenizer`) plus the per-message
+ * overhead of `token-bound.ts` (an upper bound), else, and until the encoding has loaded, the
+ * UTF-8 byte bound — for a process that reserves without running the adapter (the split
+ * gateway), so both topologies reserve, and therefore bill, a request the same. Undefined for
+ * any other engine kind.
  */
-export function declaredTokenCounter(revision: RevisionSpec): TokenCounter | undefined {
+export function adapterTokenCounter(revision: RevisionSpec): TokenCounter | undefined {
   const e = revision.engine;
-  if ((e.kind !== 'openai-compatible' && e.kind !== 'anthropic') || e.tokenizer === undefined || e.tokenizer === 'none') return undefined;
+  if (e.kind !== 'openai-compatible' && e.kind !== 'anthropic') return undefined;
   // The adapter only counts here: it makes no call and reads no key.
   const adapter = e.kind === 'anthropic' ? createAnthropicEngine(e, { env: {} }) : createOpenAICompatibleEngine(e, { env: {} });
   return (input) => adapter.countInputTokens(input);

@@ -61,7 +61,7 @@ export function createPgIdempotencyStore(db: Kysely<WeirSchema>, options: PgIdem
 
   /** Marks a dead holder's running key interrupted (only while `generationId` still holds it); the row as it is after. */
   const interruptDead = async (row: Selectable<IdempotencyKeysTable>): Promise<Selectable<IdempotencyKeysTable> | undefined> => {
-    const message = `The generation for this idempotency key (${row.generation_id}) was interrupted: the gateway running it stopped before it finished and no result was recorded; what it produced, if anything, was billed. Send a new key to run it again.`;
+    const message = `The generation for this idempotency key (${row.generation_id}) was interrupted: the gateway running it stopped before it finished and no result was recorded (what it had produced is billed only where its usage was recorded; see GET /v1/usage). Send a new key to run it again.`;
     const marked = await db
       .updateTable('idempotency_keys')
       .set({ state: 'interrupted', result: JSON.stringify({ interrupted: { generationId: row.generation_id, message } }), expires_at: new Date(now() + interruptedRetentionMs), holder: null })

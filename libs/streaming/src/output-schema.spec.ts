@@ -41,6 +41,10 @@ describe('compileOutputSchema', () => {
   it('refuses a schema nested deeper than the limit with a 400, never a 500 (ajv would overflow its stack)', () => {
     let deep: Record<string, unknown> = { type: 'string' };
     for (let i = 0; i < 1_000; i++) deep = { type: 'array', items: deep };
+    // So deep that serialising it would overflow the stack: still a 400 naming the limit.
+    let deeper: Record<string, unknown> = { type: 'string' };
+    for (let i = 0; i < 200_000; i++) deeper = { type: 'array', items: deeper };
+    expect(() => compileOutputSchema(deeper)).toThrow(expect.objectContaining({ code: 'invalid_request', message: expect.stringContaining('nests more than') }));
     expect(() => compileOutputSchema(deep)).toThrow(expect.objectContaining({ code: 'invalid_request', param: 'output_schema', message: expect.stringContaining('nests more than') }));
     let fine: Record<string, unknown> = { type: 'string' };
     for (let i = 0; i < 20; i++) fine = { type: 'array', items: fine };

@@ -80,10 +80,11 @@ export interface OutputSchema {
 export function compileOutputSchema(schema: unknown, paramName = 'output_schema'): OutputSchema {
   const bad = (why: string) => new WeirError('invalid_request', `\`${paramName}\` is not a usable JSON Schema: ${why}`, { param: paramName });
   if (schema === null || typeof schema !== 'object' || Array.isArray(schema)) throw bad('it must be a JSON Schema object, e.g. {"type": "object", "properties": {…}}.');
+  // Depth first: serialising a schema nested thousands deep would overflow the stack (a 500).
+  if (depthOf(schema, MAX_OUTPUT_SCHEMA_DEPTH) > MAX_OUTPUT_SCHEMA_DEPTH) throw bad(`it nests more than ${MAX_OUTPUT_SCHEMA_DEPTH} levels of objects and arrays; flatten it.`);
   const key = JSON.stringify(schema);
   const bytes = Buffer.byteLength(key);
   if (bytes > MAX_OUTPUT_SCHEMA_BYTES) throw bad(`it is ${bytes} bytes; at most ${MAX_OUTPUT_SCHEMA_BYTES} are accepted.`);
-  if (depthOf(schema, MAX_OUTPUT_SCHEMA_DEPTH) > MAX_OUTPUT_SCHEMA_DEPTH) throw bad(`it nests more than ${MAX_OUTPUT_SCHEMA_DEPTH} levels of objects and arrays; flatten it.`);
   const dialect = (schema as { $schema?: unknown }).$schema;
   if (dialect !== undefined && String(dialect).replace(/#$/, '') !== OUTPUT_SCHEMA_DIALECT) {
     throw bad(`only draft 2020-12 is supported; remove \`$schema\` or set it to "${OUTPUT_SCHEMA_DIALECT}".`);

@@ -411,3 +411,11 @@ describe('createRelay: the settlement entry (ADR 0002 §2)', () => {
     expect(mark?.attempts?.at(-1)).toMatchObject({ attempt: 1, revisionId: 'fake@1', replicaId: 'r0', outputTokens: 4 });
   });
 });
+
+describe('billedUsage', () => {
+  it('bills only non-negative whole counts, whatever an adapter hands over', () => {
+    const limits = { reservedInputTokens: 100, maxOutputTokens: 50 };
+    expect(billedUsage({ usage: { inputTokens: -5, outputTokens: Number.NaN, cachedInputTokens: 2.7 }, source: 'reported' }, limits, false).usage).toEqual({ inputTokens: 0, outputTokens: 0, cachedInputTokens: 0 });
+    expect(billedUsage({ usage: { inputTokens: 10.9, outputTokens: Number.POSITIVE_INFINITY }, source: 'reported' }, limits, false).usage).toEqual({ inputTokens: 10, outputTokens: 50 });
+  });
+});

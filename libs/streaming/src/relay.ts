@@ -117,7 +117,8 @@ export function billedUsage(
   failedBeforeOutput: boolean,
 ): ProducedUsage {
   if (failedBeforeOutput) return { usage: NOTHING, source: 'reported' };
-  const u = produced.usage;
+  // Whatever an adapter hands over, only non-negative whole counts are billed and priced.
+  const u = { inputTokens: wholeCount(produced.usage.inputTokens), outputTokens: wholeCount(produced.usage.outputTokens), ...(produced.usage.cachedInputTokens !== undefined ? { cachedInputTokens: wholeCount(produced.usage.cachedInputTokens) } : {}) };
   const inputTokens = Math.min(u.inputTokens, limits.reservedInputTokens);
   return {
     usage: {
@@ -127,6 +128,11 @@ export function billedUsage(
     },
     source: produced.source,
   };
+}
+
+/** A token count as billed: a non-negative whole number (NaN and negatives count 0, fractions are floored, +∞ is left to the caps). */
+function wholeCount(n: number): number {
+  return n > 0 ? Math.min(Math.floor(n), Number.MAX_SAFE_INTEGER) : 0;
 }
 
 /** Creates the relay. */

@@ -103,7 +103,8 @@ export function createAnthropicStreamDecoder(): AnthropicStreamDecoder {
   const applyUsage = (value: unknown, final: boolean): void => {
     if (typeof value !== 'object' || value === null) return;
     const u = value as Record<string, unknown>;
-    const count = (v: unknown): number | undefined => (typeof v === 'number' && Number.isFinite(v) && v >= 0 ? v : undefined);
+    // A count must be a non-negative whole number; anything else is ignored, never billed or priced.
+    const count = (v: unknown): number | undefined => (typeof v === 'number' && Number.isSafeInteger(v) && v >= 0 ? v : undefined);
     input = count(u.input_tokens) ?? input;
     cacheRead = count(u.cache_read_input_tokens) ?? cacheRead;
     cacheCreation = count(u.cache_creation_input_tokens) ?? cacheCreation;

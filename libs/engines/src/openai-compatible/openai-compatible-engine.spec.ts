@@ -409,6 +409,31 @@ describe('createOpenAICompatibleEngine (scripted upstream)', () => {
     expect(upstream.requests.at(-1)?.body).toMatchObject({ stream_options: { include_usage: true, continuous_usage_stats: true } });
   });
 
+  it('bills nothing for a stream stopped before anything arrived (a deadline or cancel before the upstream answered)', async () => {
+    upstream.setScript(() => sseReply(chatStreamEvents(['late', ' answer'], { usage: { prompt_tokens: 7, completion_tokens: 2 } }), { delayMs: 300 }));
+    const engine = createOpenAICompatibleEngine(specFor(upstream.url));
+    const controller = new AbortController();
+    setTimeout(() => controller.abort(), 30);
+    const result = await collectEngineEvents(engine, engineRequest(chat, { signal: controller.signal }));
+    expect(result.events.filter((e) => e.type === 'delta')).toHaveLength(0);
+    expect(endOf(result.events)).toMatchObject({ reason: 'aborted', usage: { inputTokens: 0, outputTokens: 0 }, usageSource: 'counted' });
+  });
+
+  it.each([
+    ['negative', { prompt_tokens: -5, completion_tokens: -3 }],
+    ['fractional', { prompt_tokens: 2.5, completion_tokens: 2 }],
+    ['non-numeric', { prompt_tokens: '7', completion_tokens: 2 }],
+  ])('ignores a %s usage report (never billed or priced as sent) and counts the stream itself', async (_kind, usage) => {
+    upstream.setScript(() => sseReply(chatStreamEvents(['Hello', ' world'], { usage: usage as { prompt_tokens: number; completion_tokens: number } })));
+    const engine = createOpenAICompatibleEngine(specFor(upstream.url));
+    const { events, error } = await collectEngineEvents(engine, engineRequest(chat));
+    expect(error).toBeUndefined();
+    const end = endOf(events);
+    expect(end.usageSource).toBe('estimated');
+    expect(end.usage.outputTokens).toBe(2);
+    expect(Number.isSafeInteger(end.usage.inputTokens) && end.usage.inputTokens > 0).toBe(true);
+  });
+
   it('declares capacity from maxConcurrency and the context default', () => {
     const engine = createOpenAICompatibleEngine(specFor(upstream.url, { maxConcurrency: 7 }));
     expect(engine.capacity).toEqual({ slots: 7, contextTokens: 8192 });

@@ -233,8 +233,15 @@ export function createOpenAICompatibleEngine(
     };
     // With continuous usage stats the upstream's own running count is the bill, even when the
     // stream is cut: it counts tokens whose text never arrived, too.
+    // Stopped before anything arrived (a deadline or cancel before the upstream answered): nothing
+    // is known to have been produced, so nothing is billed — the same rule as a failure before any
+    // output, in every topology.
     const abortedEnd = async (): Promise<EngineEvent> =>
-      spec.continuousUsageStats && reported ? { type: 'end', reason: 'aborted', usage: reported, usageSource: 'reported' } : countedEnd('aborted');
+      spec.continuousUsageStats && reported
+        ? { type: 'end', reason: 'aborted', usage: reported, usageSource: 'reported' }
+        : !reported && deltas === 0 && outputText.length === 0
+          ? { type: 'end', reason: 'aborted', usage: { inputTokens: 0, outputTokens: 0, cachedInputTokens: 0 }, usageSource: 'counted' }
+          : countedEnd('aborted');
     // What a failing generation had produced: the upstream's own count when it sent one, else
     // Weir's count once any output arrived; nothing before that.
     const producedSoFar = async (): Promise<ProducedUsage | undefined> => {
@@ -526,12 +533,19 @@ function parseToolCallDeltas(value: unknown): ToolCallDelta[] | undefined {
 function parseUsage(value: unknown): TokenUsage | undefined {
   if (typeof value !== 'object' || value === null) return undefined;
   const u = value as Record<string, unknown>;
-  if (typeof u.prompt_tokens !== 'number' || typeof u.completion_tokens !== 'number') return undefined;
+  // Counts must be non-negative whole numbers: an upstream's negative, fractional or non-finite
+  // "usage" is ignored (Weir counts instead), never billed, priced or allowed to fault the relay.
+  if (!isTokenCount(u.prompt_tokens) || !isTokenCount(u.completion_tokens)) return undefined;
   const details = u.prompt_tokens_details as Record<string, unknown> | null | undefined;
-  const cached = typeof details?.cached_tokens === 'number' ? details.cached_tokens : undefined;
+  const cached = isTokenCount(details?.cached_tokens) ? Math.min(details.cached_tokens, u.prompt_tokens) : undefined;
   return {
     inputTokens: u.prompt_tokens,
     outputTokens: u.completion_tokens,
     ...(cached !== undefined ? { cachedInputTokens: cached } : {}),
   };
+}
+
+/** A token count an upstream may report: a non-negative safe integer. */
+function isTokenCount(v: unknown): v is number {
+  return typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
 }

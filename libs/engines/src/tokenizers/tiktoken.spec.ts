@@ -7,7 +7,7 @@ import type { EngineEvent, OpenAICompatibleEngineSpec, RevisionSpec } from '@wei
 import { collectEngineEvents, countingModelScript, countingModelText, type ScriptedUpstream, startScriptedUpstream } from '@weir/testing';
 import { createOpenAICompatibleEngine } from '../openai-compatible/openai-compatible-engine';
 import { CHAT_MESSAGE_OVERHEAD_TOKENS, CHAT_REPLY_PRIMING_TOKENS, utf8TokenUpperBound } from '../openai-compatible/token-bound';
-import { declaredTokenCounter } from '../remote-replicas';
+import { adapterTokenCounter } from '../remote-replicas';
 import { declaredTokenizer, tiktokenTokenizer } from './tiktoken';
 
 describe('tiktoken tokenizers', () => {
@@ -67,8 +67,12 @@ describe('an OpenAI-compatible revision with a declared tokenizer', () => {
     expect(await engine.countInputTokens(prompt)).toBe(6 + CHAT_MESSAGE_OVERHEAD_TOKENS + CHAT_REPLY_PRIMING_TOKENS);
     // The split gateway counts the same way without running the adapter.
     const revision = { id: 'gpt@1', engine: spec() } as RevisionSpec;
-    expect(await declaredTokenCounter(revision)?.(prompt)).toBe(6 + CHAT_MESSAGE_OVERHEAD_TOKENS + CHAT_REPLY_PRIMING_TOKENS);
-    expect(declaredTokenCounter({ ...revision, engine: spec({ tokenizer: undefined }) })).toBeUndefined();
+    expect(await adapterTokenCounter(revision)?.(prompt)).toBe(6 + CHAT_MESSAGE_OVERHEAD_TOKENS + CHAT_REPLY_PRIMING_TOKENS);
+    // Without a tokenizer, the same byte bound as the adapter's, chat framing included (both topologies reserve alike).
+    const plain = { ...revision, engine: spec({ tokenizer: undefined }) };
+    const text = { kind: 'text' as const, text: 'the cat sat on a mat' };
+    expect(await adapterTokenCounter(plain)?.(text)).toBe(await createOpenAICompatibleEngine(spec({ tokenizer: undefined })).countInputTokens(text));
+    expect(await adapterTokenCounter(plain)?.(text)).toBeGreaterThan(Buffer.byteLength(text.text));
   });
 
   it.each([3, 5, 8, 61])('bills a stream cut after %i tokens without upstream usage the tokens received (counted)', async (tokens) => {
