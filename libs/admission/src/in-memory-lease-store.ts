@@ -32,7 +32,11 @@ export interface InMemoryLeaseStore extends LeaseStore {
   failWith(err: Error | undefined): void;
 }
 
-interface Row extends BudgetKey, BudgetRowMoney {}
+interface Row extends BudgetKey, BudgetRowMoney {
+  /** Another holder's demand for this row's money (see `BudgetDraw.demandUntilMs`); 0: none. */
+  demandUntilMs: number;
+  demandHolder?: string;
+}
 
 /** Creates an empty in-memory lease store. */
 export function createInMemoryLeaseStore(): InMemoryLeaseStore {
@@ -46,7 +50,7 @@ export function createInMemoryLeaseStore(): InMemoryLeaseStore {
   const row = (key: BudgetKey): Row => {
     const k = budgetKeyString(key);
     let r = rows.get(k);
-    if (!r) rows.set(k, (r = { scope: key.scope, period: key.period, startsOn: key.startsOn, settledNano: 0, reservedNano: 0, leasedNano: 0 }));
+    if (!r) rows.set(k, (r = { scope: key.scope, period: key.period, startsOn: key.startsOn, settledNano: 0, reservedNano: 0, leasedNano: 0, demandUntilMs: 0 }));
     return r;
   };
   const copyBudget = (l: BudgetLeaseRow): BudgetLeaseRow => ({ ...l, key: { ...l.key } });
@@ -76,13 +80,19 @@ export function createInMemoryLeaseStore(): InMemoryLeaseStore {
         const h = holderRows.get(holder);
         holderRows.set(holder, { holder, mode: h?.mode ?? mode, expiresAtMs: nowMs + ttlMs });
         const live = new Set<string>();
+        const wanted = new Set<string>();
         for (const id of leaseIds) {
-          const l = budgetLeases.get(id) ?? rateLeases.get(id);
+          const b = budgetLeases.get(id);
+          const l = b ?? rateLeases.get(id);
           if (!l || l.holder !== holder) continue;
           l.holdUntilMs = Math.max(l.holdUntilMs, holdUntilMs);
           live.add(id);
+          if (b) {
+            const r = row(b.key);
+            if (r.demandUntilMs > nowMs && r.demandHolder !== holder) wanted.add(id);
+          }
         }
-        return live;
+        return { live, wanted };
       }),
 
     drawBudget: (d) =>
@@ -92,7 +102,7 @@ export function createInMemoryLeaseStore(): InMemoryLeaseStore {
         let lease = budgetLeases.get(d.leaseId);
         if (lease && lease.holder !== d.holder) throw new Error(`lease ${d.leaseId} belongs to another holder`);
         if (!lease) {
-          if (!d.create) return { addedNano: 0, unleasedNano: unleased };
+          if (!d.create) return { addedNano: 0, unleasedNano: unleased, othersLeasedNano: r.leasedNano };
           lease = { leaseId: d.leaseId, holder: d.holder, key: { ...d.key }, grantedNano: 0, consumedNano: 0, holdUntilMs: d.holdUntilMs };
           budgetLeases.set(d.leaseId, lease);
         }
@@ -100,7 +110,14 @@ export function createInMemoryLeaseStore(): InMemoryLeaseStore {
         lease.grantedNano += added;
         lease.holdUntilMs = Math.max(lease.holdUntilMs, d.holdUntilMs);
         r.leasedNano += added;
-        return { lease: copyBudget(lease), addedNano: added, unleasedNano: unleased - added };
+        if (d.demandUntilMs !== undefined && added < d.ask.min) {
+          r.demandUntilMs = d.demandUntilMs;
+          r.demandHolder = d.holder;
+        } else if (added > 0 && (r.demandUntilMs <= d.nowMs || r.demandHolder === d.holder)) {
+          r.demandUntilMs = 0;
+          r.demandHolder = undefined;
+        }
+        return { lease: copyBudget(lease), addedNano: added, unleasedNano: unleased - added, othersLeasedNano: r.leasedNano - (lease.grantedNano - lease.consumedNano) };
       }),
 
     returnBudget: ({ holder, leaseId, returnNano }) =>
@@ -226,7 +243,8 @@ export function createInMemoryLeaseStore(): InMemoryLeaseStore {
         }
       }
     },
-    budgetRows: () => [...rows.values()].map((r) => ({ ...r })),
+    budgetRows: () =>
+      [...rows.values()].map((r) => ({ scope: r.scope, period: r.period, startsOn: r.startsOn, settledNano: r.settledNano, reservedNano: r.reservedNano, leasedNano: r.leasedNano })),
     holders: () => [...holderRows.values()].map((h) => ({ ...h })),
     calls: () => calls,
     failWith(err) {

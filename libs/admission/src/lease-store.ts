@@ -125,6 +125,14 @@ export interface BudgetDraw {
   /** `hold_until_ms` of a new lease; an existing one keeps the later of its own and this. */
   holdUntilMs: number;
   nowMs: number;
+  /**
+   * Demand (shared holders): when set and the draw grants less than `ask.min` — a request is
+   * refused for want of money other holders may be sitting on — the row records that this holder
+   * wants money until this time (epoch ms); the other holders of the row learn it from their next
+   * {@link LeaseStore.heartbeat} and give back what they do not need. A draw by the same holder
+   * that grants at least `ask.min` (or any draw after the time) clears it. Absent: no signal.
+   */
+  demandUntilMs?: number;
 }
 
 /** What {@link LeaseStore.drawBudget} did. */
@@ -135,6 +143,8 @@ export interface BudgetDrawResult {
   addedNano: number;
   /** budget − settled − reserved − leased after the draw (nano-USD; may be negative after a budget was lowered). */
   unleasedNano: number;
+  /** What the row's other leases (other holders', or this holder's older ones) hold after the draw (nano-USD, ≥ 0). */
+  othersLeasedNano: number;
 }
 
 /** Input of {@link LeaseStore.drawRate}. */
@@ -158,6 +168,17 @@ export interface RateDrawResult {
   added: Partial<RateShares>;
   /** limit − Σ shares after the draw, per field asked. */
   unleased: Partial<RateShares>;
+}
+
+/** What {@link LeaseStore.heartbeat} found. */
+export interface HeartbeatResult {
+  /** The ids asked about that exist (a lease missing was reclaimed: the holder must stop using it). */
+  live: Set<string>;
+  /**
+   * Ids of the holder's live budget leases whose row another holder wants money from now (its
+   * `demandUntilMs` not passed; see {@link BudgetDraw.demandUntilMs}).
+   */
+  wanted: Set<string>;
 }
 
 /** What a reclaim did. */
@@ -191,13 +212,13 @@ export interface LeaseStore {
    * One transaction: the holder's row (created on first call) gets `heartbeat = nowMs` and
    * `expires = nowMs + ttlMs`; each of its leases among `leaseIds` gets
    * hold_until = max(hold_until, `holdUntilMs`). Resolves with the ids of `leaseIds` that exist
-   * (a lease missing was reclaimed: the holder must stop using it).
+   * and those of them whose budget row another holder wants money from ({@link HeartbeatResult}).
    */
-  heartbeat(input: { holder: string; mode: HolderMode; nowMs: number; ttlMs: number; leaseIds: readonly string[]; holdUntilMs: number }): Promise<Set<string>>;
+  heartbeat(input: { holder: string; mode: HolderMode; nowMs: number; ttlMs: number; leaseIds: readonly string[]; holdUntilMs: number }): Promise<HeartbeatResult>;
   /**
    * One transaction: locks the budget row (created on demand), grants
    * {@link leaseGrant}(budget − settled − reserved − leased, ask) to the lease and adds it to the
-   * row's leased money.
+   * row's leased money, and records or clears the row's demand ({@link BudgetDraw.demandUntilMs}).
    */
   drawBudget(input: BudgetDraw): Promise<BudgetDrawResult>;
   /**

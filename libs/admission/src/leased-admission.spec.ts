@@ -148,9 +148,56 @@ describe('leased admission, shared', () => {
     expect(row.settledNano).toBe(admitted * WORST);
     const stranded = [a, b].map((x) => x.snapshot().budgetLeases.find((l) => l.status === 'active')?.availableNano ?? 0);
     for (const s of stranded) expect(s).toBeLessThan(WORST);
-    // Rejected exactly as ADR 0001's engine words it.
-    const r = await a.reserve(req('acme'));
+    // Pieces stranded on both holders may still add up to a request: a refused holder's demand
+    // makes the other give its piece back at its next pass, and the last request passes.
+    for (let round = 0; round < 3; round++) {
+      h.clock.advance(1_100);
+      for (const [x, other] of [
+        [a, b],
+        [b, a],
+      ]) {
+        if (await spend(x, h.store, req('acme', { expiresAtMs: h.clock.now() + 60_000 }))) admitted++;
+        await other.runMaintenance(); // the other holder's heartbeat, after this one's refusal
+        await sample();
+      }
+    }
+    expect(admitted).toBeLessThanOrEqual(20);
+    expect((await h.store.readBudget(monthRow('acme')))!.settledNano).toBe(admitted * WORST);
+    // Now truly spent: rejected exactly as ADR 0001's engine words it.
+    const r = await a.reserve(req('acme', { expiresAtMs: h.clock.now() + 60_000 }));
     expect(r).toMatchObject({ ok: false, reason: 'budget_exhausted', message: expect.stringContaining("tenant's monthly budget of $0.02 is exhausted") });
+  });
+
+  it('hands a quiet holder\'s money to a refused one at its next heartbeat (demand), not after a minute idle', async () => {
+    const h = harness();
+    const tenants = [tenant('acme', { monthlyBudgetUsd: 0.02 })]; // 20 worst cases
+    const a = h.make(tenants);
+    const b = h.make(tenants);
+    // A leases its first 8 worst cases and then sits on them.
+    await a.release(ok(await a.reserve(req('acme'))).reservationId);
+    expect(a.snapshot().budgetLeases[0].availableNano).toBe(8 * WORST);
+    let byB = 0;
+    while (await spend(b, h.store, req('acme'))) byB++;
+    expect(byB).toBeGreaterThanOrEqual(10);
+    expect(byB).toBeLessThanOrEqual(12);
+    // Refused again after its retry delay (the row is dry for it: A holds the rest) …
+    h.clock.advance(1_100);
+    expect(await b.reserve(req('acme', { expiresAtMs: h.clock.now() + 60_000 }))).toMatchObject({
+      ok: false,
+      reason: 'budget_exhausted',
+      message: expect.stringContaining('monthly budget is not exhausted: $0.008 of it is held by other admission instances'),
+      retryAfterMs: 3_000,
+    });
+    // … until A's next maintenance pass sees B's demand and gives back what it does not use.
+    h.clock.advance(1_100);
+    await a.runMaintenance();
+    expect(a.snapshot().counters.rebalances).toBe(1);
+    expect(a.snapshot().budgetLeases[0].availableNano).toBe(0);
+    while (await spend(b, h.store, req('acme', { expiresAtMs: h.clock.now() + 60_000 }))) byB++;
+    expect(byB).toBeGreaterThanOrEqual(18);
+    const row = (await h.store.readBudget(monthRow('acme')))!;
+    expect(row.settledNano).toBe(byB * WORST);
+    expect(row.settledNano + row.leasedNano).toBeLessThanOrEqual(0.02 * NANO_PER_USD);
   });
 
   it('gives back what a dry co-row makes useless, so two holders never each hold what the other needs', async () => {

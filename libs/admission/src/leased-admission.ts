@@ -36,7 +36,7 @@ import {
   newId,
 } from '@weir/core';
 import { type BudgetKey, type BudgetPeriod, type BudgetState, NANO_PER_USD, type ScopeState, appScope, budgetKeyString, emptyBudget, emptyScope, periodStarts, tenantScope } from './admission-state';
-import { BUCKETS, type FinishOutcome, MINUTE_MS, type ReserveDecision, type ScopeCheck, decideReservation, drainedLevel, finishReservation } from './decide';
+import { BUCKETS, type FinishOutcome, MINUTE_MS, type ReserveDecision, type ScopeCheck, decideReservation, drainedLevel, finishReservation, formatUsd } from './decide';
 import {
   type BudgetLeaseRow,
   type HolderMode,
@@ -103,6 +103,12 @@ export interface LeasedAdmissionOptions {
   idleReturnMs?: number;
   /** After a draw found too little to lease, requests needing more are refused without asking again for this long (shared). Default 1,000. */
   drawRetryMs?: number;
+  /**
+   * A shared holder whose waiting request found too little unleased on a budget row asks the
+   * row's other holders for money this long (`BudgetDraw.demandUntilMs`): each gives back what it
+   * does not need at its next heartbeat. Default 5,000.
+   */
+  demandMs?: number;
   /** Most synchronous draws one request may wait for before it is refused. Default 16. */
   maxDrawRounds?: number;
   /** Lease sizing (see `lease-sizing.ts`). Default {@link DEFAULT_SIZING}. */
@@ -173,6 +179,8 @@ export interface LeasedAdmissionCounters {
   backgroundDraws: number;
   /** Budget returns and share reductions. */
   returns: number;
+  /** Budget leases given back because another holder wanted the row's money (a subset of `returns`). */
+  rebalances: number;
   heartbeats: number;
   /** `hold_until` extensions a request waited for. */
   extensions: number;
@@ -263,6 +271,8 @@ interface BudgetLease extends BudgetState {
   /** A draw found less than needed: requests needing more than `knownUnleasedNano` are refused until then. */
   exhaustedUntilMs: number;
   knownUnleasedNano: number;
+  /** What the row's other leases held at the last draw (nano-USD): money a refusal must not call spent. */
+  othersLeasedNano: number;
   /** Given back as unusable while a co-row was dry (see releaseBlocked) until then. */
   blockedReturnUntilMs: number;
 }
@@ -350,6 +360,7 @@ export function createLeasedAdmission(options: LeasedAdmissionOptions, deps: Lea
   const stopGraceMs = options.stopGraceMs ?? 30_000;
   const idleReturnMs = options.idleReturnMs ?? 60_000;
   const drawRetryMs = options.drawRetryMs ?? 1_000;
+  const demandMs = options.demandMs ?? 5_000;
   const maxDrawRounds = options.maxDrawRounds ?? 16;
   const sizing: LeaseSizing = { ...DEFAULT_SIZING, ...options.sizing };
   const maxFraction = exclusive ? 1 : sizing.sharedMaxFraction;
@@ -368,6 +379,7 @@ export function createLeasedAdmission(options: LeasedAdmissionOptions, deps: Lea
     syncDraws: 0,
     backgroundDraws: 0,
     returns: 0,
+    rebalances: 0,
     heartbeats: 0,
     extensions: 0,
     transactions: 0,
@@ -445,6 +457,7 @@ export function createLeasedAdmission(options: LeasedAdmissionOptions, deps: Lea
       pendingNano: 0,
       exhaustedUntilMs: 0,
       knownUnleasedNano: 0,
+      othersLeasedNano: 0,
       blockedReturnUntilMs: 0,
     };
     activeBudget.set(lease.keyString, lease);
@@ -554,7 +567,7 @@ export function createLeasedAdmission(options: LeasedAdmissionOptions, deps: Lea
   const extend = async (ids: string[], untilMs: number): Promise<void> => {
     counters.extensions++;
     const nowMs = clock.now();
-    const live = await call(() => store.heartbeat({ holder: holderId, mode, nowMs, ttlMs: holderTtlMs, leaseIds: ids, holdUntilMs: untilMs }));
+    const { live } = await call(() => store.heartbeat({ holder: holderId, mode, nowMs, ttlMs: holderTtlMs, leaseIds: ids, holdUntilMs: untilMs }));
     for (const id of ids) {
       const lease = budgetLeases.get(id) ?? rateLeaseById(id);
       if (!lease) continue;
@@ -613,7 +626,7 @@ export function createLeasedAdmission(options: LeasedAdmissionOptions, deps: Lea
         const want = exclusive ? Infinity : Math.max(short, target - available(lease), lease.pendingNano + short);
         lease.pendingNano = 0;
         counters.syncDraws++;
-        return drawBudget(lease, budgetNano, { want, min: short, maxFraction });
+        return drawBudget(lease, budgetNano, { want, min: short, maxFraction }, exclusive ? undefined : nowMs + demandMs);
       });
     }
     for (const [i, s] of p.scopes.entries()) {
@@ -693,6 +706,23 @@ export function createLeasedAdmission(options: LeasedAdmissionOptions, deps: Lea
     }
   };
 
+  /**
+   * The refusal message when a dry row's money is not spent but held by the row's other leases
+   * (other admission instances), enough for this request: the budget is not exhausted, and the
+   * holders give it back at their next heartbeat once this holder's demand reaches them.
+   * Undefined when some dry row really has too little left.
+   */
+  const heldElsewhere = (dry: readonly BudgetLease[], worstNano: number): string | undefined => {
+    if (exclusive || dry.length === 0) return undefined;
+    for (const l of dry) {
+      const short = l.settledNano + l.reservedNano + worstNano - l.grantedNano;
+      if (l.othersLeasedNano + l.knownUnleasedNano < short) return undefined;
+    }
+    const l = dry[0];
+    const whose = l.scope.startsWith('tenant:') ? "tenant's" : "app's";
+    return `The ${whose} ${l.period === 'month' ? 'monthly' : 'daily'} budget is not exhausted: ${formatUsd(l.othersLeasedNano)} of it is held by other admission instances, which hand it over within a few seconds. Retry after the Retry-After delay.`;
+  };
+
   const commit = (p: Plan, decision: Extract<ReserveDecision, { ok: true }>, request: ReservationRequest, nowMs: number): ReserveResult => {
     const id = idPrefix + (idCounter++).toString(36);
     p.scopes.forEach((s, i) => {
@@ -739,7 +769,8 @@ export function createLeasedAdmission(options: LeasedAdmissionOptions, deps: Lea
 
   // ---- Lease operations (one store transaction each; one at a time per lease) ----
 
-  const drawBudget = (lease: BudgetLease, budgetNano: number, ask: LeaseAsk): Promise<void> => {
+  /** `demandUntilMs`: a waiting request's draw of a shared holder (see {@link LeasedAdmissionOptions.demandMs}). */
+  const drawBudget = (lease: BudgetLease, budgetNano: number, ask: LeaseAsk, demandUntilMs?: number): Promise<void> => {
     const op = (async () => {
       const nowMs = clock.now();
       const res = await call(() =>
@@ -752,6 +783,7 @@ export function createLeasedAdmission(options: LeasedAdmissionOptions, deps: Lea
           ask,
           holdUntilMs: nowMs + holdMs,
           nowMs,
+          ...(demandUntilMs === undefined ? {} : { demandUntilMs }),
         }),
       );
       if (!res.lease) {
@@ -761,6 +793,7 @@ export function createLeasedAdmission(options: LeasedAdmissionOptions, deps: Lea
       syncBudget(lease, res.lease);
       if (lease.status === 'pending') lease.status = 'active';
       lease.knownUnleasedNano = Math.max(0, res.unleasedNano);
+      lease.othersLeasedNano = Math.max(0, res.othersLeasedNano);
       lease.exhaustedUntilMs = res.addedNano < Math.max(1, ask.min) ? nowMs + drawRetryMs : 0;
     })();
     return own(lease, op);
@@ -891,10 +924,13 @@ export function createLeasedAdmission(options: LeasedAdmissionOptions, deps: Lea
     const active = [...budgetLeases.values()].filter((l) => l.status === 'active');
     const rates = activeRateLeases();
     const ids = [...active.map((l) => l.leaseId), ...rates.map((r) => r.leaseId)];
+    let wanted: ReadonlySet<string> = new Set();
     try {
       counters.heartbeats++;
       const holdUntilMs = nowMs + holdMs;
-      const live = await call(() => store.heartbeat({ holder: holderId, mode, nowMs, ttlMs: holderTtlMs, leaseIds: ids, holdUntilMs }));
+      const beat = await call(() => store.heartbeat({ holder: holderId, mode, nowMs, ttlMs: holderTtlMs, leaseIds: ids, holdUntilMs }));
+      const live = beat.live;
+      wanted = beat.wanted;
       for (const l of [...active, ...rates]) {
         if (live.has(l.leaseId)) l.holdUntilMs = Math.max(l.holdUntilMs, holdUntilMs);
         else {
@@ -930,6 +966,16 @@ export function createLeasedAdmission(options: LeasedAdmissionOptions, deps: Lea
         if (lease.frozen) {
           // A lowered budget: give everything unused back, then lease again under the new budget.
           run('return', unfreeze(lease));
+          continue;
+        }
+        if (!exclusive && wanted.has(lease.leaseId)) {
+          // Another holder was refused for want of this row's money: give back all this one does
+          // not need for what it has in flight. Its own next request draws again (½ of what is
+          // unleased at most), so two busy holders share the rest instead of one sitting on it.
+          if (available(lease) > 0) {
+            counters.rebalances++;
+            run('rebalance', returnBudget(lease, available(lease)));
+          }
           continue;
         }
         if (exclusive) {
@@ -1107,6 +1153,11 @@ export function createLeasedAdmission(options: LeasedAdmissionOptions, deps: Lea
           if (decision.reason === 'budget_exhausted') releaseBlocked(p, dry, nowMs);
           counters.rejected++;
           observer?.onDecision?.({ tenantId, outcome: 'rejected', reason: decision.reason });
+          const held = decision.reason === 'budget_exhausted' ? heldElsewhere(dry, request.worstCaseCostNanoUsd) : undefined;
+          if (held) {
+            // Not spent: other holders hold it, and hand it over at their next heartbeat (demand).
+            return { ok: false, reason: decision.reason, message: held, retryAfterMs: heartbeatMs + drawRetryMs, rateLimits: decision.rateLimits };
+          }
           return {
             ok: false,
             reason: decision.reason,

@@ -183,6 +183,16 @@ describe('gateway', () => {
     expect(await res.json()).toMatchObject({ error: { type: 'insufficient_quota', code: 'budget_exhausted' } });
   });
 
+  it('lets clients retry a budget whose rest other admission instances hold: Retry-After, no x-should-retry: false', async () => {
+    admissionOverride.reserve = async () => ({ ok: false, reason: 'budget_exhausted', message: 'held by other admission instances', retryAfterMs: 3_000 });
+    const res = await post('/v1/chat/completions', { model: 'fake', messages: [{ role: 'user', content: 'hi' }] });
+    expect(res.status).toBe(429);
+    expect(res.headers.get('retry-after')).toBe('3');
+    expect(res.headers.get('x-should-retry')).toBeNull();
+    expect(await res.json()).toMatchObject({ error: { type: 'insufficient_quota', code: 'budget_exhausted' } });
+    expect(engine.started).toBe(0);
+  });
+
   it('queues behind a busy slot, rejects the overflow with 503 queue_full, and releases every reservation', async () => {
     engine.options.delayMs = 20;
     const first = post('/v1/generations', { model_alias: 'fake', input: 'a', max_output_tokens: 5 });

@@ -193,9 +193,10 @@ export class AdmissionRejectedError extends WeirError {
     retryAfterMs: number | undefined,
     readonly rateLimits: RateLimitStatus | undefined,
   ) {
-    // Retrying helps only when the limiter says when (a budget, or a request larger than a
-    // rate limit's whole window, comes with no hint).
-    super(code, message, { retryAfterMs, retryable: code !== 'budget_exhausted' && retryAfterMs !== undefined });
+    // Retrying helps only when the limiter says when: a spent budget, or a request larger than a
+    // rate limit's whole window, comes with no hint; a budget whose rest is held by other
+    // admission instances (ADR 0002 §1, demand) comes with one.
+    super(code, message, { retryAfterMs, retryable: retryAfterMs !== undefined });
   }
 }
 

@@ -84,18 +84,25 @@ export function createPgLeaseStore(db: Kysely<WeirSchema>): LeaseStore {
     heartbeat: ({ holder, mode, nowMs, ttlMs, leaseIds, holdUntilMs }) =>
       db.transaction().execute(async (trx) => {
         const live = new Set<string>();
+        const wanted = new Set<string>();
         if (leaseIds.length > 0) {
-          const { rows } = await sql<{ lease_id: string }>`
-            UPDATE admission_leases SET hold_until_ms = greatest(hold_until_ms, ${holdUntilMs}::bigint), updated_at_ms = ${nowMs}::bigint
+          // A budget lease is wanted when its row records another holder's unexpired demand (0011).
+          const { rows } = await sql<{ lease_id: string; wanted: boolean }>`
+            UPDATE admission_leases a SET hold_until_ms = greatest(hold_until_ms, ${holdUntilMs}::bigint), updated_at_ms = ${nowMs}::bigint
             WHERE lease_id IN (SELECT lease_id FROM admission_leases WHERE holder = ${holder} AND lease_id = ANY(${[...leaseIds]}::text[]) ORDER BY lease_id FOR UPDATE)
-            RETURNING lease_id`.execute(trx);
-          for (const r of rows) live.add(r.lease_id);
+            RETURNING a.lease_id, (a.kind = 'budget' AND EXISTS (
+              SELECT 1 FROM budget_periods b WHERE b.scope = a.scope AND b.period = a.period AND b.starts_on = a.starts_on
+                AND b.demand_until_ms > ${nowMs}::bigint AND b.demand_holder IS DISTINCT FROM ${holder})) AS wanted`.execute(trx);
+          for (const r of rows) {
+            live.add(r.lease_id);
+            if (r.wanted) wanted.add(r.lease_id);
+          }
         }
         await sql`
           INSERT INTO admission_holders (holder, mode, started_at_ms, heartbeat_at_ms, expires_at_ms)
           VALUES (${holder}, ${mode}, ${nowMs}::bigint, ${nowMs}::bigint, ${nowMs + ttlMs}::bigint)
           ON CONFLICT (holder) DO UPDATE SET heartbeat_at_ms = excluded.heartbeat_at_ms, expires_at_ms = excluded.expires_at_ms`.execute(trx);
-        return live;
+        return { live, wanted };
       }),
 
     drawBudget: (d) =>
@@ -105,7 +112,7 @@ export function createPgLeaseStore(db: Kysely<WeirSchema>): LeaseStore {
         const unleased = d.budgetNano - row.settled - row.reserved - row.leased;
         const existing = await lockLease(trx, d.leaseId);
         if (existing && (existing.holder !== d.holder || existing.kind !== 'budget')) throw new Error(`lease ${d.leaseId} is not a budget lease of holder ${d.holder}`);
-        if (!existing && !d.create) return { addedNano: 0, unleasedNano: unleased };
+        if (!existing && !d.create) return { addedNano: 0, unleasedNano: unleased, othersLeasedNano: row.leased };
         const added = leaseGrant(unleased, d.ask);
         let lease: LeaseRowDb;
         if (existing) {
@@ -122,11 +129,19 @@ export function createPgLeaseStore(db: Kysely<WeirSchema>): LeaseStore {
             RETURNING ${LEASE_COLUMNS}`.execute(trx);
           lease = rows[0];
         }
-        if (added > 0) {
-          await sql`UPDATE budget_periods SET leased_nano = leased_nano + ${added}::bigint
+        // Demand (0011): set when a shared holder's waiting request was not covered; a draw that
+        // covers the holder's own demand (or finds it expired) clears it. SET sees the old values.
+        const demand = d.demandUntilMs !== undefined && added < d.ask.min;
+        if (added > 0 || demand) {
+          await sql`UPDATE budget_periods SET leased_nano = leased_nano + ${added}::bigint,
+              demand_until_ms = CASE WHEN ${demand} THEN ${d.demandUntilMs ?? 0}::bigint
+                WHEN demand_until_ms <= ${d.nowMs}::bigint OR demand_holder = ${d.holder} THEN 0 ELSE demand_until_ms END,
+              demand_holder = CASE WHEN ${demand} THEN ${d.holder}
+                WHEN demand_until_ms <= ${d.nowMs}::bigint OR demand_holder = ${d.holder} THEN NULL ELSE demand_holder END
             WHERE scope = ${d.key.scope} AND period = ${d.key.period} AND starts_on = ${d.key.startsOn}::date`.execute(trx);
         }
-        return { lease: toBudgetLease(lease), addedNano: added, unleasedNano: unleased - added };
+        const after = toBudgetLease(lease);
+        return { lease: after, addedNano: added, unleasedNano: unleased - added, othersLeasedNano: row.leased + added - (after.grantedNano - after.consumedNano) };
       }),
 
     returnBudget: ({ holder, leaseId, returnNano, nowMs }) =>

@@ -250,6 +250,45 @@ function twoHolders(kind: 'pglite' | 'postgres') {
       }
     });
 
+    it('hands a quiet holder\'s money to a refused one at its next heartbeat (demand), within the cap', async () => {
+      // The app's daily row is the tighter one: the one holder 1 finds dry.
+      const holds = async (h: LeasedAdmission) =>
+        (await sampler.listLeases(h.holderId)).budget.filter((l) => l.key.scope === ROWS[1].key.scope).reduce((sum, l) => sum + l.grantedNano - l.consumedNano, 0);
+      // Holder 0 leases on its first request, then goes quiet.
+      expect(await attempt(holders[0], undefined)).toBe(true);
+      await applyQueued();
+      expect(await holds(holders[0])).toBeGreaterThan(0);
+      // Holder 1 spends until it is refused: what is left is held by holder 0.
+      let spent = 0;
+      while (await attempt(holders[1], undefined)) {
+        spent++;
+        await applyQueued();
+      }
+      expect(spent).toBeGreaterThan(5);
+      // Holder 0's next maintenance pass (its heartbeat) learns of holder 1's demand and gives back
+      // all of that row it does not have in flight (the month row, not dry, it keeps); holder 1,
+      // past its retry delay, spends it.
+      clock.advance(1_100);
+      await holders[0].runMaintenance();
+      expect(holders[0].snapshot().counters.rebalances).toBeGreaterThanOrEqual(1);
+      expect(await holds(holders[0])).toBe(0);
+      const { result: more } = await sampled(
+        (async () => {
+          let n = 0;
+          while (await attempt(holders[1], undefined)) {
+            n++;
+            await applyQueued();
+          }
+          return n;
+        })(),
+      );
+      expect(more).toBeGreaterThan(0);
+      const day = (await sampler.readBudget(ROWS[1].key))!;
+      expect(day.settledNano).toBe(settledActual);
+      expect(day.settledNano + day.leasedNano).toBeLessThanOrEqual(APP_DAILY_NANO);
+      expect(settledActual).toBeGreaterThan(0.8 * APP_DAILY_NANO);
+    });
+
     it('reclaims a killed holder\'s leases after hold_until; the survivor spends what they held, within the cap', async () => {
       // Both spend a while; then the first is killed with reservations in flight (their relays
       // finish later: the applier settles them before the leases are reclaimed).

@@ -127,6 +127,9 @@ export interface BudgetPeriodsTable {
   reserved_nano: ColumnType<string, number | string | bigint | undefined, number | string | bigint>;
   /** Money of the row held by budget leases (ADR 0002): Σ (granted − consumed) of its live leases. */
   leased_nano: ColumnType<string, number | string | bigint | undefined, number | string | bigint>;
+  /** Until when (epoch ms) `demand_holder` wants money other holders of the row hold (migration 0011); 0: no demand. */
+  demand_until_ms: ColumnType<string, number | string | undefined, number | string>;
+  demand_holder: string | null;
 }
 
 /** `key_holders` (migration 0010): a process that claims idempotency keys (a split gateway), and its liveness (epoch ms). */

@@ -43,7 +43,13 @@ export function describeLeaseStoreContract(name: string, setup: () => Promise<Le
       await subject?.close();
     });
 
-    const draw = (store: LeaseStore, holder: string, leaseId: string, want: number, extra: { min?: number; create?: boolean; budgetNano?: number; key?: BudgetKey; holdUntilMs?: number } = {}) =>
+    const draw = (
+      store: LeaseStore,
+      holder: string,
+      leaseId: string,
+      want: number,
+      extra: { min?: number; create?: boolean; budgetNano?: number; key?: BudgetKey; holdUntilMs?: number; nowMs?: number; demandUntilMs?: number } = {},
+    ) =>
       store.drawBudget({
         holder,
         leaseId,
@@ -52,7 +58,8 @@ export function describeLeaseStoreContract(name: string, setup: () => Promise<Le
         budgetNano: extra.budgetNano ?? BUDGET,
         ask: ask(want, extra.min ?? 0),
         holdUntilMs: extra.holdUntilMs ?? T0 + 180_000,
-        nowMs: T0,
+        nowMs: extra.nowMs ?? T0,
+        ...(extra.demandUntilMs === undefined ? {} : { demandUntilMs: extra.demandUntilMs }),
       });
     const settlement = (costNano: number, leaseIds: string[], appId = 'web'): LeaseSettlement => ({
       tenantId: 'acme',
@@ -77,6 +84,7 @@ export function describeLeaseStoreContract(name: string, setup: () => Promise<Le
           lease: { leaseId: 'lse_1', holder: 'h1', key: MONTH, grantedNano: 500_000_000, consumedNano: 0, holdUntilMs: T0 + 180_000 },
           addedNano: 500_000_000,
           unleasedNano: 500_000_000,
+          othersLeasedNano: 0,
         });
         const again = await draw(b, 'h1', 'lse_1', 100_000_000, { holdUntilMs: T0 + 1 });
         expect(again).toMatchObject({ addedNano: 100_000_000, unleasedNano: 400_000_000, lease: { grantedNano: 600_000_000, holdUntilMs: T0 + 180_000 } });
@@ -86,14 +94,14 @@ export function describeLeaseStoreContract(name: string, setup: () => Promise<Le
       it('grants the shortfall near the cap, and nothing when not even that is unleased', async () => {
         await draw(a, 'h1', 'lse_1', Infinity, { budgetNano: BUDGET });
         await draw(a, 'h1', 'lse_1', Infinity); // 500 + 250
-        expect(await draw(b, 'h2', 'lse_2', 300_000_000, { min: 200_000_000 })).toMatchObject({ addedNano: 200_000_000, unleasedNano: 50_000_000 });
+        expect(await draw(b, 'h2', 'lse_2', 300_000_000, { min: 200_000_000 })).toMatchObject({ addedNano: 200_000_000, unleasedNano: 50_000_000, othersLeasedNano: 750_000_000 });
         expect(await draw(b, 'h2', 'lse_2', 300_000_000, { min: 50_000_001 })).toMatchObject({ addedNano: 0, unleasedNano: 50_000_000 });
         expect(await draw(b, 'h2', 'lse_2', 300_000_000, { min: 50_000_000 })).toMatchObject({ addedNano: 50_000_000, unleasedNano: 0 });
         await invariant();
       });
 
       it('does not recreate a lease that no longer exists unless told to, and refuses another holder\'s lease', async () => {
-        expect(await draw(a, 'h1', 'lse_gone', 1_000, { create: false })).toEqual({ addedNano: 0, unleasedNano: BUDGET });
+        expect(await draw(a, 'h1', 'lse_gone', 1_000, { create: false })).toEqual({ addedNano: 0, unleasedNano: BUDGET, othersLeasedNano: 0 });
         expect((await a.listLeases()).budget).toEqual([]);
         await draw(a, 'h1', 'lse_1', 1_000);
         await expect(draw(b, 'h2', 'lse_1', 1_000)).rejects.toThrow();
@@ -133,6 +141,32 @@ export function describeLeaseStoreContract(name: string, setup: () => Promise<Le
         await invariant();
       });
 
+      it('records a refused holder\'s demand for the other holders\' heartbeats until it expires or is covered', async () => {
+        const beat = (store: LeaseStore, holder: string, leaseIds: string[], nowMs = T0 + 1_000) =>
+          store.heartbeat({ holder, mode: 'shared', nowMs, ttlMs: 10_000, leaseIds, holdUntilMs: 0 });
+        const day = { ...MONTH, period: 'day' as const, startsOn: '2026-11-30' };
+        await draw(a, 'h1', 'lse_1', Infinity, { budgetNano: BUDGET }); // ½ of the budget
+        await draw(a, 'h1', 'lse_1', Infinity); // ¾
+        await draw(a, 'h1', 'lse_d', 1_000, { key: day });
+        // Without a demand time nothing is recorded, even when refused.
+        expect(await draw(b, 'h2', 'lse_2', 400_000_000, { min: 300_000_000 })).toMatchObject({ addedNano: 0 });
+        expect((await beat(a, 'h1', ['lse_1', 'lse_d'])).wanted).toEqual(new Set());
+        // Refused with a demand time: h1's lease on that row (not its other row's) is wanted, and
+        // h2 is never told its own demand.
+        expect(await draw(b, 'h2', 'lse_2', 400_000_000, { min: 300_000_000, demandUntilMs: T0 + 5_000 })).toMatchObject({ addedNano: 0 });
+        expect(await beat(b, 'h1', ['lse_1', 'lse_d'])).toEqual({ live: new Set(['lse_1', 'lse_d']), wanted: new Set(['lse_1']) });
+        expect((await beat(a, 'h2', ['lse_2'])).wanted).toEqual(new Set());
+        expect((await beat(a, 'h1', ['lse_1'], T0 + 5_000)).wanted).toEqual(new Set()); // expired
+        // A draw of a third holder that is covered leaves h2's demand standing; h2's own covered draw clears it.
+        await draw(b, 'h2', 'lse_2', 400_000_000, { min: 300_000_000, demandUntilMs: T0 + 5_000 });
+        await draw(a, 'h3', 'lse_3', 1_000, { min: 1_000, nowMs: T0 + 1 });
+        expect((await beat(a, 'h1', ['lse_1'])).wanted).toEqual(new Set(['lse_1']));
+        await a.returnBudget({ holder: 'h1', leaseId: 'lse_1', returnNano: 500_000_000, nowMs: T0 + 1 });
+        expect(await draw(b, 'h2', 'lse_2', 400_000_000, { min: 300_000_000, nowMs: T0 + 2, demandUntilMs: T0 + 5_000 })).toMatchObject({ addedNano: 374_999_500 });
+        expect((await beat(a, 'h1', ['lse_1'])).wanted).toEqual(new Set());
+        await invariant();
+      });
+
       it('returns at most granted − consumed, and only the holder\'s own lease', async () => {
         await draw(a, 'h1', 'lse_1', 1_000_000);
         await subject.applySettlements([settlement(300_000, ['lse_1'])]);
@@ -148,8 +182,8 @@ export function describeLeaseStoreContract(name: string, setup: () => Promise<Le
       it('registers holders, extends only their own leases (never shortens), and reports the ones that are gone', async () => {
         await draw(a, 'h1', 'lse_1', 1_000, { holdUntilMs: T0 + 100_000 });
         await draw(a, 'h2', 'lse_2', 1_000, { holdUntilMs: T0 + 100_000 });
-        const live = await b.heartbeat({ holder: 'h1', mode: 'shared', nowMs: T0, ttlMs: 10_000, leaseIds: ['lse_1', 'lse_2', 'lse_gone'], holdUntilMs: T0 + 200_000 });
-        expect([...live]).toEqual(['lse_1']);
+        const beat = await b.heartbeat({ holder: 'h1', mode: 'shared', nowMs: T0, ttlMs: 10_000, leaseIds: ['lse_1', 'lse_2', 'lse_gone'], holdUntilMs: T0 + 200_000 });
+        expect(beat).toEqual({ live: new Set(['lse_1']), wanted: new Set() });
         await a.heartbeat({ holder: 'h1', mode: 'shared', nowMs: T0, ttlMs: 10_000, leaseIds: ['lse_1'], holdUntilMs: T0 + 50_000 });
         const byId = Object.fromEntries((await a.listLeases()).budget.map((l) => [l.leaseId, l.holdUntilMs]));
         expect(byId).toEqual({ lse_1: T0 + 200_000, lse_2: T0 + 100_000 });

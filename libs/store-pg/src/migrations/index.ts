@@ -8,6 +8,7 @@ import { idempotencyByGeneration } from './0007-idempotency-by-generation';
 import { controlPlane } from './0008-control-plane';
 import { evals } from './0009-evals';
 import { moneyPath } from './0010-money-path';
+import { leaseDemand } from './0011-lease-demand';
 
 /**
  * Weir's one migration history, for PGlite and Postgres alike. Names sort in the order they
@@ -25,6 +26,7 @@ export const MIGRATIONS: Readonly<Record<string, Migration>> = Object.freeze({
   '0008_control_plane': controlPlane,
   '0009_evals': evals,
   '0010_money_path': moneyPath,
+  '0011_lease_demand': leaseDemand,
 });
 
 /** An in-code kysely {@link MigrationProvider} over {@link MIGRATIONS} (no filesystem scan). */
