@@ -273,6 +273,21 @@ describe('gateway', () => {
     expect(text).not.toContain('[DONE]');
   });
 
+  it('answers a cancel with the status the generation ended in (cancelled, with what it billed), not running', async () => {
+    engine.options = { tokens: 1000, delayMs: 5 };
+    const res = await post('/v1/chat/completions', { model: 'fake', messages: [{ role: 'user', content: 'hi' }], stream: true, max_tokens: 32 });
+    expect(res.status).toBe(200);
+    const generationId = res.headers.get('x-weir-generation-id') as string;
+    const reader = (res.body as ReadableStream<Uint8Array>).getReader();
+    await reader.read();
+    const cancel = await post(`/v1/generations/${generationId}/cancel`, {});
+    expect(cancel.status).toBe(200);
+    const body = (await cancel.json()) as { status: string; finish_reason: string; usage: { output_tokens: number } };
+    expect(body).toMatchObject({ generation_id: generationId, status: 'cancelled', finish_reason: 'cancelled' });
+    expect(body.usage.output_tokens).toBeGreaterThan(0);
+    await reader.cancel();
+  });
+
   it('sends : ping heartbeats while a stream is idle', async () => {
     engine.options = { tokens: 2, delayMs: 120 };
     const res = await post('/v1/generations', { model_alias: 'fake', input: 'x', stream: true });

@@ -698,7 +698,12 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     const entry = registry.get(tenantId, id);
     if (entry) {
       entry.stop('cancel_requested');
-      sendJson(res, 200, describe(entry));
+      // A stop takes effect within an event-loop turn or two (the relay cancels the upstream and
+      // settles): answer the status it ends in, not the `running` it had a moment ago. Should it
+      // take longer than CANCEL_WAIT_MS (an engine slow to stop), say the cancel was requested.
+      const outcome = entry.outcome ?? (entry.transcript ? await endedWithin(entry.transcript, CANCEL_WAIT_MS) : undefined);
+      if (outcome) sendJson(res, 200, describe({ ...entry, outcome }));
+      else sendJson(res, 202, { ...describe(entry), status: 'cancel_requested' });
       return;
     }
     const finished = await finishedElsewhere(tenantId, id);
@@ -962,6 +967,22 @@ function deadlineHeader(req: EdgeRequest): number | undefined {
     throw new WeirError('invalid_request', '`x-weir-deadline-ms` must be a whole number of milliseconds between 1 and 3600000.', { param: 'x-weir-deadline-ms' });
   }
   return n;
+}
+
+/** How long `POST /v1/generations/{id}/cancel` waits for the generation it stopped to end (ms). */
+const CANCEL_WAIT_MS = 2_000;
+
+/** The transcript's outcome once it ends, or undefined after `ms` (the timer never holds the process). */
+function endedWithin(transcript: Transcript, ms: number): Promise<GenerationOutcome | undefined> {
+  if (transcript.outcome) return Promise.resolve(transcript.outcome);
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => resolve(undefined), ms);
+    timer.unref();
+    void transcript.ended().then((o) => {
+      clearTimeout(timer);
+      resolve(o);
+    });
+  });
 }
 
 function describe(entry: { generationId: string; requestId: string; modelRevision: string; state: string; outcome?: GenerationOutcome }) {

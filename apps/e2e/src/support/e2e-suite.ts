@@ -227,6 +227,7 @@ export function describeE2ESuite(name: string, start: (options: TopologyOptions)
       await new Promise((r) => setTimeout(r, 300));
       const first = await post(`/v1/generations/${generationId}/cancel`, {});
       expect(first.status).toBe(200);
+      expect(await first.json()).toMatchObject({ generation_id: generationId, status: 'cancelled', finish_reason: 'cancelled' });
       const { events } = await streaming;
       const { end } = checkWeirStream(events);
       expect(end.finish_reason).toBe('cancelled');
