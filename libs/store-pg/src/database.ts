@@ -1,9 +1,11 @@
+import { readdirSync } from 'node:fs';
 import { setFlagsFromString } from 'node:v8';
 import { Kysely, PostgresDialect } from 'kysely';
 import { Pool } from 'pg';
 import type { StoreLogger } from './logger';
 import { migrateToLatest } from './migrate';
 import type { WeirSchema } from './schema';
+import { initPgliteDataDir } from './pglite-init';
 import { createPgliteStatementRunner, registerStatementRunner } from './statement-runner';
 
 /** Options for {@link openDatabase}. */
@@ -98,6 +100,13 @@ async function openPglite(dataDir: string | undefined): Promise<WeirDatabase> {
   // loads PGlite's ESM entry; only this code path pays for it. Sequential on purpose: jest's
   // ESM loader fails ("request for './chunk-….js' is not in cache") when two concurrent
   // imports share a chunk.
+  // A new data directory is initialized by a child process (initdb's native memory leaves with
+  // it; see pglite-init.ts). Should that fail, PGlite runs initdb here as before.
+  if (dataDir !== undefined) {
+    await initPgliteDataDir(dataDir).catch((err: unknown) => {
+      if (!isEmptyDir(dataDir)) throw err; // a half-made directory: say why, do not build on it
+    });
+  }
   const { PGlite, protocol } = await import('@electric-sql/pglite');
   const { createPgConfig } = await import('@electric-sql/pglite/node-postgres');
   // PGlite's Postgres (9 MB of WASM) is compiled by V8's baseline compiler only (Liftoff): V8
@@ -139,4 +148,13 @@ async function openPglite(dataDir: string | undefined): Promise<WeirDatabase> {
 function once(fn: () => Promise<void>): () => Promise<void> {
   let done: Promise<void> | undefined;
   return () => (done ??= fn());
+}
+
+/** Whether `dir` is missing or holds nothing. */
+function isEmptyDir(dir: string): boolean {
+  try {
+    return readdirSync(dir).length === 0;
+  } catch {
+    return true;
+  }
 }
