@@ -50,6 +50,7 @@ function fakeEngine(options: FakeEngineOptions): EngineAdapter & { options: Fake
         if (request.signal.aborted) break;
         if (engine.options.failAfter !== undefined && n === engine.options.failAfter) throw new WeirError('upstream_error', 'the upstream closed mid-stream');
         await new Promise((r) => setTimeout(r, engine.options.delayMs));
+        if (request.signal.aborted) break; // stopped while producing this token: it never comes
         yield { type: 'delta', text: `w${n} `, tokens: 1 };
       }
       yield { type: 'end', reason: request.signal.aborted ? 'aborted' : n >= request.maxOutputTokens ? 'length' : 'stop', usage: { inputTokens: 2, outputTokens: n }, usageSource: 'reported' };
@@ -286,6 +287,17 @@ describe('gateway', () => {
     expect(body).toMatchObject({ generation_id: generationId, status: 'cancelled', finish_reason: 'cancelled' });
     expect(body.usage.output_tokens).toBeGreaterThan(0);
     await reader.cancel();
+  });
+
+  it('answers 504 deadline_exceeded on the OpenAI routes when the deadline passes before the first token, stream or not', async () => {
+    engine.options = { tokens: 5, delayMs: 300 };
+    for (const stream of [false, true]) {
+      const started = engine.started;
+      const res = await post('/v1/chat/completions', { model: 'fake', messages: [{ role: 'user', content: 'hi' }], stream, max_tokens: 8 }, { 'x-weir-deadline-ms': '60' });
+      expect(engine.started).toBe(started + 1); // it reached the engine: not a deadline in the queue
+      expect(res.status).toBe(504);
+      expect(await res.json()).toMatchObject({ error: { type: 'timeout_error', code: 'deadline_exceeded', message: expect.stringContaining('before the model produced any output') } });
+    }
   });
 
   it('sends : ping heartbeats while a stream is idle', async () => {

@@ -850,6 +850,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
       const text = g.transcript.text();
       const toolCallDeltas = g.transcript.deltaToolCalls.filter((c): c is ToolCallDelta[] => c !== null);
       if (outcome.finishReason === 'error') throw outcomeError(outcome);
+      if (outcome.finishReason === 'deadline' && g.transcript.deltas.length === 0) throw deadlineBeforeOutput();
       answeredBy(res, outcome);
       const finish = toOpenAiFinishReason(outcome.finishReason);
       sendJson(
@@ -864,6 +865,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     // Headers go out only once a slot is held and the first event is in, so queue rejections
     // and failures before any output are still HTTP errors the SDKs can retry.
     await waitFirstEvent(g.transcript, outcomeError);
+    if (g.transcript.deltas.length === 0 && g.transcript.outcome?.finishReason === 'deadline') throw deadlineBeforeOutput();
     const sse = openSse(res, { heartbeatMs: defaults.sseHeartbeatMs });
     const send = (chunk: unknown) => sse.write(formatSseJson(JSON.stringify(chunk)));
     // A text delta's chunk: its JSON around the text is built once for the response.
@@ -1120,6 +1122,14 @@ function configStaleError(state: ConfigState): WeirError {
 
 function deadlineInQueue(): WeirError {
   return new WeirError('deadline_exceeded', 'The deadline passed before the generation could start (waiting for capacity, or a deadline shorter than the request takes to reach an engine); raise the deadline or retry later.', { retryable: true });
+}
+
+/**
+ * 504 `deadline_exceeded` on the OpenAI routes for a generation that reached an engine but whose
+ * deadline passed before its first token: an empty `200` would read as a complete answer.
+ */
+function deadlineBeforeOutput(): WeirError {
+  return new WeirError('deadline_exceeded', 'The deadline passed before the model produced any output; raise the deadline (x-weir-deadline-ms) or retry.', { retryable: true });
 }
 
 function deadlineOrCancel(o: GenerationOutcome): WeirError {
