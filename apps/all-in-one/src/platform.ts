@@ -169,11 +169,14 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
   // usage row, the leases it settles, a keyed request's result — before its terminal event; the
   // applier writes them to the database in group commits. Opening it replays what a crash left
   // unapplied and settles abandoned generations, before anything is leased or served.
+  // On a shared Postgres, this data directory's journal and budget-lease holder are named after
+  // it: the directory's lock (held by this process) proves their previous owner dead.
+  const dataDirTag = `${hostname()}:${createHash('sha256').update(path.resolve(settings.dataDir)).digest('hex').slice(0, 12)}`;
   const journal = await openFileSettlementJournal(
     {
       dir: path.join(settings.dataDir, 'journal'),
       // One journal per process on a shared Postgres; the embedded PGlite has only this one.
-      name: database.kind === 'pglite' ? 'local' : `all-in-one:${hostname()}:${createHash('sha256').update(path.resolve(settings.dataDir)).digest('hex').slice(0, 12)}`,
+      name: database.kind === 'pglite' ? 'local' : `all-in-one:${dataDirTag}`,
       syncIntervalMs: settings.journalSyncMs,
       progressIntervalMs: settings.journalProgressMs,
       // PGlite never fsyncs its commits: applied segments stay until its files are synced.
@@ -203,9 +206,12 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
   }
   // Admission decides in memory on budget leases (ADR 0002 §1): on its own PGlite this process
   // leases everything (exclusive: its predecessor's leases are reclaimed at start, after the
-  // journal's replay above); on a shared Postgres it leases by demand like any holder.
+  // journal's replay above); on a shared Postgres it leases by demand like any holder, as the
+  // holder named after its data directory, reclaiming that holder's leases at start (a previous
+  // run killed with leases held: its journal was replayed above, so what it settled is applied).
+  const holderId = `hld_aio_${dataDirTag}`;
   const admission = createLeasedAdmission(
-    { tenants: config.tenants, mode: database.kind === 'pglite' ? 'exclusive' : 'shared' },
+    database.kind === 'pglite' ? { tenants: config.tenants, mode: 'exclusive' } : { tenants: config.tenants, mode: 'shared', holderId, predecessors: [holderId] },
     {
       store: createPgLeaseStore(database.db),
       observer: {

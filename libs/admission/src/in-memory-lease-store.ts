@@ -102,7 +102,7 @@ export function createInMemoryLeaseStore(): InMemoryLeaseStore {
         let lease = budgetLeases.get(d.leaseId);
         if (lease && lease.holder !== d.holder) throw new Error(`lease ${d.leaseId} belongs to another holder`);
         if (!lease) {
-          if (!d.create) return { addedNano: 0, unleasedNano: unleased, othersLeasedNano: r.leasedNano };
+          if (!d.create) return { addedNano: 0, unleasedNano: unleased, othersLeasedNano: 0 };
           lease = { leaseId: d.leaseId, holder: d.holder, key: { ...d.key }, grantedNano: 0, consumedNano: 0, holdUntilMs: d.holdUntilMs };
           budgetLeases.set(d.leaseId, lease);
         }
@@ -117,7 +117,14 @@ export function createInMemoryLeaseStore(): InMemoryLeaseStore {
           r.demandUntilMs = 0;
           r.demandHolder = undefined;
         }
-        return { lease: copyBudget(lease), addedNano: added, unleasedNano: unleased - added, othersLeasedNano: r.leasedNano - (lease.grantedNano - lease.consumedNano) };
+        let others = 0;
+        if (added < d.ask.min) {
+          for (const l of budgetLeases.values()) {
+            const alive = (holderRows.get(l.holder)?.expiresAtMs ?? 0) > d.nowMs;
+            if (l.holder !== d.holder && alive && budgetKeyString(l.key) === budgetKeyString(d.key)) others += l.grantedNano - l.consumedNano;
+          }
+        }
+        return { lease: copyBudget(lease), addedNano: added, unleasedNano: unleased - added, othersLeasedNano: others };
       }),
 
     returnBudget: ({ holder, leaseId, returnNano }) =>
@@ -199,16 +206,17 @@ export function createInMemoryLeaseStore(): InMemoryLeaseStore {
         return report;
       }),
 
-    reclaimHolders: ({ exceptHolder }) =>
+    reclaimHolders: ({ exceptHolder, holders }) =>
       tx(() => {
         const report: ReclaimReport = { leases: 0, returnedNano: 0, holders: 0 };
+        const spared = (h: string) => (holders ? !holders.includes(h) : h === exceptHolder);
         for (const l of [...budgetLeases.values(), ...rateLeases.values()]) {
-          if (l.holder === exceptHolder) continue;
+          if (spared(l.holder)) continue;
           report.returnedNano += deleteLease(l.leaseId);
           report.leases++;
         }
         for (const h of [...holderRows.keys()]) {
-          if (h === exceptHolder) continue;
+          if (spared(h)) continue;
           holderRows.delete(h);
           report.holders++;
         }

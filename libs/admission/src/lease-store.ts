@@ -143,7 +143,12 @@ export interface BudgetDrawResult {
   addedNano: number;
   /** budget − settled − reserved − leased after the draw (nano-USD; may be negative after a budget was lowered). */
   unleasedNano: number;
-  /** What the row's other leases (other holders', or this holder's older ones) hold after the draw (nano-USD, ≥ 0). */
+  /**
+   * When the draw granted less than `ask.min`: what live holders other than this one (their
+   * `admission_holders` row not expired at `nowMs`) hold on the row (Σ granted − consumed of
+   * their leases; nano-USD, ≥ 0) — money that may come back, where a dead holder's does not
+   * before its reclaim. 0 when the draw was granted what it needed (not computed).
+   */
   othersLeasedNano: number;
 }
 
@@ -250,11 +255,13 @@ export interface LeaseStore {
    */
   reclaimExpired(input: { nowMs: number; graceMs: number }): Promise<ReclaimReport>;
   /**
-   * One transaction (an exclusive holder's start: the data directory's lock proves every other
-   * holder dead): deletes every lease and row of every holder but `exceptHolder` (of every
-   * holder when absent), budget leases giving granted − consumed back to their rows.
+   * One transaction (a start that can prove holders dead — an exclusive holder by the data
+   * directory's lock, every other holder; an all-in-one on a shared Postgres, by the same lock,
+   * its own predecessor): deletes every lease and row of the holders named in `holders` (when
+   * given), else of every holder but `exceptHolder` (of every holder when absent), budget leases
+   * giving granted − consumed back to their rows.
    */
-  reclaimHolders(input: { exceptHolder?: string; nowMs: number }): Promise<ReclaimReport>;
+  reclaimHolders(input: { exceptHolder?: string; holders?: readonly string[]; nowMs: number }): Promise<ReclaimReport>;
   /** A budget row's money, or undefined when the row does not exist. */
   readBudget(key: BudgetKey): Promise<BudgetRowMoney | undefined>;
   /** Leases (every holder's, or one holder's), budget and rate, by lease id. */

@@ -130,6 +130,10 @@ describe('leased admission, shared', () => {
     const tenants = [tenant('acme', { monthlyBudgetUsd: 0.02 })]; // 20 worst cases
     const a = h.make(tenants);
     const b = h.make(tenants);
+    expect(await a.reserve(req('acme', { worstCaseCostNanoUsd: 21 * WORST }))).toMatchObject({
+      ok: false,
+      message: "The tenant's monthly budget of $0.02 is exhausted: $0.02 remains unreserved and this request may cost up to $0.021. Lower max_tokens or the input, or ask for a higher budget.",
+    });
     let admitted = 0;
     const sample = async () => {
       const row = (await h.store.readBudget(monthRow('acme')))!;
@@ -173,6 +177,7 @@ describe('leased admission, shared', () => {
     const tenants = [tenant('acme', { monthlyBudgetUsd: 0.02 })]; // 20 worst cases
     const a = h.make(tenants);
     const b = h.make(tenants);
+    for (const x of [a, b]) await x.start(); // live holders (their heartbeats)
     // A leases its first 8 worst cases and then sits on them.
     await a.release(ok(await a.reserve(req('acme'))).reservationId);
     expect(a.snapshot().budgetLeases[0].availableNano).toBe(8 * WORST);
@@ -185,8 +190,8 @@ describe('leased admission, shared', () => {
     expect(await b.reserve(req('acme', { expiresAtMs: h.clock.now() + 60_000 }))).toMatchObject({
       ok: false,
       reason: 'budget_exhausted',
-      message: expect.stringContaining('monthly budget is not exhausted: $0.008 of it is held by other admission instances'),
-      retryAfterMs: 3_000,
+      message: expect.stringContaining('monthly budget is nearly spent: $0.008 of what is left is held by other admission instances'),
+      retryAfterMs: 4_000,
     });
     // … until A's next maintenance pass sees B's demand and gives back what it does not use.
     h.clock.advance(1_100);
@@ -329,6 +334,24 @@ describe('leased admission, shared', () => {
     await expect(a.reserve(req('acme'))).rejects.toMatchObject({ code: 'shutting_down' });
     await a.settle(r.reservationId, { usage: usage(), costNanoUsd: 10 });
     expect(a.snapshot().held).toBe(0);
+  });
+
+  it('reclaims its named predecessors at start (a restart after kill -9): their budget and slots are free at once', async () => {
+    const h = harness();
+    const tenants = [tenant('acme', { monthlyBudgetUsd: 0.01, maxConcurrent: 2 })];
+    const before = h.make(tenants, { holderId: 'hld_aio_x', predecessors: ['hld_aio_x'] });
+    await before.start();
+    ok(await before.reserve(req('acme')));
+    ok(await before.reserve(req('acme')));
+    await before.stop({ returnLeases: false }); // killed: both slots and its budget lease stay held
+    const stranger = h.make(tenants);
+    await stranger.start();
+    expect(await stranger.reserve(req('acme'))).toMatchObject({ ok: false, reason: 'concurrency_limited' });
+    const after = h.make(tenants, { holderId: 'hld_aio_x', predecessors: ['hld_aio_x'] });
+    await after.start();
+    expect((await h.store.listLeases('hld_aio_x')).budget).toEqual([]);
+    ok(await after.reserve(req('acme')));
+    ok(await after.reserve(req('acme')));
   });
 
   it('returns an idle lease and draws a new one when work comes back', async () => {

@@ -77,6 +77,15 @@ export interface LeasedAdmissionOptions {
   mode: HolderMode;
   /** This holder's id (`admission_holders.holder`). Default a fresh `hld_…` id per process. */
   holderId?: string;
+  /**
+   * Holders this one can prove dead — its own earlier runs, e.g. an all-in-one on a shared
+   * Postgres whose data directory's lock it now holds (and whose journal it has replayed), giving
+   * the same `holderId` each run: their leases and rows are reclaimed at `start` instead of
+   * waiting out their `hold_until` (up to `holdMs`), so a restart after a kill -9 does not find
+   * its own budget and concurrency slots held. Shared mode only (exclusive reclaims everyone).
+   * Default none.
+   */
+  predecessors?: readonly string[];
   /** Retry hint for `concurrency_limited`. Default 1,000. */
   concurrencyRetryAfterMs?: number;
   /** Heartbeat and background maintenance interval. Default 2,000. */
@@ -719,9 +728,32 @@ export function createLeasedAdmission(options: LeasedAdmissionOptions, deps: Lea
       if (l.othersLeasedNano + l.knownUnleasedNano < short) return undefined;
     }
     const l = dry[0];
-    const whose = l.scope.startsWith('tenant:') ? "tenant's" : "app's";
-    return `The ${whose} ${l.period === 'month' ? 'monthly' : 'daily'} budget is not exhausted: ${formatUsd(l.othersLeasedNano)} of it is held by other admission instances, which hand it over within a few seconds. Retry after the Retry-After delay.`;
+    return (
+      `The ${whose(l)} ${l.period === 'month' ? 'monthly' : 'daily'} budget is nearly spent: ${formatUsd(l.othersLeasedNano)} of what is left is held by ` +
+      `other admission instances, for their requests in flight or unused. They give back what they do not use within a few seconds, so a retry after ` +
+      `the Retry-After delay may pass; it is refused as exhausted once the rest is spent.`
+    );
   };
+
+  /**
+   * A shared holder's `budget_exhausted` message from what the store told its last draw (the
+   * decision's own figure is this holder's lease, not the budget): the configured budget, and
+   * what is left unreserved for this holder (unleased + what its lease still has free).
+   * Undefined for an exclusive holder (its lease is the budget) or without a dry row.
+   */
+  const exhaustedHere = (dry: readonly BudgetLease[], worstNano: number): string | undefined => {
+    if (exclusive || dry.length === 0) return undefined;
+    const l = dry[0];
+    const budgetNano = configuredBudgetNano(limitsOfScope(l.scope), l.period);
+    if (budgetNano === undefined) return undefined;
+    const left = Math.max(0, l.knownUnleasedNano + Math.max(0, available(l)));
+    return (
+      `The ${whose(l)} ${l.period === 'month' ? 'monthly' : 'daily'} budget of ${formatUsd(budgetNano)} is exhausted: ${formatUsd(left)} remains unreserved ` +
+      `and this request may cost up to ${formatUsd(worstNano)}. Lower max_tokens or the input, or ask for a higher budget.`
+    );
+  };
+
+  const whose = (l: BudgetLease) => (l.scope.startsWith('tenant:') ? "tenant's" : "app's");
 
   const commit = (p: Plan, decision: Extract<ReserveDecision, { ok: true }>, request: ReservationRequest, nowMs: number): ReserveResult => {
     const id = idPrefix + (idCounter++).toString(36);
@@ -1155,13 +1187,14 @@ export function createLeasedAdmission(options: LeasedAdmissionOptions, deps: Lea
           observer?.onDecision?.({ tenantId, outcome: 'rejected', reason: decision.reason });
           const held = decision.reason === 'budget_exhausted' ? heldElsewhere(dry, request.worstCaseCostNanoUsd) : undefined;
           if (held) {
-            // Not spent: other holders hold it, and hand it over at their next heartbeat (demand).
-            return { ok: false, reason: decision.reason, message: held, retryAfterMs: heartbeatMs + drawRetryMs, rateLimits: decision.rateLimits };
+            // Not spent: other live holders hold it, and give back what they do not use at their
+            // next heartbeat (demand); this holder may draw again after drawRetryMs.
+            return { ok: false, reason: decision.reason, message: held, retryAfterMs: heartbeatMs + drawRetryMs + 1_000, rateLimits: decision.rateLimits };
           }
           return {
             ok: false,
             reason: decision.reason,
-            message: decision.message,
+            message: decision.reason === 'budget_exhausted' ? (exhaustedHere(dry, request.worstCaseCostNanoUsd) ?? decision.message) : decision.message,
             ...(decision.retryAfterMs === undefined ? {} : { retryAfterMs: decision.retryAfterMs }),
             rateLimits: decision.rateLimits,
           };
@@ -1192,6 +1225,9 @@ export function createLeasedAdmission(options: LeasedAdmissionOptions, deps: Lea
         // This process owns the database (the data directory's lock): every lease in it is a
         // dead predecessor's, whatever its hold_until. Its journal was replayed before start.
         const r = await call(() => store.reclaimHolders({ nowMs }));
+        if (r.leases > 0 || r.holders > 0) observer?.onReclaimed?.(r);
+      } else if (options.predecessors && options.predecessors.length > 0) {
+        const r = await call(() => store.reclaimHolders({ holders: options.predecessors, nowMs }));
         if (r.leases > 0 || r.holders > 0) observer?.onReclaimed?.(r);
       }
       await call(() => store.heartbeat({ holder: holderId, mode, nowMs, ttlMs: holderTtlMs, leaseIds: [], holdUntilMs: nowMs + holdMs }));

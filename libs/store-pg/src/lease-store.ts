@@ -112,7 +112,7 @@ export function createPgLeaseStore(db: Kysely<WeirSchema>): LeaseStore {
         const unleased = d.budgetNano - row.settled - row.reserved - row.leased;
         const existing = await lockLease(trx, d.leaseId);
         if (existing && (existing.holder !== d.holder || existing.kind !== 'budget')) throw new Error(`lease ${d.leaseId} is not a budget lease of holder ${d.holder}`);
-        if (!existing && !d.create) return { addedNano: 0, unleasedNano: unleased, othersLeasedNano: row.leased };
+        if (!existing && !d.create) return { addedNano: 0, unleasedNano: unleased, othersLeasedNano: 0 };
         const added = leaseGrant(unleased, d.ask);
         let lease: LeaseRowDb;
         if (existing) {
@@ -140,8 +140,17 @@ export function createPgLeaseStore(db: Kysely<WeirSchema>): LeaseStore {
                 WHEN demand_until_ms <= ${d.nowMs}::bigint OR demand_holder = ${d.holder} THEN NULL ELSE demand_holder END
             WHERE scope = ${d.key.scope} AND period = ${d.key.period} AND starts_on = ${d.key.startsOn}::date`.execute(trx);
         }
-        const after = toBudgetLease(lease);
-        return { lease: after, addedNano: added, unleasedNano: unleased - added, othersLeasedNano: row.leased + added - (after.grantedNano - after.consumedNano) };
+        let others = 0;
+        if (added < d.ask.min) {
+          // Only live holders' money may come back (a dead one's waits for its reclaim).
+          const { rows: held } = await sql<{ n: string }>`
+            SELECT coalesce(sum(l.granted_nano - l.consumed_nano), 0)::text AS n FROM admission_leases l
+            JOIN admission_holders h ON h.holder = l.holder AND h.expires_at_ms > ${d.nowMs}::bigint
+            WHERE l.kind = 'budget' AND l.scope = ${d.key.scope} AND l.period = ${d.key.period} AND l.starts_on = ${d.key.startsOn}::date
+              AND l.holder <> ${d.holder}`.execute(trx);
+          others = Math.max(0, toSafeInteger(held[0].n, 'leased by others'));
+        }
+        return { lease: toBudgetLease(lease), addedNano: added, unleasedNano: unleased - added, othersLeasedNano: others };
       }),
 
     returnBudget: ({ holder, leaseId, returnNano, nowMs }) =>
@@ -247,9 +256,13 @@ export function createPgLeaseStore(db: Kysely<WeirSchema>): LeaseStore {
         reclaim(trx, sql`hold_until_ms + ${graceMs}::bigint <= ${nowMs}::bigint`, sql`expires_at_ms + ${graceMs}::bigint <= ${nowMs}::bigint AND NOT EXISTS (SELECT 1 FROM admission_leases l WHERE l.holder = h.holder)`),
       ),
 
-    reclaimHolders: ({ exceptHolder }) =>
+    reclaimHolders: ({ exceptHolder, holders }) =>
       db.transaction().execute((trx) =>
-        exceptHolder === undefined ? reclaim(trx, sql`true`, sql`true`) : reclaim(trx, sql`holder <> ${exceptHolder}`, sql`h.holder <> ${exceptHolder}`),
+        holders !== undefined
+          ? reclaim(trx, sql`holder = ANY(${[...holders]}::text[])`, sql`h.holder = ANY(${[...holders]}::text[])`)
+          : exceptHolder === undefined
+            ? reclaim(trx, sql`true`, sql`true`)
+            : reclaim(trx, sql`holder <> ${exceptHolder}`, sql`h.holder <> ${exceptHolder}`),
       ),
 
     async readBudget(key) {

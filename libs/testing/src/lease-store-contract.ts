@@ -26,7 +26,8 @@ const ask = (want: number, min = 0, maxFraction = 0.5) => ({ want, min, maxFract
  * - heartbeats register holders and extend only their own leases (never shorten them), and
  *   report the ones that no longer exist; `retire` only shortens;
  * - reclaim takes only leases past hold_until + grace, giving back granted − consumed, and
- *   expired holders without leases; `reclaimHolders` everything but one holder (or all);
+ *   expired holders without leases; `reclaimHolders` everything but one holder (or all, or
+ *   only the holders named);
  * - rate draws keep Σ shares ≤ limit per field under 60 parallel draws from both stores;
  *   `shrinkRate` only lowers.
  */
@@ -94,7 +95,7 @@ export function describeLeaseStoreContract(name: string, setup: () => Promise<Le
       it('grants the shortfall near the cap, and nothing when not even that is unleased', async () => {
         await draw(a, 'h1', 'lse_1', Infinity, { budgetNano: BUDGET });
         await draw(a, 'h1', 'lse_1', Infinity); // 500 + 250
-        expect(await draw(b, 'h2', 'lse_2', 300_000_000, { min: 200_000_000 })).toMatchObject({ addedNano: 200_000_000, unleasedNano: 50_000_000, othersLeasedNano: 750_000_000 });
+        expect(await draw(b, 'h2', 'lse_2', 300_000_000, { min: 200_000_000 })).toMatchObject({ addedNano: 200_000_000, unleasedNano: 50_000_000, othersLeasedNano: 0 });
         expect(await draw(b, 'h2', 'lse_2', 300_000_000, { min: 50_000_001 })).toMatchObject({ addedNano: 0, unleasedNano: 50_000_000 });
         expect(await draw(b, 'h2', 'lse_2', 300_000_000, { min: 50_000_000 })).toMatchObject({ addedNano: 50_000_000, unleasedNano: 0 });
         await invariant();
@@ -153,8 +154,11 @@ export function describeLeaseStoreContract(name: string, setup: () => Promise<Le
         expect((await beat(a, 'h1', ['lse_1', 'lse_d'])).wanted).toEqual(new Set());
         // Refused with a demand time: h1's lease on that row (not its other row's) is wanted, and
         // h2 is never told its own demand.
-        expect(await draw(b, 'h2', 'lse_2', 400_000_000, { min: 300_000_000, demandUntilMs: T0 + 5_000 })).toMatchObject({ addedNano: 0 });
+        // h1 is live (its heartbeat above, until T0 + 11,000): its 750,000,000 on the month row may
+        // come back and is reported (not its day lease); once its holder row expired, nothing is.
+        expect(await draw(b, 'h2', 'lse_2', 400_000_000, { min: 300_000_000, demandUntilMs: T0 + 5_000 })).toMatchObject({ addedNano: 0, othersLeasedNano: 750_000_000 });
         expect(await beat(b, 'h1', ['lse_1', 'lse_d'])).toEqual({ live: new Set(['lse_1', 'lse_d']), wanted: new Set(['lse_1']) });
+        expect(await draw(b, 'h2', 'lse_2', 400_000_000, { min: 300_000_000, nowMs: T0 + 11_001 })).toMatchObject({ addedNano: 0, othersLeasedNano: 0 });
         expect((await beat(a, 'h2', ['lse_2'])).wanted).toEqual(new Set());
         expect((await beat(a, 'h1', ['lse_1'], T0 + 5_000)).wanted).toEqual(new Set()); // expired
         // A draw of a third holder that is covered leaves h2's demand standing; h2's own covered draw clears it.
@@ -224,6 +228,19 @@ export function describeLeaseStoreContract(name: string, setup: () => Promise<Le
         expect((await a.listLeases()).budget.map((l) => l.leaseId)).toEqual(['lse_me']);
         expect(await b.reclaimHolders({ nowMs: T0 })).toEqual({ leases: 1, returnedNano: 1_000, holders: 1 });
         expect(await a.readBudget(MONTH)).toMatchObject({ leasedNano: 0 });
+      });
+
+      it('reclaims only the holders named (a restart proving its predecessor dead), whatever their hold_until', async () => {
+        await draw(a, 'dead', 'lse_dead', 1_000_000, { holdUntilMs: T0 + 900_000 });
+        await a.drawRate({ holder: 'dead', leaseId: 'lse_dead_rate', create: true, scope: 'tenant:acme', limits: { maxConcurrent: 3 }, ask: { maxConcurrent: ask(3, 0, 1) }, holdUntilMs: T0 + 900_000, nowMs: T0 });
+        await draw(a, 'other', 'lse_other', 1_000, { holdUntilMs: T0 + 900_000 });
+        for (const holder of ['dead', 'other']) await a.heartbeat({ holder, mode: 'shared', nowMs: T0, ttlMs: 10_000, leaseIds: [], holdUntilMs: 0 });
+        expect(await b.reclaimHolders({ holders: ['dead'], nowMs: T0 })).toEqual({ leases: 2, returnedNano: 1_000_000, holders: 1 });
+        expect((await a.listLeases()).budget.map((l) => l.leaseId)).toEqual(['lse_other']);
+        expect((await a.listLeases()).rate).toEqual([]);
+        expect(await a.readBudget(MONTH)).toMatchObject({ leasedNano: 1_000 });
+        expect(await b.reclaimHolders({ holders: [], nowMs: T0 })).toEqual({ leases: 0, returnedNano: 0, holders: 0 });
+        await invariant();
       });
     });
 
