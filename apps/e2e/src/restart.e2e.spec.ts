@@ -6,7 +6,7 @@
 import { mkdirSync, mkdtempSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { openDatabase } from '@weir/store-pg';
+import { createTemporaryPostgresDatabase, openDatabase } from '@weir/store-pg';
 import { type AllInOneProcess, removeDir, startAllInOne } from './support/all-in-one-process';
 import { DEMO_KEY, E2E_CONFIG } from './support/fixtures';
 
@@ -64,12 +64,15 @@ it('creates a demo key once, flushes usage on SIGTERM, and keeps data across res
   expect(await second.stop()).toBe(0);
 });
 
-it('after a kill -9 mid-stream, a restart settles what the journal recorded, tells the retry it was interrupted, and frees the budget at once (ADR 0002)', async () => {
+it.each(['PGlite', 'Postgres'] as const)('after a kill -9 mid-stream (%s), a restart settles what the journal recorded, tells the retry it was interrupted, and frees the budget at once (ADR 0002)', async (store) => {
   const root = mkdtempSync(path.join(os.tmpdir(), 'weir-crash-'));
   const data = path.join(root, 'data');
   mkdirSync(data, { recursive: true });
+  // On Postgres the restarted process is a shared lease holder: it must still reclaim its dead
+  // predecessor's leases at start (the holder named after the data directory), not wait for them.
+  const pg = store === 'Postgres' ? await createTemporaryPostgresDatabase() : undefined;
   // Progress marks every 100 ms, so a stream killed after ~0.6 s has journaled what it produced.
-  const env = { WEIR_DEMO_API_KEY: DEMO_KEY, WEIR_JOURNAL_PROGRESS_MS: '100' };
+  const env = { WEIR_DEMO_API_KEY: DEMO_KEY, WEIR_JOURNAL_PROGRESS_MS: '100', ...(pg ? { DATABASE_URL: pg.url } : {}) };
   let crashed: AllInOneProcess | undefined = await startAllInOne({ dataDir: data, configYaml: E2E_CONFIG, env });
   let restarted: AllInOneProcess | undefined;
   try {
@@ -115,7 +118,7 @@ it('after a kill -9 mid-stream, a restart settles what the journal recorded, tel
     expect(fresh.status).toBe(200);
     expect(await restarted.stop()).toBe(0);
     restarted = undefined;
-    const db = await openDatabase({ dataDir: `${data}/pg`, migrate: false });
+    const db = await openDatabase(pg ? { databaseUrl: pg.url, migrate: false } : { dataDir: `${data}/pg`, migrate: false });
     try {
       const rows = await db.db
         .selectFrom('usage_ledger')
@@ -136,6 +139,7 @@ it('after a kill -9 mid-stream, a restart settles what the journal recorded, tel
   } finally {
     await crashed?.stop();
     await restarted?.stop();
+    await pg?.drop();
     removeDir(root);
   }
 });
