@@ -280,7 +280,7 @@ interface BudgetLease extends BudgetState {
   /** A draw found less than needed: requests needing more than `knownUnleasedNano` are refused until then. */
   exhaustedUntilMs: number;
   knownUnleasedNano: number;
-  /** What the row's other leases held at the last draw (nano-USD): money a refusal must not call spent. */
+  /** What live other holders held on the row at the last draw that fell short (nano-USD): money a refusal must not call spent. */
   othersLeasedNano: number;
   /** Given back as unusable while a co-row was dry (see releaseBlocked) until then. */
   blockedReturnUntilMs: number;
@@ -716,10 +716,10 @@ export function createLeasedAdmission(options: LeasedAdmissionOptions, deps: Lea
   };
 
   /**
-   * The refusal message when a dry row's money is not spent but held by the row's other leases
-   * (other admission instances), enough for this request: the budget is not exhausted, and the
-   * holders give it back at their next heartbeat once this holder's demand reaches them.
-   * Undefined when some dry row really has too little left.
+   * The refusal message when what live other holders (other admission instances) hold on each
+   * dry row, plus what is unleased, would cover this request: part of it may be their requests
+   * in flight, the rest they give back at their next heartbeat once this holder's demand reaches
+   * them, so a retry may pass. Undefined when some dry row really has too little left.
    */
   const heldElsewhere = (dry: readonly BudgetLease[], worstNano: number): string | undefined => {
     if (exclusive || dry.length === 0) return undefined;
