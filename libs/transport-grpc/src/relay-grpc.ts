@@ -451,7 +451,7 @@ export function createRelayGrpcClient(options: RelayGrpcClientOptions): RelayGrp
   const path = grpcMethodPath(method.generate);
   const serialize = serializerFor(method.generate.input);
   const deserialize = deserializerFor(method.generate.output);
-  const calls = new Set<grpc.ClientReadableStream<relayV1.GenerateResponse>>();
+  const calls = new Set<{ cancel(): void }>();
 
   return {
     start(job) {
@@ -525,7 +525,7 @@ export function createRelayGrpcClient(options: RelayGrpcClientOptions): RelayGrp
       injectTraceContext(metadata, options.propagator);
       const request = create(relayV1.GenerateRequestSchema, { job: jobToWire(job, clock) });
       const remainingMs = Math.max(0, job.deadlineAt - clock.now());
-      const call = connection.client.makeServerStreamRequest(path, serialize, deserialize, request, metadata, {
+      const call = connection.calls.makeServerStreamRequest(path, serialize, deserialize, request, metadata, {
         deadline: Date.now() + remainingMs + marginMs,
       });
       calls.add(call);
