@@ -100,8 +100,8 @@ const NS_PER_MS = 1_000_000;
 
 /**
  * Creates a batch source over a JetStream stream: at-least-once delivery of decoded values in
- * batches. A message is acked (and the ack confirmed by the server) only after the handler
- * resolved for its batch; when the handler rejects, the batch and everything buffered behind it
+ * batches. A message is acked (a plain ack: a lost one only means a redelivery) only after the
+ * handler resolved for its batch; when the handler rejects, the batch and everything buffered behind it
  * are nakked with a delay of `min(retryMaxMs, retryBaseMs × 2^(deliveries−1))` ms, so JetStream
  * redelivers them. A crash before the ack redelivers too; the handler's effect must therefore be
  * idempotent. Within a batch, values are unique by their decoder's key (a redelivered copy is
