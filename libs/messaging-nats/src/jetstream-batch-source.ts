@@ -21,6 +21,13 @@ export interface NatsUsageSourceOptions {
   /** Most records per handler call. Default 256. */
   batchSize?: number;
   /**
+   * How long a batch that is not full waits for more messages before it is handed over (ms).
+   * A few ms turn a trickle of one-message batches (one database transaction each) into fewer,
+   * larger ones, at the price of that much delay before the records are written. Default 0:
+   * a batch is whatever arrived by the time the previous one was done.
+   */
+  lingerMs?: number;
+  /**
    * How long JetStream waits for an ack before redelivering (ms). While the handler runs, the
    * source tells JetStream it is still working every `ackWaitMs / 3`, so a slow handler is not
    * redelivered behind its back. Default 30,000.
@@ -122,6 +129,7 @@ export function createJetStreamBatchSource<T>(
   const backoff = { baseMs: Math.max(0, options.retryBaseMs ?? 500), maxMs: 0 };
   backoff.maxMs = Math.max(backoff.baseMs, options.retryMaxMs ?? 30_000);
   const pullExpiresMs = Math.max(1_000, options.pullExpiresMs ?? 30_000);
+  const lingerMs = Math.max(0, options.lingerMs ?? 0);
   const { logger, onMalformed } = options;
   const random = deps.random ?? Math.random;
   const stats: NatsUsageSourceStats = { batches: 0, acked: 0, nakked: 0, malformed: 0 };
@@ -277,6 +285,19 @@ export function createJetStreamBatchSource<T>(
               await new Promise<void>((resolve) => (wake = resolve));
               // Let the pump take in what already arrived, so a burst becomes one batch.
               await new Promise((resolve) => setImmediate(resolve));
+              // Then, with a linger, wait a little for more (a stop or a full batch ends the wait).
+              const until = Date.now() + lingerMs;
+              while (buffer.length > 0 && buffer.length < batchSize && !stopping && !pumpDone) {
+                const left = until - Date.now();
+                if (left <= 0) break;
+                await new Promise<void>((resolve) => {
+                  const timer = setTimeout(resolve, left);
+                  wake = () => {
+                    clearTimeout(timer);
+                    resolve();
+                  };
+                });
+              }
               continue;
             }
             await handleBatch(buffer.splice(0, batchSize), handler, buffer);
