@@ -193,7 +193,6 @@ export interface MuxServer {
 interface ServerStreamState {
   calls: Map<number, MuxServerCall>;
   writer: FrameWriter;
-  emitter: EventEmitter;
   finish(): void;
   closed: boolean;
 }
@@ -317,11 +316,8 @@ export function createMuxServer(routes: ReadonlyMap<string, MuxRoute>): MuxServe
   const handler: grpc.handleBidiStreamingCall<Buffer, Buffer> = (stream) => {
     // Response headers at once: they tell the client the stream is up (see FrameWriter).
     stream.sendMetadata(new grpc.Metadata());
-    const emitter = new EventEmitter();
-    emitter.setMaxListeners(0);
     const state: ServerStreamState = {
       calls: new Map(),
-      emitter,
       closed: false,
       writer: new FrameWriter(
         (m) => stream.write(m),
