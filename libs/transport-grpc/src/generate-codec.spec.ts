@@ -1,11 +1,11 @@
-import { create, fromBinary, toBinary } from '@bufbuild/protobuf';
+import { type MessageInitShape, create, fromBinary, toBinary } from '@bufbuild/protobuf';
 import { relayV1 } from '@weir/proto';
 import { decodeGenerateResponse, encodeGenerateResponse, plainDelta } from './generate-codec';
 
 const texts = ['', 'a', 'hello world', 'héllo ✓ 日本語 🎉', 'x'.repeat(200), 'y'.repeat(20_000)];
 const tokenCounts = [0, 1, 127, 128, 300, 16_384, 2 ** 31, 2 ** 32 - 1];
 
-function response(event: relayV1.GenerateResponse['event']): relayV1.GenerateResponse {
+function response(event: MessageInitShape<typeof relayV1.GenerateResponseSchema>['event']): relayV1.GenerateResponse {
   return create(relayV1.GenerateResponseSchema, { event });
 }
 
