@@ -31,6 +31,8 @@ export interface RunningGrpcServer {
    * Idempotent.
    */
   close(graceMs?: number): Promise<void>;
+  /** Mux streams open now (one per client connection using `weir.mux.v1`; metrics, tests). */
+  muxStreams(): number;
 }
 
 /** Binds and starts the server; rejects when the port cannot be bound. */
@@ -56,6 +58,7 @@ export async function startGrpcServer(options: StartGrpcServerOptions): Promise<
   return {
     port,
     address: host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`,
+    muxStreams: () => mux.streams(),
     close(graceMs = 0) {
       closing ??= (async () => {
         // Mux streams end once their calls are done (new calls are answered UNAVAILABLE), so a

@@ -11,6 +11,9 @@ import { FRAME_CANCEL, FRAME_DATA, FRAME_START, FRAME_STATUS, type Frame, decode
 import { type RunningGrpcServer, startGrpcServer } from './grpc-server';
 import type { GrpcServiceBinding } from './server-handlers';
 import { eventually } from './test-support';
+import { createSchedulerGrpcClient, createSchedulerGrpcServer } from './scheduler-grpc';
+import { contractCallers } from '@weir/testing';
+import { type SchedulerService, systemClock } from '@weir/core';
 
 const raw = (b: Buffer) => b;
 const text = (s: string) => Buffer.from(s);
@@ -202,6 +205,13 @@ describe('logical calls on one stream', () => {
     expect(calls.streamsOpened()).toBe(1);
   });
 
+  it('keeps a call whose deadline is weeks away (beyond what setTimeout takes) alive on both sides', async () => {
+    const { server } = await serveTest();
+    const calls = muxTo(server.address);
+    const fortyDays = 40 * 24 * 3600 * 1000;
+    expect(await unary(calls, 'delay:50:far', fortyDays)).toBe('far');
+  });
+
   it('carries an error status with its Weir trailers (binary detail included)', async () => {
     const { server } = await serveTest();
     const calls = muxTo(server.address);
@@ -290,5 +300,28 @@ describe('a server without the mux', () => {
     expect(await unary(calls, 'three')).toBe('three');
     expect(seen.started.sort()).toEqual(['2:1', 'one', 'three', 'two']);
     expect(MUX_PATH).toBe('/weir.mux.v1.Mux/Call');
+  });
+});
+
+describe('the port clients', () => {
+  const scheduler: SchedulerService = {
+    acquire: async () => ({ ok: true, lease: { replicaId: 'r1', queueMs: 0, release: () => undefined } }),
+  };
+  const request = () => ({ caller: contractCallers.acme, revisionId: 'rev@1', tokens: 10, deadlineAt: systemClock.now() + 5_000, signal: new AbortController().signal });
+
+  it('use one mux stream per connection by default, and plain calls with mux: false', async () => {
+    const server = await startGrpcServer({ services: [createSchedulerGrpcServer(scheduler)] });
+    cleanups.push(() => server.close());
+    const muxed = createSchedulerGrpcClient({ address: server.address });
+    cleanups.push(() => muxed.close());
+    const results = await Promise.all([1, 2, 3].map(() => muxed.acquire(request())));
+    expect(results).toEqual([1, 2, 3].map(() => expect.objectContaining({ ok: true })));
+    expect(server.muxStreams()).toBe(1);
+    muxed.close();
+    expect(await eventually(() => server.muxStreams() === 0)).toBe(true);
+    const plain = createSchedulerGrpcClient({ address: server.address, mux: false });
+    cleanups.push(() => plain.close());
+    expect((await plain.acquire(request())).ok).toBe(true);
+    expect(server.muxStreams()).toBe(0);
   });
 });

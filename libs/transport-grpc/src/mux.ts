@@ -37,6 +37,9 @@ export const MUX_PATH = '/weir.mux.v1.Mux/Call';
 
 const identity = (b: Buffer) => b;
 
+/** Longest delay `setTimeout` takes (a longer one fires at once): deadlines farther off get no timer. */
+const MAX_TIMER_MS = 0x7fffffff;
+
 /** Frames are coalesced into one gRPC message up to this size (bytes). */
 const COALESCE_LIMIT = 256 * 1024;
 
@@ -216,7 +219,7 @@ class MuxServerCall extends EventEmitter {
   ) {
     super();
     this.metadata = metadataFromMux(metadata);
-    if (Number.isFinite(deadline)) {
+    if (Number.isFinite(deadline) && deadline - Date.now() <= MAX_TIMER_MS) {
       this.timer = setTimeout(() => this.expire(), Math.max(0, deadline - Date.now()));
       this.timer.unref?.();
     }
@@ -593,7 +596,7 @@ export function createMuxCalls(client: grpc.Client): MuxCalls {
     const start: Frame = { type: FRAME_START, id, deadlineMs: NO_DEADLINE, path, metadata: metadataToMux(metadata), payload };
     if (Number.isFinite(remaining)) state.writer.push(start, deadlineAt);
     else state.writer.push(start);
-    if (Number.isFinite(remaining)) {
+    if (Number.isFinite(remaining) && remaining <= MAX_TIMER_MS) {
       // The server is told first (the CANCEL frame goes out in this turn's flush); the caller
       // hears of the deadline a turn later, as with grpc-js.
       timer = setTimeout(() => {
