@@ -212,6 +212,21 @@ describe('logical calls on one stream', () => {
     expect(await unary(calls, 'delay:50:far', fortyDays)).toBe('far');
   });
 
+  it('sends an oversized request as a plain call: over the peer limit it fails alone, the shared stream and its calls go on', async () => {
+    const { server } = await serveTest();
+    const calls = muxTo(server.address);
+    const running = stream(calls, '8:10');
+    await eventually(() => running.got.length >= 1);
+    // 5 MiB: over grpc-js's default 4 MiB receive limit.
+    const huge = 'delay:1:' + 'z'.repeat(5 * 1024 * 1024);
+    await expect(unary(calls, huge)).rejects.toMatchObject({ code: grpc.status.RESOURCE_EXHAUSTED });
+    expect(await running.done).toEqual({ ok: true });
+    expect(running.got).toHaveLength(8);
+    // 2 MiB: fits the limit, answered as a plain call.
+    expect(await unary(calls, 'delay:1:' + 'y'.repeat(2 * 1024 * 1024))).toHaveLength(2 * 1024 * 1024);
+    expect(calls.streamsOpened()).toBe(1);
+  });
+
   it('carries an error status with its Weir trailers (binary detail included)', async () => {
     const { server } = await serveTest();
     const calls = muxTo(server.address);

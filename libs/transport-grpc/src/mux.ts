@@ -23,6 +23,8 @@
  *   call on it fails as a lost connection does today (UNAVAILABLE) and the server side sees
  *   each of its calls cancelled; the next call opens a new stream (grpc-js reconnects the
  *   channel with its backoff).
+ * - A request over 1 MiB goes as a plain call (a message over the peer's size limit fails
+ *   only its own call, never the shared stream).
  * - A server without the mux service (UNIMPLEMENTED) makes the client fall back to plain
  *   grpc-js calls for good, replaying the calls that were waiting on the refused stream.
  * - A server shutting down with a grace period answers new logical calls UNAVAILABLE and ends
@@ -39,6 +41,12 @@ const identity = (b: Buffer) => b;
 
 /** Longest delay `setTimeout` takes (a longer one fires at once): deadlines farther off get no timer. */
 const MAX_TIMER_MS = 0x7fffffff;
+
+/**
+ * Requests larger than this (bytes) go as plain gRPC calls: a message over the peer's limit
+ * (grpc-js: 4 MiB) fails the stream it travels on, and on the mux that would be every call's.
+ */
+const MUX_MAX_REQUEST_BYTES = 1024 * 1024;
 
 /** Frames are coalesced into one gRPC message up to this size (bytes). */
 const COALESCE_LIMIT = 256 * 1024;
@@ -621,6 +629,7 @@ export function createMuxCalls(client: grpc.Client): MuxCalls {
         failSoon(() => callback(serviceError(grpc.status.INTERNAL, `Request message serialization failure: ${String(error)}`)));
         return { cancel: () => undefined };
       }
+      if (payload.length > MUX_MAX_REQUEST_BYTES) return client.makeUnaryRequest(path, serialize, deserialize, request, metadata, options, callback);
       let response: { value: unknown } | undefined;
       let plain: grpc.ClientUnaryCall | undefined;
       let settled = false;
@@ -663,6 +672,7 @@ export function createMuxCalls(client: grpc.Client): MuxCalls {
         failSoon(() => emitter.emit('error', serviceError(grpc.status.INTERNAL, `Request message serialization failure: ${String(error)}`)));
         return emitter;
       }
+      if (payload.length > MUX_MAX_REQUEST_BYTES) return client.makeServerStreamRequest(path, serialize, deserialize, request, metadata, options) as unknown as MuxClientStream;
       let plain: grpc.ClientReadableStream<unknown> | undefined;
       const cancel = startCall(path, payload, metadata, options, {
         onData(bytes) {
