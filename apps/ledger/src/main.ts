@@ -12,6 +12,8 @@
  *
  * Environment: DATABASE_URL, NATS_URL, WEIR_NATS_NAMESPACE (default weir: deployments sharing a NATS server need different ones), HOST, OPS_PORT (default 9465), LEDGER_ACK_WAIT_MS (default
  * 5000: how soon JetStream redelivers what a killed ledger had taken but not acknowledged),
+ * LEDGER_BATCH_LINGER_MS (default 10: how long a batch that is not full waits for more entries, so
+ * a trickle is applied in fewer transactions; 0 = at once),
  * WEIR_CONFIG (optional: its `defaults.admission.burn_rate_*`; else the defaults),
  * WEIR_BURN_RATE_INTERVAL_MS (default 60000: time between burn-rate checks), LOG_LEVEL.
  */
@@ -31,6 +33,9 @@ const env = readEnv({
   HOST: envString('127.0.0.1'),
   OPS_PORT: envInt(9465, 0, 65535),
   LEDGER_ACK_WAIT_MS: envInt(5_000, 1_000),
+  // A batch that is not full waits this long for more entries (one transaction for several
+  // instead of one each at low rates); 0 = apply whatever arrived at once.
+  LEDGER_BATCH_LINGER_MS: envInt(10, 0, 1_000),
   WEIR_CONFIG: envString(''),
   WEIR_BURN_RATE_INTERVAL_MS: envInt(60_000, 100),
   LOG_LEVEL: envString('info'),
@@ -47,7 +52,7 @@ runUntilSignal('ledger', logger, async () => {
   await ensureUsageStream(nc, { stream: names.usageStream, subjects: [`${names.usageSubjectPrefix}.>`] });
   const applier = createPgSettlementApplier(database.db);
   const journal = `jetstream:${names.usageStream}`;
-  const source = createNatsSettlementSource(nc, { logger, stream: names.usageStream, durable: names.ledgerDurable, ackWaitMs: env.LEDGER_ACK_WAIT_MS });
+  const source = createNatsSettlementSource(nc, { logger, stream: names.usageStream, durable: names.ledgerDurable, ackWaitMs: env.LEDGER_ACK_WAIT_MS, lingerMs: env.LEDGER_BATCH_LINGER_MS });
   let written = 0;
   await source.start(async (batch) => {
     if (batch.usageRecords.length > 0) await repository.insertMany(batch.usageRecords);

@@ -49,6 +49,9 @@ export async function connectNats(options: ConnectNatsOptions): Promise<NatsConn
       pingInterval: options.pingIntervalMs ?? 10_000,
       maxPingOut: 2,
       waitOnFirstConnect: options.waitOnFirstConnect ?? false,
+      // No stack trace captured per request (a JetStream publish is one: its PubAck), only to
+      // decorate a timeout's stack with where it was sent; the error itself is unchanged.
+      noAsyncTraces: true,
     });
   } catch (error) {
     throw new WeirError('upstream_unavailable', `cannot connect to NATS (${options.name})`, { cause: error, retryable: true });

@@ -21,6 +21,13 @@ export interface NatsUsageSourceOptions {
   /** Most records per handler call. Default 256. */
   batchSize?: number;
   /**
+   * How long a batch that is not full waits for more messages before it is handed over (ms).
+   * A few ms turn a trickle of one-message batches (one database transaction each) into fewer,
+   * larger ones, at the price of that much delay before the records are written. Default 0:
+   * a batch is whatever arrived by the time the previous one was done.
+   */
+  lingerMs?: number;
+  /**
    * How long JetStream waits for an ack before redelivering (ms). While the handler runs, the
    * source tells JetStream it is still working every `ackWaitMs / 3`, so a slow handler is not
    * redelivered behind its back. Default 30,000.
@@ -100,8 +107,8 @@ const NS_PER_MS = 1_000_000;
 
 /**
  * Creates a batch source over a JetStream stream: at-least-once delivery of decoded values in
- * batches. A message is acked (and the ack confirmed by the server) only after the handler
- * resolved for its batch; when the handler rejects, the batch and everything buffered behind it
+ * batches. A message is acked (a plain ack: a lost one only means a redelivery) only after the
+ * handler resolved for its batch; when the handler rejects, the batch and everything buffered behind it
  * are nakked with a delay of `min(retryMaxMs, retryBaseMs × 2^(deliveries−1))` ms, so JetStream
  * redelivers them. A crash before the ack redelivers too; the handler's effect must therefore be
  * idempotent. Within a batch, values are unique by their decoder's key (a redelivered copy is
@@ -122,6 +129,7 @@ export function createJetStreamBatchSource<T>(
   const backoff = { baseMs: Math.max(0, options.retryBaseMs ?? 500), maxMs: 0 };
   backoff.maxMs = Math.max(backoff.baseMs, options.retryMaxMs ?? 30_000);
   const pullExpiresMs = Math.max(1_000, options.pullExpiresMs ?? 30_000);
+  const lingerMs = Math.max(0, options.lingerMs ?? 0);
   const { logger, onMalformed } = options;
   const random = deps.random ?? Math.random;
   const stats: NatsUsageSourceStats = { batches: 0, acked: 0, nakked: 0, malformed: 0 };
@@ -198,12 +206,21 @@ export function createJetStreamBatchSource<T>(
       clearInterval(keepAlive);
     }
     stats.batches++;
-    const acks = await Promise.allSettled(carrying.map((m) => m.ackAck()));
-    const failed = acks.filter((a) => a.status === 'rejected').length;
+    // A plain ack, not a confirmed one (`ackAck`: a request per message, each with its own
+    // inbox, timer and stack-trace Error): a lost ack is harmless — JetStream redelivers after
+    // ackWait and the insert is idempotent.
+    let failed = 0;
+    for (const m of carrying) {
+      try {
+        m.ack();
+      } catch {
+        failed++;
+      }
+    }
     stats.acked += carrying.length - failed;
     if (failed > 0) {
       // Not lost: JetStream redelivers after ackWait and the insert is idempotent.
-      logger?.warn({ stream, durable, failed }, 'usage ack not confirmed; the records may be redelivered');
+      logger?.warn({ stream, durable, failed }, 'usage ack not sent; the records may be redelivered');
     }
   }
 
@@ -268,6 +285,19 @@ export function createJetStreamBatchSource<T>(
               await new Promise<void>((resolve) => (wake = resolve));
               // Let the pump take in what already arrived, so a burst becomes one batch.
               await new Promise((resolve) => setImmediate(resolve));
+              // Then, with a linger, wait a little for more (a stop or a full batch ends the wait).
+              const until = Date.now() + lingerMs;
+              while (buffer.length > 0 && buffer.length < batchSize && !stopping && !pumpDone) {
+                const left = until - Date.now();
+                if (left <= 0) break;
+                await new Promise<void>((resolve) => {
+                  const timer = setTimeout(resolve, left);
+                  wake = () => {
+                    clearTimeout(timer);
+                    resolve();
+                  };
+                });
+              }
               continue;
             }
             await handleBatch(buffer.splice(0, batchSize), handler, buffer);

@@ -56,6 +56,35 @@ describe('NATS usage channel', () => {
     ]);
   });
 
+  it('with a linger, records trickling in a few ms apart are handed over as one batch (without, one by one)', async () => {
+    const publishApart = async (from: number) => {
+      const sink = fx.sink();
+      for (let i = from; i < from + 4; i++) {
+        sink.record(rec(i));
+        await sink.flush();
+        await new Promise((resolve) => setTimeout(resolve, 5));
+      }
+    };
+    const batches = async (lingerMs: number, from: number) => {
+      const sizes: number[] = [];
+      const source = fx.source({ lingerMs, durable: `linger-${lingerMs}-${tag}` });
+      await source.start(async (batch) => {
+        sizes.push(batch.length);
+      });
+      await new Promise((resolve) => setTimeout(resolve, 300)); // the consumer is pulling
+      await publishApart(from);
+      await waitUntil(() => sizes.reduce((a, b) => a + b, 0) >= from + 4);
+      await source.stop();
+      return sizes;
+    };
+    const lingering = await batches(500, 0);
+    // The first batch holds the 4 new records (plus none before: the stream was empty).
+    expect(lingering).toEqual([4]);
+    const eager = await batches(0, 4);
+    // The stream now holds 8; a fresh durable starts from the first: 4 already stored, then 4 apart.
+    expect(eager.length).toBeGreaterThanOrEqual(4);
+  });
+
   it('a consumer restart redelivers unacked messages and skips acked ones', async () => {
     const sink = fx.sink();
     for (let i = 0; i < 6; i++) sink.record(rec(i));

@@ -302,7 +302,7 @@ export function createAdmitGrpcClient(options: AdmitGrpcClientOptions): AdmitGrp
       });
       const metadata = new grpc.Metadata();
       injectTraceContext(metadata, rest.propagator);
-      const call = connection.client.makeServerStreamRequest(path, serialize, deserialize, wire, metadata, { deadline: Date.now() + remainingMs + marginMs });
+      const call = connection.calls.makeServerStreamRequest(path, serialize, deserialize, wire, metadata, { deadline: Date.now() + remainingMs + marginMs });
       let stage: 'reserve' | 'schedule' | 'done' = 'reserve';
       let reservationId = '';
       // The second step, kept until `schedule` asks for it.

@@ -12,6 +12,7 @@ import type { TextMapPropagator } from '@opentelemetry/api';
 import { type WeirError } from '@weir/core';
 import { fromGrpcError } from './grpc-errors';
 import { deserializerFor, grpcMethodPath, serializerFor } from './service-definition';
+import { type CallSurface, createMuxCalls } from './mux';
 import { injectTraceContext } from './trace-context';
 
 /** Bounded retries of idempotent calls on `UNAVAILABLE`. */
@@ -50,6 +51,12 @@ export interface GrpcClientOptions {
   propagator?: TextMapPropagator;
   /** Called when a fire-and-forget call (lease release, stop) fails after its retries. Default: ignore. */
   onBackgroundError?(error: WeirError, call: string): void;
+  /**
+   * Multiplex the calls on one long-lived stream (`weir.mux.v1`, see mux.ts) instead of one
+   * HTTP/2 stream per call. Default true; a server without the mux is detected and served
+   * plain calls. False: plain grpc-js calls only.
+   */
+  mux?: boolean;
 }
 
 /** Per-call overrides of {@link GrpcConnection.unary}. */
@@ -65,6 +72,8 @@ export interface UnaryCallOptions {
 /** A channel to one server with the shared call behaviour. Internal to this library. */
 export interface GrpcConnection {
   readonly client: grpc.Client;
+  /** Where calls are made: the mux over `client` (default), or `client` itself. */
+  readonly calls: CallSurface;
   readonly options: GrpcClientOptions;
   /**
    * One unary call with deadline, retries and trace context. Resolves with the response;
@@ -109,6 +118,8 @@ export function createGrpcConnection(options: GrpcClientOptions, service: string
     ...DEFAULT_CHANNEL_OPTIONS,
     ...options.channelOptions,
   });
+  const mux = options.mux === false ? undefined : createMuxCalls(client);
+  const calls: CallSurface = mux ?? (client as unknown as CallSurface);
   const policy: RetryPolicy = { ...DEFAULT_RETRY_POLICY, ...options.retry };
   const defaultDeadlineMs = options.deadlineMs ?? DEFAULT_UNARY_DEADLINE_MS;
 
@@ -116,7 +127,7 @@ export function createGrpcConnection(options: GrpcClientOptions, service: string
     new Promise((resolve, reject) => {
       const metadata = new grpc.Metadata();
       injectTraceContext(metadata, options.propagator);
-      const call = client.makeUnaryRequest(
+      const call = calls.makeUnaryRequest(
         grpcMethodPath(method),
         serializerFor(method.input),
         deserializerFor(method.output),
@@ -136,6 +147,7 @@ export function createGrpcConnection(options: GrpcClientOptions, service: string
 
   const connection: GrpcConnection = {
     client,
+    calls,
     options,
     unaryOnce,
     async unary(method, init, callOptions = {}) {
@@ -157,6 +169,7 @@ export function createGrpcConnection(options: GrpcClientOptions, service: string
       call().catch((error: unknown) => options.onBackgroundError?.(fromGrpcError(error, service), name));
     },
     close() {
+      mux?.close();
       client.close();
     },
   };

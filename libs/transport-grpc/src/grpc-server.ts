@@ -2,6 +2,7 @@
  * Starts a grpc-js server hosting one or more Weir service bindings.
  */
 import * as grpc from '@grpc/grpc-js';
+import { MUX_SERVICE_DEFINITION, type MuxRoute, createMuxServer } from './mux';
 import type { GrpcServiceBinding } from './server-handlers';
 
 /** Options of {@link startGrpcServer}. */
@@ -30,13 +31,25 @@ export interface RunningGrpcServer {
    * Idempotent.
    */
   close(graceMs?: number): Promise<void>;
+  /** Mux streams open now (one per client connection using `weir.mux.v1`; metrics, tests). */
+  muxStreams(): number;
 }
 
 /** Binds and starts the server; rejects when the port cannot be bound. */
 export async function startGrpcServer(options: StartGrpcServerOptions): Promise<RunningGrpcServer> {
   const host = options.host ?? '127.0.0.1';
   const server = new grpc.Server(options.serverOptions);
-  for (const binding of options.services) server.addService(binding.definition, binding.handlers);
+  const routes = new Map<string, MuxRoute>();
+  for (const binding of options.services) {
+    server.addService(binding.definition, binding.handlers);
+    for (const [key, definition] of Object.entries(binding.definition)) {
+      const handler = binding.handlers[key];
+      if (handler !== undefined) routes.set(definition.path, { definition: definition as MuxRoute['definition'], handler });
+    }
+  }
+  // The same methods as logical calls on one long-lived stream per client (mux.ts).
+  const mux = createMuxServer(routes);
+  server.addService(MUX_SERVICE_DEFINITION, { call: mux.handler as grpc.UntypedHandleCall });
   const target = host.includes(':') ? `[${host}]:${options.port ?? 0}` : `${host}:${options.port ?? 0}`;
   const port = await new Promise<number>((resolve, reject) =>
     server.bindAsync(target, options.credentials ?? grpc.ServerCredentials.createInsecure(), (error, bound) => (error ? reject(error) : resolve(bound))),
@@ -45,8 +58,12 @@ export async function startGrpcServer(options: StartGrpcServerOptions): Promise<
   return {
     port,
     address: host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`,
+    muxStreams: () => mux.streams(),
     close(graceMs = 0) {
       closing ??= (async () => {
+        // Mux streams end once their calls are done (new calls are answered UNAVAILABLE), so a
+        // graceful shutdown is not held up by them.
+        mux.drain();
         if (graceMs > 0) {
           await new Promise<void>((resolve) => {
             const timer = setTimeout(() => {
@@ -61,6 +78,7 @@ export async function startGrpcServer(options: StartGrpcServerOptions): Promise<
         } else {
           server.forceShutdown();
         }
+        mux.cancelAll();
         for (const binding of options.services) binding.close();
       })();
       return closing;

@@ -31,7 +31,8 @@ import type { MessageInitShape } from '@bufbuild/protobuf';
 import { type GrpcClientOptions, createGrpcConnection, isServiceError } from './client-connection';
 import { toGrpcError, weirCodeOf, fromGrpcError } from './grpc-errors';
 import { type GrpcServerBindingOptions, type GrpcServiceBinding, bindService, unaryHandler } from './server-handlers';
-import { deserializerFor, grpcMethodPath, serializerFor } from './service-definition';
+import { decodeGenerateResponse, encodeGenerateResponse, plainDelta } from './generate-codec';
+import { grpcMethodPath, serializerFor } from './service-definition';
 import { injectTraceContext, runInServerSpan } from './trace-context';
 import {
   callerFromWire,
@@ -266,9 +267,10 @@ export function deltaFromWire(d: relayV1.Delta): Extract<RelayEvent, { type: 'de
   return { type: 'delta', text: d.text, tokens: d.tokens, toolCalls };
 }
 
-/** A delta → wire. */
+/** A delta → wire (a plain message object unless it carries tool-call fragments). */
 function deltaToWire(event: Extract<RelayEvent, { type: 'delta' }>): relayV1.Delta {
-  return create(relayV1.DeltaSchema, { text: event.text, tokens: event.tokens, toolCalls: event.toolCalls ?? [] });
+  if (!event.toolCalls || event.toolCalls.length === 0) return plainDelta(event.text, event.tokens);
+  return create(relayV1.DeltaSchema, { text: event.text, tokens: event.tokens, toolCalls: event.toolCalls });
 }
 
 /** Encodes a relay event for the Generate stream (one delta, or the end). */
@@ -280,9 +282,11 @@ export function eventToWire(event: RelayEvent): relayV1.GenerateResponse {
 
 /** Encodes the deltas of one event-loop turn as one frame: a single `delta`, or `deltas` for several. */
 export function deltasToWire(deltas: readonly relayV1.Delta[]): relayV1.GenerateResponse {
-  return deltas.length === 1
-    ? create(relayV1.GenerateResponseSchema, { event: { case: 'delta', value: deltas[0] } })
-    : create(relayV1.GenerateResponseSchema, { event: { case: 'deltas', value: { deltas: [...deltas] } } });
+  return (
+    deltas.length === 1
+      ? { $typeName: 'weir.relay.v1.GenerateResponse', event: { case: 'delta', value: deltas[0] } }
+      : { $typeName: 'weir.relay.v1.GenerateResponse', event: { case: 'deltas', value: { $typeName: 'weir.relay.v1.Deltas', deltas: [...deltas] } } }
+  ) as relayV1.GenerateResponse;
 }
 
 /** Options of {@link createRelayGrpcServer}. */
@@ -406,6 +410,10 @@ export function createRelayGrpcServer(impl: RelayService, options: RelayGrpcServ
       return create(relayV1.StopResponseSchema);
     }),
   });
+  // Delta frames are encoded by hand (the same bytes; generate-codec.ts).
+  const generateDefinition = binding.definition.generate as grpc.MethodDefinition<relayV1.GenerateRequest, relayV1.GenerateResponse>;
+  generateDefinition.responseSerialize = encodeGenerateResponse;
+  generateDefinition.responseDeserialize = decodeGenerateResponse;
   return { ...binding, running: () => running.size };
 }
 
@@ -450,8 +458,8 @@ export function createRelayGrpcClient(options: RelayGrpcClientOptions): RelayGrp
   const { method } = relayV1.RelayService;
   const path = grpcMethodPath(method.generate);
   const serialize = serializerFor(method.generate.input);
-  const deserialize = deserializerFor(method.generate.output);
-  const calls = new Set<grpc.ClientReadableStream<relayV1.GenerateResponse>>();
+  const deserialize = decodeGenerateResponse;
+  const calls = new Set<{ cancel(): void }>();
 
   return {
     start(job) {
@@ -525,7 +533,7 @@ export function createRelayGrpcClient(options: RelayGrpcClientOptions): RelayGrp
       injectTraceContext(metadata, options.propagator);
       const request = create(relayV1.GenerateRequestSchema, { job: jobToWire(job, clock) });
       const remainingMs = Math.max(0, job.deadlineAt - clock.now());
-      const call = connection.client.makeServerStreamRequest(path, serialize, deserialize, request, metadata, {
+      const call = connection.calls.makeServerStreamRequest(path, serialize, deserialize, request, metadata, {
         deadline: Date.now() + remainingMs + marginMs,
       });
       calls.add(call);
