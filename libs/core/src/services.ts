@@ -347,6 +347,11 @@ export interface GenerationOutcome {
     retryAfterMs?: number;
     /** The failure was transient (an upstream 408/429/5xx, a refused connection, no first token in time): trying again, elsewhere, may succeed. */
     retryable?: boolean;
+    /**
+     * The failure was Weir's own — a split service (the streaming relay) unreachable or lost —
+     * and says nothing about the revision or its provider: circuit breakers ignore it.
+     */
+    internal?: boolean;
   };
   /**
    * True when the relay was lost mid-stream (its process died): the outcome was made by the

@@ -16,7 +16,7 @@ const B = rev('b@1');
 const C = rev('c@1');
 
 /** What an attempt on `<revision>/<replica>` does: fail retryably before a token, fail after `tokens`, or answer `tokens`. */
-type Script = { kind: 'down' } | { kind: 'bad_request' } | { kind: 'answer'; tokens: number } | { kind: 'break_after'; tokens: number };
+type Script = { kind: 'down' } | { kind: 'bad_request' } | { kind: 'answer'; tokens: number } | { kind: 'break_after'; tokens: number } | { kind: 'relay_lost'; tokens: number };
 
 const caller = { tenantId: 't', appId: 'a', apiKeyId: 'k' };
 let now = 0;
@@ -52,7 +52,9 @@ function fakeRelay(scripts: Record<string, Script>) {
         outcome =
           script.kind === 'answer'
             ? outcomeOf(job, { finishReason: 'stop', usage, costNanoUsd: 10 })
-            : outcomeOf(job, { finishReason: 'error', usage, costNanoUsd: 10, error: { code: 'upstream_error', message: 'upstream connection broke mid-stream' } });
+            : script.kind === 'relay_lost'
+              ? outcomeOf(job, { finishReason: 'error', usage, costNanoUsd: 10, relayLost: true, error: { code: 'upstream_error', message: 'the streaming relay was lost mid-generation', internal: true } })
+              : outcomeOf(job, { finishReason: 'error', usage, costNanoUsd: 10, error: { code: 'upstream_error', message: 'upstream connection broke mid-stream' } });
       }
       if (!outcome.unrecorded) records.push(outcome);
       queue.push({ type: 'end', outcome });
@@ -238,6 +240,14 @@ describe('startWithFailover', () => {
     const own = setup({ 'a@1/0': { kind: 'break_after', tokens: 2 } }, [], ownBreakers);
     await run(startWithFailover(request([replicated]), own.deps));
     expect(ownBreakers.snapshot(now).map((b) => [b.key, b.state])).toEqual([['a@1', 'closed']]);
+  });
+
+  it("never counts a lost relay against a hosted revision's breaker (a split process died, not the provider)", async () => {
+    const breakers = createBreakerRegistry({ breaker: { minimumCalls: 1, failureRateThreshold: 0.5 } });
+    const s = setup({ 'a@1/0': { kind: 'relay_lost', tokens: 2 } }, [], breakers);
+    const { done } = await run(startWithFailover(request([A]), s.deps));
+    expect(done).toMatchObject({ finishReason: 'error', relayLost: true });
+    expect(breakers.snapshot(now).filter((b) => b.state !== 'closed')).toEqual([]);
   });
 
   it('ends the stream once, with one failure record, when the relay itself throws', async () => {

@@ -324,9 +324,12 @@ const REVISION_FAULTS = new Set(['upstream_error', 'upstream_unavailable', 'upst
  * revision served by Weir's own replicas is a replica's fault (a crash: the scheduler ejects
  * it, and the requests it held are the only ones lost), not the revision's: a replica killed
  * mid-load broke dozens of streams at once and opened the breaker of a revision whose other
- * replicas were healthy. For a hosted upstream (no replicas of Weir's) it counts.
+ * replicas were healthy. For a hosted upstream (no replicas of Weir's) it counts. A lost or
+ * unreachable relay (a split process) never counts: it opened the breakers of a healthy provider.
  */
 function revisionVerdict(outcome: GenerationOutcome, revision: RevisionSpec): 'success' | 'failure' | 'ignored' {
+  // A relay killed or unreachable broke every stream it carried, on every revision: Weir's fault.
+  if (outcome.relayLost || outcome.error?.internal) return 'ignored';
   if (outcome.finishReason === 'error') {
     if (!outcome.error || !REVISION_FAULTS.has(outcome.error.code)) return 'ignored';
     return outcome.usage.outputTokens > 0 && (revision.replicas?.length ?? 0) > 0 ? 'ignored' : 'failure';

@@ -68,6 +68,30 @@ describe('relay over gRPC', () => {
     expect(engine.produced()).toBeLessThan(400);
   });
 
+  it('ends as a deadline (relay-lost, internal), not an upstream error, when the relay goes silent past the deadline', async () => {
+    // A hung relay (SIGSTOP): it takes the job and never answers.
+    const hung: RelayService = { start: () => ({ events: createAsyncQueue<RelayEvent>(), done: new Promise<GenerationOutcome>(() => undefined), stop: () => undefined }) };
+    const server = await serve([createRelayGrpcServer(hung)]);
+    const client = track(createRelayGrpcClient({ address: server.address, streamMarginMs: 50 }));
+    const now = systemClock.now();
+    const outcome = await client.start(relayJob({ tokens: 5 }, { arrivedAt: now, deadlineAt: now + 100 })).done;
+    expect(outcome).toMatchObject({ finishReason: 'deadline', relayLost: true, usage: { outputTokens: 0 }, costNanoUsd: 0 });
+    expect(outcome.error).toBeUndefined();
+  });
+
+  it('marks a lost or unreachable relay as Weir\'s own failure (breakers ignore it)', async () => {
+    const unreachable = track(createRelayGrpcClient({ address: `127.0.0.1:${await freePort()}` }));
+    expect((await unreachable.start(relayJob({ tokens: 5 })).done).error).toMatchObject({ code: 'engine_unavailable', internal: true });
+    const { relay } = relayOver();
+    const server = await serve([createRelayGrpcServer(relay)]);
+    const client = track(createRelayGrpcClient({ address: server.address }));
+    const handle = client.start(relayJob({ tokens: 400, delayMs: 5 }));
+    await collectRelayEvents(handle, (i) => {
+      if (i === 2) void server.close();
+    });
+    expect((await handle.done).error).toMatchObject({ code: 'upstream_error', internal: true });
+  });
+
   it('passes tool-call deltas through in order and ends with tool_calls', async () => {
     const { relay } = relayOver();
     const server = await serve([createRelayGrpcServer(relay)]);

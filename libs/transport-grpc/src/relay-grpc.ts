@@ -502,19 +502,28 @@ export function createRelayGrpcClient(options: RelayGrpcClientOptions): RelayGrp
         queue.end();
         resolveDone(outcome);
       };
-      const lost = (why: string): RelayLostOutcome => {
+      /**
+       * `deadline`: the relay went silent (hung, or unreachable mid-stream) past the request's
+       * deadline and the call's margin — the request ends as a deadline (504 before any output),
+       * not as an upstream error.
+       */
+      const lost = (why: string, ending: 'error' | 'deadline' = 'error'): RelayLostOutcome => {
         // What was relayed, with the input reserved for; nothing when no output came (a failure
         // before any output bills nothing, as on the relay).
         const usage: TokenUsage = outputTokens > 0 ? { inputTokens: job.inputTokens, outputTokens, cachedInputTokens: 0 } : { inputTokens: 0, outputTokens: 0, cachedInputTokens: 0 };
-        return {
-          finishReason: 'error',
+        const base = {
           usage,
           costNanoUsd: priceUsage(job.revision.pricing, usage),
           timings: { queueMs: job.queueMs, ttftMs, totalMs: clock.now() - job.arrivedAt },
           modelRevision: job.revision.id,
-          error: { code: 'upstream_error', message: `the streaming relay was lost mid-generation (${why}); usage counts the tokens relayed before it` },
-          relayLost: true,
-          usageSource: 'estimated',
+          relayLost: true as const,
+          usageSource: 'estimated' as const,
+        };
+        if (ending === 'deadline') return { ...base, finishReason: 'deadline', attempts: attemptsWith(usage, 'deadline_exceeded', true) };
+        return {
+          ...base,
+          finishReason: 'error',
+          error: { code: 'upstream_error', message: `the streaming relay was lost mid-generation (${why}); usage counts the tokens relayed before it`, internal: true },
           attempts: attemptsWith(usage, 'upstream_error', true),
         };
       };
@@ -575,11 +584,13 @@ export function createRelayGrpcClient(options: RelayGrpcClientOptions): RelayGrp
         // Unreachable before anything was streamed (down, restarting, reconnecting): nothing
         // ran that this call could know of, so it is a retryable refusal, not a lost stream.
         if (received === 0 && isServiceError(error) && error.code === grpc.status.UNAVAILABLE) {
-          finish(refused(new WeirError('engine_unavailable', 'the streaming relay is unavailable; retry shortly', { retryable: true, retryAfterMs: 1_000, cause: error })));
+          const out = refused(new WeirError('engine_unavailable', 'the streaming relay is unavailable; retry shortly', { retryable: true, retryAfterMs: 1_000, cause: error }));
+          finish({ ...out, error: { ...(out.error as NonNullable<GenerationOutcome['error']>), internal: true } });
           return;
         }
         const status = isServiceError(error) ? `gRPC ${grpc.status[error.code] ?? error.code}: ${error.details}` : String(error);
-        finish(lost(status));
+        const pastDeadline = isServiceError(error) && error.code === grpc.status.DEADLINE_EXCEEDED && clock.now() >= job.deadlineAt;
+        finish(lost(status, pastDeadline ? 'deadline' : 'error'));
       });
       call.on('end', () => finish(lost('the stream closed without an end event')));
 
