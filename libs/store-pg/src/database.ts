@@ -96,10 +96,6 @@ function openPostgres(url: string, options: OpenDatabaseOptions): WeirDatabase {
 const PGLITE_SETTINGS = ['shared_buffers=16MB', 'max_connections=8'];
 
 async function openPglite(dataDir: string | undefined): Promise<WeirDatabase> {
-  // `import()` survives the CommonJS build (TS nodenext keeps it; swc has ignoreDynamic) and
-  // loads PGlite's ESM entry; only this code path pays for it. Sequential on purpose: jest's
-  // ESM loader fails ("request for './chunk-….js' is not in cache") when two concurrent
-  // imports share a chunk.
   // A new data directory is initialized by a child process (initdb's native memory leaves with
   // it; see pglite-init.ts). Should that fail, PGlite runs initdb here as before.
   if (dataDir !== undefined) {
@@ -107,6 +103,10 @@ async function openPglite(dataDir: string | undefined): Promise<WeirDatabase> {
       if (!isEmptyDir(dataDir)) throw err; // a half-made directory: say why, do not build on it
     });
   }
+  // `import()` survives the CommonJS build (TS nodenext keeps it; swc has ignoreDynamic) and
+  // loads PGlite's ESM entry; only this code path pays for it. Sequential on purpose: jest's
+  // ESM loader fails ("request for './chunk-….js' is not in cache") when two concurrent
+  // imports share a chunk.
   const { PGlite, protocol } = await import('@electric-sql/pglite');
   const { createPgConfig } = await import('@electric-sql/pglite/node-postgres');
   // PGlite's Postgres (9 MB of WASM) is compiled by V8's baseline compiler only (Liftoff): V8
