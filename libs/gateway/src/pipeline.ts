@@ -437,6 +437,17 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
       };
       const affinityKey = affinityKeyOf(caller.tenantId, params.input);
       const bytes = inputBytes(params.input);
+      // The slot of the revision tried first (it moves down the chain on no_replica), as asked for
+      // with the reservation and again directly from the scheduler.
+      const slotSpec = () => ({
+        revisionId: firstRevision.id,
+        tokens: inputTokens + maxOutputTokens,
+        inputTokens,
+        bytes,
+        ...(params.priority !== undefined ? { priority: params.priority } : {}),
+        affinityKey,
+        deadlineAt,
+      });
 
       // Worst case: every input token plus the whole output limit at the highest prices of the
       // candidate chain, so a fallback can never break the cap (ARCHITECTURE.md §2). Reserved and
@@ -454,15 +465,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
             maxOutputTokens,
             worstCaseCostNanoUsd: worstCase,
           },
-          schedule: {
-            revisionId: firstRevision.id,
-            tokens: inputTokens + maxOutputTokens,
-            inputTokens,
-            bytes,
-            ...(params.priority !== undefined ? { priority: params.priority } : {}),
-            affinityKey,
-            deadlineAt,
-          },
+          schedule: slotSpec(),
         });
       } catch (err) {
         giveBackProbe();
@@ -521,17 +524,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
             try {
               scheduled = first
                 ? await admitted.schedule(signal)
-                : await deps.scheduler.acquire({
-                    caller,
-                    revisionId: firstRevision.id,
-                    tokens: inputTokens + maxOutputTokens,
-                    inputTokens,
-                    bytes,
-                    ...(params.priority !== undefined ? { priority: params.priority } : {}),
-                    affinityKey,
-                    deadlineAt,
-                    signal,
-                  });
+                : await deps.scheduler.acquire({ caller, ...slotSpec(), signal });
             } catch (err) {
               // The scheduler is unreachable: hold nothing.
               giveBackProbe();
