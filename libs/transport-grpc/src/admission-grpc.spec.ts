@@ -51,18 +51,28 @@ describe('admission over gRPC', () => {
 describe('a reservation whose caller gave up', () => {
   it('is released by the server when the call was cancelled before the answer (the client hit its deadline)', async () => {
     const released: string[] = [];
-    let answer: (r: ReserveResult) => void = () => undefined;
+    let answer: ((r: ReserveResult) => void) | undefined;
     const impl: AdmissionService = {
-      reserve: () => new Promise<ReserveResult>((resolve) => (answer = resolve)),
+      // The first call (warm-up) answers at once; the next one waits past the client's deadline.
+      reserve: (r) =>
+        r.requestId === 'req_warm' ? Promise.resolve({ ok: true, reservationId: 'rsv_warm' }) : new Promise<ReserveResult>((resolve) => (answer = resolve)),
       settle: async () => undefined,
       release: async (id) => void released.push(id),
     };
     const server = await startGrpcServer({ services: [createAdmissionGrpcServer(impl)] });
-    const client = createAdmissionGrpcClient({ address: server.address, deadlineMs: 200 });
+    const client = createAdmissionGrpcClient({ address: server.address, deadlineMs: 300 });
     try {
+      // Connect first, so the deadline is spent waiting on the server, not on a first connection
+      // that a loaded machine may set up slowly (then the server would never see the call).
+      expect(await client.reserve({ ...request, requestId: 'req_warm' })).toMatchObject({ ok: true });
       await expect(client.reserve(request)).rejects.toMatchObject({ code: 'upstream_timeout' });
-      // The server finishes the reservation after the client's deadline.
-      answer({ ok: true, reservationId: 'rsv_late' });
+      expect(answer).toBeDefined();
+      // The server finishes the reservation well after the client's deadline. (Its own view of
+      // the deadline is later by the request's transit, a loaded machine's milliseconds: an
+      // answer inside that window reaches a caller that is gone, and the reservation is held
+      // until it expires.)
+      await new Promise((r) => setTimeout(r, 1_000));
+      answer?.({ ok: true, reservationId: 'rsv_late' });
       const until = Date.now() + 5_000;
       while (released.length === 0 && Date.now() < until) await new Promise((r) => setTimeout(r, 10));
       expect(released).toEqual(['rsv_late']);
