@@ -25,6 +25,7 @@ import {
   createSnapshotSubscriber,
   generateSigningKeyPair,
   loadSigningKey,
+  readPrivateKeyFile,
   verifyKeyOf,
   type ConfigBucket,
   type ConfigSyncMetrics,
@@ -242,13 +243,8 @@ export async function openConfigPlane(options: ConfigPlaneOptions): Promise<Conf
 /** The signing key from `signingKeyFile`, else the data dir's (created with mode 0600 on first use). */
 function loadOrCreateSigningKey(options: ConfigPlaneOptions, logger: WeirLogger): SigningKey {
   if (options.signingKeyFile) {
-    let pem: Buffer;
-    try {
-      pem = readFileSync(options.signingKeyFile);
-    } catch (err) {
-      throw new Error(`WEIR_CONFIG_SIGNING_KEY_FILE cannot be read: ${(err as NodeJS.ErrnoException).code ?? 'error'}`);
-    }
-    const key = loadSigningKey(pem);
+    // Refused when group or others can read it (the message says `chmod 600 <path>`).
+    const key = loadSigningKey(readPrivateKeyFile(options.signingKeyFile, 'WEIR_CONFIG_SIGNING_KEY_FILE'));
     logger.info({ keyId: key.keyId }, 'configuration signing key from WEIR_CONFIG_SIGNING_KEY_FILE');
     return key;
   }
@@ -259,7 +255,7 @@ function loadOrCreateSigningKey(options: ConfigPlaneOptions, logger: WeirLogger)
     writeFileSync(file, pair.privateKeyPem, { mode: 0o600, flag: 'wx' });
     logger.info({ keyId: pair.keyId, file: SIGNING_KEY_FILE }, 'configuration signing key created in the data directory');
   }
-  return loadSigningKey(readFileSync(file));
+  return loadSigningKey(readPrivateKeyFile(file, 'the data directory'));
 }
 
 /** SHA-256 (hex) of the file's bytes, or undefined when it cannot be read. */
@@ -280,7 +276,7 @@ function recordedHash(dataDir: string): string | undefined {
 }
 
 function recordHash(dataDir: string, hash: string | undefined): void {
-  if (hash !== undefined) writeFileSync(path.join(dataDir, CONFIG_HASH_FILE), `${hash}\n`);
+  if (hash !== undefined) writeFileSync(path.join(dataDir, CONFIG_HASH_FILE), `${hash}\n`, { mode: 0o600 });
 }
 
 /**

@@ -13,7 +13,6 @@
  * revocation fast path; the admin API is served under `/admin/v1` on the same port.
  */
 import { createHash } from 'node:crypto';
-import { mkdirSync } from 'node:fs';
 import { hostname } from 'node:os';
 import path from 'node:path';
 import { createServer, type Server } from 'node:http';
@@ -43,6 +42,7 @@ import {
   fsyncDirectoryTree,
   openDatabase,
   openFileSettlementJournal,
+  preparePrivateDataDir,
 } from '@weir/store-pg';
 import { createRelay } from '@weir/streaming';
 import { createLogger, createTelemetry, type WeirLogger } from '@weir/telemetry';
@@ -91,7 +91,10 @@ export interface Platform {
 /** Starts the all-in-one with validated settings. */
 export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = createLogger({ name: 'weir', level: settings.logLevel }), options: PlatformOptions = {}): Promise<Platform> {
   const warnings: string[] = [];
-  mkdirSync(settings.dataDir, { recursive: true });
+  // Private to the service user whatever the umask (issue 14, part 6): 0700 directories, no
+  // group/other bits on any file, including what an earlier start left.
+  const tightened = preparePrivateDataDir(settings.dataDir);
+  if (tightened > 0) logger.warn({ entries: tightened }, 'data directory entries were readable by other users; their permissions were tightened');
   // PGlite is single-process: a second all-in-one on the same directory would lose rows.
   const lock = settings.databaseUrl ? undefined : lockDataDir(settings.dataDir);
 

@@ -108,7 +108,7 @@ const tenantIds = (s: Json) => s.body.config.tenants.map((t: Json) => t.id);
 beforeAll(async () => {
   temp = await createTemporaryPostgresDatabase();
   dir = mkdtempSync(path.join(tmpdir(), 'weir-cp-import-'));
-  writeFileSync(path.join(dir, 'signing.pem'), privateKey.export({ type: 'pkcs8', format: 'pem' }));
+  writeFileSync(path.join(dir, 'signing.pem'), privateKey.export({ type: 'pkcs8', format: 'pem' }), { mode: 0o600 });
   nc = await connectNats({ servers: NATS_URL, name: `weir-test-cp-${namespace}` });
   bucket = createNatsConfigBucket(nc, { namespace });
 }, 60_000);

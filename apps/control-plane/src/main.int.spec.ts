@@ -83,7 +83,7 @@ beforeAll(async () => {
   temp = await createTemporaryPostgresDatabase();
   dir = mkdtempSync(path.join(tmpdir(), 'weir-cp-main-'));
   writeFileSync(path.join(dir, 'weir.yaml'), CONFIG);
-  writeFileSync(path.join(dir, 'signing.pem'), privateKey.export({ type: 'pkcs8', format: 'pem' }));
+  writeFileSync(path.join(dir, 'signing.pem'), privateKey.export({ type: 'pkcs8', format: 'pem' }), { mode: 0o600 });
   nc = await connectNats({ servers: NATS_URL, name: `weir-test-cp-${namespace}` });
   bucket = createNatsConfigBucket(nc, { namespace });
   child = spawn(process.execPath, ['--import', 'tsx', path.join(ROOT, 'apps/control-plane/src/main.ts')], {

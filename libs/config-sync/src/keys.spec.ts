@@ -1,9 +1,9 @@
 import { createHash, createPublicKey, generateKeyPairSync } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { WeirError } from '@weir/core';
-import { generateSigningKeyPair, keyIdOf, loadSigningKey, loadVerifyKey, signingKeyFromEnv, verifyKeyFromEnv } from './keys';
+import { generateSigningKeyPair, keyIdOf, loadSigningKey, loadVerifyKey, readPrivateKeyFile, signingKeyFromEnv, verifyKeyFromEnv } from './keys';
 
 function thrownBy(fn: () => unknown): WeirError {
   try {
@@ -83,6 +83,23 @@ describe('keys', () => {
     it('reads the signing key from WEIR_CONFIG_SIGNING_KEY_FILE only', () => {
       expect(signingKeyFromEnv({ WEIR_CONFIG_SIGNING_KEY_FILE: path.join(dir, 'private.pem') })?.keyId).toBe(pair.keyId);
       expect(signingKeyFromEnv({})).toBeUndefined();
+    });
+
+    it.each([['0644', 0o644], ['0640', 0o640], ['0604', 0o604], ['0660', 0o660]])('refuses a signing key file with mode %s, saying chmod 600 <path>', (_octal, mode) => {
+      const file = path.join(dir, `loose-${mode.toString(8)}.pem`);
+      writeFileSync(file, pair.privateKeyPem);
+      chmodSync(file, mode); // whatever the umask
+      const error = thrownBy(() => signingKeyFromEnv({ WEIR_CONFIG_SIGNING_KEY_FILE: file }));
+      expect(error.code).toBe('invalid_request');
+      expect(error.message).toBe(
+        `the signing key file ${file} (WEIR_CONFIG_SIGNING_KEY_FILE) can be read or written by other users (mode 0${mode.toString(8)}); make it private to the service user: chmod 600 ${file}`,
+      );
+      expect(error.message).not.toContain('BEGIN');
+      chmodSync(file, 0o600);
+      expect(signingKeyFromEnv({ WEIR_CONFIG_SIGNING_KEY_FILE: file })?.keyId).toBe(pair.keyId);
+      // 0400 (read-only for the owner) is fine too.
+      chmodSync(file, 0o400);
+      expect(readPrivateKeyFile(file, 'x').toString()).toBe(pair.privateKeyPem);
     });
   });
 });

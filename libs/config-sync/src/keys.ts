@@ -5,7 +5,7 @@
  * material into an error message.
  */
 import { createHash, createPrivateKey, createPublicKey, generateKeyPairSync, type KeyObject } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { closeSync, fstatSync, openSync, readFileSync } from 'node:fs';
 import { WeirError } from '@weir/core';
 
 /** A freshly generated key pair, both halves as PEM text, and the public key's id. */
@@ -139,7 +139,37 @@ export function verifyKeyFromEnv(env: Readonly<Record<string, string | undefined
  */
 export function signingKeyFromEnv(env: Readonly<Record<string, string | undefined>> = process.env): SigningKey | undefined {
   const file = env[CONFIG_KEY_ENV.signingKeyFile];
-  return file ? loadSigningKey(readKeyFile(file, CONFIG_KEY_ENV.signingKeyFile)) : undefined;
+  return file ? loadSigningKey(readPrivateKeyFile(file, CONFIG_KEY_ENV.signingKeyFile)) : undefined;
+}
+
+/**
+ * Reads a private key file, refusing one that its group or other users may read or write
+ * (any of mode bits 077 set): a signing key others can read lets them sign configuration.
+ * The mode is checked on the opened file (no window between check and read).
+ *
+ * @param label how the message names the file's origin (e.g. `WEIR_CONFIG_SIGNING_KEY_FILE`).
+ * @throws WeirError `invalid_request` when the file cannot be read, or when its permissions are
+ *   loose: the message names the mode and the fix, `chmod 600 <path>`.
+ */
+export function readPrivateKeyFile(file: string, label: string): Buffer {
+  let fd: number;
+  try {
+    fd = openSync(file, 'r');
+  } catch (error) {
+    throw new WeirError('invalid_request', `cannot read the key file named by ${label}`, { cause: safeCause(error) });
+  }
+  try {
+    const mode = fstatSync(fd).mode & 0o777;
+    if ((mode & 0o077) !== 0) {
+      throw new WeirError(
+        'invalid_request',
+        `the signing key file ${file} (${label}) can be read or written by other users (mode ${mode.toString(8).padStart(4, '0')}); make it private to the service user: chmod 600 ${file}`,
+      );
+    }
+    return readFileSync(fd);
+  } finally {
+    closeSync(fd);
+  }
 }
 
 function readKeyFile(file: string, variable: string): Buffer {

@@ -204,7 +204,7 @@ export function createSnapshotSubscriber(options: SnapshotSubscriberOptions): Sn
     if (!lastGoodPath) return;
     const tmp = `${lastGoodPath}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`;
     try {
-      await mkdir(path.dirname(lastGoodPath), { recursive: true });
+      await mkdir(path.dirname(lastGoodPath), { recursive: true, mode: 0o700 });
       const fh = await open(tmp, 'w', 0o600);
       try {
         await fh.writeFile(bytes);

@@ -19,3 +19,26 @@ export {
 export { loadAllInOneEnv, LOG_LEVELS, type AllInOneEnv, type LogLevel } from './all-in-one-env';
 export { replicaPlacement, servingReplicas, type ReplicaPlacement } from './serving-replicas';
 export { nonRoutingChanges, watchConfigFile, type ConfigWatcher, type WatchConfigOptions } from './watch-config';
+export {
+  addressAllowed,
+  createGuardedLookup,
+  credentialEnvProblem,
+  DEFAULT_CREDENTIAL_ENV_ALLOW,
+  DEFAULT_CREDENTIAL_HOSTS,
+  DEFAULT_MODEL_DOWNLOAD_HOSTS,
+  DEFAULT_MODEL_DOWNLOAD_MAX_BYTES,
+  DEFAULT_UPSTREAM_HOSTS,
+  EgressRefusedError,
+  egressConfigProblems,
+  egressPolicyFromEnv,
+  hostAllowed,
+  METADATA_NAMES,
+  METADATA_RANGES,
+  modelDownloadHostProblem,
+  parseHostRule,
+  processEgressPolicy,
+  upstreamEgressProblem,
+  type EgressPolicy,
+  type HostRule,
+  type LookupFunction,
+} from './egress-policy';

@@ -21,7 +21,7 @@ function validFile(): Record<string, any> {
       {
         id: 'gpt@1',
         model: 'gpt',
-        engine: { kind: 'openai-compatible', base_url: 'http://127.0.0.1:8000/v1', upstream_model: 'm', api_key_env: 'UPSTREAM_KEY' },
+        engine: { kind: 'openai-compatible', base_url: 'http://127.0.0.1:8000/v1', upstream_model: 'm', api_key_env: 'WEIR_UPSTREAM_KEY' },
         context_window: 8192,
         max_output_tokens: 1024,
         default_output_tokens: 512,
@@ -69,7 +69,7 @@ describe('parseConfig: valid documents', () => {
       kind: 'openai-compatible',
       baseUrl: 'http://127.0.0.1:8000/v1',
       upstreamModel: 'm',
-      apiKeyEnv: 'UPSTREAM_KEY',
+      apiKeyEnv: 'WEIR_UPSTREAM_KEY',
       api: 'chat',
       firstTokenTimeoutMs: 30_000,
       idleTimeoutMs: 30_000,

@@ -16,6 +16,7 @@ import { parseDocument } from 'yaml';
 import type { z } from 'zod';
 import { ConfigError, describeValue, formatPath, type ConfigProblem } from './config-error';
 import { configFileSchema, KNOWN_KEYS, knownKeysFromMessage, type ConfigFile } from './config-schema';
+import { egressConfigProblems, processEgressPolicy, type EgressPolicy } from './egress-policy';
 
 /** Options of {@link parseConfig}. */
 export interface ParseConfigOptions {
@@ -26,6 +27,11 @@ export interface ParseConfigOptions {
   baseDir?: string;
   /** `yaml` or `json`; default: chosen from `sourceName`'s extension, else from the content. */
   format?: 'yaml' | 'json';
+  /**
+   * The egress policy the revisions' upstreams, credentials and model URLs are checked
+   * against (`egress-policy.ts`). Default: the process environment's ({@link processEgressPolicy}).
+   */
+  egress?: EgressPolicy;
 }
 
 /**
@@ -43,8 +49,10 @@ export interface ParseConfigOptions {
  * or a tenant's `dedicated_pool`, some replica serves each tenant's `dedicated_pool`, and no
  * revision an alias targets runs only in `batch`; a revision's `deprecation.replacement` is
  * another existing revision that does not retire on or before it, and `announced_on` comes
- * before `retires_on`. Cross-checks run only once the document
- * matches the schema.
+ * before `retires_on`; each credential variable (`api_key_env`), upstream `base_url`, replica
+ * `base_url` and `model_url` passes the egress policy (`options.egress`: allowed credential
+ * variables bound to their hosts, allowed upstream and download hosts, no link-local or
+ * metadata address). Cross-checks run only once the document matches the schema.
  *
  * @param text the document.
  * @param sourceName the file name used in messages (e.g. `weir.yaml`); its extension picks the format.
@@ -57,7 +65,7 @@ export function parseConfig(text: string, sourceName: string, options: ParseConf
   const result = configFileSchema.safeParse(raw, { error: fallbackMessage });
   if (!result.success) throw new ConfigError(sourceName, issuesToProblems(result.error.issues));
 
-  const problems = crossCheck(result.data);
+  const problems = [...crossCheck(result.data), ...egressConfigProblems(options.egress ?? processEgressPolicy(), result.data.revisions)];
   if (problems.length > 0) throw new ConfigError(sourceName, problems);
 
   return toPlatformConfig(result.data, options.baseDir ?? process.cwd());

@@ -5,7 +5,7 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { LlamaCppEngineSpec } from '@weir/core';
-import { resolveModelFile } from './index';
+import { egressPolicyFromEnv, type LookupFunction, resolveModelFile } from './index';
 
 const BODY = Buffer.from('GGUF'.repeat(4096)); // 16 KiB stands in for a model
 const GOOD_SHA = createHash('sha256').update(BODY).digest('hex');
@@ -27,6 +27,14 @@ describe('resolveModelFile', () => {
       if (req.url === '/model.gguf') {
         res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': BODY.length });
         res.end(BODY);
+      } else if (req.url === '/chunked.gguf') {
+        // No content-length: the cap is enforced while streaming.
+        res.writeHead(200, { 'content-type': 'application/octet-stream' });
+        res.write(BODY.subarray(0, 8192));
+        res.end(BODY.subarray(8192));
+      } else if (req.url === '/elsewhere.gguf') {
+        res.writeHead(302, { location: `http://files.attacker.example:${(server.address() as AddressInfo).port}/model.gguf` });
+        res.end();
       } else if (req.url === '/moved.gguf') {
         res.writeHead(302, { location: '/model.gguf' });
         res.end();
@@ -156,6 +164,55 @@ describe('resolveModelFile', () => {
     await expect(resolveModelFile(engine(), { cacheDir: cacheDir(), allowDownload: true })).resolves.toEqual({
       ok: false,
       reason: expect.stringContaining('set WEIR_MODEL_PATH'),
+    });
+  });
+
+  describe('egress: allowed hosts and a size cap', () => {
+    const small = egressPolicyFromEnv({ WEIR_MODEL_DOWNLOAD_MAX_BYTES: '10000' }); // BODY is 16,384 bytes
+
+    it.each([
+      ['/model.gguf', 'it is 16384 bytes, over the 10000-byte cap (WEIR_MODEL_DOWNLOAD_MAX_BYTES)'],
+      ['/chunked.gguf', 'it is over the 10000-byte cap (WEIR_MODEL_DOWNLOAD_MAX_BYTES); the partial file was deleted'],
+    ])('refuses %s over the cap and leaves no file behind', async (file, message) => {
+      const result = await resolveModelFile(engine({ modelUrl: `${baseUrl}${file}`, modelSha256: GOOD_SHA }), { cacheDir: cacheDir(), allowDownload: true, egress: small });
+      expect(result).toEqual({ ok: false, reason: expect.stringContaining(message) });
+      expect(readdirSync(cacheDir())).toEqual([]);
+    });
+
+    it('refuses a host outside WEIR_MODEL_DOWNLOAD_HOSTS without a request', async () => {
+      const egress = egressPolicyFromEnv({ WEIR_MODEL_DOWNLOAD_HOSTS: 'huggingface.co' });
+      const result = await resolveModelFile(engine({ modelUrl: `${baseUrl}/model.gguf`, modelSha256: GOOD_SHA }), { cacheDir: cacheDir(), allowDownload: true, egress });
+      expect(result).toEqual({ ok: false, reason: expect.stringContaining('127.0.0.1 is not an allowed model download host: add it to WEIR_MODEL_DOWNLOAD_HOSTS') });
+      expect(requests).toEqual([]);
+    });
+
+    it('refuses a redirect to a host outside the list', async () => {
+      const result = await resolveModelFile(engine({ modelUrl: `${baseUrl}/elsewhere.gguf`, modelSha256: GOOD_SHA }), { cacheDir: cacheDir(), allowDownload: true, egress: egressPolicyFromEnv({}) });
+      expect(result).toEqual({ ok: false, reason: expect.stringContaining('it redirects to http://files.attacker.example') });
+      expect(requests).toEqual(['/elsewhere.gguf']);
+    });
+
+    it('refuses at connect an allowed name that resolves to a link-local address', async () => {
+      const egress = egressPolicyFromEnv({ WEIR_MODEL_DOWNLOAD_HOSTS: '*.weir-test.example' });
+      const toMetadata: LookupFunction = (_host, _options, callback) => callback(null, [{ address: '169.254.169.254', family: 4 }]);
+      const port = new URL(baseUrl).port;
+      const result = await resolveModelFile(engine({ modelUrl: `http://models.weir-test.example:${port}/model.gguf`, modelSha256: GOOD_SHA }), {
+        cacheDir: cacheDir(),
+        allowDownload: true,
+        egress,
+        lookup: toMetadata,
+      });
+      expect(result).toEqual({ ok: false, reason: expect.stringContaining('refused to connect to models.weir-test.example: it resolves to 169.254.169.254') });
+      expect(requests).toEqual([]);
+      // The same name resolving to this machine downloads.
+      const toLoopback: LookupFunction = (_host, _options, callback) => callback(null, [{ address: '127.0.0.1', family: 4 }]);
+      const ok = await resolveModelFile(engine({ modelUrl: `http://models.weir-test.example:${port}/model.gguf`, modelSha256: GOOD_SHA }), {
+        cacheDir: cacheDir(),
+        allowDownload: true,
+        egress,
+        lookup: toLoopback,
+      });
+      expect(ok).toMatchObject({ ok: true, source: 'download' });
     });
   });
 });

@@ -1,10 +1,13 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { createReadStream, createWriteStream } from 'node:fs';
 import { mkdir, rename, stat, unlink } from 'node:fs/promises';
+import { type IncomingMessage, request as httpRequest } from 'node:http';
+import { request as httpsRequest } from 'node:https';
 import path from 'node:path';
-import { Readable, Transform } from 'node:stream';
+import { Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { LlamaCppEngineSpec } from '@weir/core';
+import { createGuardedLookup, type EgressPolicy, type LookupFunction, modelDownloadHostProblem, processEgressPolicy } from './egress-policy';
 
 /**
  * The logging calls `resolveModelFile` makes; a pino logger fits. Fields are metadata
@@ -23,8 +26,14 @@ export interface ResolveModelFileOptions {
   cacheDir: string;
   /** `WEIR_ALLOW_MODEL_DOWNLOAD`: whether `modelUrl` may be fetched. */
   allowDownload: boolean;
-  /** Injectable fetch; default the global `fetch`. */
-  fetchImpl?: typeof fetch;
+  /**
+   * Where the download may go and how large it may be (`modelDownloadHosts`, checked for the URL
+   * and every redirect; `modelDownloadMaxBytes`, checked against `content-length` and while
+   * streaming). Default: the process environment's policy.
+   */
+  egress?: EgressPolicy;
+  /** The DNS lookup under the connect-time guard (tests); default `dns.lookup`. */
+  lookup?: LookupFunction;
   /** Aborts a download in progress (the partial file is deleted). */
   signal?: AbortSignal;
   logger?: ModelFileLogger;
@@ -45,7 +54,10 @@ export type ResolveModelFileResult = { ok: true; path: string; source: ModelFile
  * 2. the engine's `modelPath`, if it exists;
  * 3. `<cacheDir>/<modelSha256>.gguf`, if its sha256 matches (a mismatching file is deleted);
  * 4. a download of `modelUrl` (if `allowDownload`) into a temporary file in `cacheDir`, whose
- *    sha256 is checked before it is renamed into place (on a mismatch it is deleted).
+ *    sha256 is checked before it is renamed into place (on a mismatch it is deleted). The URL
+ *    and each redirect (at most 5) must be on an allowed download host, no connection goes to
+ *    a link-local or metadata address, and a body over the size cap is refused (partial file
+ *    deleted); see `options.egress`. The file is written owner-only (0600).
  *
  * Never throws for an expected failure (missing file, download refused or failed, wrong
  * digest): it returns `{ok: false, reason}`. Runs at startup only; hashing reads the whole
@@ -93,31 +105,59 @@ export async function resolveModelFile(engine: LlamaCppEngineSpec, options: Reso
   return download(engine.modelUrl, sha256, cached, options);
 }
 
+/** Redirects a model download follows at most (each hop's host is checked). */
+const MAX_DOWNLOAD_REDIRECTS = 5;
+
 async function download(url: string, sha256: string, target: string, options: ResolveModelFileOptions): Promise<ResolveModelFileResult> {
-  const fetchImpl = options.fetchImpl ?? fetch;
   const log = options.logger;
+  const egress = options.egress ?? processEgressPolicy();
+  const maxBytes = egress.modelDownloadMaxBytes;
+  const lookup = createGuardedLookup(egress.modelDownloadHosts, options.lookup);
   const temp = `${target}.${process.pid}.${randomBytes(4).toString('hex')}.part`;
   const started = Date.now();
   const fix = `download ${url} yourself and set WEIR_MODEL_PATH to it`;
   log?.info({ url, target }, 'downloading model');
   try {
-    await mkdir(path.dirname(target), { recursive: true });
-    const res = await fetchImpl(url, { redirect: 'follow', signal: options.signal });
-    if (!res.ok || res.body === null) {
-      await res.body?.cancel().catch(() => undefined);
-      return { ok: false, reason: `model download from ${url} failed: HTTP ${res.status}; check model_url, or ${fix}` };
+    await mkdir(path.dirname(target), { recursive: true, mode: 0o700 });
+    let current = url;
+    let res: IncomingMessage | undefined;
+    for (let hop = 0; ; hop++) {
+      const refused = modelDownloadHostProblem(egress, current);
+      if (refused) return { ok: false, reason: `model download from ${url} refused: ${hop > 0 ? `it redirects to ${current}; ` : ''}${refused}` };
+      res = await get(current, lookup, options.signal);
+      const status = res.statusCode ?? 0;
+      const location = res.headers.location;
+      if (status >= 300 && status < 400 && location !== undefined) {
+        res.resume();
+        if (hop >= MAX_DOWNLOAD_REDIRECTS) return { ok: false, reason: `model download from ${url} failed: more than ${MAX_DOWNLOAD_REDIRECTS} redirects; ${fix}` };
+        current = new URL(location, current).href;
+        continue;
+      }
+      break;
+    }
+    if ((res.statusCode ?? 0) !== 200) {
+      res.resume();
+      return { ok: false, reason: `model download from ${url} failed: HTTP ${res.statusCode}; check model_url, or ${fix}` };
+    }
+    const declared = Number(res.headers['content-length']);
+    if (Number.isFinite(declared) && declared > maxBytes) {
+      res.destroy();
+      return { ok: false, reason: `model download from ${url} refused: it is ${declared} bytes, over the ${maxBytes}-byte cap (WEIR_MODEL_DOWNLOAD_MAX_BYTES); raise the cap, or ${fix}` };
     }
     const hash = createHash('sha256');
     let bytes = 0;
     const tap = new Transform({
       transform(chunk: Buffer, _enc, done) {
-        hash.update(chunk);
         bytes += chunk.length;
+        if (bytes > maxBytes) {
+          done(new DownloadTooLargeError(maxBytes));
+          return;
+        }
+        hash.update(chunk);
         done(null, chunk);
       },
     });
-    const body = Readable.fromWeb(res.body as import('node:stream/web').ReadableStream<Uint8Array>);
-    await pipeline(body, tap, createWriteStream(temp, { flags: 'wx' }), { signal: options.signal });
+    await pipeline(res, tap, createWriteStream(temp, { flags: 'wx', mode: 0o600 }), { signal: options.signal });
     const actual = hash.digest('hex');
     if (actual !== sha256) {
       await unlink(temp).catch(() => undefined);
@@ -131,9 +171,29 @@ async function download(url: string, sha256: string, target: string, options: Re
     return { ok: true, path: target, source: 'download' };
   } catch (err) {
     await unlink(temp).catch(() => undefined);
+    if (err instanceof DownloadTooLargeError) {
+      return { ok: false, reason: `model download from ${url} refused: it is over the ${err.maxBytes}-byte cap (WEIR_MODEL_DOWNLOAD_MAX_BYTES); the partial file was deleted. Raise the cap, or ${fix}` };
+    }
     const detail = err instanceof Error ? (err.cause instanceof Error ? `${err.message}: ${err.cause.message}` : err.message) : String(err);
     return { ok: false, reason: `model download from ${url} failed (${detail}); check the network, or ${fix}` };
   }
+}
+
+class DownloadTooLargeError extends Error {
+  constructor(readonly maxBytes: number) {
+    super(`over ${maxBytes} bytes`);
+  }
+}
+
+/** One GET (no redirects followed here), resolving names through the guarded lookup. */
+function get(url: string, lookup: LookupFunction, signal: AbortSignal | undefined): Promise<IncomingMessage> {
+  return new Promise((resolve, reject) => {
+    const u = new URL(url);
+    const send = u.protocol === 'https:' ? httpsRequest : httpRequest;
+    const req = send(u, { method: 'GET', lookup: lookup as never, signal }, resolve);
+    req.on('error', reject);
+    req.end();
+  });
 }
 
 async function isFile(p: string): Promise<boolean> {

@@ -27,7 +27,7 @@ describe('createEngine', () => {
         kind: 'anthropic',
         baseUrl: 'http://127.0.0.1:9',
         upstreamModel: 'claude-up',
-        apiKeyEnv: 'WEIR_TEST_ANTHROPIC_KEY',
+        apiKeyEnv: 'WEIR_UPSTREAM_TEST_ANTHROPIC',
         firstTokenTimeoutMs: 1000,
         idleTimeoutMs: 1000,
         maxConcurrency: 5,
@@ -37,7 +37,7 @@ describe('createEngine', () => {
     expect(engine.kind).toBe('anthropic');
     expect(engine.capacity).toEqual({ slots: 5, contextTokens: ANTHROPIC_DEFAULT_CONTEXT_TOKENS });
     // The key variable is looked up in the given env (unset there: a warning naming it, never a value).
-    expect(warnings).toEqual([{ apiKeyEnv: 'WEIR_TEST_ANTHROPIC_KEY' }]);
+    expect(warnings).toEqual([{ apiKeyEnv: 'WEIR_UPSTREAM_TEST_ANTHROPIC' }]);
     await engine.close();
   });
 

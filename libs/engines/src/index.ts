@@ -16,3 +16,4 @@ export * from './anthropic/anthropic-engine';
 export * from './create-engine';
 export * from './remote-replicas';
 export { declaredTokenizer, tiktokenTokenizer, type TextTokenizer, type TiktokenEncoding } from './tokenizers/tiktoken';
+export { egressDispatcher, egressRefusalError, isEgressRefusal } from './egress-dispatcher';

@@ -37,7 +37,7 @@ const simulated = (replicas?: RevisionSpec['replicas'], extra: Partial<RevisionS
 const hosted = (baseUrl: string): RevisionSpec => ({
   id: 'hosted@1',
   model: 'hosted',
-  engine: { kind: 'openai-compatible', baseUrl, upstreamModel: 'gpt-x', apiKeyEnv: 'HOSTED_KEY', api: 'completions', firstTokenTimeoutMs: 30_000, idleTimeoutMs: 30_000, maxConcurrency: 16 },
+  engine: { kind: 'openai-compatible', baseUrl, upstreamModel: 'gpt-x', apiKeyEnv: 'WEIR_UPSTREAM_HOSTED', api: 'completions', firstTokenTimeoutMs: 30_000, idleTimeoutMs: 30_000, maxConcurrency: 16 },
   contextWindow: 8192,
   maxOutputTokens: 256,
   defaultOutputTokens: 16,
@@ -46,7 +46,7 @@ const hosted = (baseUrl: string): RevisionSpec => ({
 const claude = (baseUrl: string): RevisionSpec => ({
   id: 'claude@1',
   model: 'claude',
-  engine: { kind: 'anthropic', baseUrl, upstreamModel: 'claude-up', apiKeyEnv: 'CLAUDE_KEY', firstTokenTimeoutMs: 30_000, idleTimeoutMs: 30_000, maxConcurrency: 12 },
+  engine: { kind: 'anthropic', baseUrl, upstreamModel: 'claude-up', apiKeyEnv: 'WEIR_UPSTREAM_CLAUDE', firstTokenTimeoutMs: 30_000, idleTimeoutMs: 30_000, maxConcurrency: 12 },
   contextWindow: 200_000,
   maxOutputTokens: 8192,
   defaultOutputTokens: 16,
@@ -147,7 +147,7 @@ describe('replica adapters and token counting (scripted replicas over HTTP)', ()
 
   it("keeps a hosted upstream's model, API and key variable, and builds one adapter per replica by id", async () => {
     const revision = { ...hosted(upstream.url), replicas: [{ id: 'hosted@1/a', baseUrl: upstream.url, slots: 5 }] };
-    process.env.HOSTED_KEY = 'sk-test-hosted';
+    process.env.WEIR_UPSTREAM_HOSTED = 'sk-test-hosted';
     const engines = createReplicaEngines([revision], remoteReplicas([revision]));
     expect([...engines.keys()]).toEqual(['hosted@1/a']);
     const engine = engines.get('hosted@1/a');
@@ -158,14 +158,14 @@ describe('replica adapters and token counting (scripted replicas over HTTP)', ()
     expect(sent?.body).toMatchObject({ model: 'gpt-x' });
     expect((sent?.body as { stream_options?: unknown }).stream_options).toEqual({ include_usage: true });
     expect(sent?.headers.authorization).toBe('Bearer sk-test-hosted');
-    delete process.env.HOSTED_KEY;
+    delete process.env.WEIR_UPSTREAM_HOSTED;
     await engine?.close();
   });
 
   it("calls an Anthropic upstream (its revision's one replica) with the Messages adapter, its model, key variable and slots", async () => {
     upstream.setScript(anthropicModelScript());
     const revision = claude(upstream.url.replace(/\/v1$/, ''));
-    process.env.CLAUDE_KEY = 'sk-ant-test';
+    process.env.WEIR_UPSTREAM_CLAUDE = 'sk-ant-test';
     const engines = createReplicaEngines([revision], remoteReplicas([revision]));
     expect([...engines.keys()]).toEqual(['claude@1/0']);
     const engine = engines.get('claude@1/0') as NonNullable<ReturnType<typeof engines.get>>;
@@ -178,7 +178,7 @@ describe('replica adapters and token counting (scripted replicas over HTTP)', ()
     expect(sent?.path).toBe('/v1/messages');
     expect(sent?.body).toMatchObject({ model: 'claude-up', stream: true });
     expect(sent?.headers['x-api-key']).toBe('sk-ant-test');
-    delete process.env.CLAUDE_KEY;
+    delete process.env.WEIR_UPSTREAM_CLAUDE;
     upstream.setScript(script);
     await engine.close();
   });

@@ -17,6 +17,7 @@ import type { EngineAdapter, GenerationOutcome, ReplicaEndpoint, RevisionSpec } 
 import { createReplicaProber, type PoolScheduler } from '@weir/scheduling';
 import { request } from 'undici';
 import { createAnthropicEngine } from './anthropic/anthropic-engine';
+import { egressDispatcher } from './egress-dispatcher';
 import { type EngineLogger, silentLogger } from './logger';
 import { createOpenAICompatibleEngine } from './openai-compatible/openai-compatible-engine';
 import { createRemoteTokenCounter, type TokenCounter } from './openai-compatible/remote-token-counter';
@@ -262,7 +263,7 @@ export function startReplicaHealthChecks(options: ReplicaHealthChecksOptions): R
     startupGraceMs: options.startupGraceMs,
     async probe(id, timeoutMs) {
       try {
-        const res = await request(healthUrl.get(id) as string, { headersTimeout: timeoutMs, bodyTimeout: timeoutMs });
+        const res = await request(healthUrl.get(id) as string, { dispatcher: egressDispatcher(), headersTimeout: timeoutMs, bodyTimeout: timeoutMs });
         await res.body.dump();
         return res.statusCode === 200;
       } catch (err) {

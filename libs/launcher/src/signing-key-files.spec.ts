@@ -4,7 +4,7 @@
  * or invalid key is replaced.
  */
 import { generateKeyPairSync } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync, statSync, unlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdtempSync, readFileSync, rmSync, statSync, unlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { loadSigningKey, loadVerifyKey } from '@weir/config-sync';
@@ -29,6 +29,17 @@ describe('ensureSigningKeyFiles', () => {
     expect(ids.signing).toBe(ids.verify);
     expect(ensureSigningKeyFiles(dir).outcome).toBe('reused');
     expect({ priv: read('config-signing-key.pem'), pub: read('config-public-key.pem') }).toEqual(before);
+  });
+
+  it('makes a reused or replaced private key owner-only again (the control plane refuses a loose one)', () => {
+    const { signingKeyFile } = ensureSigningKeyFiles(dir);
+    chmodSync(signingKeyFile, 0o644);
+    expect(ensureSigningKeyFiles(dir).outcome).toBe('reused');
+    expect(statSync(signingKeyFile).mode & 0o777).toBe(0o600);
+    writeFileSync(signingKeyFile, 'garbage');
+    chmodSync(signingKeyFile, 0o644);
+    expect(ensureSigningKeyFiles(dir).outcome).toBe('generated');
+    expect(statSync(signingKeyFile).mode & 0o777).toBe(0o600);
   });
 
   it('keeps a valid private key and writes its public key again when that file is missing, invalid or of another key', () => {

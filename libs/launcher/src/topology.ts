@@ -14,7 +14,7 @@
  * collision) the derived file's placement — the replicas on this start's ports — is imported
  * (`WEIR_CONFIG_IMPORT=placement`, see {@link ControlPlaneOptions.configImport}).
  */
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { Kvm } from '@nats-io/kv';
 import { configBucketName, generateSigningKeyPair, loadSigningKey, loadVerifyKey } from '@weir/config-sync';
 import path from 'node:path';
@@ -59,12 +59,15 @@ export function ensureSigningKeyFiles(workDir: string): SigningKeyFiles {
   const publicKeyFile = path.join(workDir, 'config-public-key.pem');
   const signing = readKey(signingKeyFile, loadSigningKey);
   if (signing) {
+    // The control plane refuses a signing key others can read; the launcher's own file is fixed.
+    chmodSync(signingKeyFile, 0o600);
     if (readKey(publicKeyFile, loadVerifyKey)?.keyId === signing.keyId) return { signingKeyFile, publicKeyFile, outcome: 'reused' };
     writeFileSync(publicKeyFile, signing.publicKey.export({ type: 'spki', format: 'pem' }).toString());
     return { signingKeyFile, publicKeyFile, outcome: 'public_rewritten' };
   }
   const keys = generateSigningKeyPair();
   writeFileSync(signingKeyFile, keys.privateKeyPem, { mode: 0o600 });
+  chmodSync(signingKeyFile, 0o600); // `mode` applies only to a new file (a replaced invalid one keeps its mode)
   writeFileSync(publicKeyFile, keys.publicKeyPem);
   return { signingKeyFile, publicKeyFile, outcome: 'generated' };
 }

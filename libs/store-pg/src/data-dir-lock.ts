@@ -46,11 +46,11 @@ export class DataDirInUseError extends Error {
  *   system's error when the lock file cannot be written.
  */
 export function lockDataDir(dataDir: string): DataDirLock {
-  mkdirSync(dataDir, { recursive: true });
+  mkdirSync(dataDir, { recursive: true, mode: 0o700 });
   const file = dataDirLayout(dataDir).lock;
   for (let attempt = 0; attempt < 2; attempt++) {
     try {
-      writeFileSync(file, String(process.pid), { flag: 'wx' });
+      writeFileSync(file, String(process.pid), { flag: 'wx', mode: 0o600 });
       let released = false;
       return {
         release() {

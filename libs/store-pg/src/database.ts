@@ -6,6 +6,7 @@ import type { StoreLogger } from './logger';
 import { migrateToLatest } from './migrate';
 import type { WeirSchema } from './schema';
 import { initPgliteDataDir } from './pglite-init';
+import { ensurePrivateDir, privatizeTree, restrictUmask } from './private-data-dir';
 import { createPgliteStatementRunner, registerStatementRunner } from './statement-runner';
 
 /** Options for {@link openDatabase}. */
@@ -49,6 +50,10 @@ export interface WeirDatabase {
  *   so queries (and transactions) run one at a time.
  *
  * Migrations run on open unless `migrate: false`.
+ *
+ * A PGlite `dataDir` is private to the service user: the process umask is tightened to clear
+ * group and other bits (process-wide, for the files PGlite creates later), the directory is
+ * 0700 and every file in it loses its group and other bits, before and after opening.
  *
  * @throws the driver's error when the server is unreachable or PGlite cannot open `dataDir`
  *   (e.g. another process holds it); WeirError `internal` when a migration fails. Nothing is
@@ -99,6 +104,12 @@ async function openPglite(dataDir: string | undefined): Promise<WeirDatabase> {
   // A new data directory is initialized by a child process (initdb's native memory leaves with
   // it; see pglite-init.ts). Should that fail, PGlite runs initdb here as before.
   if (dataDir !== undefined) {
+    // Owner-only whatever the umask (issue 14, part 6): PGlite creates files for its whole
+    // life (WAL segments, relations), so the process umask is tightened first, and whatever an
+    // earlier, looser start left is fixed.
+    restrictUmask();
+    ensurePrivateDir(dataDir);
+    privatizeTree(dataDir);
     await initPgliteDataDir(dataDir).catch((err: unknown) => {
       if (!isEmptyDir(dataDir)) throw err; // a half-made directory: say why, do not build on it
     });
@@ -127,6 +138,8 @@ async function openPglite(dataDir: string | undefined): Promise<WeirDatabase> {
   } finally {
     if (liftoffOnly) setFlagsFromString('--no-liftoff-only');
   }
+  // initdb (in a child, or here as a fallback) chose its own modes.
+  if (dataDir !== undefined) privatizeTree(dataDir);
   // createPgConfig gives `pg` a connection object that speaks to this PGlite instance; one
   // connection only, so the pool must never open a second client.
   // idleTimeoutMillis 0: keep the one in-process connection instead of re-running the

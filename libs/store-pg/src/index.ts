@@ -69,3 +69,4 @@ export {
 } from './journal/journal-directory';
 export { fsyncDirectoryTree } from './journal/fsync-tree';
 export { applyIsolating, isDataError, type RejectedSettlement } from './settlement-isolation';
+export { ensurePrivateDir, preparePrivateDataDir, privatizeTree, PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, restrictUmask } from './private-data-dir';

@@ -59,8 +59,8 @@ describe('createAnthropicEngine (scripted upstream)', () => {
 
   it('calls POST {base}/v1/messages with the key named by apiKeyEnv, the version header and the mapped body', async () => {
     upstream.setScript(() => sseReply(anthropicStreamEvents(['Hi', ' there'], { usage: { input_tokens: 11, output_tokens: 2 } })));
-    const engine = createAnthropicEngine(optionsFor(originOf(upstream), { apiKeyEnv: 'ANTHROPIC_API_KEY' }), {
-      env: { ANTHROPIC_API_KEY: 'sk-ant-test' },
+    const engine = createAnthropicEngine(optionsFor(originOf(upstream), { apiKeyEnv: 'WEIR_UPSTREAM_ANTHROPIC' }), {
+      env: { WEIR_UPSTREAM_ANTHROPIC: 'sk-ant-test' },
     });
     const request = engineRequest(chat, { maxOutputTokens: 32, sampling: { temperature: 0.2, topP: 0.8, seed: 1, stop: ['\n'] } });
     const { events, error } = await collectEngineEvents(engine, request);
@@ -99,15 +99,15 @@ describe('createAnthropicEngine (scripted upstream)', () => {
   it('sends no x-api-key without apiKeyEnv; warns by variable name when the variable is unset', async () => {
     upstream.setScript(() => sseReply(anthropicStreamEvents(['ok'])));
     const logger = recordingLogger();
-    const engine = createAnthropicEngine(optionsFor(originOf(upstream), { apiKeyEnv: 'MISSING_KEY' }), { env: {}, logger });
+    const engine = createAnthropicEngine(optionsFor(originOf(upstream), { apiKeyEnv: 'WEIR_UPSTREAM_MISSING' }), { env: {}, logger });
     await collectEngineEvents(engine, engineRequest(chat));
     expect(upstream.requests[0].headers['x-api-key']).toBeUndefined();
-    expect(logger.lines).toEqual([expect.objectContaining({ level: 'warn', obj: { apiKeyEnv: 'MISSING_KEY' } })]);
+    expect(logger.lines).toEqual([expect.objectContaining({ level: 'warn', obj: { apiKeyEnv: 'WEIR_UPSTREAM_MISSING' } })]);
   });
 
   it('never logs the key, the prompt or the output', async () => {
     const logger = recordingLogger();
-    const engine = createAnthropicEngine(optionsFor(originOf(upstream), { apiKeyEnv: 'K' }), { env: { K: 'sk-ant-secret' }, logger });
+    const engine = createAnthropicEngine(optionsFor(originOf(upstream), { apiKeyEnv: 'WEIR_UPSTREAM_K' }), { env: { WEIR_UPSTREAM_K: 'sk-ant-secret' }, logger });
     const prompt: GenerationInput = { kind: 'text', text: 'my private prompt' };
     upstream.setScript(() => sseReply(anthropicStreamEvents(['private output'])));
     await collectEngineEvents(engine, engineRequest(prompt));

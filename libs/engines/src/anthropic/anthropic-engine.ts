@@ -1,7 +1,9 @@
 import type { EngineAdapter, EngineEvent, EngineRequest, GenerationInput, ProducedUsage, TokenizerName } from '@weir/core';
 import { WeirError, withProduced } from '@weir/core';
 import { createParser } from 'eventsource-parser';
+import { type EgressPolicy, processEgressPolicy, upstreamEgressProblem } from '@weir/config';
 import { type Dispatcher, request as undiciRequest } from 'undici';
+import { egressDispatcher } from '../egress-dispatcher';
 import { type EngineLogger, silentLogger } from '../logger';
 import { countInputWith, utf8TokenUpperBound } from '../openai-compatible/token-bound';
 import { declaredTokenizer, functionTokenizer, type TextTokenizer } from '../tokenizers/tiktoken';
@@ -58,10 +60,19 @@ export interface AnthropicEngineDeps {
    * output); never a network call per request (the API's `count_tokens` endpoint is not used).
    */
   countTokens?: (text: string) => number | Promise<number>;
-  /** The undici dispatcher (connection pool) to use. Default: undici's global dispatcher. */
+  /**
+   * The undici dispatcher (connection pool) to use. Default: `egressDispatcher(egress)`, a
+   * keep-alive Agent that refuses connections to link-local / metadata addresses.
+   */
   dispatcher?: Dispatcher;
   /** Where `options.apiKeyEnv` is looked up. Default `process.env`. */
   env?: Record<string, string | undefined>;
+  /**
+   * The egress policy (`@weir/config`): the API's host must be an allowed upstream host and
+   * `options.apiKeyEnv` an allowed credential variable bound to it, else every call fails with
+   * `engine_unavailable` and nothing is sent. Default: the process environment's.
+   */
+  egress?: EgressPolicy;
   /** Logger for metadata (status codes, error codes); never text or keys. Default: silent. */
   logger?: EngineLogger;
 }
@@ -115,6 +126,10 @@ const toDelta = (p: AnthropicPiece): EngineEvent => ({ type: 'delta', text: p.te
  * (text input = one user message), with the declared tokenizer once loaded, else the UTF-8 byte
  * bound; never a network call.
  *
+ * Egress (issue 14): as the OpenAI-compatible adapter — the host and the key variable pass
+ * `deps.egress` or no call is made (`engine_unavailable`); names resolving to link-local or
+ * metadata addresses are refused at connect; redirects are not followed.
+ *
  * `capacity` = `{slots: maxConcurrency, contextTokens: contextTokens ?? 200,000}`.
  */
 export function createAnthropicEngine(options: AnthropicEngineOptions, deps: AnthropicEngineDeps = {}): EngineAdapter {
@@ -124,6 +139,11 @@ export function createAnthropicEngine(options: AnthropicEngineOptions, deps: Ant
   const origin = options.baseUrl.replace(/\/+$/, '').replace(/\/v1$/, '');
   const url = `${origin}/v1/messages`;
   const inFlight = new Set<AbortController>();
+  const egress = deps.egress ?? processEgressPolicy();
+  const dispatcher = deps.dispatcher ?? egressDispatcher(egress);
+  // Checked once: the URL never changes. A refused upstream gets no call (and no key) at all.
+  const egressProblem = upstreamEgressProblem(egress, url, options.apiKeyEnv);
+  if (egressProblem) logger.error({ upstreamHost: new URL(url).host, problem: egressProblem }, 'upstream refused by the egress policy; its calls fail');
   if (options.apiKeyEnv && !env[options.apiKeyEnv]) {
     logger.warn({ apiKeyEnv: options.apiKeyEnv }, 'anthropic engine: the API key variable is not set; calls go without x-api-key');
   }
@@ -137,6 +157,7 @@ export function createAnthropicEngine(options: AnthropicEngineOptions, deps: Ant
   };
 
   async function* generate(request: EngineRequest): AsyncGenerator<EngineEvent, void, undefined> {
+    if (egressProblem) throw new WeirError('engine_unavailable', 'this upstream is not allowed by the egress policy (the service log says why)', { cause: new Error(egressProblem) });
     const controller = new AbortController();
     inFlight.add(controller);
     const onAbort = (): void => controller.abort(request.signal.reason);
@@ -199,7 +220,7 @@ export function createAnthropicEngine(options: AnthropicEngineOptions, deps: Ant
           headers: buildAnthropicHeaders(options.apiKeyEnv ? env[options.apiKeyEnv] : undefined),
           body: JSON.stringify(buildAnthropicBody(options.upstreamModel, request)),
           signal: controller.signal,
-          dispatcher: deps.dispatcher,
+          dispatcher,
           headersTimeout: 0,
           bodyTimeout: 0,
         });

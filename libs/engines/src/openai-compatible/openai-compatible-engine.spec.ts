@@ -50,7 +50,7 @@ describe('createOpenAICompatibleEngine (scripted upstream)', () => {
 
   it('streams deltas and takes usage from the usage chunk; sends the OpenAI request', async () => {
     upstream.setScript(() => sseReply(chatStreamEvents(['Hello', ' world'], { usage: { prompt_tokens: 7, completion_tokens: 2 } })));
-    const engine = createOpenAICompatibleEngine(specFor(upstream.url, { apiKeyEnv: 'UP_KEY' }), { env: { UP_KEY: 'sk-test' } });
+    const engine = createOpenAICompatibleEngine(specFor(upstream.url, { apiKeyEnv: 'WEIR_UPSTREAM_UP_KEY' }), { env: { WEIR_UPSTREAM_UP_KEY: 'sk-test' } });
     const request = engineRequest(chat, { maxOutputTokens: 12, sampling: { temperature: 0.5, topP: 0.9, seed: 3, stop: ['\n'] } });
     const { events, error } = await collectEngineEvents(engine, request);
     expect(error).toBeUndefined();

@@ -10,7 +10,9 @@ import type {
   ToolCallDelta,
 } from '@weir/core';
 import { batchedIterable, WeirError, withProduced } from '@weir/core';
+import { type EgressPolicy, processEgressPolicy, upstreamEgressProblem } from '@weir/config';
 import { type Dispatcher, request as undiciRequest } from 'undici';
+import { egressDispatcher } from '../egress-dispatcher';
 import { type EngineLogger, silentLogger } from '../logger';
 import { declaredTokenizer, functionTokenizer, type TextTokenizer } from '../tokenizers/tiktoken';
 import { countInputWith, utf8TokenUpperBound } from './token-bound';
@@ -46,10 +48,19 @@ export interface OpenAICompatibleEngineDeps {
    * Default: the declared one (`spec.tokenizer`), else none.
    */
   countTokens?: (text: string) => number | Promise<number>;
-  /** The undici dispatcher (connection pool) to use. Default: undici's global dispatcher. */
+  /**
+   * The undici dispatcher (connection pool) to use. Default: `egressDispatcher(egress)`, a
+   * keep-alive Agent that refuses connections to link-local / metadata addresses.
+   */
   dispatcher?: Dispatcher;
   /** Where `spec.apiKeyEnv` is looked up. Default `process.env`. */
   env?: Record<string, string | undefined>;
+  /**
+   * The egress policy (`@weir/config`): the base URL's host must be an allowed upstream host and
+   * `spec.apiKeyEnv` an allowed credential variable bound to it, else every call fails with
+   * `engine_unavailable` and nothing is sent. Default: the process environment's.
+   */
+  egress?: EgressPolicy;
   /** Logger for metadata (status codes, error codes); never text or keys. Default: silent. */
   logger?: EngineLogger;
 }
@@ -67,6 +78,13 @@ export interface OpenAICompatibleEngineDeps {
  * (on either API: vLLM and llama.cpp's server read it on `/completions` too); headers `authorization: Bearer
  * <process.env[spec.apiKeyEnv]>` when that variable is set (the key is never logged) and
  * `x-request-id: <generationId>`.
+ *
+ * Egress (issue 14): the base URL's host must pass `deps.egress` (an allowed upstream host; the
+ * key variable allowed and bound to that host), checked once at creation; otherwise every call
+ * fails with `engine_unavailable` before anything is sent. Connections resolve names through
+ * the guarded lookup (`egress-dispatcher.ts`): a name resolving to a link-local or metadata
+ * address is refused (`engine_unavailable`). Redirects are never followed (a 3xx is an
+ * upstream error), so the key never reaches another host.
  *
  * Response: SSE (`data:` events; comments, CRLF line ends and events or UTF-8 characters split
  * across reads are handled) or, if the upstream ignores `stream`, one JSON body. Each
@@ -110,6 +128,11 @@ export function createOpenAICompatibleEngine(
   const base = spec.baseUrl.replace(/\/+$/, '');
   const target = new URL(`${base}/${spec.api === 'completions' ? 'completions' : 'chat/completions'}`);
   const inFlight = new Set<Cutter>();
+  const egress = deps.egress ?? processEgressPolicy();
+  const dispatcher = deps.dispatcher ?? egressDispatcher(egress);
+  // Checked once: the target never changes. A refused upstream gets no call (and no key) at all.
+  const egressProblem = upstreamEgressProblem(egress, target.href, spec.apiKeyEnv);
+  if (egressProblem) logger.error({ upstreamHost: target.host, problem: egressProblem }, 'upstream refused by the egress policy; its calls fail');
 
   // The input as the upstream receives it: text becomes one user message on the chat API;
   // chat messages are joined with newlines on the completions API.
@@ -167,7 +190,7 @@ export function createOpenAICompatibleEngine(
   /** Weir's engine extension: `POST {origin}/v1/stop/{generation id}` (fire and forget). */
   function requestStop(generationId: string): void {
     const url = `${spec.baseUrl.replace(/\/+$/, '')}/stop/${encodeURIComponent(generationId)}`;
-    undiciRequest(url, { method: 'POST', dispatcher: deps.dispatcher, headersTimeout: GRACEFUL_STOP_TIMEOUT_MS, bodyTimeout: GRACEFUL_STOP_TIMEOUT_MS })
+    undiciRequest(url, { method: 'POST', dispatcher, headersTimeout: GRACEFUL_STOP_TIMEOUT_MS, bodyTimeout: GRACEFUL_STOP_TIMEOUT_MS })
       .then((r) => r.body.dump())
       .catch(() => undefined); // the stop timer cuts the connection if this never lands
   }
@@ -177,6 +200,7 @@ export function createOpenAICompatibleEngine(
    * promise per read for a batch consumer such as the relay, rather than one per delta).
    */
   async function* generateBatches(request: EngineRequest): AsyncGenerator<EngineEvent[], void, undefined> {
+    if (egressProblem) throw new WeirError('engine_unavailable', 'this upstream is not allowed by the egress policy (the service log says why)', { cause: new Error(egressProblem) });
     if (spec.api === 'completions' && request.tools && request.tools.length > 0) {
       throw new WeirError('invalid_request', 'tools need the chat API: this revision calls its upstream on /completions, which has no tool calls', { param: 'tools' });
     }
@@ -294,7 +318,7 @@ export function createOpenAICompatibleEngine(
         return;
       }
       watchdog.arm('first', spec.firstTokenTimeoutMs);
-      call = startUpstreamCall({ url: target, method: 'POST', headers: buildHeaders(request), body: JSON.stringify(buildBody(request)), dispatcher: deps.dispatcher });
+      call = startUpstreamCall({ url: target, method: 'POST', headers: buildHeaders(request), body: JSON.stringify(buildBody(request)), dispatcher });
       if (cutReason) call.abort(cutReason);
       let head: UpstreamHead;
       try {

@@ -8,6 +8,7 @@
  */
 import type { GenerationInput } from '@weir/core';
 import { request } from 'undici';
+import { egressDispatcher } from '../egress-dispatcher';
 import { countInputWith, utf8TokenUpperBound } from './token-bound';
 
 /** Options of {@link createRemoteTokenCounter}. */
@@ -32,6 +33,8 @@ export function createRemoteTokenCounter(options: RemoteTokenCounterOptions): To
       const url = endpoints[(next + i) % endpoints.length];
       try {
         const res = await request(url, {
+          // The guarded pool: no connection to a link-local / metadata address (egress-dispatcher.ts).
+          dispatcher: egressDispatcher(),
           method: 'POST',
           headers: { 'content-type': 'application/json' },
           body,

@@ -5,6 +5,7 @@
  * adapter's controller, and the mapping of a failed call to a `WeirError`.
  */
 import { WeirError } from '@weir/core';
+import { egressRefusalError, isEgressRefusal } from '../egress-dispatcher';
 import { connectionError, isConnectionError } from './upstream-errors';
 
 /** The running call's timer (one at a time). */
@@ -51,13 +52,15 @@ export function createStreamWatchdog(controller: { abort(reason?: unknown): void
  * A failed upstream call as a `WeirError`: one already is; a first-token timeout is retryable
  * `upstream_timeout`, an idle one is not; a refused or broken connection is
  * `upstream_unavailable` before any output and `upstream_error` after; anything else
- * `upstream_error`. Timeouts in ms, for the message.
+ * `upstream_error`; a connection the egress policy refused (a name resolving to a link-local
+ * or metadata address) is `engine_unavailable`, not retryable. Timeouts in ms, for the message.
  */
 export function classifyUpstreamFailure(
   error: unknown,
   state: { timedOut: 'first' | 'idle' | undefined; outputStarted: boolean; firstTokenTimeoutMs: number; idleTimeoutMs: number },
 ): WeirError {
   if (error instanceof WeirError) return error;
+  if (isEgressRefusal(error)) return egressRefusalError(error);
   if (state.timedOut === 'first') {
     return new WeirError('upstream_timeout', `no first token from the upstream within ${state.firstTokenTimeoutMs} ms`, { retryable: true, cause: error });
   }

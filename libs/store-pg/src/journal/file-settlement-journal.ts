@@ -207,7 +207,8 @@ export async function openFileSettlementJournal(options: FileSettlementJournalOp
   const now = deps.now ?? Date.now;
   const stats = { appended: 0, marks: 0, writes: 0, syncs: 0, applied: 0, rejected: 0, segmentsDeleted: 0 };
 
-  mkdirSync(dir, { recursive: true });
+  // Owner-only whatever the umask (issue 14, part 6): settlements name tenants and amounts.
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
   const segmentPath = (n: number) => journalSegmentPath(dir, n);
   const segments = new Map<number, SegmentState>();
 
@@ -224,7 +225,7 @@ export async function openFileSettlementJournal(options: FileSettlementJournalOp
     onRejected(rejected) {
       stats.rejected++;
       try {
-        appendFileSync(path.join(dir, 'rejected.journal'), encodeJournalLine(rejected.item));
+        appendFileSync(path.join(dir, 'rejected.journal'), encodeJournalLine(rejected.item), { mode: 0o600 });
       } catch (err) {
         logger?.error({ err, journal: name }, 'settlement journal: a refused settlement could not be kept aside');
       }
@@ -261,7 +262,7 @@ export async function openFileSettlementJournal(options: FileSettlementJournalOp
 
   // ---- The new segment --------------------------------------------------------------------
   let segment = Math.max(onDisk.length > 0 ? onDisk[onDisk.length - 1] : 0, stored?.segment ?? 0) + 1;
-  let fd = openSync(segmentPath(segment), 'wx');
+  let fd = openSync(segmentPath(segment), 'wx', 0o600);
   segments.set(segment, { pending: 0, synced: false, fd });
   recovery.segment = segment;
   /** Bytes in the current segment; records since it started, excluding repeated open-generation lines. */
@@ -384,7 +385,7 @@ export async function openFileSettlementJournal(options: FileSettlementJournalOp
   /** Closes the current segment (synced and closed by the next sync) and starts the next, repeating what is open. */
   function startSegment(): void {
     const next = segment + 1;
-    const nextFd = openSync(segmentPath(next), 'wx');
+    const nextFd = openSync(segmentPath(next), 'wx', 0o600);
     retiring.push(segment);
     segment = next;
     fd = nextFd;
