@@ -6,6 +6,7 @@
 import { randomBytes } from 'node:crypto';
 import { mkdir, open, readFile, rename, unlink } from 'node:fs/promises';
 import path from 'node:path';
+import { scrubErrorMessage } from '@weir/telemetry';
 import { CONFIG_BUCKET_KEYS, type ConfigBucket, type ConfigBucketWatch } from './bucket';
 import { openEnvelope, revocationDigest, type EnvelopeRejectionReason, type HeartbeatPayload, type RevocationPayload, type SnapshotPayload } from './envelope';
 import type { VerifyKey } from './keys';
@@ -483,8 +484,8 @@ export function createSnapshotSubscriber(options: SnapshotSubscriberOptions): Sn
   };
 }
 
-/** The error's class and message, cut short: the service's own text, never the payload. */
+/** The error's class and scrubbed message (quoted values removed, first line): never the payload's values. */
 function describe(error: unknown): string {
-  if (error instanceof Error) return `${error.name}: ${error.message}`.slice(0, 300);
+  if (error instanceof Error) return `${error.name}: ${scrubErrorMessage(error.message)}`;
   return 'non-error thrown';
 }
