@@ -32,7 +32,6 @@ describe('the gateway logs metadata only (issue 14, part 10)', () => {
       async countInputTokens() {
         return 2;
       },
-      // eslint-disable-next-line require-yield -- every call fails before its first event
       async *generate(request): AsyncIterable<EngineEvent> {
         const prompt = promptOf(request.input);
         // A driver fault quoting the prompt (message, detail and params), or an upstream that echoes it.
