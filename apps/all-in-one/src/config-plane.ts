@@ -137,7 +137,7 @@ export async function openConfigPlane(options: ConfigPlaneOptions): Promise<Conf
   const alreadyThere = (err: unknown) => isWeirError(err) && err.code === 'conflict';
   const sink: SnapshotSink = {
     async publishSnapshot(s) {
-      await publisher.publishSnapshot({ version: s.version, config: s.config as Record<string, unknown>, issuedAt: s.issuedAt }).catch((err: unknown) => {
+      await publisher.publishSnapshot({ version: s.version, config: s.config as Record<string, unknown>, issuedAt: s.issuedAt, ...(s.lastRevocation ? { lastRevocation: s.lastRevocation } : {}) }).catch((err: unknown) => {
         if (!alreadyThere(err)) throw err;
       });
     },

@@ -68,7 +68,7 @@ export function createSnapshotSinkFromEnv(settings: SnapshotSinkEnv, nc: NatsCon
     sink: {
       async publishSnapshot(s) {
         try {
-          await publisher.publishSnapshot({ version: s.version, config: s.config as Record<string, unknown>, issuedAt: s.issuedAt });
+          await publisher.publishSnapshot({ version: s.version, config: s.config as Record<string, unknown>, issuedAt: s.issuedAt, ...(s.lastRevocation ? { lastRevocation: s.lastRevocation } : {}) });
         } catch (err) {
           if (!alreadyThere(err)) throw err;
           logAlreadyPublished(logger, s.version, err);

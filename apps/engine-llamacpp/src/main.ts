@@ -19,8 +19,7 @@
  */
 import path from 'node:path';
 import { createLlamaCppEngine } from '@weir/engines';
-import pino from 'pino';
-import { createTelemetry } from '@weir/telemetry';
+import { createLogger, createTelemetry } from '@weir/telemetry';
 import { createGenerationUsageLog, DEFAULT_USAGE_MAX_ENTRIES, DEFAULT_USAGE_RETENTION_MS } from './generation-usage-log';
 import { createEngineServer } from './server';
 
@@ -33,7 +32,7 @@ function intEnv(name: string, fallback: number, min: number): number {
 }
 
 async function main(): Promise<void> {
-  const logger = pino({ level: process.env.LOG_LEVEL ?? 'info', name: 'engine-llamacpp' });
+  const logger = createLogger({ name: 'engine-llamacpp', level: (process.env.LOG_LEVEL ?? 'info') as 'info' });
   const modelPath = path.resolve(process.env.WEIR_MODEL_PATH || path.resolve(__dirname, '../../../../shared/models/stories260K.gguf'));
   const modelName = process.env.WEIR_MODEL_NAME || path.basename(modelPath, '.gguf');
   const port = intEnv('PORT', 8081, 0);

@@ -18,8 +18,7 @@
  */
 import { createGenerationUsageLog, DEFAULT_USAGE_MAX_ENTRIES, DEFAULT_USAGE_RETENTION_MS } from '@weir/engine-server';
 import { createSimulatedEngine } from '@weir/engines';
-import { createTelemetry } from '@weir/telemetry';
-import pino from 'pino';
+import { createLogger, createTelemetry } from '@weir/telemetry';
 import { profileFromEnv } from './profile-env';
 import { createSimServer } from './sim-server';
 
@@ -32,7 +31,7 @@ function intEnv(name: string, fallback: number, min: number): number {
 }
 
 function main(): void {
-  const logger = pino({ level: process.env.LOG_LEVEL ?? 'info', name: 'engine-sim' });
+  const logger = createLogger({ name: 'engine-sim', level: (process.env.LOG_LEVEL ?? 'info') as 'info' });
   const spec = profileFromEnv(process.env);
   const modelName = process.env.WEIR_MODEL_NAME || 'weir-simulated';
   const port = intEnv('PORT', 8090, 0);

@@ -50,6 +50,13 @@ export interface ConfigBucket {
   get(key: string): Promise<Uint8Array | undefined>;
   /** Removes `key` (a watch sees it with `bytes` undefined). */
   delete(key: string): Promise<void>;
+  /**
+   * The values the bucket still retains for `key` (oldest first, the current one last; deletes
+   * left out): NATS KV keeps `history` values per key. A data plane starting without a saved
+   * snapshot reads it to learn the newest snapshot version ever published, so a replayed older
+   * one cannot pass for current. Optional: a bucket without history omits it.
+   */
+  history?(key: string): Promise<Uint8Array[]>;
   /** Current keys, optionally only those starting with `prefix` (e.g. `revocations.`), sorted. */
   keys(prefix?: string): Promise<string[]>;
   /**
@@ -72,9 +79,12 @@ interface MemoryEntry {
  * A {@link ConfigBucket} in memory. Watchers get the current values synchronously inside
  * `watch()`, then each change in order on a microtask after the `put`/`delete` that made it.
  * Values are copied in and out, so a caller cannot change stored bytes behind the bucket's back.
+ * Keeps the last `history` values per key (default 5, as the NATS bucket).
  */
-export function createMemoryConfigBucket(): ConfigBucket {
+export function createMemoryConfigBucket(options: { history?: number } = {}): ConfigBucket {
+  const historyDepth = options.history ?? 5;
   const entries = new Map<string, MemoryEntry>();
+  const histories = new Map<string, Uint8Array[]>();
   const watchers = new Set<{ active: boolean; onEntry: ConfigBucketEntryHandler }>();
   let revision = 0;
   let closed = false;
@@ -96,6 +106,8 @@ export function createMemoryConfigBucket(): ConfigBucket {
       revision += 1;
       const copy = Uint8Array.from(bytes);
       entries.set(key, { bytes: copy, revision });
+      const kept = [...(histories.get(key) ?? []), copy].slice(-historyDepth);
+      histories.set(key, kept);
       notify(key, copy, revision);
       return revision;
     },
@@ -108,6 +120,9 @@ export function createMemoryConfigBucket(): ConfigBucket {
       if (!entries.delete(key)) return;
       revision += 1;
       notify(key, undefined, revision);
+    },
+    async history(key) {
+      return (histories.get(key) ?? []).map((b) => Uint8Array.from(b));
     },
     async keys(prefix = '') {
       return [...entries.keys()].filter((k) => k.startsWith(prefix)).sort();

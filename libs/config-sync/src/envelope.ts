@@ -4,7 +4,7 @@
  * `{"payload": "<a JSON string>", "signature": "<base64 Ed25519 over the UTF-8 bytes of payload>", "key_id": "<16 hex>"}`.
  * A verifier parses `payload` only after the signature checks.
  */
-import { sign, verify } from 'node:crypto';
+import { createHash, sign, verify } from 'node:crypto';
 import { z } from 'zod';
 import { WeirError } from '@weir/core';
 import type { SigningKey, VerifyKey } from './keys';
@@ -32,15 +32,27 @@ export interface SnapshotPayload {
   issued_at: string;
   /** `config`: a Weir configuration-file object (snake_case), what `@weir/config` `parseConfig` accepts; only checked to be an object here. */
   body: { config: Record<string, unknown> };
+  /**
+   * The latest revocation this snapshot includes (its `seq`) and {@link revocationDigest} of its
+   * content: binds that seq to that content, so a different revocation re-sent under it is a
+   * replay. Both or neither; absent when no revocation was ever published.
+   */
+  revocation_seq?: number;
+  /** See `revocation_seq`: 64 lowercase hex. */
+  revocation_sha256?: string;
 }
 
 /** "The snapshot `version` is still current", signed every few seconds by the control plane. */
 export interface HeartbeatPayload {
   type: 'heartbeat';
-  /** The control plane's current snapshot version. */
+  /** The control plane's current snapshot version (the announced head: a data plane refuses any snapshot below it). */
   version: number;
   /** ISO-8601 UTC. */
   issued_at: string;
+  /** The control plane's latest published revocation `seq` (the announced revocation head); with `revocation_sha256`, or neither. */
+  revocation_seq?: number;
+  /** {@link revocationDigest} of revocation `revocation_seq`: a revocation under that seq with other content is a replay. */
+  revocation_sha256?: string;
 }
 
 /** What a revocation acts on. */
@@ -95,19 +107,36 @@ const positiveInt = z.number().int().min(1).max(Number.MAX_SAFE_INTEGER);
 const isoUtc = z.iso.datetime();
 const id = z.string().min(1).max(256);
 
-const snapshotSchema = z.object({
-  type: z.literal('snapshot'),
-  schema_version: z.literal(SNAPSHOT_SCHEMA_VERSION),
-  version: positiveInt,
-  issued_at: isoUtc,
-  body: z.object({ config: z.record(z.string(), z.unknown()) }),
-});
+const sha256Hex = z.string().regex(/^[0-9a-f]{64}$/);
 
-const heartbeatSchema = z.object({
-  type: z.literal('heartbeat'),
-  version: positiveInt,
-  issued_at: isoUtc,
-});
+/** `revocation_seq` and `revocation_sha256` come together or not at all. */
+const revocationHeadTogether = (p: { revocation_seq?: number; revocation_sha256?: string }, ctx: z.RefinementCtx): void => {
+  if ((p.revocation_seq === undefined) !== (p.revocation_sha256 === undefined)) {
+    ctx.addIssue({ code: 'custom', path: ['revocation_sha256'], message: 'revocation_seq and revocation_sha256 come together' });
+  }
+};
+
+const snapshotSchema = z
+  .object({
+    type: z.literal('snapshot'),
+    schema_version: z.literal(SNAPSHOT_SCHEMA_VERSION),
+    version: positiveInt,
+    issued_at: isoUtc,
+    body: z.object({ config: z.record(z.string(), z.unknown()) }),
+    revocation_seq: positiveInt.optional(),
+    revocation_sha256: sha256Hex.optional(),
+  })
+  .superRefine(revocationHeadTogether);
+
+const heartbeatSchema = z
+  .object({
+    type: z.literal('heartbeat'),
+    version: positiveInt,
+    issued_at: isoUtc,
+    revocation_seq: positiveInt.optional(),
+    revocation_sha256: sha256Hex.optional(),
+  })
+  .superRefine(revocationHeadTogether);
 
 const revocationSchema = z
   .object({
@@ -117,10 +146,7 @@ const revocationSchema = z
     kind: z.enum(['api_key', 'tenant', 'kill_switch']),
     tenant_id: id.optional(),
     api_key_id: id.optional(),
-    api_key_sha256: z
-      .string()
-      .regex(/^[0-9a-f]{64}$/)
-      .optional(),
+    api_key_sha256: sha256Hex.optional(),
     enabled: z.boolean().optional(),
   })
   .superRefine((r, ctx) => {
@@ -141,6 +167,22 @@ const payloadSchema = z.discriminatedUnion('type', [snapshotSchema, heartbeatSch
 type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
 const _payloadShapesAgree: Same<z.infer<typeof payloadSchema>, ConfigPayload> = true;
 void _payloadShapesAgree;
+
+/** A revocation's content, as both the control plane (from its store) and a data plane (from the payload) know it. */
+export type RevocationContent = Omit<RevocationPayload, 'type'>;
+
+/**
+ * SHA-256 (64 lowercase hex) of a revocation's content: `seq`, `issued_at` (normalized to
+ * `Date#toISOString`), `kind`, `tenant_id`, `api_key_id`, `api_key_sha256`, `enabled` (absent =
+ * null), as the JSON array in that order. The same value whichever side computes it, whatever the
+ * field order of the signed text. Heartbeats and snapshots carry it for the latest revocation, so
+ * a revocation re-sent under that seq with other content is refused as a replay.
+ * @throws RangeError when `issued_at` is not a valid time.
+ */
+export function revocationDigest(r: RevocationContent): string {
+  const canonical = JSON.stringify([r.seq, new Date(r.issued_at).toISOString(), r.kind, r.tenant_id ?? null, r.api_key_id ?? null, r.api_key_sha256 ?? null, r.enabled ?? null]);
+  return createHash('sha256').update(canonical, 'utf8').digest('hex');
+}
 
 const SIGNATURE_BASE64 = /^[A-Za-z0-9+/]{86}==$/;
 const KEY_ID = /^[0-9a-f]{16}$/;

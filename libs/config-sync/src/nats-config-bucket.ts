@@ -71,6 +71,12 @@ export function createNatsConfigBucket(nc: NatsConnection, options: NatsConfigBu
     async delete(key) {
       await (await kv()).delete(key);
     },
+    async history(key) {
+      const iter = await (await kv()).history({ key });
+      const out: Uint8Array[] = [];
+      for await (const e of iter) if (e.operation === 'PUT') out.push(e.value);
+      return out;
+    },
     async keys(prefix = '') {
       const iter = await (await kv()).keys();
       const out: string[] = [];

@@ -4,7 +4,16 @@
  */
 import { WeirError } from '@weir/core';
 import { CONFIG_BUCKET_KEYS, type ConfigBucket } from './bucket';
-import { encodeEnvelope, openEnvelope, signPayload, type HeartbeatPayload, type RevocationPayload, type SnapshotPayload } from './envelope';
+import {
+  encodeEnvelope,
+  openEnvelope,
+  revocationDigest,
+  signPayload,
+  type HeartbeatPayload,
+  type RevocationContent,
+  type RevocationPayload,
+  type SnapshotPayload,
+} from './envelope';
 import { verifyKeyOf, type SigningKey } from './keys';
 import { silentConfigSyncLogger, type ConfigSyncLogger } from './logger';
 
@@ -39,13 +48,20 @@ export interface SnapshotPublisher {
   /**
    * Signs and stores snapshot `version` under `snapshot`. `config` is the Weir configuration
    * object (snake_case, what `parseConfig` accepts); `issuedAt` defaults to the clock.
+   * `lastRevocation` is the latest revocation the snapshot includes, as the control plane's store
+   * holds it: the snapshot carries its `seq` and {@link revocationDigest}, and so do later
+   * heartbeats (the announced revocation head), so a data plane refuses a different revocation
+   * re-sent under that seq.
    * @throws WeirError `conflict` when the bucket already holds a snapshot (signed by this key)
    *   with a version ≥ `version` (versions only move forward); `invalid_request` for a version
    *   that is not an integer ≥ 1 or a config that is not an object; the bucket's error when it
    *   cannot be reached.
    */
-  publishSnapshot(input: { version: number; config: Record<string, unknown>; issuedAt?: IssuedAt }): Promise<Published<SnapshotPayload>>;
-  /** Signs and stores a heartbeat for snapshot `version` (issued now) under `heartbeat`. */
+  publishSnapshot(input: { version: number; config: Record<string, unknown>; issuedAt?: IssuedAt; lastRevocation?: RevocationContent }): Promise<Published<SnapshotPayload>>;
+  /**
+   * Signs and stores a heartbeat for snapshot `version` (issued now) under `heartbeat`, naming the
+   * latest revocation this publisher published or was told of (`revocation_seq`/`revocation_sha256`).
+   */
   publishHeartbeat(version: number): Promise<Published<HeartbeatPayload>>;
   /**
    * Signs and stores a revocation under `revocations.<seq>`. Publish revocations one at a time in
@@ -68,6 +84,13 @@ export function createSnapshotPublisher(options: SnapshotPublisherOptions): Snap
   const clock = options.clock ?? Date.now;
   const logger = options.logger ?? silentConfigSyncLogger;
   const ownKey = verifyKeyOf(signingKey);
+  /** The latest revocation published or named by a snapshot: what heartbeats announce. */
+  let revocationHead: { revocation_seq: number; revocation_sha256: string } | undefined;
+  const noteRevocation = (r: RevocationContent): { revocation_seq: number; revocation_sha256: string } => {
+    const head = { revocation_seq: r.seq, revocation_sha256: revocationDigest(r) };
+    if (!revocationHead || head.revocation_seq >= revocationHead.revocation_seq) revocationHead = head;
+    return head;
+  };
 
   const iso = (at: IssuedAt | undefined): string => {
     const d = at === undefined ? new Date(clock()) : at instanceof Date ? at : new Date(at);
@@ -86,8 +109,9 @@ export function createSnapshotPublisher(options: SnapshotPublisherOptions): Snap
   };
 
   const publisher: SnapshotPublisher = {
-    async publishSnapshot({ version, config, issuedAt }) {
-      const next = signed<SnapshotPayload>({ type: 'snapshot', schema_version: 1, version, issued_at: iso(issuedAt), body: { config } });
+    async publishSnapshot({ version, config, issuedAt, lastRevocation }) {
+      const head = lastRevocation ? noteRevocation({ ...lastRevocation, issued_at: iso(lastRevocation.issued_at) }) : undefined;
+      const next = signed<SnapshotPayload>({ type: 'snapshot', schema_version: 1, version, issued_at: iso(issuedAt), body: { config }, ...head });
       const current = await bucket.get(CONFIG_BUCKET_KEYS.snapshot);
       if (current) {
         const opened = openEnvelope(current, ownKey);
@@ -99,14 +123,16 @@ export function createSnapshotPublisher(options: SnapshotPublisherOptions): Snap
       return store(CONFIG_BUCKET_KEYS.snapshot, next);
     },
     async publishHeartbeat(version) {
-      return store(CONFIG_BUCKET_KEYS.heartbeat, signed<HeartbeatPayload>({ type: 'heartbeat', version, issued_at: iso(undefined) }));
+      return store(CONFIG_BUCKET_KEYS.heartbeat, signed<HeartbeatPayload>({ type: 'heartbeat', version, issued_at: iso(undefined), ...revocationHead }));
     },
     async publishRevocation(input) {
       const { issuedAt, ...rest } = input;
       const next = signed<RevocationPayload>({ type: 'revocation', ...rest, issued_at: iso(issuedAt) });
       const key = CONFIG_BUCKET_KEYS.revocation(next.payload.seq);
       if ((await bucket.get(key)) !== undefined) throw new WeirError('conflict', `revocation ${next.payload.seq} is already published`);
-      return store(key, next);
+      const published = await store(key, next);
+      noteRevocation(next.payload);
+      return published;
     },
     startHeartbeats(getVersion, everyMs = 5_000) {
       let inFlight = false;

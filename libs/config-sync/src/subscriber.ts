@@ -6,16 +6,18 @@
 import { randomBytes } from 'node:crypto';
 import { mkdir, open, readFile, rename, unlink } from 'node:fs/promises';
 import path from 'node:path';
+import { scrubErrorMessage } from '@weir/telemetry';
 import { CONFIG_BUCKET_KEYS, type ConfigBucket, type ConfigBucketWatch } from './bucket';
-import { openEnvelope, type EnvelopeRejectionReason, type HeartbeatPayload, type RevocationPayload, type SnapshotPayload } from './envelope';
+import { openEnvelope, revocationDigest, type EnvelopeRejectionReason, type HeartbeatPayload, type RevocationPayload, type SnapshotPayload } from './envelope';
 import type { VerifyKey } from './keys';
 import { silentConfigSyncLogger, type ConfigSyncLogger } from './logger';
 import type { ConfigSyncMetrics } from './metrics';
 
 /**
- * Why a message was not applied: the envelope's reasons, plus `replayed` (a snapshot version or
- * revocation seq at or below the applied one, with different content) and `apply_failed` (the
- * service's `onSnapshot`/`onRevocation` threw).
+ * Why a message was not applied: the envelope's reasons, plus `replayed` (a snapshot version
+ * below the applied one or below the newest one announced; a revocation seq at or below the
+ * applied one, or the announced head's seq with other content; either with different content at
+ * the same number) and `apply_failed` (the service's `onSnapshot`/`onRevocation` threw).
  */
 export type ConfigRejectionReason = EnvelopeRejectionReason | 'replayed' | 'apply_failed';
 
@@ -96,6 +98,12 @@ export interface SnapshotSubscriberOptions {
   maxStalenessMs?: number;
   /** How long `start()` waits for a first snapshot when there is no last-good file (ms). Default 10,000. */
   initialWaitMs?: number;
+  /**
+   * How long `start()`, without a last-good snapshot, reads the bucket's announced head (the
+   * `heartbeat` entry and the `snapshot` key's retained history) before watching (ms). Default
+   * 5,000. The head is the floor below which a snapshot is a rollback.
+   */
+  headReadTimeoutMs?: number;
   /** Epoch ms. Default `Date.now`. */
   clock?: () => number;
   /** Rejections are logged at error (the alert), applies at info. Never payloads. Default: silent. */
@@ -137,6 +145,7 @@ interface Source {
 
 const DEFAULT_MAX_STALENESS_MS = 300_000;
 const DEFAULT_INITIAL_WAIT_MS = 10_000;
+const DEFAULT_HEAD_READ_TIMEOUT_MS = 5_000;
 /** Revocations kept for re-application after a snapshot; older ones are part of some snapshot by then. */
 const MAX_RETAINED_REVOCATIONS = 10_000;
 /** Heartbeat times kept per version (only the applied version and newer ones matter). */
@@ -154,6 +163,14 @@ export function createSnapshotSubscriber(options: SnapshotSubscriberOptions): Sn
   let freshAtMs = 0;
   const heartbeats = new Map<number, number>();
   let lastRevocationSeq = 0;
+  /**
+   * The newest snapshot version this subscriber has seen signed: applied, announced by a
+   * heartbeat, or retained in the `snapshot` key's history. A snapshot below it is a rollback
+   * (a replayed old snapshot), refused even with nothing applied yet.
+   */
+  let headVersion = 0;
+  /** The latest revocation the control plane announced (heartbeat, snapshot): its seq is bound to this content digest. */
+  let headRevocation: { seq: number; sha256: string; atMs: number } | undefined;
   const revocations = new Map<number, { payload: RevocationPayload; payloadText: string; issuedAtMs: number }>();
   let lastRejection: ConfigRejection | undefined;
   let warnedAheadVersion = 0;
@@ -193,6 +210,18 @@ export function createSnapshotSubscriber(options: SnapshotSubscriberOptions): Sn
       logger.warn({ err: error }, 'config onReject callback threw');
     }
   };
+
+  const noteRevocationHead = (p: { revocation_seq?: number; revocation_sha256?: string; issued_at: string }): void => {
+    if (p.revocation_seq === undefined || p.revocation_sha256 === undefined) return;
+    const atMs = Date.parse(p.issued_at);
+    // A later seq, or the same seq announced later (the control plane stands behind that content now).
+    if (!headRevocation || p.revocation_seq > headRevocation.seq || (p.revocation_seq === headRevocation.seq && atMs > headRevocation.atMs)) {
+      headRevocation = { seq: p.revocation_seq, sha256: p.revocation_sha256, atMs };
+    }
+  };
+
+  /** False when `r` sits at the announced head's seq with other content (a replay). */
+  const matchesHead = (r: RevocationPayload): boolean => !headRevocation || r.seq !== headRevocation.seq || revocationDigest(r) === headRevocation.sha256;
 
   const refreshFromHeartbeat = (): void => {
     if (!applied) return;
@@ -236,6 +265,9 @@ export function createSnapshotSubscriber(options: SnapshotSubscriberOptions): Sn
         return reject('replayed', `snapshot version ${p.version} is the applied version with different content`, src);
       }
     }
+    if (p.version < headVersion) {
+      return reject('replayed', `snapshot version ${p.version} is below version ${headVersion}, the newest the control plane published (a rollback)`, src);
+    }
     const issuedAtMs = Date.parse(p.issued_at);
     const snapshot: ConfigSnapshot = { version: p.version, schemaVersion: 1, issuedAt: p.issued_at, issuedAtMs, config: p.body.config, keyId };
     try {
@@ -245,6 +277,8 @@ export function createSnapshotSubscriber(options: SnapshotSubscriberOptions): Sn
     }
     const previous = applied?.snapshot.version;
     applied = { snapshot, payloadText };
+    headVersion = Math.max(headVersion, p.version);
+    noteRevocationHead(p);
     freshAtMs = issuedAtMs;
     for (const v of [...heartbeats.keys()]) if (v < p.version) heartbeats.delete(v);
     refreshFromHeartbeat();
@@ -259,6 +293,12 @@ export function createSnapshotSubscriber(options: SnapshotSubscriberOptions): Sn
         revocations.delete(seq);
         continue;
       }
+      if (!matchesHead(r.payload)) {
+        // Held before this snapshot told us what its seq stands for: not what the control plane published.
+        revocations.delete(seq);
+        reject('replayed', `revocation seq ${seq} is not the content the control plane announced for that seq`, { source: CONFIG_BUCKET_KEYS.revocation(seq) });
+        continue;
+      }
       try {
         await applyRevocation(r.payload);
       } catch (error) {
@@ -269,6 +309,8 @@ export function createSnapshotSubscriber(options: SnapshotSubscriberOptions): Sn
 
   const handleHeartbeat = (p: HeartbeatPayload): void => {
     const at = Date.parse(p.issued_at);
+    headVersion = Math.max(headVersion, p.version);
+    noteRevocationHead(p);
     const current = applied?.snapshot.version ?? 0;
     if (p.version < current) return;
     if ((heartbeats.get(p.version) ?? -Infinity) < at) heartbeats.set(p.version, at);
@@ -284,7 +326,12 @@ export function createSnapshotSubscriber(options: SnapshotSubscriberOptions): Sn
   };
 
   const handleRevocation = async (p: RevocationPayload, payloadText: string, src: Source): Promise<void> => {
-    if (p.seq <= lastRevocationSeq) {
+    if (!matchesHead(p)) {
+      return reject('replayed', `revocation seq ${p.seq} is not the content the control plane announced for that seq`, src);
+    }
+    // The announced head's own content, not retained (a replay under its seq was refused first): apply it.
+    const announcedAndMissing = headRevocation?.seq === p.seq && !revocations.has(p.seq);
+    if (p.seq <= lastRevocationSeq && !announcedAndMissing) {
       if (revocations.get(p.seq)?.payloadText === payloadText) {
         logger.debug({ seq: p.seq }, 'config revocation already applied');
         return;
@@ -293,7 +340,7 @@ export function createSnapshotSubscriber(options: SnapshotSubscriberOptions): Sn
     }
     const issuedAtMs = Date.parse(p.issued_at);
     if (applied && issuedAtMs < applied.snapshot.issuedAtMs) {
-      lastRevocationSeq = p.seq;
+      lastRevocationSeq = Math.max(lastRevocationSeq, p.seq);
       logger.debug({ seq: p.seq, version: applied.snapshot.version }, 'config revocation already part of the applied snapshot');
       return;
     }
@@ -307,7 +354,7 @@ export function createSnapshotSubscriber(options: SnapshotSubscriberOptions): Sn
       // Nothing is served before the first snapshot; it is applied on top of that snapshot (if it is newer).
       logger.debug({ seq: p.seq }, 'config revocation held until the first snapshot');
     }
-    lastRevocationSeq = p.seq;
+    lastRevocationSeq = Math.max(lastRevocationSeq, p.seq);
     revocations.set(p.seq, { payload: p, payloadText, issuedAtMs });
     if (revocations.size > MAX_RETAINED_REVOCATIONS) revocations.delete(Math.min(...revocations.keys()));
     logger.info({ seq: p.seq, kind: p.kind, tenant: p.tenant_id, apiKeyId: p.api_key_id }, 'config revocation applied');
@@ -357,6 +404,38 @@ export function createSnapshotSubscriber(options: SnapshotSubscriberOptions): Sn
     await handleSnapshot(opened.payload, opened.payloadText, opened.keyId, bytes, src);
   };
 
+  /**
+   * Without a saved snapshot, learns what the control plane published before watching: the
+   * signed heartbeat (its version and revocation head) and the newest version retained in the
+   * `snapshot` key's history. Whatever it cannot read in time it leaves unknown (the watch still
+   * brings the heartbeat; staleness still fails closed).
+   */
+  const readHead = async (): Promise<void> => {
+    const read = async (): Promise<void> => {
+      const beat = await bucket.get(CONFIG_BUCKET_KEYS.heartbeat);
+      if (beat) {
+        const opened = openEnvelope(beat, verifyKey);
+        if (opened.ok && opened.payload.type === 'heartbeat') handleHeartbeat(opened.payload);
+      }
+      for (const bytes of (await bucket.history?.(CONFIG_BUCKET_KEYS.snapshot)) ?? []) {
+        const opened = openEnvelope(bytes, verifyKey);
+        if (opened.ok && opened.payload.type === 'snapshot') headVersion = Math.max(headVersion, opened.payload.version);
+      }
+    };
+    let timer: NodeJS.Timeout | undefined;
+    const reading = read();
+    reading.catch(() => undefined);
+    try {
+      const outcome = await Promise.race([reading.then(() => 'read' as const), new Promise<'timeout'>((resolve) => (timer = setTimeout(() => resolve('timeout'), options.headReadTimeoutMs ?? DEFAULT_HEAD_READ_TIMEOUT_MS)))]);
+      if (outcome === 'timeout') logger.warn({}, 'the config bucket did not answer in time: starting without the announced head');
+    } catch (error) {
+      logger.warn({ err: error }, 'the announced config head was not read; starting without it');
+    } finally {
+      clearTimeout(timer);
+    }
+    if (headVersion > 0) logger.info({ headVersion, revocationSeq: headRevocation?.seq }, 'config head announced by the control plane');
+  };
+
   metrics?.observe?.(status);
 
   return {
@@ -365,6 +444,10 @@ export function createSnapshotSubscriber(options: SnapshotSubscriberOptions): Sn
         chain = chain.then(loadLastGood).catch((error: unknown) => logger.error({ err: error }, 'last-good config snapshot not loaded'));
         await chain;
         if (stopped) return applied?.snapshot;
+        if (!applied) {
+          chain = chain.then(readHead);
+          await chain;
+        }
         try {
           watch = await bucket.watch((key, bytes, revision) => enqueue(key, bytes, revision));
         } catch (error) {
@@ -401,8 +484,8 @@ export function createSnapshotSubscriber(options: SnapshotSubscriberOptions): Sn
   };
 }
 
-/** The error's class and message, cut short: the service's own text, never the payload. */
+/** The error's class and scrubbed message (quoted values removed, first line): never the payload's values. */
 function describe(error: unknown): string {
-  if (error instanceof Error) return `${error.name}: ${error.message}`.slice(0, 300);
+  if (error instanceof Error) return `${error.name}: ${scrubErrorMessage(error.message)}`;
   return 'non-error thrown';
 }

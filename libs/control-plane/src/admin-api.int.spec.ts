@@ -243,6 +243,8 @@ describe('the control plane admin API', () => {
     const off = await call('POST', '/tenants/demo/kill-switch', { enabled: false });
     expect(off.body.kill_switch).toBe(false);
     expect(sink.revocations.at(-1)).toMatchObject({ kind: 'kill_switch', tenant_id: 'demo', enabled: false });
+    // The snapshot that includes it names it (seq and content): data planes bind that seq to it (issue 14, part 11).
+    expect(sink.snapshots.at(-1)?.lastRevocation).toEqual(sink.revocations.at(-1));
     const seqs = sink.revocations.map((r) => r.seq);
     expect(seqs).toEqual([...seqs].sort((a, b) => a - b));
 

@@ -1,4 +1,4 @@
-import { type Kysely, sql, type Transaction } from 'kysely';
+import { type Kysely, type Selectable, sql, type Transaction } from 'kysely';
 import { isConfigError, parseConfig } from '@weir/config';
 import type { WeirSchema } from '@weir/store-pg';
 import { InvalidChangeError } from './admin-error';
@@ -156,6 +156,19 @@ export async function writeAudit(trx: Transaction<WeirSchema>, d: ChangeDescript
     .execute();
 }
 
+/** A `revocations` row in the snapshot contract's fields. */
+function revocationToPublish(r: Selectable<WeirSchema['revocations']>): RevocationToPublish {
+  return {
+    seq: Number(r.seq),
+    kind: r.kind,
+    ...(r.tenant_id !== null ? { tenant_id: r.tenant_id } : {}),
+    ...(r.api_key_id !== null ? { api_key_id: r.api_key_id } : {}),
+    ...(r.api_key_sha256 !== null ? { api_key_sha256: r.api_key_sha256 } : {}),
+    ...(r.enabled !== null ? { enabled: r.enabled } : {}),
+    issued_at: r.issued_at.toISOString(),
+  };
+}
+
 /** Creates the {@link ControlPlane} over `deps.db`, publishing through `deps.sink`. */
 export function createControlPlane(options: ControlPlaneOptions, deps: ControlPlaneDeps): ControlPlane {
   const { db, sink, logger } = deps;
@@ -168,21 +181,20 @@ export function createControlPlane(options: ControlPlaneOptions, deps: ControlPl
     try {
       const pending = await db.selectFrom('revocations').selectAll().where('published_at', 'is', null).orderBy('seq').execute();
       for (const r of pending) {
-        await sink.publishRevocation({
-          seq: Number(r.seq),
-          kind: r.kind,
-          ...(r.tenant_id !== null ? { tenant_id: r.tenant_id } : {}),
-          ...(r.api_key_id !== null ? { api_key_id: r.api_key_id } : {}),
-          ...(r.api_key_sha256 !== null ? { api_key_sha256: r.api_key_sha256 } : {}),
-          ...(r.enabled !== null ? { enabled: r.enabled } : {}),
-          issued_at: r.issued_at.toISOString(),
-        });
+        await sink.publishRevocation(revocationToPublish(r));
         await db.updateTable('revocations').set({ published_at: now() }).where('seq', '=', r.seq as never).execute();
         logger?.info({ seq: Number(r.seq), kind: r.kind, tenant: r.tenant_id ?? undefined }, 'revocation published');
       }
       const latest = await db.selectFrom('config_snapshots').select(['version', 'issued_at', 'config', 'published_at']).orderBy('version', 'desc').limit(1).executeTakeFirst();
       if (latest && (force || latest.published_at === null)) {
-        await sink.publishSnapshot({ version: Number(latest.version), config: latest.config, issuedAt: latest.issued_at.toISOString() });
+        // Every revocation is published by now (above), and each was committed with the snapshot that includes it.
+        const lastRevocation = await db.selectFrom('revocations').selectAll().orderBy('seq', 'desc').limit(1).executeTakeFirst();
+        await sink.publishSnapshot({
+          version: Number(latest.version),
+          config: latest.config,
+          issuedAt: latest.issued_at.toISOString(),
+          ...(lastRevocation ? { lastRevocation: revocationToPublish(lastRevocation) } : {}),
+        });
         publishedVersion = Math.max(publishedVersion ?? 0, Number(latest.version));
         await db.updateTable('config_snapshots').set({ published_at: now() }).where('version', '=', latest.version).execute();
         logger?.info({ version: Number(latest.version) }, 'snapshot published');

@@ -12,6 +12,12 @@ export interface SnapshotToPublish {
   config: object;
   /** ISO-8601 UTC. */
   issuedAt: string;
+  /**
+   * The latest revocation committed when this snapshot is published (the snapshot includes it),
+   * absent when there is none. The snapshot and the heartbeats after it name its seq and content
+   * digest, so data planes refuse a different revocation re-sent under that seq (issue 14, part 11).
+   */
+  lastRevocation?: RevocationToPublish;
 }
 
 /**

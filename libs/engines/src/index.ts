@@ -9,7 +9,7 @@ export {
   countInputWith,
   utf8TokenUpperBound,
 } from './openai-compatible/token-bound';
-export { upstreamStatusError, retryAfterMs } from './openai-compatible/upstream-errors';
+export { upstreamStatusError, retryAfterMs, UpstreamResponseError } from './openai-compatible/upstream-errors';
 export { createRemoteTokenCounter, type RemoteTokenCounterOptions, type TokenCounter } from './openai-compatible/remote-token-counter';
 export * from './simulated/simulated-engine';
 export * from './anthropic/anthropic-engine';

@@ -242,7 +242,8 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
         {
           requestId: req.requestId,
           method: req.method,
-          path: req.routePath ?? req.path,
+          // The route's pattern, never the raw path: an unmatched path is whatever the client sent.
+          path: req.routePath ?? '(unmatched)',
           status: res.statusCode,
           ms: Math.round(performance.now() - started),
           ...(caller ? { tenant: caller.tenantId, app: caller.appId } : {}),
@@ -307,7 +308,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
   /** One error handler: the Weir error's status and OpenAI-shaped body; faults are logged. */
   const onError = (err: unknown, req: EdgeRequest, res: ServerResponse) => {
     const error = err instanceof WeirError ? err : toWeirError(err);
-    if (error.code === 'internal') logger.error({ err: error.cause ?? err, requestId: req.requestId, path: req.path }, 'request failed');
+    if (error.code === 'internal') logger.error({ err: error.cause ?? err, requestId: req.requestId, path: req.routePath ?? '(unmatched)' }, 'request failed');
     if (res.headersSent) {
       if (!res.writableEnded) res.end();
       return;

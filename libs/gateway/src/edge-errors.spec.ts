@@ -117,4 +117,20 @@ describe('gateway edge', () => {
       debugEnabled = false;
     }
   });
+
+  it('logs the route pattern, never the raw path the client sent (issue 14, part 10)', async () => {
+    lines.length = 0;
+    debugEnabled = true;
+    try {
+      const sentinel = 'SENTINEL_path_prompt_5b1e';
+      await (await raw(`/v1/${sentinel}?q=${sentinel}`, { headers: auth() })).arrayBuffer();
+      await (await raw(`/v1/models/${sentinel}`, { headers: auth() })).arrayBuffer();
+      await new Promise((r) => setTimeout(r, 20));
+      const access = lines.filter((l) => l.msg === 'request');
+      expect(access.map((l) => (l.obj as { path?: string }).path)).toEqual(['(unmatched)', '/v1/models/:id']);
+      expect(JSON.stringify(lines)).not.toContain(sentinel);
+    } finally {
+      debugEnabled = false;
+    }
+  });
 });

@@ -1,5 +1,6 @@
 import { isSpanContextValid, trace } from '@opentelemetry/api';
 import { pino, type DestinationStream, type Level, type Logger } from 'pino';
+import { serializeError, type SerializedError } from './error-serializer';
 
 /**
  * Weir's structured logger (pino, JSON lines).
@@ -9,7 +10,13 @@ import { pino, type DestinationStream, type Level, type Logger } from 'pino';
  * status, generation id, trace id), per ARCHITECTURE.md §5. Redaction is a defence in depth
  * for mistakes, not a licence: the value of any field named in {@link REDACTED_KEYS} is
  * replaced with `[redacted]`, at the top level (pino `redact`, {@link REDACT_PATHS}) and at any
- * depth in plain objects and arrays ({@link redactDeep}), in log calls and in child bindings. It cannot see text inside a message string or an error.
+ * depth in plain objects and arrays ({@link redactDeep}), in log calls and in child bindings. It cannot see text inside a message string.
+ *
+ * Errors are logged as metadata only, wherever they appear in a log call (`err`, `error`,
+ * `cause`, nested, `logger.error(err)`, child bindings): {@link serializeError} keeps the class,
+ * code, a scrubbed message, stack frames and an allowlist of naming fields (SQLSTATE,
+ * constraint, table, status), and drops a driver's `detail`/`where`/`hint`/`query`/`params`,
+ * a response `body`, a validator's data (issue 14, part 10).
  */
 
 /** Field names whose values are always redacted: text-bearing fields, then secrets. */
@@ -73,14 +80,39 @@ export const REDACT_PATHS: readonly string[] = [
   'req.headers["x-api-key"]',
 ];
 
+/** Fields that conventionally hold an error, at any depth: serialized even when not an `Error` instance. */
+const ERROR_KEYS = new Set(['err', 'error', 'cause']);
+
+/** Outputs of {@link serializeError} made here: already metadata, never serialized twice. */
+const SERIALIZED = new WeakSet<object>();
+
+function serialized(error: unknown): SerializedError {
+  const out = serializeError(error);
+  SERIALIZED.add(out);
+  return out;
+}
+
+/**
+ * A pino serializer for the fields that conventionally hold an error (`err`, `error`,
+ * `cause`): an `Error`, or an error-like object with a string `message` (a rejected plain
+ * object), becomes {@link serializeError}'s metadata; anything else passes through.
+ */
+function errorField(value: unknown): unknown {
+  if (value instanceof Error) return serialized(value);
+  if (value !== null && typeof value === 'object' && !SERIALIZED.has(value) && typeof (value as { message?: unknown }).message === 'string') return serialized(value);
+  return value;
+}
+
 /**
  * Returns `value` with every field named in {@link REDACTED_KEYS} (compared case-insensitively)
- * replaced by `[redacted]`, at any depth up to 8, in plain objects and arrays. Copy-on-write:
- * the caller's objects are never modified. Class instances (including `Error`s) are not
- * walked, so never attach bodies or text to errors.
+ * replaced by `[redacted]`, at any depth up to 8, in plain objects and arrays, and every `Error`
+ * (and any error-like object under `err`, `error` or `cause`) replaced by its
+ * {@link serializeError} metadata. Copy-on-write: the caller's objects are never
+ * modified. Other class instances are not walked.
  */
 export function redactDeep<T>(value: T, depth = 0): T {
   if (value === null || typeof value !== 'object' || depth > MAX_DEPTH) return value;
+  if (value instanceof Error) return serialized(value) as T;
   if (Array.isArray(value)) {
     let out: unknown[] | undefined;
     value.forEach((item: unknown, i) => {
@@ -95,7 +127,7 @@ export function redactDeep<T>(value: T, depth = 0): T {
   let out: Record<string, unknown> | undefined;
   for (const key of Object.keys(record)) {
     const v = record[key];
-    const r = KEY_SET.has(key.toLowerCase()) ? CENSOR : redactDeep(v, depth + 1);
+    const r = KEY_SET.has(key.toLowerCase()) ? CENSOR : ERROR_KEYS.has(key) ? errorField(v) : redactDeep(v, depth + 1);
     if (r !== v) (out ??= { ...record })[key] = r;
   }
   return (out ?? value) as T;
@@ -126,6 +158,27 @@ export function createLogger(options: LoggerOptions): WeirLogger {
       level: options.level ?? 'info',
       redact: { paths: [...REDACT_PATHS], censor: CENSOR },
       formatters: { log: (fields) => redactDeep(fields) },
+      serializers: { err: errorField, error: errorField, cause: errorField },
+      hooks: {
+        // pino takes an error's raw message as the line's `msg` when none is given
+        // (`logger.error(err)`, `logger.warn({err})`): give it the scrubbed one instead.
+        logMethod(args, method) {
+          const first: unknown = args[0];
+          const hasMessage = typeof args[1] === 'string';
+          if (first instanceof Error) {
+            const rest = hasMessage ? args.slice(1) : [serialized(first).message];
+            return method.apply(this, [{ err: first }, ...rest] as unknown as Parameters<typeof method>);
+          }
+          if (!hasMessage && first !== null && typeof first === 'object') {
+            const f = first as { err?: unknown; msg?: unknown };
+            const error = f.err;
+            if (f.msg === undefined && error !== undefined && error !== null && typeof error === 'object') {
+              return method.apply(this, [first, (errorField(error) as { message?: string }).message ?? 'error'] as unknown as Parameters<typeof method>);
+            }
+          }
+          return method.apply(this, args);
+        },
+      },
       // Correlate logs with traces: the active OpenTelemetry span's ids, when there is one.
       mixin() {
         const span = trace.getActiveSpan()?.spanContext();

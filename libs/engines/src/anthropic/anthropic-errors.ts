@@ -1,5 +1,5 @@
 import { WeirError } from '@weir/core';
-import { upstreamStatusError } from '../openai-compatible/upstream-errors';
+import { UpstreamResponseError, upstreamStatusError } from '../openai-compatible/upstream-errors';
 
 /**
  * How Anthropic's failures map to Weir error codes. HTTP statuses follow the shared upstream
@@ -29,7 +29,7 @@ export function anthropicStatusError(
   if (status === 400 && info.type === 'invalid_request_error' && PROMPT_TOO_LONG.test(info.message ?? '')) {
     return new WeirError('context_length_exceeded', 'the prompt is longer than the model context', {
       param: 'input',
-      cause: new Error(`upstream HTTP ${status}: ${body.slice(0, 2000)}`),
+      cause: new UpstreamResponseError(`upstream HTTP ${status}`, status, body),
     });
   }
   return upstreamStatusError(status, body, headers);
@@ -53,7 +53,7 @@ const TRANSIENT_TYPES = new Set(['overloaded_error', 'rate_limit_error', 'api_er
 export function anthropicStreamError(error: unknown, outputStarted: boolean): WeirError {
   const info = parseAnthropicErrorObject(error);
   const detail = info.type ? ` (${info.type})` : '';
-  const cause = new Error(`upstream error event: ${JSON.stringify(error ?? null).slice(0, 2000)}`);
+  const cause = new UpstreamResponseError('upstream error event', undefined, JSON.stringify(error ?? null));
   if (!outputStarted && info.type !== undefined && TRANSIENT_TYPES.has(info.type)) {
     return new WeirError('upstream_unavailable', `upstream reported an error before any output${detail}`, { retryable: true, cause });
   }

@@ -1,9 +1,30 @@
 import { WeirError } from '@weir/core';
 
 /**
+ * The `cause` of an upstream failure: what the upstream said, kept for a debugger but out of
+ * the logs. The message names only the status or the frame kind; the upstream's body (which
+ * may echo prompt text) is in {@link UpstreamResponseError.body}, a property `@weir/telemetry`'s
+ * error serializer drops (issue 14, part 10).
+ */
+export class UpstreamResponseError extends Error {
+  /** The HTTP status, or undefined for an in-band error frame. */
+  readonly status: number | undefined;
+  /** The upstream's body or error frame as text, at most 2,000 characters. Never logged. */
+  readonly body: string;
+
+  constructor(message: string, status: number | undefined, body: string) {
+    super(message);
+    this.name = 'UpstreamResponseError';
+    this.status = status;
+    this.body = body.slice(0, 2000);
+  }
+}
+
+/**
  * How an OpenAI-compatible upstream's failures map to Weir error codes. One table, used by
  * the adapter only; the public message names the status and the upstream's `error.code`/
- * `error.type` (never its message, which may echo prompt text: that goes to `cause`).
+ * `error.type` (never its message, which may echo prompt text: the body goes to `cause`, an
+ * {@link UpstreamResponseError} whose message does not carry it).
  *
  * | upstream outcome                                   | Weir code                  | retryable |
  * |----------------------------------------------------|----------------------------|-----------|
@@ -27,7 +48,7 @@ export function upstreamStatusError(
   const info = parseErrorBody(body);
   const detail = [info.code, info.type].filter(Boolean).join('/');
   const message = `upstream answered HTTP ${status}${detail ? ` (${detail})` : ''}`;
-  const cause = new Error(`upstream HTTP ${status}: ${body.slice(0, 2000)}`);
+  const cause = new UpstreamResponseError(`upstream HTTP ${status}`, status, body);
   if (status === 400 || status === 404 || status === 413 || status === 422) {
     if (info.code === 'context_length_exceeded') {
       return new WeirError('context_length_exceeded', 'the prompt is longer than the model context', {
@@ -90,7 +111,7 @@ export function inBandError(error: unknown): WeirError {
   const info = parseErrorObject(error);
   const detail = [info.code, info.type].filter(Boolean).join('/');
   return new WeirError('upstream_error', `upstream reported an error mid-stream${detail ? ` (${detail})` : ''}`, {
-    cause: new Error(`upstream in-band error: ${JSON.stringify(error).slice(0, 2000)}`),
+    cause: new UpstreamResponseError('upstream in-band error frame', undefined, JSON.stringify(error) ?? 'undefined'),
   });
 }
 
