@@ -321,7 +321,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     if (revocations?.isKeyRevoked({ sha256 })) throw unknownKey();
     const identity = await deps.apiKeys.findByHash(sha256);
     if (!identity || revocations?.isKeyRevoked({ keyId: identity.keyId })) throw unknownKey();
-    clients?.auth.succeeded(key, sha256);
+    clients?.auth.succeeded(sha256);
     const refusal = revocations?.tenantRefusal(identity.tenantId);
     if (refusal) throw new WeirError(refusal.code, refusal.message);
     return { tenantId: identity.tenantId, appId: identity.appId, apiKeyId: identity.keyId };

@@ -1,7 +1,7 @@
 /**
  * Throttling of failed authentication (docs/security.md §7), in memory: failures are counted per
  * client address and per API-key prefix in fixed windows; past the limit, the address — or the
- * prefix, except for the key of that prefix that last authenticated on this process — is refused
+ * prefix, except for keys that authenticated on this process — is refused
  * with 429 and `Retry-After` until its window ends, before any key lookup (no database round
  * trip for a guessed key). The exception keeps a key's owner in when someone hammers its
  * (public) prefix. Bounded: at most `maxEntries` addresses, prefixes and known keys each (the
@@ -33,10 +33,10 @@ export interface AuthThrottle {
   /** Records a failed authentication from `address` with `key` (undefined: no key or no Bearer scheme). */
   failed(address: string, key: string | undefined): void;
   /**
-   * Records that `key` (SHA-256 `sha256`) authenticated, so its prefix's throttle never refuses
-   * it. Called on every success: a string slice and one map read in the steady state.
+   * Records that the key with SHA-256 `sha256` authenticated, so its prefix's throttle never
+   * refuses it. Called on every success: one set lookup in the steady state, no allocation.
    */
-  succeeded(key: string, sha256: string): void;
+  succeeded(sha256: string): void;
   /** Stops the sweep timer. */
   close(): void;
 }
@@ -47,10 +47,6 @@ interface Entry {
   start: number;
 }
 
-/** The prefix of a well-formed `wk_<8>_<secret>` key without a regular expression (undefined for another shape). */
-function quickPrefix(key: string): string | undefined {
-  return key.length > 12 && key.charCodeAt(11) === 95 /* _ */ && key.startsWith('wk_') ? key.slice(3, 11) : undefined;
-}
 
 /** Creates the throttle (see the module comment). */
 export function createAuthThrottle(options: AuthThrottleOptions): AuthThrottle {
@@ -59,8 +55,8 @@ export function createAuthThrottle(options: AuthThrottleOptions): AuthThrottle {
   const now = options.now ?? Date.now;
   const addresses = new Map<string, Entry>();
   const prefixes = new Map<string, Entry>();
-  /** Per prefix, the SHA-256 of the key that last authenticated with it. */
-  const known = new Map<string, string>();
+  /** SHA-256 of keys that authenticated (insertion order: the oldest first). */
+  const known = new Set<string>();
   let active = false;
   const sweep = setInterval(() => {
     const t = now();
@@ -107,7 +103,7 @@ export function createAuthThrottle(options: AuthThrottleOptions): AuthThrottle {
       const prefix = key !== undefined ? parseApiKey(key)?.prefix : undefined;
       if (prefix === undefined) return undefined;
       const p = current(prefixes, prefix, t);
-      if (p && p.count >= limit && (sha256 === undefined || known.get(prefix) !== sha256)) return refuse(p, t, `with the key prefix wk_${prefix}`);
+      if (p && p.count >= limit && (sha256 === undefined || !known.has(sha256))) return refuse(p, t, `with the key prefix wk_${prefix}`);
       return undefined;
     },
     failed(address, key) {
@@ -117,13 +113,10 @@ export function createAuthThrottle(options: AuthThrottleOptions): AuthThrottle {
       const prefix = key !== undefined ? parseApiKey(key)?.prefix : undefined;
       if (prefix !== undefined) count(prefixes, prefix, t);
     },
-    succeeded(key, sha256) {
-      if (limit <= 0) return;
-      const prefix = quickPrefix(key);
-      if (prefix === undefined || known.get(prefix) === sha256) return;
-      known.delete(prefix);
-      if (known.size >= maxEntries) known.delete(known.keys().next().value as string);
-      known.set(prefix, sha256);
+    succeeded(sha256) {
+      if (limit <= 0 || known.has(sha256)) return;
+      if (known.size >= maxEntries) known.delete(known.values().next().value as string);
+      known.add(sha256);
     },
     close() {
       clearInterval(sweep);
