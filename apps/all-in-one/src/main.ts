@@ -13,7 +13,7 @@ import { Session } from 'node:inspector';
 import { isConfigError, loadAllInOneEnv } from '@weir/config';
 import { checkSuppliedAdminToken } from '@weir/control-plane';
 import { clientLimitsFromEnv } from '@weir/gateway';
-import { opsSettingsFromEnv } from '@weir/service-runtime';
+import { EnvError, opsSettingsFromEnv } from '@weir/service-runtime';
 import { createLogger } from '@weir/telemetry';
 import { type PlatformOptions, startPlatform } from './platform';
 
@@ -26,11 +26,21 @@ async function main(): Promise<void> {
     process.exit(2);
   }
   const options: PlatformOptions = {};
-  try {
-    options.clientLimits = clientLimitsFromEnv(process.env);
-    options.ops = opsSettingsFromEnv(process.env, { port: 'WEIR_OPS_PORT', host: 'WEIR_OPS_HOST', defaultPort: 9464 });
-  } catch (err) {
-    process.stderr.write(`weir: ${err instanceof Error ? err.message : String(err)}\n`);
+  // Every bad variable of both groups in one message.
+  const problems: string[] = [];
+  const read = <T>(f: () => T): T | undefined => {
+    try {
+      return f();
+    } catch (err) {
+      if (!(err instanceof EnvError)) throw err;
+      problems.push(...err.problems);
+      return undefined;
+    }
+  };
+  options.clientLimits = read(() => clientLimitsFromEnv(process.env));
+  options.ops = read(() => opsSettingsFromEnv(process.env, { port: 'WEIR_OPS_PORT', host: 'WEIR_OPS_HOST', defaultPort: 9464 }));
+  if (problems.length > 0) {
+    process.stderr.write(`weir: ${new EnvError(problems).message}\n`);
     process.exit(2);
   }
   const adminToken = process.env.WEIR_ADMIN_TOKEN?.trim();
