@@ -100,6 +100,7 @@ export async function startAllInOneProcess(options: AllInOneProcessOptions): Pro
       TSX_TSCONFIG_PATH: path.join(REPO_ROOT, 'tsconfig.json'),
       PORT: String(port),
       HOST: '127.0.0.1',
+      WEIR_OPS_PORT: '0',
       WEIR_DATA_DIR: options.dataDir,
       WEIR_CONFIG: configPath,
       WEIR_DEMO_API_KEY: PROBE_KEY,

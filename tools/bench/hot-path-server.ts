@@ -38,7 +38,18 @@ import { createAdmission, createInMemoryAdmissionStore, createInMemoryLeaseStore
 import { parseConfig } from '@weir/config';
 import { type AdmissionService, type ApiKeyIdentity, type EngineAdapter, type GenerationInput, hashApiKey, systemClock } from '@weir/core';
 import { createEngine } from '@weir/engines';
-import { createGatewayApp, createGenerationPipeline, createJournaledIdempotencyStore, createLiveConfig, createMemoryIdempotencyStore, createMetricsObserver, createRevocations } from '@weir/gateway';
+import {
+  type ClientGuard,
+  createClientGuard,
+  createGatewayApp,
+  createGenerationPipeline,
+  createJournaledIdempotencyStore,
+  createLiveConfig,
+  createMemoryIdempotencyStore,
+  createMetricsObserver,
+  createRevocations,
+  DEFAULT_CLIENT_LIMITS,
+} from '@weir/gateway';
 import { breakerOptionsFrom, createBreakerRegistry, createRevisionHealth, createRouter, revisionProviderKey } from '@weir/routing';
 import { createPoolScheduler, createSchedulerSampler, replicaSamples, schedulerMetricsObserver } from '@weir/scheduling';
 import { createCachedApiKeyStore, openFileSettlementJournal } from '@weir/store-pg';
@@ -100,6 +111,9 @@ function stubAdmission(): AdmissionService {
     release: () => Promise.resolve(),
   };
 }
+
+/** The all-in-one's client limits (timeouts, connection caps, failed-auth throttle, stall limit), as `platform.ts` attaches them. */
+const clients: ClientGuard = createClientGuard(DEFAULT_CLIENT_LIMITS);
 
 async function startWeir(upstream: string, admissionKind: string): Promise<(req: IncomingMessage, res: ServerResponse) => void> {
   const config = parseConfig(hotPathConfigYaml(upstream), 'hot-path.yaml');
@@ -177,6 +191,7 @@ async function startWeir(upstream: string, admissionKind: string): Promise<(req:
     logger,
     idempotency: createJournaledIdempotencyStore({ journal, durable: createMemoryIdempotencyStore() }),
     metricsHandler: (req, res) => telemetry.metricsHandler(req, res),
+    clients,
     readiness: () => (journal.saturated() ? { ready: false, reason: 'usage ledger backlog is full' } : { ready: true }),
   });
   return gateway.app as unknown as (req: IncomingMessage, res: ServerResponse) => void;
@@ -207,9 +222,8 @@ async function main(): Promise<void> {
   const [kind, upstream, admission = 'leased'] = process.argv.slice(2);
   if ((kind !== 'weir' && kind !== 'bare') || !upstream) throw new Error('usage: hot-path-server.ts <weir|bare> <upstream origin>');
   const handler = kind === 'weir' ? await startWeir(upstream, admission) : startBare(upstream);
-  const server = createServer(handler);
-  server.keepAliveTimeout = 65_000;
-  server.requestTimeout = 0;
+  const server = createServer(clients.serverOptions, handler);
+  clients.attach(server);
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', () => resolve()));
   const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   let session: Session | undefined;

@@ -9,7 +9,7 @@
  * - `all-in-one`: the single `apps/all-in-one` process (`npm start`'s), on the same Postgres
  *   database (DATABASE_URL) and the same configuration file; it uses no NATS (its usage
  *   records go in-process to the ledger writer) and serves `/metrics` (the scheduler's queue,
- *   brownout and rejection metrics included) on its own HTTP port, beside the API.
+ *   brownout and rejection metrics included) on its ops port (`WEIR_OPS_PORT`), not the API's.
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
@@ -66,7 +66,7 @@ async function startSplit(options: WeirOptions): Promise<WeirUnderTest> {
     deleteNatsStreamOnStop: true,
     gateways: 1,
     admissionInstances: 1,
-    env: options.env,
+    env: { ...LOAD_CLIENT_LIMITS, ...options.env },
     readyTimeoutMs: options.readyTimeoutMs,
   });
   const scheduler = split.opsUrls.get('scheduler');
@@ -86,6 +86,12 @@ async function startSplit(options: WeirOptions): Promise<WeirUnderTest> {
 
 const ALL_IN_ONE = 'all-in-one';
 
+/**
+ * The open-loop generator sends every request from one address, and past saturation holds
+ * hundreds of streams at once: lift the per-address connection cap (default 256) to the global one.
+ */
+const LOAD_CLIENT_LIMITS = { WEIR_MAX_CONNECTIONS_PER_ADDRESS: '4096' };
+
 async function startAllInOne(options: WeirOptions): Promise<WeirUnderTest> {
   const configPath = path.join(options.workDir, 'weir.bench.yaml');
   const dataDir = path.join(options.workDir, 'all-in-one-data');
@@ -95,13 +101,17 @@ async function startAllInOne(options: WeirOptions): Promise<WeirUnderTest> {
   // A port picked free just before use can be taken in between: retry once on a fresh one.
   for (let attempt = 1; ; attempt++) {
     const port = await freePort();
+    const opsPort = await freePort();
     const url = `http://127.0.0.1:${port}`;
+    const opsUrl = `http://127.0.0.1:${opsPort}`;
     const proc = spawnApp(
       ALL_IN_ONE,
       'all-in-one',
       {
+        ...LOAD_CLIENT_LIMITS,
         ...options.env,
         PORT: String(port),
+        WEIR_OPS_PORT: String(opsPort),
         HOST: '127.0.0.1',
         WEIR_CONFIG: configPath,
         WEIR_DATA_DIR: dataDir,
@@ -122,8 +132,8 @@ async function startAllInOne(options: WeirOptions): Promise<WeirUnderTest> {
       description:
         "all-in-one: one process (gateway, admission, scheduler, router, relay, ledger writer; in-process ports, no NATS); a throwaway Postgres database (DATABASE_URL); the same configuration file, whose revision lists the engine-sim replicas (processes) as its `replicas`",
       gatewayUrls: [url],
-      metricsUrls: new Map([[ALL_IN_ONE, `${url}/metrics`]]),
-      schedulerMetricsUrl: `${url}/metrics`,
+      metricsUrls: new Map([[ALL_IN_ONE, `${opsUrl}/metrics`]]),
+      schedulerMetricsUrl: `${opsUrl}/metrics`,
       processes: new Map([[ALL_IN_ONE, proc]]),
       output: () => log.lines.join('\n'),
       async stop() {

@@ -334,6 +334,7 @@ async function startAllInOne(mockUrl: string, workRoot: string, postgres: boolea
       ...appRuntimeEnv(),
       PORT: String(port),
       HOST: '127.0.0.1',
+      WEIR_OPS_PORT: '0',
       WEIR_CONFIG: configPath,
       WEIR_DEMO_API_KEY: DEMO_KEY,
       WEIR_DATA_DIR: dataDir,

@@ -42,6 +42,7 @@ describe('Ctrl-C on npm start', () => {
         NODE_OPTIONS: '',
         PORT: String(port),
         HOST: '127.0.0.1',
+        WEIR_OPS_PORT: '0',
         WEIR_DATA_DIR: dataDir,
         WEIR_MODEL_PATH: tinyModelPath(),
         WEIR_ALLOW_MODEL_DOWNLOAD: 'false',

@@ -167,7 +167,7 @@ describe('the in-process control plane (all-in-one)', () => {
     expect(platform.configState()).toMatchObject({ version: served, stale: false });
     const round = await Promise.all(Array.from({ length: 10 }, () => chat()));
     expect(new Set(round.map((r) => r.revision))).toEqual(new Set(['chat@1']));
-    const metrics = await (await fetch(`${platform.url}/metrics`)).text();
+    const metrics = await (await fetch(`${platform.opsUrl}/metrics`)).text();
     expect(metrics).toMatch(/weir_config_snapshot_rejections_total\{[^}]*reason="unknown_key"[^}]*\} 1/);
     expect(metrics).toMatch(/weir_config_snapshot_rejections_total\{[^}]*reason="bad_signature"[^}]*\} 1/);
 

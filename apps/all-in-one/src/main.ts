@@ -1,14 +1,19 @@
 /**
  * `npm start`: the all-in-one Weir (ARCHITECTURE.md §1, "all-in-one"). Reads the
  * environment (PORT, HOST, WEIR_DATA_DIR, WEIR_MODEL_PATH, WEIR_CONFIG, WEIR_DEMO_API_KEY,
- * DATABASE_URL, LOG_LEVEL, WEIR_ALLOW_MODEL_DOWNLOAD, WEIR_SHUTDOWN_GRACE_MS, and for the
- * in-process control plane WEIR_ADMIN_TOKEN and WEIR_CONFIG_SIGNING_KEY_FILE), starts the
+ * DATABASE_URL, LOG_LEVEL, WEIR_ALLOW_MODEL_DOWNLOAD, WEIR_SHUTDOWN_GRACE_MS, for the
+ * in-process control plane WEIR_ADMIN_TOKEN and WEIR_CONFIG_SIGNING_KEY_FILE, the client limits
+ * of `clientLimitsFromEnv` (WEIR_HEADERS_TIMEOUT_MS, WEIR_MAX_CONNECTIONS_PER_ADDRESS,
+ * WEIR_TRUSTED_PROXIES, …) and the ops listener's WEIR_OPS_PORT (default 9464, 0 = any free
+ * port, off = none), WEIR_OPS_HOST (default 127.0.0.1) and WEIR_OPS_TOKEN), starts the
  * platform, prints how to call it (and the admin token minted on a first start), and shuts
  * down gracefully on SIGTERM/SIGINT.
  */
 import { Session } from 'node:inspector';
 import { isConfigError, loadAllInOneEnv } from '@weir/config';
 import { checkSuppliedAdminToken } from '@weir/control-plane';
+import { clientLimitsFromEnv } from '@weir/gateway';
+import { EnvError, opsSettingsFromEnv } from '@weir/service-runtime';
 import { createLogger } from '@weir/telemetry';
 import { type PlatformOptions, startPlatform } from './platform';
 
@@ -21,6 +26,23 @@ async function main(): Promise<void> {
     process.exit(2);
   }
   const options: PlatformOptions = {};
+  // Every bad variable of both groups in one message.
+  const problems: string[] = [];
+  const read = <T>(f: () => T): T | undefined => {
+    try {
+      return f();
+    } catch (err) {
+      if (!(err instanceof EnvError)) throw err;
+      problems.push(...err.problems);
+      return undefined;
+    }
+  };
+  options.clientLimits = read(() => clientLimitsFromEnv(process.env));
+  options.ops = read(() => opsSettingsFromEnv(process.env, { port: 'WEIR_OPS_PORT', host: 'WEIR_OPS_HOST', defaultPort: 9464 }));
+  if (problems.length > 0) {
+    process.stderr.write(`weir: ${new EnvError(problems).message}\n`);
+    process.exit(2);
+  }
   const adminToken = process.env.WEIR_ADMIN_TOKEN?.trim();
   if (adminToken) {
     const problem = checkSuppliedAdminToken(adminToken);
@@ -37,7 +59,7 @@ async function main(): Promise<void> {
   try {
     platform = await startPlatform(settings, logger, options);
   } catch (err) {
-    if (isConfigError(err)) process.stderr.write(`weir: ${err.message}\n`);
+    if (isConfigError(err) || (err instanceof Error && err.message.startsWith('the ops port '))) process.stderr.write(`weir: ${err.message}\n`);
     else logger.fatal({ err }, 'weir failed to start');
     process.exit(1);
   }
@@ -118,6 +140,7 @@ function banner(p: Awaited<ReturnType<typeof startPlatform>>): string {
     `  models: ${p.aliases.length > 0 ? p.aliases.join(', ') : 'none (see the warnings below)'}`,
     keyLine,
     adminLine,
+    `  metrics (operators only): ${p.opsUrl ? `${p.opsUrl}/metrics` : 'off (WEIR_OPS_PORT=off)'}`,
     '',
     'Try it:',
     `  curl -N ${p.url}/v1/chat/completions \\`,

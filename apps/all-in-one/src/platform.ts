@@ -24,7 +24,18 @@ import { type ConfigBucket, createConfigSyncMetrics } from '@weir/config-sync';
 import { createAdminRouter } from '@weir/control-plane';
 import { type BurnRateAlert, type EngineAdapter, type GenerationInput, type PlatformConfig, type RevisionSpec, type Topic, systemClock } from '@weir/core';
 import { createEngine, createReplicaEngines, type LlamaCppEngine, remoteReplicas, replicaTokenCounter, replicaUnreachable, startReplicaHealthChecks } from '@weir/engines';
-import { createGatewayApp, createGenerationPipeline, createJournaledIdempotencyStore, createLiveConfig, createMetricsObserver, createRevocations, type Gateway } from '@weir/gateway';
+import {
+  type ClientLimits,
+  createClientGuard,
+  createGatewayApp,
+  createGenerationPipeline,
+  createJournaledIdempotencyStore,
+  createLiveConfig,
+  createMetricsObserver,
+  createRevocations,
+  DEFAULT_CLIENT_LIMITS,
+  type Gateway,
+} from '@weir/gateway';
 import { createBurnRateMonitor } from '@weir/ledger';
 import { createInProcessTopic } from '@weir/messaging';
 import { breakerOptionsFrom, breakerScopeOf, breakerTransitionRecorder, createBreakerRegistry, createRevisionHealth, createRouter, revisionProviderKey } from '@weir/routing';
@@ -44,6 +55,7 @@ import {
   openFileSettlementJournal,
   preparePrivateDataDir,
 } from '@weir/store-pg';
+import { type OpsServer, type OpsSettings, startOpsServer } from '@weir/service-runtime';
 import { createRelay } from '@weir/streaming';
 import { createLogger, createTelemetry, type WeirLogger } from '@weir/telemetry';
 import { type ConfigPlane, openConfigPlane } from './config-plane';
@@ -60,6 +72,14 @@ export interface PlatformOptions {
   configHeartbeatMs?: number;
   /** Snapshot age beyond which requests get 503 `config_stale` (ms). Default 300,000. */
   configMaxStalenessMs?: number;
+  /** Limits on the public listener's clients (`clientLimitsFromEnv`: timeouts, connection caps, trusted proxies, failed-auth throttle). Default {@link DEFAULT_CLIENT_LIMITS}. */
+  clientLimits?: ClientLimits;
+  /**
+   * The ops listener (`/healthz`, `/readyz`, `/metrics`; `opsSettingsFromEnv` with `WEIR_OPS_PORT`,
+   * `WEIR_OPS_HOST`, `WEIR_OPS_TOKEN`). Default 127.0.0.1:9464. `port: 'off'`: none, and `/metrics`
+   * is served nowhere.
+   */
+  ops?: OpsSettings;
 }
 
 
@@ -68,6 +88,8 @@ export interface Platform {
   /** Base URL, e.g. `http://127.0.0.1:8080`. */
   url: string;
   port: number;
+  /** Base URL of the ops listener (`/metrics`, `/readyz`, `/healthz`), e.g. `http://127.0.0.1:9464`; undefined when it is off. */
+  opsUrl?: string;
   /** The demo key when it was created or supplied on this start (shown once); else undefined. */
   demoApiKey?: string;
   /** Public prefix of the demo tenant's key, for the banner. */
@@ -336,6 +358,7 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
     ...(config.defaults.scheduling ? { pushbackMs: config.defaults.scheduling.pushbackMs } : {}),
     observer: createMetricsObserver(telemetry.metrics, (revisionId) => providerOf.get(revisionId) ?? 'unknown', (id) => poolOfReplica.get(id)),
   });
+  const clients = createClientGuard(options.clientLimits ?? DEFAULT_CLIENT_LIMITS);
   const gateway: Gateway = createGatewayApp({
     pipeline,
     router,
@@ -350,6 +373,7 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
     idempotency: createJournaledIdempotencyStore({ journal, durable: createPgIdempotencyStore(database.db) }),
     usage: usageQueries,
     metricsHandler: (req, res) => telemetry.metricsHandler(req, res),
+    clients,
     readiness: () =>
       served.aliases.length === 0
         ? { ready: false, reason: 'no model is being served (see the startup warnings)' }
@@ -364,20 +388,37 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
   admin.disable('x-powered-by');
   admin.set('etag', false);
   admin.use('/admin/v1', createAdminRouter({}, { controlPlane: configPlane.controlPlane, logger, extraRoutes: [evalRoutes(configPlane.controlPlane, startedRevisions, logger)] }));
-  const server: Server = createServer((req, res) => {
+  // The request and header timeouts bound receiving a request only: answers stream as long as they run.
+  const server: Server = createServer(clients.serverOptions, (req, res) => {
     const url = req.url ?? '/';
     if (url === '/admin/v1' || url.startsWith('/admin/v1/') || url.startsWith('/admin/v1?')) admin(req, res);
     else gateway.app(req, res);
   });
-  // Long generations must not be cut by Node's defaults; keep-alive a little above common LBs.
-  server.requestTimeout = 0;
-  server.keepAliveTimeout = 65_000;
+  clients.attach(server);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(settings.port, settings.host, () => resolve());
   });
   const port = (server.address() as AddressInfo).port;
   const url = `http://${settings.host.includes(':') ? `[${settings.host}]` : settings.host}:${port}`;
+  // Metrics and readiness details for operators, on their own listener (docs/security.md §9).
+  const opsSettings = options.ops ?? { host: '127.0.0.1', port: 9464 };
+  let ops: OpsServer | undefined;
+  if (opsSettings.port !== 'off') {
+    try {
+      ops = await startOpsServer({
+        host: opsSettings.host,
+        port: opsSettings.port,
+        readiness: () => ({ ready: true }),
+        handle: gateway.ops,
+        ...(opsSettings.token ? { token: opsSettings.token } : {}),
+      });
+    } catch (err) {
+      server.close();
+      throw new Error(`the ops port ${opsSettings.host}:${opsSettings.port} cannot be opened (${err instanceof Error ? err.message : String(err)}): set WEIR_OPS_PORT to a free port, 0 for any, or off`);
+    }
+  }
+  const opsUrl = ops ? `http://${opsSettings.host.includes(':') ? `[${opsSettings.host}]` : opsSettings.host}:${ops.port}` : undefined;
 
   configPlane.watchConfigFile();
 
@@ -385,6 +426,7 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
   return {
     url,
     port,
+    ...(opsUrl ? { opsUrl } : {}),
     demoApiKey: boot.demoApiKey,
     demoKeyPrefix: boot.demoKeyPrefix,
     ...(configPlane.mintedAdminToken ? { adminToken: configPlane.mintedAdminToken } : {}),
@@ -413,6 +455,8 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
         lock?.release();
         server.closeAllConnections();
         await closed;
+        await ops?.close();
+        clients.close();
       })();
       return stopping;
     },

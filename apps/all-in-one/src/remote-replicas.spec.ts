@@ -160,8 +160,8 @@ describe('all-in-one with a revision served by remote engine-sim replicas', () =
     expect(weir.warnings).toEqual([]);
     expect(weir.aliases).toEqual([ALIAS]);
     // The prober's first round runs a second after the start.
-    await until('both replicas are up', async () => (await metric(weir.url, 'weir_replica_up', replicas[0].id)) === 1 && (await metric(weir.url, 'weir_replica_up', replicas[1].id)) === 1);
-    const text = await (await fetch(`${weir.url}/metrics`)).text();
+    await until('both replicas are up', async () => (await metric(weir.opsUrl as string, 'weir_replica_up', replicas[0].id)) === 1 && (await metric(weir.opsUrl as string, 'weir_replica_up', replicas[1].id)) === 1);
+    const text = await (await fetch(`${weir.opsUrl}/metrics`)).text();
     const byReplica = (name: string) => Object.fromEntries(samples(text, name).map((s) => [s.labels.replica, s.value]));
     expect(byReplica('weir_replica_slots')).toEqual({ [replicas[0].id]: SLOTS, [replicas[1].id]: SLOTS });
     expect(byReplica('weir_replica_kv_tokens')).toEqual({ [replicas[0].id]: REVISION_KV_TOKENS, [replicas[1].id]: REPLICA1_KV_TOKENS });
@@ -211,15 +211,15 @@ describe('all-in-one with a revision served by remote engine-sim replicas', () =
     for (let i = 0; i < 6; i++) results.push(await complete(weir, `after the kill ${i}`));
     expect(results.map((r) => r.status)).toEqual([200, 200, 200, 200, 200, 200]);
     expect(results.filter((r) => r.fallbackReason !== undefined).map((r) => r.fallbackReason)).toEqual(['upstream_unavailable']);
-    expect(await metric(weir.url, 'weir_replica_up', victim.id)).toBe(0);
-    expect(await metric(weir.url, 'weir_replica_up', survivor.id)).toBe(1);
+    expect(await metric(weir.opsUrl as string, 'weir_replica_up', victim.id)).toBe(0);
+    expect(await metric(weir.opsUrl as string, 'weir_replica_up', survivor.id)).toBe(1);
     expect((await replicaOutputTokens(survivor)) - before).toBe(results.reduce((n, r) => n + r.completionTokens, 0));
   });
 
   it('puts the replica back in rotation when its /healthz answers again', async () => {
     const weir = platform as Platform;
     replicas[0] = await startReplica(0, replicas[0].port);
-    await until('the restarted replica is back in rotation', async () => (await metric(weir.url, 'weir_replica_up', replicas[0].id)) === 1);
+    await until('the restarted replica is back in rotation', async () => (await metric(weir.opsUrl as string, 'weir_replica_up', replicas[0].id)) === 1);
     const results = await Promise.all(Array.from({ length: 8 }, (_, i) => complete(weir, `back again ${i}`, 30)));
     expect(results.map((r) => r.status)).toEqual(results.map(() => 200));
     expect(await replicaOutputTokens(replicas[0])).toBeGreaterThan(0);

@@ -53,7 +53,8 @@ export async function startTestPlatform(name: string, configText: string, demoKe
       WEIR_ALLOW_MODEL_DOWNLOAD: 'false',
       LOG_LEVEL: 'silent',
     });
-    const platform = await startPlatform(settings, createLogger({ name: 'weir', level: 'silent' }), options.platform);
+    // The ops listener on a free port (its default 9464 would collide between test files).
+    const platform = await startPlatform(settings, createLogger({ name: 'weir', level: 'silent' }), { ops: { host: '127.0.0.1', port: 0 }, ...options.platform });
     return {
       platform,
       configPath,

@@ -93,6 +93,7 @@ beforeAll(async () => {
       TSX_TSCONFIG_PATH: path.join(ROOT, 'tsconfig.json'),
       WEIR_DATABASE_URL: temp.url,
       WEIR_CONTROL_PLANE_PORT: '0',
+      OPS_PORT: '0',
       WEIR_ADMIN_TOKEN: ADMIN,
       WEIR_CONFIG: path.join(dir, 'weir.yaml'),
       WEIR_CONFIG_SIGNING_KEY_FILE: path.join(dir, 'signing.pem'),
@@ -122,6 +123,7 @@ describe('apps/control-plane', () => {
   it('seeds, publishes signed snapshots, revocations and heartbeats, runs the capacity controller, evals and the canary guard, and stops on SIGTERM', async () => {
     const port = await until('the listening line', () => /"port":(\d+)[^\n]*control plane listening/.exec(output)?.[1]);
     const base = `http://127.0.0.1:${port}`;
+    const opsBase = `http://127.0.0.1:${/"opsPort":(\d+)[^\n]*control plane listening/.exec(output)?.[1]}`;
     expect((await fetch(`${base}/healthz`)).status).toBe(200);
     expect((await fetch(`${base}/readyz`)).status).toBe(200);
 
@@ -161,7 +163,9 @@ describe('apps/control-plane', () => {
     expect(decision).toMatchObject({ desiredReplicas: 3, basis: 'hint', replicaTokensPerSecond: 500 });
     stopDecisions();
     expect((await admin('/capacity/interactive')).body).toMatchObject({ pool: 'interactive', desired_replicas: 3, current_replicas: 2 });
-    const metrics = await (await fetch(`${base}/metrics`)).text();
+    // Metrics on the ops listener only, never on the admin port.
+    expect((await fetch(`${base}/metrics`)).status).toBe(404);
+    const metrics = await (await fetch(`${opsBase}/metrics`)).text();
     expect(metrics).toMatch(/^weir_pool_desired_replicas\{pool="interactive"[^}]*\} 3$/m);
     expect(metrics).toMatch(/^weir_config_published_version\{[^}]*\} 2$/m);
 

@@ -28,9 +28,10 @@
  * - WEIR_MODEL_CACHE_DIR (default .data/models): where eval replays look for llama.cpp model
  *   files by sha256 when a revision's model_path is not on this host (nothing is downloaded).
  * - CONTROL_PLANE_DB_POOL (default 5), LOG_LEVEL (default info).
- *
- * Besides the admin API (with the capacity and eval routes), `GET /metrics` serves Prometheus
- * text: `weir_pool_desired_replicas{pool}` and the published/stored snapshot versions.
+ * - OPS_PORT (default 9466, 0 = any free port, off = none), OPS_HOST (default 127.0.0.1),
+ *   WEIR_OPS_TOKEN: the ops listener, whose `GET /metrics` serves Prometheus text
+ *   (`weir_pool_desired_replicas{pool}`, the published/stored snapshot versions); the admin
+ *   port does not serve `/metrics` (docs/security.md §9).
  */
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -38,7 +39,7 @@ import express from 'express';
 import { sql } from 'kysely';
 import { createControlPlane, createControlPlaneHttpApp, registerBootstrapAdminToken, registerCapacityRoutes } from '@weir/control-plane';
 import { connectNats } from '@weir/messaging-nats';
-import { envInt, envString, EnvError, readEnv, runUntilSignal } from '@weir/service-runtime';
+import { envInt, envString, EnvError, opsSettingsFromEnv, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
 import { openDatabase } from '@weir/store-pg';
 import { createLogger, createTelemetry } from '@weir/telemetry';
 import { startCanaryGuard } from './canary';
@@ -70,6 +71,7 @@ const env = readEnv({
 const databaseUrl = env.WEIR_DATABASE_URL || env.DATABASE_URL;
 if (!databaseUrl) throw new EnvError(['WEIR_DATABASE_URL: required: the Postgres URL, e.g. postgres://postgres@127.0.0.1:5432/weir']);
 const configImport = parseConfigImportMode(env.WEIR_CONFIG_IMPORT);
+const opsSettings = opsSettingsFromEnv(process.env, { port: 'OPS_PORT', host: 'OPS_HOST', defaultPort: 9466 });
 const logger = createLogger({ name: 'control-plane', level: env.LOG_LEVEL as 'info' });
 
 runUntilSignal('control-plane', logger, async () => {
@@ -110,21 +112,25 @@ runUntilSignal('control-plane', logger, async () => {
   const announcer = startDeprecationAnnouncer({ db: database.db, nc, namespace: env.WEIR_NATS_NAMESPACE, logger }, env.WEIR_DEPRECATION_CHECK_MS);
 
   let draining = false;
+  const readiness = () => (draining ? { ready: false, reason: 'draining' } : nc.isClosed() ? { ready: false, reason: 'nats_disconnected' } : { ready: true });
   const admin = createControlPlaneHttpApp({
     controlPlane,
     logger,
     extraRoutes: [(router) => registerCapacityRoutes(router, { capacity: capacity.controller }), evalRoutes(controlPlane, { modelCacheDir: env.WEIR_MODEL_CACHE_DIR }, logger)],
-    readiness: () => (draining ? { ready: false, reason: 'draining' } : nc.isClosed() ? { ready: false, reason: 'nats_disconnected' } : { ready: true }),
+    readiness,
   });
   const app = express();
   app.disable('x-powered-by');
-  app.get('/metrics', telemetry.metricsHandler);
   app.use(admin);
   const server = await new Promise<Server>((resolve, reject) => {
     const s = app.listen(env.WEIR_CONTROL_PLANE_PORT, env.HOST, () => resolve(s));
     s.once('error', reject);
   });
-  logger.info({ port: (server.address() as AddressInfo).port, host: env.HOST }, 'control plane listening');
+  const ops =
+    opsSettings.port === 'off'
+      ? undefined
+      : await startOpsServer({ host: opsSettings.host, port: opsSettings.port, readiness, metricsHandler: telemetry.metricsHandler, ...(opsSettings.token ? { token: opsSettings.token } : {}) });
+  logger.info({ port: (server.address() as AddressInfo).port, host: env.HOST, ...(ops ? { opsPort: ops.port } : {}) }, 'control plane listening');
   return {
     async stop() {
       draining = true;
@@ -141,6 +147,7 @@ runUntilSignal('control-plane', logger, async () => {
       await controlPlane.close();
       await built.close();
       await nc.drain();
+      await ops?.close();
       await telemetry.shutdown();
       await database.close();
     },

@@ -12,7 +12,7 @@ describeE2ESuite('all-in-one', async ({ configYaml, demoKey, databaseUrl }) => {
   return {
     url: weir.url,
     output: weir.output,
-    engineOutputTokens: async (revisionId) => sumEngineOutputTokens(await (await fetch(`${weir.url}/metrics`)).text(), revisionId),
+    engineOutputTokens: async (revisionId) => sumEngineOutputTokens(await (await fetch(`${weir.opsUrl}/metrics`)).text(), revisionId),
     async stop() {
       const code = await weir.stop();
       removeDir(weir.dataDir);

@@ -162,7 +162,7 @@ describe('control plane → split data plane', () => {
     }
     const until = Date.now() + 10_000;
     for (;;) {
-      const metrics = await (await fetch(`${topology.gateways[1].url}/metrics`)).text();
+      const metrics = await (await fetch(`${topology.opsUrls.get(topology.gateways[1].name)}/metrics`)).text();
       if (/weir_config_snapshot_rejections_total\{[^}]*reason="unknown_key"[^}]*\} [1-9]/.test(metrics) && /reason="unsigned"[^}]*\} [1-9]/.test(metrics)) break;
       if (Date.now() > until) throw new Error(`no rejection counted:\n${metrics.split('\n').filter((l) => l.includes('config_snapshot')).join('\n')}`);
       await new Promise((r) => setTimeout(r, 100));

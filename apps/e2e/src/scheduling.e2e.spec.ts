@@ -56,7 +56,7 @@ describe('scheduling over HTTP (all-in-one)', () => {
     // Rejected at once, not after waiting for the deadline.
     expect(Date.now() - started).toBeLessThan(1_000);
 
-    const metrics = await (await fetch(`${weir.url}/metrics`)).text();
+    const metrics = await (await fetch(`${weir.opsUrl}/metrics`)).text();
     expect(metrics).toMatch(/weir_scheduler_rejections_total\{[^}]*pool="interactive"[^}]*tenant="demo"[^}]*reason="deadline_unmeetable"[^}]*\} 1/);
 
     busy.abort();

@@ -14,7 +14,7 @@ describeUsageSuite('all-in-one (PGlite)', async () => {
     configYaml: USAGE_E2E_CONFIG,
     env: { WEIR_DEMO_API_KEY: DEMO_KEY, WEIR_BURN_RATE_INTERVAL_MS: String(E2E_BURN_RATE_INTERVAL_MS) },
   });
-  const counted = async (tenant: string) => sumTenantCounter(await (await fetch(`${weir.url}/metrics`)).text(), 'weir_burn_rate_alerts_total', tenant);
+  const counted = async (tenant: string) => sumTenantCounter(await (await fetch(`${weir.opsUrl}/metrics`)).text(), 'weir_burn_rate_alerts_total', tenant);
   return {
     urls: [weir.url],
     output: weir.output,

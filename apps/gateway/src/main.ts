@@ -23,16 +23,19 @@
  * preferred, the others take over when it is unreachable), SCHEDULER_ADDR, RELAY_ADDR
  * (host:port), WEIR_DEMO_API_KEY (registered for
  * the demo tenant if set), SHUTDOWN_GRACE_MS (default 10000), GATEWAY_HOLDER_ID (default a
- * fresh id per start), LOG_LEVEL.
+ * fresh id per start), LOG_LEVEL; the client limits of `clientLimitsFromEnv` (WEIR_HEADERS_TIMEOUT_MS,
+ * WEIR_MAX_CONNECTIONS_PER_ADDRESS, WEIR_TRUSTED_PROXIES, …); the ops listener (`/metrics`,
+ * `/readyz`, `/healthz`; never on PORT): OPS_PORT (default 9460, 0 = any free port, off = none),
+ * OPS_HOST (default 127.0.0.1), WEIR_OPS_TOKEN.
  */
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { createConfigSyncMetrics, openDataPlaneConfig } from '@weir/config-sync';
 import { type CancelMessage, type GenerationInput, newId, systemClock } from '@weir/core';
 import { adapterTokenCounter, countInputWith, remoteReplicas, replicaTokenCounter, utf8TokenUpperBound } from '@weir/engines';
-import { createGatewayApp, createGenerationPipeline, createLiveConfig, createMetricsObserver, createRevocations } from '@weir/gateway';
+import { clientLimitsFromEnv, createClientGuard, createGatewayApp, createGenerationPipeline, createLiveConfig, createMetricsObserver, createRevocations } from '@weir/gateway';
 import { cancelMessageCodec, connectNats, createNatsTopic, createNatsSettlementJournal, ensureUsageStream, natsNames } from '@weir/messaging-nats';
-import { envInt, envRequired, envString, readEnv, runUntilSignal } from '@weir/service-runtime';
+import { envInt, envRequired, envString, opsSettingsFromEnv, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
 import {
   bootstrapTenants,
   createApiKeyRepository,
@@ -62,6 +65,8 @@ const env = readEnv({
   GATEWAY_HOLDER_ID: envString(''),
   LOG_LEVEL: envString('info'),
 });
+const clientLimits = clientLimitsFromEnv(process.env);
+const opsSettings = opsSettingsFromEnv(process.env, { port: 'OPS_PORT', host: 'OPS_HOST', defaultPort: 9460 });
 const logger = createLogger({ name: 'gateway', level: env.LOG_LEVEL as 'info' });
 
 runUntilSignal('gateway', logger, async () => {
@@ -142,8 +147,10 @@ runUntilSignal('gateway', logger, async () => {
     ...(config.defaults.scheduling ? { pushbackMs: config.defaults.scheduling.pushbackMs } : {}),
     observer: createMetricsObserver(telemetry.metrics, (revisionId) => providerOf.get(revisionId) ?? 'unknown', (replicaId) => poolOf.get(replicaId)),
   });
+  const clients = createClientGuard(clientLimits);
   const gateway = createGatewayApp({
     pipeline,
+    clients,
     router,
     apiKeys,
     revocations,
@@ -167,14 +174,18 @@ runUntilSignal('gateway', logger, async () => {
       return record?.tenantId === tenantId ? record : undefined;
     },
   });
-  const server = createServer(gateway.app);
-  server.requestTimeout = 0;
-  server.keepAliveTimeout = 65_000;
+  // The request and header timeouts bound receiving a request only: answers stream as long as they run.
+  const server = createServer(clients.serverOptions, gateway.app);
+  clients.attach(server);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(env.PORT, env.HOST, () => resolve());
   });
-  logger.info({ port: (server.address() as AddressInfo).port }, 'gateway listening');
+  const ops =
+    opsSettings.port === 'off'
+      ? undefined
+      : await startOpsServer({ host: opsSettings.host, port: opsSettings.port, readiness: () => ({ ready: true }), handle: gateway.ops, ...(opsSettings.token ? { token: opsSettings.token } : {}) });
+  logger.info({ port: (server.address() as AddressInfo).port, ...(ops ? { opsPort: ops.port } : {}) }, 'gateway listening');
 
   return {
     async stop() {
@@ -193,6 +204,8 @@ runUntilSignal('gateway', logger, async () => {
       await telemetry.shutdown();
       server.closeAllConnections();
       await closed;
+      await ops?.close();
+      clients.close();
     },
   };
 });

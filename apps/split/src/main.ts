@@ -75,7 +75,7 @@ async function main(): Promise<void> {
   const lines = [
     '',
     'Weir (split topology) is up:',
-    ...topology.gateways.map((g) => `  ${g.name.padEnd(28)} ${g.url}   (pid ${g.process.pid})`),
+    ...topology.gateways.map((g) => `  ${g.name.padEnd(28)} ${g.url}, ops ${topology.opsUrls.get(g.name)}   (pid ${g.process.pid})`),
     ...(['router', 'scheduler', 'relay'] as const).map(
       (s) => `  ${s.padEnd(28)} grpc ${topology.addresses[s]}, ops ${topology.opsUrls.get(s)}   (pid ${topology.processes.get(s)?.pid})`,
     ),
@@ -86,7 +86,7 @@ async function main(): Promise<void> {
     `  ${'ledger'.padEnd(28)} ops ${topology.opsUrls.get('ledger')}   (pid ${topology.processes.get('ledger')?.pid})`,
     ...topology.engines.map((e) => `  ${e.name.padEnd(28)} ${e.url}   (pid ${e.process.pid})`),
     ...(topology.controlPlaneUrl
-      ? [`  ${'control-plane'.padEnd(28)} ${topology.controlPlaneUrl}/admin/v1   (pid ${topology.processes.get('control-plane')?.pid})`, `  admin token: ${adminToken}`]
+      ? [`  ${'control-plane'.padEnd(28)} ${topology.controlPlaneUrl}/admin/v1, ops ${topology.opsUrls.get('control-plane')}   (pid ${topology.processes.get('control-plane')?.pid})`, `  admin token: ${adminToken}`]
       : []),
     `  config: ${topology.configPath}${topology.controlPlaneUrl ? ' (seeded into the control plane)' : ''}`,
     `  demo API key: ${demoKey}`,

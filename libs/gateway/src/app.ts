@@ -52,6 +52,7 @@ import {
   interruptedMessage,
 } from '@weir/streaming';
 
+import type { ClientGuard } from './client-guard';
 import { type AuthedRequest, createEdgeRouter, type EdgeRequest, type EdgeRoute, edgeRequest, readJsonBody, sendJson } from './edge';
 import { createGenerationRegistry, type GenerationRegistry, type GenerationRegistryOptions, statusOf, type TrackedGeneration } from './generation-registry';
 import { createMemoryIdempotencyStore, requestBodySha256 } from './idempotency';
@@ -87,8 +88,17 @@ export interface GatewayDeps {
   defaults: PlatformDefaults;
   clock: Clock;
   logger: GatewayLogger;
-  /** Serves `GET /metrics` (Prometheus text) when given. */
+  /**
+   * Prometheus text for `GET /metrics` on the ops handler ({@link Gateway.ops}) only: the public
+   * listener never serves it (per-tenant series are for operators, docs/security.md §9).
+   */
   metricsHandler?: (req: IncomingMessage, res: ServerResponse) => void;
+  /**
+   * The public listener's client limits (`createClientGuard`, already attached to the server):
+   * the per-client cap on requests in flight behind a trusted proxy, the failed-authentication
+   * throttle, and the stream stall limit. Default none (no throttle; streams stall for 60 s).
+   */
+  clients?: ClientGuard;
   /**
    * The level of the access log (one line per request: method, route, status, ms, tenant, app —
    * never bodies, keys or text). Default `debug`: off at the default `info`, because a line per
@@ -118,7 +128,7 @@ export interface GatewayDeps {
   idempotencyPurgeMs?: number;
   /**
    * The configuration snapshot's freshness (`@weir/config-sync`), read on every request. While
-   * `stale`, every route but `/healthz`, `/readyz` and `/metrics` answers 503 `config_stale`
+   * `stale`, every route but `/healthz` and `/readyz` answers 503 `config_stale`
    * (fail closed: the snapshot's allow decisions are too old to trust) and `/readyz` is not
    * ready with reason `config_stale`; `/readyz` always reports `config_version` and
    * `config_age_ms`. `ageMs`: now − the snapshot's (or its latest heartbeat's) issue time;
@@ -174,6 +184,12 @@ interface Answer {
 export interface Gateway {
   /** The request handler of the public API: `createServer(gateway.app)`. */
   app: (req: IncomingMessage, res: ServerResponse) => void;
+  /**
+   * The operator endpoints, for an ops listener (`startOpsServer`'s `handle`): answers `GET`/`HEAD`
+   * `/readyz` and `/metrics` (when a `metricsHandler` is given) and returns true; false for any
+   * other request.
+   */
+  ops: (req: IncomingMessage, res: ServerResponse) => boolean;
   registry: GenerationRegistry;
   /** Stops admitting (503 `shutting_down`, not ready) and waits up to `graceMs` for in-flight generations; then stops the rest (billed as cancelled). */
   drain(graceMs: number): Promise<void>;
@@ -230,6 +246,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
   const routes: Route[] = [];
   const get = (pattern: string, run: Handler, auth = true) => routes.push({ method: 'GET', pattern, handler: { run, auth, body: false } });
   const post = (pattern: string, run: Handler) => routes.push({ method: 'POST', pattern, handler: { run, auth: true, body: true } });
+  const sseOptions = { heartbeatMs: defaults.sseHeartbeatMs, ...(deps.clients ? { stallMs: deps.clients.limits.streamStallMs } : {}) };
   const accessLevel = deps.accessLog ?? 'debug';
   const accessLine = accessLevel === 'info' ? logger.info.bind(logger) : logger.debug?.bind(logger);
 
@@ -276,10 +293,19 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
    * Authenticates: a Bearer key, hashed, refused on the revocation fast path (even while a cache
    * still holds it), then looked up (a map hit in the cache in steady state).
    */
+  const clients = deps.clients;
+  /** Refuses (429) a client or key prefix with too many failed authentications: before any lookup. */
+  const throttled = (guard: ClientGuard, req: EdgeRequest, key: string | undefined, sha256: string | undefined) => {
+    const refusal = guard.auth.refusal(guard.clientKey(req.raw), key, sha256);
+    if (refusal) throw refusal;
+  };
+  const authFailed = (req: EdgeRequest, key: string | undefined) => clients?.auth.failed(clients.clientKey(req.raw), key);
   const authenticate = async (req: EdgeRequest): Promise<Caller> => {
     const header = req.header('authorization');
     const match = header ? /^Bearer\s+(\S+)\s*$/i.exec(header) : null;
     if (!match) {
+      if (clients?.auth.active) throttled(clients, req, undefined, undefined);
+      authFailed(req, undefined);
       const message = header
         ? 'Use Bearer authentication: `Authorization: Bearer wk_…` (the header has another scheme or no key).'
         : 'Missing API key. Send it as `Authorization: Bearer wk_…`.';
@@ -287,13 +313,16 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     }
     const key = match[1];
     const sha256 = hashApiKey(key);
+    if (clients?.auth.active) throttled(clients, req, key, sha256);
     const unknownKey = () => {
+      authFailed(req, key);
       const prefix = parseApiKey(key)?.prefix;
       return new WeirError('authentication_failed', prefix ? `Incorrect API key provided: wk_${prefix}_… is unknown or revoked.` : 'Incorrect API key provided.');
     };
     if (revocations?.isKeyRevoked({ sha256 })) throw unknownKey();
     const identity = await deps.apiKeys.findByHash(sha256);
     if (!identity || revocations?.isKeyRevoked({ keyId: identity.keyId })) throw unknownKey();
+    clients?.auth.succeeded(sha256);
     const refusal = revocations?.tenantRefusal(identity.tenantId);
     if (refusal) throw new WeirError(refusal.code, refusal.message);
     return { tenantId: identity.tenantId, appId: identity.appId, apiKeyId: identity.keyId };
@@ -602,7 +631,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     if (body.stream) {
       // A failure before any output (a relay or engine that is down) is an HTTP error, not a 200 stream.
       await waitFirstEvent(g.transcript, outcomeError);
-      const sse = openSse(res, { heartbeatMs: defaults.sseHeartbeatMs });
+      const sse = openSse(res, sseOptions);
       await writeWeirStream(sse, g, 0);
       sse.end();
       return;
@@ -663,7 +692,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     // A reader going away stops reading; it never cancels the generation.
     const gone = new AbortController();
     res.on('close', () => gone.abort());
-    const sse = openSse(res, { heartbeatMs: defaults.sseHeartbeatMs });
+    const sse = openSse(res, sseOptions);
     await writeWeirStream(sse, g, lastEventId, gone.signal);
     sse.end();
   });
@@ -759,7 +788,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     await answerOpenAi(res, g, body.model, 'text', body.stream === true, body.stream_options?.include_usage === true);
   });
 
-  registerResponsesRoute({ post, begin, router: deps.router, sseHeartbeatMs: defaults.sseHeartbeatMs, firstEventOrThrow: followFromFirstEvent, answeredBy, outcomeError, deadlineOrCancel, generationsKey, idempotencyKeyHeader, sampling });
+  registerResponsesRoute({ post, begin, router: deps.router, sseHeartbeatMs: defaults.sseHeartbeatMs, sseStallMs: sseOptions.stallMs, firstEventOrThrow: followFromFirstEvent, answeredBy, outcomeError, deadlineOrCancel, generationsKey, idempotencyKeyHeader, sampling });
 
   /** A `/v1/models` entry: OpenAI's fields, plus `deprecation` while the caller's revisions for the alias count down. */
   const modelEntry = (caller: Caller, alias: AliasSpec) => {
@@ -815,12 +844,15 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     if (accessLine && (logger.isLevelEnabled?.(accessLevel) ?? true)) watchAccess(req, res, accessLine);
     const method = req.method;
     const path = req.path;
-    if ((method === 'GET' || method === 'HEAD') && (path === '/healthz' || path === '/readyz' || path === '/metrics')) {
+    if ((method === 'GET' || method === 'HEAD') && (path === '/healthz' || path === '/readyz')) {
       if (path === '/healthz') return sendJson(res, 200, { status: 'ok' });
-      if (path === '/readyz') return readyz(res);
-      if (deps.metricsHandler) return deps.metricsHandler(raw, res);
+      return readyz(res);
     }
     try {
+      if (clients) {
+        const refusal = clients.enter(raw, res);
+        if (refusal) throw refusal;
+      }
       // Fail closed on a stale snapshot: every route below (the API, and unknown paths) is refused.
       const state = deps.configState?.();
       if (state?.stale) throw configStaleError(state);
@@ -867,7 +899,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     // and failures before any output are still HTTP errors the SDKs can retry.
     await waitFirstEvent(g.transcript, outcomeError);
     if (g.transcript.deltas.length === 0 && g.transcript.outcome?.finishReason === 'deadline') throw deadlineBeforeOutput();
-    const sse = openSse(res, { heartbeatMs: defaults.sseHeartbeatMs });
+    const sse = openSse(res, sseOptions);
     const send = (chunk: unknown) => sse.write(formatSseJson(JSON.stringify(chunk)));
     // A text delta's chunk: its JSON around the text is built once for the response.
     const contentChunk = contentChunkJson(meta, kind);
@@ -911,8 +943,20 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     sse.end();
   }
 
+  const ops = (raw: IncomingMessage, res: ServerResponse): boolean => {
+    if (raw.method !== 'GET' && raw.method !== 'HEAD') return false;
+    const url = raw.url ?? '/';
+    const q = url.indexOf('?');
+    const path = q < 0 ? url : url.slice(0, q);
+    if (path === '/readyz') readyz(res);
+    else if (path === '/metrics' && deps.metricsHandler) deps.metricsHandler(raw, res);
+    else return false;
+    return true;
+  };
+
   return {
     app,
+    ops,
     registry,
     async drain(graceMs) {
       draining = true;

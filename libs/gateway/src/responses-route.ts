@@ -85,6 +85,8 @@ export interface ResponsesRouteContext {
   begin(req: Authed, res: ServerResponse, route: 'generations', alias: string, input: GenerationInput, sampling: SamplingParams, limits: ResponsesBeginLimits): Promise<ResponsesAnswer>;
   router: RouterService;
   sseHeartbeatMs: number;
+  /** How long a stream's client may stop reading before the stream is ended (ms; `openSse`'s `stallMs`). */
+  sseStallMs?: number;
   firstEventOrThrow(events: AsyncIterable<TranscriptEvent>): Promise<AsyncIterable<TranscriptEvent>>;
   answeredBy(res: ServerResponse, o: GenerationOutcome): void;
   outcomeError(o: GenerationOutcome): WeirError;
@@ -234,7 +236,7 @@ async function answerWeirShape(ctx: ResponsesRouteContext, req: Authed, res: Ser
 
   // A failure before any output is an HTTP error, not a 200 stream.
   const events = await ctx.firstEventOrThrow(g.transcript.follow(0));
-  const sse = openSse(res, { heartbeatMs: ctx.sseHeartbeatMs });
+  const sse = openSse(res, { heartbeatMs: ctx.sseHeartbeatMs, stallMs: ctx.sseStallMs });
   const send = (id: number, event: string, data: unknown) => sse.write(formatSseEvent({ id, event, data: JSON.stringify(data) }));
   await send(1, 'start', { generation_id: g.generationId, request_id: g.requestId, model_revision: g.modelRevision });
   let text = '';
@@ -307,7 +309,7 @@ async function answerOpenAiShape(ctx: ResponsesRouteContext, req: Authed, res: S
 
   // Headers go out only once the first event is in, so failures before any output stay HTTP errors the SDKs can retry.
   const events = await ctx.firstEventOrThrow(g.transcript.follow(0));
-  const sse = openSse(res, { heartbeatMs: ctx.sseHeartbeatMs });
+  const sse = openSse(res, { heartbeatMs: ctx.sseHeartbeatMs, stallMs: ctx.sseStallMs });
   const seq = responsesEvents();
   const send = (type: string, fields: Record<string, unknown>) => {
     const ev = seq.event(type, fields);

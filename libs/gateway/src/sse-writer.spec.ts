@@ -1,5 +1,5 @@
 import { createServer, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { type AddressInfo, connect } from 'node:net';
 import { openSse } from './sse-writer';
 
 describe('openSse', () => {
@@ -97,5 +97,38 @@ describe('openSse', () => {
     for (let r = await reader.read(); !r.done; r = await reader.read()) bytes += r.value.length;
     expect(bytes).toBe(40 * Buffer.byteLength(big));
     expect(waited).toBeGreaterThan(0);
+  });
+
+  it('ends a stream whose client stopped reading once its buffer stayed full past stallMs', async () => {
+    let wrote = 0;
+    let waited = false;
+    const ended = new Promise<{ destroyed: boolean; afterStallMs: number }>((resolve) => {
+      handle = async (res) => {
+        const sse = openSse(res, { heartbeatMs: 0, stallMs: 300 });
+        const chunk = `data: ${'x'.repeat(64 * 1024)}\n\n`;
+        let stalledAt = 0;
+        res.on('close', () => resolve({ destroyed: res.destroyed && !res.writableFinished, afterStallMs: performance.now() - stalledAt }));
+        // Write until the socket's buffers are full (the client reads nothing), then wait as a reader does.
+        while (!sse.closed && wrote < 2_000) {
+          const wait = sse.write(chunk);
+          wrote++;
+          if (wait) {
+            waited = true;
+            stalledAt = performance.now();
+            await wait;
+          } else await new Promise((r) => setImmediate(r));
+        }
+      };
+    });
+    const client = connect((server.address() as AddressInfo).port, '127.0.0.1');
+    client.write('GET / HTTP/1.1\r\nHost: x\r\n\r\n');
+    client.pause(); // never reads
+    const result = await ended;
+    client.destroy();
+    expect(waited).toBe(true);
+    expect(result.destroyed).toBe(true);
+    // Ended by the stall limit (300 ms), not by anything else (generous margin for a loaded machine).
+    expect(result.afterStallMs).toBeGreaterThanOrEqual(250);
+    expect(result.afterStallMs).toBeLessThan(10_000);
   });
 });

@@ -10,6 +10,12 @@
  * appended to a string and written once, from a `process.nextTick` queued after the turn's
  * promise jobs ran; `end()` writes what is pending with the end of the response. Nothing waits
  * for a timer, so an event is on the wire before the process next waits for I/O.
+ *
+ * A client that stops reading cannot hold the stream for good: once the socket's buffer is full,
+ * what is written waits (the reader awaits `drain`), heartbeats are skipped, and if the buffer
+ * has not drained after `stallMs` the response is destroyed (its connection closed; the
+ * generation is stopped as for any client that left). The timer runs only while the buffer is
+ * full, so a stream that is read costs nothing more.
  */
 import type { ServerResponse } from 'node:http';
 import { formatSseComment } from '@weir/streaming';
@@ -33,6 +39,8 @@ export interface SseWriterOptions {
   /** Idle time before a `: ping` comment (ms). Default 15,000. 0 disables. */
   heartbeatMs?: number;
   headers?: Record<string, string>;
+  /** How long the socket's buffer may stay full before the stream is ended and its connection closed (ms). Default 60,000. 0 disables. */
+  stallMs?: number;
 }
 
 /** Sends the SSE headers and returns a writer. */
@@ -51,6 +59,7 @@ export function openSse(res: ServerResponse, options: SseWriterOptions = {}): Ss
   /** Set while the socket's buffer is over its high-water mark: resolves on `drain` or `close`. */
   let draining: Promise<void> | undefined;
   const heartbeatMs = options.heartbeatMs ?? 15_000;
+  const stallMs = options.stallMs ?? 60_000;
   let heartbeat: NodeJS.Timeout | undefined;
   // The heartbeat timer is refreshed at most once per turn (at the flush), not per event.
   const arm = () => {
@@ -58,7 +67,7 @@ export function openSse(res: ServerResponse, options: SseWriterOptions = {}): Ss
     if (heartbeat) heartbeat.refresh();
     else heartbeat = setTimeout(() => {
       heartbeat = undefined;
-      if (!closed && !res.destroyed) res.write(formatSseComment('ping'));
+      if (!closed && !res.destroyed && !draining) res.write(formatSseComment('ping'));
       arm();
     }, heartbeatMs);
   };
@@ -77,7 +86,9 @@ export function openSse(res: ServerResponse, options: SseWriterOptions = {}): Ss
     arm();
     if (res.write(text) || draining) return;
     draining = new Promise<void>((resolve) => {
+      const stalled = stallMs > 0 ? setTimeout(() => res.destroy(), stallMs) : undefined;
       const done = () => {
+        if (stalled) clearTimeout(stalled);
         res.off('drain', done);
         res.off('close', done);
         draining = undefined;

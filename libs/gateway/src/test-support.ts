@@ -6,6 +6,7 @@
 import { createRecordingSettlements } from '@weir/testing';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import type { ClientGuard } from './client-guard';
 import {
   type AdmissionService,
   DEFAULT_ADMISSION,
@@ -62,6 +63,8 @@ export interface TestGatewayOptions {
   admission: AdmissionService;
   idempotency?: IdempotencyStore;
   usage?: UsageReader;
+  /** Client limits, attached to the server and handed to the gateway. Default none. */
+  clients?: ClientGuard;
   /** Concurrent sequences of each revision's one replica (`r0`, `r1`, … in config order). Default 4. */
   slots?: number;
   /** Where usage records go (e.g. an array a usage reader aggregates). Default a new array. */
@@ -145,8 +148,10 @@ export async function startTestGateway(options: TestGatewayOptions): Promise<Tes
     ...(options.wallClock ? { wallClock: options.wallClock } : {}),
     ...(options.idempotency ? { idempotency: options.idempotency } : {}),
     ...(options.usage ? { usage: options.usage } : {}),
+    ...(options.clients ? { clients: options.clients } : {}),
   });
-  const server: Server = createServer(gateway.app);
+  const server: Server = createServer(options.clients?.serverOptions ?? {}, gateway.app);
+  options.clients?.attach(server);
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
   const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   const auth = (apiKey: string) => ({ Authorization: `Bearer ${apiKey}` });
@@ -161,6 +166,7 @@ export async function startTestGateway(options: TestGatewayOptions): Promise<Tes
       fetch(`${url}${path}`, { method: 'POST', headers: { ...auth(apiKey), 'Content-Type': 'application/json', ...headers }, body: JSON.stringify(body) }),
     get: (path, headers = {}, apiKey = key.plaintext) => fetch(`${url}${path}`, { headers: { ...auth(apiKey), ...headers } }),
     async close() {
+      options.clients?.close();
       gateway.registry.close();
       server.closeAllConnections();
       await new Promise((r) => server.close(r));

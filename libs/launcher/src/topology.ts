@@ -140,7 +140,7 @@ export interface SplitTopology {
   processes: Map<string, ManagedProcess>;
   /** gRPC addresses of the services (`host:port`); `admission` is the first admission instance, `admissions` all of them. */
   addresses: { router: string; admission: string; admissions: string[]; scheduler: string; relay: string };
-  /** Ops (healthz/readyz/metrics) base URLs by process name. */
+  /** Ops (healthz/readyz/metrics) base URLs by process name; a gateway's and the control plane's are their ops listeners, not their public ports. */
   opsUrls: Map<string, string>;
   /** The derived configuration file every service reads (with `controlPlane`: the control plane's seed). */
   configPath: string;
@@ -256,8 +256,9 @@ async function startOnce(options: SplitTopologyOptions): Promise<SplitTopology> 
   if (options.controlPlane) {
     const { signingKeyFile, publicKeyFile } = ensureSigningKeyFiles(options.workDir);
     const port = await freePort();
+    const cpOps = await freePort();
     controlPlaneUrl = `http://${host}:${port}`;
-    opsUrls.set('control-plane', controlPlaneUrl);
+    opsUrls.set('control-plane', `http://${host}:${cpOps}`);
     specs.push({
       name: 'control-plane',
       app: 'control-plane',
@@ -266,6 +267,7 @@ async function startOnce(options: SplitTopologyOptions): Promise<SplitTopology> 
         ...options.env,
         HOST: host,
         WEIR_CONTROL_PLANE_PORT: String(port),
+        OPS_PORT: String(cpOps),
         DATABASE_URL: options.databaseUrl,
         NATS_URL: natsUrl,
         WEIR_NATS_NAMESPACE: namespace,
@@ -320,9 +322,10 @@ async function startOnce(options: SplitTopologyOptions): Promise<SplitTopology> 
   const gateways: { name: string; url: string }[] = [];
   for (let i = 0; i < gatewayCount; i++) {
     const port = await freePort();
+    const ops = await freePort();
     const url = `http://${host}:${port}`;
     const name = `gateway-${i}`;
-    opsUrls.set(name, url);
+    opsUrls.set(name, `http://${host}:${ops}`);
     gateways.push({ name, url });
     specs.push({
       name,
@@ -331,6 +334,7 @@ async function startOnce(options: SplitTopologyOptions): Promise<SplitTopology> 
       env: {
         ...common,
         PORT: String(port),
+        OPS_PORT: String(ops),
         // Its own instance first, the others to fail over to (a reservation stays with the
         // instance that made it; a new request may go to any).
         ADMISSION_ADDR: [...addresses.admissions.slice(i % admissionCount), ...addresses.admissions.slice(0, i % admissionCount)].join(','),

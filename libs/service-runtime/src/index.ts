@@ -1,3 +1,4 @@
 export * from './env';
 export * from './lifecycle';
 export * from './ops-server';
+export * from './ops-env';

@@ -3,8 +3,14 @@
  * (liveness: the event loop answers; never tied to downstreams), `GET /readyz` (readiness:
  * 200 only while the service can do its work; 503 with a reason while starting, draining or
  * when a required dependency is down) and `GET /metrics` (Prometheus). gRPC services serve
- * these on a separate HTTP port; HTTP services may mount the same handlers.
+ * these on a separate HTTP port; so do the HTTP services (the gateway, the all-in-one, the
+ * control plane): their public listeners never serve `/metrics` (docs/security.md §9).
+ *
+ * With a `token`, every path but `/healthz` needs `Authorization: Bearer <token>` (401 without
+ * it, compared in constant time), so a port that must listen beyond loopback (a Prometheus
+ * scrape over the pod network) still shows nothing to whoever else reaches it.
  */
+import { createHash, timingSafeEqual } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 
@@ -22,6 +28,10 @@ export interface OpsServerOptions {
   port: number;
   readiness(): Readiness;
   metricsHandler?: (req: IncomingMessage, res: ServerResponse) => void;
+  /** Answers a request before the built-in routes (e.g. a richer `/readyz`); returns true when it did. */
+  handle?: (req: IncomingMessage, res: ServerResponse) => boolean;
+  /** The ops token (`WEIR_OPS_TOKEN`): required as a Bearer token on every path but `/healthz`. Default none. Secret. */
+  token?: string;
 }
 
 /** A running ops server. */
@@ -40,9 +50,24 @@ export function handleProbe(req: IncomingMessage, res: ServerResponse, readiness
   return true;
 }
 
+const sha256 = (text: string) => createHash('sha256').update(text, 'utf8').digest();
+
+/** Whether `req` carries `Authorization: Bearer <token>` (the digests compared in constant time). */
+function hasToken(req: IncomingMessage, tokenDigest: Buffer): boolean {
+  const m = /^Bearer\s+(\S+)\s*$/i.exec(req.headers.authorization ?? '');
+  return m !== null && timingSafeEqual(sha256(m[1]), tokenDigest);
+}
+
 /** Starts the ops server. */
 export async function startOpsServer(options: OpsServerOptions): Promise<OpsServer> {
+  const tokenDigest = options.token ? sha256(options.token) : undefined;
   const server: Server = createServer((req, res) => {
+    if (tokenDigest && (req.url ?? '').split('?')[0] !== '/healthz' && !hasToken(req, tokenDigest)) {
+      res.writeHead(401, { 'content-type': 'application/json', 'www-authenticate': 'Bearer' });
+      res.end('{"error":{"message":"The ops endpoints need the ops token: send Authorization: Bearer <WEIR_OPS_TOKEN>.","type":"authentication_error","param":null,"code":"authentication_failed"}}');
+      return;
+    }
+    if (options.handle?.(req, res)) return;
     if (handleProbe(req, res, options.readiness)) return;
     if (req.method === 'GET' && (req.url ?? '').split('?')[0] === '/metrics' && options.metricsHandler) {
       options.metricsHandler(req, res);

@@ -140,6 +140,7 @@ async function startAllInOneTopology(options: StartChaosTopologyOptions): Promis
         NODE_OPTIONS: '',
         PORT: String(port),
         HOST: '127.0.0.1',
+        WEIR_OPS_PORT: '0',
         WEIR_DATA_DIR: dataDir,
         WEIR_CONFIG: configPath,
         WEIR_DEMO_API_KEY: CHAOS_API_KEY,

@@ -14,6 +14,8 @@ import { freePort, repoPath, tinyModelPath } from '@weir/testing';
 /** A running all-in-one process. */
 export interface AllInOneProcess {
   url: string;
+  /** Its ops listener (`/metrics`, `/readyz`): the public port does not serve `/metrics`. */
+  opsUrl: string;
   pid: number;
   /** Everything it printed so far (stdout + stderr). */
   output(): string;
@@ -36,6 +38,7 @@ export interface StartAllInOneOptions {
 /** Starts the all-in-one and waits until it is ready. */
 export async function startAllInOne(options: StartAllInOneOptions = {}): Promise<AllInOneProcess> {
   const port = await freePort();
+  const opsPort = await freePort();
   const dataDir = options.dataDir ?? mkdtempSync(path.join(os.tmpdir(), 'weir-e2e-'));
   let configPath: string | undefined;
   if (options.configYaml) {
@@ -50,6 +53,7 @@ export async function startAllInOne(options: StartAllInOneOptions = {}): Promise
       ...process.env,
       NODE_OPTIONS: '',
       PORT: String(port),
+      WEIR_OPS_PORT: String(opsPort),
       HOST: '127.0.0.1',
       WEIR_DATA_DIR: dataDir,
       WEIR_MODEL_PATH: tinyModelPath(),
@@ -85,6 +89,7 @@ export async function startAllInOne(options: StartAllInOneOptions = {}): Promise
 
   return {
     url,
+    opsUrl: `http://127.0.0.1:${opsPort}`,
     pid: child.pid as number,
     dataDir,
     output: () => out,
