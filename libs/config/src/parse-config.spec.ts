@@ -86,6 +86,7 @@ describe('parseConfig: valid documents', () => {
     expect(fromYaml.defaults).toEqual({
       cancelGraceMs: 250,
       maxBodyBytes: 1_048_576,
+      maxBodyDepth: 64,
       sseHeartbeatMs: 15_000,
       maxQueuePerReplica: 256,
       scheduling: { maxQueueBytesPerReplica: 16_777_216, tenantQueueShare: 0.5, quantumTokens: 256, priorPrefillTokensPerS: 1_000, priorDecodeTokensPerS: 20, ewmaAlpha: 0.2, pushbackMs: 1_000, fairShareHeadroom: 0.1 },
