@@ -276,3 +276,10 @@ export function describeJsonProblem(problem: JsonGuardProblem, what = 'the reque
 function capitalize(s: string): string {
   return s.length > 0 ? s[0].toUpperCase() + s.slice(1) : s;
 }
+
+/** A body size for a message: `4 MiB`, `512 KiB`, or `1000 bytes` (binary units when exact). */
+export function formatBytes(n: number): string {
+  if (n >= 1 << 20 && n % (1 << 20) === 0) return `${n / (1 << 20)} MiB`;
+  if (n >= 1 << 10 && n % (1 << 10) === 0) return `${n / (1 << 10)} KiB`;
+  return `${n} bytes`;
+}

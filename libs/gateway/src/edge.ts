@@ -20,7 +20,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { parse as parseQuery } from 'node:querystring';
 import { createBrotliDecompress, createGunzip, createInflate } from 'node:zlib';
 import type { Readable } from 'node:stream';
-import { type Caller, checkJsonText, DEFAULT_MAX_JSON_DEPTH, describeJsonProblem, WeirError } from '@weir/core';
+import { type Caller, checkJsonText, DEFAULT_MAX_JSON_DEPTH, describeJsonProblem, formatBytes, WeirError } from '@weir/core';
 
 /** A request on the edge. */
 export interface EdgeRequest {
@@ -177,13 +177,6 @@ export function parseJsonText(text: string, maxDepth: number = DEFAULT_MAX_JSON_
     throw new WeirError('invalid_request', message, param !== undefined ? { param } : {});
   }
   return value;
-}
-
-/** `n` bytes for a message: `4 MiB`, `512 KiB`, or `1000 bytes`. */
-export function formatBytes(n: number): string {
-  if (n >= 1 << 20 && n % (1 << 20) === 0) return `${n / (1 << 20)} MiB`;
-  if (n >= 1 << 10 && n % (1 << 10) === 0) return `${n / (1 << 10)} KiB`;
-  return `${n} bytes`;
 }
 
 function tooLarge(limit: number): WeirError {
