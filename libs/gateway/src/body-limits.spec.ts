@@ -222,3 +222,26 @@ describe('bodies a parser chokes on', () => {
     expect(await res.text()).toContain('[DONE]');
   });
 });
+
+describe('a configured depth limit (defaults.max_body_depth)', () => {
+  it('refuses one level beyond it, naming it, and takes a body at it', async () => {
+    const config = twoTenantConfig();
+    config.defaults.maxBodyDepth = 4;
+    const gw = await startTestGateway({ config, engine, admission: createInMemoryAdmission({ tenants: config.tenants }) });
+    try {
+      // body (1) → metadata (2) → a (3) → b (4) → c (5): one level too deep.
+      const deep = await gw.post('/v1/chat/completions', { ...chat, metadata: { a: { b: { c: { d: 'x' } } } } });
+      expect(deep.status).toBe(400);
+      expect(((await deep.json()) as Json).error.message).toMatch(/nests deeper than 4 levels of arrays and objects \(at \$\.metadata\.a\.b\.c\)/);
+      // body (1) → response_format (2) → json_schema (3) → schema (4): at the limit, it passes the edge (and this revision then refuses structured output).
+      const atLimit = await gw.post('/v1/chat/completions', { ...chat, response_format: { type: 'json_schema', json_schema: { name: 'p', schema: { type: 'object' } } } });
+      expect(atLimit.status).toBe(400);
+      expect(((await atLimit.json()) as Json).error.message).toMatch(/cannot constrain its output/);
+      const ok = await gw.post('/v1/chat/completions', chat);
+      expect(ok.status).toBe(200);
+      await ok.arrayBuffer();
+    } finally {
+      await gw.close();
+    }
+  });
+});
