@@ -15,3 +15,4 @@ export * from './transcript';
 export * from './revocations';
 export * from './deprecation';
 export * from './live-config';
+export { parseJsonText } from './edge';
