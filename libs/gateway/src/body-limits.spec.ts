@@ -109,7 +109,7 @@ describe('bodies a parser chokes on', () => {
       await refused('/v1/chat/completions', chatWith('metadata', deepObjects), 400, 'invalid_request', /nests deeper than 64 levels/);
     });
 
-    it('refuses 65 levels in a tool’s parameters schema, and takes 64', async () => {
+    it('refuses 65 levels in a tool’s parameters schema, and lets 64 through the edge', async () => {
       // body (1) → tools (2) → tool (3) → function (4) → parameters (5) → …: the deepest object at `deepest`.
       const tool = (deepest: number) => ({ type: 'function', function: { name: 'f', parameters: JSON.parse('{"a":'.repeat(deepest - 5) + '{}' + '}'.repeat(deepest - 5)) } });
       await refused('/v1/chat/completions', JSON.stringify({ ...chat, tools: [tool(65)] }), 400, 'invalid_request', /nests deeper than 64 levels of arrays and objects \(at \$\.tools\[0\]\.function\.parameters\.a/);
