@@ -6,7 +6,7 @@
  *
  *   node --import tsx tools/bench/hot-path.ts [--seconds 3] [--warmup-seconds 1]
  *        [--concurrency 1,16,64] [--modes non-stream,stream] [--targets direct,bare,weir]
- *        [--tokens 50] [--admission leased|memory|stub] [--repeat N] [--node-args "FLAGS"] [--profile] [--alloc] [--tsx]
+ *        [--tokens 50] [--body-bytes N] [--admission leased|memory|stub] [--repeat N] [--node-args "FLAGS"] [--profile] [--alloc] [--tsx]
  *        [--out FILE.md]
  *
  * - The mock upstream (`mock-upstream.ts`, `--tokens` tokens of `"tok "`, default 50 as in
@@ -50,6 +50,8 @@ const CONCURRENCIES = (value('--concurrency') ?? '1,16,64').split(',').map(Numbe
 const MODES = (value('--modes') ?? 'non-stream,stream').split(',') as ('non-stream' | 'stream')[];
 const TARGETS = (value('--targets') ?? 'direct,bare,weir').split(',') as Target[];
 const TOKENS = Number(value('--tokens') ?? 50);
+/** `--body-bytes N`: pad each request body to about N bytes with a system prompt (default: the ~130-byte body). */
+const BODY_BYTES = value('--body-bytes') !== undefined ? Number(value('--body-bytes')) : undefined;
 const PROFILE = argv.includes('--profile');
 const TSX = argv.includes('--tsx');
 /** `--alloc`: a sampling heap profile of the weir server over each measured window (allocation sites by bytes). */
@@ -267,7 +269,7 @@ async function main(): Promise<void> {
   // JIT warm-up of every server in both modes, not recorded.
   for (const t of TARGETS) {
     for (const mode of MODES) {
-      await runLoad(targetOf(t), { stream: mode === 'stream', concurrency: 16, warmupMs: 0, measureMs: 1_500, maxRequests: 1e6, maxTokens: MAX_TOKENS, expectCompletionTokens: TOKENS });
+      await runLoad(targetOf(t), { stream: mode === 'stream', concurrency: 16, warmupMs: 0, measureMs: 1_500, maxRequests: 1e6, maxTokens: MAX_TOKENS, expectCompletionTokens: TOKENS, ...(BODY_BYTES !== undefined ? { bodyBytes: BODY_BYTES } : {}) });
     }
   }
   for (const mode of MODES) {
@@ -288,6 +290,7 @@ async function main(): Promise<void> {
             maxRequests: 2e6,
             maxTokens: MAX_TOKENS,
             expectCompletionTokens: TOKENS,
+            ...(BODY_BYTES !== undefined ? { bodyBytes: BODY_BYTES } : {}),
             onMeasureStart: async () => {
               if (!server) return;
               if (profileFile) await server.request({ cmd: 'profile-start' }, 'profiling');
@@ -336,7 +339,7 @@ async function main(): Promise<void> {
   const lines: string[] = [
     `# Hot path: ${new Date().toISOString()} (commit ${rev})`,
     '',
-    `${NODE_ARGS.length > 0 ? `Weir's Node flags: \`${NODE_ARGS.join(' ')}\`. ` : ''}${REPEAT > 1 ? `Each cell: the least CPU per request of ${REPEAT} windows (direct: the lowest p50). ` : ''}Admission: ${ADMISSION === 'stub' ? 'a stub that admits at once (the path without admission)' : ADMISSION === 'memory' ? "ADR 0001's transactions on the in-memory store" : 'budget leases on the in-memory lease store (ADR 0002)'}. ${TOKENS}-token answers, ${SECONDS} s windows after ${WARMUP_SECONDS} s of warm-up; load generator and mock on CPU 0, each server on CPU 1${pinned ? '' : ' (NOT pinned: no taskset)'}. ` +
+    `${NODE_ARGS.length > 0 ? `Weir's Node flags: \`${NODE_ARGS.join(' ')}\`. ` : ''}${REPEAT > 1 ? `Each cell: the least CPU per request of ${REPEAT} windows (direct: the lowest p50). ` : ''}Admission: ${ADMISSION === 'stub' ? 'a stub that admits at once (the path without admission)' : ADMISSION === 'memory' ? "ADR 0001's transactions on the in-memory store" : 'budget leases on the in-memory lease store (ADR 0002)'}. ${TOKENS}-token answers${BODY_BYTES !== undefined ? ` to ~${BODY_BYTES}-byte request bodies` : ''}, ${SECONDS} s windows after ${WARMUP_SECONDS} s of warm-up; load generator and mock on CPU 0, each server on CPU 1${pinned ? '' : ' (NOT pinned: no taskset)'}. ` +
       'CPU per request = the server process\'s `process.cpuUsage()` over the window ÷ requests completed. Δp50 = p50 through the server − p50 direct.',
     '',
     '| mode | c | target | req/s | CPU µs/req | × bare | p50 ms | Δp50 ms | p99 ms | TTFT p50 ms | ΔTTFT p50 ms | errors |',

@@ -33,6 +33,11 @@ export interface LoadOptions {
   maxTokens: number;
   /** Expected `completion_tokens` in the usage the client receives (a correctness check). */
   expectCompletionTokens: number;
+  /**
+   * Pads the request to about this many bytes with a system prompt of plain prose before the
+   * user message (a typical chat body is 1–2 KB). Default: no system message (~130 bytes).
+   */
+  bodyBytes?: number;
   /** Called at the boundaries, to snapshot process CPU and memory. */
   onMeasureStart?: () => void | Promise<void>;
   onMeasureEnd?: () => void | Promise<void>;
@@ -99,12 +104,19 @@ export async function runLoad(target: LoadTarget, options: LoadOptions): Promise
     headersTimeout: 30_000,
     bodyTimeout: 30_000,
   });
-  const body = JSON.stringify({
-    model: target.model,
-    messages: [{ role: 'user', content: 'Benchmark prompt: reply with a few words.' }],
-    max_tokens: options.maxTokens,
-    ...(options.stream ? { stream: true, stream_options: { include_usage: true } } : {}),
-  });
+  const bodyOf = (system: string) =>
+    JSON.stringify({
+      model: target.model,
+      messages: [...(system ? [{ role: 'system', content: system }] : []), { role: 'user', content: 'Benchmark prompt: reply with a few words.' }],
+      max_tokens: options.maxTokens,
+      ...(options.stream ? { stream: true, stream_options: { include_usage: true } } : {}),
+    });
+  let body = bodyOf('');
+  if (options.bodyBytes !== undefined && options.bodyBytes > body.length) {
+    const prose = 'You are a careful assistant for the support team; answer briefly, cite the policy you rely on, and ask when unsure. ';
+    const room = options.bodyBytes - bodyOf('x').length + 1;
+    body = bodyOf(prose.repeat(Math.ceil(room / prose.length)).slice(0, room));
+  }
   const headers = { 'content-type': 'application/json', ...target.headers };
   const usageMark = `"completion_tokens":${options.expectCompletionTokens}`;
 

@@ -30,6 +30,6 @@ export function defaultConfigFile(): Record<string, unknown> {
         limits: { max_concurrent: 64 },
       },
     ],
-    defaults: { cancel_grace_ms: 250, max_body_bytes: 1_048_576, sse_heartbeat_ms: 15_000, max_queue_per_replica: 256 },
+    defaults: { cancel_grace_ms: 250, max_body_bytes: 1_048_576, max_body_depth: 64, sse_heartbeat_ms: 15_000, max_queue_per_replica: 256 },
   };
 }

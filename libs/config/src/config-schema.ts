@@ -357,6 +357,8 @@ const tenant = strict({
 const defaults = strict({
   cancel_grace_ms: int(0, 1000).default(250),
   max_body_bytes: int(1).default(1024 * 1024),
+  /** Deepest nesting of arrays and objects in a JSON request body (docs/security.md §3). */
+  max_body_depth: int(1, 1000).default(64),
   sse_heartbeat_ms: int(1).default(15_000),
   max_queue_per_replica: int(1).default(256),
   scheduling: section(

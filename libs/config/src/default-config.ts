@@ -30,7 +30,7 @@ export interface DefaultConfigOptions {
  * - alias `tiny-stories` → that revision (weight 1);
  * - tenant `demo` with app `demo-app`, allowed every alias, 120 s default deadline, 64
  *   concurrent requests;
- * - defaults: 250 ms cancel grace, 1 MiB bodies, 15 s SSE heartbeats, 256 queued per replica,
+ * - defaults: 250 ms cancel grace, 1 MiB bodies nested at most 64 deep, 15 s SSE heartbeats, 256 queued per replica,
  *   the scheduling defaults (`DEFAULT_SCHEDULING`); every replica in the `interactive` pool.
  */
 export function defaultConfig(options: DefaultConfigOptions = {}): PlatformConfig {
@@ -66,6 +66,6 @@ export function defaultConfig(options: DefaultConfigOptions = {}): PlatformConfi
         limits: { maxConcurrent: 64 },
       },
     ],
-    defaults: { cancelGraceMs: 250, maxBodyBytes: 1024 * 1024, sseHeartbeatMs: 15_000, maxQueuePerReplica: 256, scheduling: { ...DEFAULT_SCHEDULING }, admission: { ...DEFAULT_ADMISSION }, circuitBreaker: { ...DEFAULT_CIRCUIT_BREAKER } },
+    defaults: { cancelGraceMs: 250, maxBodyBytes: 1024 * 1024, maxBodyDepth: 64, sseHeartbeatMs: 15_000, maxQueuePerReplica: 256, scheduling: { ...DEFAULT_SCHEDULING }, admission: { ...DEFAULT_ADMISSION }, circuitBreaker: { ...DEFAULT_CIRCUIT_BREAKER } },
   };
 }

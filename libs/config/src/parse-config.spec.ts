@@ -86,6 +86,7 @@ describe('parseConfig: valid documents', () => {
     expect(fromYaml.defaults).toEqual({
       cancelGraceMs: 250,
       maxBodyBytes: 1_048_576,
+      maxBodyDepth: 64,
       sseHeartbeatMs: 15_000,
       maxQueuePerReplica: 256,
       scheduling: { maxQueueBytesPerReplica: 16_777_216, tenantQueueShare: 0.5, quantumTokens: 256, priorPrefillTokensPerS: 1_000, priorDecodeTokensPerS: 20, ewmaAlpha: 0.2, pushbackMs: 1_000, fairShareHeadroom: 0.1 },
@@ -219,6 +220,7 @@ const badCases: Case[] = [
   ['no revisions', (f) => (f.revisions = []), 'revisions: expected at least one revision'],
   ['cancel_grace_ms above 1000', (f) => (f.defaults = { cancel_grace_ms: 1001 }), 'defaults.cancel_grace_ms: expected an integer from 0 to 1000, got 1001'],
   ['a bad max_body_bytes', (f) => (f.defaults = { max_body_bytes: '1MiB' }), 'defaults.max_body_bytes: expected an integer >= 1, got "1MiB"'],
+  ['a max_body_depth above 1000', (f) => (f.defaults = { max_body_depth: 5000 }), 'defaults.max_body_depth: expected an integer from 1 to 1000, got 5000'],
   ['zero max_concurrent', (f) => (f.tenants[0].limits = { max_concurrent: 0 }), 'tenants[0].limits.max_concurrent: expected an integer >= 1, got 0'],
   ['a bad id', (f) => (f.tenants[0].id = 'has space'), 'tenants[0].id: expected a name of 1 to 128'],
   ['a negative weight', (f) => (f.aliases[1].targets[0].weight = -1), 'aliases[1].targets[0].weight: expected a number from 0 to 1000000, got -1'],

@@ -510,6 +510,7 @@ function toPlatformConfig(file: ConfigFile, baseDir: string): PlatformConfig {
     defaults: {
       cancelGraceMs: file.defaults.cancel_grace_ms,
       maxBodyBytes: file.defaults.max_body_bytes,
+      maxBodyDepth: file.defaults.max_body_depth,
       sseHeartbeatMs: file.defaults.sse_heartbeat_ms,
       maxQueuePerReplica: file.defaults.max_queue_per_replica,
       scheduling: {

@@ -1,5 +1,5 @@
 import express, { type NextFunction, type Request, type Response, type Router } from 'express';
-import { WeirError } from '@weir/core';
+import { checkJsonText, DEFAULT_MAX_JSON_DEPTH, describeJsonProblem, formatBytes, WeirError } from '@weir/core';
 import { adminErrorResponse } from './admin-error';
 import { authenticateAdmin } from './admin-auth';
 import type { ControlPlane, ControlPlaneLogger } from './control-plane';
@@ -10,8 +10,10 @@ import { registerTenantRoutes } from './routes/tenants';
 
 /** Options of {@link createAdminRouter}. */
 export interface AdminRouterOptions {
-  /** Largest accepted JSON body in bytes. Default 1 MiB. */
+  /** Largest accepted JSON body in bytes (after inflating). Default 1 MiB; larger is a 413. */
   maxBodyBytes?: number;
+  /** Deepest nesting of arrays and objects in a JSON body. Default 64; deeper is a 400 (docs/security.md §3). */
+  maxBodyDepth?: number;
 }
 
 /** Dependencies of {@link createAdminRouter}. */
@@ -45,7 +47,14 @@ export function createAdminRouter(options: AdminRouterOptions, deps: AdminRouter
       } else next();
     }, next);
   });
-  router.use(express.json({ limit: options.maxBodyBytes ?? 1024 * 1024, strict: false, type: ['application/json', 'application/*+json'] }));
+  router.use(
+    express.json({
+      limit: options.maxBodyBytes ?? 1024 * 1024,
+      strict: false,
+      type: ['application/json', 'application/*+json'],
+      verify: guardJsonBody(options.maxBodyDepth ?? DEFAULT_MAX_JSON_DEPTH),
+    }),
+  );
   router.use((req, _res, next) => {
     const hasBody = req.header('content-length') !== undefined && req.header('content-length') !== '0';
     if ((req.method === 'POST' || req.method === 'PUT' || req.method === 'PATCH') && hasBody && !req.is(['application/json', 'application/*+json'])) {
@@ -153,14 +162,40 @@ function unstorableInput(req: Request): WeirError | undefined {
   return undefined;
 }
 
+/** The error body-parser passes on when {@link guardJsonBody} refuses a body. */
+class JsonGuardError extends Error {
+  readonly type = 'entity.json.guard';
+  constructor(
+    message: string,
+    readonly param: string | undefined,
+  ) {
+    super(message);
+  }
+}
+
+/**
+ * body-parser's `verify` hook: refuses, before the parse, a body nested deeper than `maxDepth`
+ * or repeating a key in an object (`checkJsonText`), so nothing after it walks such a value.
+ */
+function guardJsonBody(maxDepth: number): (req: unknown, res: unknown, buf: Buffer) => void {
+  return (_req, _res, buf) => {
+    const problem = checkJsonText(buf.toString('utf8'), { maxDepth });
+    if (!problem) return;
+    const { message, param } = describeJsonProblem(problem);
+    throw new JsonGuardError(message, param);
+  };
+}
+
 /** body-parser's errors (they carry `type`) as Weir errors. */
 function fromBodyParserError(err: unknown): unknown {
-  const e = err as { type?: string; limit?: number };
+  const e = err as { type?: string; limit?: number; message?: string; param?: string };
   switch (e?.type) {
+    case 'entity.json.guard':
+      return new WeirError('invalid_request', String(e.message), e.param !== undefined ? { param: e.param } : {});
     case 'entity.parse.failed':
       return new WeirError('invalid_json', 'The request body is not valid JSON; check quoting and commas.');
     case 'entity.too.large':
-      return new WeirError('payload_too_large', `The request body is larger than ${e.limit ?? 'the'} bytes allowed.`);
+      return new WeirError('payload_too_large', e.limit !== undefined ? `The request body exceeds ${formatBytes(e.limit)}, the most the admin API accepts; send less.` : 'The request body is larger than the admin API accepts; send less.');
     case 'charset.unsupported':
     case 'encoding.unsupported':
       return new WeirError('unsupported_media_type', 'Send the body as uncompressed UTF-8 JSON.');

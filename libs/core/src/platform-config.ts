@@ -349,8 +349,13 @@ export interface TenantRoute {
 export interface PlatformDefaults {
   /** Grace period after a client disconnect before the engine is stopped (ms). Default 250, max 1,000. */
   cancelGraceMs: number;
-  /** Largest accepted request body (bytes). Default 1 MiB. */
+  /** Largest accepted request body (bytes, after inflating a compressed one). Default 1 MiB. */
   maxBodyBytes: number;
+  /**
+   * Deepest nesting of arrays and objects accepted in a JSON request body (the top-level
+   * object is level 1). Default 64 (`DEFAULT_MAX_JSON_DEPTH`); at most 1,000.
+   */
+  maxBodyDepth?: number;
   /** Heartbeat comment interval on idle SSE streams (ms). Default 15,000. */
   sseHeartbeatMs: number;
   /** Longest a request may wait in the scheduler's queue before `queue_full` (entries per replica). Default 256. */

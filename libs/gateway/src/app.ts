@@ -59,7 +59,20 @@ import { createMemoryIdempotencyStore, requestBodySha256 } from './idempotency';
 import { AdmissionRejectedError, type GenerationPipeline, type ParamNames } from './pipeline';
 import { rateLimitHeaders } from './rate-limit-headers';
 import { createTranscript, firstEventOrThrow as waitFirstEvent, pumpInto, readTranscript, type Transcript, type TranscriptEvent } from './transcript';
-import { chatCompletionsBody, completionsBody, generationsBody, parseBody, priorityOf, toChatInput, toStopList, useCaseOf } from './schemas';
+import {
+  CHAT_COMPLETIONS_FIELDS,
+  CHAT_UNSUPPORTED_HINTS,
+  chatCompletionsBody,
+  COMPLETIONS_FIELDS,
+  completionsBody,
+  generationsBody,
+  parseBody,
+  priorityOf,
+  refuseUnknownFields,
+  toChatInput,
+  toStopList,
+  useCaseOf,
+} from './schemas';
 import { type ChatTools, chatToolsOf, refuseIncapableRoutes, toolsCheck } from './tools';
 import { usageHandler } from './usage-route';
 import { aliasDeprecation, countdownHeaders, countdownOf, createDeprecationAnnouncer } from './deprecation';
@@ -351,7 +364,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     if (auth) req.caller = await authenticate(req);
     if (body) {
       refuseWhileDraining();
-      req.body = await readJsonBody(req.raw, defaults.maxBodyBytes);
+      req.body = await readJsonBody(req.raw, defaults.maxBodyBytes, defaults.maxBodyDepth);
       if (req.body === undefined && req.header('content-length') !== '0') {
         req.raw.resume();
         throw new WeirError('unsupported_media_type', 'Send the body as JSON with `Content-Type: application/json`.');
@@ -750,6 +763,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
 
   // ---- OpenAI-compatible routes ----------------------------------------------------------
   post('/v1/chat/completions', async (req, res) => {
+    refuseUnknownFields(req.body, CHAT_COMPLETIONS_FIELDS, CHAT_UNSUPPORTED_HINTS, 'POST /v1/chat/completions');
     const body = parseBody(chatCompletionsBody, req.body);
     const tools = chatToolsOf(body);
     // response_format json_schema / json_object: the revision constrains its output (grammar or
@@ -776,6 +790,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
   });
 
   post('/v1/completions', async (req, res) => {
+    refuseUnknownFields(req.body, COMPLETIONS_FIELDS, {}, 'POST /v1/completions');
     const body = parseBody(completionsBody, req.body);
     const prompt = Array.isArray(body.prompt) ? body.prompt[0] : body.prompt;
     const g = await begin(req, res, 'completions', body.model, { kind: 'text', text: prompt }, sampling(body), {

@@ -10,12 +10,17 @@
  * (`application/json`, `application/*+json`, any `utf-*` charset), `gzip`, `deflate` and `br`
  * bodies are inflated, an empty JSON body is `{}`, and any JSON value is parsed (so `null`
  * gets "must be a JSON object", not "invalid JSON").
+ *
+ * Bodies a parser chokes on are refused before anything walks them (docs/security.md §3): over
+ * the size limit (413), nested deeper than the depth limit, or repeating a key in an object
+ * (400s naming the limit or the key), by one linear scan beside the one `JSON.parse`
+ * (`checkJsonText`, `@weir/core`).
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { parse as parseQuery } from 'node:querystring';
 import { createBrotliDecompress, createGunzip, createInflate } from 'node:zlib';
 import type { Readable } from 'node:stream';
-import { type Caller, WeirError } from '@weir/core';
+import { type Caller, checkJsonText, DEFAULT_MAX_JSON_DEPTH, describeJsonProblem, formatBytes, WeirError } from '@weir/core';
 
 /** A request on the edge. */
 export interface EdgeRequest {
@@ -106,16 +111,18 @@ function isJsonType(type: string): boolean {
 }
 
 /**
- * Reads and parses a JSON request body, at most `limit` bytes (after inflating). Resolves
- * undefined when the request has no body or a non-JSON media type (the route then decides);
- * `{}` for an empty JSON body.
+ * Reads and parses a JSON request body, at most `limit` bytes (after inflating) and nested at
+ * most `maxDepth` levels of arrays and objects (default 64), with no key repeated in an object.
+ * Resolves undefined when the request has no body or a non-JSON media type (the route then
+ * decides); `{}` for an empty JSON body.
  *
  * @throws WeirError `payload_too_large` (413, over `limit`), `unsupported_media_type` (415: a
  *   charset that is not UTF, an unknown `Content-Encoding`), `invalid_json` (400),
- *   `invalid_request` (400: a body that does not inflate as its `Content-Encoding` says, or
- *   that ended before its `Content-Length`).
+ *   `invalid_request` (400: nested deeper than `maxDepth`; a duplicate key, `param` naming its
+ *   path; a body that does not inflate as its `Content-Encoding` says, or that ended before its
+ *   `Content-Length`).
  */
-export async function readJsonBody(req: IncomingMessage, limit: number): Promise<unknown> {
+export async function readJsonBody(req: IncomingMessage, limit: number, maxDepth: number = DEFAULT_MAX_JSON_DEPTH): Promise<unknown> {
   if (!hasBody(req)) return undefined;
   const media = mediaType(req.headers['content-type']);
   if (!media || !isJsonType(media.type)) return undefined;
@@ -148,15 +155,32 @@ export async function readJsonBody(req: IncomingMessage, limit: number): Promise
       throw new WeirError('unsupported_media_type', 'Send the body as UTF-8 JSON.');
     }
   }
+  return parseJsonText(text, maxDepth);
+}
+
+/**
+ * Parses a JSON body's text: too deep is refused before the parse, a syntax error wins over a
+ * duplicate key (the scan does not validate syntax), and the parse runs once.
+ * @throws WeirError `invalid_request` (too deep; duplicate key, with `param`), `invalid_json`.
+ */
+export function parseJsonText(text: string, maxDepth: number = DEFAULT_MAX_JSON_DEPTH): unknown {
+  const problem = checkJsonText(text, { maxDepth });
+  if (problem?.kind === 'too_deep') throw new WeirError('invalid_request', describeJsonProblem(problem).message);
+  let value: unknown;
   try {
-    return JSON.parse(text) as unknown;
+    value = JSON.parse(text) as unknown;
   } catch {
     throw new WeirError('invalid_json', 'The request body is not valid JSON; check quoting and commas.');
   }
+  if (problem) {
+    const { message, param } = describeJsonProblem(problem);
+    throw new WeirError('invalid_request', message, param !== undefined ? { param } : {});
+  }
+  return value;
 }
 
 function tooLarge(limit: number): WeirError {
-  return new WeirError('payload_too_large', `The request body is larger than ${limit} bytes allowed; send less input.`);
+  return new WeirError('payload_too_large', `The request body exceeds ${formatBytes(limit)}, the most this gateway accepts (\`defaults.max_body_bytes\`); send less input.`);
 }
 
 /** Collects `source` (the request, or its inflating stream) up to `limit` bytes. */

@@ -18,3 +18,4 @@ export * from './live-config';
 export * from './client-limits';
 export * from './client-guard';
 export * from './auth-throttle';
+export { parseJsonText } from './edge';

@@ -48,7 +48,7 @@ import { toGrammarSchema, UnsupportedSchemaError } from '@weir/engines';
 import { type AuthedRequest, type EdgeRequest, sendJson } from './edge';
 import type { ParamNames } from './pipeline';
 import { refuseIncapableRoutes, type RouteCheck } from './tools';
-import { parseBody, RESPONSES_OPENAI_FIELDS, responsesOpenAiBody, responsesWeirBody, toChatInput, toResponsesChatInput } from './schemas';
+import { parseBody, refuseUnknownFields, RESPONSES_OPENAI_FIELDS, responsesOpenAiBody, responsesWeirBody, toChatInput, toResponsesChatInput } from './schemas';
 import { openSse } from './sse-writer';
 import type { Transcript, TranscriptEvent } from './transcript';
 
@@ -107,7 +107,6 @@ const UNSUPPORTED_HINTS: Record<string, string> = {
   background: 'background responses are not supported; use stream: true, or POST /v1/batches',
   include: 'no extra output data can be included',
   prompt: 'stored prompt templates are not supported; send `instructions` and `input`',
-  metadata: 'Weir does not store responses, so it keeps no metadata',
   messages: '`messages` is Weir’s shape; with `input` (OpenAI’s shape) send the conversation in `input` only',
   output_schema: '`output_schema` is Weir’s shape; with `input` (OpenAI’s shape) use `text: {format: {type: "json_schema", name, schema}}`',
 };
@@ -255,11 +254,7 @@ async function answerWeirShape(ctx: ResponsesRouteContext, req: Authed, res: Ser
 // ---- OpenAI's Responses API shape -------------------------------------------------------
 
 async function answerOpenAiShape(ctx: ResponsesRouteContext, req: Authed, res: ServerResponse, raw: Record<string, unknown>): Promise<void> {
-  for (const name of Object.keys(raw)) {
-    if (RESPONSES_OPENAI_FIELDS.has(name)) continue;
-    const hint = UNSUPPORTED_HINTS[name] ?? 'Weir’s /v1/responses takes model, input, instructions, max_output_tokens, stream, temperature, top_p, text, service_tier, store (false) and user';
-    throw new WeirError('invalid_request', `Invalid request: \`${name}\` is not supported: ${hint}; remove \`${name}\`.`, { param: name });
-  }
+  refuseUnknownFields(raw, RESPONSES_OPENAI_FIELDS, UNSUPPORTED_HINTS, 'Weir’s /v1/responses');
   const body = parseBody(responsesOpenAiBody, raw);
   const format = body.text?.format;
   let schema: OutputSchema | undefined;

@@ -43,12 +43,22 @@ const messageToolCall = z.object({
   function: z.object({ name: z.string().min(1), arguments: z.string() }).loose(),
 }).loose();
 
-/** A chat message of `/v1/chat/completions`: assistant `tool_calls`, and `tool` messages answering one by `tool_call_id`. */
+/**
+ * A chat message of `/v1/chat/completions`: assistant `tool_calls`, and `tool` messages
+ * answering one by `tool_call_id`. Other fields are refused by name, except those an assistant
+ * message carries when a client sends a response's message back (`refusal`, `annotations`, and
+ * a null `audio` or `function_call`), which are ignored.
+ */
 const chatCompletionsMessage = chatMessage
   .extend({
     tool_calls: z.array(messageToolCall).nullish(),
     tool_call_id: z.string().min(1).nullish(),
+    refusal: z.string().nullish(),
+    annotations: z.array(z.unknown()).nullish(),
+    audio: z.null({ message: 'audio is not supported (text only); remove `audio` from the message' }).optional(),
+    function_call: z.null({ message: '`function_call` is deprecated and not supported: send `tool_calls`' }).optional(),
   })
+  .strict()
   .superRefine((m, ctx) => {
     if (m.role === 'tool' && !m.tool_call_id) ctx.addIssue({ code: 'custom', path: ['tool_call_id'], message: 'is required on `tool` messages: the id of the tool call this message answers' });
     if (m.role !== 'assistant' && m.tool_calls) ctx.addIssue({ code: 'custom', path: ['tool_calls'], message: 'only assistant messages carry `tool_calls`' });
@@ -100,12 +110,39 @@ const responseFormat = z.discriminatedUnion(
   { error: 'use {type: "text"}, {type: "json_object"} or {type: "json_schema", json_schema: {name, schema}}' },
 );
 
-/** `POST /v1/chat/completions` (CONVENTIONS.md §1). */
+/** `stream_options`: `include_usage` is honoured, `include_obfuscation` ignored (Weir pads nothing). */
+const streamOptions = z.object({ include_usage: z.boolean().nullish(), include_obfuscation: z.boolean().nullish() }).strict().nullish();
+
+/** A penalty Weir does not implement: accepted only at its neutral value 0 (older LangChain clients send 0 by default). */
+const neutralPenalty = (name: string) => z.number({ message: `expected a number` }).refine((v) => v === 0, { message: `${name} is not supported; send 0 or omit it` }).nullish();
+
+/** `logit_bias`: not implemented, so only an empty map is accepted. */
+const emptyLogitBias = z
+  .record(z.string(), z.number())
+  .refine((m) => Object.keys(m).length === 0, { message: 'logit_bias is not supported; send {} or omit it' })
+  .nullish();
+
+/**
+ * Fields OpenAI clients send that change nothing Weir does, accepted and ignored on the OpenAI
+ * routes (docs/api.md, "Fields Weir ignores"): OpenAI's storage and dashboard (`store`,
+ * `metadata`), its prompt cache and abuse tracking (`prompt_cache_key`,
+ * `prompt_cache_retention`, `safety_identifier`), and predicted outputs (`prediction`, a latency
+ * hint). Types are checked as OpenAI checks them.
+ */
+const ignoredOpenAiFields = {
+  store: z.boolean().nullish(),
+  metadata: z.record(z.string(), z.string(), { message: 'expected an object of string values' }).nullish(),
+  prompt_cache_key: z.string().nullish(),
+  prompt_cache_retention: z.string().nullish(),
+  safety_identifier: z.string().nullish(),
+};
+
+/** `POST /v1/chat/completions` (CONVENTIONS.md §1). Unknown fields are refused by the route, by name, before this schema runs ({@link refuseUnknownFields}). */
 export const chatCompletionsBody = z.object({
   model: z.string().min(1),
   messages: z.array(chatCompletionsMessage).min(1),
   stream: z.boolean().nullish(),
-  stream_options: z.object({ include_usage: z.boolean().optional() }).loose().nullish(),
+  stream_options: streamOptions,
   max_tokens: positiveInt.nullish(),
   max_completion_tokens: positiveInt.nullish(),
   temperature,
@@ -120,28 +157,73 @@ export const chatCompletionsBody = z.object({
   response_format: responseFormat.nullish(),
   logprobs: z.literal(false, { message: 'logprobs are not supported; remove `logprobs`' }).nullish(),
   top_logprobs: z.literal(0, { message: 'logprobs are not supported; remove `top_logprobs`' }).nullish(),
-}).loose();
+  service_tier: z.string().nullish(), // checked by `priorityOf` ("flex" runs as batch work)
+  frequency_penalty: neutralPenalty('frequency_penalty'),
+  presence_penalty: neutralPenalty('presence_penalty'),
+  logit_bias: emptyLogitBias,
+  modalities: z.array(z.literal('text', { message: 'only text output is supported; send ["text"] or omit `modalities`' })).nullish(),
+  prediction: z.object({ type: z.string(), content: z.unknown() }).loose().nullish(),
+  ...ignoredOpenAiFields,
+}).strict();
 
-/** `POST /v1/completions` (legacy). */
+/** Hints for OpenAI chat completions fields Weir does not support (a field not listed here or in the schema gets a generic one). */
+export const CHAT_UNSUPPORTED_HINTS: Readonly<Record<string, string>> = {
+  functions: '`functions` is deprecated: send `tools`',
+  function_call: '`function_call` is deprecated: send `tool_choice`',
+  audio: 'audio output is not supported (text only)',
+  web_search_options: 'web search is not supported',
+  reasoning_effort: 'reasoning options are not supported by these models',
+  verbosity: 'verbosity is not supported by these models',
+};
+
+/** The top-level fields {@link chatCompletionsBody} accepts. */
+export const CHAT_COMPLETIONS_FIELDS: ReadonlySet<string> = new Set(Object.keys(chatCompletionsBody.shape));
+
+/** `POST /v1/completions` (legacy). Unknown fields are refused by the route, by name, before this schema runs. */
 export const completionsBody = z.object({
   model: z.string().min(1),
   prompt: z.union([z.string(), z.array(z.string()).length(1, { message: 'send one prompt (a string or an array of one string)' })], {
     error: 'send one prompt: a string, or an array of one string (token arrays and batches of prompts are not supported)',
   }),
   stream: z.boolean().nullish(),
-  stream_options: z.object({ include_usage: z.boolean().optional() }).loose().nullish(),
+  stream_options: streamOptions,
   max_tokens: positiveInt.nullish(),
   temperature,
   top_p: topP,
   seed,
   stop,
   n: z.literal(1, { message: 'only n=1 is supported' }).nullish(),
+  frequency_penalty: neutralPenalty('frequency_penalty'),
+  presence_penalty: neutralPenalty('presence_penalty'),
+  logit_bias: emptyLogitBias,
   echo: z.literal(false, { message: 'echo is not supported' }).nullish(),
   best_of: z.literal(1, { message: 'best_of is not supported' }).nullish(),
   logprobs: z.literal(0, { message: 'logprobs are not supported; remove `logprobs`' }).nullish(),
   suffix: z.null({ message: 'suffix is not supported' }).optional(),
   user: z.string().nullish(),
-}).loose();
+}).strict();
+
+/** The top-level fields {@link completionsBody} accepts. */
+export const COMPLETIONS_FIELDS: ReadonlySet<string> = new Set(Object.keys(completionsBody.shape));
+
+/**
+ * Refuses a body's top-level fields that `known` does not hold, one at a time and by name:
+ * with `hints[name]` when given (a known OpenAI field Weir does not implement), else as unknown
+ * to `route`. O(fields); no allocation when
+ * every field is known.
+ * @throws WeirError `invalid_request` with `param` = the field.
+ */
+export function refuseUnknownFields(body: unknown, known: ReadonlySet<string>, hints: Readonly<Record<string, string>>, route: string): void {
+  if (body === null || typeof body !== 'object' || Array.isArray(body)) return; // parseBody says what is wrong
+  for (const name in body) {
+    if (known.has(name)) continue;
+    const hint = Object.prototype.hasOwnProperty.call(hints, name) ? hints[name] : undefined;
+    if (hint !== undefined) {
+      throw new WeirError('invalid_request', `Invalid request: \`${name}\` is not supported: ${hint}; remove \`${name}\`.`, { param: name });
+    }
+    throw new WeirError('invalid_request', `Invalid request: unknown field \`${name}\`: ${route} does not take it (docs/api.md lists the fields Weir accepts and those it ignores); remove \`${name}\`.`, { param: name });
+  }
+}
 
 /** `POST /v1/generations` (Weir's own route, ARCHITECTURE.md §3). */
 export const generationsBody = z.object({
@@ -215,6 +297,11 @@ export const responsesOpenAiBody = z.object({
   store: z.literal(false, { message: 'Weir does not store responses: send `store: false`, or omit it' }).nullish(),
   service_tier: z.enum(['auto', 'default', 'flex']).nullish(),
   user: z.string().nullish(),
+  stream_options: z.object({ include_obfuscation: z.boolean().nullish() }).strict().nullish(),
+  metadata: ignoredOpenAiFields.metadata,
+  prompt_cache_key: ignoredOpenAiFields.prompt_cache_key,
+  prompt_cache_retention: ignoredOpenAiFields.prompt_cache_retention,
+  safety_identifier: ignoredOpenAiFields.safety_identifier,
   text: z
     .object({
       format: z
@@ -285,9 +372,16 @@ export function parseBody<T extends z.ZodType>(schema: T, body: unknown): z.infe
   const result = schema.safeParse(body);
   if (result.success) return result.data;
   const issue = result.error.issues[0];
-  const param = issue.path.map((p, i) => (typeof p === 'number' ? `[${p}]` : i === 0 ? String(p) : `.${String(p)}`)).join('');
-  const what = param ? `\`${param}\`: ` : '';
+  const where = pathText(issue.path);
+  // An unknown field is the param itself; the message names the object it is in.
+  const param = issue.code === 'unrecognized_keys' ? pathText([...issue.path, issue.keys[0]]) : where;
+  const what = where ? `\`${where}\`: ` : '';
   throw new WeirError('invalid_request', `Invalid request: ${what}${describeIssue(issue, valueAt(body, issue.path))}`, { param: param || undefined });
+}
+
+/** A zod path as the client writes it: `messages[0].content`. */
+function pathText(path: readonly PropertyKey[]): string {
+  return path.map((p, i) => (typeof p === 'number' ? `[${p}]` : i === 0 ? String(p) : `.${String(p)}`)).join('');
 }
 
 /** The value at a zod issue's path in the raw body (undefined when absent). */
@@ -313,7 +407,7 @@ function describeIssue(issue: z.core.$ZodIssue, value: unknown): string {
     const expected = issue.expected === 'int' ? 'an integer' : `a ${issue.expected}`;
     return value === undefined ? `is required (expected ${expected})` : `expected ${expected}, got ${describeValue(value)}`;
   }
-  if (issue.code === 'unrecognized_keys') return `unknown field(s) ${issue.keys.map((k) => `\`${k}\``).join(', ')}`;
+  if (issue.code === 'unrecognized_keys') return `unknown field(s) ${issue.keys.map((k) => `\`${k}\``).join(', ')}; remove ${issue.keys.length === 1 ? 'it' : 'them'} (docs/api.md lists the fields Weir accepts)`;
   return issue.message;
 }
 
