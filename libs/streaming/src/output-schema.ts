@@ -5,6 +5,7 @@
  * it ends as `output_invalid` with the failing paths summarised (never the output text).
  */
 import Ajv2020, { type ErrorObject, type Options, type ValidateFunction } from 'ajv/dist/2020';
+import { RE2JS } from 're2js';
 import { type GenerationOutcome, WeirError } from '@weir/core';
 
 /** Largest accepted `output_schema`, as compact JSON (bytes). */
@@ -35,9 +36,66 @@ const CACHE_SIZE = 256;
 const MAX_LISTED_ERRORS = 5;
 
 /**
+ * Largest compiled program of one `pattern` or `patternProperties` key (RE2 instructions). RE2
+ * matches in time linear in the text, times (at worst) the program's size: `^[A-Z]{2}-\d{4}$` is
+ * 11 instructions, an e-mail pattern about 320; `(a|b)*a(a|b){1000}` (3,008) is refused.
+ */
+export const MAX_PATTERN_PROGRAM = 1_000;
+
+/**
+ * Time (ms) one output's check may spend in pattern matching before it stops: the output then
+ * ends as `output_invalid` saying so (never passed as matching). Each match is linear-time, so
+ * the main thread is held at most this long plus one match (see docs/performance.md, issue 14).
+ */
+export const PATTERN_BUDGET_MS = 25;
+
+/** Thrown by a pattern's `test` once the check it belongs to has spent {@link PATTERN_BUDGET_MS}. */
+class PatternBudgetExceeded extends Error {}
+
+/** The pattern-matching time spent by the check running now (checks are synchronous, so one at a time). */
+const budget = { startedAt: 0, spentMs: 0, now: () => performance.now() };
+
+/**
+ * JSON Schema's ECMA-262 patterns on RE2 (re2js, pure JavaScript): matching takes time linear in
+ * the text, so no pattern a client sends (`^(a+)+$`, `(a|a)*b`) can backtrack exponentially on
+ * the gateway's main thread. Syntax RE2 cannot run in linear time (lookaround, backreferences)
+ * fails to compile, which `compileOutputSchema` reports as a 400 naming the pattern.
+ */
+function re2RegExp(pattern: string, flags: string): { test(text: string): boolean; toString(): string } {
+  // ajv asks for `u` only; RE2 always matches Unicode code points.
+  if (flags !== '' && flags !== 'u') throw new Error(`the pattern flags '${flags}' are not supported`);
+  let re: RE2JS;
+  try {
+    re = RE2JS.compile(RE2JS.translateRegExp(pattern));
+  } catch (err) {
+    throw new Error(`the pattern ${JSON.stringify(pattern)} is not supported: ${err instanceof Error ? err.message : String(err)} (Weir matches patterns with RE2, which has no lookaround or backreferences)`);
+  }
+  const size = re.programSize();
+  if (size > MAX_PATTERN_PROGRAM) {
+    throw new Error(`the pattern ${JSON.stringify(pattern.length > 80 ? `${pattern.slice(0, 80)}…` : pattern)} is too complex (${size} RE2 instructions, at most ${MAX_PATTERN_PROGRAM}); use smaller repetition counts`);
+  }
+  return {
+    // ajv shares compiled patterns by this key: it must differ per pattern.
+    toString: () => `/${pattern}/${flags}`,
+    test(text: string): boolean {
+      if (budget.spentMs > PATTERN_BUDGET_MS) throw new PatternBudgetExceeded();
+      const started = budget.now();
+      try {
+        return re.test(text);
+      } finally {
+        budget.spentMs += budget.now() - started;
+      }
+    },
+  };
+}
+re2RegExp.code = 're2js';
+
+/**
  * ajv's options: unknown keywords are errors (a typo such as `requried` would otherwise be
  * ignored and constrain nothing); `format` is an annotation, as draft 2020-12 specifies by
- * default (not validated); every error is collected so the message can list the paths.
+ * default (not validated, so no format's own regular expression ever runs on an output); every
+ * error is collected so the message can list the paths; `pattern` and `patternProperties` run
+ * on RE2 ({@link re2RegExp}).
  */
 const AJV_OPTIONS: Options = {
   strict: true,
@@ -47,6 +105,7 @@ const AJV_OPTIONS: Options = {
   allErrors: true,
   validateFormats: false,
   logger: false,
+  code: { regExp: re2RegExp },
 };
 
 /** Checks schemas against the 2020-12 meta-schema; registers nothing, so it is shared. */
@@ -95,6 +154,8 @@ export function compileOutputSchema(schema: unknown, paramName = 'output_schema'
     metaValidator ??= new Ajv2020(AJV_OPTIONS);
     let valid: boolean;
     try {
+      // The meta-schema's own patterns (`$anchor`, …) run on RE2 too, with a fresh budget.
+      budget.spentMs = 0;
       valid = metaValidator.validateSchema(schema) as boolean;
     } catch (err) {
       // A pathological schema (recursion) must be a 400, never a 500.
@@ -120,7 +181,15 @@ export function compileOutputSchema(schema: unknown, paramName = 'output_schema'
         // JSON.parse's message quotes the text: say only where it broke down.
         return { ok: false, message: text.trim() === '' ? 'the output is empty, not a JSON document' : `the output (${Buffer.byteLength(text)} bytes) is not a complete JSON document` };
       }
-      if (check(value)) return { ok: true, value };
+      budget.spentMs = 0;
+      let valid: boolean;
+      try {
+        valid = check(value) as boolean;
+      } catch (err) {
+        if (!(err instanceof PatternBudgetExceeded)) throw err;
+        return { ok: false, message: `the output could not be checked against its schema's patterns within ${PATTERN_BUDGET_MS} ms (RE2 matching); simplify the patterns or bound the strings with \`maxLength\`` };
+      }
+      if (valid) return { ok: true, value };
       return { ok: false, message: `the output does not match \`output_schema\`: ${summarize(check.errors ?? [])}` };
     },
   };
