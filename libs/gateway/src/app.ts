@@ -48,7 +48,7 @@ import {
   toOpenAiFinishReason,
   toOpenAiToolCallChunks,
   toOpenAiUsage,
-  compileOutputSchema,
+  loadOutputSchema,
   interruptedMessage,
 } from '@weir/streaming';
 
@@ -727,9 +727,9 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     const format = body.response_format;
     const schema =
       format?.type === 'json_schema'
-        ? compileOutputSchema(format.json_schema.schema, 'response_format.json_schema.schema')
+        ? await loadOutputSchema(format.json_schema.schema, 'response_format.json_schema.schema')
         : format?.type === 'json_object'
-          ? compileOutputSchema({ type: 'object' }, 'response_format')
+          ? await loadOutputSchema({ type: 'object' }, 'response_format')
           : undefined;
     // One route resolution checks both, before any claim or reservation.
     const checks = [...(tools ? [toolsCheck] : []), ...(schema ? [schemaCheck('response_format', schema.schema)] : [])];
