@@ -74,8 +74,12 @@ export interface GenerationPipelineDeps {
   /** The scheduler: the first slot when {@link admit} is not given, and every retry or fallback's slot. */
   scheduler: SchedulerService;
   relay: Relay;
-  /** Counts prompt tokens with the revision's tokenizer (or the engine's documented upper bound). */
-  countInputTokens(revision: RevisionSpec, input: GenerationInput): Promise<number>;
+  /**
+   * Counts prompt tokens with the revision's tokenizer (or the engine's documented upper bound).
+   * `limit` is the revision's context window: counting may stop once past it (any number above
+   * it refuses the input), so a huge input costs no more than one just over the window.
+   */
+  countInputTokens(revision: RevisionSpec, input: GenerationInput, limit?: number): Promise<number>;
   /**
    * Where the settlement entries the gateway itself makes go (ADR 0002 §2): requests that ended
    * in the queue, failures no relay recorded, a lost relay's stream. The relay journals the rest.
@@ -381,13 +385,13 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
         return reject(caller, new WeirError(memo.code, `${like}: ${memo.message}`, { retryable: true, retryAfterMs: memo.retryAfterMs }));
       }
 
-      const inputTokens = await deps.countInputTokens(revision, params.input);
+      const inputTokens = await deps.countInputTokens(revision, params.input, revision.contextWindow);
       if (inputTokens >= revision.contextWindow) {
         return reject(
           caller,
           new WeirError(
             'context_length_exceeded',
-            `The input is ${inputTokens} tokens; model '${params.alias}' accepts at most ${revision.contextWindow - 1} input tokens (a context window of ${revision.contextWindow} tokens). Shorten the input.`,
+            `The input is ${inputTokens} tokens or more; model '${params.alias}' accepts at most ${revision.contextWindow - 1} input tokens (a context window of ${revision.contextWindow} tokens). Shorten the input.`,
             { param: names.input },
           ),
         );
