@@ -725,6 +725,8 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     // response_format json_schema / json_object: the revision constrains its output (grammar or
     // upstream structured output) and the relay validates every output against the schema.
     const format = body.response_format;
+    // A caller admission refused moments ago is refused before its schema is compiled.
+    if (format?.type === 'json_schema') pipeline.precheck(req.caller);
     const schema =
       format?.type === 'json_schema'
         ? await loadOutputSchema(format.json_schema.schema, 'response_format.json_schema.schema')
@@ -758,7 +760,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     await answerOpenAi(res, g, body.model, 'text', body.stream === true, body.stream_options?.include_usage === true);
   });
 
-  registerResponsesRoute({ post, begin, router: deps.router, sseHeartbeatMs: defaults.sseHeartbeatMs, firstEventOrThrow: followFromFirstEvent, answeredBy, outcomeError, deadlineOrCancel, generationsKey, idempotencyKeyHeader, sampling });
+  registerResponsesRoute({ post, begin, precheck: (caller) => pipeline.precheck(caller), router: deps.router, sseHeartbeatMs: defaults.sseHeartbeatMs, firstEventOrThrow: followFromFirstEvent, answeredBy, outcomeError, deadlineOrCancel, generationsKey, idempotencyKeyHeader, sampling });
 
   /** A `/v1/models` entry: OpenAI's fields, plus `deprecation` while the caller's revisions for the alias count down. */
   const modelEntry = (caller: Caller, alias: AliasSpec) => {

@@ -47,6 +47,7 @@ import { isRetired } from './deprecation';
 import { composeAdmit } from './admit';
 import { type AnsweringAttempt, type CandidateHealth, type FailoverOptions, startWithFailover } from './failover';
 import { createSchedulerPushback, type PushbackKey } from './scheduler-pushback';
+import { createAdmissionPushback } from './admission-pushback';
 
 /** What the pipeline reports to metrics. */
 export interface PipelineObserver {
@@ -255,6 +256,14 @@ export interface GenerationPipeline {
   admit(params: GenerationParams): Promise<AdmittedGeneration>;
   /** The deadline a request of `caller` gets (ms from arrival): `requestedMs`, else the tenant's default, else 120,000. */
   deadlineMsFor(caller: Caller, requestedMs?: number): number;
+  /**
+   * Throws the refusal `caller` would get from admission now, when admission refused it moments
+   * ago in a way that holds for every request of it (admission pushback,
+   * `admission-pushback.ts`: the requests window empty, the concurrency limit reached, the
+   * budget spent; the message prefixed "recently refused: "). O(1); `admit` calls it first.
+   * Routes call it before expensive work of their own (compiling an output schema).
+   */
+  precheck(caller: Caller): void;
 }
 
 /**
@@ -304,6 +313,7 @@ const SETTLE_ATTEMPTS = 7;
 export function createGenerationPipeline(deps: GenerationPipelineDeps): GenerationPipeline {
   const { clock } = deps;
   const pushback = createSchedulerPushback({ holdMs: deps.pushbackMs ?? DEFAULT_SCHEDULING.pushbackMs, clock });
+  const admissionMemo = createAdmissionPushback({ holdMs: deps.pushbackMs ?? DEFAULT_SCHEDULING.pushbackMs });
 
   const reject = (caller: Caller, error: WeirError): never => {
     deps.observer?.onRejected?.(caller, error.code);
@@ -333,10 +343,22 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
   const wallClock = deps.wallClock ?? Date.now;
   const deadlineMsFor = (caller: Caller, requestedMs?: number) => requestedMs ?? tenants().get(caller.tenantId)?.defaultDeadlineMs ?? 120_000;
 
+  /** Refuses `caller` at once when admission refused it moments ago in a way every request of it would be (admission pushback). */
+  const precheck = (caller: Caller) => {
+    const memo = admissionMemo.check(caller, clock.now());
+    if (!memo) return;
+    // A budget refusal carries no retry hint, as admission's own does not (retrying cannot help).
+    const retryAfterMs = memo.reason === 'budget_exhausted' ? undefined : memo.retryAfterMs;
+    reject(caller, new AdmissionRejectedError(memo.reason, `recently refused: ${memo.message}`, retryAfterMs, memo.rateLimits));
+  };
+
   return {
     deadlineMsFor,
+    precheck,
     async admit(params) {
       const { caller } = params;
+      // Before routing, counting tokens and reserving: a caller admission just refused for good.
+      precheck(caller);
       const names = params.paramNames ?? CHAT_PARAMS;
       // The canary arm follows the end user when the client names one (the same person keeps
       // one arm across requests), else the request id.
@@ -477,6 +499,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
       }
       if (!reserved.ok) {
         giveBackProbe();
+        admissionMemo.noteRefusal(caller, reserved, clock.now());
         return reject(caller, new AdmissionRejectedError(reserved.reason, reserved.message, reserved.retryAfterMs, reserved.rateLimits));
       }
       const admitted = reserved;
@@ -502,6 +525,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
         };
         // Never reached an engine: no result to leave for retries (the gateway frees a keyed request's key).
         await deps.settlements.append(settlementOf(usageJob, outcome, Date.now()));
+        admissionMemo.noteEnded(caller.tenantId);
         deps.observer?.onFinished?.({ caller, route: params.route, alias: params.alias, revision, outcome });
         return outcome;
       };
@@ -566,6 +590,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
               });
             }
             if (!releasedByAdmit) await releaseQuietly();
+            admissionMemo.noteEnded(caller.tenantId);
             if (scheduled.reason === 'deadline' || scheduled.reason === 'cancelled') {
               return { kind: 'ended', outcome: await endedInQueue(scheduled.reason, scheduled.queueMs) };
             }
@@ -649,6 +674,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
             } else {
               await settleWithRetry(admitted, { usage: outcome.usage, costNanoUsd: outcome.costNanoUsd });
             }
+            admissionMemo.noteEnded(caller.tenantId);
             deps.observer?.onFinished?.({ caller, route: params.route, alias: params.alias, revision: answeredBy, outcome, replicaId: answeredOn });
           });
           return {

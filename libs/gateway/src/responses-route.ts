@@ -25,6 +25,7 @@ import {
   type GenerationInput,
   type GenerationOutcome,
   type RevisionSpec,
+  type Caller,
   type RouterService,
   type SamplingParams,
   WeirError,
@@ -92,6 +93,8 @@ export interface ResponsesRouteContext {
   generationsKey(req: EdgeRequest, bodyKey: string | undefined): { requestId?: string; keyParam: string };
   idempotencyKeyHeader(req: EdgeRequest): string | undefined;
   sampling(body: { temperature?: number | null; top_p?: number | null; seed?: number | null; stop?: string | string[] | null }): SamplingParams;
+  /** Throws admission's remembered refusal of `caller` (see `GenerationPipeline.precheck`): called before compiling a schema. */
+  precheck(caller: Caller): void;
 }
 
 /** Hints for OpenAI Responses fields Weir does not support (the rest get a generic one). */
@@ -198,6 +201,8 @@ async function answerWeirShape(ctx: ResponsesRouteContext, req: Authed, res: Ser
       { param: 'model' },
     );
   }
+  // A caller admission refused moments ago is refused before its schema is compiled.
+  if (body.output_schema !== undefined) ctx.precheck(req.caller);
   const schema = body.output_schema === undefined ? undefined : await loadOutputSchema(body.output_schema, 'output_schema');
   const g = await ctx.begin(req, res, 'generations', body.model, toChatInput(body.messages), ctx.sampling(body), {
     maxOutputTokens: body.max_tokens,
@@ -264,6 +269,7 @@ async function answerOpenAiShape(ctx: ResponsesRouteContext, req: Authed, res: S
   if (format?.type === 'json_schema') {
     if (format.name === undefined) throw new WeirError('invalid_request', 'Invalid request: `text.format.name` is required with `json_schema` (1-64 letters, digits, _ and -).', { param: 'text.format.name' });
     if (format.schema === undefined) throw new WeirError('invalid_request', 'Invalid request: `text.format.schema` is required with `json_schema`.', { param: 'text.format.schema' });
+    ctx.precheck(req.caller);
     schema = await loadOutputSchema(format.schema, 'text.format.schema');
   }
   const g = await ctx.begin(req, res, 'generations', body.model, toResponsesChatInput(body.input, body.instructions), ctx.sampling(body), {
