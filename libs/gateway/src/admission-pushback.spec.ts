@@ -8,7 +8,7 @@ describe('admission pushback', () => {
   it('holds a refusal for the requests window (every request needs one) for its retry hint, per tenant and app', () => {
     const memo = createAdmissionPushback({ holdMs: 1_000 });
     memo.noteRefusal(caller(), { reason: 'rate_limited', message: 'Rate limit reached', retryAfterMs: 30_000, rateLimits: requestsEmpty }, 0);
-    expect(memo.check(caller(), 10_000)).toEqual({ reason: 'rate_limited', message: 'Rate limit reached', retryAfterMs: 20_000, rateLimits: requestsEmpty });
+    expect(memo.check(caller(), 10_000)).toEqual({ reason: 'rate_limited', message: 'Rate limit reached', retryAfterMs: 20_000, hinted: true, rateLimits: requestsEmpty });
     expect(memo.check(caller('t', 'other'), 10_000)).toBeUndefined();
     expect(memo.check(caller('u', 'a'), 10_000)).toBeUndefined();
     expect(memo.check(caller(), 30_000)).toBeUndefined();
@@ -38,8 +38,12 @@ describe('admission pushback', () => {
   it('holds a spent budget for holdMs; holds nothing when off', () => {
     const memo = createAdmissionPushback({ holdMs: 1_000 });
     memo.noteRefusal(caller(), { reason: 'budget_exhausted', message: 'b' }, 0);
-    expect(memo.check(caller(), 999)).toMatchObject({ reason: 'budget_exhausted' });
+    expect(memo.check(caller(), 999)).toMatchObject({ reason: 'budget_exhausted', hinted: false });
     expect(memo.check(caller(), 1_000)).toBeUndefined();
+    // The rest of the budget held by other admission instances: retry soon, as admission said.
+    memo.noteRefusal(caller(), { reason: 'budget_exhausted', message: 'b', retryAfterMs: 200 }, 2_000);
+    expect(memo.check(caller(), 2_100)).toMatchObject({ reason: 'budget_exhausted', hinted: true, retryAfterMs: 100 });
+    expect(memo.check(caller(), 2_200)).toBeUndefined();
     const off = createAdmissionPushback({ holdMs: 0 });
     off.noteRefusal(caller(), { reason: 'budget_exhausted', message: 'b' }, 0);
     expect(off.check(caller(), 1)).toBeUndefined();

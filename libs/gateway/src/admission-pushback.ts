@@ -10,7 +10,8 @@
  *   smaller request may pass);
  * - `concurrency_limited`: held until a generation of the tenant ends on this gateway, or for
  *   `holdMs` (a slot freed behind another gateway is not seen here);
- * - `budget_exhausted`: held for `holdMs` (a raised budget takes effect within it).
+ * - `budget_exhausted`: held for `holdMs` (a raised budget takes effect within it), or for
+ *   admission's hint when shorter (the budget's rest is held by other admission instances).
  *
  * Keyed by tenant and app (a refusal of one app never holds back another), bounded in size,
  * per gateway process. A stale memo costs at most `holdMs` (or the rate window's own hint) of
@@ -29,6 +30,8 @@ export interface AdmissionRefusal {
 /** A remembered refusal that applies now: what to answer, and for how much longer (ms). */
 export interface AdmissionMemo extends AdmissionRefusal {
   retryAfterMs: number;
+  /** Whether admission gave a retry hint (a spent budget gives none: retrying cannot help). */
+  hinted: boolean;
 }
 
 /** The memo. */
@@ -74,7 +77,13 @@ export function createAdmissionPushback(options: { holdMs: number }): AdmissionP
         forget(key, entry);
         return undefined;
       }
-      return { reason: entry.reason, message: entry.message, retryAfterMs: Math.ceil(entry.untilMs - nowMs), ...(entry.rateLimits ? { rateLimits: entry.rateLimits } : {}) };
+      return {
+        reason: entry.reason,
+        message: entry.message,
+        retryAfterMs: Math.ceil(entry.untilMs - nowMs),
+        hinted: entry.retryAfterMs !== undefined,
+        ...(entry.rateLimits ? { rateLimits: entry.rateLimits } : {}),
+      };
     },
     noteRefusal(caller, refusal, nowMs) {
       if (off) return;
@@ -85,7 +94,7 @@ export function createAdmissionPushback(options: { holdMs: number }): AdmissionP
         holdMs = Math.min(refusal.retryAfterMs, 60_000);
       } else if (refusal.reason === 'concurrency_limited') {
         holdMs = Math.min(refusal.retryAfterMs ?? options.holdMs, options.holdMs);
-      } else holdMs = options.holdMs;
+      } else holdMs = Math.min(refusal.retryAfterMs ?? options.holdMs, options.holdMs);
       const key = keyOf(caller);
       const old = entries.get(key);
       if (old) forget(key, old);

@@ -347,9 +347,8 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
   const precheck = (caller: Caller) => {
     const memo = admissionMemo.check(caller, clock.now());
     if (!memo) return;
-    // A budget refusal carries no retry hint, as admission's own does not (retrying cannot help).
-    const retryAfterMs = memo.reason === 'budget_exhausted' ? undefined : memo.retryAfterMs;
-    reject(caller, new AdmissionRejectedError(memo.reason, `recently refused: ${memo.message}`, retryAfterMs, memo.rateLimits));
+    // A spent budget carries no retry hint, as admission's own refusal did not (retrying cannot help).
+    reject(caller, new AdmissionRejectedError(memo.reason, `recently refused: ${memo.message}`, memo.hinted ? memo.retryAfterMs : undefined, memo.rateLimits));
   };
 
   return {
