@@ -181,6 +181,9 @@ function schemaEngine(load: (id: string) => unknown, data: WorkerData): SchemaEn
 
 const WORKER_SOURCE = [
   "const { workerData, parentPort } = require('node:worker_threads');",
+  // Transpilers that keep function names (esbuild's keepNames, as tsx runs it) wrap functions in
+  // a `__name` helper the source text refers to but does not carry: a no-op one here.
+  'const __name = (fn) => fn;',
   `const engine = (${schemaEngine.toString()})(require, workerData);`,
   "parentPort.on('message', (job) => parentPort.postMessage({ id: job.id, result: engine.run(job) }));",
 ].join('\n');
