@@ -10,6 +10,7 @@ import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { createInMemoryAdmission } from '@weir/admission';
 import type { EngineAdapter, EngineEvent, RevisionSpec } from '@weir/core';
 import { createOpenAICompatibleEngine, tiktokenTokenizer } from '@weir/engines';
+import { createRevocations } from './revocations';
 import { fakeRevision, startTestGateway, type TestGateway, twoTenantConfig } from './test-support';
 
 /** An engine that answers "hello" and counts its token counts. */
@@ -39,13 +40,14 @@ describe('cheap checks before expensive work (issue 14)', () => {
   describe('a refused caller never reaches the tokenizer or the schema compiler', () => {
     let gw: TestGateway;
     let engine: ReturnType<typeof countingEngine>;
+    const revocations = createRevocations();
     beforeAll(async () => {
       const revision: RevisionSpec = { ...fakeRevision(), capabilities: { streaming: true, tools: false, jsonOutput: true } };
       const config = twoTenantConfig(revision);
       config.tenants = config.tenants.map((t) => (t.id === 't' ? { ...t, limits: { ...t.limits, requestsPerMinute: 1 } } : t));
       config.defaults = { ...config.defaults, maxBodyBytes: 512 * 1024 };
       engine = countingEngine();
-      gw = await startTestGateway({ config, engine, admission: createInMemoryAdmission({ tenants: config.tenants }) });
+      gw = await startTestGateway({ config, engine, admission: createInMemoryAdmission({ tenants: config.tenants }), revocations });
     });
     afterAll(() => gw.close());
 
@@ -55,6 +57,19 @@ describe('cheap checks before expensive work (issue 14)', () => {
       const before = engine.counts;
       const res = await chat(BIG_PROMPT, { response_format: { type: 'json_schema', json_schema: { name: 'x', schema: UNCOMPILABLE } } }, 'wk_nope_' + 'x'.repeat(43));
       expect(res.status).toBe(401);
+      expect(engine.counts).toBe(before);
+    });
+
+    it('a kill-switched tenant with a big body and an uncompilable schema: 503 kill_switch, nothing counted or compiled', async () => {
+      const before = engine.counts;
+      revocations.setKillSwitch('u', true);
+      try {
+        const res = await chat(BIG_PROMPT, { response_format: { type: 'json_schema', json_schema: { name: 'x', schema: UNCOMPILABLE } } }, gw.otherKey.plaintext);
+        expect(res.status).toBe(503);
+        expect(((await res.json()) as { error: { code: string } }).error.code).toBe('kill_switch');
+      } finally {
+        revocations.setKillSwitch('u', false);
+      }
       expect(engine.counts).toBe(before);
     });
 
