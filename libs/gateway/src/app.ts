@@ -367,6 +367,8 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
       beforeAdmit?: (requestId: string, useCase: string | undefined) => Promise<void>;
     },
   ): Promise<Answer> => {
+    // A caller admission refused moments ago for every request: before hashing the body and claiming its key.
+    pipeline.precheck(req.caller);
     const arrivedAt = clock.now();
     const generationId = newId('gen');
     const key = limits.requestId;

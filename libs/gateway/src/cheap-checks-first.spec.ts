@@ -10,6 +10,7 @@ import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { createInMemoryAdmission } from '@weir/admission';
 import type { EngineAdapter, EngineEvent, RevisionSpec } from '@weir/core';
 import { createOpenAICompatibleEngine, tiktokenTokenizer } from '@weir/engines';
+import { createMemoryIdempotencyStore } from './idempotency';
 import { createRevocations } from './revocations';
 import { fakeRevision, startTestGateway, type TestGateway, twoTenantConfig } from './test-support';
 
@@ -41,13 +42,22 @@ describe('cheap checks before expensive work (issue 14)', () => {
     let gw: TestGateway;
     let engine: ReturnType<typeof countingEngine>;
     const revocations = createRevocations();
+    const memory = createMemoryIdempotencyStore();
+    let claims = 0;
+    const idempotency = {
+      ...memory,
+      claim: (c: Parameters<typeof memory.claim>[0]) => {
+        claims++;
+        return memory.claim(c);
+      },
+    };
     beforeAll(async () => {
       const revision: RevisionSpec = { ...fakeRevision(), capabilities: { streaming: true, tools: false, jsonOutput: true } };
       const config = twoTenantConfig(revision);
       config.tenants = config.tenants.map((t) => (t.id === 't' ? { ...t, limits: { ...t.limits, requestsPerMinute: 1 } } : t));
       config.defaults = { ...config.defaults, maxBodyBytes: 512 * 1024 };
       engine = countingEngine();
-      gw = await startTestGateway({ config, engine, admission: createInMemoryAdmission({ tenants: config.tenants }), revocations });
+      gw = await startTestGateway({ config, engine, admission: createInMemoryAdmission({ tenants: config.tenants }), revocations, idempotency });
     });
     afterAll(() => gw.close());
 
@@ -84,6 +94,8 @@ describe('cheap checks before expensive work (issue 14)', () => {
         await chat(BIG_PROMPT, { response_format: { type: 'json_schema', json_schema: { name: 'x', schema: UNCOMPILABLE } } }),
         await gw.post('/v1/responses', { model: 'fake', use_case: 'x', max_tokens: 4, output_schema: UNCOMPILABLE, messages: [{ role: 'user', content: BIG_PROMPT }] }),
         await gw.post('/v1/responses', { model: 'fake', max_output_tokens: 4, input: BIG_PROMPT, text: { format: { type: 'json_schema', name: 'x', schema: UNCOMPILABLE } } }),
+        // With an idempotency key: refused before the body is hashed and the key claimed.
+        await gw.post('/v1/chat/completions', { model: 'fake', max_tokens: 4, messages: [{ role: 'user', content: BIG_PROMPT }] }, { 'Idempotency-Key': 'retry-me-1' }),
       ]) {
         expect(res.status).toBe(429);
         const { error } = (await res.json()) as { error: { code: string; message: string } };
@@ -92,6 +104,8 @@ describe('cheap checks before expensive work (issue 14)', () => {
         expect(Number(res.headers.get('retry-after'))).toBeGreaterThan(0);
       }
       expect(engine.counts).toBe(counted);
+      // The idempotency key was never claimed (nor the body hashed for it).
+      expect(claims).toBe(0);
       // Another tenant is not held back.
       expect((await chat('hi', {}, gw.otherKey.plaintext)).status).toBe(200);
     });
