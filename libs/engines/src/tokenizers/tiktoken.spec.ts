@@ -37,7 +37,7 @@ describe('tiktoken tokenizers', () => {
     const tokenizer = tiktokenTokenizer('cl100k_base');
     await tokenizer.load();
     // 64 KiB of one "word": about 4 minutes of js-tiktoken merging before issue 14, now its bytes.
-    for (const run of ['a'.repeat(65_536), '!'.repeat(65_536), ' '.repeat(65_536) + 'x']) {
+    for (const run of ['a'.repeat(65_536), '!'.repeat(65_536), ' '.repeat(65_536) + 'x', '\n '.repeat(32_768), '\u3000 '.repeat(32_768)]) {
       const n = await tokenizer.count(run);
       expect(n).toBeGreaterThan(0);
       expect(n).toBeLessThanOrEqual(utf8TokenUpperBound(run));
