@@ -10,7 +10,7 @@
  * past its time limit (compile {@link DEFAULT_COMPILE_TIMEOUT_MS}, check
  * {@link DEFAULT_CHECK_TIMEOUT_MS}) fails with a message saying so; the worker is then
  * terminated and a fresh one takes the jobs still waiting (a job is never left unanswered).
- * `pattern` and `patternProperties` run on RE2 (re2js), as {@link re2RegExp} says.
+ * `pattern` and `patternProperties` run on RE2 (re2js), as {@link schemaEngine} says.
  */
 import { Worker } from 'node:worker_threads';
 
@@ -74,7 +74,7 @@ export type Job = { id: number; op: 'compile'; key: string; paramName: string } 
 
 /** Compiles and checks schemas on the thread that calls it (see {@link schemaEngine}). */
 export interface SchemaEngine {
-  /** Runs one job; throws `Error` with the reason when a schema cannot be compiled. */
+  /** Runs one job; never throws: a schema that cannot be compiled, or a failed check, is `{ok: false, message}`. */
   run(job: Job): SchemaCompileResult | SchemaCheckResult;
 }
 
