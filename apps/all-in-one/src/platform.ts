@@ -329,7 +329,7 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
   const counters = new Map(
     servingRevisions.map((r) => {
       const engine = engines.get(r.id);
-      return [r.id, replicaTokenCounter(r) ?? ((input: GenerationInput) => (engine as EngineAdapter).countInputTokens(input))] as const;
+      return [r.id, replicaTokenCounter(r) ?? ((input: GenerationInput, limit?: number) => (engine as EngineAdapter).countInputTokens(input, limit))] as const;
     }),
   );
   const providerOf = new Map(servingRevisions.map((r) => [r.id, engines.get(r.id)?.kind ?? r.engine.kind]));
@@ -349,7 +349,7 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
     admission: withStoreFaultsAsUnavailable(admission, (err, call) => logger.warn({ err, call }, 'budget lease store unreachable')),
     scheduler,
     relay,
-    countInputTokens: (revision, input) => (counters.get(revision.id) as (input: GenerationInput) => Promise<number>)(input),
+    countInputTokens: (revision, input, limit) => (counters.get(revision.id) as (input: GenerationInput, limit?: number) => Promise<number>)(input, limit),
     settlements: journal,
     tenants: live.tenants,
     revisions: live.revisions,

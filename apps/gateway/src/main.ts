@@ -138,7 +138,7 @@ runUntilSignal('gateway', logger, async () => {
     admit,
     scheduler,
     relay,
-    countInputTokens: (revision, input) => (counters.get(revision.id) ?? upperBound)(input),
+    countInputTokens: (revision, input, limit) => (counters.get(revision.id) ?? upperBound)(input, limit),
     settlements,
     tenants: live.tenants,
     revisions: live.revisions,

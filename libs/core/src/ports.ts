@@ -48,9 +48,12 @@ export interface EngineAdapter {
   readonly capacity: EngineCapacity;
   /**
    * Counts the prompt tokens of an input with the revision's own tokenizer, or returns a
-   * documented upper bound when the engine has none (never characters ÷ 4).
+   * documented upper bound when the engine has none (never characters ÷ 4). With `limit`
+   * (tokens; the gateway passes the context window), an adapter may stop counting once the
+   * count passes it and return that partial count (some number above `limit`), so a huge input
+   * costs no more CPU than one just over the window (issue 14). Default: count everything.
    */
-  countInputTokens(input: EngineRequest['input']): Promise<number>;
+  countInputTokens(input: EngineRequest['input'], limit?: number): Promise<number>;
   /**
    * Starts a generation. Yields `delta`s then exactly one `end`; throws a `WeirError` on a
    * fault (`upstream_error`, `upstream_timeout`, `upstream_unavailable`, `upstream_bad_request`).

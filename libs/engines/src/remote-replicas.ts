@@ -163,7 +163,7 @@ export function adapterTokenCounter(revision: RevisionSpec): TokenCounter | unde
   if (e.kind !== 'openai-compatible' && e.kind !== 'anthropic') return undefined;
   // The adapter only counts here: it makes no call and reads no key.
   const adapter = e.kind === 'anthropic' ? createAnthropicEngine(e, { env: {} }) : createOpenAICompatibleEngine(e, { env: {} });
-  return (input) => adapter.countInputTokens(input);
+  return (input, limit) => adapter.countInputTokens(input, limit);
 }
 
 /** Error codes of an engine adapter that mean the replica itself is unreachable or hung (not a bad request). */

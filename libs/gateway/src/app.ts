@@ -48,7 +48,7 @@ import {
   toOpenAiFinishReason,
   toOpenAiToolCallChunks,
   toOpenAiUsage,
-  compileOutputSchema,
+  loadOutputSchema,
   interruptedMessage,
 } from '@weir/streaming';
 
@@ -410,6 +410,8 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
       beforeAdmit?: (requestId: string, useCase: string | undefined) => Promise<void>;
     },
   ): Promise<Answer> => {
+    // A caller admission refused moments ago for every request: before hashing the body and claiming its key.
+    pipeline.precheck(req.caller);
     const arrivedAt = clock.now();
     const generationId = newId('gen');
     const key = limits.requestId;
@@ -769,11 +771,13 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     // response_format json_schema / json_object: the revision constrains its output (grammar or
     // upstream structured output) and the relay validates every output against the schema.
     const format = body.response_format;
+    // A caller admission refused moments ago is refused before its schema is compiled.
+    if (format?.type === 'json_schema') pipeline.precheck(req.caller);
     const schema =
       format?.type === 'json_schema'
-        ? compileOutputSchema(format.json_schema.schema, 'response_format.json_schema.schema')
+        ? await loadOutputSchema(format.json_schema.schema, 'response_format.json_schema.schema')
         : format?.type === 'json_object'
-          ? compileOutputSchema({ type: 'object' }, 'response_format')
+          ? await loadOutputSchema({ type: 'object' }, 'response_format')
           : undefined;
     // One route resolution checks both, before any claim or reservation.
     const checks = [...(tools ? [toolsCheck] : []), ...(schema ? [schemaCheck('response_format', schema.schema)] : [])];
@@ -803,7 +807,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     await answerOpenAi(res, g, body.model, 'text', body.stream === true, body.stream_options?.include_usage === true);
   });
 
-  registerResponsesRoute({ post, begin, router: deps.router, sseHeartbeatMs: defaults.sseHeartbeatMs, sseStallMs: sseOptions.stallMs, firstEventOrThrow: followFromFirstEvent, answeredBy, outcomeError, deadlineOrCancel, generationsKey, idempotencyKeyHeader, sampling });
+  registerResponsesRoute({ post, begin, precheck: (caller) => pipeline.precheck(caller), router: deps.router, sseHeartbeatMs: defaults.sseHeartbeatMs, sseStallMs: sseOptions.stallMs, firstEventOrThrow: followFromFirstEvent, answeredBy, outcomeError, deadlineOrCancel, generationsKey, idempotencyKeyHeader, sampling });
 
   /** A `/v1/models` entry: OpenAI's fields, plus `deprecation` while the caller's revisions for the alias count down. */
   const modelEntry = (caller: Caller, alias: AliasSpec) => {

@@ -6,7 +6,7 @@ export * from './pipeline';
 export * from './scheduler-pushback';
 export * from './schemas';
 export * from './responses-route';
-export { compileOutputSchema, judgeOutput, MAX_OUTPUT_SCHEMA_BYTES, MAX_OUTPUT_SCHEMA_DEPTH, OUTPUT_SCHEMA_DIALECT, type OutputCheck, type OutputSchema } from '@weir/streaming';
+export { compileOutputSchema, judgeOutput, loadOutputSchema, type LoadedOutputSchema, MAX_OUTPUT_SCHEMA_BYTES, MAX_OUTPUT_SCHEMA_DEPTH, OUTPUT_SCHEMA_DIALECT, type OutputCheck, type OutputSchema } from '@weir/streaming';
 export * from './sse-writer';
 export * from './metrics-observer';
 export * from './idempotency';

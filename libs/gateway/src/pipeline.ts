@@ -47,6 +47,7 @@ import { isRetired } from './deprecation';
 import { composeAdmit } from './admit';
 import { type AnsweringAttempt, type CandidateHealth, type FailoverOptions, startWithFailover } from './failover';
 import { createSchedulerPushback, type PushbackKey } from './scheduler-pushback';
+import { createAdmissionPushback } from './admission-pushback';
 
 /** What the pipeline reports to metrics. */
 export interface PipelineObserver {
@@ -74,8 +75,12 @@ export interface GenerationPipelineDeps {
   /** The scheduler: the first slot when {@link admit} is not given, and every retry or fallback's slot. */
   scheduler: SchedulerService;
   relay: Relay;
-  /** Counts prompt tokens with the revision's tokenizer (or the engine's documented upper bound). */
-  countInputTokens(revision: RevisionSpec, input: GenerationInput): Promise<number>;
+  /**
+   * Counts prompt tokens with the revision's tokenizer (or the engine's documented upper bound).
+   * `limit` is the revision's context window: counting may stop once past it (any number above
+   * it refuses the input), so a huge input costs no more than one just over the window.
+   */
+  countInputTokens(revision: RevisionSpec, input: GenerationInput, limit?: number): Promise<number>;
   /**
    * Where the settlement entries the gateway itself makes go (ADR 0002 §2): requests that ended
    * in the queue, failures no relay recorded, a lost relay's stream. The relay journals the rest.
@@ -251,6 +256,14 @@ export interface GenerationPipeline {
   admit(params: GenerationParams): Promise<AdmittedGeneration>;
   /** The deadline a request of `caller` gets (ms from arrival): `requestedMs`, else the tenant's default, else 120,000. */
   deadlineMsFor(caller: Caller, requestedMs?: number): number;
+  /**
+   * Throws the refusal `caller` would get from admission now, when admission refused it moments
+   * ago in a way that holds for every request of it (admission pushback,
+   * `admission-pushback.ts`: the requests window empty, the concurrency limit reached, the
+   * budget spent; the message prefixed "recently refused: "). O(1); `admit` calls it first.
+   * Routes call it before expensive work of their own (compiling an output schema).
+   */
+  precheck(caller: Caller): void;
 }
 
 /**
@@ -300,6 +313,7 @@ const SETTLE_ATTEMPTS = 7;
 export function createGenerationPipeline(deps: GenerationPipelineDeps): GenerationPipeline {
   const { clock } = deps;
   const pushback = createSchedulerPushback({ holdMs: deps.pushbackMs ?? DEFAULT_SCHEDULING.pushbackMs, clock });
+  const admissionMemo = createAdmissionPushback({ holdMs: deps.pushbackMs ?? DEFAULT_SCHEDULING.pushbackMs });
 
   const reject = (caller: Caller, error: WeirError): never => {
     deps.observer?.onRejected?.(caller, error.code);
@@ -329,10 +343,21 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
   const wallClock = deps.wallClock ?? Date.now;
   const deadlineMsFor = (caller: Caller, requestedMs?: number) => requestedMs ?? tenants().get(caller.tenantId)?.defaultDeadlineMs ?? 120_000;
 
+  /** Refuses `caller` at once when admission refused it moments ago in a way every request of it would be (admission pushback). */
+  const precheck = (caller: Caller) => {
+    const memo = admissionMemo.check(caller, clock.now());
+    if (!memo) return;
+    // A spent budget carries no retry hint, as admission's own refusal did not (retrying cannot help).
+    reject(caller, new AdmissionRejectedError(memo.reason, `recently refused: ${memo.message}`, memo.hinted ? memo.retryAfterMs : undefined, memo.rateLimits));
+  };
+
   return {
     deadlineMsFor,
+    precheck,
     async admit(params) {
       const { caller } = params;
+      // Before routing, counting tokens and reserving: a caller admission just refused for good.
+      precheck(caller);
       const names = params.paramNames ?? CHAT_PARAMS;
       // The canary arm follows the end user when the client names one (the same person keeps
       // one arm across requests), else the request id.
@@ -381,13 +406,13 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
         return reject(caller, new WeirError(memo.code, `${like}: ${memo.message}`, { retryable: true, retryAfterMs: memo.retryAfterMs }));
       }
 
-      const inputTokens = await deps.countInputTokens(revision, params.input);
+      const inputTokens = await deps.countInputTokens(revision, params.input, revision.contextWindow);
       if (inputTokens >= revision.contextWindow) {
         return reject(
           caller,
           new WeirError(
             'context_length_exceeded',
-            `The input is ${inputTokens} tokens; model '${params.alias}' accepts at most ${revision.contextWindow - 1} input tokens (a context window of ${revision.contextWindow} tokens). Shorten the input.`,
+            `The input is ${inputTokens} tokens or more; model '${params.alias}' accepts at most ${revision.contextWindow - 1} input tokens (a context window of ${revision.contextWindow} tokens). Shorten the input.`,
             { param: names.input },
           ),
         );
@@ -473,6 +498,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
       }
       if (!reserved.ok) {
         giveBackProbe();
+        admissionMemo.noteRefusal(caller, reserved, clock.now());
         return reject(caller, new AdmissionRejectedError(reserved.reason, reserved.message, reserved.retryAfterMs, reserved.rateLimits));
       }
       const admitted = reserved;
@@ -498,6 +524,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
         };
         // Never reached an engine: no result to leave for retries (the gateway frees a keyed request's key).
         await deps.settlements.append(settlementOf(usageJob, outcome, Date.now()));
+        admissionMemo.noteEnded(caller.tenantId);
         deps.observer?.onFinished?.({ caller, route: params.route, alias: params.alias, revision, outcome });
         return outcome;
       };
@@ -562,6 +589,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
               });
             }
             if (!releasedByAdmit) await releaseQuietly();
+            admissionMemo.noteEnded(caller.tenantId);
             if (scheduled.reason === 'deadline' || scheduled.reason === 'cancelled') {
               return { kind: 'ended', outcome: await endedInQueue(scheduled.reason, scheduled.queueMs) };
             }
@@ -645,6 +673,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
             } else {
               await settleWithRetry(admitted, { usage: outcome.usage, costNanoUsd: outcome.costNanoUsd });
             }
+            admissionMemo.noteEnded(caller.tenantId);
             deps.observer?.onFinished?.({ caller, route: params.route, alias: params.alias, revision: answeredBy, outcome, replicaId: answeredOn });
           });
           return {

@@ -25,6 +25,7 @@ import {
   type GenerationInput,
   type GenerationOutcome,
   type RevisionSpec,
+  type Caller,
   type RouterService,
   type SamplingParams,
   WeirError,
@@ -40,9 +41,9 @@ import {
   type ResponseState,
   toResponsesUsage,
   type WeirResponsesEndData,
-  compileOutputSchema,
   judgeOutput,
-  type OutputSchema,
+  type LoadedOutputSchema,
+  loadOutputSchema,
 } from '@weir/streaming';
 import { toGrammarSchema, UnsupportedSchemaError } from '@weir/engines';
 import { type AuthedRequest, type EdgeRequest, sendJson } from './edge';
@@ -94,6 +95,8 @@ export interface ResponsesRouteContext {
   generationsKey(req: EdgeRequest, bodyKey: string | undefined): { requestId?: string; keyParam: string };
   idempotencyKeyHeader(req: EdgeRequest): string | undefined;
   sampling(body: { temperature?: number | null; top_p?: number | null; seed?: number | null; stop?: string | string[] | null }): SamplingParams;
+  /** Throws admission's remembered refusal of `caller` (see `GenerationPipeline.precheck`): called before compiling a schema. */
+  precheck(caller: Caller): void;
 }
 
 /** Hints for OpenAI Responses fields Weir does not support (the rest get a generic one). */
@@ -199,7 +202,9 @@ async function answerWeirShape(ctx: ResponsesRouteContext, req: Authed, res: Ser
       { param: 'model' },
     );
   }
-  const schema = body.output_schema === undefined ? undefined : compileOutputSchema(body.output_schema, 'output_schema');
+  // A caller admission refused moments ago is refused before its schema is compiled.
+  if (body.output_schema !== undefined) ctx.precheck(req.caller);
+  const schema = body.output_schema === undefined ? undefined : await loadOutputSchema(body.output_schema, 'output_schema');
   const g = await ctx.begin(req, res, 'generations', body.model, toChatInput(body.messages), ctx.sampling(body), {
     maxOutputTokens: body.max_tokens,
     deadlineMs: body.deadline_ms,
@@ -213,7 +218,7 @@ async function answerWeirShape(ctx: ResponsesRouteContext, req: Authed, res: Ser
 
   if (!body.stream) {
     const { text, outcome } = await collect(g);
-    const judged = judgeOutput(outcome, text, schema);
+    const judged = await judgeOutput(outcome, text, schema);
     if (judged.outcome.finishReason === 'error') throw failure(ctx, res, judged.outcome);
     ctx.answeredBy(res, outcome);
     const end = weirResponsesEnd(judged.outcome, undefined);
@@ -244,7 +249,7 @@ async function answerWeirShape(ctx: ResponsesRouteContext, req: Authed, res: Ser
       text += ev.text;
       await send(ev.index + 2, 'delta', { text: ev.text });
     } else {
-      const judged = judgeOutput(ev.outcome, text, schema);
+      const judged = await judgeOutput(ev.outcome, text, schema);
       await send(g.transcript.deltas.length + 2, 'end', weirResponsesEnd(judged.outcome, judged.value));
     }
   }
@@ -257,11 +262,12 @@ async function answerOpenAiShape(ctx: ResponsesRouteContext, req: Authed, res: S
   refuseUnknownFields(raw, RESPONSES_OPENAI_FIELDS, UNSUPPORTED_HINTS, 'Weir’s /v1/responses');
   const body = parseBody(responsesOpenAiBody, raw);
   const format = body.text?.format;
-  let schema: OutputSchema | undefined;
+  let schema: LoadedOutputSchema | undefined;
   if (format?.type === 'json_schema') {
     if (format.name === undefined) throw new WeirError('invalid_request', 'Invalid request: `text.format.name` is required with `json_schema` (1-64 letters, digits, _ and -).', { param: 'text.format.name' });
     if (format.schema === undefined) throw new WeirError('invalid_request', 'Invalid request: `text.format.schema` is required with `json_schema`.', { param: 'text.format.schema' });
-    schema = compileOutputSchema(format.schema, 'text.format.schema');
+    ctx.precheck(req.caller);
+    schema = await loadOutputSchema(format.schema, 'text.format.schema');
   }
   const g = await ctx.begin(req, res, 'generations', body.model, toResponsesChatInput(body.input, body.instructions), ctx.sampling(body), {
     maxOutputTokens: body.max_output_tokens ?? undefined,
@@ -294,7 +300,7 @@ async function answerOpenAiShape(ctx: ResponsesRouteContext, req: Authed, res: S
 
   if (!body.stream) {
     const { text, outcome } = await collect(g);
-    const judged = judgeOutput(outcome, text, schema);
+    const judged = await judgeOutput(outcome, text, schema);
     if (judged.outcome.finishReason === 'error') throw failure(ctx, res, judged.outcome);
     if (outcome.finishReason === 'cancelled') throw new WeirError('invalid_request', 'The generation was cancelled (POST /v1/generations/{id}/cancel); the answer is incomplete.');
     ctx.answeredBy(res, outcome);
@@ -323,7 +329,7 @@ async function answerOpenAiShape(ctx: ResponsesRouteContext, req: Authed, res: S
       await send('response.output_text.delta', { ...at, delta: ev.text, logprobs: [] });
       continue;
     }
-    const judged = judgeOutput(ev.outcome, text, schema);
+    const judged = await judgeOutput(ev.outcome, text, schema);
     const o = judged.outcome;
     if (o.finishReason === 'error' || o.finishReason === 'cancelled') {
       // After the headers, a failure can only be reported in-band: `error`, then `response.failed`.

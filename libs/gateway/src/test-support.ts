@@ -121,7 +121,7 @@ export async function startTestGateway(options: TestGatewayOptions): Promise<Tes
     relay: await (options.relayVia ?? ((r: Relay) => r))(
       createRelay({ engineFor: (replicaId) => engineOf(config.revisions[Number(replicaId.slice(1))]?.id), settlements, clock, cancelGraceMs: config.defaults.cancelGraceMs }),
     ),
-    countInputTokens: (rev, input) => engineOf(rev.id).countInputTokens(input),
+    countInputTokens: (rev, input, limit) => engineOf(rev.id).countInputTokens(input, limit),
     settlements,
     tenants: liveConfig.tenants,
     revisions: liveConfig.revisions,

@@ -1,5 +1,6 @@
 import { isWeirError } from '@weir/core';
-import { compileOutputSchema, judgeOutput, MAX_OUTPUT_SCHEMA_BYTES, OUTPUT_SCHEMA_DIALECT } from './output-schema';
+import { compileOutputSchema, judgeOutput, loadOutputSchema, MAX_OUTPUT_SCHEMA_BYTES, OUTPUT_SCHEMA_DIALECT } from './output-schema';
+import { MAX_PATTERN_PROGRAM } from './schema-worker';
 
 const PERSON = { type: 'object', properties: { name: { type: 'string', maxLength: 20 }, age: { type: 'integer', minimum: 0 } }, required: ['name'], additionalProperties: false };
 
@@ -63,7 +64,7 @@ describe('compileOutputSchema', () => {
     ['a meta-schema failure', { type: 'objec' }, /`my_schema` is not a usable JSON Schema: my_schema\/type must be equal to one of the allowed values/],
     ['an unknown keyword (a typo)', { type: 'object', requried: ['a'] }, /unknown keyword: "requried"/],
     ['another dialect', { $schema: 'http://json-schema.org/draft-07/schema#' }, /only draft 2020-12/],
-    ['a bad pattern', { type: 'string', pattern: '((' }, /Invalid regular expression/],
+    ['a bad pattern', { type: 'string', pattern: '((' }, /the pattern "\(\(" is not supported: error parsing regexp: missing closing \)/],
     ['an unresolvable $ref', { $ref: '#/$defs/missing' }, /can't resolve reference/],
     ['a schema over the size cap', { type: 'string', description: 'x'.repeat(MAX_OUTPUT_SCHEMA_BYTES) }, /is 655\d\d bytes; at most 65536 are accepted/],
   ])('refuses %s as invalid_request naming the parameter', (_name, schema, message) => {
@@ -84,6 +85,50 @@ describe('compileOutputSchema', () => {
   });
 });
 
+describe('patterns run on RE2 (issue 14: no pattern can backtrack on the main thread)', () => {
+  // On a backtracking engine each of these takes longer than the test's timeout (exponential in the run of `a`s).
+  const evil = 'a'.repeat(5_000) + '!';
+  it.each<[string, object, string, boolean]>([
+    ['pattern ^(a+)+$', { type: 'string', pattern: '^(a+)+$' }, JSON.stringify(evil), false],
+    ['pattern (a|a)*b', { type: 'string', pattern: '(a|a)*b' }, JSON.stringify(evil), false],
+    ['pattern ^(a|aa)*$ on a match', { type: 'string', pattern: '^(a|aa)*$' }, JSON.stringify('a'.repeat(5_000)), true],
+    ['patternProperties ^(a+)+$', { type: 'object', patternProperties: { '^(a+)+$': { type: 'integer' } }, additionalProperties: false }, JSON.stringify({ [evil]: 1 }), false],
+    ['propertyNames with a pattern', { type: 'object', propertyNames: { pattern: '^(x+x+)+y$' } }, JSON.stringify({ ['x'.repeat(5_000)]: 1 }), false],
+  ])('checks %s against a long output and answers', (_name, schema, text, ok) => {
+    expect(compileOutputSchema(schema).check(text).ok).toBe(ok);
+  });
+
+  it('keeps ECMA-262 syntax that RE2 runs (classes, \\d, \\p{L}, \\u escapes, named groups)', () => {
+    const schema = { type: 'object', properties: { id: { type: 'string', pattern: '^(?<cc>[A-Z]{2})-\\d{4}$' }, name: { type: 'string', pattern: '^\\p{L}+$' }, u: { type: 'string', pattern: '^\\u0041+$' } } };
+    const compiled = compileOutputSchema(schema);
+    expect(compiled.check(JSON.stringify({ id: 'AB-1234', name: 'Zoë', u: 'AAA' }))).toEqual({ ok: true, value: { id: 'AB-1234', name: 'Zoë', u: 'AAA' } });
+    expect(compiled.check(JSON.stringify({ id: 'ab-1234' }))).toMatchObject({ ok: false, message: expect.stringContaining('`/id` must match pattern') });
+  });
+
+  it.each<[string, string, RegExp]>([
+    ['a lookahead', '^(?=a)a$', /not supported.*RE2, which has no lookaround or backreferences/],
+    ['a backreference', '^(a)\\1$', /not supported.*RE2/],
+    ['a huge repetition', '(a|b)*a(a|b){1000}$', new RegExp(`too complex \\(3008 RE2 instructions, at most ${MAX_PATTERN_PROGRAM}\\)`)],
+  ])('refuses %s with a 400 naming the pattern', (_name, pattern, message) => {
+    for (const schema of [{ type: 'string', pattern }, { type: 'object', patternProperties: { [pattern]: {} } }]) {
+      const r = refusal(schema, 'response_format.json_schema.schema');
+      expect(r.param).toBe('response_format.json_schema.schema');
+      expect(r.message).toMatch(message);
+    }
+  });
+
+  it('compiles and checks a tenant schema on the worker alike (loadOutputSchema), refusing the same patterns with a 400', async () => {
+    const loaded = await loadOutputSchema({ type: 'string', pattern: '^(a+)+$' }, 'text.format.schema');
+    await expect(loaded.check(JSON.stringify('a'.repeat(5_000) + '!'))).resolves.toEqual({ ok: false, message: expect.stringContaining('must match pattern') });
+    await expect(loaded.check(JSON.stringify('aaa'))).resolves.toEqual({ ok: true, value: 'aaa' });
+    await expect(loadOutputSchema({ type: 'string', pattern: '^(?=a)' }, 'text.format.schema')).rejects.toMatchObject({
+      code: 'invalid_request',
+      param: 'text.format.schema',
+      message: expect.stringMatching(/not supported.*RE2/),
+    });
+  });
+});
+
 describe('judgeOutput', () => {
   const schema = compileOutputSchema({ type: 'object', properties: { a: { type: 'integer' } }, required: ['a'] });
   const outcome = (finishReason: 'stop' | 'tool_calls' | 'length') => ({
@@ -94,13 +139,13 @@ describe('judgeOutput', () => {
     timings: { queueMs: 0, ttftMs: 1, totalMs: 2 },
   });
 
-  it('passes a matching document, turns a mismatch into output_invalid keeping usage and cost', () => {
-    expect(judgeOutput(outcome('stop'), '{"a":1}', schema)).toEqual({ outcome: outcome('stop'), value: { a: 1 } });
-    const bad = judgeOutput(outcome('stop'), '{"a":"x"}', schema).outcome;
+  it('passes a matching document, turns a mismatch into output_invalid keeping usage and cost', async () => {
+    expect(await judgeOutput(outcome('stop'), '{"a":1}', schema)).toEqual({ outcome: outcome('stop'), value: { a: 1 } });
+    const bad = (await judgeOutput(outcome('stop'), '{"a":"x"}', schema)).outcome;
     expect(bad).toMatchObject({ finishReason: 'error', error: { code: 'output_invalid' }, usage: { outputTokens: 2 }, costNanoUsd: 3 });
   });
 
-  it('leaves a tool-call answer alone: the format governs text content only (as OpenAI does)', () => {
-    expect(judgeOutput(outcome('tool_calls'), '', schema)).toEqual({ outcome: outcome('tool_calls') });
+  it('leaves a tool-call answer alone: the format governs text content only (as OpenAI does)', async () => {
+    expect(await judgeOutput(outcome('tool_calls'), '', schema)).toEqual({ outcome: outcome('tool_calls') });
   });
 });

@@ -1,11 +1,12 @@
 /**
  * `output_schema` on `POST /v1/responses`: the JSON Schema a request's output must match,
  * checked with ajv (draft 2020-12) when the request arrives, and every final output validated
- * against it. An output that is not JSON, or does not match, is never passed on as a success:
+ * against it. A tenant's schema is compiled and checked on the schema worker
+ * (`schema-worker.ts`, issue 14), never on the thread that serves requests. An output that is not JSON, or does not match, is never passed on as a success:
  * it ends as `output_invalid` with the failing paths summarised (never the output text).
  */
-import Ajv2020, { type ErrorObject, type Options, type ValidateFunction } from 'ajv/dist/2020';
 import { type GenerationOutcome, WeirError } from '@weir/core';
+import { localSchemaEngine, type SchemaCheckResult, type SchemaWorker, schemaWorker } from './schema-worker';
 
 /** Largest accepted `output_schema`, as compact JSON (bytes). */
 export const MAX_OUTPUT_SCHEMA_BYTES = 64 * 1024;
@@ -31,54 +32,38 @@ export const OUTPUT_SCHEMA_DIALECT = 'https://json-schema.org/draft/2020-12/sche
 /** Compiled schemas kept (by their JSON text), most recently used last. */
 const CACHE_SIZE = 256;
 
-/** Validation errors listed in an `output_invalid` message. */
-const MAX_LISTED_ERRORS = 5;
-
-/**
- * ajv's options: unknown keywords are errors (a typo such as `requried` would otherwise be
- * ignored and constrain nothing); `format` is an annotation, as draft 2020-12 specifies by
- * default (not validated); every error is collected so the message can list the paths.
- */
-const AJV_OPTIONS: Options = {
-  strict: true,
-  strictTypes: false,
-  strictTuples: false,
-  strictRequired: false,
-  allErrors: true,
-  validateFormats: false,
-  logger: false,
-};
-
-/** Checks schemas against the 2020-12 meta-schema; registers nothing, so it is shared. */
-let metaValidator: Ajv2020 | undefined;
-const compiled = new Map<string, ValidateFunction>();
+/** Schemas (by their JSON text) the worker compiled: a repeat skips the round trip. Most recently used last. */
+const known = new Map<string, true>();
 
 /** The outcome of checking one output against its schema. */
-export type OutputCheck = { ok: true; value: unknown } | { ok: false; message: string };
+export type OutputCheck = SchemaCheckResult;
 
-/** A request's validated `output_schema`. */
+/** A request's validated `output_schema`, checked on the calling thread (operators' schemas). */
 export interface OutputSchema {
   /** The schema as the client sent it (passed on to the engine as `EngineRequest.outputSchema`). */
   readonly schema: object;
   /**
    * Parses `text` as JSON and validates it. Failure messages name the JSON Pointer paths of
-   * the first {@link MAX_LISTED_ERRORS} failures and what each must satisfy; they never quote
+   * the first 5 failures (`MAX_LISTED_ERRORS`) and what each must satisfy; they never quote
    * the output.
    */
   check(text: string): OutputCheck;
 }
 
+/** A tenant's validated `output_schema`, checked on the schema worker (see `schema-worker.ts`). */
+export interface LoadedOutputSchema {
+  /** The schema as the client sent it (passed on to the engine as `EngineRequest.outputSchema`). */
+  readonly schema: object;
+  /** As {@link OutputSchema.check}, on the worker; a check over its time limit fails saying so. Never rejects. */
+  check(text: string): Promise<OutputCheck>;
+}
+
 /**
- * Validates a request's `output_schema` and compiles it (compiled schemas are cached by their
- * JSON text, {@link CACHE_SIZE} of them; each compiles in its own ajv instance, so a `$id` in
- * one schema never clashes with another's).
- * @throws WeirError `invalid_request` (`param`: `paramName`) when it is not a JSON object, is
- *   larger than {@link MAX_OUTPUT_SCHEMA_BYTES}, names another `$schema` dialect, fails the
- *   2020-12 meta-schema, or cannot be compiled (an unknown keyword, an unresolvable `$ref`, a
- *   bad `pattern`); the message carries ajv's reason.
+ * The checks that cost little and need no compiler: a JSON object, at most
+ * {@link MAX_OUTPUT_SCHEMA_DEPTH} deep and {@link MAX_OUTPUT_SCHEMA_BYTES} long, of the one
+ * dialect. Returns the schema's compact JSON text (the key of every cache).
  */
-export function compileOutputSchema(schema: unknown, paramName = 'output_schema'): OutputSchema {
-  const bad = (why: string) => new WeirError('invalid_request', `\`${paramName}\` is not a usable JSON Schema: ${why}`, { param: paramName });
+function screen(schema: unknown, bad: (why: string) => WeirError): string {
   if (schema === null || typeof schema !== 'object' || Array.isArray(schema)) throw bad('it must be a JSON Schema object, e.g. {"type": "object", "properties": {…}}.');
   // Depth first: serialising a schema nested thousands deep would overflow the stack (a 500).
   if (depthOf(schema, MAX_OUTPUT_SCHEMA_DEPTH) > MAX_OUTPUT_SCHEMA_DEPTH) throw bad(`it nests more than ${MAX_OUTPUT_SCHEMA_DEPTH} levels of objects and arrays; flatten it.`);
@@ -89,48 +74,48 @@ export function compileOutputSchema(schema: unknown, paramName = 'output_schema'
   if (dialect !== undefined && String(dialect).replace(/#$/, '') !== OUTPUT_SCHEMA_DIALECT) {
     throw bad(`only draft 2020-12 is supported; remove \`$schema\` or set it to "${OUTPUT_SCHEMA_DIALECT}".`);
   }
-  let validate = compiled.get(key);
-  if (validate) compiled.delete(key);
-  else {
-    metaValidator ??= new Ajv2020(AJV_OPTIONS);
-    let valid: boolean;
-    try {
-      valid = metaValidator.validateSchema(schema) as boolean;
-    } catch (err) {
-      // A pathological schema (recursion) must be a 400, never a 500.
-      throw bad(`it could not be checked (${err instanceof Error ? err.message : String(err)}).`);
-    }
-    if (!valid) throw bad(`${metaValidator.errorsText(metaValidator.errors, { dataVar: paramName })}.`);
-    try {
-      validate = new Ajv2020({ ...AJV_OPTIONS, validateSchema: false }).compile(schema);
-    } catch (err) {
-      throw bad(`${err instanceof Error ? err.message : String(err)}.`);
-    }
-  }
-  compiled.set(key, validate);
-  if (compiled.size > CACHE_SIZE) compiled.delete(compiled.keys().next().value as string);
-  const check = validate;
-  return {
-    schema,
-    check(text) {
-      let value: unknown;
-      try {
-        value = JSON.parse(text);
-      } catch {
-        // JSON.parse's message quotes the text: say only where it broke down.
-        return { ok: false, message: text.trim() === '' ? 'the output is empty, not a JSON document' : `the output (${Buffer.byteLength(text)} bytes) is not a complete JSON document` };
-      }
-      if (check(value)) return { ok: true, value };
-      return { ok: false, message: `the output does not match \`output_schema\`: ${summarize(check.errors ?? [])}` };
-    },
-  };
+  return key;
 }
 
-/** `/path` must …; …: the JSON Pointer of each failure and ajv's requirement, never the value. */
-function summarize(errors: ErrorObject[]): string {
-  const listed = errors.slice(0, MAX_LISTED_ERRORS).map((e) => `\`${e.instancePath || '/'}\` ${e.message ?? `fails \`${e.keyword}\``}`);
-  const more = errors.length > MAX_LISTED_ERRORS ? ` (and ${errors.length - MAX_LISTED_ERRORS} more)` : '';
-  return `${listed.join('; ')}${more}`;
+const refusal = (paramName: string) => (why: string) => new WeirError('invalid_request', `\`${paramName}\` is not a usable JSON Schema: ${why}`, { param: paramName });
+
+/**
+ * Validates a tenant's `output_schema` and compiles it on the schema worker, so that no schema
+ * holds the event loop (compiled schemas are cached by their JSON text, {@link CACHE_SIZE} of
+ * them; each compiles in its own ajv instance, so a `$id` in one schema never clashes with
+ * another's). `pattern` and `patternProperties` run on RE2 (linear time).
+ * @throws WeirError `invalid_request` (`param`: `paramName`) when it is not a JSON object, is
+ *   larger than {@link MAX_OUTPUT_SCHEMA_BYTES} or deeper than {@link MAX_OUTPUT_SCHEMA_DEPTH},
+ *   names another `$schema` dialect, fails the 2020-12 meta-schema, cannot be compiled (an
+ *   unknown keyword, an unresolvable `$ref`, a pattern RE2 cannot run: lookaround,
+ *   backreferences, over `MAX_PATTERN_PROGRAM` instructions), or takes longer than the worker's
+ *   compile limit (2 s); the message carries the reason.
+ */
+export async function loadOutputSchema(schema: unknown, paramName = 'output_schema', worker: SchemaWorker = schemaWorker()): Promise<LoadedOutputSchema> {
+  const bad = refusal(paramName);
+  const key = screen(schema, bad);
+  if (known.has(key)) known.delete(key);
+  else {
+    const compiled = await worker.compile(key, paramName);
+    if (!compiled.ok) throw bad(`${compiled.message}.`);
+  }
+  known.set(key, true);
+  if (known.size > CACHE_SIZE) known.delete(known.keys().next().value as string);
+  return { schema: schema as object, check: (text) => worker.check(key, text) };
+}
+
+/**
+ * As {@link loadOutputSchema}, on the calling thread (RE2 patterns included): for schemas an
+ * operator writes (the control plane's evaluation scorers), never for a tenant's request.
+ * @throws WeirError `invalid_request`, as {@link loadOutputSchema} (no time limit).
+ */
+export function compileOutputSchema(schema: unknown, paramName = 'output_schema'): OutputSchema {
+  const bad = refusal(paramName);
+  const key = screen(schema, bad);
+  const engine = localSchemaEngine();
+  const compiled = engine.run({ id: 0, op: 'compile', key, paramName });
+  if (!compiled.ok) throw bad(`${compiled.message}.`);
+  return { schema: schema as object, check: (text) => engine.run({ id: 0, op: 'check', key, text }) as OutputCheck };
 }
 
 /**
@@ -149,15 +134,20 @@ const CUT_SHORT: Partial<Record<GenerationOutcome['finishReason'], (o: Generatio
  * matching the schema turns a non-error end into `finishReason: 'error'` with error code
  * `output_invalid` (usage and cost stay those measured: the tokens were produced and are
  * billed). Without a schema, after an error, or for a tool-call answer (the format governs text
- * content only, as in OpenAI's API), the outcome is returned unchanged. The
+ * content only, as in OpenAI's API), the outcome is returned unchanged. A {@link LoadedOutputSchema}
+ * is checked on the schema worker, so a slow check never holds the event loop. The
  * streaming relay calls it once per generation, before the usage record and the end event, so
  * the ledger, repeats and `/v1/generations/{id}/events` replays all carry the same verdict.
  * @returns the (possibly changed) outcome, and the parsed document when it matched.
  */
-export function judgeOutput(outcome: GenerationOutcome, text: string, schema: OutputSchema | undefined): { outcome: GenerationOutcome; value?: unknown } {
+export async function judgeOutput(
+  outcome: GenerationOutcome,
+  text: string,
+  schema: Pick<OutputSchema, 'check'> | LoadedOutputSchema | undefined,
+): Promise<{ outcome: GenerationOutcome; value?: unknown }> {
   // A tool-call answer has no document to check: like OpenAI, the format applies to text content.
   if (!schema || outcome.finishReason === 'error' || outcome.finishReason === 'tool_calls') return { outcome };
-  const checked = schema.check(text);
+  const checked = await schema.check(text);
   if (checked.ok) return { outcome, value: checked.value };
   return {
     outcome: {

@@ -32,7 +32,7 @@ import {
   toWeirError,
 } from '@weir/core';
 import { priceUsage, usageStatusFor } from '@weir/ledger';
-import { compileOutputSchema, judgeOutput, type OutputSchema } from './output-schema';
+import { judgeOutput, type LoadedOutputSchema, loadOutputSchema } from './output-schema';
 
 
 /** Dependencies of the relay. */
@@ -172,7 +172,7 @@ export function createRelay(deps: RelayDeps): Relay {
         let ttftMs: number | null = null;
         let firstTokenAt: number | undefined;
         // With an output schema, the whole text is kept to validate the finished document.
-        let schema: OutputSchema | undefined;
+        let schema: LoadedOutputSchema | undefined;
         let text = '';
         // A keyed request's deltas, kept for the result its settlement leaves for retries.
         const retained = job.retain ? { deltas: [] as string[], toolCalls: [] as (ToolCallDelta[] | null)[], anyToolCalls: false } : undefined;
@@ -191,7 +191,7 @@ export function createRelay(deps: RelayDeps): Relay {
         let failure: WeirError | undefined;
         try {
           // The gateway checked the schema already; a bad one (over gRPC) fails here, never crashes.
-          if (job.engineRequest.outputSchema) schema = compileOutputSchema(job.engineRequest.outputSchema, 'output_schema');
+          if (job.engineRequest.outputSchema) schema = await loadOutputSchema(job.engineRequest.outputSchema, 'output_schema');
           const engine = deps.engineFor(job.replicaId);
           if (!engine) throw new WeirError('engine_unavailable', `replica ${job.replicaId} is not serving`, { retryable: true });
           replicaReached = true;
@@ -328,7 +328,7 @@ export function createRelay(deps: RelayDeps): Relay {
         };
         // Every schema-constrained output is validated here, once: an invalid one ends as
         // `output_invalid` in the usage record, the end event and every replay alike.
-        const judged = judgeOutput(measured, text, schema).outcome;
+        const judged = (await judgeOutput(measured, text, schema)).outcome;
         let outcome: GenerationOutcome = { ...judged, attempts: attempts(judged.error?.code) };
         try {
           await deps.settlements.append(settlementOf(job, outcome, wall(), retained));

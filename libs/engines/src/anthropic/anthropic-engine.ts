@@ -150,10 +150,10 @@ export function createAnthropicEngine(options: AnthropicEngineOptions, deps: Ant
 
   const asChat = (input: GenerationInput): GenerationInput =>
     input.kind === 'chat' ? input : { kind: 'chat', messages: [{ role: 'user', content: input.text }] };
-  const countInputTokens = (input: GenerationInput): Promise<number> => {
-    if (tokenizer?.ready()) return countInputWith(asChat(input), tokenizer.count);
+  const countInputTokens = (input: GenerationInput, limit?: number): Promise<number> => {
+    if (tokenizer?.ready()) return countInputWith(asChat(input), tokenizer.count, limit);
     if (tokenizer) tokenizer.load().catch((err: unknown) => logger.warn({ tokenizer: tokenizer.name, err }, 'tokenizer failed to load'));
-    return countInputWith(asChat(input), utf8TokenUpperBound);
+    return countInputWith(asChat(input), utf8TokenUpperBound, limit);
   };
 
   async function* generate(request: EngineRequest): AsyncGenerator<EngineEvent, void, undefined> {

@@ -53,6 +53,24 @@ describe('createLlamaCppEngine (real stories260K model)', () => {
     expect(end.usageSource).toBe('reported');
   });
 
+  it('counts a long prompt in slices, letting the event loop turn, and no further than just past the limit (issue 14)', async () => {
+    const sentence = 'Once upon a time there was a little girl named Lily who loved to play outside. ';
+    const long = { kind: 'text' as const, text: sentence.repeat(200) };
+    const exact = engine.tokenize(long.text) + 1;
+    let turns = 0;
+    const ticker = setInterval(() => turns++, 0);
+    const sliced = await engine.countInputTokens(long);
+    clearInterval(ticker);
+    // Within a token per slice boundary of counting it whole, and the loop turned between slices.
+    expect(Math.abs(sliced - exact)).toBeLessThanOrEqual(Math.ceil(long.text.length / 2_048));
+    expect(turns).toBeGreaterThan(0);
+    // A megabyte against a 256-token window stops after the first slice.
+    const huge = { kind: 'text' as const, text: sentence.repeat(13_000) };
+    const limited = await engine.countInputTokens(huge, 256);
+    expect(limited).toBeGreaterThan(256);
+    expect(limited).toBeLessThan(5_000);
+  });
+
   it('keeps the leading space of the first output token', async () => {
     const { events } = await collectEngineEvents(engine, engineRequest({ kind: 'text', text: 'Lily and Tom' }, { maxOutputTokens: 3 }));
     expect(textOf(events)).toBe(' were play');

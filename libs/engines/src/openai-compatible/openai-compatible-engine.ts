@@ -144,10 +144,10 @@ export function createOpenAICompatibleEngine(
   };
   // Admission never waits for an encoding to load: until it is, the byte bound (also an upper
   // bound) reserves, and the load starts in the background.
-  const countInputTokens = (input: GenerationInput): Promise<number> => {
-    if (tokenizer?.ready()) return countInputWith(toUpstreamInput(input), tokenizer.count);
+  const countInputTokens = (input: GenerationInput, limit?: number): Promise<number> => {
+    if (tokenizer?.ready()) return countInputWith(toUpstreamInput(input), tokenizer.count, limit);
     if (tokenizer) tokenizer.load().catch((err: unknown) => logger.warn({ tokenizer: tokenizer.name, err }, 'tokenizer failed to load'));
-    return countInputWith(toUpstreamInput(input), utf8TokenUpperBound);
+    return countInputWith(toUpstreamInput(input), utf8TokenUpperBound, limit);
   };
 
   function buildBody(request: EngineRequest): Record<string, unknown> {

@@ -19,8 +19,8 @@ export interface RemoteTokenCounterOptions {
   timeoutMs?: number;
 }
 
-/** Counts an input's prompt tokens. */
-export type TokenCounter = (input: GenerationInput) => Promise<number>;
+/** Counts an input's prompt tokens; with `limit` it may stop once past it (see `EngineAdapter.countInputTokens`). */
+export type TokenCounter = (input: GenerationInput, limit?: number) => Promise<number>;
 
 /** Creates the counter. Never throws: the upper bound is the last resort. */
 export function createRemoteTokenCounter(options: RemoteTokenCounterOptions): TokenCounter {

@@ -37,22 +37,36 @@ export function utf8TokenUpperBound(text: string): number {
  * bound too: OpenAI documents 3 tokens per message, 1 per name and 3 to prime the reply
  * (openai-cookbook "How to count tokens with tiktoken"), below the 8 and 4 added here. Tool
  * definitions (`tools`) are not counted: the request's input count does not include them.
+ *
+ * With `limit` (tokens), counting may stop once the total passes it (each `count` call gets
+ * what is left of it): the result is then some number above `limit`, enough to refuse the
+ * input as too long without counting the rest. Default: no limit.
  */
 export async function countInputWith(
   input: GenerationInput,
-  count: (text: string) => number | Promise<number>,
+  count: (text: string, limit?: number) => number | Promise<number>,
+  limit = Number.POSITIVE_INFINITY,
 ): Promise<number> {
-  if (input.kind === 'text') return count(input.text);
+  if (input.kind === 'text') return count(input.text, limit);
   let total = CHAT_REPLY_PRIMING_TOKENS;
+  // Each text is counted against what is left of `limit`; past it, the rest is not counted.
+  const add = async (text: string) => {
+    total += await count(text, limit - total);
+  };
   for (const message of input.messages) {
-    total += (await count(message.content)) + CHAT_MESSAGE_OVERHEAD_TOKENS;
-    if (message.name) total += await count(message.name);
+    if (total > limit) break;
+    await add(message.content);
+    total += CHAT_MESSAGE_OVERHEAD_TOKENS;
+    if (message.name) await add(message.name);
     // A history's tool calls and tool results are prompt too: their id, name and arguments,
     // each call with a message's overhead for its framing.
     for (const call of message.toolCalls ?? []) {
-      total += (await count(call.id)) + (await count(call.name)) + (await count(call.arguments)) + CHAT_MESSAGE_OVERHEAD_TOKENS;
+      await add(call.id);
+      await add(call.name);
+      await add(call.arguments);
+      total += CHAT_MESSAGE_OVERHEAD_TOKENS;
     }
-    if (message.toolCallId) total += await count(message.toolCallId);
+    if (message.toolCallId) await add(message.toolCallId);
   }
   return total;
 }

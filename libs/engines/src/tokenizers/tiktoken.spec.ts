@@ -8,7 +8,8 @@ import { collectEngineEvents, countingModelScript, countingModelText, type Scrip
 import { createOpenAICompatibleEngine } from '../openai-compatible/openai-compatible-engine';
 import { CHAT_MESSAGE_OVERHEAD_TOKENS, CHAT_REPLY_PRIMING_TOKENS, utf8TokenUpperBound } from '../openai-compatible/token-bound';
 import { adapterTokenCounter } from '../remote-replicas';
-import { declaredTokenizer, tiktokenTokenizer } from './tiktoken';
+import { COUNT_SLICE_CHARS, declaredTokenizer, MAX_EXACT_RUN, tiktokenTokenizer } from './tiktoken';
+import { countInputWith } from '../openai-compatible/token-bound';
 
 describe('tiktoken tokenizers', () => {
   it('counts OpenAI tokens (cl100k_base and o200k_base), shared per encoding', async () => {
@@ -30,6 +31,40 @@ describe('tiktoken tokenizers', () => {
     const n = tokenizer.count(text) as number;
     expect(n).toBeGreaterThan(1);
     expect(n).toBeLessThanOrEqual(utf8TokenUpperBound(text));
+  });
+
+  it('counts a long run of one character class as its bytes (byte-pair merge is super-linear in a piece), an upper bound', async () => {
+    const tokenizer = tiktokenTokenizer('cl100k_base');
+    await tokenizer.load();
+    // 64 KiB of one "word": about 4 minutes of js-tiktoken merging before issue 14, now its bytes.
+    for (const run of ['a'.repeat(65_536), '!'.repeat(65_536), ' '.repeat(65_536) + 'x', '\n '.repeat(32_768), '\u3000 '.repeat(32_768)]) {
+      const n = await tokenizer.count(run);
+      expect(n).toBeGreaterThan(0);
+      expect(n).toBeLessThanOrEqual(utf8TokenUpperBound(run));
+    }
+    expect(tokenizer.count('a'.repeat(MAX_EXACT_RUN + 1))).toBe(MAX_EXACT_RUN + 1);
+    // Runs up to the limit, and ordinary prose around a long run, are counted exactly.
+    expect(tokenizer.count('hello world ' + 'b'.repeat(MAX_EXACT_RUN + 8) + ' hello world')).toBe(2 + MAX_EXACT_RUN + 8 + 3);
+  });
+
+  it('counts long text slice by slice, letting the event loop turn, exactly for prose, and stops past the limit', async () => {
+    const tokenizer = tiktokenTokenizer('cl100k_base');
+    await tokenizer.load();
+    const words = countingModelText(20_000);
+    expect(words.length).toBeGreaterThan(4 * COUNT_SLICE_CHARS);
+    let turns = 0;
+    const ticker = setInterval(() => turns++, 0);
+    const n = await tokenizer.count(words);
+    clearInterval(ticker);
+    // The same count as in one piece (slices end at word boundaries), with the loop turning between slices.
+    expect(n).toBe(20_000);
+    expect(turns).toBeGreaterThan(0);
+    // With a limit, counting stops soon after it (within a slice): a megabyte costs no more than the window.
+    const limited = await tokenizer.count(words, 1_000);
+    expect(limited).toBeGreaterThan(1_000);
+    expect(limited).toBeLessThan(20_000);
+    const chat = { kind: 'chat' as const, messages: Array.from({ length: 50 }, () => ({ role: 'user' as const, content: words })) };
+    expect(await countInputWith(chat, tokenizer.count, 5_000)).toBeLessThan(2 * 20_000);
   });
 
   it('declares nothing for none or an absent tokenizer', () => {
