@@ -28,7 +28,7 @@
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { createConfigSyncMetrics, openDataPlaneConfig } from '@weir/config-sync';
-import { type CancelMessage, type GenerationInput, newId, systemClock } from '@weir/core';
+import { type CancelMessage, type GenerationInput, newId, retiredInternalIds, systemClock } from '@weir/core';
 import { adapterTokenCounter, countInputWith, remoteReplicas, replicaTokenCounter, utf8TokenUpperBound } from '@weir/engines';
 import { createGatewayApp, createGenerationPipeline, createLiveConfig, createMetricsObserver, createRevocations } from '@weir/gateway';
 import { cancelMessageCodec, connectNats, createNatsTopic, createNatsSettlementJournal, ensureUsageStream, natsNames } from '@weir/messaging-nats';
@@ -117,11 +117,18 @@ runUntilSignal('gateway', logger, async () => {
   const apiKeys = createCachedApiKeyStore(createApiKeyRepository(database.db));
   const revocations = createRevocations({ keyCache: apiKeys });
   revocations.applyConfig(config.tenants);
+  let applied = config;
+  // Set once the gateway exists.
+  let dropRetired: ((retired: ReadonlySet<string>) => number) | undefined;
   source.onChange((next, version) => {
+    // Internal ids the snapshot retires (deleted tenants and apps, issue 14 §4): their retained generations go.
+    const retired = retiredInternalIds(applied.tenants, next.tenants);
+    applied = next;
     router.update(next);
     live.update(next);
     revocations.applyConfig(next.tenants);
-    logger.info({ version }, 'configuration applied');
+    const dropped = retired.size > 0 ? (dropRetired?.(retired) ?? 0) : 0;
+    logger.info({ version, ...(retired.size > 0 ? { retired: retired.size, dropped } : {}) }, 'configuration applied');
   });
   source.onRevocation((r) => {
     revocations.apply(r);
@@ -167,6 +174,7 @@ runUntilSignal('gateway', logger, async () => {
       return record?.tenantId === tenantId ? record : undefined;
     },
   });
+  dropRetired = (retired) => gateway.registry.purgeTenants((key) => retired.has(key));
   const server = createServer(gateway.app);
   server.requestTimeout = 0;
   server.keepAliveTimeout = 65_000;

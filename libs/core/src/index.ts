@@ -10,3 +10,4 @@ export * from './usage-record-check';
 export * from './backoff';
 export * from './idempotency';
 export * from './settlement';
+export * from './internal-ids';
