@@ -237,7 +237,7 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
   // tenants, deprecations, limits and budgets, tenant flags apply at once; what the engines,
   // replicas and scheduler were built from applies after a restart, and the log says so.
   // Set once the gateway exists: drops what it holds for internal ids a snapshot retires (issue 14 §4).
-  let dropRetired: ((retired: ReadonlySet<string>) => number) | undefined;
+  const retiring: { drop?: (retired: ReadonlySet<string>) => number } = {};
   configPlane.onChange((next, version) => {
     const nextServed = withServingRevisions(next, servedIds);
     const retired = retiredInternalIds(served.tenants, nextServed.tenants);
@@ -245,7 +245,7 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
     live.update(nextServed);
     admission.updateTenants(nextServed.tenants);
     revocations.applyConfig(nextServed.tenants);
-    if (retired.size > 0) logger.info({ version, retired: retired.size, dropped: dropRetired?.(retired) ?? 0 }, 'deleted tenants or apps: their retained state dropped');
+    if (retired.size > 0) logger.info({ version, retired: retired.size, dropped: retiring.drop?.(retired) ?? 0 }, 'deleted tenants or apps: their retained state dropped');
     const needsRestart = restartOnlyChanges({ before: served, after: nextServed, previousFull: latest, full: next, servedIds, scheduled: config.tenants });
     served = nextServed;
     latest = next;
@@ -358,7 +358,7 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
           ? { ready: false, reason: 'usage ledger backlog is full' }
           : { ready: true },
   });
-  dropRetired = (retired) => gateway.registry.purgeTenants((key) => retired.has(key));
+  retiring.drop = (retired) => gateway.registry.purgeTenants((key) => retired.has(key));
 
   // The admin API on the same port, outside the gateway: it stays reachable while the
   // configuration is stale (that is how an operator fixes it) and during a drain.

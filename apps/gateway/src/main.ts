@@ -119,7 +119,7 @@ runUntilSignal('gateway', logger, async () => {
   revocations.applyConfig(config.tenants);
   let applied = config;
   // Set once the gateway exists.
-  let dropRetired: ((retired: ReadonlySet<string>) => number) | undefined;
+  const retiring: { drop?: (retired: ReadonlySet<string>) => number } = {};
   source.onChange((next, version) => {
     // Internal ids the snapshot retires (deleted tenants and apps, issue 14 §4): their retained generations go.
     const retired = retiredInternalIds(applied.tenants, next.tenants);
@@ -127,7 +127,7 @@ runUntilSignal('gateway', logger, async () => {
     router.update(next);
     live.update(next);
     revocations.applyConfig(next.tenants);
-    const dropped = retired.size > 0 ? (dropRetired?.(retired) ?? 0) : 0;
+    const dropped = retired.size > 0 ? (retiring.drop?.(retired) ?? 0) : 0;
     logger.info({ version, ...(retired.size > 0 ? { retired: retired.size, dropped } : {}) }, 'configuration applied');
   });
   source.onRevocation((r) => {
@@ -174,7 +174,7 @@ runUntilSignal('gateway', logger, async () => {
       return record?.tenantId === tenantId ? record : undefined;
     },
   });
-  dropRetired = (retired) => gateway.registry.purgeTenants((key) => retired.has(key));
+  retiring.drop = (retired) => gateway.registry.purgeTenants((key) => retired.has(key));
   const server = createServer(gateway.app);
   server.requestTimeout = 0;
   server.keepAliveTimeout = 65_000;

@@ -125,7 +125,13 @@ describe('the control plane admin API', () => {
     expect(sink.snapshots.map((s) => s.version)).toEqual([1]);
     const config = sink.snapshots[0].config as Json;
     expect(config.revisions.map((r: Json) => r.id)).toEqual(['tiny@1', 'tiny@2']);
-    expect(config.tenants[0]).toEqual({ id: 'demo', name: 'Demo', apps: [{ id: 'demo-app', name: 'Demo app' }], limits: { max_concurrent: 8 } });
+    expect(config.tenants[0]).toEqual({
+      id: 'demo',
+      uid: expect.stringMatching(/^demo~[0-9a-f]{16}$/),
+      name: 'Demo',
+      apps: [{ id: 'demo-app', uid: expect.stringMatching(/^demo-app~[0-9a-f]{16}$/), name: 'Demo app' }],
+      limits: { max_concurrent: 8 },
+    });
     // What the data plane will do with it.
     expect(parseConfig(JSON.stringify(config), 'snapshot v1').tenants[0].limits.maxConcurrent).toBe(8);
     const one = await call('GET', '/snapshots/1');
@@ -184,8 +190,9 @@ describe('the control plane admin API', () => {
     const snap = await call('GET', '/snapshots/latest');
     expect(snap.body.config.tenants.find((t: Json) => t.id === 'acme')).toEqual({
       id: 'acme',
+      uid: expect.stringMatching(/^acme~[0-9a-f]{16}$/),
       name: 'Acme Corp',
-      apps: [{ id: 'acme-web', name: 'Website', limits: { max_concurrent: 2 } }],
+      apps: [{ id: 'acme-web', uid: expect.stringMatching(/^acme-web~[0-9a-f]{16}$/), name: 'Website', limits: { max_concurrent: 2 } }],
       limits: { requests_per_minute: 60, monthly_budget_usd: 100 },
     });
 

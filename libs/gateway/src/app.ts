@@ -719,7 +719,12 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     if (!deps.cancelTopic) throw notFoundGeneration(id);
     // Not here and not finished: it may be running behind another gateway. The relay holding
     // it checks the tenant before acting, so a guessed id cannot cancel another tenant's work.
-    deps.cancelTopic.publish({ generationId: id, tenantId: req.caller.tenantId, tenantUid: tenantId, cause: 'cancel_requested' });
+    deps.cancelTopic.publish({
+      generationId: id,
+      tenantId: req.caller.tenantId,
+      ...(req.caller.tenantUid !== undefined ? { tenantUid: req.caller.tenantUid } : {}),
+      cause: 'cancel_requested',
+    });
     sendJson(res, 202, { generation_id: id, status: 'cancel_requested' });
   };
 
