@@ -27,18 +27,27 @@ export function appScope(tenantKey: string, appKey: string): string {
 }
 
 /**
+ * Whether `key` (an internal id, or a bare slug) names the configured incarnation `spec` of its
+ * slug: its own internal id, or the slug itself (state of callers that carry no internal id:
+ * tenants older than migration 0012, processes of an earlier version during an upgrade), or any
+ * id made for the slug when the configuration names none (a configuration file).
+ */
+function isLiveKey(spec: { id: string; uid?: string }, key: string): boolean {
+  return spec.uid === undefined || key === spec.uid || key === spec.id;
+}
+
+/**
  * The configured limits of a scope key (see {@link tenantScope}, {@link appScope}) in
  * `tenants` (by tenant id): the tenant's, or its app's (`{}` when the app has none). Undefined
  * when the tenant or app is not configured, or when the configuration gives it another internal
  * id than the scope's: the scope belongs to a deleted tenant or app, and its state is dropped
- * (leases given back, nothing admitted on it). A spec without an internal id (a configuration
- * file) accepts any internal id made for its id.
+ * (leases given back, nothing admitted on it).
  */
 export function scopeLimits(tenants: ReadonlyMap<string, TenantSpec>, scope: string): AdmissionLimits | undefined {
   if (scope.startsWith('tenant:')) {
     const key = scope.slice('tenant:'.length);
     const tenant = tenants.get(slugOfInternalId(key));
-    return tenant && (tenant.uid === undefined || tenant.uid === key) ? tenant.limits : undefined;
+    return tenant && isLiveKey(tenant, key) ? tenant.limits : undefined;
   }
   const rest = scope.slice('app:'.length);
   const slash = rest.indexOf('/');
@@ -46,21 +55,23 @@ export function scopeLimits(tenants: ReadonlyMap<string, TenantSpec>, scope: str
   const tenantKey = rest.slice(0, slash);
   const appKey = rest.slice(slash + 1);
   const tenant = tenants.get(slugOfInternalId(tenantKey));
-  if (!tenant || (tenant.uid !== undefined && tenant.uid !== tenantKey)) return undefined;
+  if (!tenant || !isLiveKey(tenant, tenantKey)) return undefined;
   const app = tenant.apps.find((a) => a.id === slugOfInternalId(appKey));
-  if (!app || (app.uid !== undefined && app.uid !== appKey)) return undefined;
+  if (!app || !isLiveKey(app, appKey)) return undefined;
   return app.limits;
 }
 
 /**
  * Whether `spec` (the configured tenant of the caller's slug) is the caller's tenant and app
- * by internal id: false when the configuration names other internal ids — the caller's key is
- * of a deleted tenant or app, or the configuration has not caught up with a new one yet.
+ * by internal id: false when the caller carries internal ids and the configuration names
+ * others — the caller's key is of a deleted tenant or app, or the configuration has not caught
+ * up with a new one yet. A caller without internal ids (see `tenantKeyOf`) is its slug's.
  */
 export function isSameIncarnation(spec: TenantSpec, caller: Caller): boolean {
-  if (spec.uid !== undefined && spec.uid !== tenantKeyOf(caller)) return false;
+  // Strict: a legacy internal id (the slug itself) of a deleted tenant is not the new one's.
+  if (caller.tenantUid !== undefined && spec.uid !== undefined && spec.uid !== tenantKeyOf(caller)) return false;
   const app = spec.apps.find((a) => a.id === caller.appId);
-  return app?.uid === undefined || app.uid === appKeyOf(caller);
+  return caller.appUid === undefined || app?.uid === undefined || app.uid === appKeyOf(caller);
 }
 
 /**
