@@ -70,8 +70,10 @@ export function scopeLimits(tenants: ReadonlyMap<string, TenantSpec>, scope: str
 export function isSameIncarnation(spec: TenantSpec, caller: Caller): boolean {
   // Strict: a legacy internal id (the slug itself) of a deleted tenant is not the new one's.
   if (caller.tenantUid !== undefined && spec.uid !== undefined && spec.uid !== tenantKeyOf(caller)) return false;
-  const app = spec.apps.find((a) => a.id === caller.appId);
-  return caller.appUid === undefined || app?.uid === undefined || app.uid === appKeyOf(caller);
+  if (caller.appUid === undefined) return true;
+  // A loop, not `find`: this runs on every reservation (no closure per call).
+  for (const app of spec.apps) if (app.id === caller.appId) return app.uid === undefined || app.uid === appKeyOf(caller);
+  return true;
 }
 
 /**

@@ -160,9 +160,21 @@ describe.each<['pglite' | 'postgres']>([['pglite'], ['postgres']])('usage querie
       ]);
     });
 
+    it('leaves out a deleted tenant’s spend once its id names a new tenant (issue 14 §4)', async () => {
+      const until = Date.UTC(2027, 1, 10, 0, 0, 0);
+      const slug = newId('c');
+      const { uid } = await database.db.insertInto('tenants').values({ id: slug, name: 'new' }).returning('uid').executeTakeFirstOrThrow();
+      await createUsageRepository(database.db).insertMany([
+        record(until - 2 * HOUR, { tenantId: slug, tenantUid: `${slug}~00000000000000aa`, costNanoUsd: 1_000 }), // the deleted one's
+        record(until - 2 * HOUR, { tenantId: slug, tenantUid: uid, costNanoUsd: 7 }),
+      ]);
+      const spend = await createUsageQueries(database.db).spendByTenant({ baselineSince: new Date(until - 24 * HOUR), recentSince: new Date(until - HOUR), until: new Date(until) });
+      expect(spend.filter((s) => s.tenantId === slug)).toEqual([{ tenantId: slug, recentNanoUsd: 0n, baselineNanoUsd: 7n }]);
+    });
+
     it('has the indexes both reads range over (tenant, finished_at) and (finished_at)', async () => {
       const { rows } = await sql<{ indexname: string }>`select indexname from pg_indexes where tablename = 'usage_ledger'`.execute(database.db);
-      expect(rows.map((r) => r.indexname)).toEqual(expect.arrayContaining(['usage_ledger_finished_idx', 'usage_ledger_tenant_finished_idx']));
+      expect(rows.map((r) => r.indexname)).toEqual(expect.arrayContaining(['usage_ledger_finished_idx', 'usage_ledger_tenant_finished_idx', 'usage_ledger_tenant_uid_finished_idx']));
     });
 
     it('refuses windows out of order', async () => {

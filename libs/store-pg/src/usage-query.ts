@@ -31,7 +31,7 @@ interface AggregateRow {
  * (a null `use_case` is a real group: records that named none).
  *
  * `spendByTenant` is one statement over `[baselineSince, until)` grouped by tenant, the two
- * windows split with `FILTER`; `usage_ledger_finished_idx` (0005) serves the range.
+ * windows split with `FILTER`, leaving out rows of a deleted tenant whose id names a new one; `usage_ledger_finished_idx` (0005) serves the range.
  */
 export function createUsageQueries(db: Kysely<WeirSchema>): UsageQueries {
   return {
@@ -89,6 +89,11 @@ export function createUsageQueries(db: Kysely<WeirSchema>): UsageQueries {
         ])
         .where('finished_at', '>=', baselineSince)
         .where('finished_at', '<', until)
+        // Not the rows of a deleted tenant whose id now names another one (issue 14 §4): a
+        // re-created tenant's baseline starts from its own spend.
+        .where(({ not, exists, selectFrom }) =>
+          not(exists(selectFrom('tenants').select(sql`1`.as('one')).whereRef('tenants.id', '=', 'usage_ledger.tenant_id').where(sql<boolean>`tenants.uid <> coalesce(usage_ledger.tenant_uid, usage_ledger.tenant_id)`))),
+        )
         .groupBy('tenant_id')
         .orderBy('tenant_id')
         .execute();
