@@ -22,7 +22,7 @@ import { createAdmission, createLeasedAdmission, withStoreFaultsAsUnavailable } 
 import { type AllInOneEnv, replicaPlacement, resolveModelFile } from '@weir/config';
 import { type ConfigBucket, createConfigSyncMetrics } from '@weir/config-sync';
 import { createAdminRouter } from '@weir/control-plane';
-import { type BurnRateAlert, type EngineAdapter, type GenerationInput, type PlatformConfig, type RevisionSpec, type Topic, systemClock } from '@weir/core';
+import { type BurnRateAlert, type EngineAdapter, type GenerationInput, type PlatformConfig, type RevisionSpec, type Topic, retiredInternalIds, systemClock } from '@weir/core';
 import { createEngine, createReplicaEngines, type LlamaCppEngine, remoteReplicas, replicaTokenCounter, replicaUnreachable, startReplicaHealthChecks } from '@weir/engines';
 import {
   type ClientLimits,
@@ -261,12 +261,16 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
   // Every verified snapshot (an admin change, or the file imported by `config-file`): routing,
   // tenants, deprecations, limits and budgets, tenant flags apply at once; what the engines,
   // replicas and scheduler were built from applies after a restart, and the log says so.
+  // Set once the gateway exists: drops what it holds for internal ids a snapshot retires (issue 14 §4).
+  const retiring: { drop?: (retired: ReadonlySet<string>) => number } = {};
   configPlane.onChange((next, version) => {
     const nextServed = withServingRevisions(next, servedIds);
+    const retired = retiredInternalIds(served.tenants, nextServed.tenants);
     router.update(nextServed);
     live.update(nextServed);
     admission.updateTenants(nextServed.tenants);
     revocations.applyConfig(nextServed.tenants);
+    if (retired.size > 0) logger.info({ version, retired: retired.size, dropped: retiring.drop?.(retired) ?? 0 }, 'deleted tenants or apps: their retained state dropped');
     const needsRestart = restartOnlyChanges({ before: served, after: nextServed, previousFull: latest, full: next, servedIds, scheduled: config.tenants });
     served = nextServed;
     latest = next;
@@ -381,6 +385,7 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
           ? { ready: false, reason: 'usage ledger backlog is full' }
           : { ready: true },
   });
+  retiring.drop = (retired) => gateway.registry.purgeTenants((key) => retired.has(key));
 
   // The admin API on the same port, outside the gateway: it stays reachable while the
   // configuration is stale (that is how an operator fixes it) and during a drain.

@@ -57,7 +57,7 @@ export function describeBudgetSuite(name: string, start: (databaseUrl: string) =
     async function tenantMonth(): Promise<{ settled: number; reserved: number; leased: number }> {
       const { rows } = await sql<{ settled: string; reserved: string; leased: string }>`
         SELECT coalesce(sum(settled_nano), 0)::text AS settled, coalesce(sum(reserved_nano), 0)::text AS reserved, coalesce(sum(leased_nano), 0)::text AS leased
-        FROM budget_periods WHERE scope = 'tenant:demo' AND period = 'month'`.execute(sampler.db);
+        FROM budget_periods WHERE scope = 'tenant:' || (SELECT uid FROM tenants WHERE id = 'demo') AND period = 'month'`.execute(sampler.db);
       return { settled: Number(rows[0].settled), reserved: Number(rows[0].reserved), leased: Number(rows[0].leased) };
     }
 

@@ -182,6 +182,76 @@ describe('control plane → split data plane', () => {
     }
   });
 
+  it('a tenant deleted and created again under the same id starts from nothing on every gateway (issue 14 §4)', async () => {
+    const chat = (i: number, key: string, headers: Record<string, string> = {}) =>
+      fetch(`${topology.gateways[i].url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { Authorization: `Bearer ${key}`, 'Content-Type': 'application/json', ...headers },
+        body: JSON.stringify({ model: 'tiny-stories', messages: [{ role: 'user', content: 'Once upon a time' }], max_tokens: 4, temperature: 0 }),
+      });
+    /** A 200 from gateway `i` once the snapshot with the tenant reached it (403/429 until then). */
+    const admitted = async (i: number, key: string, headers: Record<string, string> = {}) => {
+      const start = Date.now();
+      for (;;) {
+        const res = await chat(i, key, headers);
+        if (res.status === 200) return res;
+        await res.arrayBuffer();
+        if (Date.now() - start > 15_000) throw new Error(`gateway ${i} still answers ${res.status}`);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    };
+    const createAcme = async () => {
+      const t = await admin('POST', '/tenants', { id: 'fenced', name: 'Fenced' });
+      await admin('POST', '/tenants/fenced/apps', { id: 'fenced-web', name: 'Web' });
+      const k = await admin('POST', '/tenants/fenced/apps/fenced-web/keys', {});
+      return { key: k.key as string, internalId: t.internal_id as string };
+    };
+    const usageRequests = async (i: number, key: string) => {
+      const res = await fetch(`${topology.gateways[i].url}/v1/usage`, { headers: { Authorization: `Bearer ${key}` } });
+      return ((await res.json()) as { requests: number }).requests;
+    };
+    const untilUsage = async (key: string, n: number) => {
+      const start = Date.now();
+      while ((await usageRequests(0, key)) < n) {
+        if (Date.now() - start > 15_000) throw new Error(`usage never reached ${n}`);
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    };
+
+    const old = await createAcme();
+    const first = await admitted(0, old.key, { 'Idempotency-Key': 'split-order-1' });
+    const oldGeneration = first.headers.get('x-weir-generation-id') as string;
+    await first.arrayBuffer();
+    await untilUsage(old.key, 1);
+    // Replayed from the ledger's retained result on the other gateway.
+    const replay = await chat(1, old.key, { 'Idempotency-Key': 'split-order-1' });
+    expect(replay.headers.get('idempotent-replayed')).toBe('true');
+    await replay.arrayBuffer();
+    expect((await fetch(`${topology.gateways[0].url}/v1/generations/${oldGeneration}`, { headers: { Authorization: `Bearer ${old.key}` } })).status).toBe(200);
+
+    await admin('DELETE', '/tenants/fenced');
+    const successor = await createAcme();
+    for (const i of [0, 1]) {
+      const fresh = await admitted(i, successor.key, { 'Idempotency-Key': `split-order-1${i === 0 ? '' : '-b'}` });
+      if (i === 0) {
+        // The same key as the deleted tenant's: run afresh, not replayed.
+        expect(fresh.headers.get('idempotent-replayed')).toBeNull();
+        expect(fresh.headers.get('x-weir-generation-id')).not.toBe(oldGeneration);
+      }
+      await fresh.arrayBuffer();
+      // The old generation: not in the serving gateway's registry for the successor, nor in the ledger.
+      const gone = await fetch(`${topology.gateways[i].url}/v1/generations/${oldGeneration}`, { headers: { Authorization: `Bearer ${successor.key}` } });
+      expect(gone.status).toBe(404);
+      await gone.arrayBuffer();
+    }
+    await untilUsage(successor.key, 2);
+    expect(await usageRequests(1, successor.key)).toBe(2);
+    // The old key stays dead on both gateways.
+    for (const i of [0, 1]) expect((await chat(i, old.key)).status).toBe(401);
+    expect(successor.internalId).toMatch(/^fenced~[0-9a-f]{16}$/);
+    expect(successor.internalId).not.toBe(old.internalId);
+  });
+
   it('with the control plane and NATS stopped, the gateways fail closed past the maximum staleness and recover when both return', async () => {
     await topology.processes.get('control-plane')?.stop();
     await nats.stop();

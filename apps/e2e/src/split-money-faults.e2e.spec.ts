@@ -90,7 +90,7 @@ async function leaseAccountingErrors(): Promise<unknown[]> {
 async function tenantMonth(): Promise<{ settled: number; leased: number }> {
   const { rows } = await sql<{ settled: string; leased: string }>`
     SELECT coalesce(sum(settled_nano), 0)::text AS settled, coalesce(sum(leased_nano), 0)::text AS leased
-    FROM budget_periods WHERE scope = 'tenant:demo' AND period = 'month'`.execute(db.db);
+    FROM budget_periods WHERE scope = 'tenant:' || (SELECT uid FROM tenants WHERE id = 'demo') AND period = 'month'`.execute(db.db);
   return { settled: Number(rows[0].settled), leased: Number(rows[0].leased) };
 }
 

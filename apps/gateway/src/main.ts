@@ -31,7 +31,7 @@
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { createConfigSyncMetrics, openDataPlaneConfig } from '@weir/config-sync';
-import { type CancelMessage, type GenerationInput, newId, systemClock } from '@weir/core';
+import { type CancelMessage, type GenerationInput, newId, retiredInternalIds, systemClock } from '@weir/core';
 import { adapterTokenCounter, countInputWith, remoteReplicas, replicaTokenCounter, utf8TokenUpperBound } from '@weir/engines';
 import { clientLimitsFromEnv, createClientGuard, createGatewayApp, createGenerationPipeline, createLiveConfig, createMetricsObserver, createRevocations } from '@weir/gateway';
 import { cancelMessageCodec, connectNats, createNatsTopic, createNatsSettlementJournal, ensureUsageStream, natsNames } from '@weir/messaging-nats';
@@ -122,11 +122,18 @@ runUntilSignal('gateway', logger, async () => {
   const apiKeys = createCachedApiKeyStore(createApiKeyRepository(database.db));
   const revocations = createRevocations({ keyCache: apiKeys });
   revocations.applyConfig(config.tenants);
+  let applied = config;
+  // Set once the gateway exists.
+  const retiring: { drop?: (retired: ReadonlySet<string>) => number } = {};
   source.onChange((next, version) => {
+    // Internal ids the snapshot retires (deleted tenants and apps, issue 14 §4): their retained generations go.
+    const retired = retiredInternalIds(applied.tenants, next.tenants);
+    applied = next;
     router.update(next);
     live.update(next);
     revocations.applyConfig(next.tenants);
-    logger.info({ version }, 'configuration applied');
+    const dropped = retired.size > 0 ? (retiring.drop?.(retired) ?? 0) : 0;
+    logger.info({ version, ...(retired.size > 0 ? { retired: retired.size, dropped } : {}) }, 'configuration applied');
   });
   source.onRevocation((r) => {
     revocations.apply(r);
@@ -174,6 +181,7 @@ runUntilSignal('gateway', logger, async () => {
       return record?.tenantId === tenantId ? record : undefined;
     },
   });
+  retiring.drop = (retired) => gateway.registry.purgeTenants((key) => retired.has(key));
   // The request and header timeouts bound receiving a request only: answers stream as long as they run.
   const server = createServer(clients.serverOptions, gateway.app);
   clients.attach(server);

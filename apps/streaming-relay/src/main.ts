@@ -16,7 +16,7 @@
  * SHUTDOWN_GRACE_MS (default 10000), LOG_LEVEL.
  */
 import { createConfigSyncMetrics, openDataPlaneConfig, warnChangesNeedingRestart } from '@weir/config-sync';
-import { type CancelMessage, type RelayHandle, type ReplicaHealthEvent, systemClock } from '@weir/core';
+import { type CancelMessage, type RelayHandle, type ReplicaHealthEvent, systemClock, tenantKeyOf } from '@weir/core';
 import { createReplicaEngines, remoteReplicas, replicaUnreachable } from '@weir/engines';
 import {
   cancelMessageCodec,
@@ -86,14 +86,15 @@ runUntilSignal('streaming-relay', logger, async () => {
   const tracked = {
     start(job: Parameters<typeof relay.start>[0]) {
       const handle = relay.start(job);
-      running.set(job.generationId, { tenantId: job.caller.tenantId, handle });
+      running.set(job.generationId, { tenantId: tenantKeyOf(job.caller), handle });
       void handle.done.then(() => running.delete(job.generationId));
       return handle;
     },
   };
   const unsubscribe = cancels.subscribe((m) => {
     const held = running.get(m.generationId);
-    if (held && held.tenantId === m.tenantId) held.handle.stop(m.cause);
+    // The same tenant by internal id (issue 14 §4): a later tenant with the same slug cannot stop it.
+    if (held && held.tenantId === tenantKeyOf(m)) held.handle.stop(m.cause);
   });
 
   const binding = createRelayGrpcServer(tracked);

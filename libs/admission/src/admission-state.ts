@@ -4,6 +4,7 @@
  * UTC calendar period, one {@link ReservationRecord} per admitted request. Stores persist
  * these; the pure functions in `decide.ts` compute the next state from the locked one.
  */
+import { type AdmissionLimits, type Caller, type TenantSpec, appKeyOf, slugOfInternalId, tenantKeyOf } from '@weir/core';
 
 /** 1 USD in nano-USD: money is integer nano-USD everywhere in admission. */
 export const NANO_PER_USD = 1_000_000_000;
@@ -11,14 +12,68 @@ export const NANO_PER_USD = 1_000_000_000;
 /** A calendar budget period (UTC): the month starting on the 1st, or the day. */
 export type BudgetPeriod = 'month' | 'day';
 
-/** The scope key of a tenant: `tenant:<tenantId>`. */
-export function tenantScope(tenantId: string): string {
-  return `tenant:${tenantId}`;
+/**
+ * The scope key of a tenant: `tenant:<key>`, where the key is the tenant's internal id
+ * (`tenantKeyOf(caller)`, issue 14 §4; a legacy tenant's is its slug), so a tenant created
+ * again with a deleted one's slug starts with fresh budget rows, leases and buckets.
+ */
+export function tenantScope(tenantKey: string): string {
+  return `tenant:${tenantKey}`;
 }
 
-/** The scope key of an app of a tenant: `app:<tenantId>/<appId>`. */
-export function appScope(tenantId: string, appId: string): string {
-  return `app:${tenantId}/${appId}`;
+/** The scope key of an app of a tenant: `app:<tenant key>/<app key>` (internal ids, as {@link tenantScope}). */
+export function appScope(tenantKey: string, appKey: string): string {
+  return `app:${tenantKey}/${appKey}`;
+}
+
+/**
+ * Whether `key` (an internal id, or a bare slug) names the configured incarnation `spec` of its
+ * slug: its own internal id, or the slug itself (state of callers that carry no internal id:
+ * tenants older than migration 0012, processes of an earlier version during an upgrade), or any
+ * id made for the slug when the configuration names none (a configuration file).
+ */
+function isLiveKey(spec: { id: string; uid?: string }, key: string): boolean {
+  return spec.uid === undefined || key === spec.uid || key === spec.id;
+}
+
+/**
+ * The configured limits of a scope key (see {@link tenantScope}, {@link appScope}) in
+ * `tenants` (by tenant id): the tenant's, or its app's (`{}` when the app has none). Undefined
+ * when the tenant or app is not configured, or when the configuration gives it another internal
+ * id than the scope's: the scope belongs to a deleted tenant or app, and its state is dropped
+ * (leases given back, nothing admitted on it).
+ */
+export function scopeLimits(tenants: ReadonlyMap<string, TenantSpec>, scope: string): AdmissionLimits | undefined {
+  if (scope.startsWith('tenant:')) {
+    const key = scope.slice('tenant:'.length);
+    const tenant = tenants.get(slugOfInternalId(key));
+    return tenant && isLiveKey(tenant, key) ? tenant.limits : undefined;
+  }
+  const rest = scope.slice('app:'.length);
+  const slash = rest.indexOf('/');
+  if (!scope.startsWith('app:') || slash < 0) return undefined;
+  const tenantKey = rest.slice(0, slash);
+  const appKey = rest.slice(slash + 1);
+  const tenant = tenants.get(slugOfInternalId(tenantKey));
+  if (!tenant || !isLiveKey(tenant, tenantKey)) return undefined;
+  const app = tenant.apps.find((a) => a.id === slugOfInternalId(appKey));
+  if (!app || !isLiveKey(app, appKey)) return undefined;
+  return app.limits;
+}
+
+/**
+ * Whether `spec` (the configured tenant of the caller's slug) is the caller's tenant and app
+ * by internal id: false when the caller carries internal ids and the configuration names
+ * others — the caller's key is of a deleted tenant or app, or the configuration has not caught
+ * up with a new one yet. A caller without internal ids (see `tenantKeyOf`) is its slug's.
+ */
+export function isSameIncarnation(spec: TenantSpec, caller: Caller): boolean {
+  // Strict: a legacy internal id (the slug itself) of a deleted tenant is not the new one's.
+  if (caller.tenantUid !== undefined && spec.uid !== undefined && spec.uid !== tenantKeyOf(caller)) return false;
+  if (caller.appUid === undefined) return true;
+  // A loop, not `find`: this runs on every reservation (no closure per call).
+  for (const app of spec.apps) if (app.id === caller.appId) return app.uid === undefined || app.uid === appKeyOf(caller);
+  return true;
 }
 
 /**

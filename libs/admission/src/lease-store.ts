@@ -205,7 +205,9 @@ export interface ReclaimReport {
  * — an overspend, or a lease already reclaimed — is settled but moves nothing).
  */
 export interface LeaseSettlement {
+  /** The tenant's internal id (`tenantKeyOf`): its budget rows are filed under it. */
   tenantId: string;
+  /** The app's internal id (`appKeyOf`). */
   appId: string;
   costNano: number;
   reservation: ReservationRef;

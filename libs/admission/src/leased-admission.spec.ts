@@ -8,7 +8,7 @@
  * The Postgres/PGlite versions (two holders on one real database, the lease store contract, the
  * admission port contract in exclusive mode) are in `@weir/store-pg`'s specs.
  */
-import type { ReservationRequest, ReserveResult, TenantSpec } from '@weir/core';
+import { type ReservationRequest, type ReserveResult, type TenantSpec, appKeyOf, tenantKeyOf } from '@weir/core';
 import {
   type InMemoryLeaseStore,
   type LeasedAdmission,
@@ -74,7 +74,7 @@ async function spend(a: LeasedAdmission, store: InMemoryLeaseStore, r: Reservati
   const res = await a.reserve(r);
   if (!res.ok) return false;
   await a.settle(res.reservationId, { usage: usage(), costNanoUsd: cost });
-  store.applySettlements([{ tenantId: r.caller.tenantId, appId: r.caller.appId, costNano: cost, reservation: res.reservation! }]);
+  store.applySettlements([{ tenantId: tenantKeyOf(r.caller), appId: appKeyOf(r.caller), costNano: cost, reservation: res.reservation! }]);
   return true;
 }
 
@@ -422,6 +422,35 @@ describe('leased admission, shared', () => {
     const after = (await h.store.listLeases()).rate.map((l) => l.shares.tokensPerMinute);
     expect(after.reduce((x, y) => x + y, 0)).toBeLessThanOrEqual(1_500);
     after.forEach((v, i) => expect(v).toBe(Math.floor((before[i] * 1_500) / 6_000)));
+  });
+
+  it('files scopes under internal ids: a same-slug successor starts with a fresh budget, the retired one’s lease goes back (issue 14 §4)', async () => {
+    const h = harness();
+    const OLD = 'acme~00000000000000aa';
+    const NEW = 'acme~00000000000000bb';
+    const incarnation = (uid: string, appUid: string) => ({ ...tenant('acme', { monthlyBudgetUsd: 0.002 }, [{ id: 'web', uid: appUid, name: 'web', limits: {} }]), uid });
+    const callerOf = (tenantUid: string, appUid: string) => ({ tenantId: 'acme', appId: 'web', apiKeyId: 'key', tenantUid, appUid });
+    const a = h.make([incarnation(OLD, 'web~00000000000000a1')]);
+    const oldCaller = callerOf(OLD, 'web~00000000000000a1');
+    expect(await spend(a, h.store, req('acme', { caller: oldCaller }))).toBe(true);
+    expect(await spend(a, h.store, req('acme', { caller: oldCaller }))).toBe(true);
+    expect(await a.reserve(req('acme', { caller: oldCaller }))).toMatchObject({ ok: false, reason: 'budget_exhausted' });
+    expect(await h.store.readBudget(monthRow(OLD))).toMatchObject({ settledNano: 2 * WORST });
+
+    // Deleted and created again: the snapshot names the new internal ids.
+    a.updateTenants([incarnation(NEW, 'web~00000000000000b1')]);
+    const newCaller = callerOf(NEW, 'web~00000000000000b1');
+    const fresh = ok(await a.reserve(req('acme', { caller: newCaller })));
+    expect(fresh.reservation?.leaseIds.length).toBeGreaterThan(0);
+    // A key of the deleted tenant that still resolves (cached) is not admitted on either incarnation.
+    expect(await a.reserve(req('acme', { caller: oldCaller }))).toMatchObject({ ok: false, reason: 'concurrency_limited', retryAfterMs: 1_000 });
+    // The retired scopes' leases are given back at the next maintenance.
+    await a.runMaintenance();
+    const leases = a.snapshot().budgetLeases;
+    expect(leases.filter((l) => l.status === 'active').map((l) => l.key.scope)).toEqual(expect.arrayContaining([`tenant:${NEW}`]));
+    expect(leases.filter((l) => l.status === 'active' && l.key.scope.includes(OLD))).toEqual([]);
+    expect(await h.store.readBudget(monthRow(NEW))).toMatchObject({ settledNano: 0 });
+    expect(await h.store.readBudget(monthRow(OLD))).toMatchObject({ settledNano: 2 * WORST, leasedNano: 0 });
   });
 
   it('refuses an unknown tenant exactly as before', async () => {

@@ -27,15 +27,32 @@
 import {
   type AdmissionLimits,
   type AdmissionService,
+  type Caller,
   type ReservationRef,
   type ReserveResult,
   type ReservationRequest,
   type Settlement,
   type TenantSpec,
   WeirError,
+  appKeyOf,
   newId,
+  tenantKeyOf,
 } from '@weir/core';
-import { type BudgetKey, type BudgetPeriod, type BudgetState, NANO_PER_USD, type ScopeState, appScope, budgetKeyString, emptyBudget, emptyScope, periodStarts, tenantScope } from './admission-state';
+import {
+  type BudgetKey,
+  type BudgetPeriod,
+  type BudgetState,
+  NANO_PER_USD,
+  type ScopeState,
+  appScope,
+  budgetKeyString,
+  emptyBudget,
+  emptyScope,
+  isSameIncarnation,
+  periodStarts,
+  scopeLimits,
+  tenantScope,
+} from './admission-state';
 import { BUCKETS, type FinishOutcome, MINUTE_MS, type ReserveDecision, type ScopeCheck, decideReservation, drainedLevel, finishReservation, formatUsd } from './decide';
 import {
   type BudgetLeaseRow,
@@ -526,11 +543,15 @@ export function createLeasedAdmission(options: LeasedAdmissionOptions, deps: Lea
     starts: { month: string; day: string };
   }
 
-  const plan = (tenant: TenantSpec, appId: string, nowMs: number): Plan => {
+  const plan = (tenant: TenantSpec, caller: Caller, nowMs: number): Plan => {
     const starts = startsAt(nowMs);
+    const appId = caller.appId;
     const appLimits = tenant.apps.find((a) => a.id === appId)?.limits ?? {};
-    const tScope = scopeOf(tenantScope(tenant.id), 'tenant');
-    const aScope = scopeOf(appScope(tenant.id, appId), 'app');
+    // Scopes by internal id (issue 14 §4): a deleted same-slug tenant's buckets, slots and
+    // budget rows are not this one's.
+    const tenantKey = tenantKeyOf(caller);
+    const tScope = scopeOf(tenantScope(tenantKey), 'tenant');
+    const aScope = scopeOf(appScope(tenantKey, appKeyOf(caller)), 'app');
     const limits: [AppLimits, AppLimits] = [tenant.limits, appLimits];
     const leases: Plan['leases'] = [];
     [tScope, aScope].forEach((s, i) => {
@@ -1157,16 +1178,26 @@ export function createLeasedAdmission(options: LeasedAdmissionOptions, deps: Lea
     async reserve(request: ReservationRequest): Promise<ReserveResult> {
       checkRequest(request);
       if (stopped) throw new WeirError('shutting_down', 'admission is stopping; retry on another instance', { retryable: true, retryAfterMs: 1_000 });
-      const { tenantId, appId } = request.caller;
+      const { tenantId } = request.caller;
       for (let round = 0; ; round++) {
-        const tenant = tenants.get(tenantId);
+        const spec = tenants.get(tenantId);
+        // A key of a deleted tenant (or app), or a new one the snapshot has not reached yet: not admitted here.
+        const tenant = spec && isSameIncarnation(spec, request.caller) ? spec : undefined;
         if (!tenant) {
           counters.rejected++;
           observer?.onDecision?.({ tenantId, outcome: 'rejected', reason: 'concurrency_limited' });
+          if (spec) {
+            return {
+              ok: false,
+              reason: 'concurrency_limited',
+              message: `Tenant ${tenantId} (or its app) was deleted and created again, and this instance's configuration does not have the new one yet; retry in a second.`,
+              retryAfterMs: 1_000,
+            };
+          }
           return { ok: false, reason: 'concurrency_limited', message: `Tenant ${tenantId} has no admission policy; ask the platform team to configure it.` };
         }
         const nowMs = clock.now();
-        const p = plan(tenant, appId, nowMs);
+        const p = plan(tenant, request.caller, nowMs);
         const decision = decideReservation({ request, scopes: checks(p), nowMs, concurrencyRetryAfterMs });
         if (decision.ok) {
           const ids = uncovered(p, request.expiresAtMs);
@@ -1311,10 +1342,7 @@ export function createLeasedAdmission(options: LeasedAdmissionOptions, deps: Lea
 type AppLimits = AdmissionLimits;
 
 function limitsFrom(tenants: ReadonlyMap<string, TenantSpec>, scope: string): AppLimits | undefined {
-  if (scope.startsWith('tenant:')) return tenants.get(scope.slice('tenant:'.length))?.limits;
-  const [tenantId, appId] = scope.slice('app:'.length).split('/');
-  const tenant = tenants.get(tenantId);
-  return tenant ? (tenant.apps.find((a) => a.id === appId)?.limits ?? {}) : undefined;
+  return scopeLimits(tenants, scope);
 }
 
 function checkRequest(r: ReservationRequest): void {

@@ -78,6 +78,16 @@ function id() {
   return z.string({ error }).regex(ID_PATTERN, { error });
 }
 
+/**
+ * An internal id (issue 14 §4, `@weir/core` internal-ids): the id itself, or `<id>~<hex>`.
+ * The control plane writes it into its snapshots; a configuration file leaves it out.
+ */
+const INTERNAL_ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}(~[0-9a-f]{8,64})?$/;
+function internalId() {
+  const error = expecting('an internal id: the id, or <id>~<hex> (set by the control plane; leave it out of a configuration file)');
+  return z.string({ error }).regex(INTERNAL_ID_PATTERN, { error });
+}
+
 function text(maxLength = 200) {
   const error = expecting(`a non-empty string of at most ${maxLength} characters`);
   return z.string({ error }).min(1, { error }).max(maxLength, { error });
@@ -324,6 +334,8 @@ const appLimits = strict({ max_concurrent: int(1).optional(), ...limitFields });
 
 const app = strict({
   id: id(),
+  /** The app's internal id (control-plane snapshots only). */
+  uid: internalId().optional(),
   name: text(),
   limits: section(appLimits.prefault({})),
 });
@@ -335,6 +347,8 @@ const tenantLimits = strict({
 
 const tenant = strict({
   id: id(),
+  /** The tenant's internal id (control-plane snapshots only): what its state is filed under. */
+  uid: internalId().optional(),
   name: text(),
   apps: section(list(app, 'apps').default([])),
   allowed_aliases: list(z.string({ error: expecting('an alias name or "*"') }), 'alias names').default(['*']),

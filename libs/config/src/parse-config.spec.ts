@@ -95,6 +95,25 @@ describe('parseConfig: valid documents', () => {
     });
   });
 
+  it('reads the internal ids a control-plane snapshot gives tenants and apps, and refuses one made for another id (issue 14 §4)', () => {
+    const file = validFile();
+    file.tenants[0].uid = 't1~0123456789abcdef';
+    file.tenants[0].apps[0].uid = 'app1';
+    const config = parseConfig(JSON.stringify(file), 'snapshot');
+    expect(config.tenants[0]).toMatchObject({ id: 't1', uid: 't1~0123456789abcdef', apps: [{ id: 'app1', uid: 'app1' }] });
+    // A configuration file names none.
+    expect(parseConfig(JSON.stringify(validFile()), 'file').tenants[0].uid).toBeUndefined();
+    file.tenants[0].uid = 'acme~0123456789abcdef';
+    expect(errorOf(() => parseConfig(JSON.stringify(file), 'snapshot')).problems).toEqual([
+      expect.objectContaining({ path: 'tenants[0].uid', message: expect.stringContaining('was not made for tenant "t1"') }),
+    ]);
+    file.tenants[0].uid = 't1';
+    file.tenants[0].apps[0].uid = 'app1~XYZ';
+    expect(errorOf(() => parseConfig(JSON.stringify(file), 'snapshot')).problems).toEqual([
+      expect.objectContaining({ path: 'tenants[0].apps[0].uid', message: expect.stringContaining('expected an internal id') }),
+    ]);
+  });
+
   it('reads admission limits of tenants and apps, and the admission defaults', () => {
     const file = validFile();
     file.tenants = [

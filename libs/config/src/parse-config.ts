@@ -11,6 +11,7 @@ import {
   type RevisionCapabilities,
   type RevisionSpec,
   type TenantSpec,
+  slugOfInternalId,
 } from '@weir/core';
 import { parseDocument } from 'yaml';
 import type { z } from 'zod';
@@ -395,7 +396,9 @@ function crossCheck(file: ConfigFile): ConfigProblem[] {
 
   const appIds = new Map<string, string>();
   file.tenants.forEach((t, i) => {
+    if (t.uid !== undefined && slugOfInternalId(t.uid) !== t.id) add(['tenants', i, 'uid'], `internal id ${describeValue(t.uid)} was not made for tenant ${describeValue(t.id)}`);
     t.apps.forEach((app, j) => {
+      if (app.uid !== undefined && slugOfInternalId(app.uid) !== app.id) add(['tenants', i, 'apps', j, 'uid'], `internal id ${describeValue(app.uid)} was not made for app ${describeValue(app.id)}`);
       const other = appIds.get(app.id);
       if (other !== undefined) add(['tenants', i, 'apps', j, 'id'], `duplicate app id (also ${other}); app ids are unique across tenants`);
       else appIds.set(app.id, formatPath(['tenants', i, 'apps', j, 'id']));
@@ -486,7 +489,8 @@ function toPlatformConfig(file: ConfigFile, baseDir: string): PlatformConfig {
     tenants: file.tenants.map((t): TenantSpec => ({
       id: t.id,
       name: t.name,
-      apps: t.apps.map((app) => ({ id: app.id, name: app.name, limits: toLimits(app.limits) })),
+      ...(t.uid !== undefined ? { uid: t.uid } : {}),
+      apps: t.apps.map((app) => ({ id: app.id, name: app.name, ...(app.uid !== undefined ? { uid: app.uid } : {}), limits: toLimits(app.limits) })),
       allowedAliases: [...t.allowed_aliases],
       defaultDeadlineMs: t.default_deadline_ms,
       limits: { ...toLimits(t.limits), maxConcurrent: t.limits.max_concurrent },

@@ -125,7 +125,13 @@ describe('the control plane admin API', () => {
     expect(sink.snapshots.map((s) => s.version)).toEqual([1]);
     const config = sink.snapshots[0].config as Json;
     expect(config.revisions.map((r: Json) => r.id)).toEqual(['tiny@1', 'tiny@2']);
-    expect(config.tenants[0]).toEqual({ id: 'demo', name: 'Demo', apps: [{ id: 'demo-app', name: 'Demo app' }], limits: { max_concurrent: 8 } });
+    expect(config.tenants[0]).toEqual({
+      id: 'demo',
+      uid: expect.stringMatching(/^demo~[0-9a-f]{16}$/),
+      name: 'Demo',
+      apps: [{ id: 'demo-app', uid: expect.stringMatching(/^demo-app~[0-9a-f]{16}$/), name: 'Demo app' }],
+      limits: { max_concurrent: 8 },
+    });
     // What the data plane will do with it.
     expect(parseConfig(JSON.stringify(config), 'snapshot v1').tenants[0].limits.maxConcurrent).toBe(8);
     const one = await call('GET', '/snapshots/1');
@@ -184,8 +190,9 @@ describe('the control plane admin API', () => {
     const snap = await call('GET', '/snapshots/latest');
     expect(snap.body.config.tenants.find((t: Json) => t.id === 'acme')).toEqual({
       id: 'acme',
+      uid: expect.stringMatching(/^acme~[0-9a-f]{16}$/),
       name: 'Acme Corp',
-      apps: [{ id: 'acme-web', name: 'Website', limits: { max_concurrent: 2 } }],
+      apps: [{ id: 'acme-web', uid: expect.stringMatching(/^acme-web~[0-9a-f]{16}$/), name: 'Website', limits: { max_concurrent: 2 } }],
       limits: { requests_per_minute: 60, monthly_budget_usd: 100 },
     });
 
@@ -229,6 +236,47 @@ describe('the control plane admin API', () => {
     expect(audit.body.data.map((e: Json) => e.action)).toEqual(['api_key.revoke', 'api_key.create']);
     expect(audit.body.data[0].before.revoked_at).toBeNull();
     expect(audit.body.data[0].after.revoked_at).not.toBeNull();
+  });
+
+  it('deletes an API key (revoked on the fast path, audited, gone from the list); 404 for an unknown one', async () => {
+    const created = await call('POST', '/tenants/demo/apps/demo-app/keys', { label: 'to delete' });
+    const before = await latestVersion();
+    const deleted = await call('DELETE', `/tenants/demo/apps/demo-app/keys/${created.body.id}`);
+    expect(deleted.status).toBe(200);
+    expect(deleted.body).toEqual({ id: created.body.id, deleted: true });
+    expect(deleted.headers.get('x-weir-config-version')).toBe(String(before + 1));
+    expect(sink.revocations.at(-1)).toMatchObject({ kind: 'api_key', tenant_id: 'demo', api_key_id: created.body.id, api_key_sha256: hashApiKey(created.body.key) });
+    expect((await call('GET', '/tenants/demo/apps/demo-app/keys')).body.data.map((k: Json) => k.id)).not.toContain(created.body.id);
+    const audit = await call('GET', `/audit?entity_type=api_key&entity_id=${created.body.id}`);
+    expect(audit.body.data.map((e: Json) => e.action)).toEqual(['api_key.delete', 'api_key.create']);
+    expect(audit.body.data[0]).toMatchObject({ before: { id: created.body.id, label: 'to delete' }, after: null });
+    expect(JSON.stringify(audit.body)).not.toContain(created.body.key.split('_').slice(2).join('_'));
+    const again = await call('DELETE', `/tenants/demo/apps/demo-app/keys/${created.body.id}`);
+    expect(again.status).toBe(404);
+    expect(again.body.error.code).toBe('not_found');
+  });
+
+  it('deleting a tenant revokes its active keys too and purges its idempotency keys, not another incarnation’s (issue 14 §4)', async () => {
+    const tenant = await call('POST', '/tenants', { id: 'doomed', name: 'Doomed' });
+    expect(tenant.body.internal_id).toMatch(/^doomed~[0-9a-f]{16}$/);
+    await call('POST', '/tenants/doomed/apps', { id: 'doomed-web', name: 'Web' });
+    const key = await call('POST', '/tenants/doomed/apps/doomed-web/keys', {});
+    const key2 = await call('POST', '/tenants/doomed/apps/doomed-web/keys', {});
+    await call('POST', `/tenants/doomed/apps/doomed-web/keys/${key2.body.id}/revoke`);
+    const idem = (tenantId: string) => ({ tenant_id: tenantId, request_id: 'k1', body_sha256: 'a'.repeat(64), generation_id: 'gen_1', route: 'generations', state: 'done' as const, result: JSON.stringify({ deltas: ['secret output'] }), expires_at: new Date(Date.now() + 60_000) });
+    await database.db.insertInto('idempotency_keys').values([idem(tenant.body.internal_id), idem('doomed-other-tenant')]).execute();
+    const seq = sink.revocations.length;
+    expect((await call('DELETE', '/tenants/doomed')).body).toEqual({ id: 'doomed', deleted: true, internal_id: tenant.body.internal_id });
+    expect(sink.revocations.slice(seq).map((r) => ({ kind: r.kind, tenant: r.tenant_id, key: r.api_key_id }))).toEqual([
+      { kind: 'tenant', tenant: 'doomed', key: undefined },
+      { kind: 'api_key', tenant: 'doomed', key: key.body.id },
+    ]);
+    const left = await database.db.selectFrom('idempotency_keys').select('tenant_id').where('tenant_id', 'in', [tenant.body.internal_id, 'doomed-other-tenant']).execute();
+    expect(left).toEqual([{ tenant_id: 'doomed-other-tenant' }]);
+    const recreated = await call('POST', '/tenants', { id: 'doomed', name: 'Doomed again' });
+    expect(recreated.body.internal_id).toMatch(/^doomed~[0-9a-f]{16}$/);
+    expect(recreated.body.internal_id).not.toBe(tenant.body.internal_id);
+    await call('DELETE', '/tenants/doomed');
   });
 
   it('flips the kill switch on the fast path and keeps policies in the store', async () => {

@@ -7,6 +7,7 @@ import type { AdminRequest } from './routes/context';
 import { registerModelRoutes } from './routes/models';
 import { registerSystemRoutes } from './routes/system';
 import { registerTenantRoutes } from './routes/tenants';
+import { registerUsageRoutes } from './routes/usage';
 
 /** Options of {@link createAdminRouter}. */
 export interface AdminRouterOptions {
@@ -67,6 +68,7 @@ export function createAdminRouter(options: AdminRouterOptions, deps: AdminRouter
   registerTenantRoutes(router, { cp, logger });
   registerModelRoutes(router, { cp, logger });
   registerSystemRoutes(router, { cp, logger });
+  registerUsageRoutes(router, { cp, logger });
   for (const register of deps.extraRoutes ?? []) register(router);
 
   router.use((req, _res, next) => next(new WeirError('not_found', `No admin route ${req.method} ${req.baseUrl}${req.path}; see docs/admin-api.md for the routes.`)));

@@ -123,19 +123,28 @@ describe('importConfig', () => {
     expect(sink.snapshots.at(-1)?.version).toBe(2);
     expect(published.revisions.map((r: Json) => r.id)).toEqual(['tiny@1', 'tiny@2', 'tiny@3']);
     expect(published.tenants.map((t: Json) => t.id)).toEqual(['demo', 'new']);
-    expect(published.tenants[0]).toEqual({ id: 'demo', name: 'Demo renamed', apps: [{ id: 'demo-app', name: 'Demo app', limits: { max_concurrent: 2 } }], limits: { max_concurrent: 16 }, kill_switch: true });
+    expect(published.tenants[0]).toEqual({
+      id: 'demo',
+      uid: expect.stringMatching(/^demo~[0-9a-f]{16}$/),
+      name: 'Demo renamed',
+      apps: [{ id: 'demo-app', uid: expect.stringMatching(/^demo-app~[0-9a-f]{16}$/), name: 'Demo app', limits: { max_concurrent: 2 } }],
+      limits: { max_concurrent: 16 },
+      kill_switch: true,
+    });
     expect(published.defaults).toEqual({ cancel_grace_ms: 500 });
 
-    // The fast path: the removed tenant, the removed app's key and the kill switch.
+    // The fast path: the removed tenant and its active key (a cached key must not outlive it:
+    // issue 14 §4), the removed app's key and the kill switch.
     const kinds = sink.revocations.map((r) => ({ kind: r.kind, tenant: r.tenant_id, key: r.api_key_id, enabled: r.enabled }));
     expect(kinds).toEqual(
       expect.arrayContaining([
         { kind: 'tenant', tenant: 'gone', key: undefined, enabled: undefined },
+        { kind: 'api_key', tenant: 'gone', key: expect.any(String), enabled: undefined },
         { kind: 'api_key', tenant: 'demo', key: demoOldKey.id, enabled: undefined },
         { kind: 'kill_switch', tenant: 'demo', key: undefined, enabled: true },
       ]),
     );
-    expect(sink.revocations).toHaveLength(3);
+    expect(sink.revocations).toHaveLength(4);
     expect(await database.db.selectFrom('tenants').select('id').where('id', '=', 'gone').executeTakeFirst()).toBeUndefined();
   });
 

@@ -10,7 +10,7 @@ import { InvalidChangeError } from './admin-error';
 import { composeConfig } from './compose-config';
 import { absoluteModelPath, isJsonObject, listSection, stripNulls, type JsonObject } from './config-shapes';
 import type { Actor, ControlPlane, RevocationRequest } from './control-plane';
-import { policyRevocations } from './routes/tenants';
+import { policyRevocations, retireTenant } from './routes/tenants';
 
 /** The actor of a configuration-file import (the all-in-one's watched `WEIR_CONFIG`). */
 export const CONFIG_FILE_ACTOR: Actor = { id: 'config-file', label: 'configuration file (WEIR_CONFIG)' };
@@ -208,13 +208,11 @@ async function replaceConfig(trx: Transaction<WeirSchema>, config: JsonObject): 
   const tenantIds = new Set(fileTenants.map((t) => String(t.id)));
   const storedTenants = await trx.selectFrom('tenants').leftJoin('tenant_policies', 'tenant_policies.tenant_id', 'tenants.id').select(['tenants.id', 'tenant_policies.policy']).execute();
   const goneTenants = storedTenants.map((t) => t.id).filter((id) => !tenantIds.has(id));
-  if (goneTenants.length > 0) {
-    await trx.deleteFrom('tenants').where('id', 'in', goneTenants).execute();
-    for (const id of goneTenants) revocations.push({ kind: 'tenant', tenant_id: id });
-  }
+  for (const id of goneTenants) revocations.push(...(await retireTenant(trx, id)));
   const policies = new Map(storedTenants.map((t) => [t.id, t.policy ?? {}]));
   for (const t of fileTenants) {
-    const { id: rawId, name, apps, ...rawPolicy } = t;
+    // `uid` is the store's to give (a file copied from a snapshot may carry one): never policy.
+    const { id: rawId, name, apps, uid: _uid, ...rawPolicy } = t;
     const tenantId = String(rawId);
     const policy = stripNulls(rawPolicy);
     const before = policies.get(tenantId);

@@ -12,13 +12,17 @@ type Row<T extends keyof WeirSchema> = Selectable<WeirSchema[T]>;
 const iso = (d: Date | null) => (d === null ? null : d.toISOString());
 
 /** An app of a tenant. */
-export function appView(a: Pick<Row<'apps'>, 'id' | 'tenant_id' | 'name' | 'limits' | 'created_at'>) {
-  return { id: a.id, tenant_id: a.tenant_id, name: a.name, limits: a.limits ?? {}, created_at: iso(a.created_at) };
+export function appView(a: Pick<Row<'apps'>, 'id' | 'uid' | 'tenant_id' | 'name' | 'limits' | 'created_at'>) {
+  return { id: a.id, internal_id: a.uid, tenant_id: a.tenant_id, name: a.name, limits: a.limits ?? {}, created_at: iso(a.created_at) };
 }
 
 /** A tenant with its apps and policy. */
-export function tenantView(t: Pick<Row<'tenants'>, 'id' | 'name' | 'created_at'>, apps: ReturnType<typeof appView>[], policy: JsonObject) {
-  return { id: t.id, name: t.name, created_at: iso(t.created_at), apps, policy };
+/**
+ * A tenant with its apps and policy. `internal_id` is what its state and ledger rows are filed
+ * under (issue 14 §4): it changes when a tenant is deleted and created again with the same id.
+ */
+export function tenantView(t: Pick<Row<'tenants'>, 'id' | 'uid' | 'name' | 'created_at'>, apps: ReturnType<typeof appView>[], policy: JsonObject) {
+  return { id: t.id, internal_id: t.uid, name: t.name, created_at: iso(t.created_at), apps, policy };
 }
 
 /** An API key: its public prefix, never its hash or plaintext. */

@@ -48,7 +48,9 @@ export type ClaimResult = { claimed: true } | { claimed: false; existing: Idempo
 
 /**
  * Durable idempotency keys, shared by every gateway (Postgres in production; an in-memory
- * twin for a single process and for tests).
+ * twin for a single process and for tests). Every `tenantId` here is the tenant's internal id
+ * (`tenantKeyOf(caller)`, issue 14 §4), so a tenant created again under a deleted one's slug
+ * never replays, waits on or learns of the deleted one's keys and results.
  */
 export interface IdempotencyStore {
   /**

@@ -11,3 +11,4 @@ export * from './backoff';
 export * from './idempotency';
 export * from './settlement';
 export * from './json-guard';
+export * from './internal-ids';

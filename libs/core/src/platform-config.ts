@@ -283,6 +283,11 @@ export interface AdmissionLimits {
 export interface AppSpec {
   id: string;
   name: string;
+  /**
+   * The app's internal id (`<id>~<hex>`, see `@weir/core` internal-ids), set by the control
+   * plane in its snapshots; absent in a configuration file (the id is then the internal id).
+   */
+  uid?: string;
   /** The app's own limits, checked in addition to its tenant's. Default: none. */
   limits: AdmissionLimits;
 }
@@ -297,6 +302,13 @@ export interface TenantLimits extends AdmissionLimits {
 export interface TenantSpec {
   id: string;
   name: string;
+  /**
+   * The tenant's internal id (`<id>~<hex>`, see `@weir/core` internal-ids), set by the control
+   * plane in its snapshots so that data-plane processes drop the state of a deleted tenant's
+   * internal id when they apply one; absent in a configuration file (the slug is then the
+   * internal id).
+   */
+  uid?: string;
   apps: AppSpec[];
   /** Alias names this tenant may use; `['*']` means all. */
   allowedAliases: string[];

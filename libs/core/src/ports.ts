@@ -22,6 +22,10 @@ export interface ApiKeyIdentity {
   prefix: string;
   tenantId: string;
   appId: string;
+  /** The tenant's internal id (`@weir/core` internal-ids): what its state is filed under. Absent: the slug. */
+  tenantUid?: string;
+  /** The app's internal id. Absent: the app id. */
+  appUid?: string;
 }
 
 /** Looks up API keys by their SHA-256 hash (hex). */
@@ -81,6 +85,13 @@ export interface UsageRecord {
   requestId: string;
   tenantId: string;
   appId: string;
+  /**
+   * The tenant's internal id (see `tenantKeyOf`): the ledger files the row under it, so a later
+   * tenant with the same slug does not see it. Absent: the slug.
+   */
+  tenantUid?: string;
+  /** The app's internal id (its budget rows are filed under it). Absent: the app id. */
+  appUid?: string;
   apiKeyId: string;
   route: ApiRoute;
   modelAlias: string;
@@ -237,7 +248,9 @@ export interface UsageSummary extends UsageAggregate {
  */
 export interface UsageReader {
   /**
-   * Sums `tenantId`'s records that finished in `[since, until)`.
+   * Sums the records that finished in `[since, until)` of the tenant whose internal id is
+   * `tenantId` (`tenantKeyOf(caller)`: a deleted tenant's rows, under its retired internal id,
+   * are not a later same-slug tenant's).
    * @throws RangeError if a token sum or count exceeds Number.MAX_SAFE_INTEGER (never rounded).
    */
   summarize(query: { tenantId: string; since: Date; until: Date }): Promise<UsageSummary>;
@@ -273,6 +286,8 @@ export const systemClock: Clock = { now: () => performance.now() };
 export interface CancelMessage {
   generationId: string;
   tenantId: string;
+  /** The asking tenant's internal id: a relay acts only on a generation of that same tenant (absent: the slug). */
+  tenantUid?: string;
   cause: 'client_disconnected' | 'cancel_requested';
 }
 

@@ -13,6 +13,10 @@ export interface Caller {
   tenantId: string;
   appId: string;
   apiKeyId: string;
+  /** The tenant's internal id, from the key's row (see `tenantKeyOf`). Absent: the slug. */
+  tenantUid?: string;
+  /** The app's internal id, from the key's row (see `appKeyOf`). Absent: the app id. */
+  appUid?: string;
 }
 
 /** The router's answer for one request: the pinned revision and the fallback chain after it. */

@@ -91,6 +91,7 @@ export interface RetainSpec {
 
 /** The idempotency part of a settlement entry: the tenant's key and what a retry gets. */
 export interface IdempotencySettlement {
+  /** The tenant's internal id (`tenantKeyOf`): what its keys are filed under. */
   tenantId: string;
   /** The client's idempotency key (`request_id` / `Idempotency-Key`). */
   key: string;
@@ -120,6 +121,9 @@ export interface ProgressMark {
   requestId: string;
   tenantId: string;
   appId: string;
+  /** The tenant's and app's internal ids (as on `UsageRecord`); absent: the slugs. */
+  tenantUid?: string;
+  appUid?: string;
   apiKeyId: string;
   route: ApiRoute;
   modelAlias: string;
@@ -158,6 +162,7 @@ export interface ProgressMark {
  * what is needed to write the key even when the database never saw the claim.
  */
 export interface ClaimMark {
+  /** The tenant's internal id (`tenantKeyOf`): what its keys are filed under. */
   tenantId: string;
   /** The client's idempotency key (`request_id` / `Idempotency-Key`). */
   key: string;

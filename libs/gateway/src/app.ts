@@ -10,6 +10,7 @@ import {
   type ApiRoute,
   type CancelMessage,
   type Caller,
+  tenantKeyOf,
   type Clock,
   type GenerationInput,
   type GenerationOutcome,
@@ -338,7 +339,8 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     clients?.auth.succeeded(sha256);
     const refusal = revocations?.tenantRefusal(identity.tenantId);
     if (refusal) throw new WeirError(refusal.code, refusal.message);
-    return { tenantId: identity.tenantId, appId: identity.appId, apiKeyId: identity.keyId };
+    // The internal ids travel with the caller (issue 14 §4): everything keyed by the tenant is filed under them.
+    return { tenantId: identity.tenantId, appId: identity.appId, apiKeyId: identity.keyId, tenantUid: identity.tenantUid, appUid: identity.appUid };
   };
 
   const refuseWhileDraining = () => {
@@ -419,7 +421,8 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     const deadlineMs = limits.deadlineMs ?? deadlineHeader(req);
     const useCase = useCaseOf(req.header('x-weir-use-case'), limits.useCase);
     const priority = priorityOf(req.header('x-weir-priority'), limits.priority, (req.body as { service_tier?: unknown } | undefined)?.service_tier);
-    const { tenantId } = req.caller;
+    // The tenant's internal id: its idempotency keys and generations are filed under it (issue 14 §4).
+    const tenantId = tenantKeyOf(req.caller);
     // OpenAI's `user` (the client's end user) keeps one person on one canary arm across requests.
     const user = (req.body as { user?: unknown } | undefined)?.user;
     const endUser = typeof user === 'string' && user.length > 0 && user.length <= 256 ? user : undefined;
@@ -467,7 +470,8 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     const tracked: TrackedGeneration = {
       generationId,
       requestId,
-      tenantId,
+      tenantId: req.caller.tenantId,
+      tenantKey: tenantId,
       apiKeyId: req.caller.apiKeyId,
       modelRevision: admitted.revision.id,
       state: 'queued' as const,
@@ -583,7 +587,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     deadlineMs: number | undefined,
     keyParam: string,
   ): Promise<Answer | undefined> => {
-    const { tenantId } = req.caller;
+    const tenantId = tenantKeyOf(req.caller);
     const waitMs = pipeline.deadlineMsFor(req.caller, deadlineMs);
     const giveUpAt = Date.now() + waitMs;
     const gone = new AbortController();
@@ -681,7 +685,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
   }
 
   get('/v1/generations/:id/events', async (req, res) => {
-    const { tenantId } = req.caller;
+    const tenantId = tenantKeyOf(req.caller);
     const id = req.params.id;
     const lastEventId = parseLastEventId(req);
     const entry = registry.get(tenantId, id);
@@ -713,20 +717,21 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
   });
 
   /** A generation another gateway served, as the ledger recorded it. */
-  const finishedElsewhere = async (tenantId: string, id: string) => {
-    const record = await deps.findFinished?.(tenantId, id);
-    return record && record.tenantId === tenantId ? describeRecord(record) : undefined;
+  const finishedElsewhere = async (caller: Caller, id: string) => {
+    const record = await deps.findFinished?.(caller.tenantId, id);
+    // The same tenant by internal id: a deleted tenant's row is not its same-slug successor's.
+    return record && record.tenantId === caller.tenantId && tenantKeyOf(record) === tenantKeyOf(caller) ? describeRecord(record) : undefined;
   };
 
   get('/v1/generations/:id', async (req, res) => {
-    const { tenantId } = req.caller;
+    const tenantId = tenantKeyOf(req.caller);
     const id = req.params.id;
     const entry = registry.get(tenantId, id);
     if (entry) {
       sendJson(res, 200, describe(entry));
       return;
     }
-    const finished = await finishedElsewhere(tenantId, id);
+    const finished = await finishedElsewhere(req.caller, id);
     if (!finished) throw notFoundGeneration(id);
     sendJson(res, 200, finished);
   });
@@ -738,7 +743,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     handler: { auth: true, body: false, run: (req, res) => cancel(req, res) },
   });
   const cancel = async (req: Authed, res: ServerResponse) => {
-    const { tenantId } = req.caller;
+    const tenantId = tenantKeyOf(req.caller);
     const id = req.params.id;
     const entry = registry.get(tenantId, id);
     if (entry) {
@@ -751,7 +756,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
       else sendJson(res, 202, { ...describe(entry), status: 'cancel_requested' });
       return;
     }
-    const finished = await finishedElsewhere(tenantId, id);
+    const finished = await finishedElsewhere(req.caller, id);
     if (finished) {
       sendJson(res, 200, finished);
       return;
@@ -759,7 +764,12 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     if (!deps.cancelTopic) throw notFoundGeneration(id);
     // Not here and not finished: it may be running behind another gateway. The relay holding
     // it checks the tenant before acting, so a guessed id cannot cancel another tenant's work.
-    deps.cancelTopic.publish({ generationId: id, tenantId, cause: 'cancel_requested' });
+    deps.cancelTopic.publish({
+      generationId: id,
+      tenantId: req.caller.tenantId,
+      ...(req.caller.tenantUid !== undefined ? { tenantUid: req.caller.tenantUid } : {}),
+      cause: 'cancel_requested',
+    });
     sendJson(res, 202, { generation_id: id, status: 'cancel_requested' });
   };
 

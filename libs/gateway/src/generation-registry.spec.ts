@@ -84,4 +84,31 @@ describe('createGenerationRegistry', () => {
       registry.close();
     }
   });
+
+  it('finds a generation only for the internal id it was made under, and drops a retired tenant’s (issue 14 §4)', () => {
+    const registry = createGenerationRegistry();
+    try {
+      const stopped: string[] = [];
+      const made = (id: string, tenantKey: string) => ({ ...entry(id), tenantId: 'acme', tenantKey, stop: () => void stopped.push(id) });
+      registry.add(made('old-done', 'acme~00000000000000aa'));
+      registry.finish('old-done', outcome);
+      registry.add(made('old-live', 'acme~00000000000000aa'));
+      registry.add(made('new', 'acme~00000000000000bb'));
+      // Same slug, another internal id: not found.
+      expect(registry.get('acme~00000000000000bb', 'old-done')).toBeUndefined();
+      expect(registry.get('acme', 'old-done')).toBeUndefined();
+      expect(registry.get('acme~00000000000000aa', 'old-done')?.state).toBe('finished');
+      // An entry without an internal id belongs to its slug (a legacy tenant).
+      registry.add(entry('legacy'));
+      expect(registry.get('t', 'legacy')?.generationId).toBe('legacy');
+
+      expect(registry.purgeTenants((key) => key === 'acme~00000000000000aa')).toBe(2);
+      expect(registry.get('acme~00000000000000aa', 'old-done')).toBeUndefined();
+      expect(stopped).toEqual(['old-live']);
+      expect(registry.get('acme~00000000000000bb', 'new')?.state).toBe('running');
+      expect(registry.retained()).toEqual({ finished: 0, bytes: 0 });
+    } finally {
+      registry.close();
+    }
+  });
 });

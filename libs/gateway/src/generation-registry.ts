@@ -14,6 +14,11 @@ export interface TrackedGeneration {
   generationId: string;
   requestId: string;
   tenantId: string;
+  /**
+   * The tenant's internal id (`tenantKeyOf(caller)`, issue 14 §4): only that tenant finds the
+   * generation — not a later tenant with the same slug. Absent: `tenantId`.
+   */
+  tenantKey?: string;
   /** The API key it was made with (a revoked key's generations are stopped). */
   apiKeyId?: string;
   /** Set when a revocation stopped it: the error its client is told instead of a plain cancel. */
@@ -33,8 +38,18 @@ export interface TrackedGeneration {
 /** The registry. */
 export interface GenerationRegistry {
   add(entry: TrackedGeneration): void;
-  /** The entry, only if it belongs to `tenantId` (another tenant's id is "not found"). */
-  get(tenantId: string, generationId: string): TrackedGeneration | undefined;
+  /**
+   * The entry, only if it belongs to the tenant whose internal id is `tenantKey` (another
+   * tenant's generation — a deleted same-slug tenant's included — is "not found").
+   */
+  get(tenantKey: string, generationId: string): TrackedGeneration | undefined;
+  /**
+   * Forgets every generation of the tenants whose internal ids `retired` accepts (a deleted
+   * tenant): stops those still running and drops the finished ones with their transcripts.
+   * Returns how many were dropped or stopped. O(entries); called when a configuration snapshot
+   * retires internal ids, never per request.
+   */
+  purgeTenants(retired: (tenantKey: string) => boolean): number;
   finish(generationId: string, outcome: GenerationOutcome): void;
   /** Generations not yet finished. */
   active(): TrackedGeneration[];
@@ -130,9 +145,19 @@ export function createGenerationRegistry(options: GenerationRegistryOptions = {}
     add(entry) {
       entries.set(entry.generationId, entry);
     },
-    get(tenantId, generationId) {
+    get(tenantKey, generationId) {
       const e = entries.get(generationId);
-      return e && e.tenantId === tenantId ? e : undefined;
+      return e && (e.tenantKey ?? e.tenantId) === tenantKey ? e : undefined;
+    },
+    purgeTenants(retired) {
+      let n = 0;
+      for (const e of [...entries.values()]) {
+        if (!retired(e.tenantKey ?? e.tenantId)) continue;
+        n++;
+        if (e.state === 'finished') forget(e.generationId);
+        else e.stop('cancel_requested');
+      }
+      return n;
     },
     finish(generationId, outcome) {
       const e = entries.get(generationId);

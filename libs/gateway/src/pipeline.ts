@@ -39,6 +39,7 @@ import {
   DEFAULT_SCHEDULING,
   WeirError,
   retryDelayMs,
+  tenantKeyOf,
 } from '@weir/core';
 import { priceUsage } from '@weir/ledger';
 import { pickWeighted } from '@weir/routing';
@@ -460,7 +461,8 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
       const giveBackProbe = () => {
         if (permit.allowed && permit.probe) deps.health?.record(firstRevision.id, 'ignored', undefined, clock.now(), true);
       };
-      const affinityKey = affinityKeyOf(caller.tenantId, params.input);
+      // By internal id: a re-created tenant shares no KV-cache placement with its predecessor (issue 14 §4).
+      const affinityKey = affinityKeyOf(tenantKeyOf(caller), params.input);
       const bytes = inputBytes(params.input);
       // The slot of the revision tried first (it moves down the chain on no_replica), as asked for
       // with the reservation and again directly from the scheduler.

@@ -6,7 +6,7 @@
  * cannot.
  */
 import type { ServerResponse } from 'node:http';
-import { type UsageAggregate, type UsageReader, type UsageSummary, type UsageWindow, WeirError } from '@weir/core';
+import { type UsageAggregate, type UsageReader, type UsageSummary, type UsageWindow, WeirError, tenantKeyOf } from '@weir/core';
 import { nanoUsdToDecimal, usagePeriod } from '@weir/ledger';
 import { type AuthedRequest, sendJson } from './edge';
 
@@ -106,7 +106,8 @@ export function usageHandler(reader: UsageReader, now: () => number = Date.now):
     const window = parseUsageQuery(req.query());
     const { tenantId } = req.caller;
     const period = usagePeriod(window, now());
-    const summary = await reader.summarize({ tenantId, since: period.start, until: period.end });
+    // By internal id (issue 14 §4): a deleted same-slug tenant's rows are not this tenant's.
+    const summary = await reader.summarize({ tenantId: tenantKeyOf(req.caller), since: period.start, until: period.end });
     res.setHeader('cache-control', 'no-store');
     sendJson(res, 200, usageBody(tenantId, window, period, summary));
   };

@@ -102,6 +102,8 @@ export function estimatedUsage(mark: ProgressMark): UsageRecord {
     requestId: mark.requestId,
     tenantId: mark.tenantId,
     appId: mark.appId,
+    ...(mark.tenantUid !== undefined ? { tenantUid: mark.tenantUid } : {}),
+    ...(mark.appUid !== undefined ? { appUid: mark.appUid } : {}),
     apiKeyId: mark.apiKeyId,
     route: mark.route,
     modelAlias: mark.modelAlias,

@@ -28,7 +28,8 @@ export function settlementCharge(usage: UsageRecord): SettlementCharge {
     costNano: usage.costNanoUsd,
     monthStartsOn: periods.month,
     dayStartsOn: periods.day,
-    budgets: budgetRows(usage.tenantId, usage.appId, periods.month, periods.day),
+    // Budget rows are filed under the internal ids (issue 14 §4), as admission reserved them.
+    budgets: budgetRows(usage.tenantUid ?? usage.tenantId, usage.appUid ?? usage.appId, periods.month, periods.day),
     leaseIds: r ? distinct(r.leaseIds) : [],
   };
 }

@@ -63,6 +63,9 @@ export function decodeUsageRecord(data: Uint8Array): DecodeUsageRecordResult {
   if (o.errorCode !== null && typeof o.errorCode !== 'string') return { ok: false, reason: 'errorCode must be a string or null' };
   if (o.uncertain !== undefined && typeof o.uncertain !== 'boolean') return { ok: false, reason: 'uncertain must be a boolean' };
   if (o.useCase !== undefined && typeof o.useCase !== 'string') return { ok: false, reason: 'useCase must be a string' };
+  for (const f of ['tenantUid', 'appUid'] as const) {
+    if (o[f] !== undefined && typeof o[f] !== 'string') return { ok: false, reason: `${f} must be a string` };
+  }
   for (const f of ['startedAt', 'finishedAt'] as const) {
     if (typeof o[f] !== 'string') return { ok: false, reason: `${f} must be an ISO-8601 string` };
   }
@@ -91,6 +94,8 @@ export function decodeUsageRecord(data: Uint8Array): DecodeUsageRecordResult {
   };
   if (o.uncertain !== undefined) record.uncertain = o.uncertain as boolean;
   if (o.useCase !== undefined) record.useCase = o.useCase as string;
+  if (o.tenantUid !== undefined) record.tenantUid = o.tenantUid as string;
+  if (o.appUid !== undefined) record.appUid = o.appUid as string;
   const fault = usageRecordFault(record);
   return fault ? { ok: false, reason: fault } : { ok: true, record };
 }

@@ -5,6 +5,7 @@
  * higher from the engine's count, can push a row over; this check makes that visible instead
  * of silent.
  */
+import { scopeLimits } from '@weir/admission';
 import type { AdmissionLimits, TenantSpec } from '@weir/core';
 
 /** One `budget_periods` row. */
@@ -22,12 +23,8 @@ export interface BudgetPeriodRow {
 
 /** The configured budget of a scope key (`tenant:<id>`, `app:<tenant>/<app>`) and period, in nano-USD; undefined when none. */
 export function budgetNanoOf(scope: string, period: 'month' | 'day', tenants: readonly TenantSpec[]): number | undefined {
-  let limits: AdmissionLimits | undefined;
-  if (scope.startsWith('tenant:')) limits = tenants.find((t) => t.id === scope.slice('tenant:'.length))?.limits;
-  else if (scope.startsWith('app:')) {
-    const [tenantId, appId] = scope.slice('app:'.length).split('/');
-    limits = tenants.find((t) => t.id === tenantId)?.apps.find((a) => a.id === appId)?.limits;
-  }
+  // Scopes are filed under internal ids (issue 14 §4): a deleted tenant's rows have no budget.
+  const limits: AdmissionLimits | undefined = scopeLimits(new Map(tenants.map((t) => [t.id, t])), scope);
   const usd = period === 'month' ? limits?.monthlyBudgetUsd : limits?.dailyBudgetUsd;
   // The same conversion admission uses when it decides.
   return usd === undefined ? undefined : Math.round(usd * 1_000_000_000);

@@ -233,10 +233,10 @@ it('refuses, report only, a data directory whose schema is behind; --fix migrate
   } finally {
     await database.close();
   }
-  await expect(openReconcileStore({ kind: 'embedded', dataDir: old }, { fix: false })).rejects.toThrow(/schema is behind this Weir \(0010_money_path, 0011_lease_demand not applied\): run with --fix/);
+  await expect(openReconcileStore({ kind: 'embedded', dataDir: old }, { fix: false })).rejects.toThrow(/schema is behind this Weir \(0010_money_path, 0011_lease_demand, 0012_internal_ids not applied\): run with --fix/);
   const store = await openReconcileStore({ kind: 'embedded', dataDir: old }, { fix: true });
   try {
-    expect(store.migrated).toEqual(['0010_money_path', '0011_lease_demand']);
+    expect(store.migrated).toEqual(['0010_money_path', '0011_lease_demand', '0012_internal_ids']);
     expect(await createReconcileQueries(store.database.db).leases()).toEqual([]);
   } finally {
     await store.close();

@@ -18,8 +18,8 @@ export interface NewApiKey {
 /** Hashed API keys in Postgres: core's {@link ApiKeyStore} plus the admin side. */
 export interface ApiKeyRepository extends ApiKeyStore {
   /**
-   * Resolves an active key by its SHA-256 hex; undefined when unknown or revoked. One
-   * indexed lookup: put {@link createCachedApiKeyStore} in front of it on the request path.
+   * Resolves an active key by its SHA-256 hex, with its tenant's and app's internal ids;
+   * undefined when unknown or revoked. One indexed lookup: put {@link createCachedApiKeyStore} in front of it on the request path.
    */
   findByHash(sha256Hex: string): Promise<ApiKeyIdentity | undefined>;
   /**
@@ -44,13 +44,17 @@ const SHA256_HEX = /^[0-9a-f]{64}$/;
 export function createApiKeyRepository(db: Kysely<WeirSchema>): ApiKeyRepository {
   return {
     async findByHash(sha256Hex) {
+      // The tenant's and app's internal ids come with the key (one indexed join): what the
+      // request's state is filed under (issue 14 §4).
       const row = await db
         .selectFrom('api_keys')
-        .select(['id', 'prefix', 'tenant_id', 'app_id'])
-        .where('sha256', '=', sha256Hex)
-        .where('revoked_at', 'is', null)
+        .innerJoin('tenants', 'tenants.id', 'api_keys.tenant_id')
+        .innerJoin('apps', 'apps.id', 'api_keys.app_id')
+        .select(['api_keys.id', 'api_keys.prefix', 'api_keys.tenant_id', 'api_keys.app_id', 'tenants.uid as tenant_uid', 'apps.uid as app_uid'])
+        .where('api_keys.sha256', '=', sha256Hex)
+        .where('api_keys.revoked_at', 'is', null)
         .executeTakeFirst();
-      return row && { keyId: row.id, prefix: row.prefix, tenantId: row.tenant_id, appId: row.app_id };
+      return row && { keyId: row.id, prefix: row.prefix, tenantId: row.tenant_id, appId: row.app_id, tenantUid: row.tenant_uid, appUid: row.app_uid };
     },
 
     async insertKey(key) {

@@ -320,7 +320,7 @@ export function createReconcileQueries(db: Kysely<WeirSchema>, options: { now?: 
           lease_ids: string[] | null;
           reserved: boolean;
         }>`
-          SELECT u.tenant_id, u.app_id, (u.cost_usd * 1000000000)::bigint::text AS cost_nano, u.budget_month::text AS budget_month,
+          SELECT coalesce(u.tenant_uid, u.tenant_id) AS tenant_id, coalesce(u.app_uid, u.app_id) AS app_id, (u.cost_usd * 1000000000)::bigint::text AS cost_nano, u.budget_month::text AS budget_month,
             u.budget_day::text AS budget_day, u.lease_ids,
             EXISTS (SELECT 1 FROM reservations r WHERE r.generation_id = u.generation_id) AS reserved
           FROM usage_ledger u WHERE u.generation_id = ${s.generationId} AND (u.uncertain OR u.usage_source = 'estimated')

@@ -248,7 +248,14 @@ describe.each(backends)('store-pg repositories on %s', (_name, open) => {
       const k2 = mintApiKey();
       await keys.insertKey({ id: 'k1-' + tenantId, prefix: k1.prefix, sha256: k1.sha256, tenantId, appId, label: 'ci' });
       await keys.insertKey({ id: 'k2-' + tenantId, prefix: k2.prefix, sha256: k2.sha256, tenantId, appId });
-      expect(await keys.findByHash(hashApiKey(k1.plaintext))).toEqual({ keyId: 'k1-' + tenantId, prefix: k1.prefix, tenantId, appId });
+      expect(await keys.findByHash(hashApiKey(k1.plaintext))).toEqual({
+        keyId: 'k1-' + tenantId,
+        prefix: k1.prefix,
+        tenantId,
+        appId,
+        tenantUid: expect.stringMatching(new RegExp(`^${tenantId}~[0-9a-f]{16}$`)),
+        appUid: expect.stringMatching(new RegExp(`^${appId}~[0-9a-f]{16}$`)),
+      });
       expect(await keys.findByHash(hashApiKey('wk_nothere0_xxxxxxxxxxxxxxxxxxxxxxxx'))).toBeUndefined();
       expect(await keys.countKeys(tenantId)).toBe(2);
 
@@ -258,6 +265,28 @@ describe.each(backends)('store-pg repositories on %s', (_name, open) => {
       expect(await keys.findByHash(k1.sha256)).toBeUndefined();
       expect(await keys.findByHash(k2.sha256)).toBeDefined();
       expect(await keys.countKeys(tenantId)).toBe(1);
+    });
+
+    it('gives a tenant and app created again under a deleted id new internal ids, which keys resolve to (issue 14 §4)', async () => {
+      const { tenants, tenantId, appId } = await seedTenant();
+      const keys = createApiKeyRepository(database.db);
+      const old = mintApiKey();
+      await keys.insertKey({ id: newId('key'), prefix: old.prefix, sha256: old.sha256, tenantId, appId });
+      const before = await keys.findByHash(old.sha256);
+      await database.db.deleteFrom('tenants').where('id', '=', tenantId).execute();
+      expect(await keys.findByHash(old.sha256)).toBeUndefined();
+      await tenants.upsertTenant({ id: tenantId, name: 'Acme again' });
+      await tenants.upsertApp({ id: appId, tenantId, name: 'web app' });
+      const fresh = mintApiKey();
+      await keys.insertKey({ id: newId('key'), prefix: fresh.prefix, sha256: fresh.sha256, tenantId, appId });
+      const after = await keys.findByHash(fresh.sha256);
+      expect(after).toMatchObject({ tenantId, appId });
+      expect(after?.tenantUid).toMatch(/~[0-9a-f]{16}$/);
+      expect(after?.tenantUid).not.toBe(before?.tenantUid);
+      expect(after?.appUid).not.toBe(before?.appUid);
+      // An upsert of the live tenant keeps its internal id.
+      await tenants.upsertTenant({ id: tenantId, name: 'renamed' });
+      expect((await keys.findByHash(fresh.sha256))?.tenantUid).toBe(after?.tenantUid);
     });
 
     it('stores only hashes: refuses a plaintext key and duplicate hashes/prefixes', async () => {

@@ -11,6 +11,8 @@ import type { UpstreamAttempt } from '@weir/core';
 /** `tenants`: one row per product team. */
 export interface TenantsTable {
   id: string;
+  /** Internal id (migration 0012): `<id>~<16 hex>` set on insert (or the id, for a tenant older than 0012); never reused. */
+  uid: Generated<string>;
   name: string;
   created_at: Generated<Date>;
 }
@@ -18,6 +20,8 @@ export interface TenantsTable {
 /** `apps`: an app of a tenant; API keys belong to an app. */
 export interface AppsTable {
   id: string;
+  /** Internal id (migration 0012), as `tenants.uid`. */
+  uid: Generated<string>;
   tenant_id: string;
   name: string;
   created_at: Generated<Date>;
@@ -47,6 +51,10 @@ export interface UsageLedgerTable {
   request_id: string;
   tenant_id: string;
   app_id: string;
+  /** The tenant's internal id the row was recorded for (migration 0012); null on older rows (then `tenant_id`). */
+  tenant_uid: ColumnType<string | null, string | null | undefined, string | null>;
+  /** The app's internal id (migration 0012); null on older rows (then `app_id`). */
+  app_uid: ColumnType<string | null, string | null | undefined, string | null>;
   api_key_id: string;
   route: string;
   model_alias: string;

@@ -182,6 +182,19 @@ describe.each([['pglite' as const], ['postgres' as const]])('settlement applier 
     expect(await budget(`app:${a.usage.tenantId}/web`, 'day', '2026-02-28')).toEqual({ settled: 42, leased: 0 });
   });
 
+  it('files the row and its budget rows under the internal ids the record names (issue 14 §4)', async () => {
+    const [a] = entries(1, () => ({ costNanoUsd: 42, appUid: 'web~00000000000000bb', finishedAt: new Date('2026-03-02T10:00:00Z') }));
+    a.usage.tenantUid = `${a.usage.tenantId}~00000000000000aa`;
+    await applier().apply({ journal: 'n', items: [settle(a)] });
+    const { rows } = await sql<{ tenant_id: string; tenant_uid: string; app_uid: string }>`
+      select tenant_id, tenant_uid, app_uid from usage_ledger where generation_id = ${a.usage.generationId}`.execute(database.db);
+    expect(rows).toEqual([{ tenant_id: a.usage.tenantId, tenant_uid: `${a.usage.tenantId}~00000000000000aa`, app_uid: 'web~00000000000000bb' }]);
+    expect(await budget(`tenant:${a.usage.tenantId}~00000000000000aa`, 'month', '2026-03-01')).toEqual({ settled: 42, leased: 0 });
+    expect(await budget(`app:${a.usage.tenantId}~00000000000000aa/web~00000000000000bb`, 'day', '2026-03-02')).toEqual({ settled: 42, leased: 0 });
+    // Nothing on the slug's rows: a same-slug tenant's budget starts elsewhere.
+    expect(await budget(`tenant:${a.usage.tenantId}`, 'month', '2026-03-01')).toBeUndefined();
+  });
+
   it('stores idempotency results only for keys the generation still holds, and interruptions', async () => {
     const store = createPgIdempotencyStore(database.db, { now: () => NOW });
     const tag = uniqueTag();

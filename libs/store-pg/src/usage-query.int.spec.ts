@@ -53,6 +53,24 @@ describe.each<['pglite' | 'postgres']>([['pglite'], ['postgres']])('usage querie
     expect(rows[0].use_case).toBeNull();
   });
 
+  it('files rows under the tenant’s internal id: a deleted tenant’s rows stay, unseen by a same-slug successor (issue 14 §4)', async () => {
+    const repo = createUsageRepository(database.db);
+    const slug = newId('t');
+    const legacy = record(T0 - HOUR, { tenantId: slug, costNanoUsd: 10 });
+    const deleted = record(T0 - HOUR, { tenantId: slug, tenantUid: `${slug}~00000000000000aa`, appUid: 'web~00000000000000bb', costNanoUsd: 200 });
+    const successor = record(T0 - HOUR, { tenantId: slug, tenantUid: `${slug}~00000000000000cc`, costNanoUsd: 3_000 });
+    await repo.insertMany([legacy, deleted, successor]);
+    const q = createUsageQueries(database.db);
+    const window = { since: new Date(T0 - 2 * HOUR), until: new Date(T0) };
+    // The legacy row (no internal id) belongs to the slug itself, the tenant's pre-0012 internal id.
+    expect(await q.summarize({ tenantId: slug, ...window })).toMatchObject({ costNanoUsd: 10n, requests: 1 });
+    expect(await q.summarize({ tenantId: `${slug}~00000000000000aa`, ...window })).toMatchObject({ costNanoUsd: 200n, requests: 1 });
+    expect(await q.summarize({ tenantId: `${slug}~00000000000000cc`, ...window })).toMatchObject({ costNanoUsd: 3_000n, requests: 1 });
+    // The rows keep both ids: invoices by slug still see all three.
+    expect(await repo.getUsage(deleted.generationId)).toEqual({ ...deleted, usageSource: 'reported' });
+    expect((await repo.listUsage({ tenantId: slug })).map((r) => r.costNanoUsd).sort((a, b) => a - b)).toEqual([10, 200, 3_000]);
+  });
+
   describe('summarize', () => {
     const tenantId = newId('t');
     const since = new Date(T0 - 2 * HOUR);
@@ -142,9 +160,21 @@ describe.each<['pglite' | 'postgres']>([['pglite'], ['postgres']])('usage querie
       ]);
     });
 
+    it('leaves out a deleted tenant’s spend once its id names a new tenant (issue 14 §4)', async () => {
+      const until = Date.UTC(2027, 1, 10, 0, 0, 0);
+      const slug = newId('c');
+      const { uid } = await database.db.insertInto('tenants').values({ id: slug, name: 'new' }).returning('uid').executeTakeFirstOrThrow();
+      await createUsageRepository(database.db).insertMany([
+        record(until - 2 * HOUR, { tenantId: slug, tenantUid: `${slug}~00000000000000aa`, costNanoUsd: 1_000 }), // the deleted one's
+        record(until - 2 * HOUR, { tenantId: slug, tenantUid: uid, costNanoUsd: 7 }),
+      ]);
+      const spend = await createUsageQueries(database.db).spendByTenant({ baselineSince: new Date(until - 24 * HOUR), recentSince: new Date(until - HOUR), until: new Date(until) });
+      expect(spend.filter((s) => s.tenantId === slug)).toEqual([{ tenantId: slug, recentNanoUsd: 0n, baselineNanoUsd: 7n }]);
+    });
+
     it('has the indexes both reads range over (tenant, finished_at) and (finished_at)', async () => {
       const { rows } = await sql<{ indexname: string }>`select indexname from pg_indexes where tablename = 'usage_ledger'`.execute(database.db);
-      expect(rows.map((r) => r.indexname)).toEqual(expect.arrayContaining(['usage_ledger_finished_idx', 'usage_ledger_tenant_finished_idx']));
+      expect(rows.map((r) => r.indexname)).toEqual(expect.arrayContaining(['usage_ledger_finished_idx', 'usage_ledger_tenant_finished_idx', 'usage_ledger_tenant_uid_finished_idx']));
     });
 
     it('refuses windows out of order', async () => {

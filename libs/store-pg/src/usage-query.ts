@@ -24,13 +24,14 @@ interface AggregateRow {
  * Creates the usage queries over an open database.
  *
  * `summarize` is one statement: `GROUP BY GROUPING SETS ((), (model_alias, model_revision),
- * (app_id), (use_case))` over the tenant's rows with `finished_at` in `[since, until)`, which
- * `usage_ledger_tenant_finished_idx` (tenant_id, finished_at) serves; one scan, one snapshot,
+ * (app_id), (use_case))` over the tenant's rows with `finished_at` in `[since, until)` — the rows recorded for its
+ * internal id, `coalesce(tenant_uid, tenant_id)` — which `usage_ledger_tenant_uid_finished_idx`
+ * (0012) serves; one scan, one snapshot,
  * so the total always equals the sum of each breakdown. `grouping()` tells the sets apart
  * (a null `use_case` is a real group: records that named none).
  *
  * `spendByTenant` is one statement over `[baselineSince, until)` grouped by tenant, the two
- * windows split with `FILTER`; `usage_ledger_finished_idx` (0005) serves the range.
+ * windows split with `FILTER`, leaving out rows of a deleted tenant whose id names a new one; `usage_ledger_finished_idx` (0005) serves the range.
  */
 export function createUsageQueries(db: Kysely<WeirSchema>): UsageQueries {
   return {
@@ -52,7 +53,9 @@ export function createUsageQueries(db: Kysely<WeirSchema>): UsageQueries {
           sql<string>`(coalesce(sum(cost_usd), 0) * 1000000000)::bigint`.as('cost_nano'),
           sql<string>`count(*)`.as('requests'),
         ])
-        .where('tenant_id', '=', tenantId)
+        // The tenant's internal id (issue 14 §4): a deleted tenant's rows stay under its
+        // retired one, invisible to a later tenant with the same slug.
+        .where(sql<string>`coalesce(tenant_uid, tenant_id)`, '=', tenantId)
         .where('finished_at', '>=', since)
         .where('finished_at', '<', until)
         .groupBy(sql`grouping sets ((), (model_alias, model_revision), (app_id), (use_case))`)
@@ -86,6 +89,11 @@ export function createUsageQueries(db: Kysely<WeirSchema>): UsageQueries {
         ])
         .where('finished_at', '>=', baselineSince)
         .where('finished_at', '<', until)
+        // Not the rows of a deleted tenant whose id now names another one (issue 14 §4): a
+        // re-created tenant's baseline starts from its own spend.
+        .where(({ not, exists, selectFrom }) =>
+          not(exists(selectFrom('tenants').select(sql`1`.as('one')).whereRef('tenants.id', '=', 'usage_ledger.tenant_id').where(sql<boolean>`tenants.uid <> coalesce(usage_ledger.tenant_uid, usage_ledger.tenant_id)`))),
+        )
         .groupBy('tenant_id')
         .orderBy('tenant_id')
         .execute();

@@ -7,6 +7,7 @@
  * generation is still stopped, measured and billed.
  */
 import {
+  tenantKeyOf,
   type Clock,
   type EngineAdapter,
   type EngineEvent,
@@ -78,6 +79,9 @@ export function buildUsageRecord(
     requestId: job.requestId,
     tenantId: job.caller.tenantId,
     appId: job.caller.appId,
+    // The internal ids (issue 14 §4): the ledger row and its budget rows are filed under them.
+    tenantUid: job.caller.tenantUid,
+    appUid: job.caller.appUid,
     apiKeyId: job.caller.apiKeyId,
     route: job.route,
     modelAlias: job.modelAlias,
@@ -384,7 +388,8 @@ function idempotencyOf(
   outcome: GenerationOutcome,
   retained: { deltas: string[]; toolCalls: (ToolCallDelta[] | null)[]; anyToolCalls: boolean } | undefined,
 ): IdempotencySettlement | undefined {
-  const base = { tenantId: job.caller.tenantId, key: retain.key, retainUntilMs: retain.retainUntilMs, bodySha256: retain.bodySha256, route: job.route };
+  // Keys are filed under the tenant's internal id (issue 14 §4), as the gateway claimed them.
+  const base = { tenantId: tenantKeyOf(job.caller), key: retain.key, retainUntilMs: retain.retainUntilMs, bodySha256: retain.bodySha256, route: job.route };
   if (outcome.finishReason === 'error') {
     if (outcome.usage.outputTokens === 0) return undefined;
     return {
@@ -426,6 +431,8 @@ function progressOf(
     requestId: job.requestId,
     tenantId: job.caller.tenantId,
     appId: job.caller.appId,
+    tenantUid: job.caller.tenantUid,
+    appUid: job.caller.appUid,
     apiKeyId: job.caller.apiKeyId,
     route: job.route,
     modelAlias: job.modelAlias,

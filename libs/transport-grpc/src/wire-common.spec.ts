@@ -4,7 +4,7 @@ import { commonV1, relayV1 } from '@weir/proto';
 import { contractPlatformConfig, relayJob } from '@weir/testing';
 import { makeGrpcServiceDefinition } from './index';
 import { deltaFromWire, eventToWire, jobFromWire, jobToWire } from './relay-grpc';
-import { outcomeFromWire, outcomeToWire, revisionFromWire, revisionToWire } from './wire-common';
+import { callerFromWire, callerToWire, outcomeFromWire, outcomeToWire, revisionFromWire, revisionToWire } from './wire-common';
 
 /** Encodes with `toWire`, through the binary format, and back. */
 function viaWire<T, D extends Parameters<typeof create>[0]>(schema: D, toWire: (v: T) => Parameters<typeof create<D>>[1], fromWire: (m: never) => T, value: T): T {
@@ -15,6 +15,19 @@ function viaWire<T, D extends Parameters<typeof create>[0]>(schema: D, toWire: (
 describe('wire translation', () => {
   it.each(contractPlatformConfig().revisions.map((r) => [r.id, r]))('round-trips revision %s with every field', (_id, revision) => {
     expect(viaWire(commonV1.RevisionSchema, revisionToWire, revisionFromWire, revision)).toEqual(revision);
+  });
+
+  it('carries the caller’s internal ids (split topology: admission and the relay file state under them, issue 14 §4), absent ones staying absent', () => {
+    const withIds = { tenantId: 'acme', appId: 'web', apiKeyId: 'key_1', tenantUid: 'acme~0123456789abcdef', appUid: 'web~fedcba9876543210' };
+    expect(viaWire(commonV1.CallerSchema, callerToWire, callerFromWire, withIds)).toEqual(withIds);
+    const legacy = viaWire(commonV1.CallerSchema, callerToWire, callerFromWire, { tenantId: 'acme', appId: 'web', apiKeyId: 'key_1' });
+    expect(legacy).toEqual({ tenantId: 'acme', appId: 'web', apiKeyId: 'key_1' });
+    expect('tenantUid' in legacy).toBe(false);
+    // Inside a relay job too: the usage record it settles names them.
+    const clock = { now: () => 0 };
+    const job = relayJob({ tokens: 1 }, { caller: withIds });
+    const wire = fromBinary(relayV1.RelayJobSchema, toBinary(relayV1.RelayJobSchema, create(relayV1.RelayJobSchema, jobToWire(job, clock))));
+    expect(jobFromWire(wire, clock).caller).toEqual(withIds);
   });
 
   it('carries an anthropic engine in its own oneof case, an absent key variable staying absent', () => {

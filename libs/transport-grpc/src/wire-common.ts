@@ -46,7 +46,7 @@ export function toNanoUsd(value: number): bigint {
 }
 
 export function callerToWire(caller: Caller): MessageInitShape<typeof commonV1.CallerSchema> {
-  return { tenantId: caller.tenantId, appId: caller.appId, apiKeyId: caller.apiKeyId };
+  return { tenantId: caller.tenantId, appId: caller.appId, apiKeyId: caller.apiKeyId, tenantUid: caller.tenantUid, appUid: caller.appUid };
 }
 
 /** A reservation's holds → wire. */
@@ -74,7 +74,13 @@ export function reservationFromWire(ref: commonV1.ReservationRef): ReservationRe
 
 export function callerFromWire(caller: commonV1.Caller | undefined): Caller {
   const c = required(caller, 'caller');
-  return { tenantId: c.tenantId, appId: c.appId, apiKeyId: c.apiKeyId };
+  return {
+    tenantId: c.tenantId,
+    appId: c.appId,
+    apiKeyId: c.apiKeyId,
+    ...(c.tenantUid !== undefined ? { tenantUid: c.tenantUid } : {}),
+    ...(c.appUid !== undefined ? { appUid: c.appUid } : {}),
+  };
 }
 
 function engineToWire(engine: EngineSpec): commonV1.Revision['engine'] {

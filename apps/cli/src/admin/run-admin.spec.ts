@@ -114,6 +114,34 @@ describe('runAdminCommand', () => {
     expect(await weir(['tenants', 'delete', 'acme', '--yes'], server)).toEqual({ status: 0, out: 'deleted tenant acme\n', err: '' });
   });
 
+  it('deletes a key after --yes, and names the internal id a deleted tenant leaves its usage under', async () => {
+    const server = fakeServer({
+      'DELETE /admin/v1/tenants/acme/apps/web/keys/key_1': [200, { id: 'key_1', deleted: true }],
+      'DELETE /admin/v1/tenants/acme': [200, { id: 'acme', deleted: true, internal_id: 'acme~0123456789abcdef' }],
+    });
+    expect(await weir(['keys', 'delete', 'acme', 'web', 'key_1'], server)).toMatchObject({ status: 2, err: 'weir: keys delete revokes and removes API key key_1; add --yes to confirm\n' });
+    expect(server.calls).toEqual([]);
+    expect(await weir(['keys', 'delete', 'acme', 'web', 'key_1', '--yes'], server)).toEqual({ status: 0, out: 'deleted API key key_1 of app web (revoked on every gateway)\n', err: '' });
+    expect((await weir(['tenants', 'delete', 'acme', '--yes'], server)).out).toBe('deleted tenant acme (internal id acme~0123456789abcdef: its usage stays in the ledger under it)\n');
+  });
+
+  it("lists a tenant's ledger totals per internal id, deleted ones on request", async () => {
+    const row = (internal_id: string, deleted: boolean, requests: number) => ({ tenant_id: 'acme', internal_id, deleted, requests, tokens: { input: 1, output: 2, cached_input: 0 }, cost_usd: 1.5, cost_nano_usd: '1500000000' });
+    const server = fakeServer({
+      'GET /admin/v1/usage?tenant=acme&include_deleted=true': [
+        200,
+        { tenant_id: 'acme', window: 'month', period_start: '2030-01-01T00:00:00.000Z', period_end: '2030-02-01T00:00:00.000Z', data: [row('acme~00000000000000aa', true, 3), row('acme~00000000000000bb', false, 1)] },
+      ],
+    });
+    const r = await weir(['tenants', 'usage', 'acme', '--include-deleted'], server);
+    expect(r.status).toBe(0);
+    expect(r.out.split('\n').slice(1, 4)).toEqual([
+      expect.stringMatching(/^INTERNAL ID\s+STATUS\s+REQUESTS/),
+      expect.stringMatching(/^acme~00000000000000aa\s+deleted\s+3\s+/),
+      expect.stringMatching(/^acme~00000000000000bb\s+current\s+1\s+/),
+    ]);
+  });
+
   it('prints a new key once on stdout and the warning on stderr, also with --json', async () => {
     const created = { id: 'key_1', prefix: 'abcd1234', display: 'wk_abcd1234_…', tenant_id: 'acme', app_id: 'web', label: '', created_at: '2030-01-01T00:00:00.000Z', revoked_at: null, key: 'wk_abcd1234_secret' };
     const server = fakeServer({ 'POST /admin/v1/tenants/acme/apps/web/keys': [201, created] });

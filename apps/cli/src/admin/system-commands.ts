@@ -100,6 +100,32 @@ const usageCells = <T extends UsageSums>(): Column<T>[] => [
   ['COST', (u) => usd(u.cost_usd)],
 ];
 
+/** One internal id's totals in `GET /admin/v1/usage` (issue 14 §4). */
+export interface AdminUsageRow extends Omit<UsageSums, 'tokens'> {
+  tenant_id: string;
+  internal_id: string;
+  deleted: boolean;
+  tokens: { input: number; output: number; cached_input: number };
+}
+
+/** The control plane's `GET /admin/v1/usage` body. */
+export interface AdminUsageBody {
+  tenant_id: string;
+  window: string;
+  period_start: string;
+  period_end: string;
+  data: AdminUsageRow[];
+}
+
+export const ADMIN_USAGE_COLUMNS: readonly Column<AdminUsageRow>[] = [
+  ['INTERNAL ID', (r) => r.internal_id],
+  ['STATUS', (r) => (r.deleted ? 'deleted' : 'current')],
+  ['REQUESTS', (r) => n(r.requests)],
+  ['INPUT', (r) => n(r.tokens.input)],
+  ['OUTPUT', (r) => n(r.tokens.output)],
+  ['COST', (r) => usd(r.cost_usd)],
+];
+
 /** The usage report: totals, then by model and by app. */
 export function formatUsage(u: UsageBody): string {
   return [
@@ -230,6 +256,25 @@ export const SYSTEM_COMMANDS: readonly CommandSpec[] = [
       }
       const d = await api.request<CapacityDecisionView>('GET', `/capacity/${seg(args.pool)}`);
       return { data: d, text: formatTable([d], CAPACITY_COLUMNS) + d.lines.map((l) => `  ${l}\n`).join('') };
+    },
+  },
+  {
+    resource: 'tenants',
+    verb: 'usage',
+    args: ['tenant'],
+    flags: {
+      window: { value: 'day|month', help: 'the current UTC day or month (default month)' },
+      'internal-id': { value: 'ID', help: "only this internal id's rows (a deleted tenant's, for its invoice)" },
+      'include-deleted': { type: 'boolean', help: 'every internal id this tenant id has had, deleted ones included' },
+    },
+    summary: "a tenant's ledger totals per internal id (deleted tenants' rows stay, under their internal ids)",
+    async run(ctx) {
+      const window = stringFlag(ctx, 'window');
+      if (window !== undefined && window !== 'day' && window !== 'month') throw new UsageError(`--window: expected day or month, got ${JSON.stringify(window)}`);
+      const query = { tenant: ctx.args.tenant, window, internal_id: stringFlag(ctx, 'internal-id'), include_deleted: ctx.flags['include-deleted'] === true ? 'true' : undefined };
+      const u = await ctx.api.request<AdminUsageBody>('GET', '/usage', { query });
+      return { data: u, text: `tenant ${u.tenant_id}, ${u.window} ${time(u.period_start)} → ${time(u.period_end)}
+${formatTable(u.data, ADMIN_USAGE_COLUMNS, '(no requests)')}` };
     },
   },
   {

@@ -20,6 +20,8 @@ import { type Column, formatDetail, formatTable, keyValues, orDash, time } from 
 /** A tenant as the admin API returns it. */
 export interface TenantView {
   id: string;
+  /** What the tenant's state and ledger rows are filed under; new when a deleted id is created again. */
+  internal_id?: string;
   name: string;
   created_at: string;
   apps: AppView[];
@@ -154,8 +156,9 @@ export const TENANT_COMMANDS: readonly CommandSpec[] = [
     summary: 'delete a tenant with its apps, keys and policy (--yes)',
     async run(ctx) {
       requireYes(ctx.flags, `tenants delete removes tenant ${ctx.args.tenant} with its apps, API keys and policy`);
-      const r = await ctx.api.request('DELETE', tenantPath(ctx.args.tenant));
-      return said(r, `deleted tenant ${ctx.args.tenant}`);
+      const r = await ctx.api.request<{ internal_id?: string }>('DELETE', tenantPath(ctx.args.tenant));
+      // Its usage rows stay under the retired internal id (`weir tenants usage --internal-id`).
+      return said(r, `deleted tenant ${ctx.args.tenant}${r.internal_id ? ` (internal id ${r.internal_id}: its usage stays in the ledger under it)` : ''}`);
     },
   },
   ...(['disable', 'enable'] as const).map(
@@ -266,6 +269,19 @@ export const TENANT_COMMANDS: readonly CommandSpec[] = [
     async run({ api, args }) {
       const k = await api.request<ApiKeyView>('POST', `${tenantPath(args.tenant)}/apps/${seg(args.app)}/keys/${seg(args.key)}/revoke`, { body: {} });
       return said(k, `revoked API key ${k.id} (${k.display}) at ${time(k.revoked_at)}`);
+    },
+  },
+
+  {
+    resource: 'keys',
+    verb: 'delete',
+    args: ['tenant', 'app', 'key'],
+    flags: { yes: confirmFlag },
+    summary: 'delete an API key: revoked at once on every gateway, then removed from the lists (--yes)',
+    async run(ctx) {
+      requireYes(ctx.flags, `keys delete revokes and removes API key ${ctx.args.key}`);
+      const r = await ctx.api.request('DELETE', `${tenantPath(ctx.args.tenant)}/apps/${seg(ctx.args.app)}/keys/${seg(ctx.args.key)}`);
+      return said(r, `deleted API key ${ctx.args.key} of app ${ctx.args.app} (revoked on every gateway)`);
     },
   },
 

@@ -90,7 +90,11 @@ async function rows(db: WeirDatabase, query: ReturnType<typeof sql>): Promise<Re
 
 /** Samples the tenant's monthly budget row (undefined when it has none yet). */
 export async function sampleBudget(db: WeirDatabase, tenantId: string): Promise<BudgetSample | undefined> {
-  const found = await rows(db, sql`select * from budget_periods where scope = ${`tenant:${tenantId}`} and period = 'month' order by starts_on desc limit 1`);
+  // Budget rows are filed under the tenant's internal id (docs/security.md §4).
+  const found = await rows(
+    db,
+    sql`select * from budget_periods where scope = 'tenant:' || coalesce((select uid from tenants where id = ${tenantId}), ${tenantId}) and period = 'month' order by starts_on desc limit 1`,
+  );
   const r = found?.[0];
   if (!r) return undefined;
   return { atMs: Date.now(), source: 'db', settledNano: num(r.settled_nano), reservedNano: num(r.reserved_nano), leasedNano: num(r.leased_nano) };

@@ -12,9 +12,9 @@ import { actorOf, handle, type RouteContext, withVersion } from './context';
 
 /** Loads a tenant with its apps and policy, or undefined. */
 async function loadTenant(db: Kysely<WeirSchema>, id: string) {
-  const t = await db.selectFrom('tenants').select(['id', 'name', 'created_at']).where('id', '=', id).executeTakeFirst();
+  const t = await db.selectFrom('tenants').select(['id', 'uid', 'name', 'created_at']).where('id', '=', id).executeTakeFirst();
   if (!t) return undefined;
-  const apps = await db.selectFrom('apps').select(['id', 'tenant_id', 'name', 'limits', 'created_at']).where('tenant_id', '=', id).orderBy('created_at').orderBy('id').execute();
+  const apps = await db.selectFrom('apps').select(['id', 'uid', 'tenant_id', 'name', 'limits', 'created_at']).where('tenant_id', '=', id).orderBy('created_at').orderBy('id').execute();
   return tenantView(t, apps.map(appView), await loadPolicy(db, id));
 }
 
@@ -31,7 +31,7 @@ async function requireTenant(db: Kysely<WeirSchema>, id: string) {
 
 async function requireApp(db: Kysely<WeirSchema>, tenantId: string, appId: string) {
   await requireTenant(db, tenantId);
-  const a = await db.selectFrom('apps').select(['id', 'tenant_id', 'name', 'limits', 'created_at']).where('id', '=', appId).where('tenant_id', '=', tenantId).executeTakeFirst();
+  const a = await db.selectFrom('apps').select(['id', 'uid', 'tenant_id', 'name', 'limits', 'created_at']).where('id', '=', appId).where('tenant_id', '=', tenantId).executeTakeFirst();
   if (!a) throw notFound('app', appId, `list tenant ${JSON.stringify(tenantId)}'s apps with GET /admin/v1/tenants/${tenantId}/apps`);
   return appView(a);
 }
@@ -51,6 +51,23 @@ export function policyRevocations(tenantId: string, before: JsonObject, after: J
   if (after.disabled === true && before.disabled !== true) out.push({ kind: 'tenant', tenant_id: tenantId });
   if ((after.kill_switch === true) !== (before.kill_switch === true)) out.push({ kind: 'kill_switch', tenant_id: tenantId, enabled: after.kill_switch === true });
   return out;
+}
+
+/**
+ * Deletes a tenant inside a change's transaction and fences what it leaves (issue 14 §4): its
+ * apps, keys and policy go (foreign keys cascade); its idempotency keys and their retained
+ * results (filed under its internal id) are purged; every active key is revoked on the fast
+ * path as well as the tenant, so a gateway's cached key cannot authenticate as the old tenant
+ * once a same-id successor re-enables the id. Its ledger rows stay, under its retired internal
+ * id. Returns the revocations to publish.
+ */
+export async function retireTenant(trx: Kysely<WeirSchema>, tenantId: string): Promise<RevocationRequest[]> {
+  const row = await trx.selectFrom('tenants').select(['uid']).where('id', '=', tenantId).executeTakeFirst();
+  if (!row) return [];
+  const revocations: RevocationRequest[] = [{ kind: 'tenant', tenant_id: tenantId }, ...(await activeKeyRevocations(trx, { tenantId }))];
+  await trx.deleteFrom('idempotency_keys').where('tenant_id', '=', row.uid).execute();
+  await trx.deleteFrom('tenants').where('id', '=', tenantId).execute();
+  return revocations;
 }
 
 const activeKeyRevocations = async (db: Kysely<WeirSchema>, where: { tenantId: string; appId?: string }): Promise<RevocationRequest[]> => {
@@ -116,9 +133,8 @@ export function registerTenantRoutes(router: Router, { cp }: RouteContext): void
       const tenantId = String(req.params.tenantId);
       const { result, version } = await cp.change({ actor: actorOf(req), action: 'tenant.delete', entityType: 'tenant', entityId: tenantId }, async (trx) => {
         const before = await requireTenant(trx, tenantId);
-        // Apps, keys and the policy go with it (foreign keys cascade).
-        await trx.deleteFrom('tenants').where('id', '=', tenantId).execute();
-        return { before, after: null, result: { id: tenantId, deleted: true }, revocations: [{ kind: 'tenant', tenant_id: tenantId }] };
+        const revocations = await retireTenant(trx, tenantId);
+        return { before, after: null, result: { id: tenantId, deleted: true, internal_id: before.internal_id }, revocations };
       });
       withVersion(res, version);
       return result;
@@ -248,6 +264,30 @@ export function registerTenantRoutes(router: Router, { cp }: RouteContext): void
           before: apiKeyView(row),
           after: apiKeyView(updated),
           result: apiKeyView(updated),
+          revocations: [{ kind: 'api_key', tenant_id: tenantId, api_key_id: keyId, api_key_sha256: row.sha256 }],
+        };
+      });
+      withVersion(res, version);
+      return result;
+    }),
+  );
+
+  router.delete(
+    '/tenants/:tenantId/apps/:appId/keys/:keyId',
+    handle(async (req, res) => {
+      const tenantId = String(req.params.tenantId);
+      const appId = String(req.params.appId);
+      const keyId = String(req.params.keyId);
+      await requireApp(db, tenantId, appId);
+      const { result, version } = await cp.change({ actor: actorOf(req), action: 'api_key.delete', entityType: 'api_key', entityId: keyId }, async (trx) => {
+        const row = await trx.selectFrom('api_keys').selectAll().where('id', '=', keyId).where('app_id', '=', appId).executeTakeFirst();
+        if (!row) throw notFound('API key', keyId, `list the app's keys with GET /admin/v1/tenants/${tenantId}/apps/${appId}/keys`);
+        await trx.deleteFrom('api_keys').where('id', '=', keyId).execute();
+        // Revoked on the fast path even when it was revoked before (a gateway that missed it).
+        return {
+          before: apiKeyView(row),
+          after: null,
+          result: { id: keyId, deleted: true },
           revocations: [{ kind: 'api_key', tenant_id: tenantId, api_key_id: keyId, api_key_sha256: row.sha256 }],
         };
       });

@@ -9,6 +9,7 @@ import { controlPlane } from './0008-control-plane';
 import { evals } from './0009-evals';
 import { moneyPath } from './0010-money-path';
 import { leaseDemand } from './0011-lease-demand';
+import { internalIds } from './0012-internal-ids';
 
 /**
  * Weir's one migration history, for PGlite and Postgres alike. Names sort in the order they
@@ -27,6 +28,7 @@ export const MIGRATIONS: Readonly<Record<string, Migration>> = Object.freeze({
   '0009_evals': evals,
   '0010_money_path': moneyPath,
   '0011_lease_demand': leaseDemand,
+  '0012_internal_ids': internalIds,
 });
 
 /** An in-code kysely {@link MigrationProvider} over {@link MIGRATIONS} (no filesystem scan). */
