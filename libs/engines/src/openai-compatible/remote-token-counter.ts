@@ -7,7 +7,7 @@
  * over-reserve but never under-reserves.
  */
 import type { GenerationInput } from '@weir/core';
-import { request } from 'undici';
+import { type Dispatcher, request } from 'undici';
 import { countInputWith, utf8TokenUpperBound } from './token-bound';
 
 /** Options of {@link createRemoteTokenCounter}. */
@@ -16,6 +16,8 @@ export interface RemoteTokenCounterOptions {
   baseUrls: readonly string[];
   /** Per-attempt timeout (ms). Default 1,000. */
   timeoutMs?: number;
+  /** The undici dispatcher (the mutual-TLS agent when replicas serve HTTPS). Default: the global one. */
+  dispatcher?: Dispatcher;
 }
 
 /** Counts an input's prompt tokens. */
@@ -37,6 +39,7 @@ export function createRemoteTokenCounter(options: RemoteTokenCounterOptions): To
           body,
           headersTimeout: timeoutMs,
           bodyTimeout: timeoutMs,
+          dispatcher: options.dispatcher,
         });
         const json = (await res.body.json()) as { input_tokens?: unknown };
         if (res.statusCode === 200 && typeof json.input_tokens === 'number') {
