@@ -31,6 +31,7 @@ import { connectNats } from '@weir/messaging-nats';
 import { envInt, envRequired, envString, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
 import { createPgLeaseStore, openDatabase } from '@weir/store-pg';
 import { createLogger, createTelemetry } from '@weir/telemetry';
+import { serviceTlsFromEnv } from '@weir/service-tls';
 import { createAdmissionGrpcServer, createSchedulerGrpcClient, installTracing, startGrpcServer } from '@weir/transport-grpc';
 import { admissionObserver } from './observer';
 
@@ -53,6 +54,8 @@ const logger = createLogger({ name: 'admission', level: env.LOG_LEVEL as 'info' 
 
 runUntilSignal('admission', logger, async () => {
   installTracing();
+  // Mutual TLS (docs/security.md §8): only gateways may call; the scheduler must be the scheduler.
+  const tls = serviceTlsFromEnv('admission', { defaultPeers: ['gateway'], logger });
   const telemetry = createTelemetry({ serviceName: 'weir-admission' });
   let nc: NatsConnection | undefined;
   const source = await openDataPlaneConfig({
@@ -83,11 +86,11 @@ runUntilSignal('admission', logger, async () => {
     logger.info({ version }, 'configuration applied: tenant limits and budgets updated');
   });
   const onBackgroundError = (error: Error, call: string) => logger.warn({ err: error, call }, 'background gRPC call failed');
-  const scheduler = createSchedulerGrpcClient({ address: env.SCHEDULER_ADDR, onBackgroundError });
+  const scheduler = createSchedulerGrpcClient({ address: env.SCHEDULER_ADDR, onBackgroundError, ...(tls ? { tls } : {}) });
   // A database fault of a synchronous draw (the edge of a budget, a scope's first request) is a
   // retryable 503 (the gateway may fail over to another instance), not a 500.
   const served = withStoreFaultsAsUnavailable(admission, (err, call) => logger.warn({ err, call }, 'admission lease store call failed'));
-  const grpc = await startGrpcServer({ host: env.HOST, port: env.GRPC_PORT, services: [createAdmissionGrpcServer(served, { scheduler })] });
+  const grpc = await startGrpcServer({ host: env.HOST, port: env.GRPC_PORT, services: [createAdmissionGrpcServer(served, { scheduler })], ...(tls ? { tls } : {}) });
   let draining = false;
   const ops = await startOpsServer({
     host: env.HOST,

@@ -143,7 +143,7 @@ async function enginesIdle(timeoutMs = 20_000): Promise<void> {
   const until = Date.now() + timeoutMs;
   for (;;) {
     const stats = await Promise.all(
-      topology.engines.filter((e) => e.process.alive()).map(async (e) => (await (await fetch(`${e.url}/stats`)).json()) as { activeSequences: number; inUse: number }),
+      topology.engines.filter((e) => e.process.alive()).map(async (e) => (await (await topology.serviceFetch(`${e.url}/stats`)).json()) as { activeSequences: number; inUse: number }),
     );
     if (stats.every((s) => s.activeSequences === 0 && s.inUse === 0)) return;
     if (Date.now() > until) throw new Error('engines still busy');
@@ -287,7 +287,7 @@ it('after cancels, deadlines, retries, a lost relay and a killed engine, the led
     if (d !== 3 || victim) return;
     void (async () => {
       for (const e of slow) {
-        const s = (await (await fetch(`${e.url}/stats`)).json()) as { inUse: number };
+        const s = (await (await topology.serviceFetch(`${e.url}/stats`)).json()) as { inUse: number };
         if (s.inUse > 0 && !victim) {
           victim = e.name;
           e.process.signal('SIGKILL');

@@ -27,7 +27,7 @@ import pino from 'pino';
 import { createTelemetry } from '@weir/telemetry';
 import { createGenerationUsageLog, DEFAULT_USAGE_MAX_ENTRIES, DEFAULT_USAGE_RETENTION_MS } from './generation-usage-log';
 import { defaultEnginePeerPolicies, listenEngineServer } from '@weir/engine-server';
-import { loadServiceTls, TLS_ENV } from '@weir/service-tls';
+import { serviceTlsFromEnv } from '@weir/service-tls';
 import { createEngineServer } from './server';
 
 function intEnv(name: string, fallback: number, min: number): number {
@@ -46,8 +46,7 @@ async function main(): Promise<void> {
   const host = process.env.HOST || '127.0.0.1';
   const drainMs = intEnv('ENGINE_DRAIN_MS', 25_000, 0);
   // Mutual TLS when the material is configured; checked before anything loads.
-  const tls = loadServiceTls(process.env, { service: 'engine', defaultPeers: ['relay'] });
-  if (!tls) logger.warn({}, `service authentication is off: ${TLS_ENV.ca}, ${TLS_ENV.cert} and ${TLS_ENV.key} are not set, so anyone who reaches this port can generate`);
+  const tls = serviceTlsFromEnv('engine', { defaultPeers: ['relay'], logger });
 
   const engine = await createLlamaCppEngine(
     {

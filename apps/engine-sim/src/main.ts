@@ -19,7 +19,7 @@
  * Shutdown on SIGTERM/SIGINT as engine-llamacpp: not ready, stop accepting, drain, exit 0.
  */
 import { createGenerationUsageLog, DEFAULT_USAGE_MAX_ENTRIES, DEFAULT_USAGE_RETENTION_MS, defaultEnginePeerPolicies, listenEngineServer } from '@weir/engine-server';
-import { loadServiceTls, TLS_ENV } from '@weir/service-tls';
+import { serviceTlsFromEnv } from '@weir/service-tls';
 import { createSimulatedEngine } from '@weir/engines';
 import { createTelemetry } from '@weir/telemetry';
 import pino from 'pino';
@@ -42,8 +42,7 @@ function main(): void {
   const host = process.env.HOST || '127.0.0.1';
   const drainMs = intEnv('ENGINE_DRAIN_MS', 25_000, 0);
   // Mutual TLS when the material is configured; checked before anything loads.
-  const tls = loadServiceTls(process.env, { service: 'engine', defaultPeers: ['relay'] });
-  if (!tls) logger.warn({}, `service authentication is off: ${TLS_ENV.ca}, ${TLS_ENV.cert} and ${TLS_ENV.key} are not set, so anyone who reaches this port can generate`);
+  const tls = serviceTlsFromEnv('engine', { defaultPeers: ['relay'], logger });
   const engine = createSimulatedEngine(spec, { logger });
   const replicaId = process.env.WEIR_REPLICA_ID || `${modelName}/${port}`;
   const revisionId = process.env.WEIR_REVISION_ID || modelName;

@@ -13,6 +13,7 @@ import { connectNats } from '@weir/messaging-nats';
 import { createRouter } from '@weir/routing';
 import { envInt, envString, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
 import { createLogger, createTelemetry } from '@weir/telemetry';
+import { serviceTlsFromEnv } from '@weir/service-tls';
 import { createRouterGrpcServer, installTracing, startGrpcServer } from '@weir/transport-grpc';
 
 const env = readEnv({
@@ -27,6 +28,7 @@ const logger = createLogger({ name: 'router', level: env.LOG_LEVEL as 'info' });
 
 runUntilSignal('router', logger, async () => {
   installTracing();
+  const tls = serviceTlsFromEnv('router', { defaultPeers: ['gateway'], logger });
   const telemetry = createTelemetry({ serviceName: 'weir-router' });
   let nc: NatsConnection | undefined;
   const source = await openDataPlaneConfig({
@@ -44,7 +46,7 @@ runUntilSignal('router', logger, async () => {
     router.update(next);
     logger.info({ version, aliases: next.aliases.map((a) => ({ alias: a.name, targets: a.targets })) }, 'configuration changed: routing updated');
   });
-  const grpc = await startGrpcServer({ host: env.HOST, port: env.GRPC_PORT, services: [createRouterGrpcServer(router)] });
+  const grpc = await startGrpcServer({ host: env.HOST, port: env.GRPC_PORT, services: [createRouterGrpcServer(router)], ...(tls ? { tls } : {}) });
   let draining = false;
   const ops = await startOpsServer({
     host: env.HOST,

@@ -24,6 +24,7 @@ import { connectNats, createCapacityTelemetryPublisher, createNatsTopic, natsNam
 import { createCapacityTelemetry, createPoolScheduler, createSchedulerSampler, replicaSamples, schedulerMetricsObserver } from '@weir/scheduling';
 import { envInt, envString, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
 import { createLogger, createTelemetry } from '@weir/telemetry';
+import { createServiceTlsAgent, serviceTlsFromEnv } from '@weir/service-tls';
 import { createSchedulerGrpcServer, installTracing, startGrpcServer } from '@weir/transport-grpc';
 
 const env = readEnv({
@@ -43,6 +44,9 @@ const logger = createLogger({ name: 'scheduler', level: env.LOG_LEVEL as 'info' 
 
 runUntilSignal('scheduler', logger, async () => {
   installTracing();
+  // Mutual TLS (docs/security.md §8): gateways and admission instances may call; probes present this certificate.
+  const tls = serviceTlsFromEnv('scheduler', { defaultPeers: ['gateway', 'admission'], logger });
+  const engineAgent = tls ? createServiceTlsAgent(tls, { expectedServer: 'engine' }) : undefined;
   const telemetry = createTelemetry({ serviceName: 'weir-scheduler' });
   const nc = await connectNats({ servers: env.NATS_URL, name: 'weir-scheduler', logger });
   const source = await openDataPlaneConfig({ env: process.env, service: 'scheduler', connectNats: async () => nc, logger, metrics: createConfigSyncMetrics(telemetry.meter), watchFile: true });
@@ -75,6 +79,7 @@ runUntilSignal('scheduler', logger, async () => {
     timeoutMs: env.PROBE_TIMEOUT_MS,
     failuresToEject: env.PROBE_FAILURES,
     logger,
+    ...(engineAgent ? { dispatcher: engineAgent } : {}),
     onChange: ({ replicaId, revisionId, healthy, reason }) =>
       health.publish({ replicaId, revisionId, state: healthy ? 'healthy' : 'unhealthy', reason, at: Date.now() }),
   });
@@ -94,7 +99,7 @@ runUntilSignal('scheduler', logger, async () => {
   }, env.CAPACITY_TELEMETRY_INTERVAL_MS);
   capacityTimer.unref();
   const binding = createSchedulerGrpcServer(capacity.scheduler);
-  const grpc = await startGrpcServer({ host: env.HOST, port: env.GRPC_PORT, services: [binding] });
+  const grpc = await startGrpcServer({ host: env.HOST, port: env.GRPC_PORT, services: [binding], ...(tls ? { tls } : {}) });
   let draining = false;
   const ops = await startOpsServer({
     host: env.HOST,
@@ -108,6 +113,7 @@ runUntilSignal('scheduler', logger, async () => {
       draining = true;
       clearInterval(capacityTimer);
       checks.stop();
+      await engineAgent?.close();
       unsubscribe();
       await grpc.close(5_000);
       await source.stop();

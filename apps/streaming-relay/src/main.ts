@@ -30,6 +30,7 @@ import {
 import { envInt, envString, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
 import { createRelay } from '@weir/streaming';
 import { createLogger, createTelemetry } from '@weir/telemetry';
+import { createServiceTlsAgent, serviceTlsFromEnv } from '@weir/service-tls';
 import { createRelayGrpcServer, installTracing, startGrpcServer } from '@weir/transport-grpc';
 
 const env = readEnv({
@@ -48,6 +49,9 @@ const logger = createLogger({ name: 'streaming-relay', level: env.LOG_LEVEL as '
 
 runUntilSignal('streaming-relay', logger, async () => {
   installTracing();
+  // Mutual TLS (docs/security.md §8): only gateways may call; engine replicas are reached with this certificate.
+  const tls = serviceTlsFromEnv('relay', { defaultPeers: ['gateway'], logger });
+  const engineAgent = tls ? createServiceTlsAgent(tls, { expectedServer: 'engine' }) : undefined;
   const telemetry = createTelemetry({ serviceName: 'weir-streaming-relay' });
   const nc = await connectNats({ servers: env.NATS_URL, name: 'weir-streaming-relay', logger });
   const source = await openDataPlaneConfig({ env: process.env, service: 'relay', connectNats: async () => nc, logger, metrics: createConfigSyncMetrics(telemetry.meter), watchFile: true });
@@ -61,6 +65,7 @@ runUntilSignal('streaming-relay', logger, async () => {
     firstTokenTimeoutMs: env.RELAY_FIRST_TOKEN_TIMEOUT_MS,
     idleTimeoutMs: env.RELAY_IDLE_TIMEOUT_MS,
     logger,
+    ...(engineAgent ? { dispatcher: engineAgent } : {}),
   });
   const revisionOf = new Map(replicas.map((r) => [r.id, r.revisionId]));
 
@@ -97,7 +102,7 @@ runUntilSignal('streaming-relay', logger, async () => {
   });
 
   const binding = createRelayGrpcServer(tracked);
-  const grpc = await startGrpcServer({ host: env.HOST, port: env.GRPC_PORT, services: [binding] });
+  const grpc = await startGrpcServer({ host: env.HOST, port: env.GRPC_PORT, services: [binding], ...(tls ? { tls } : {}) });
   let draining = false;
   const ops = await startOpsServer({
     host: env.HOST,
@@ -117,6 +122,7 @@ runUntilSignal('streaming-relay', logger, async () => {
       unsubscribe();
       await settlements.close();
       for (const engine of engines.values()) await engine.close().catch(() => undefined);
+      await engineAgent?.close();
       await source.stop();
       await nc.drain().catch(() => undefined);
       await ops.close();

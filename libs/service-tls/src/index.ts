@@ -17,6 +17,6 @@ export {
   type ServiceName,
   type PeerPolicy,
 } from './identity';
-export { loadServiceTls, ServiceTlsError, TLS_ENV, type ServiceTls, type LoadServiceTlsOptions } from './service-tls';
+export { loadServiceTls, serviceTlsFromEnv, ServiceTlsError, TLS_ENV, CERTIFICATE_EXPIRY_WARNING_MS, type ServiceTls, type LoadServiceTlsOptions, type ServiceTlsLogger } from './service-tls';
 export { peerIdentities, authorizePeer, createServiceTlsAgent, httpsServerOptions, type PeerDecision, type ServiceTlsAgentOptions } from './peer';
 export { issueDevPki, type DevPki, type DevPkiOptions, type DevCertificateSpec, type DevCertificateFiles } from './dev-pki';

@@ -139,3 +139,34 @@ function parseCertificates(variable: string, pem: Buffer): X509Certificate[] {
     throw new ServiceTlsError(`${variable}: a certificate in the file does not parse`);
   }
 }
+
+/** What {@link serviceTlsFromEnv} logs with (pino's shape). */
+export interface ServiceTlsLogger {
+  info(obj: object, msg: string): void;
+  warn(obj: object, msg: string): void;
+}
+
+/** A leaf certificate that lapses within this is warned about at start (ms): 7 days. */
+export const CERTIFICATE_EXPIRY_WARNING_MS = 7 * 86_400_000;
+
+/**
+ * {@link loadServiceTls} for a service's main: its certificate must name `service`; logs that
+ * service authentication is on (identities, accepted callers, expiry) or — warn — off, and
+ * warns when the certificate lapses within {@link CERTIFICATE_EXPIRY_WARNING_MS}. No key
+ * material is logged.
+ *
+ * @throws ServiceTlsError as {@link loadServiceTls}.
+ */
+export function serviceTlsFromEnv(service: string, options: { defaultPeers?: readonly string[]; logger: ServiceTlsLogger; env?: NodeJS.ProcessEnv }): ServiceTls | undefined {
+  const tls = loadServiceTls(options.env ?? process.env, { service, ...(options.defaultPeers ? { defaultPeers: options.defaultPeers } : {}) });
+  if (!tls) {
+    options.logger.warn({}, `service authentication is off (${TLS_ENV.ca}, ${TLS_ENV.cert}, ${TLS_ENV.key} not set): anything that reaches this service's ports can call it`);
+    return undefined;
+  }
+  const peers = tls.allowedPeers === 'any' ? '*' : [...tls.allowedPeers].join(',');
+  options.logger.info({ identities: tls.identities, allowedPeers: peers, notAfter: new Date(tls.notAfterMs).toISOString() }, 'mutual TLS on');
+  if (tls.notAfterMs - Date.now() < CERTIFICATE_EXPIRY_WARNING_MS) {
+    options.logger.warn({ notAfter: new Date(tls.notAfterMs).toISOString() }, `the certificate in ${TLS_ENV.cert} lapses within 7 days: rotate it (docs/security.md §8)`);
+  }
+  return tls;
+}
