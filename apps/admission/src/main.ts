@@ -22,7 +22,8 @@
  * transactions only), ADMISSION_HOLDER_ID (default a fresh id per start), ADMISSION_LEASE_HOLD_MS
  * (default 240,000: heartbeats move each lease's hold_until to now + this), ADMISSION_RECLAIM_EVERY_MS
  * (default 10,000) and ADMISSION_RECLAIM_GRACE_MS (default 5,000: clock skew between holders),
- * LOG_LEVEL.
+ * LOG_LEVEL, WEIR_TLS_CA / WEIR_TLS_CERT / WEIR_TLS_KEY (mutual TLS; callers: `gateway`, or
+ * WEIR_TLS_ALLOWED_PEERS; docs/security.md §8).
  */
 import { createLeasedAdmission, withStoreFaultsAsUnavailable } from '@weir/admission';
 import type { NatsConnection } from '@nats-io/transport-node';

@@ -23,7 +23,8 @@
  * preferred, the others take over when it is unreachable), SCHEDULER_ADDR, RELAY_ADDR
  * (host:port), WEIR_DEMO_API_KEY (registered for
  * the demo tenant if set), SHUTDOWN_GRACE_MS (default 10000), GATEWAY_HOLDER_ID (default a
- * fresh id per start), LOG_LEVEL.
+ * fresh id per start), LOG_LEVEL, WEIR_TLS_CA / WEIR_TLS_CERT / WEIR_TLS_KEY (mutual TLS to admission,
+ * scheduler, relay and the engines' /tokenize; the certificate names `gateway`: docs/security.md §8).
  */
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';

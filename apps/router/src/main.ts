@@ -5,7 +5,8 @@
  * WEIR_NATS_NAMESPACE; see docs/config-snapshots.md), else from edits of WEIR_CONFIG.
  * Environment: WEIR_CONFIG, WEIR_CONFIG_PUBLIC_KEY(_FILE), WEIR_CONFIG_CACHE_DIR, NATS_URL,
  * WEIR_NATS_NAMESPACE, HOST, GRPC_PORT (default 50051), OPS_PORT (healthz/readyz/metrics,
- * default 9461), LOG_LEVEL.
+ * default 9461), LOG_LEVEL, WEIR_TLS_CA / WEIR_TLS_CERT / WEIR_TLS_KEY (mutual TLS; callers: `gateway`,
+ * or WEIR_TLS_ALLOWED_PEERS; docs/security.md §8).
  */
 import type { NatsConnection } from '@nats-io/transport-node';
 import { createConfigSyncMetrics, openDataPlaneConfig } from '@weir/config-sync';

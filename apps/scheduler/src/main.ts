@@ -14,7 +14,8 @@
  * Environment: WEIR_CONFIG, WEIR_CONFIG_PUBLIC_KEY(_FILE), WEIR_CONFIG_CACHE_DIR, NATS_URL, WEIR_NATS_NAMESPACE (default weir: deployments sharing a NATS server need different ones), HOST,
  * GRPC_PORT (default 50053), OPS_PORT (default 9463), PROBE_INTERVAL_MS (default 1000),
  * PROBE_TIMEOUT_MS (default 1000), PROBE_FAILURES (default 3), CAPACITY_TELEMETRY_INTERVAL_MS
- * (default 5000), LOG_LEVEL.
+ * (default 5000), LOG_LEVEL, WEIR_TLS_CA / WEIR_TLS_CERT / WEIR_TLS_KEY (mutual TLS; callers: `gateway`,
+ * `admission`, or WEIR_TLS_ALLOWED_PEERS; the probes present the certificate: docs/security.md §8).
  */
 import { hostname } from 'node:os';
 import { createConfigSyncMetrics, openDataPlaneConfig, warnChangesNeedingRestart } from '@weir/config-sync';

@@ -13,7 +13,9 @@
  *
  * Environment: WEIR_CONFIG, WEIR_CONFIG_PUBLIC_KEY(_FILE), WEIR_CONFIG_CACHE_DIR, NATS_URL, WEIR_NATS_NAMESPACE (default weir: deployments sharing a NATS server need different ones), HOST, GRPC_PORT (default 50054), OPS_PORT (default 9464),
  * RELAY_FIRST_TOKEN_TIMEOUT_MS (default 10000), RELAY_IDLE_TIMEOUT_MS (default 10000),
- * SHUTDOWN_GRACE_MS (default 10000), LOG_LEVEL.
+ * SHUTDOWN_GRACE_MS (default 10000), LOG_LEVEL, WEIR_TLS_CA / WEIR_TLS_CERT / WEIR_TLS_KEY (mutual TLS;
+ * callers: `gateway`, or WEIR_TLS_ALLOWED_PEERS; engine replicas are reached with the certificate,
+ * hosted upstreams without it: docs/security.md §8).
  */
 import { createConfigSyncMetrics, openDataPlaneConfig, warnChangesNeedingRestart } from '@weir/config-sync';
 import { type CancelMessage, type RelayHandle, type ReplicaHealthEvent, systemClock } from '@weir/core';
