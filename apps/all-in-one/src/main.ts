@@ -2,13 +2,16 @@
  * `npm start`: the all-in-one Weir (ARCHITECTURE.md §1, "all-in-one"). Reads the
  * environment (PORT, HOST, WEIR_DATA_DIR, WEIR_MODEL_PATH, WEIR_CONFIG, WEIR_DEMO_API_KEY,
  * DATABASE_URL, LOG_LEVEL, WEIR_ALLOW_MODEL_DOWNLOAD, WEIR_SHUTDOWN_GRACE_MS, and for the
- * in-process control plane WEIR_ADMIN_TOKEN and WEIR_CONFIG_SIGNING_KEY_FILE), starts the
+ * in-process control plane WEIR_ADMIN_TOKEN and WEIR_CONFIG_SIGNING_KEY_FILE; WEIR_TLS_CA,
+ * WEIR_TLS_CERT, WEIR_TLS_KEY for engine replicas with mutual TLS: a certificate naming `relay`,
+ * and `gateway` for their /tokenize — docs/security.md §8), starts the
  * platform, prints how to call it (and the admin token minted on a first start), and shuts
  * down gracefully on SIGTERM/SIGINT.
  */
 import { Session } from 'node:inspector';
 import { isConfigError, loadAllInOneEnv } from '@weir/config';
 import { checkSuppliedAdminToken } from '@weir/control-plane';
+import { createServiceTlsAgent, loadServiceTls, ServiceTlsError } from '@weir/service-tls';
 import { createLogger } from '@weir/telemetry';
 import { type PlatformOptions, startPlatform } from './platform';
 
@@ -32,6 +35,14 @@ async function main(): Promise<void> {
   }
   const signingKeyFile = process.env.WEIR_CONFIG_SIGNING_KEY_FILE?.trim();
   if (signingKeyFile) options.signingKeyFile = signingKeyFile;
+  // Engine replicas with mutual TLS (optional: the all-in-one has no service network of its own).
+  try {
+    const tls = loadServiceTls(process.env, { service: 'relay' });
+    if (tls) options.replicaDispatcher = createServiceTlsAgent(tls, { expectedServer: 'engine' });
+  } catch (err) {
+    process.stderr.write(`weir: environment: ${err instanceof ServiceTlsError ? err.message : String(err)}\n`);
+    process.exit(2);
+  }
   const logger = createLogger({ name: 'weir', level: settings.logLevel });
   let platform;
   try {
