@@ -69,7 +69,7 @@ const logger = createLogger({ name: 'gateway', level: env.LOG_LEVEL as 'info' })
 runUntilSignal('gateway', logger, async () => {
   installTracing();
   // Mutual TLS to admission, scheduler, relay and the engines' /tokenize (docs/security.md §8).
-  const tls = serviceTlsFromEnv('gateway', { logger });
+  const tls = serviceTlsFromEnv('gateway', { logger, serves: false });
   const engineAgent = tls ? createServiceTlsAgent(tls, { expectedServer: 'engine' }) : undefined;
   const telemetry = createTelemetry({ serviceName: 'weir-gateway' });
   const nc = await connectNats({ servers: env.NATS_URL, name: 'weir-gateway', logger });

@@ -4,7 +4,7 @@ import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { Agent, request } from 'undici';
-import { certificateIdentities, issueDevPki, loadServiceTls, peerPolicy, type ServiceTls, ServiceTlsError } from './index';
+import { certificateIdentities, issueDevPki, loadServiceTls, peerPolicy, type ServiceTls, ServiceTlsError, serviceTlsFromEnv } from './index';
 import { authorizePeer, createServiceTlsAgent, httpsServerOptions } from './peer';
 
 let dir: string;
@@ -59,6 +59,38 @@ describe('loadServiceTls', () => {
     expect(loadServiceTls(pki.env('engine'), { defaultPeers: ['relay'] })?.allowedPeers).toEqual(new Set(['relay']));
     expect(loadServiceTls({ ...pki.env('engine'), WEIR_TLS_ALLOWED_PEERS: 'relay, gateway' }, { defaultPeers: ['relay'] })?.allowedPeers).toEqual(new Set(['relay', 'gateway']));
     expect(loadServiceTls({ ...pki.env('engine'), WEIR_TLS_ALLOWED_PEERS: '*' }, { defaultPeers: ['relay'] })?.allowedPeers).toBe('any');
+  });
+});
+
+describe('serviceTlsFromEnv', () => {
+  const recorder = () => {
+    const lines: { level: string; obj: object; msg: string }[] = [];
+    return { lines, logger: { info: (obj: object, msg: string) => lines.push({ level: 'info', obj, msg }), warn: (obj: object, msg: string) => lines.push({ level: 'warn', obj, msg }) } };
+  };
+
+  it('warns that authentication is off when nothing is configured', () => {
+    const r = recorder();
+    expect(serviceTlsFromEnv('admission', { logger: r.logger, env: {} })).toBeUndefined();
+    expect(r.lines).toEqual([{ level: 'warn', obj: {}, msg: expect.stringMatching(/^service authentication is off/) }]);
+  });
+
+  it('logs identities and accepted callers, never key material, and warns before the certificate lapses', async () => {
+    const r = recorder();
+    expect(serviceTlsFromEnv('gateway', { logger: r.logger, env: pki.env('gateway'), defaultPeers: ['relay'] })?.identities).toEqual(['gateway']);
+    expect(r.lines).toEqual([{ level: 'info', obj: { identities: ['gateway'], allowedPeers: 'relay', notAfter: expect.any(String) }, msg: 'mutual TLS on' }]);
+    expect(JSON.stringify(r.lines)).not.toContain('PRIVATE KEY');
+    const short = await issueDevPki({ dir: path.join(dir, 'short'), certificates: [{ name: 'relay' }], validityMs: 86_400_000 });
+    const s = recorder();
+    serviceTlsFromEnv('relay', { logger: s.logger, env: short.env('relay'), serves: false });
+    expect(s.lines.map((l) => [l.level, l.msg])).toEqual([
+      ['info', 'mutual TLS on'],
+      ['warn', expect.stringMatching(/lapses within 7 days: rotate it/)],
+    ]);
+    expect(s.lines[0].obj).not.toHaveProperty('allowedPeers');
+  });
+
+  it('refuses a certificate that does not name the service', () => {
+    expect(() => serviceTlsFromEnv('admission', { logger: recorder().logger, env: pki.env('gateway') })).toThrow(ServiceTlsError);
   });
 });
 

@@ -157,14 +157,17 @@ export const CERTIFICATE_EXPIRY_WARNING_MS = 7 * 86_400_000;
  *
  * @throws ServiceTlsError as {@link loadServiceTls}.
  */
-export function serviceTlsFromEnv(service: string, options: { defaultPeers?: readonly string[]; logger: ServiceTlsLogger; env?: NodeJS.ProcessEnv }): ServiceTls | undefined {
+export function serviceTlsFromEnv(
+  service: string,
+  options: { defaultPeers?: readonly string[]; logger: ServiceTlsLogger; env?: NodeJS.ProcessEnv; /** False for a pure client (the gateway): no accepted callers are logged. Default true. */ serves?: boolean },
+): ServiceTls | undefined {
   const tls = loadServiceTls(options.env ?? process.env, { service, ...(options.defaultPeers ? { defaultPeers: options.defaultPeers } : {}) });
   if (!tls) {
     options.logger.warn({}, `service authentication is off (${TLS_ENV.ca}, ${TLS_ENV.cert}, ${TLS_ENV.key} not set): anything that reaches this service's ports can call it`);
     return undefined;
   }
   const peers = tls.allowedPeers === 'any' ? '*' : [...tls.allowedPeers].join(',');
-  options.logger.info({ identities: tls.identities, allowedPeers: peers, notAfter: new Date(tls.notAfterMs).toISOString() }, 'mutual TLS on');
+  options.logger.info({ identities: tls.identities, ...(options.serves === false ? {} : { allowedPeers: peers }), notAfter: new Date(tls.notAfterMs).toISOString() }, 'mutual TLS on');
   if (tls.notAfterMs - Date.now() < CERTIFICATE_EXPIRY_WARNING_MS) {
     options.logger.warn({ notAfter: new Date(tls.notAfterMs).toISOString() }, `the certificate in ${TLS_ENV.cert} lapses within 7 days: rotate it (docs/security.md §8)`);
   }
