@@ -7,7 +7,7 @@
  *   node --import tsx tools/bench/run.ts [--quick] [--profile] [--only all-in-one,all-in-one-pg,split]
  *        [--peers passthrough,portkey|none] [--warmup-ms N] [--measure-ms N] [--jit-warmup-ms N]
  *        [--tokens N] [--token-delay-ms N] [--quiet-cores X] [--quiet-budget-ms N] [--no-pin]
- *        [--shared-nats] [--out FILE]
+ *        [--shared-nats] [--split-tls on|off] [--out FILE]
  *
  * What it does (see docs/performance.md and tools/bench/README.md):
  * - pins itself (the load generator) and the mock upstream (tools/bench/mock-upstream.ts) to
@@ -62,6 +62,9 @@ const PIN = !flag('--no-pin');
 /** --shared-nats: the split uses the machine's NATS instead of a private nats-server. */
 const SHARED_NATS = flag('--shared-nats');
 const PROFILE = flag('--profile');
+/** --split-tls off: the split's services talk plaintext (default on: mutual TLS, as `npm run split`), to measure what TLS costs. */
+const SPLIT_TLS = value('--split-tls') ?? 'on';
+if (SPLIT_TLS !== 'on' && SPLIT_TLS !== 'off') throw new Error('--split-tls takes on or off');
 type CompositionName = 'all-in-one' | 'all-in-one-pg' | 'split';
 const COMPOSITIONS: CompositionName[] = ['all-in-one', 'all-in-one-pg', 'split'];
 const ONLY = value('--only');
@@ -434,6 +437,7 @@ async function startSplit(mockUrl: string, workRoot: string, inspect: boolean): 
   // split topology on one NATS: two topologies would take each other's usage records. So the
   // bench runs its own NATS unless told to use the machine's (--shared-nats).
   const nats = SHARED_NATS ? undefined : await startPrivateNats(workRoot);
+  notes.push(SPLIT_TLS === 'on' ? 'mutual TLS between the split services (the launcher\'s development certificates, ECDSA P-256)' : 'the split services in plaintext (--split-tls off)');
   if (nats) notes.push(`a private nats-server (JetStream, ${nats.url}, not pinned) so no other split topology shares the ledger's durable consumer`);
   else {
     notes.push('the machine\'s NATS (nats://127.0.0.1:4222), shared with any other split topology running on this machine');
@@ -458,6 +462,7 @@ async function startSplit(mockUrl: string, workRoot: string, inspect: boolean): 
       natsUrl: nats?.url,
       gateways: 1,
       enginesPerRevision: 1,
+      tls: SPLIT_TLS === 'on',
       env: {
         WEIR_DEMO_API_KEY: DEMO_KEY,
         LOG_LEVEL: 'info',

@@ -22,7 +22,8 @@
  * transactions only), ADMISSION_HOLDER_ID (default a fresh id per start), ADMISSION_LEASE_HOLD_MS
  * (default 240,000: heartbeats move each lease's hold_until to now + this), ADMISSION_RECLAIM_EVERY_MS
  * (default 10,000) and ADMISSION_RECLAIM_GRACE_MS (default 5,000: clock skew between holders),
- * LOG_LEVEL.
+ * LOG_LEVEL, WEIR_TLS_CA / WEIR_TLS_CERT / WEIR_TLS_KEY (mutual TLS; callers: `gateway`, or
+ * WEIR_TLS_ALLOWED_PEERS; docs/security.md §8).
  */
 import { createLeasedAdmission, withStoreFaultsAsUnavailable } from '@weir/admission';
 import type { NatsConnection } from '@nats-io/transport-node';
@@ -31,6 +32,7 @@ import { connectNats } from '@weir/messaging-nats';
 import { envInt, envRequired, envString, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
 import { createPgLeaseStore, openDatabase } from '@weir/store-pg';
 import { createLogger, createTelemetry } from '@weir/telemetry';
+import { serviceTlsFromEnv } from '@weir/service-tls';
 import { createAdmissionGrpcServer, createSchedulerGrpcClient, installTracing, startGrpcServer } from '@weir/transport-grpc';
 import { admissionObserver } from './observer';
 
@@ -53,6 +55,8 @@ const logger = createLogger({ name: 'admission', level: env.LOG_LEVEL as 'info' 
 
 runUntilSignal('admission', logger, async () => {
   installTracing();
+  // Mutual TLS (docs/security.md §8): only gateways may call; the scheduler must be the scheduler.
+  const tls = serviceTlsFromEnv('admission', { defaultPeers: ['gateway'], logger });
   const telemetry = createTelemetry({ serviceName: 'weir-admission' });
   let nc: NatsConnection | undefined;
   const source = await openDataPlaneConfig({
@@ -83,11 +87,11 @@ runUntilSignal('admission', logger, async () => {
     logger.info({ version }, 'configuration applied: tenant limits and budgets updated');
   });
   const onBackgroundError = (error: Error, call: string) => logger.warn({ err: error, call }, 'background gRPC call failed');
-  const scheduler = createSchedulerGrpcClient({ address: env.SCHEDULER_ADDR, onBackgroundError });
+  const scheduler = createSchedulerGrpcClient({ address: env.SCHEDULER_ADDR, onBackgroundError, ...(tls ? { tls } : {}) });
   // A database fault of a synchronous draw (the edge of a budget, a scope's first request) is a
   // retryable 503 (the gateway may fail over to another instance), not a 500.
   const served = withStoreFaultsAsUnavailable(admission, (err, call) => logger.warn({ err, call }, 'admission lease store call failed'));
-  const grpc = await startGrpcServer({ host: env.HOST, port: env.GRPC_PORT, services: [createAdmissionGrpcServer(served, { scheduler })] });
+  const grpc = await startGrpcServer({ host: env.HOST, port: env.GRPC_PORT, services: [createAdmissionGrpcServer(served, { scheduler })], ...(tls ? { tls } : {}) });
   let draining = false;
   const ops = await startOpsServer({
     host: env.HOST,

@@ -5,7 +5,9 @@
  * in-process control plane WEIR_ADMIN_TOKEN and WEIR_CONFIG_SIGNING_KEY_FILE, the client limits
  * of `clientLimitsFromEnv` (WEIR_HEADERS_TIMEOUT_MS, WEIR_MAX_CONNECTIONS_PER_ADDRESS,
  * WEIR_TRUSTED_PROXIES, …) and the ops listener's WEIR_OPS_PORT (default 9464, 0 = any free
- * port, off = none), WEIR_OPS_HOST (default 127.0.0.1) and WEIR_OPS_TOKEN), starts the
+ * port, off = none), WEIR_OPS_HOST (default 127.0.0.1) and WEIR_OPS_TOKEN; WEIR_TLS_CA,
+ * WEIR_TLS_CERT, WEIR_TLS_KEY for engine replicas with mutual TLS: a certificate naming `relay`,
+ * and `gateway` for their /tokenize — docs/security.md §8), starts the
  * platform, prints how to call it (and the admin token minted on a first start), and shuts
  * down gracefully on SIGTERM/SIGINT.
  */
@@ -14,6 +16,7 @@ import { isConfigError, loadAllInOneEnv } from '@weir/config';
 import { checkSuppliedAdminToken } from '@weir/control-plane';
 import { clientLimitsFromEnv } from '@weir/gateway';
 import { EnvError, opsSettingsFromEnv } from '@weir/service-runtime';
+import { createServiceTlsAgent, loadServiceTls, ServiceTlsError } from '@weir/service-tls';
 import { createLogger } from '@weir/telemetry';
 import { type PlatformOptions, startPlatform } from './platform';
 
@@ -54,6 +57,14 @@ async function main(): Promise<void> {
   }
   const signingKeyFile = process.env.WEIR_CONFIG_SIGNING_KEY_FILE?.trim();
   if (signingKeyFile) options.signingKeyFile = signingKeyFile;
+  // Engine replicas with mutual TLS (optional: the all-in-one has no service network of its own).
+  try {
+    const tls = loadServiceTls(process.env, { service: 'relay' });
+    if (tls) options.replicaDispatcher = createServiceTlsAgent(tls, { expectedServer: 'engine' });
+  } catch (err) {
+    process.stderr.write(`weir: environment: ${err instanceof ServiceTlsError ? err.message : String(err)}\n`);
+    process.exit(2);
+  }
   const logger = createLogger({ name: 'weir', level: settings.logLevel });
   let platform;
   try {

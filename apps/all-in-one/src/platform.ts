@@ -23,6 +23,7 @@ import { type AllInOneEnv, replicaPlacement, resolveModelFile } from '@weir/conf
 import { type ConfigBucket, createConfigSyncMetrics } from '@weir/config-sync';
 import { createAdminRouter } from '@weir/control-plane';
 import { type BurnRateAlert, type EngineAdapter, type GenerationInput, type PlatformConfig, type RevisionSpec, type Topic, retiredInternalIds, systemClock } from '@weir/core';
+import type { Dispatcher } from 'undici';
 import { createEngine, createReplicaEngines, type LlamaCppEngine, remoteReplicas, replicaTokenCounter, replicaUnreachable, startReplicaHealthChecks } from '@weir/engines';
 import {
   type ClientLimits,
@@ -80,6 +81,12 @@ export interface PlatformOptions {
    * is served nowhere.
    */
   ops?: OpsSettings;
+  /**
+   * The undici dispatcher for the revisions' configured engine replicas (the mutual-TLS agent
+   * when `WEIR_TLS_*` is set: docs/security.md §8); hosted upstreams never use it. Default:
+   * undici's global dispatcher.
+   */
+  replicaDispatcher?: Dispatcher;
 }
 
 
@@ -184,7 +191,8 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
   }
   // The remote replicas (one OpenAI-compatible adapter each) and the in-process engine replicas.
   const remote = remoteReplicas(servingRevisions, { configuredOnly: true });
-  const remoteEngines = createReplicaEngines(servingRevisions, remote, { logger });
+  const replicaDispatch = options.replicaDispatcher ? { dispatcher: options.replicaDispatcher } : {};
+  const remoteEngines = createReplicaEngines(servingRevisions, remote, { logger, ...replicaDispatch });
   const inProcess = servingRevisions.filter((r) => engines.has(r.id));
   const servedIds = new Set(servingRevisions.map((r) => r.id));
   const config = withServingRevisions(loaded, servedIds);
@@ -306,7 +314,7 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
   telemetry.observeScheduler(() => sampleScheduler(scheduler.stats()));
   // Remote replicas are probed on /healthz (out of rotation after failed probes, back when they
   // answer) and ejected at once when the relay cannot reach one; in-process ones are always up.
-  const replicaHealth = startReplicaHealthChecks({ scheduler, replicas: remote, logger });
+  const replicaHealth = startReplicaHealthChecks({ scheduler, replicas: remote, logger, ...replicaDispatch });
   telemetry.observeReplicas(() => replicaSamples(scheduler, replicaHealth.up));
   telemetry.observeEngines(() =>
     inProcess.flatMap((r) => {
@@ -333,7 +341,7 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
   const counters = new Map(
     servingRevisions.map((r) => {
       const engine = engines.get(r.id);
-      return [r.id, replicaTokenCounter(r) ?? ((input: GenerationInput, limit?: number) => (engine as EngineAdapter).countInputTokens(input, limit))] as const;
+      return [r.id, replicaTokenCounter(r, replicaDispatch) ?? ((input: GenerationInput, limit?: number) => (engine as EngineAdapter).countInputTokens(input, limit))] as const;
     }),
   );
   const providerOf = new Map(servingRevisions.map((r) => [r.id, engines.get(r.id)?.kind ?? r.engine.kind]));

@@ -30,7 +30,9 @@ import { promisify } from 'node:util';
 import { createAdmission } from '@weir/admission';
 import { type SplitTopology, startSplitTopology } from '@weir/launcher';
 import { connectNats, natsNames } from '@weir/messaging-nats';
-import { loadReconcileConfig, type ReconciliationReport, runReconciliation } from '@weir/reconcile';
+import { fetchEngineCounters, loadReconcileConfig, lookupGenerationUsage, type ReconciliationReport, runReconciliation } from '@weir/reconcile';
+import { createServiceTlsAgent, type ServiceTls } from '@weir/service-tls';
+import { fetch as undiciFetch } from 'undici';
 import {
   createPgAdmissionStore,
   createPgLeaseStore,
@@ -143,7 +145,7 @@ async function enginesIdle(timeoutMs = 20_000): Promise<void> {
   const until = Date.now() + timeoutMs;
   for (;;) {
     const stats = await Promise.all(
-      topology.engines.filter((e) => e.process.alive()).map(async (e) => (await (await fetch(`${e.url}/stats`)).json()) as { activeSequences: number; inUse: number }),
+      topology.engines.filter((e) => e.process.alive()).map(async (e) => (await (await topology.serviceFetch(`${e.url}/stats`)).json()) as { activeSequences: number; inUse: number }),
     );
     if (stats.every((s) => s.activeSequences === 0 && s.inUse === 0)) return;
     if (Date.now() > until) throw new Error('engines still busy');
@@ -239,6 +241,8 @@ it('after cancels, deadlines, retries, a lost relay and a killed engine, the led
 
   // Reconcile phase A with the library: every engine started fresh, so the counters are asserted.
   const nc = await connectNats({ servers: nats.url, name: 'weir-reconcile-test' });
+  const engineAgent = createServiceTlsAgent(topology.tls?.material('reconcile') as ServiceTls, { expectedServer: 'engine' });
+  const engineFetch = ((url: string, init?: RequestInit) => undiciFetch(url, { ...(init as object), dispatcher: engineAgent })) as unknown as typeof fetch;
   let reportA: ReconciliationReport;
   try {
     const options = await reconcileOptions();
@@ -249,10 +253,14 @@ it('after cancels, deadlines, retries, a lost relay and a killed engine, the led
         nats: nc,
         reconcileReservations: () => createAdmission({ tenants: options.tenants, uncertainHoldMs: 0 }, { store: createPgAdmissionStore(ledger.db) }).reconcileReservations(),
         leaseStore: createPgLeaseStore(ledger.db),
+        // The engines serve mutual TLS: read them as the reconcile command does, with its certificate.
+        fetchCounters: (url: string) => fetchEngineCounters(url, { fetch: engineFetch }),
+        lookup: (url: string, id: string) => lookupGenerationUsage(url, id, { fetch: engineFetch }),
       },
     );
   } finally {
     await nc.close();
+    await engineAgent.close();
   }
   expect(reportA.differences).toEqual([]);
   expect(reportA.ok).toBe(true);
@@ -287,7 +295,7 @@ it('after cancels, deadlines, retries, a lost relay and a killed engine, the led
     if (d !== 3 || victim) return;
     void (async () => {
       for (const e of slow) {
-        const s = (await (await fetch(`${e.url}/stats`)).json()) as { inUse: number };
+        const s = (await (await topology.serviceFetch(`${e.url}/stats`)).json()) as { inUse: number };
         if (s.inUse > 0 && !victim) {
           victim = e.name;
           e.process.signal('SIGKILL');
@@ -309,7 +317,7 @@ it('after cancels, deadlines, retries, a lost relay and a killed engine, the led
     {
       cwd: REPO_ROOT,
       // A WEIR_CONFIG that does not exist: the command must take everything from the store.
-      env: { ...process.env, NODE_OPTIONS: '', DATABASE_URL: pg.url, NATS_URL: nats.url, WEIR_NATS_NAMESPACE: namespace, WEIR_CONFIG: path.join(workDir, 'no-such-config.yaml') },
+      env: { ...process.env, ...topology.tls?.env('reconcile'), NODE_OPTIONS: '', DATABASE_URL: pg.url, NATS_URL: nats.url, WEIR_NATS_NAMESPACE: namespace, WEIR_CONFIG: path.join(workDir, 'no-such-config.yaml') },
       maxBuffer: 16 * 1024 * 1024,
     },
   ); // exit status 1 (differences) would reject

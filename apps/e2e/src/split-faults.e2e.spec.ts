@@ -74,7 +74,7 @@ async function ledgerRows(ids: readonly string[], timeoutMs = 20_000) {
 async function replicaTokens(replicaId: string): Promise<number> {
   const engine = topology.engines.find((e) => e.replicaId === replicaId);
   if (!engine) throw new Error(`no engine ${replicaId}`);
-  return sumEngineOutputTokens(await (await fetch(`${engine.url}/metrics`)).text(), engine.revisionId);
+  return sumEngineOutputTokens(await (await topology.serviceFetch(`${engine.url}/metrics`)).text(), engine.revisionId);
 }
 
 /** Waits until the scheduler reports each replica up (`weir_replica_up` = 1): it has answered probes. */

@@ -11,6 +11,10 @@
  * - `ENGINE_MAX_QUEUE` (waiting requests, default 64), `ENGINE_DRAIN_MS` (default 25,000)
  * - `ENGINE_USAGE_RETENTION_MS` (how long `GET /v1/generations/{id}/usage` answers after a
  *   generation ended, default 3,600,000), `ENGINE_USAGE_MAX_ENTRIES` (default 100,000)
+ * - `WEIR_TLS_CA`, `WEIR_TLS_CERT`, `WEIR_TLS_KEY` (files): serve HTTPS and require a client
+ *   certificate of that CA on every route but `/healthz` and `/readyz` (docs/security.md §8):
+ *   generations and stops from the `relay` (`WEIR_TLS_ALLOWED_PEERS` replaces that list),
+ *   `/tokenize` from the gateway or relay, usage from reconcile or the relay
  * - `LOG_LEVEL` (default info)
  *
  * Shutdown on SIGTERM/SIGINT: `/readyz` turns 503 and new generations get 503; the listener
@@ -21,6 +25,8 @@ import path from 'node:path';
 import { createLlamaCppEngine } from '@weir/engines';
 import { createLogger, createTelemetry } from '@weir/telemetry';
 import { createGenerationUsageLog, DEFAULT_USAGE_MAX_ENTRIES, DEFAULT_USAGE_RETENTION_MS } from './generation-usage-log';
+import { defaultEnginePeerPolicies, listenEngineServer } from '@weir/engine-server';
+import { serviceTlsFromEnv } from '@weir/service-tls';
 import { createEngineServer } from './server';
 
 function intEnv(name: string, fallback: number, min: number): number {
@@ -38,6 +44,8 @@ async function main(): Promise<void> {
   const port = intEnv('PORT', 8081, 0);
   const host = process.env.HOST || '127.0.0.1';
   const drainMs = intEnv('ENGINE_DRAIN_MS', 25_000, 0);
+  // Mutual TLS when the material is configured; checked before anything loads.
+  const tls = serviceTlsFromEnv('engine', { defaultPeers: ['relay'], logger });
 
   const engine = await createLlamaCppEngine(
     {
@@ -69,8 +77,9 @@ async function main(): Promise<void> {
       maxEntries: intEnv('ENGINE_USAGE_MAX_ENTRIES', DEFAULT_USAGE_MAX_ENTRIES, 1),
     }),
     isDraining: () => draining,
+    ...(tls ? { peers: defaultEnginePeerPolicies(tls.allowedPeers) } : {}),
   });
-  const server = app.listen(port, host, () => logger.info({ host, port, modelName }, 'engine server listening'));
+  const server = listenEngineServer(app, { port, host, ...(tls ? { tls } : {}) }, () => logger.info({ host, port, tls: tls !== undefined, modelName }, 'engine server listening'));
 
   const shutdown = (signal: string): void => {
     if (draining) return;

@@ -12,11 +12,14 @@
  *   `SIM_KV_TOKENS` (default 65536), `SIM_MAX_SEQUENCES` (default 32), `SIM_SEED` (default 1)
  * - `ENGINE_MAX_QUEUE` (requests waiting for one of the SIM_MAX_SEQUENCES slots, default 64),
  *   `ENGINE_DRAIN_MS` (default 25,000), `ENGINE_USAGE_RETENTION_MS`, `ENGINE_USAGE_MAX_ENTRIES`
+ * - `WEIR_TLS_CA`, `WEIR_TLS_CERT`, `WEIR_TLS_KEY`, `WEIR_TLS_ALLOWED_PEERS`: mutual TLS as
+ *   engine-llamacpp (docs/security.md §8)
  * - `LOG_LEVEL` (default info)
  *
  * Shutdown on SIGTERM/SIGINT as engine-llamacpp: not ready, stop accepting, drain, exit 0.
  */
-import { createGenerationUsageLog, DEFAULT_USAGE_MAX_ENTRIES, DEFAULT_USAGE_RETENTION_MS } from '@weir/engine-server';
+import { createGenerationUsageLog, DEFAULT_USAGE_MAX_ENTRIES, DEFAULT_USAGE_RETENTION_MS, defaultEnginePeerPolicies, listenEngineServer } from '@weir/engine-server';
+import { serviceTlsFromEnv } from '@weir/service-tls';
 import { createSimulatedEngine } from '@weir/engines';
 import { createLogger, createTelemetry } from '@weir/telemetry';
 import { profileFromEnv } from './profile-env';
@@ -37,6 +40,8 @@ function main(): void {
   const port = intEnv('PORT', 8090, 0);
   const host = process.env.HOST || '127.0.0.1';
   const drainMs = intEnv('ENGINE_DRAIN_MS', 25_000, 0);
+  // Mutual TLS when the material is configured; checked before anything loads.
+  const tls = serviceTlsFromEnv('engine', { defaultPeers: ['relay'], logger });
   const engine = createSimulatedEngine(spec, { logger });
   const replicaId = process.env.WEIR_REPLICA_ID || `${modelName}/${port}`;
   const revisionId = process.env.WEIR_REVISION_ID || modelName;
@@ -56,8 +61,9 @@ function main(): void {
       maxEntries: intEnv('ENGINE_USAGE_MAX_ENTRIES', DEFAULT_USAGE_MAX_ENTRIES, 1),
     }),
     isDraining: () => draining,
+    ...(tls ? { peers: defaultEnginePeerPolicies(tls.allowedPeers) } : {}),
   });
-  const server = app.listen(port, host, () => logger.info({ host, port, modelName, profile: spec, simulated: true }, 'simulated engine listening'));
+  const server = listenEngineServer(app, { port, host, ...(tls ? { tls } : {}) }, () => logger.info({ host, port, tls: tls !== undefined, modelName, profile: spec, simulated: true }, 'simulated engine listening'));
 
   const shutdown = (signal: string): void => {
     if (draining) return;

@@ -26,7 +26,9 @@
  * fresh id per start), LOG_LEVEL; the client limits of `clientLimitsFromEnv` (WEIR_HEADERS_TIMEOUT_MS,
  * WEIR_MAX_CONNECTIONS_PER_ADDRESS, WEIR_TRUSTED_PROXIES, …); the ops listener (`/metrics`,
  * `/readyz`, `/healthz`; never on PORT): OPS_PORT (default 9460, 0 = any free port, off = none),
- * OPS_HOST (default 127.0.0.1), WEIR_OPS_TOKEN.
+ * OPS_HOST (default 127.0.0.1), WEIR_OPS_TOKEN; WEIR_TLS_CA / WEIR_TLS_CERT / WEIR_TLS_KEY (mutual TLS
+ * to admission, scheduler, relay and the engines' /tokenize; the certificate names `gateway`:
+ * docs/security.md §8).
  */
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -48,6 +50,7 @@ import {
 } from '@weir/store-pg';
 import { createLogger, createTelemetry } from '@weir/telemetry';
 import { breakerOptionsFrom, breakerScopeOf, breakerTransitionRecorder, createBreakerRegistry, createRevisionHealth, createRouter, revisionProviderKey } from '@weir/routing';
+import { createServiceTlsAgent, serviceTlsFromEnv } from '@weir/service-tls';
 import { createAdmitGrpcClient, createRelayGrpcClient, createSchedulerGrpcClient, installTracing } from '@weir/transport-grpc';
 
 const env = readEnv({
@@ -71,6 +74,9 @@ const logger = createLogger({ name: 'gateway', level: env.LOG_LEVEL as 'info' })
 
 runUntilSignal('gateway', logger, async () => {
   installTracing();
+  // Mutual TLS to admission, scheduler, relay and the engines' /tokenize (docs/security.md §8).
+  const tls = serviceTlsFromEnv('gateway', { logger, serves: false });
+  const engineAgent = tls ? createServiceTlsAgent(tls, { expectedServer: 'engine' }) : undefined;
   const telemetry = createTelemetry({ serviceName: 'weir-gateway' });
   const nc = await connectNats({ servers: env.NATS_URL, name: 'weir-gateway', logger });
   const source = await openDataPlaneConfig({ env: process.env, service: 'gateway', connectNats: async () => nc, logger, metrics: createConfigSyncMetrics(telemetry.meter), watchFile: true });
@@ -89,20 +95,20 @@ runUntilSignal('gateway', logger, async () => {
   const router = createRouter(config);
   const admissionAddresses = env.ADMISSION_ADDR.split(',').map((a) => a.trim()).filter(Boolean);
   if (admissionAddresses.length === 0) throw new Error('ADMISSION_ADDR: give at least one host:port');
-  const scheduler = createSchedulerGrpcClient({ address: env.SCHEDULER_ADDR, onBackgroundError });
-  const admit = createAdmitGrpcClient({ addresses: admissionAddresses, scheduler, onBackgroundError });
+  const scheduler = createSchedulerGrpcClient({ address: env.SCHEDULER_ADDR, onBackgroundError, ...(tls ? { tls } : {}) });
+  const admit = createAdmitGrpcClient({ addresses: admissionAddresses, scheduler, onBackgroundError, ...(tls ? { tls } : {}) });
   const holder = await startKeyHolder(database.db, {
     holder: env.GATEWAY_HOLDER_ID || newId('gw'),
     onError: (err) => logger.warn({ err }, 'key holder heartbeat failed; retrying'),
   });
-  const relay = createRelayGrpcClient({ address: env.RELAY_ADDR, onBackgroundError });
+  const relay = createRelayGrpcClient({ address: env.RELAY_ADDR, onBackgroundError, ...(tls ? { tls } : {}) });
 
   // Prompt tokens with the revision's own tokenizer (its replicas' /tokenize) where Weir
   // runs the model; a hosted upstream's as its adapter counts (the declared tokenizer, else the
   // byte bound of the prompt as the upstream receives it), like the all-in-one; else the
   // documented upper bound.
   const upperBound = (input: GenerationInput) => countInputWith(input, utf8TokenUpperBound);
-  const counters = new Map(config.revisions.map((r) => [r.id, replicaTokenCounter(r) ?? adapterTokenCounter(r) ?? upperBound]));
+  const counters = new Map(config.revisions.map((r) => [r.id, replicaTokenCounter(r, engineAgent ? { dispatcher: engineAgent } : {}) ?? adapterTokenCounter(r) ?? upperBound]));
   const providerOf = new Map(config.revisions.map((r) => [r.id, r.engine.kind]));
   const poolOf = new Map(remoteReplicas(config.revisions).map((x) => [x.id, x.pool]));
   const usageRepository = createUsageRepository(database.db);
@@ -207,6 +213,7 @@ runUntilSignal('gateway', logger, async () => {
       admit.close();
       scheduler.close();
       relay.close();
+      await engineAgent?.close();
       await nc.drain().catch(() => undefined);
       await database.close();
       await telemetry.shutdown();

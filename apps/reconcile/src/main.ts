@@ -23,7 +23,9 @@
  * ledger over `[since, until)` with the usage stream, the engines' counters and tokens × prices.
  *
  * Environment: DATABASE_URL, WEIR_DATA_DIR, NATS_URL (default nats://127.0.0.1:4222),
- * WEIR_NATS_NAMESPACE (default weir), WEIR_CONFIG, LOG_LEVEL.
+ * WEIR_NATS_NAMESPACE (default weir), WEIR_CONFIG, LOG_LEVEL, WEIR_TLS_CA / WEIR_TLS_CERT /
+ * WEIR_TLS_KEY (engine replicas with mutual TLS: a certificate naming `reconcile`, which may read
+ * their counters and per-generation usage; docs/security.md §8).
  *
  * Exit status: 0 when everything agrees, 1 with the differences, 2 for bad arguments, a store
  * that cannot be opened (e.g. the all-in-one runs on it) or reached.
@@ -34,6 +36,8 @@ import { connectNats, natsNames } from '@weir/messaging-nats';
 import {
   describeConfigSource,
   type EngineEndpoint,
+  fetchEngineCounters,
+  lookupGenerationUsage,
   formatReport,
   loadReconcileConfig,
   openReconcileStore,
@@ -41,7 +45,9 @@ import {
   type ReconcileTarget,
   runReconciliation,
 } from '@weir/reconcile';
+import { createServiceTlsAgent, loadServiceTls } from '@weir/service-tls';
 import { createPgAdmissionStore, createPgLeaseStore, createReconcileQueries, expireOrphans } from '@weir/store-pg';
+import { fetch as undiciFetch } from 'undici';
 
 const USAGE = `usage: npm run reconcile -- [--since <ISO>] [--until <ISO>] [--fix] [--json] [--data-dir <dir>] [--nats-url <url>] [--namespace <ns>] [--no-stream] [--engines <url,url>] [--engines-fresh | --no-engine-counters]
 environment: DATABASE_URL (a Postgres server; unset: the stopped all-in-one's data directory), WEIR_DATA_DIR (default .data), NATS_URL, WEIR_NATS_NAMESPACE, WEIR_CONFIG (only when the store holds no configuration)`;
@@ -99,6 +105,12 @@ async function main(argv: string[]): Promise<number> {
   // The all-in-one writes no usage stream: on its data directory there is none to read.
   const readStream = target.kind === 'postgres' && !values['no-stream'];
 
+  // Engine replicas with mutual TLS are read with this command's certificate (`reconcile`).
+  const tls = loadServiceTls(process.env, { service: 'reconcile' });
+  const engineAgent = tls ? createServiceTlsAgent(tls, { expectedServer: 'engine' }) : undefined;
+  const engineFetch = engineAgent
+    ? ((url: string, init?: RequestInit) => undiciFetch(url, { ...(init as object), dispatcher: engineAgent })) as unknown as typeof fetch
+    : undefined;
   const store = await openReconcileStore(target, { fix: values.fix });
   try {
     const queries = createReconcileQueries(store.database.db);
@@ -133,6 +145,12 @@ async function main(argv: string[]): Promise<number> {
           // corrects it), not held for the admission service's 10 minutes.
           reconcileReservations: () => createAdmission({ tenants: config.tenants, uncertainHoldMs: 0 }, { store: createPgAdmissionStore(db) }).reconcileReservations(),
           leaseStore: createPgLeaseStore(db),
+          ...(engineFetch
+            ? {
+                fetchCounters: (url: string) => fetchEngineCounters(url, { fetch: engineFetch }),
+                lookup: (url: string, id: string) => lookupGenerationUsage(url, id, { fetch: engineFetch }),
+              }
+            : {}),
         },
       );
       if (store.migrated.length > 0) report.notes.unshift(`the embedded database was migrated first (${store.migrated.join(', ')}), as the all-in-one's next start would`);
@@ -144,6 +162,7 @@ async function main(argv: string[]): Promise<number> {
     }
   } finally {
     await store.close();
+    await engineAgent?.close();
   }
 }
 

@@ -5,7 +5,8 @@
  * WEIR_NATS_NAMESPACE; see docs/config-snapshots.md), else from edits of WEIR_CONFIG.
  * Environment: WEIR_CONFIG, WEIR_CONFIG_PUBLIC_KEY(_FILE), WEIR_CONFIG_CACHE_DIR, NATS_URL,
  * WEIR_NATS_NAMESPACE, HOST, GRPC_PORT (default 50051), OPS_PORT (healthz/readyz/metrics,
- * default 9461), LOG_LEVEL.
+ * default 9461), LOG_LEVEL, WEIR_TLS_CA / WEIR_TLS_CERT / WEIR_TLS_KEY (mutual TLS; callers: `gateway`,
+ * or WEIR_TLS_ALLOWED_PEERS; docs/security.md §8).
  */
 import type { NatsConnection } from '@nats-io/transport-node';
 import { createConfigSyncMetrics, openDataPlaneConfig } from '@weir/config-sync';
@@ -13,6 +14,7 @@ import { connectNats } from '@weir/messaging-nats';
 import { createRouter } from '@weir/routing';
 import { envInt, envString, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
 import { createLogger, createTelemetry } from '@weir/telemetry';
+import { serviceTlsFromEnv } from '@weir/service-tls';
 import { createRouterGrpcServer, installTracing, startGrpcServer } from '@weir/transport-grpc';
 
 const env = readEnv({
@@ -27,6 +29,7 @@ const logger = createLogger({ name: 'router', level: env.LOG_LEVEL as 'info' });
 
 runUntilSignal('router', logger, async () => {
   installTracing();
+  const tls = serviceTlsFromEnv('router', { defaultPeers: ['gateway'], logger });
   const telemetry = createTelemetry({ serviceName: 'weir-router' });
   let nc: NatsConnection | undefined;
   const source = await openDataPlaneConfig({
@@ -44,7 +47,7 @@ runUntilSignal('router', logger, async () => {
     router.update(next);
     logger.info({ version, aliases: next.aliases.map((a) => ({ alias: a.name, targets: a.targets })) }, 'configuration changed: routing updated');
   });
-  const grpc = await startGrpcServer({ host: env.HOST, port: env.GRPC_PORT, services: [createRouterGrpcServer(router)] });
+  const grpc = await startGrpcServer({ host: env.HOST, port: env.GRPC_PORT, services: [createRouterGrpcServer(router)], ...(tls ? { tls } : {}) });
   let draining = false;
   const ops = await startOpsServer({
     host: env.HOST,

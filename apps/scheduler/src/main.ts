@@ -14,7 +14,8 @@
  * Environment: WEIR_CONFIG, WEIR_CONFIG_PUBLIC_KEY(_FILE), WEIR_CONFIG_CACHE_DIR, NATS_URL, WEIR_NATS_NAMESPACE (default weir: deployments sharing a NATS server need different ones), HOST,
  * GRPC_PORT (default 50053), OPS_PORT (default 9463), PROBE_INTERVAL_MS (default 1000),
  * PROBE_TIMEOUT_MS (default 1000), PROBE_FAILURES (default 3), CAPACITY_TELEMETRY_INTERVAL_MS
- * (default 5000), LOG_LEVEL.
+ * (default 5000), LOG_LEVEL, WEIR_TLS_CA / WEIR_TLS_CERT / WEIR_TLS_KEY (mutual TLS; callers: `gateway`,
+ * `admission`, or WEIR_TLS_ALLOWED_PEERS; the probes present the certificate: docs/security.md §8).
  */
 import { hostname } from 'node:os';
 import { createConfigSyncMetrics, openDataPlaneConfig, warnChangesNeedingRestart } from '@weir/config-sync';
@@ -24,6 +25,7 @@ import { connectNats, createCapacityTelemetryPublisher, createNatsTopic, natsNam
 import { createCapacityTelemetry, createPoolScheduler, createSchedulerSampler, replicaSamples, schedulerMetricsObserver } from '@weir/scheduling';
 import { envInt, envString, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
 import { createLogger, createTelemetry } from '@weir/telemetry';
+import { createServiceTlsAgent, serviceTlsFromEnv } from '@weir/service-tls';
 import { createSchedulerGrpcServer, installTracing, startGrpcServer } from '@weir/transport-grpc';
 
 const env = readEnv({
@@ -43,6 +45,9 @@ const logger = createLogger({ name: 'scheduler', level: env.LOG_LEVEL as 'info' 
 
 runUntilSignal('scheduler', logger, async () => {
   installTracing();
+  // Mutual TLS (docs/security.md §8): gateways and admission instances may call; probes present this certificate.
+  const tls = serviceTlsFromEnv('scheduler', { defaultPeers: ['gateway', 'admission'], logger });
+  const engineAgent = tls ? createServiceTlsAgent(tls, { expectedServer: 'engine' }) : undefined;
   const telemetry = createTelemetry({ serviceName: 'weir-scheduler' });
   const nc = await connectNats({ servers: env.NATS_URL, name: 'weir-scheduler', logger });
   const source = await openDataPlaneConfig({ env: process.env, service: 'scheduler', connectNats: async () => nc, logger, metrics: createConfigSyncMetrics(telemetry.meter), watchFile: true });
@@ -75,6 +80,7 @@ runUntilSignal('scheduler', logger, async () => {
     timeoutMs: env.PROBE_TIMEOUT_MS,
     failuresToEject: env.PROBE_FAILURES,
     logger,
+    ...(engineAgent ? { dispatcher: engineAgent } : {}),
     onChange: ({ replicaId, revisionId, healthy, reason }) =>
       health.publish({ replicaId, revisionId, state: healthy ? 'healthy' : 'unhealthy', reason, at: Date.now() }),
   });
@@ -94,7 +100,7 @@ runUntilSignal('scheduler', logger, async () => {
   }, env.CAPACITY_TELEMETRY_INTERVAL_MS);
   capacityTimer.unref();
   const binding = createSchedulerGrpcServer(capacity.scheduler);
-  const grpc = await startGrpcServer({ host: env.HOST, port: env.GRPC_PORT, services: [binding] });
+  const grpc = await startGrpcServer({ host: env.HOST, port: env.GRPC_PORT, services: [binding], ...(tls ? { tls } : {}) });
   let draining = false;
   const ops = await startOpsServer({
     host: env.HOST,
@@ -108,6 +114,7 @@ runUntilSignal('scheduler', logger, async () => {
       draining = true;
       clearInterval(capacityTimer);
       checks.stop();
+      await engineAgent?.close();
       unsubscribe();
       await grpc.close(5_000);
       await source.stop();

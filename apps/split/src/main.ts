@@ -17,7 +17,10 @@
  * plane's heartbeat; must be below the staleness bound), WEIR_CONFIG_IMPORT (default placement:
  * on a database that already holds configuration the control plane takes each revision's replicas
  * — this start's engine addresses — from the derived file and keeps everything else; `always`:
- * the whole file replaces the stored configuration; `empty`: the file only seeds an empty store).
+ * the whole file replaces the stored configuration; `empty`: the file only seeds an empty store),
+ * SPLIT_TLS (default 1: the services authenticate each other with mutual TLS, certificates from a
+ * development CA made at every start under `<WEIR_DATA_DIR>/split/tls`, engine replicas on HTTPS;
+ * 0: plaintext. docs/security.md §8).
  */
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
@@ -44,6 +47,7 @@ const env = readEnv({
   WEIR_CONFIG_MAX_STALENESS_MS: envInt(300_000, 1_000, 86_400_000),
   WEIR_CONFIG_HEARTBEAT_MS: envInt(5_000, 100, 60_000),
   WEIR_CONFIG_IMPORT: envString('placement'),
+  SPLIT_TLS: envInt(1, 0, 1),
 });
 const configImport = (['empty', 'placement', 'always'] as const).find((m) => m === env.WEIR_CONFIG_IMPORT);
 if (!configImport) throw new EnvError([`WEIR_CONFIG_IMPORT: expected one of empty, placement, always (got ${JSON.stringify(env.WEIR_CONFIG_IMPORT)})`]);
@@ -68,6 +72,7 @@ async function main(): Promise<void> {
     enginesPerRevision: env.SPLIT_ENGINES_PER_REVISION,
     env: { WEIR_DEMO_API_KEY: demoKey, LOG_LEVEL: env.LOG_LEVEL },
     echo: true,
+    tls: env.SPLIT_TLS === 1,
     ...(adminToken
       ? { controlPlane: { adminToken, maxStalenessMs: env.WEIR_CONFIG_MAX_STALENESS_MS, heartbeatMs: env.WEIR_CONFIG_HEARTBEAT_MS, configImport } }
       : {}),
@@ -89,6 +94,7 @@ async function main(): Promise<void> {
       ? [`  ${'control-plane'.padEnd(28)} ${topology.controlPlaneUrl}/admin/v1, ops ${topology.opsUrls.get('control-plane')}   (pid ${topology.processes.get('control-plane')?.pid})`, `  admin token: ${adminToken}`]
       : []),
     `  config: ${topology.configPath}${topology.controlPlaneUrl ? ' (seeded into the control plane)' : ''}`,
+    ...(topology.tls ? [`  mutual TLS: a new development CA and a certificate per service in ${topology.tls.dir} (SPLIT_TLS=0: plaintext)`] : ['  mutual TLS: off (SPLIT_TLS=0): anything that reaches the service ports can call them']),
     `  demo API key: ${demoKey}`,
     '',
     `Try: curl -N ${topology.gateways[0].url}/v1/chat/completions -H "Authorization: Bearer ${demoKey}" -H "Content-Type: application/json" \\`,

@@ -13,7 +13,9 @@
  *
  * Environment: WEIR_CONFIG, WEIR_CONFIG_PUBLIC_KEY(_FILE), WEIR_CONFIG_CACHE_DIR, NATS_URL, WEIR_NATS_NAMESPACE (default weir: deployments sharing a NATS server need different ones), HOST, GRPC_PORT (default 50054), OPS_PORT (default 9464),
  * RELAY_FIRST_TOKEN_TIMEOUT_MS (default 10000), RELAY_IDLE_TIMEOUT_MS (default 10000),
- * SHUTDOWN_GRACE_MS (default 10000), LOG_LEVEL.
+ * SHUTDOWN_GRACE_MS (default 10000), LOG_LEVEL, WEIR_TLS_CA / WEIR_TLS_CERT / WEIR_TLS_KEY (mutual TLS;
+ * callers: `gateway`, or WEIR_TLS_ALLOWED_PEERS; engine replicas are reached with the certificate,
+ * hosted upstreams without it: docs/security.md §8).
  */
 import { createConfigSyncMetrics, openDataPlaneConfig, warnChangesNeedingRestart } from '@weir/config-sync';
 import { type CancelMessage, type RelayHandle, type ReplicaHealthEvent, systemClock, tenantKeyOf } from '@weir/core';
@@ -30,6 +32,7 @@ import {
 import { envInt, envString, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
 import { createRelay } from '@weir/streaming';
 import { createLogger, createTelemetry } from '@weir/telemetry';
+import { createServiceTlsAgent, serviceTlsFromEnv } from '@weir/service-tls';
 import { createRelayGrpcServer, installTracing, startGrpcServer } from '@weir/transport-grpc';
 
 const env = readEnv({
@@ -48,6 +51,9 @@ const logger = createLogger({ name: 'streaming-relay', level: env.LOG_LEVEL as '
 
 runUntilSignal('streaming-relay', logger, async () => {
   installTracing();
+  // Mutual TLS (docs/security.md §8): only gateways may call; engine replicas are reached with this certificate.
+  const tls = serviceTlsFromEnv('relay', { defaultPeers: ['gateway'], logger });
+  const engineAgent = tls ? createServiceTlsAgent(tls, { expectedServer: 'engine' }) : undefined;
   const telemetry = createTelemetry({ serviceName: 'weir-streaming-relay' });
   const nc = await connectNats({ servers: env.NATS_URL, name: 'weir-streaming-relay', logger });
   const source = await openDataPlaneConfig({ env: process.env, service: 'relay', connectNats: async () => nc, logger, metrics: createConfigSyncMetrics(telemetry.meter), watchFile: true });
@@ -61,6 +67,7 @@ runUntilSignal('streaming-relay', logger, async () => {
     firstTokenTimeoutMs: env.RELAY_FIRST_TOKEN_TIMEOUT_MS,
     idleTimeoutMs: env.RELAY_IDLE_TIMEOUT_MS,
     logger,
+    ...(engineAgent ? { dispatcher: engineAgent } : {}),
   });
   const revisionOf = new Map(replicas.map((r) => [r.id, r.revisionId]));
 
@@ -98,7 +105,7 @@ runUntilSignal('streaming-relay', logger, async () => {
   });
 
   const binding = createRelayGrpcServer(tracked);
-  const grpc = await startGrpcServer({ host: env.HOST, port: env.GRPC_PORT, services: [binding] });
+  const grpc = await startGrpcServer({ host: env.HOST, port: env.GRPC_PORT, services: [binding], ...(tls ? { tls } : {}) });
   let draining = false;
   const ops = await startOpsServer({
     host: env.HOST,
@@ -118,6 +125,7 @@ runUntilSignal('streaming-relay', logger, async () => {
       unsubscribe();
       await settlements.close();
       for (const engine of engines.values()) await engine.close().catch(() => undefined);
+      await engineAgent?.close();
       await source.stop();
       await nc.drain().catch(() => undefined);
       await ops.close();

@@ -16,6 +16,7 @@ import {
   textCompletionChunk,
   toOpenAiUsage,
 } from '@weir/streaming';
+import { authorizePeer, type PeerPolicy, peerPolicy } from '@weir/service-tls';
 import express, { type Express, type NextFunction, type Request, type Response } from 'express';
 import { z } from 'zod';
 import { createGenerationUsageLog, type GenerationUsageLog } from './generation-usage-log';
@@ -45,6 +46,46 @@ export interface EngineServerOptions {
   ownedBy?: string;
   /** Headers set on every response, errors included (e.g. `x-weir-simulated: true`). Default none. */
   responseHeaders?: Record<string, string>;
+  /**
+   * Who may call what, by the service names in the caller's TLS client certificate (the app
+   * must be served over HTTPS with `requestCert`: `listenEngineServer` with `tls`). Checked on
+   * every request before its body is read: no verified certificate → 401
+   * `authentication_failed`; a service the route is not open to → 403 `permission_denied`.
+   * `/healthz` and `/readyz` stay open (probes). Default: no check (plaintext).
+   */
+  peers?: EnginePeerPolicies;
+}
+
+/** Who may call each group of an engine replica's routes (see {@link EngineServerOptions.peers}). */
+export interface EnginePeerPolicies {
+  /** `POST /v1/chat/completions`, `POST /v1/completions`, `POST /v1/stop/{id}`. */
+  generate: PeerPolicy;
+  /** `POST /tokenize`. */
+  tokenize: PeerPolicy;
+  /** `GET /v1/generations/{id}/usage`. */
+  usage: PeerPolicy;
+  /** Everything else: `/v1/models`, `/stats`, `/metrics`. */
+  read: PeerPolicy;
+}
+
+/**
+ * The split topology's engine policies: generations and stops from the relay only (an
+ * all-in-one's certificate names `relay` too), prompt counting from the gateway and the relay,
+ * per-generation usage from reconciliation and the relay, the rest from any service of the CA.
+ * `generate` replaces the generation callers (`WEIR_TLS_ALLOWED_PEERS` on an engine).
+ */
+export function defaultEnginePeerPolicies(generate: PeerPolicy = peerPolicy(['relay'])): EnginePeerPolicies {
+  return { generate, tokenize: peerPolicy(['gateway', 'relay']), usage: peerPolicy(['reconcile', 'relay']), read: 'any' };
+}
+
+/** Which {@link EnginePeerPolicies} group a request falls in. */
+function routeGroup(method: string, path: string): keyof EnginePeerPolicies {
+  if (method === 'POST') {
+    if (path === '/v1/chat/completions' || path === '/v1/completions' || path.startsWith('/v1/stop/')) return 'generate';
+    if (path === '/tokenize') return 'tokenize';
+  }
+  if (path.startsWith('/v1/generations/')) return 'usage';
+  return 'read';
 }
 
 const num = (schema: z.ZodNumber) => schema.nullish().transform((v) => v ?? undefined);
@@ -147,8 +188,8 @@ export function createEngineServer(options: EngineServerOptions): Express {
     });
   }
   const ownedBy = options.ownedBy ?? 'weir';
-  app.use(express.json({ limit: options.maxBodyBytes ?? 1024 * 1024 }));
 
+  // Probes stay open (no data in them); everything below needs a caller the policy names.
   app.get('/healthz', (_req, res) => {
     res.json({ status: 'ok' });
   });
@@ -156,6 +197,18 @@ export function createEngineServer(options: EngineServerOptions): Express {
     if (draining()) res.status(503).json({ status: 'draining' });
     else res.json({ status: 'ready' });
   });
+  const peers = options.peers;
+  if (peers) {
+    // Before the body parser: a refused caller's body is never read.
+    app.use((req, res, next) => {
+      const group = routeGroup(req.method, req.path);
+      const decision = authorizePeer(req.socket, peers[group], group === 'read' ? 'this route' : `${group === 'generate' ? 'generation' : group}`);
+      if (decision.ok) return next();
+      res.set('connection', 'close');
+      sendError(res, new WeirError(decision.reason === 'unauthenticated' ? 'authentication_failed' : 'permission_denied', decision.message));
+    });
+  }
+  app.use(express.json({ limit: options.maxBodyBytes ?? 1024 * 1024 }));
   app.get('/stats', (_req, res) => {
     res.json({ ...(engine.stats?.() ?? {}), inUse: gate.inUse(), queued: gate.queued(), slots: engine.capacity.slots });
   });

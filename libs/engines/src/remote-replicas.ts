@@ -15,7 +15,7 @@
 import { replicaPlacement, servingReplicas } from '@weir/config';
 import type { EngineAdapter, GenerationOutcome, ReplicaEndpoint, RevisionSpec } from '@weir/core';
 import { createReplicaProber, type PoolScheduler } from '@weir/scheduling';
-import { request } from 'undici';
+import { type Dispatcher, request } from 'undici';
 import { createAnthropicEngine } from './anthropic/anthropic-engine';
 import { egressDispatcher } from './egress-dispatcher';
 import { type EngineLogger, silentLogger } from './logger';
@@ -80,6 +80,12 @@ export interface ReplicaEngineOptions {
   idleTimeoutMs?: number;
   /** Metadata only (status and error codes). Default silent. */
   logger?: EngineLogger;
+  /**
+   * The undici dispatcher for Weir's own engine servers (the mutual-TLS agent of
+   * `@weir/service-tls`, issue 14 part 8). Never used for a hosted upstream (OpenAI-compatible
+   * or Anthropic), which keeps undici's global dispatcher and the public CAs. Default: the global one.
+   */
+  dispatcher?: Dispatcher;
 }
 
 /**
@@ -116,7 +122,7 @@ export function createReplicaEngine(revision: RevisionSpec, replica: ReplicaEndp
       ...(upstream?.tokenizer !== undefined ? { tokenizer: upstream.tokenizer } : {}),
       contextTokens: revision.contextWindow,
     },
-    { logger: options.logger ?? silentLogger },
+    { logger: options.logger ?? silentLogger, ...(upstream || !options.dispatcher ? {} : { dispatcher: options.dispatcher }) },
   );
 }
 
@@ -140,13 +146,17 @@ export function createReplicaEngines(revisions: readonly RevisionSpec[], replica
 /**
  * The revision's prompt-token counter over its configured replicas' `POST /tokenize` (each
  * tried in turn, `timeoutMs` per attempt, default 1,000; the UTF-8 upper bound when none
- * answers: see `createRemoteTokenCounter`), or undefined when it lists no `replicas` or is an
+ * answers: see `createRemoteTokenCounter`; `dispatcher`: as {@link ReplicaEngineOptions.dispatcher}), or undefined when it lists no `replicas` or is an
  * Anthropic revision (no `/tokenize` there; the caller counts another way: an in-process
  * engine, or the upper bound for a hosted upstream).
  */
-export function replicaTokenCounter(revision: RevisionSpec, options: { timeoutMs?: number } = {}): TokenCounter | undefined {
+export function replicaTokenCounter(revision: RevisionSpec, options: { timeoutMs?: number; dispatcher?: Dispatcher } = {}): TokenCounter | undefined {
   if (!revision.replicas || revision.replicas.length === 0 || revision.engine.kind === 'anthropic') return undefined;
-  return createRemoteTokenCounter({ baseUrls: revision.replicas.map((r) => r.baseUrl), ...(options.timeoutMs !== undefined ? { timeoutMs: options.timeoutMs } : {}) });
+  return createRemoteTokenCounter({
+    baseUrls: revision.replicas.map((r) => r.baseUrl),
+    ...(options.timeoutMs !== undefined ? { timeoutMs: options.timeoutMs } : {}),
+    ...(options.dispatcher ? { dispatcher: options.dispatcher } : {}),
+  });
 }
 
 /**
@@ -217,6 +227,8 @@ export interface ReplicaHealthChecksOptions {
   startupGraceMs?: number;
   /** Logs every change (warn when ejected, info when back) and failed probes (debug). Default silent. */
   logger?: EngineLogger;
+  /** The dispatcher of the probes (the mutual-TLS agent when engines serve HTTPS). Default: the guarded egress pool. */
+  dispatcher?: Dispatcher;
   /**
    * Called on each change the probes find (not on {@link ReplicaHealthChecks.reportUnreachable},
    * whose caller already knows), after the scheduler was told. Must not throw.
@@ -263,7 +275,7 @@ export function startReplicaHealthChecks(options: ReplicaHealthChecksOptions): R
     startupGraceMs: options.startupGraceMs,
     async probe(id, timeoutMs) {
       try {
-        const res = await request(healthUrl.get(id) as string, { dispatcher: egressDispatcher(), headersTimeout: timeoutMs, bodyTimeout: timeoutMs });
+        const res = await request(healthUrl.get(id) as string, { dispatcher: options.dispatcher ?? egressDispatcher(), headersTimeout: timeoutMs, bodyTimeout: timeoutMs });
         await res.body.dump();
         return res.statusCode === 200;
       } catch (err) {

@@ -8,6 +8,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { createRequire } from 'node:module';
 import { createServer } from 'node:net';
 import path from 'node:path';
+import { type Dispatcher, request } from 'undici';
 
 /** The repository root (this file is libs/launcher/src/processes.ts; its bundles keep that meaning). */
 export const REPO_ROOT = path.resolve(__dirname, '../../..');
@@ -138,14 +139,18 @@ export function spawnApp(name: string, app: string, env: Record<string, string |
   };
 }
 
-/** Polls `url` until it answers 200, the process exits, or `timeoutMs` passes. */
-export async function waitReady(proc: ManagedProcess, url: string, timeoutMs: number, log: OutputLog): Promise<void> {
+/**
+ * Polls `url` until it answers 200, the process exits, or `timeoutMs` passes. An `https` URL of
+ * a service with a development certificate needs a `dispatcher` that trusts its CA.
+ */
+export async function waitReady(proc: ManagedProcess, url: string, timeoutMs: number, log: OutputLog, dispatcher?: Dispatcher): Promise<void> {
   const until = Date.now() + timeoutMs;
   for (;;) {
     if (!proc.alive()) throw new Error(`${proc.name} exited before it was ready:\n${tail(log, proc.name)}`);
     try {
-      const res = await fetch(url, { signal: AbortSignal.timeout(1_000) });
-      if (res.ok) return;
+      const res = await request(url, { signal: AbortSignal.timeout(1_000), dispatcher });
+      await res.body.dump();
+      if (res.statusCode === 200) return;
     } catch {
       // not up yet
     }

@@ -20,6 +20,8 @@ import { configBucketName, generateSigningKeyPair, loadSigningKey, loadVerifyKey
 import path from 'node:path';
 import { parseConfig, resolveModelFile } from '@weir/config';
 import { connectNats, deleteStream, natsNames } from '@weir/messaging-nats';
+import { createServiceTlsAgent, issueDevPki, loadServiceTls, type ServiceTls } from '@weir/service-tls';
+import { fetch as undiciFetch, type Agent } from 'undici';
 import { parse, stringify } from 'yaml';
 import { ensureAppBundles, freePort, type ManagedProcess, type OutputLog, spawnApp, waitReady } from './processes';
 
@@ -109,7 +111,31 @@ export interface SplitTopologyOptions {
   readyTimeoutMs?: number;
   /** Run the control plane and configure the data plane from its signed snapshots. Default: off (the file). */
   controlPlane?: ControlPlaneOptions;
+  /**
+   * Mutual TLS between the services (issue 14 part 8): a new development CA and one certificate
+   * per service under `<workDir>/tls` (files 0600), handed to each process as `WEIR_TLS_*`;
+   * gRPC over TLS, engine replicas on HTTPS. Default true; false: plaintext (as before).
+   */
+  tls?: boolean;
 }
+
+/** The development PKI of a running split topology (see {@link SplitTopologyOptions.tls}). */
+export interface SplitTopologyTls {
+  /** `<workDir>/tls`: the CA certificate and every service's certificate and key. */
+  dir: string;
+  /** The CA certificate every service trusts. */
+  caFile: string;
+  /** The `WEIR_TLS_*` environment of a process with certificate `name` (`gateway`, …, `reconcile`, `operator`). */
+  env(name: string): Record<string, string>;
+  /** The loaded material of certificate `name`. */
+  material(name: string): ServiceTls;
+  /**
+   * `fetch` (undici's) with the `operator` certificate, for reading engines' `/metrics` and
+   * `/stats` in tests and tools (the operator may read, not generate).
+   */
+  fetch: typeof undiciFetch;
+}
+
 
 /** The control plane of a split topology (see {@link SplitTopologyOptions.controlPlane}). */
 export interface ControlPlaneOptions {
@@ -146,6 +172,13 @@ export interface SplitTopology {
   configPath: string;
   /** The control plane's base URL (admin API under `/admin/v1`), when it runs. */
   controlPlaneUrl?: string;
+  /** The development PKI, when the services use mutual TLS (default). */
+  tls?: SplitTopologyTls;
+  /**
+   * `fetch` for the services' own ports (engine replicas' `/metrics`, `/stats`): with mutual TLS
+   * the `operator` certificate's ({@link SplitTopologyTls.fetch}), else the global fetch.
+   */
+  serviceFetch(url: string): Promise<{ ok: boolean; status: number; text(): Promise<string>; json(): Promise<unknown> }>;
   /** Every process's output so far, `[name] line` per line. */
   output(): string;
   /** Restarts a stopped or killed process with its original environment and waits until it is ready. */
@@ -159,6 +192,25 @@ interface ProcessSpec {
   app: string;
   env: Record<string, string | undefined>;
   readyUrl: string;
+  /** Its readiness URL needs the PKI's CA (an HTTPS engine replica). */
+  tlsReady?: boolean;
+}
+
+/** Every certificate the launcher issues: one per service, `operator` for the launcher and tests. */
+const DEV_CERTIFICATES = ['gateway', 'admission', 'scheduler', 'router', 'relay', 'engine', 'reconcile', 'operator'] as const;
+
+async function startDevPki(workDir: string): Promise<{ tls: SplitTopologyTls; agent: Agent }> {
+  const dir = path.join(workDir, 'tls');
+  const pki = await issueDevPki({ dir, certificates: DEV_CERTIFICATES.map((name) => ({ name })) });
+  const materials = new Map(DEV_CERTIFICATES.map((name) => [name as string, loadServiceTls(pki.env(name), { service: name }) as ServiceTls]));
+  const material = (name: string): ServiceTls => {
+    const m = materials.get(name);
+    if (!m) throw new Error(`no development certificate named ${name}`);
+    return m;
+  };
+  const agent = createServiceTlsAgent(material('operator'));
+  const fetchWithCertificate = ((input, init) => undiciFetch(input, { ...init, dispatcher: agent })) as typeof undiciFetch;
+  return { agent, tls: { dir, caFile: pki.caFile, env: (name) => pki.env(name), material, fetch: fetchWithCertificate } };
 }
 
 /**
@@ -186,6 +238,10 @@ async function startOnce(options: SplitTopologyOptions): Promise<SplitTopology> 
   const perRevision = options.enginesPerRevision ?? 2;
   mkdirSync(options.workDir, { recursive: true });
   const log: OutputLog = { lines: [], echo: options.echo ?? false };
+  // A new CA and certificates at every start (a restart is a rotation); none with `tls: false`.
+  const pki = options.tls === false ? undefined : await startDevPki(options.workDir);
+  const tlsEnv = (name: string): Record<string, string> => (pki ? pki.tls.env(name) : {});
+  const scheme = pki ? 'https' : 'http';
   const config = parseConfig(options.configText, 'config');
   const doc = parse(options.configText) as { revisions: Array<Record<string, unknown>> };
 
@@ -205,12 +261,14 @@ async function startOnce(options: SplitTopologyOptions): Promise<SplitTopology> 
       const port = await freePort();
       const replicaId = `${revision.id}/${i}`;
       const name = `engine:${replicaId}`;
-      const url = `http://${host}:${port}`;
+      const url = `${scheme}://${host}:${port}`;
       specs.push({
         name,
         app: 'engine-llamacpp',
         readyUrl: `${url}/readyz`,
+        tlsReady: pki !== undefined,
         env: {
+          ...tlsEnv('engine'),
           PORT: String(port),
           HOST: host,
           WEIR_MODEL_PATH: file.path,
@@ -301,7 +359,7 @@ async function startOnce(options: SplitTopologyOptions): Promise<SplitTopology> 
       name: service,
       app: service === 'relay' ? 'streaming-relay' : service,
       readyUrl: `http://${host}:${ops}/readyz`,
-      env: { ...common, GRPC_PORT: String(ports[service]), OPS_PORT: String(ops), ...(service === 'admission' ? { SCHEDULER_ADDR: addresses.scheduler } : {}) },
+      env: { ...common, ...tlsEnv(service), GRPC_PORT: String(ports[service]), OPS_PORT: String(ops), ...(service === 'admission' ? { SCHEDULER_ADDR: addresses.scheduler } : {}) },
     });
   }
   for (let i = 1; i < admissionCount; i++) {
@@ -311,7 +369,7 @@ async function startOnce(options: SplitTopologyOptions): Promise<SplitTopology> 
       name: admissionNames[i],
       app: 'admission',
       readyUrl: `http://${host}:${ops}/readyz`,
-      env: { ...common, GRPC_PORT: String(admissionPorts[i]), OPS_PORT: String(ops), SCHEDULER_ADDR: addresses.scheduler },
+      env: { ...common, ...tlsEnv('admission'), GRPC_PORT: String(admissionPorts[i]), OPS_PORT: String(ops), SCHEDULER_ADDR: addresses.scheduler },
     });
   }
   {
@@ -333,6 +391,7 @@ async function startOnce(options: SplitTopologyOptions): Promise<SplitTopology> 
       readyUrl: `${url}/readyz`,
       env: {
         ...common,
+        ...tlsEnv('gateway'),
         PORT: String(port),
         OPS_PORT: String(ops),
         // Its own instance first, the others to fail over to (a reservation stays with the
@@ -356,8 +415,10 @@ async function startOnce(options: SplitTopologyOptions): Promise<SplitTopology> 
     await Promise.all(first.map((s) => waitReady(processes.get(s.name) as ManagedProcess, s.readyUrl, readyTimeoutMs, log)));
   } catch (err) {
     for (const s of first) await processes.get(s.name)?.stop();
+    await pki?.agent.close();
     throw err;
   }
+  const ready = (s: ProcessSpec, p: ManagedProcess) => waitReady(p, s.readyUrl, readyTimeoutMs, log, s.tlsReady ? pki?.agent : undefined);
   for (const s of specs) if (!processes.has(s.name)) processes.set(s.name, spawnApp(s.name, s.app, s.env, log));
   const stopAll = async () => {
     // Gateways first (they drain client streams), then the services, engines last.
@@ -367,10 +428,11 @@ async function startOnce(options: SplitTopologyOptions): Promise<SplitTopology> 
       codes.push(...(await Promise.all(order.filter((n) => rank(n) === group).map((n) => (processes.get(n) as ManagedProcess).stop()))));
     }
     if (options.deleteNatsStreamOnStop) await deleteNamespaceStream(natsUrl, namespace, options.controlPlane !== undefined);
+    await pki?.agent.close();
     return codes.every((c) => c === 0);
   };
   try {
-    await Promise.all(specs.map((s) => waitReady(processes.get(s.name) as ManagedProcess, s.readyUrl, readyTimeoutMs, log)));
+    await Promise.all(specs.map((s) => ready(s, processes.get(s.name) as ManagedProcess)));
   } catch (err) {
     await stopAll();
     throw err;
@@ -388,6 +450,8 @@ async function startOnce(options: SplitTopologyOptions): Promise<SplitTopology> 
     opsUrls,
     configPath,
     ...(controlPlaneUrl ? { controlPlaneUrl } : {}),
+    ...(pki ? { tls: pki.tls } : {}),
+    serviceFetch: (url) => (pki ? pki.tls.fetch(url) : fetch(url)),
     output: () => log.lines.join('\n'),
     async restart(name) {
       const s = byName.get(name);
@@ -395,7 +459,7 @@ async function startOnce(options: SplitTopologyOptions): Promise<SplitTopology> 
       await processes.get(name)?.stop();
       const p = spawnApp(s.name, s.app, s.env, log);
       processes.set(name, p);
-      await waitReady(p, s.readyUrl, readyTimeoutMs, log);
+      await ready(s, p);
       return p;
     },
     stop: stopAll,

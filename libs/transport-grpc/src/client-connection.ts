@@ -10,6 +10,7 @@ import { MethodOptions_IdempotencyLevel } from '@bufbuild/protobuf/wkt';
 import * as grpc from '@grpc/grpc-js';
 import type { TextMapPropagator } from '@opentelemetry/api';
 import { type WeirError } from '@weir/core';
+import { serverIdentityCheck, type ServiceTls } from '@weir/service-tls';
 import { fromGrpcError } from './grpc-errors';
 import { deserializerFor, grpcMethodPath, serializerFor } from './service-definition';
 import { type CallSurface, createMuxCalls } from './mux';
@@ -39,8 +40,15 @@ export interface GrpcClientOptions {
   deadlineMs?: number;
   /** Retry policy of idempotent calls; fields default to {@link DEFAULT_RETRY_POLICY}. */
   retry?: Partial<RetryPolicy>;
-  /** Channel credentials. Default insecure (cluster-internal plaintext; TLS comes from the mesh or is passed here). */
+  /** Channel credentials. Default: mutual TLS with `tls` when given, else insecure (plaintext). */
   credentials?: grpc.ChannelCredentials;
+  /**
+   * Mutual TLS (issue 14 part 8): present this service's certificate, trust only the service CA,
+   * and accept only a server whose certificate names the service this client is for (`router`,
+   * `admission`, `scheduler`, `relay`) and the address's host (DNS or IP SAN). Ignored when
+   * `credentials` is given.
+   */
+  tls?: ServiceTls;
   /**
    * grpc-js channel options, merged over Weir's defaults: reconnect backoff 100 ms → 2 s
    * (grpc's default 1 s → 120 s is too slow for an in-cluster peer that restarts) and
@@ -112,9 +120,18 @@ export function backoffMs(policy: RetryPolicy, attempt: number): number {
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
+/**
+ * Channel credentials of a client of `service`: mutual TLS with `tls` (the server's certificate
+ * must name `service`), else insecure.
+ */
+export function channelCredentials(tls: ServiceTls | undefined, service: string): grpc.ChannelCredentials {
+  if (!tls) return grpc.credentials.createInsecure();
+  return grpc.credentials.createSsl(tls.ca, tls.key, tls.cert, { checkServerIdentity: serverIdentityCheck(service) });
+}
+
 /** Opens a channel to `options.address`; `service` names the peer in error messages (e.g. `router`). */
 export function createGrpcConnection(options: GrpcClientOptions, service: string): GrpcConnection {
-  const client = new grpc.Client(options.address, options.credentials ?? grpc.credentials.createInsecure(), {
+  const client = new grpc.Client(options.address, options.credentials ?? channelCredentials(options.tls, service), {
     ...DEFAULT_CHANNEL_OPTIONS,
     ...options.channelOptions,
   });

@@ -2,6 +2,7 @@
  * Starts a grpc-js server hosting one or more Weir service bindings.
  */
 import * as grpc from '@grpc/grpc-js';
+import { allows, certificateIdentities, describePolicy, type PeerPolicy, type ServiceTls } from '@weir/service-tls';
 import { MUX_SERVICE_DEFINITION, type MuxRoute, createMuxServer } from './mux';
 import type { GrpcServiceBinding } from './server-handlers';
 
@@ -13,8 +14,15 @@ export interface StartGrpcServerOptions {
   host?: string;
   /** The services to host (from `create…GrpcServer`). */
   services: GrpcServiceBinding[];
-  /** Server credentials. Default insecure (cluster-internal plaintext). */
+  /** Server credentials. Default: mutual TLS with `tls` when given, else insecure (plaintext). */
   credentials?: grpc.ServerCredentials;
+  /**
+   * Mutual TLS (issue 14 part 8): a client without a certificate signed by `tls.ca` fails the
+   * handshake; one whose certificate names none of `tls.allowedPeers` gets `PERMISSION_DENIED`
+   * on every call (checked once per mux stream, or once per plain call). Ignored when
+   * `credentials` is given.
+   */
+  tls?: ServiceTls;
   /** grpc-js server options (e.g. `grpc.max_receive_message_length`). */
   serverOptions?: grpc.ServerOptions;
 }
@@ -38,7 +46,9 @@ export interface RunningGrpcServer {
 /** Binds and starts the server; rejects when the port cannot be bound. */
 export async function startGrpcServer(options: StartGrpcServerOptions): Promise<RunningGrpcServer> {
   const host = options.host ?? '127.0.0.1';
-  const server = new grpc.Server(options.serverOptions);
+  const tls = options.credentials ? undefined : options.tls;
+  const interceptors = tls && tls.allowedPeers !== 'any' ? [peerInterceptor(tls.allowedPeers)] : [];
+  const server = new grpc.Server({ ...options.serverOptions, interceptors: [...interceptors, ...(options.serverOptions?.interceptors ?? [])] });
   const routes = new Map<string, MuxRoute>();
   for (const binding of options.services) {
     server.addService(binding.definition, binding.handlers);
@@ -52,7 +62,7 @@ export async function startGrpcServer(options: StartGrpcServerOptions): Promise<
   server.addService(MUX_SERVICE_DEFINITION, { call: mux.handler as grpc.UntypedHandleCall });
   const target = host.includes(':') ? `[${host}]:${options.port ?? 0}` : `${host}:${options.port ?? 0}`;
   const port = await new Promise<number>((resolve, reject) =>
-    server.bindAsync(target, options.credentials ?? grpc.ServerCredentials.createInsecure(), (error, bound) => (error ? reject(error) : resolve(bound))),
+    server.bindAsync(target, options.credentials ?? serverCredentials(tls), (error, bound) => (error ? reject(error) : resolve(bound))),
   );
   let closing: Promise<void> | undefined;
   return {
@@ -83,5 +93,29 @@ export async function startGrpcServer(options: StartGrpcServerOptions): Promise<
       })();
       return closing;
     },
+  };
+}
+
+/** Server credentials: mutual TLS with `tls` (client certificates required and verified against `tls.ca`), else insecure. */
+export function serverCredentials(tls: ServiceTls | undefined): grpc.ServerCredentials {
+  if (!tls) return grpc.ServerCredentials.createInsecure();
+  return grpc.ServerCredentials.createSsl(tls.ca, [{ private_key: tls.key, cert_chain: tls.cert }], true);
+}
+
+/**
+ * Refuses, with `PERMISSION_DENIED`, a call whose client certificate (verified in the handshake)
+ * names none of the services `policy` lets in. The decision is made once when the call starts
+ * (one per mux stream: the logical calls on it inherit it).
+ */
+function peerInterceptor(policy: PeerPolicy): grpc.ServerInterceptor {
+  return (_method, call) => {
+    const ids = certificateIdentities(call.getAuthContext().sslPeerCertificate);
+    if (allows(policy, ids)) return new grpc.ServerInterceptingCall(call);
+    const details = `this service is open to ${describePolicy(policy)}, not to ${ids.length > 0 ? ids.join(', ') : 'a certificate naming no service'}`;
+    return new grpc.ServerInterceptingCall(call, {
+      start(next) {
+        next({ onReceiveMetadata: () => call.sendStatus({ code: grpc.status.PERMISSION_DENIED, details }) });
+      },
+    });
   };
 }

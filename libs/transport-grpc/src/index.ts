@@ -25,9 +25,9 @@ export {
   weirCodeOf,
   isWeirErrorCode,
 } from './grpc-errors';
-export { DEFAULT_RETRY_POLICY, DEFAULT_UNARY_DEADLINE_MS, type GrpcClientOptions, type RetryPolicy } from './client-connection';
+export { DEFAULT_RETRY_POLICY, DEFAULT_UNARY_DEADLINE_MS, channelCredentials, type GrpcClientOptions, type RetryPolicy } from './client-connection';
 export { type GrpcServerBindingOptions, type GrpcServiceBinding } from './server-handlers';
-export { startGrpcServer, type StartGrpcServerOptions, type RunningGrpcServer } from './grpc-server';
+export { startGrpcServer, serverCredentials, type StartGrpcServerOptions, type RunningGrpcServer } from './grpc-server';
 export { injectTraceContext, extractTraceContext, metadataGetter, metadataSetter, tracingActive } from './trace-context';
 export { installTracing, type InstallTracingOptions, type InstalledTracing } from './install-tracing';
 export {

@@ -42,9 +42,11 @@ export function sumEngineOutputTokens(metricsText: string, revisionId: string): 
   return total;
 }
 
-/** Defines the whole e2e suite against the topology `start` creates. */
-export function describeE2ESuite(name: string, start: (options: TopologyOptions) => Promise<Topology>): void {
+/** Defines the whole e2e suite against the topology `start` creates; `more` adds a topology's own tests, run while it is up. */
+export function describeE2ESuite(name: string, start: (options: TopologyOptions) => Promise<Topology>, more?: () => void): void {
   describe(name, () => {
+    // A topology's own tests (the split's service authentication), run while it is up.
+    more?.();
     let weir: Topology;
     let pg: TemporaryPostgresDatabase;
     let ledger: WeirDatabase;

@@ -7,7 +7,7 @@
  * over-reserve but never under-reserves.
  */
 import type { GenerationInput } from '@weir/core';
-import { request } from 'undici';
+import { type Dispatcher, request } from 'undici';
 import { egressDispatcher } from '../egress-dispatcher';
 import { countInputWith, utf8TokenUpperBound } from './token-bound';
 
@@ -17,6 +17,8 @@ export interface RemoteTokenCounterOptions {
   baseUrls: readonly string[];
   /** Per-attempt timeout (ms). Default 1,000. */
   timeoutMs?: number;
+  /** The undici dispatcher (the mutual-TLS agent when replicas serve HTTPS). Default: the guarded egress pool. */
+  dispatcher?: Dispatcher;
 }
 
 /** Counts an input's prompt tokens; with `limit` it may stop once past it (see `EngineAdapter.countInputTokens`). */
@@ -33,8 +35,9 @@ export function createRemoteTokenCounter(options: RemoteTokenCounterOptions): To
       const url = endpoints[(next + i) % endpoints.length];
       try {
         const res = await request(url, {
-          // The guarded pool: no connection to a link-local / metadata address (egress-dispatcher.ts).
-          dispatcher: egressDispatcher(),
+          // The mutual-TLS agent for Weir's own replicas, else the guarded pool: no connection to a
+          // link-local / metadata address (egress-dispatcher.ts).
+          dispatcher: options.dispatcher ?? egressDispatcher(),
           method: 'POST',
           headers: { 'content-type': 'application/json' },
           body,
