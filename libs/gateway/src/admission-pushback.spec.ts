@@ -35,6 +35,20 @@ describe('admission pushback', () => {
     expect(memo.check(caller(), 2_002)).toBeUndefined();
   });
 
+  it('files refusals under the internal ids: a tenant created again under a deleted slug inherits none', () => {
+    const memo = createAdmissionPushback({ holdMs: 1_000 });
+    const old: Caller = { tenantId: 'acme', appId: 'web', apiKeyId: 'k1', tenantUid: 'acme~1', appUid: 'web~1' };
+    const successor: Caller = { tenantId: 'acme', appId: 'web', apiKeyId: 'k2', tenantUid: 'acme~2', appUid: 'web~2' };
+    memo.noteRefusal(old, { reason: 'budget_exhausted', message: 'b' }, 0);
+    memo.noteRefusal(old, { reason: 'concurrency_limited', message: 'c' }, 0);
+    expect(memo.check(old, 10)).toMatchObject({ reason: 'concurrency_limited' });
+    expect(memo.check(successor, 10)).toBeUndefined();
+    memo.noteEnded('acme');
+    expect(memo.check(old, 20)).toBeDefined();
+    memo.noteEnded('acme~1');
+    expect(memo.check(old, 30)).toBeUndefined();
+  });
+
   it('holds a spent budget for holdMs; holds nothing when off', () => {
     const memo = createAdmissionPushback({ holdMs: 1_000 });
     memo.noteRefusal(caller(), { reason: 'budget_exhausted', message: 'b' }, 0);

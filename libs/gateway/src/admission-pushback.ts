@@ -17,7 +17,7 @@
  * per gateway process. A stale memo costs at most `holdMs` (or the rate window's own hint) of
  * refusals admission might have accepted.
  */
-import type { Caller, RateLimitStatus, RejectReason } from '@weir/core';
+import { appKeyOf, type Caller, type RateLimitStatus, type RejectReason, tenantKeyOf } from '@weir/core';
 
 /** A refusal as admission gave it. */
 export interface AdmissionRefusal {
@@ -40,8 +40,8 @@ export interface AdmissionPushback {
   check(caller: Caller, nowMs: number): AdmissionMemo | undefined;
   /** Notes a refusal of `caller` by admission; refusals that do not hold for every request are ignored. */
   noteRefusal(caller: Caller, refusal: AdmissionRefusal, nowMs: number): void;
-  /** A generation of `tenantId` ended here: concurrency refusals of its apps are forgotten. */
-  noteEnded(tenantId: string): void;
+  /** A generation of the tenant (`tenantKeyOf`: its internal id) ended here: concurrency refusals of its apps are forgotten. */
+  noteEnded(tenantKey: string): void;
 }
 
 /** Callers remembered at most (the oldest is forgotten first). */
@@ -65,7 +65,8 @@ export function createAdmissionPushback(options: { holdMs: number }): AdmissionP
     const keys = concurrency.get(entry.tenantId);
     if (keys?.delete(key) && keys.size === 0) concurrency.delete(entry.tenantId);
   };
-  const keyOf = (caller: Caller) => `${caller.tenantId}\u0000${caller.appId}`;
+  // Filed under the internal ids: a tenant created again under a deleted one's slug inherits none of its refusals.
+  const keyOf = (caller: Caller) => `${tenantKeyOf(caller)}\u0000${appKeyOf(caller)}`;
   const off = options.holdMs <= 0;
   return {
     check(caller, nowMs) {
@@ -98,11 +99,11 @@ export function createAdmissionPushback(options: { holdMs: number }): AdmissionP
       const key = keyOf(caller);
       const old = entries.get(key);
       if (old) forget(key, old);
-      const entry: Entry = { ...refusal, tenantId: caller.tenantId, untilMs: nowMs + holdMs };
+      const entry: Entry = { ...refusal, tenantId: tenantKeyOf(caller), untilMs: nowMs + holdMs };
       entries.set(key, entry);
       if (refusal.reason === 'concurrency_limited') {
-        let keys = concurrency.get(caller.tenantId);
-        if (!keys) concurrency.set(caller.tenantId, (keys = new Set()));
+        let keys = concurrency.get(entry.tenantId);
+        if (!keys) concurrency.set(entry.tenantId, (keys = new Set()));
         keys.add(key);
       }
       if (entries.size > MAX_ENTRIES) {

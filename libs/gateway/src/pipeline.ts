@@ -526,7 +526,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
         };
         // Never reached an engine: no result to leave for retries (the gateway frees a keyed request's key).
         await deps.settlements.append(settlementOf(usageJob, outcome, Date.now()));
-        admissionMemo.noteEnded(caller.tenantId);
+        admissionMemo.noteEnded(tenantKeyOf(caller));
         deps.observer?.onFinished?.({ caller, route: params.route, alias: params.alias, revision, outcome });
         return outcome;
       };
@@ -591,7 +591,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
               });
             }
             if (!releasedByAdmit) await releaseQuietly();
-            admissionMemo.noteEnded(caller.tenantId);
+            admissionMemo.noteEnded(tenantKeyOf(caller));
             if (scheduled.reason === 'deadline' || scheduled.reason === 'cancelled') {
               return { kind: 'ended', outcome: await endedInQueue(scheduled.reason, scheduled.queueMs) };
             }
@@ -675,7 +675,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
             } else {
               await settleWithRetry(admitted, { usage: outcome.usage, costNanoUsd: outcome.costNanoUsd });
             }
-            admissionMemo.noteEnded(caller.tenantId);
+            admissionMemo.noteEnded(tenantKeyOf(caller));
             deps.observer?.onFinished?.({ caller, route: params.route, alias: params.alias, revision: answeredBy, outcome, replicaId: answeredOn });
           });
           return {
