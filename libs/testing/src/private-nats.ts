@@ -33,6 +33,8 @@ export interface PrivateNatsOptions {
   port?: number;
   /** How long to wait for the server to accept connections (ms). Default 10,000. */
   readyTimeoutMs?: number;
+  /** Extra server arguments after the defaults, e.g. `['-c', confFile]` for an authorization config. Default none. */
+  args?: readonly string[];
 }
 
 const live = new Set<ChildProcess>();
@@ -63,7 +65,7 @@ export async function startPrivateNats(options: PrivateNatsOptions = {}): Promis
   async function launch(): Promise<void> {
     const fd = openSync(logFile, 'a');
     try {
-      child = spawn(natsServerBin(), ['-a', '127.0.0.1', '-p', String(port), '-js', '-sd', storeDir], {
+      child = spawn(natsServerBin(), ['-a', '127.0.0.1', '-p', String(port), '-js', '-sd', storeDir, ...(options.args ?? [])], {
         stdio: ['ignore', fd, fd],
       });
     } finally {
