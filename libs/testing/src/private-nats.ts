@@ -35,6 +35,8 @@ export interface PrivateNatsOptions {
   readyTimeoutMs?: number;
   /** Extra server arguments after the defaults, e.g. `['-c', confFile]` for an authorization config. Default none. */
   args?: readonly string[];
+  /** Extra environment of the server (a config file's `$VARIABLE`s, e.g. users' passwords). Default none. */
+  env?: Readonly<Record<string, string>>;
 }
 
 const live = new Set<ChildProcess>();
@@ -67,6 +69,7 @@ export async function startPrivateNats(options: PrivateNatsOptions = {}): Promis
     try {
       child = spawn(natsServerBin(), ['-a', '127.0.0.1', '-p', String(port), '-js', '-sd', storeDir, ...(options.args ?? [])], {
         stdio: ['ignore', fd, fd],
+        ...(options.env ? { env: { ...process.env, ...options.env } } : {}),
       });
     } finally {
       closeSync(fd);
