@@ -7,6 +7,7 @@ import path from 'node:path';
 import { jetstream } from '@nats-io/jetstream';
 import { connect, type NatsConnection, nkeys } from '@nats-io/transport-node';
 import { isWeirError, type WeirError } from '@weir/core';
+import { issueDevPki } from '@weir/service-tls';
 import { type PrivateNats, startPrivateNats } from '@weir/testing';
 import { connectNats } from './connect';
 import { NO_NATS_AUTH, natsAuthFromEnv } from './nats-auth';
@@ -113,5 +114,60 @@ describe('connectNats against a NATS server that requires credentials', () => {
     expect(error.message).toBe('NATS refused the credentials from NATS_USER, NATS_PASSWORD (weir-test-wrong): authorization violation');
     expect(error.message).not.toContain(wrong);
     expect(error.message).not.toContain(password);
+  });
+});
+
+describe('connectNats against a NATS server that requires mutual TLS', () => {
+  let server: PrivateNats;
+  let dir: string;
+  let files: { ca: string; clientCert: string; clientKey: string; otherCa: string; otherCert: string; otherKey: string };
+
+  beforeAll(async () => {
+    dir = mkdtempSync(path.join(tmpdir(), 'weir-nats-tls-'));
+    const pki = await issueDevPki({ dir: path.join(dir, 'pki'), certificates: [{ name: 'nats' }, { name: 'gateway' }] });
+    const other = await issueDevPki({ dir: path.join(dir, 'other'), certificates: [{ name: 'gateway' }] });
+    const serverFiles = pki.files.get('nats');
+    const client = pki.files.get('gateway');
+    const stranger = other.files.get('gateway');
+    if (!serverFiles || !client || !stranger) throw new Error('dev PKI did not issue the certificates');
+    files = { ca: pki.caFile, clientCert: client.cert, clientKey: client.key, otherCa: other.caFile, otherCert: stranger.cert, otherKey: stranger.key };
+    const conf = path.join(dir, 'nats-tls.conf');
+    writeFileSync(conf, `tls {\n  cert_file: "${serverFiles.cert}"\n  key_file: "${serverFiles.key}"\n  ca_file: "${pki.caFile}"\n  verify: true\n  timeout: 2\n}\n`);
+    server = await startPrivateNats({ args: ['-c', conf] });
+  });
+
+  afterAll(async () => {
+    await server?.dispose();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('connects with NATS_TLS_CA + NATS_TLS_CERT + NATS_TLS_KEY and can publish and subscribe', async () => {
+    const nc = await connectNats({
+      servers: server.url,
+      name: 'weir-test-mtls',
+      auth: natsAuthFromEnv({ NATS_TLS_CA: files.ca, NATS_TLS_CERT: files.clientCert, NATS_TLS_KEY: files.clientKey }),
+    });
+    try {
+      const sub = nc.subscribe('weir.health', { max: 1 });
+      nc.publish('weir.health', 'ok');
+      for await (const m of sub) expect(m.string()).toBe('ok');
+    } finally {
+      await nc.close();
+    }
+  });
+
+  it.each([
+    ['no TLS settings (the server CA is unknown)', () => ({})],
+    ['the CA but no client certificate', () => ({ NATS_TLS_CA: files.ca })],
+    ['a client certificate from another CA', () => ({ NATS_TLS_CA: files.ca, NATS_TLS_CERT: files.otherCert, NATS_TLS_KEY: files.otherKey })],
+  ])('refuses a client with %s', async (_label, env) => {
+    const error = await connectNats({ servers: server.url, name: 'weir-test-mtls-refused', connectTimeoutMs: 3_000, auth: natsAuthFromEnv(env()) }).then(
+      async (nc) => {
+        await nc.close();
+        throw new Error('expected the server to refuse the connection');
+      },
+      (e: unknown) => e,
+    );
+    expect(isWeirError(error) && error.code === 'upstream_unavailable').toBe(true);
   });
 });
