@@ -28,7 +28,7 @@
 import { createLeasedAdmission, withStoreFaultsAsUnavailable } from '@weir/admission';
 import type { NatsConnection } from '@nats-io/transport-node';
 import { createConfigSyncMetrics, openDataPlaneConfig } from '@weir/config-sync';
-import { connectNats } from '@weir/messaging-nats';
+import { connectNats, natsAuthFromEnv } from '@weir/messaging-nats';
 import { envInt, envRequired, envString, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
 import { createPgLeaseStore, openDatabase } from '@weir/store-pg';
 import { createLogger, createTelemetry } from '@weir/telemetry';
@@ -51,6 +51,8 @@ const env = readEnv({
   ADMISSION_RECLAIM_GRACE_MS: envInt(5_000, 0),
   LOG_LEVEL: envString('info'),
 });
+// NATS credentials and TLS (NATS_CREDS, NATS_USER + NATS_PASSWORD_FILE, NATS_TLS_CA, …), read once: a bad setting stops the start.
+const natsAuth = natsAuthFromEnv(process.env);
 const logger = createLogger({ name: 'admission', level: env.LOG_LEVEL as 'info' });
 
 runUntilSignal('admission', logger, async () => {
@@ -62,7 +64,7 @@ runUntilSignal('admission', logger, async () => {
   const source = await openDataPlaneConfig({
     env: process.env,
     service: 'admission',
-    connectNats: async () => (nc = await connectNats({ servers: env.NATS_URL, name: 'weir-admission', logger })),
+    connectNats: async () => (nc = await connectNats({ servers: env.NATS_URL, name: 'weir-admission', auth: natsAuth, logger })),
     logger,
     metrics: createConfigSyncMetrics(telemetry.meter),
   });

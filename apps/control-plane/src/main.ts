@@ -38,7 +38,7 @@ import type { AddressInfo } from 'node:net';
 import express from 'express';
 import { sql } from 'kysely';
 import { createControlPlane, createControlPlaneHttpApp, registerBootstrapAdminToken, registerCapacityRoutes } from '@weir/control-plane';
-import { connectNats } from '@weir/messaging-nats';
+import { connectNats, natsAuthFromEnv } from '@weir/messaging-nats';
 import { envInt, envString, EnvError, opsSettingsFromEnv, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
 import { openDatabase } from '@weir/store-pg';
 import { createLogger, createTelemetry } from '@weir/telemetry';
@@ -68,6 +68,8 @@ const env = readEnv({
   CONTROL_PLANE_DB_POOL: envInt(5, 1, 100),
   LOG_LEVEL: envString('info'),
 });
+// NATS credentials and TLS (NATS_CREDS, NATS_USER + NATS_PASSWORD_FILE, NATS_TLS_CA, …), read once: a bad setting stops the start.
+const natsAuth = natsAuthFromEnv(process.env);
 const databaseUrl = env.WEIR_DATABASE_URL || env.DATABASE_URL;
 if (!databaseUrl) throw new EnvError(['WEIR_DATABASE_URL: required: the Postgres URL, e.g. postgres://postgres@127.0.0.1:5432/weir']);
 const configImport = parseConfigImportMode(env.WEIR_CONFIG_IMPORT);
@@ -81,7 +83,7 @@ runUntilSignal('control-plane', logger, async () => {
     if (outcome === 'revoked') logger.warn({}, 'WEIR_ADMIN_TOKEN was revoked; it stays revoked (use another admin token)');
     else logger.info({ outcome }, 'bootstrap admin token');
   }
-  const nc = await connectNats({ servers: env.WEIR_NATS_URL || env.NATS_URL, name: 'weir-control-plane', logger, waitOnFirstConnect: true });
+  const nc = await connectNats({ servers: env.WEIR_NATS_URL || env.NATS_URL, name: 'weir-control-plane', auth: natsAuth, logger, waitOnFirstConnect: true });
   const built = createSnapshotSinkFromEnv({ namespace: env.WEIR_NATS_NAMESPACE, heartbeatMs: env.WEIR_CONFIG_HEARTBEAT_MS }, nc, logger);
   const controlPlane = createControlPlane({}, { db: database.db, sink: built.sink, logger });
   if (env.WEIR_CONFIG) await applyConfigFileAtStart(controlPlane, env.WEIR_CONFIG, configImport, logger);

@@ -36,7 +36,7 @@ import { createConfigSyncMetrics, openDataPlaneConfig } from '@weir/config-sync'
 import { type CancelMessage, type GenerationInput, newId, retiredInternalIds, systemClock } from '@weir/core';
 import { adapterTokenCounter, countInputWith, remoteReplicas, replicaTokenCounter, utf8TokenUpperBound } from '@weir/engines';
 import { clientLimitsFromEnv, createClientGuard, createGatewayApp, createGenerationPipeline, createLiveConfig, createMetricsObserver, createRevocations } from '@weir/gateway';
-import { cancelMessageCodec, connectNats, createNatsTopic, createNatsSettlementJournal, ensureUsageStream, natsNames } from '@weir/messaging-nats';
+import { cancelMessageCodec, connectNats, natsAuthFromEnv, createNatsTopic, createNatsSettlementJournal, ensureUsageStream, natsNames } from '@weir/messaging-nats';
 import { envInt, envRequired, envString, opsSettingsFromEnv, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
 import {
   bootstrapTenants,
@@ -68,6 +68,8 @@ const env = readEnv({
   GATEWAY_HOLDER_ID: envString(''),
   LOG_LEVEL: envString('info'),
 });
+// NATS credentials and TLS (NATS_CREDS, NATS_USER + NATS_PASSWORD_FILE, NATS_TLS_CA, …), read once: a bad setting stops the start.
+const natsAuth = natsAuthFromEnv(process.env);
 const clientLimits = clientLimitsFromEnv(process.env);
 const opsSettings = opsSettingsFromEnv(process.env, { port: 'OPS_PORT', host: 'OPS_HOST', defaultPort: 9460 });
 const logger = createLogger({ name: 'gateway', level: env.LOG_LEVEL as 'info' });
@@ -78,7 +80,7 @@ runUntilSignal('gateway', logger, async () => {
   const tls = serviceTlsFromEnv('gateway', { logger, serves: false });
   const engineAgent = tls ? createServiceTlsAgent(tls, { expectedServer: 'engine' }) : undefined;
   const telemetry = createTelemetry({ serviceName: 'weir-gateway' });
-  const nc = await connectNats({ servers: env.NATS_URL, name: 'weir-gateway', logger });
+  const nc = await connectNats({ servers: env.NATS_URL, name: 'weir-gateway', auth: natsAuth, logger });
   const source = await openDataPlaneConfig({ env: process.env, service: 'gateway', connectNats: async () => nc, logger, metrics: createConfigSyncMetrics(telemetry.meter), watchFile: true });
   const config = source.initial;
   const database = await openDatabase({ databaseUrl: env.DATABASE_URL, logger });

@@ -20,7 +20,7 @@
 import { loadConfigFile } from '@weir/config';
 import { type BurnRateAlert, DEFAULT_ADMISSION } from '@weir/core';
 import { createBurnRateMonitor } from '@weir/ledger';
-import { burnRateAlertCodec, connectNats, createNatsSettlementSource, createNatsTopic, ensureUsageStream, natsNames } from '@weir/messaging-nats';
+import { burnRateAlertCodec, connectNats, natsAuthFromEnv, createNatsSettlementSource, createNatsTopic, ensureUsageStream, natsNames } from '@weir/messaging-nats';
 import { envInt, envRequired, envString, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
 import { applyIsolating, createPgSettlementApplier, createUsageQueries, createUsageRepository, openDatabase } from '@weir/store-pg';
 import { createLogger, createTelemetry } from '@weir/telemetry';
@@ -40,6 +40,8 @@ const env = readEnv({
   WEIR_BURN_RATE_INTERVAL_MS: envInt(60_000, 100),
   LOG_LEVEL: envString('info'),
 });
+// NATS credentials and TLS (NATS_CREDS, NATS_USER + NATS_PASSWORD_FILE, NATS_TLS_CA, …), read once: a bad setting stops the start.
+const natsAuth = natsAuthFromEnv(process.env);
 const logger = createLogger({ name: 'ledger', level: env.LOG_LEVEL as 'info' });
 
 runUntilSignal('ledger', logger, async () => {
@@ -47,7 +49,7 @@ runUntilSignal('ledger', logger, async () => {
   const telemetry = createTelemetry({ serviceName: 'weir-ledger' });
   const database = await openDatabase({ databaseUrl: env.DATABASE_URL, logger });
   const repository = createUsageRepository(database.db);
-  const nc = await connectNats({ servers: env.NATS_URL, name: 'weir-ledger', logger });
+  const nc = await connectNats({ servers: env.NATS_URL, name: 'weir-ledger', auth: natsAuth, logger });
   const names = natsNames(env.WEIR_NATS_NAMESPACE);
   await ensureUsageStream(nc, { stream: names.usageStream, subjects: [`${names.usageSubjectPrefix}.>`] });
   const applier = createPgSettlementApplier(database.db);

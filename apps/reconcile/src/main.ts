@@ -32,7 +32,7 @@
  */
 import { parseArgs } from 'node:util';
 import { createAdmission } from '@weir/admission';
-import { connectNats, natsNames } from '@weir/messaging-nats';
+import { connectNats, natsAuthFromEnv, natsNames } from '@weir/messaging-nats';
 import {
   describeConfigSource,
   type EngineEndpoint,
@@ -118,7 +118,7 @@ async function main(argv: string[]): Promise<number> {
     const enginesByRevision = new Map<string, EngineEndpoint[]>(
       config.revisions.map((r) => [r.id, (r.replicas ?? []).map((x) => ({ replicaId: x.id, baseUrl: x.baseUrl }))]),
     );
-    const nc = readStream ? await connectNats({ servers: values['nats-url'] ?? process.env.NATS_URL ?? 'nats://127.0.0.1:4222', name: 'weir-reconcile' }) : undefined;
+    const nc = readStream ? await connectNats({ servers: values['nats-url'] ?? process.env.NATS_URL ?? 'nats://127.0.0.1:4222', name: 'weir-reconcile', auth: natsAuthFromEnv(process.env) }) : undefined;
     try {
       const db = store.database.db;
       const report = await runReconciliation(

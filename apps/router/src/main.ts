@@ -10,7 +10,7 @@
  */
 import type { NatsConnection } from '@nats-io/transport-node';
 import { createConfigSyncMetrics, openDataPlaneConfig } from '@weir/config-sync';
-import { connectNats } from '@weir/messaging-nats';
+import { connectNats, natsAuthFromEnv } from '@weir/messaging-nats';
 import { createRouter } from '@weir/routing';
 import { envInt, envString, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
 import { createLogger, createTelemetry } from '@weir/telemetry';
@@ -25,6 +25,8 @@ const env = readEnv({
   OPS_PORT: envInt(9461, 0, 65535),
   LOG_LEVEL: envString('info'),
 });
+// NATS credentials and TLS (NATS_CREDS, NATS_USER + NATS_PASSWORD_FILE, NATS_TLS_CA, …), read once: a bad setting stops the start.
+const natsAuth = natsAuthFromEnv(process.env);
 const logger = createLogger({ name: 'router', level: env.LOG_LEVEL as 'info' });
 
 runUntilSignal('router', logger, async () => {
@@ -35,7 +37,7 @@ runUntilSignal('router', logger, async () => {
   const source = await openDataPlaneConfig({
     env: process.env,
     service: 'router',
-    connectNats: async () => (nc = await connectNats({ servers: env.NATS_URL, name: 'weir-router', logger })),
+    connectNats: async () => (nc = await connectNats({ servers: env.NATS_URL, name: 'weir-router', auth: natsAuth, logger })),
     logger,
     metrics: createConfigSyncMetrics(telemetry.meter),
     watchFile: true,

@@ -21,7 +21,7 @@ import { hostname } from 'node:os';
 import { createConfigSyncMetrics, openDataPlaneConfig, warnChangesNeedingRestart } from '@weir/config-sync';
 import { type ReplicaHealthEvent, systemClock } from '@weir/core';
 import { remoteReplicas, startReplicaHealthChecks } from '@weir/engines';
-import { connectNats, createCapacityTelemetryPublisher, createNatsTopic, natsNames, replicaHealthEventCodec } from '@weir/messaging-nats';
+import { connectNats, natsAuthFromEnv, createCapacityTelemetryPublisher, createNatsTopic, natsNames, replicaHealthEventCodec } from '@weir/messaging-nats';
 import { createCapacityTelemetry, createPoolScheduler, createSchedulerSampler, replicaSamples, schedulerMetricsObserver } from '@weir/scheduling';
 import { envInt, envString, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
 import { createLogger, createTelemetry } from '@weir/telemetry';
@@ -41,6 +41,8 @@ const env = readEnv({
   CAPACITY_TELEMETRY_INTERVAL_MS: envInt(5_000, 100, 600_000),
   LOG_LEVEL: envString('info'),
 });
+// NATS credentials and TLS (NATS_CREDS, NATS_USER + NATS_PASSWORD_FILE, NATS_TLS_CA, …), read once: a bad setting stops the start.
+const natsAuth = natsAuthFromEnv(process.env);
 const logger = createLogger({ name: 'scheduler', level: env.LOG_LEVEL as 'info' });
 
 runUntilSignal('scheduler', logger, async () => {
@@ -49,7 +51,7 @@ runUntilSignal('scheduler', logger, async () => {
   const tls = serviceTlsFromEnv('scheduler', { defaultPeers: ['gateway', 'admission'], logger });
   const engineAgent = tls ? createServiceTlsAgent(tls, { expectedServer: 'engine' }) : undefined;
   const telemetry = createTelemetry({ serviceName: 'weir-scheduler' });
-  const nc = await connectNats({ servers: env.NATS_URL, name: 'weir-scheduler', logger });
+  const nc = await connectNats({ servers: env.NATS_URL, name: 'weir-scheduler', auth: natsAuth, logger });
   const source = await openDataPlaneConfig({ env: process.env, service: 'scheduler', connectNats: async () => nc, logger, metrics: createConfigSyncMetrics(telemetry.meter), watchFile: true });
   const config = source.initial;
   warnChangesNeedingRestart(source, logger);

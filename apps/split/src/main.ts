@@ -20,7 +20,9 @@
  * the whole file replaces the stored configuration; `empty`: the file only seeds an empty store),
  * SPLIT_TLS (default 1: the services authenticate each other with mutual TLS, certificates from a
  * development CA made at every start under `<WEIR_DATA_DIR>/split/tls`, engine replicas on HTTPS;
- * 0: plaintext. docs/security.md §8).
+ * 0: plaintext. docs/security.md §8), and NATS credentials and TLS for a NATS server that requires
+ * them (NATS_CREDS, NATS_NKEY_SEED_FILE, NATS_USER + NATS_PASSWORD[_FILE], NATS_TOKEN[_FILE],
+ * NATS_TLS_CA, NATS_TLS_CERT + NATS_TLS_KEY: checked at start, passed to every service).
  */
 import { readFileSync } from 'node:fs';
 import path from 'node:path';

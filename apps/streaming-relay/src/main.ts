@@ -23,6 +23,7 @@ import { createReplicaEngines, remoteReplicas, replicaUnreachable } from '@weir/
 import {
   cancelMessageCodec,
   connectNats,
+  natsAuthFromEnv,
   createNatsTopic,
   createNatsSettlementJournal,
   ensureUsageStream,
@@ -47,6 +48,8 @@ const env = readEnv({
   SHUTDOWN_GRACE_MS: envInt(10_000, 0),
   LOG_LEVEL: envString('info'),
 });
+// NATS credentials and TLS (NATS_CREDS, NATS_USER + NATS_PASSWORD_FILE, NATS_TLS_CA, …), read once: a bad setting stops the start.
+const natsAuth = natsAuthFromEnv(process.env);
 const logger = createLogger({ name: 'streaming-relay', level: env.LOG_LEVEL as 'info' });
 
 runUntilSignal('streaming-relay', logger, async () => {
@@ -55,7 +58,7 @@ runUntilSignal('streaming-relay', logger, async () => {
   const tls = serviceTlsFromEnv('relay', { defaultPeers: ['gateway'], logger });
   const engineAgent = tls ? createServiceTlsAgent(tls, { expectedServer: 'engine' }) : undefined;
   const telemetry = createTelemetry({ serviceName: 'weir-streaming-relay' });
-  const nc = await connectNats({ servers: env.NATS_URL, name: 'weir-streaming-relay', logger });
+  const nc = await connectNats({ servers: env.NATS_URL, name: 'weir-streaming-relay', auth: natsAuth, logger });
   const source = await openDataPlaneConfig({ env: process.env, service: 'relay', connectNats: async () => nc, logger, metrics: createConfigSyncMetrics(telemetry.meter), watchFile: true });
   const config = source.initial;
   warnChangesNeedingRestart(source, logger);

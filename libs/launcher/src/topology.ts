@@ -19,7 +19,7 @@ import { Kvm } from '@nats-io/kv';
 import { configBucketName, generateSigningKeyPair, loadSigningKey, loadVerifyKey } from '@weir/config-sync';
 import path from 'node:path';
 import { parseConfig, resolveModelFile } from '@weir/config';
-import { connectNats, deleteStream, natsNames } from '@weir/messaging-nats';
+import { connectNats, deleteStream, type NatsAuth, natsAuthFromEnv, natsNames, pickNatsAuthEnv } from '@weir/messaging-nats';
 import { createServiceTlsAgent, issueDevPki, loadServiceTls, type ServiceTls } from '@weir/service-tls';
 import { fetch as undiciFetch, type Agent } from 'undici';
 import { parse, stringify } from 'yaml';
@@ -103,7 +103,12 @@ export interface SplitTopologyOptions {
   admissionInstances?: number;
   /** Engine replicas per llama.cpp revision. Default 2. */
   enginesPerRevision?: number;
-  /** Extra environment for every process (e.g. WEIR_DEMO_API_KEY, LOG_LEVEL). */
+  /**
+   * Extra environment for every process (e.g. WEIR_DEMO_API_KEY, LOG_LEVEL). NATS credentials
+   * and TLS (`NATS_CREDS`, `NATS_USER` + `NATS_PASSWORD_FILE`, `NATS_TLS_CA`, …: docs/security.md
+   * §8), here or in the launcher's own environment, go to every service that connects to NATS
+   * and to the launcher's own connection; they are checked before anything starts.
+   */
   env?: Record<string, string | undefined>;
   /** Echo every process's output to this process's stdout, prefixed. Default false. */
   echo?: boolean;
@@ -230,6 +235,22 @@ export async function startSplitTopology(options: SplitTopologyOptions): Promise
   }
 }
 
+/**
+ * The NATS credentials and TLS settings of a split topology: the `NATS_*` authentication
+ * variables of `base` (the launcher's environment) overlaid by `env` (`SplitTopologyOptions.env`),
+ * as `env` for every service that connects to NATS, and read as `auth` for the launcher's own
+ * connection. Checked here, before anything starts: a loose key file or two methods at once
+ * stop the launcher, not each of its processes.
+ * @throws WeirError `invalid_request` as {@link natsAuthFromEnv} does.
+ */
+export function splitNatsAuth(
+  env: Record<string, string | undefined> | undefined,
+  base: Record<string, string | undefined> = process.env,
+): { env: Record<string, string>; auth: NatsAuth } {
+  const picked = pickNatsAuthEnv({ ...base, ...env });
+  return { env: picked, auth: natsAuthFromEnv(picked) };
+}
+
 async function startOnce(options: SplitTopologyOptions): Promise<SplitTopology> {
   const host = '127.0.0.1';
   const natsUrl = options.natsUrl ?? 'nats://127.0.0.1:4222';
@@ -238,6 +259,7 @@ async function startOnce(options: SplitTopologyOptions): Promise<SplitTopology> 
   const perRevision = options.enginesPerRevision ?? 2;
   mkdirSync(options.workDir, { recursive: true });
   const log: OutputLog = { lines: [], echo: options.echo ?? false };
+  const { env: natsAuthEnv, auth: natsAuth } = splitNatsAuth(options.env);
   // A new CA and certificates at every start (a restart is a rotation); none with `tls: false`.
   const pki = options.tls === false ? undefined : await startDevPki(options.workDir);
   const tlsEnv = (name: string): Record<string, string> => (pki ? pki.tls.env(name) : {});
@@ -323,6 +345,7 @@ async function startOnce(options: SplitTopologyOptions): Promise<SplitTopology> 
       readyUrl: `${controlPlaneUrl}/readyz`,
       env: {
         ...options.env,
+        ...natsAuthEnv,
         HOST: host,
         WEIR_CONTROL_PLANE_PORT: String(port),
         OPS_PORT: String(cpOps),
@@ -344,6 +367,7 @@ async function startOnce(options: SplitTopologyOptions): Promise<SplitTopology> 
   }
   const common = {
     ...options.env,
+    ...natsAuthEnv,
     // With a control plane the services read its snapshots; the file stays for the ledger's defaults.
     WEIR_CONFIG: configPath,
     ...snapshotEnv,
@@ -427,7 +451,7 @@ async function startOnce(options: SplitTopologyOptions): Promise<SplitTopology> 
     for (const group of [0, 1, 2]) {
       codes.push(...(await Promise.all(order.filter((n) => rank(n) === group).map((n) => (processes.get(n) as ManagedProcess).stop()))));
     }
-    if (options.deleteNatsStreamOnStop) await deleteNamespaceStream(natsUrl, namespace, options.controlPlane !== undefined);
+    if (options.deleteNatsStreamOnStop) await deleteNamespaceStream(natsUrl, natsAuth, namespace, options.controlPlane !== undefined);
     await pki?.agent.close();
     return codes.every((c) => c === 0);
   };
@@ -472,8 +496,8 @@ function rank(name: string): number {
   return 1;
 }
 
-async function deleteNamespaceStream(natsUrl: string, namespace: string, configBucket: boolean): Promise<void> {
-  const nc = await connectNats({ servers: natsUrl, name: 'weir-launcher' });
+async function deleteNamespaceStream(natsUrl: string, auth: NatsAuth, namespace: string, configBucket: boolean): Promise<void> {
+  const nc = await connectNats({ servers: natsUrl, name: 'weir-launcher', auth });
   try {
     await deleteStream(nc, natsNames(namespace).usageStream);
     if (configBucket) await (await new Kvm(nc).open(configBucketName(namespace))).destroy().catch(() => undefined);

@@ -1,4 +1,4 @@
-import { freePort } from '@weir/testing';
+import { freePort, startPrivateNats } from '@weir/testing';
 import { isWeirError } from '@weir/core';
 import { connectNats } from './connect';
 import { SHARED_NATS_URL } from './test-support';
@@ -23,5 +23,29 @@ describe('connectNats', () => {
     const error = await connectNats({ servers: `127.0.0.1:${port}`, name: 'weir-test-refused' }).catch((e: unknown) => e);
     expect(isWeirError(error) && error.code === 'upstream_unavailable' && error.retryable).toBe(true);
     expect(Date.now() - started).toBeLessThan(5_000);
+  });
+
+  it('with waitOnFirstConnect, waits for a server that comes up later (and logs that it waits)', async () => {
+    const port = await freePort();
+    const warnings: string[] = [];
+    const noop = () => undefined;
+    const connecting = connectNats({
+      servers: `127.0.0.1:${port}`,
+      name: 'weir-test-wait',
+      waitOnFirstConnect: true,
+      reconnectTimeWaitMs: 100,
+      reconnectJitterMs: 10,
+      logger: { debug: noop, info: noop, warn: (_f: object, m?: string) => warnings.push(m ?? ''), error: noop },
+    });
+    await new Promise((resolve) => setTimeout(resolve, 400));
+    const server = await startPrivateNats({ port });
+    try {
+      const nc = await connecting;
+      await nc.flush();
+      await nc.close();
+      expect(warnings[0]).toBe('nats not reachable yet; retrying');
+    } finally {
+      await server.dispose();
+    }
   });
 });

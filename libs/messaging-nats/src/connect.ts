@@ -1,6 +1,7 @@
-import { connect, type NatsConnection, type Status } from '@nats-io/transport-node';
+import { connect, errors, type NatsConnection, type NodeConnectionOptions, type Status } from '@nats-io/transport-node';
 import { WeirError } from '@weir/core';
 import type { MessagingLogger } from '@weir/messaging';
+import { type NatsAuth, natsAuthFromEnv } from './nats-auth';
 
 /** Options for {@link connectNats}. */
 export interface ConnectNatsOptions {
@@ -23,44 +24,79 @@ export interface ConnectNatsOptions {
    * failing. Default false: a wrong URL fails fast at startup.
    */
   waitOnFirstConnect?: boolean;
+  /**
+   * Credentials and TLS (issue 14 part 8), from {@link natsAuthFromEnv} called once at start.
+   * Default: `natsAuthFromEnv(process.env)` (so a process given `NATS_*` variables always
+   * presents them); pass `NO_NATS_AUTH` explicitly for none.
+   */
+  auth?: NatsAuth;
 }
 
 /**
- * Connects to NATS for Weir: reconnects forever (`maxReconnectAttempts: -1`) with a bounded
- * wait between attempts (`reconnectTimeWaitMs` + up to `reconnectJitterMs`), and logs status
- * changes (disconnect and error at warn, reconnect at info, close at info) in the background.
+ * Connects to NATS for Weir: presents `auth`'s credentials and TLS settings, reconnects forever
+ * (`maxReconnectAttempts: -1`) with a bounded wait between attempts (`reconnectTimeWaitMs` + up
+ * to `reconnectJitterMs`), and logs status changes (disconnect and error at warn, reconnect at
+ * info, close at info) in the background — never a secret or a payload.
  * While disconnected the client buffers publishes and resends them after reconnecting; callers
  * that need durability (the usage sink) still await JetStream acks.
- * @throws WeirError `upstream_unavailable` (retryable) when the first connect fails and
- *   `waitOnFirstConnect` is false; the NATS error is the `cause`.
+ * With `waitOnFirstConnect`, the first connect is retried while no server answers, but a server
+ * that refuses the credentials ends it at once (retrying cannot fix a wrong password).
+ * @throws WeirError `invalid_request` when `auth` is omitted and the `NATS_*` variables are
+ *   invalid ({@link natsAuthFromEnv}).
+ * @throws WeirError `upstream_unavailable` when the first connect fails and `waitOnFirstConnect`
+ *   is false (retryable), or when the server refuses the credentials (not retryable; the message
+ *   names the variables they came from, never their values); the NATS error is the `cause`.
  */
 export async function connectNats(options: ConnectNatsOptions): Promise<NatsConnection> {
   const { logger } = options;
-  let nc: NatsConnection;
-  try {
-    nc = await connect({
-      servers: options.servers,
-      name: options.name,
-      maxReconnectAttempts: -1,
-      reconnect: true,
-      reconnectTimeWait: options.reconnectTimeWaitMs ?? 1_000,
-      reconnectJitter: options.reconnectJitterMs ?? 500,
-      timeout: options.connectTimeoutMs ?? 5_000,
-      pingInterval: options.pingIntervalMs ?? 10_000,
-      maxPingOut: 2,
-      waitOnFirstConnect: options.waitOnFirstConnect ?? false,
-      // No stack trace captured per request (a JetStream publish is one: its PubAck), only to
-      // decorate a timeout's stack with where it was sent; the error itself is unchanged.
-      noAsyncTraces: true,
-    });
-  } catch (error) {
-    throw new WeirError('upstream_unavailable', `cannot connect to NATS (${options.name})`, { cause: error, retryable: true });
+  const auth = options.auth ?? natsAuthFromEnv(process.env);
+  const reconnectTimeWait = options.reconnectTimeWaitMs ?? 1_000;
+  const reconnectJitter = options.reconnectJitterMs ?? 500;
+  const connectOptions: NodeConnectionOptions = {
+    servers: options.servers,
+    name: options.name,
+    maxReconnectAttempts: -1,
+    reconnect: true,
+    reconnectTimeWait,
+    reconnectJitter,
+    reconnectJitterTLS: reconnectJitter,
+    timeout: options.connectTimeoutMs ?? 5_000,
+    pingInterval: options.pingIntervalMs ?? 10_000,
+    maxPingOut: 2,
+    // The client's own waitOnFirstConnect retries a refused password forever; the loop below does not.
+    waitOnFirstConnect: false,
+    // No stack trace captured per request (a JetStream publish is one: its PubAck), only to
+    // decorate a timeout's stack with where it was sent; the error itself is unchanged.
+    noAsyncTraces: true,
+    ...(auth.authenticator ? { authenticator: auth.authenticator } : {}),
+    ...(auth.tls ? { tls: auth.tls } : {}),
+  };
+  let nc: NatsConnection | undefined;
+  for (let attempt = 1; nc === undefined; attempt++) {
+    try {
+      nc = await connect(connectOptions);
+    } catch (error) {
+      if (isAuthRefusal(error)) {
+        const from = auth.variables.length > 0 ? `the credentials from ${auth.variables.join(', ')}` : 'a connection without credentials (set NATS_CREDS, NATS_NKEY_SEED_FILE, NATS_USER + NATS_PASSWORD_FILE or NATS_TOKEN_FILE)';
+        throw new WeirError('upstream_unavailable', `NATS refused ${from} (${options.name}): authorization violation`, { cause: error, retryable: false });
+      }
+      if (!options.waitOnFirstConnect) {
+        throw new WeirError('upstream_unavailable', `cannot connect to NATS (${options.name})`, { cause: error, retryable: true });
+      }
+      if (attempt === 1 || attempt % 30 === 0) logger?.warn({ name: options.name, attempt, err: error }, 'nats not reachable yet; retrying');
+      await new Promise((resolve) => setTimeout(resolve, reconnectTimeWait + Math.random() * reconnectJitter));
+    }
   }
   if (logger) {
-    logger.info({ name: options.name, server: nc.getServer() }, 'nats connected');
+    logger.info({ name: options.name, server: nc.getServer(), auth: auth.method, tls: auth.tls !== undefined }, 'nats connected');
     void watchStatus(nc, options.name, logger);
   }
   return nc;
+}
+
+/** The server refused the client's credentials (or their absence), or they have expired. */
+function isAuthRefusal(error: unknown): boolean {
+  return error instanceof errors.AuthorizationError || error instanceof errors.UserAuthenticationExpiredError;
 }
 
 async function watchStatus(nc: NatsConnection, name: string, logger: MessagingLogger): Promise<void> {

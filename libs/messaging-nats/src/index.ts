@@ -1,4 +1,5 @@
 export * from './connect';
+export * from './nats-auth';
 export * from './trace-headers';
 export * from './usage-record-codec';
 export * from './usage-stream';

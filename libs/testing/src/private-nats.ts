@@ -33,6 +33,10 @@ export interface PrivateNatsOptions {
   port?: number;
   /** How long to wait for the server to accept connections (ms). Default 10,000. */
   readyTimeoutMs?: number;
+  /** Extra server arguments after the defaults, e.g. `['-c', confFile]` for an authorization config. Default none. */
+  args?: readonly string[];
+  /** Extra environment of the server (a config file's `$VARIABLE`s, e.g. users' passwords). Default none. */
+  env?: Readonly<Record<string, string>>;
 }
 
 const live = new Set<ChildProcess>();
@@ -63,8 +67,9 @@ export async function startPrivateNats(options: PrivateNatsOptions = {}): Promis
   async function launch(): Promise<void> {
     const fd = openSync(logFile, 'a');
     try {
-      child = spawn(natsServerBin(), ['-a', '127.0.0.1', '-p', String(port), '-js', '-sd', storeDir], {
+      child = spawn(natsServerBin(), ['-a', '127.0.0.1', '-p', String(port), '-js', '-sd', storeDir, ...(options.args ?? [])], {
         stdio: ['ignore', fd, fd],
+        ...(options.env ? { env: { ...process.env, ...options.env } } : {}),
       });
     } finally {
       closeSync(fd);
