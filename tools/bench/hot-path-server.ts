@@ -39,8 +39,6 @@ import { parseConfig } from '@weir/config';
 import { type AdmissionService, type ApiKeyIdentity, type EngineAdapter, type GenerationInput, hashApiKey, systemClock } from '@weir/core';
 import { createEngine } from '@weir/engines';
 import {
-  type ClientGuard,
-  createClientGuard,
   createGatewayApp,
   createGenerationPipeline,
   createJournaledIdempotencyStore,
@@ -48,10 +46,10 @@ import {
   createMemoryIdempotencyStore,
   createMetricsObserver,
   createRevocations,
-  DEFAULT_CLIENT_LIMITS,
 } from '@weir/gateway';
 import { breakerOptionsFrom, createBreakerRegistry, createRevisionHealth, createRouter, revisionProviderKey } from '@weir/routing';
 import { createPoolScheduler, createSchedulerSampler, replicaSamples, schedulerMetricsObserver } from '@weir/scheduling';
+import { type ClientGuard, createClientGuard, DEFAULT_CLIENT_LIMITS } from '@weir/service-runtime';
 import { createCachedApiKeyStore, openFileSettlementJournal } from '@weir/store-pg';
 import { createRelay } from '@weir/streaming';
 import { createLogger, createTelemetry } from '@weir/telemetry';

@@ -14,8 +14,7 @@
 import { Session } from 'node:inspector';
 import { isConfigError, loadAllInOneEnv } from '@weir/config';
 import { checkSuppliedAdminToken } from '@weir/control-plane';
-import { clientLimitsFromEnv } from '@weir/gateway';
-import { EnvError, opsSettingsFromEnv } from '@weir/service-runtime';
+import { clientLimitsFromEnv, EnvError, opsSettingsFromEnv } from '@weir/service-runtime';
 import { createServiceTlsAgent, loadServiceTls, ServiceTlsError } from '@weir/service-tls';
 import { createLogger } from '@weir/telemetry';
 import { type PlatformOptions, startPlatform } from './platform';

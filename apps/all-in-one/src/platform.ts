@@ -26,15 +26,12 @@ import { type BurnRateAlert, type EngineAdapter, type GenerationInput, type Plat
 import type { Dispatcher } from 'undici';
 import { createEngine, createReplicaEngines, type LlamaCppEngine, remoteReplicas, replicaTokenCounter, replicaUnreachable, startReplicaHealthChecks } from '@weir/engines';
 import {
-  type ClientLimits,
-  createClientGuard,
   createGatewayApp,
   createGenerationPipeline,
   createJournaledIdempotencyStore,
   createLiveConfig,
   createMetricsObserver,
   createRevocations,
-  DEFAULT_CLIENT_LIMITS,
   type Gateway,
 } from '@weir/gateway';
 import { createBurnRateMonitor } from '@weir/ledger';
@@ -56,7 +53,7 @@ import {
   openFileSettlementJournal,
   preparePrivateDataDir,
 } from '@weir/store-pg';
-import { type OpsServer, type OpsSettings, startOpsServer } from '@weir/service-runtime';
+import { type ClientLimits, createAuthThrottle, createClientGuard, DEFAULT_CLIENT_LIMITS, type OpsServer, type OpsSettings, startOpsServer } from '@weir/service-runtime';
 import { createRelay } from '@weir/streaming';
 import { createLogger, createTelemetry, type WeirLogger } from '@weir/telemetry';
 import { type ConfigPlane, openConfigPlane } from './config-plane';
@@ -400,7 +397,17 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
   const admin = express();
   admin.disable('x-powered-by');
   admin.set('etag', false);
-  admin.use('/admin/v1', createAdminRouter({}, { controlPlane: configPlane.controlPlane, logger, extraRoutes: [evalRoutes(configPlane.controlPlane, startedRevisions, logger)] }));
+  // Failed admin tokens are counted apart from failed API keys (the gateway's throttle stays
+  // inactive, and so free on its hot path, when only the admin API is being guessed), under the
+  // same client key: the peer, or the forwarded client behind a trusted proxy.
+  const adminAuth = createAuthThrottle({ limit: clients.limits.authFailureLimit, windowMs: clients.limits.authFailureWindowMs });
+  admin.use(
+    '/admin/v1',
+    createAdminRouter(
+      {},
+      { controlPlane: configPlane.controlPlane, logger, extraRoutes: [evalRoutes(configPlane.controlPlane, startedRevisions, logger)], authFailures: { throttle: adminAuth, clientKey: clients.clientKey } },
+    ),
+  );
   // The request and header timeouts bound receiving a request only: answers stream as long as they run.
   const server: Server = createServer(clients.serverOptions, (req, res) => {
     const url = req.url ?? '/';
@@ -470,6 +477,7 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
         await closed;
         await ops?.close();
         clients.close();
+        adminAuth.close();
       })();
       return stopping;
     },

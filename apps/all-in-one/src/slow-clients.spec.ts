@@ -11,7 +11,7 @@
  *   ops token answers nothing but `/healthz` without it.
  */
 import { connect, type Socket } from 'node:net';
-import { DEFAULT_CLIENT_LIMITS } from '@weir/gateway';
+import { DEFAULT_CLIENT_LIMITS } from '@weir/service-runtime';
 import { tinyModelPath } from '@weir/testing';
 import type { Platform } from './platform';
 import { startTestPlatform, type TestPlatform } from './test-platform';

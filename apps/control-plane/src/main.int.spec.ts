@@ -10,6 +10,8 @@ import { generateKeyPairSync } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { request } from 'node:http';
+import { connect, type Socket } from 'node:net';
 import type { NatsConnection } from '@nats-io/transport-node';
 import type { CapacityDecision } from '@weir/capacity';
 import { parseConfig } from '@weir/config';
@@ -24,6 +26,8 @@ type Json = any;
 const ROOT = path.resolve(__dirname, '../../..');
 const NATS_URL = process.env.WEIR_NATS_URL || 'nats://127.0.0.1:4222';
 const ADMIN = 'wa_testtest_0123456789abcdefghijklmnopqrstuv';
+const HEADERS_TIMEOUT_MS = 1_000;
+const AUTH_FAILURE_LIMIT = 3;
 const CONFIG = `
 revisions:
   - id: tiny@1
@@ -103,6 +107,9 @@ beforeAll(async () => {
       WEIR_CANARY_GUARD_INTERVAL_MS: '200',
       WEIR_DEPRECATION_CHECK_MS: '200',
       WEIR_CAPACITY_REPLICA_TPS_HINT: '500',
+      // The admin listener's client limits, short for the slow-clients case.
+      WEIR_HEADERS_TIMEOUT_MS: String(HEADERS_TIMEOUT_MS),
+      WEIR_AUTH_FAILURE_LIMIT: String(AUTH_FAILURE_LIMIT),
     },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -119,7 +126,58 @@ afterAll(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
+/** GET `url` from local address `from`: status and `Retry-After`. */
+function getFrom(url: string, from: string, token: string): Promise<{ status: number; retryAfter: string | undefined }> {
+  return new Promise((resolve, reject) => {
+    const req = request(url, { localAddress: from, agent: false, headers: { authorization: `Bearer ${token}` } }, (res) => {
+      res.resume();
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, retryAfter: res.headers['retry-after'] }));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
 describe('apps/control-plane', () => {
+  it('limits slow clients and admin token guessing on its listener (docs/security.md §7)', async () => {
+    const port = await until('the listening line', () => /"port":(\d+)[^\n]*control plane listening/.exec(output)?.[1]);
+    const base = `http://127.0.0.1:${port}`;
+
+    // A slowloris trickling its headers is told 408 and closed; a normal request is served meanwhile.
+    const since = performance.now();
+    const slow = await new Promise<Socket>((resolve, reject) => {
+      const s = connect({ host: '127.0.0.1', port: Number(port) }, () => resolve(s));
+      s.once('error', reject);
+    });
+    let received = '';
+    slow.on('data', (d: Buffer) => (received += d.toString('latin1')));
+    slow.on('error', () => undefined);
+    const closed = new Promise<number>((resolve) => slow.once('close', () => resolve(performance.now() - since)));
+    slow.write('GET /admin/v1/tenants HTTP/1.1\r\nHost: cp\r\n');
+    let n = 0;
+    const trickle = setInterval(() => !slow.destroyed && slow.write(`X-Slow-${++n}: a\r\n`), 100);
+    try {
+      expect((await fetch(`${base}/healthz`)).status).toBe(200);
+      let giveUp: NodeJS.Timeout | undefined;
+      const afterMs = await Promise.race([closed, new Promise<number>((r) => (giveUp = setTimeout(() => r(Infinity), 20_000)))]);
+      clearTimeout(giveUp);
+      // Within the timeout plus Node's 1 s check interval and a generous margin.
+      expect(afterMs).toBeLessThan(HEADERS_TIMEOUT_MS + 10_000);
+      expect(received).toContain('408 Request Timeout');
+    } finally {
+      clearInterval(trickle);
+      slow.destroy();
+    }
+
+    // Guessing admin tokens: past the limit, the address gets 429 whatever it sends; another is served.
+    const wrong = 'wa_testtest_' + 'x'.repeat(32);
+    for (let i = 0; i < AUTH_FAILURE_LIMIT; i++) expect((await getFrom(`${base}/admin/v1/tenants`, '127.0.0.2', wrong)).status).toBe(401);
+    const refused = await getFrom(`${base}/admin/v1/tenants`, '127.0.0.2', ADMIN);
+    expect(refused.status).toBe(429);
+    expect(Number(refused.retryAfter)).toBeGreaterThan(0);
+    expect((await getFrom(`${base}/admin/v1/tenants`, '127.0.0.1', ADMIN)).status).toBe(200);
+  }, 40_000);
+
   it('seeds, publishes signed snapshots, revocations and heartbeats, runs the capacity controller, evals and the canary guard, and stops on SIGTERM', async () => {
     const port = await until('the listening line', () => /"port":(\d+)[^\n]*control plane listening/.exec(output)?.[1]);
     const base = `http://127.0.0.1:${port}`;

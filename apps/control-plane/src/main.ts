@@ -32,14 +32,18 @@
  *   WEIR_OPS_TOKEN: the ops listener, whose `GET /metrics` serves Prometheus text
  *   (`weir_pool_desired_replicas{pool}`, the published/stored snapshot versions); the admin
  *   port does not serve `/metrics` (docs/security.md §9).
+ * - The admin listener's client limits, as the gateway's (`clientLimitsFromEnv`, docs/security.md
+ *   §7): WEIR_HEADERS_TIMEOUT_MS, WEIR_REQUEST_TIMEOUT_MS, WEIR_KEEP_ALIVE_TIMEOUT_MS,
+ *   WEIR_MAX_CONNECTIONS, WEIR_MAX_CONNECTIONS_PER_ADDRESS, WEIR_TRUSTED_PROXIES, and
+ *   WEIR_AUTH_FAILURE_LIMIT / WEIR_AUTH_FAILURE_WINDOW_MS for failed admin tokens.
  */
-import type { Server } from 'node:http';
+import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import express from 'express';
 import { sql } from 'kysely';
 import { createControlPlane, createControlPlaneHttpApp, registerBootstrapAdminToken, registerCapacityRoutes } from '@weir/control-plane';
 import { connectNats, natsAuthFromEnv } from '@weir/messaging-nats';
-import { envInt, envString, EnvError, opsSettingsFromEnv, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
+import { clientLimitsFromEnv, createClientGuard, envInt, envString, EnvError, opsSettingsFromEnv, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
 import { openDatabase } from '@weir/store-pg';
 import { createLogger, createTelemetry } from '@weir/telemetry';
 import { startCanaryGuard } from './canary';
@@ -74,6 +78,7 @@ const databaseUrl = env.WEIR_DATABASE_URL || env.DATABASE_URL;
 if (!databaseUrl) throw new EnvError(['WEIR_DATABASE_URL: required: the Postgres URL, e.g. postgres://postgres@127.0.0.1:5432/weir']);
 const configImport = parseConfigImportMode(env.WEIR_CONFIG_IMPORT);
 const opsSettings = opsSettingsFromEnv(process.env, { port: 'OPS_PORT', host: 'OPS_HOST', defaultPort: 9466 });
+const clientLimits = clientLimitsFromEnv(process.env);
 const logger = createLogger({ name: 'control-plane', level: env.LOG_LEVEL as 'info' });
 
 runUntilSignal('control-plane', logger, async () => {
@@ -115,18 +120,25 @@ runUntilSignal('control-plane', logger, async () => {
 
   let draining = false;
   const readiness = () => (draining ? { ready: false, reason: 'draining' } : nc.isClosed() ? { ready: false, reason: 'nats_disconnected' } : { ready: true });
+  // Slow and greedy clients of the admin listener (docs/security.md §7): timeouts, connection
+  // caps, and the failed-authentication throttle of the admin API, keyed by the same client.
+  const clients = createClientGuard(clientLimits);
   const admin = createControlPlaneHttpApp({
     controlPlane,
     logger,
+    authFailures: { throttle: clients.auth, clientKey: clients.clientKey },
     extraRoutes: [(router) => registerCapacityRoutes(router, { capacity: capacity.controller }), evalRoutes(controlPlane, { modelCacheDir: env.WEIR_MODEL_CACHE_DIR }, logger)],
     readiness,
   });
   const app = express();
   app.disable('x-powered-by');
   app.use(admin);
-  const server = await new Promise<Server>((resolve, reject) => {
-    const s = app.listen(env.WEIR_CONTROL_PLANE_PORT, env.HOST, () => resolve(s));
-    s.once('error', reject);
+  // The header and request timeouts bound receiving a request only, not the answer.
+  const server = createServer(clients.serverOptions, app);
+  clients.attach(server);
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(env.WEIR_CONTROL_PLANE_PORT, env.HOST, () => resolve());
   });
   const ops =
     opsSettings.port === 'off'
@@ -140,6 +152,7 @@ runUntilSignal('control-plane', logger, async () => {
         server.close(() => resolve());
         server.closeIdleConnections();
       });
+      clients.close();
       await guard.stop();
       announcer.stop();
       capacity.stop();

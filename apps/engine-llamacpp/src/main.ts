@@ -15,6 +15,10 @@
  *   certificate of that CA on every route but `/healthz` and `/readyz` (docs/security.md §8):
  *   generations and stops from the `relay` (`WEIR_TLS_ALLOWED_PEERS` replaces that list),
  *   `/tokenize` from the gateway or relay, usage from reconcile or the relay
+ * - `WEIR_HEADERS_TIMEOUT_MS` (15,000), `WEIR_REQUEST_TIMEOUT_MS` (60,000: receiving the request,
+ *   not streaming its answer), `WEIR_KEEP_ALIVE_TIMEOUT_MS`, `WEIR_MAX_CONNECTIONS` (4,096),
+ *   `WEIR_MAX_CONNECTIONS_PER_ADDRESS` (4,096 here): the listener's limits on slow and greedy
+ *   clients (`DEFAULT_ENGINE_CLIENT_LIMITS`, docs/security.md §7)
  * - `LOG_LEVEL` (default info)
  *
  * Shutdown on SIGTERM/SIGINT: `/readyz` turns 503 and new generations get 503; the listener
@@ -25,7 +29,8 @@ import path from 'node:path';
 import { createLlamaCppEngine } from '@weir/engines';
 import { createLogger, createTelemetry } from '@weir/telemetry';
 import { createGenerationUsageLog, DEFAULT_USAGE_MAX_ENTRIES, DEFAULT_USAGE_RETENTION_MS } from './generation-usage-log';
-import { defaultEnginePeerPolicies, listenEngineServer } from '@weir/engine-server';
+import { DEFAULT_ENGINE_CLIENT_LIMITS, defaultEnginePeerPolicies, listenEngineServer } from '@weir/engine-server';
+import { clientLimitsFromEnv } from '@weir/service-runtime';
 import { serviceTlsFromEnv } from '@weir/service-tls';
 import { createEngineServer } from './server';
 
@@ -46,6 +51,8 @@ async function main(): Promise<void> {
   const drainMs = intEnv('ENGINE_DRAIN_MS', 25_000, 0);
   // Mutual TLS when the material is configured; checked before anything loads.
   const tls = serviceTlsFromEnv('engine', { defaultPeers: ['relay'], logger });
+  // Timeouts and connection caps of the listener (docs/security.md §7); checked before anything loads.
+  const limits = clientLimitsFromEnv(process.env, DEFAULT_ENGINE_CLIENT_LIMITS);
 
   const engine = await createLlamaCppEngine(
     {
@@ -79,7 +86,7 @@ async function main(): Promise<void> {
     isDraining: () => draining,
     ...(tls ? { peers: defaultEnginePeerPolicies(tls.allowedPeers) } : {}),
   });
-  const server = listenEngineServer(app, { port, host, ...(tls ? { tls } : {}) }, () => logger.info({ host, port, tls: tls !== undefined, modelName }, 'engine server listening'));
+  const server = listenEngineServer(app, { port, host, limits, ...(tls ? { tls } : {}) }, () => logger.info({ host, port, tls: tls !== undefined, modelName }, 'engine server listening'));
 
   const shutdown = (signal: string): void => {
     if (draining) return;

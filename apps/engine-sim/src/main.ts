@@ -14,11 +14,16 @@
  *   `ENGINE_DRAIN_MS` (default 25,000), `ENGINE_USAGE_RETENTION_MS`, `ENGINE_USAGE_MAX_ENTRIES`
  * - `WEIR_TLS_CA`, `WEIR_TLS_CERT`, `WEIR_TLS_KEY`, `WEIR_TLS_ALLOWED_PEERS`: mutual TLS as
  *   engine-llamacpp (docs/security.md §8)
+ * - `WEIR_HEADERS_TIMEOUT_MS` (15,000), `WEIR_REQUEST_TIMEOUT_MS` (60,000: receiving the request,
+ *   not streaming its answer), `WEIR_KEEP_ALIVE_TIMEOUT_MS`, `WEIR_MAX_CONNECTIONS` (4,096),
+ *   `WEIR_MAX_CONNECTIONS_PER_ADDRESS` (4,096 here): the listener's limits on slow and greedy
+ *   clients (`DEFAULT_ENGINE_CLIENT_LIMITS`, docs/security.md §7)
  * - `LOG_LEVEL` (default info)
  *
  * Shutdown on SIGTERM/SIGINT as engine-llamacpp: not ready, stop accepting, drain, exit 0.
  */
-import { createGenerationUsageLog, DEFAULT_USAGE_MAX_ENTRIES, DEFAULT_USAGE_RETENTION_MS, defaultEnginePeerPolicies, listenEngineServer } from '@weir/engine-server';
+import { createGenerationUsageLog, DEFAULT_USAGE_MAX_ENTRIES, DEFAULT_USAGE_RETENTION_MS, DEFAULT_ENGINE_CLIENT_LIMITS, defaultEnginePeerPolicies, listenEngineServer } from '@weir/engine-server';
+import { clientLimitsFromEnv } from '@weir/service-runtime';
 import { serviceTlsFromEnv } from '@weir/service-tls';
 import { createSimulatedEngine } from '@weir/engines';
 import { createLogger, createTelemetry } from '@weir/telemetry';
@@ -42,6 +47,8 @@ function main(): void {
   const drainMs = intEnv('ENGINE_DRAIN_MS', 25_000, 0);
   // Mutual TLS when the material is configured; checked before anything loads.
   const tls = serviceTlsFromEnv('engine', { defaultPeers: ['relay'], logger });
+  // Timeouts and connection caps of the listener (docs/security.md §7); checked before anything loads.
+  const limits = clientLimitsFromEnv(process.env, DEFAULT_ENGINE_CLIENT_LIMITS);
   const engine = createSimulatedEngine(spec, { logger });
   const replicaId = process.env.WEIR_REPLICA_ID || `${modelName}/${port}`;
   const revisionId = process.env.WEIR_REVISION_ID || modelName;
@@ -63,7 +70,7 @@ function main(): void {
     isDraining: () => draining,
     ...(tls ? { peers: defaultEnginePeerPolicies(tls.allowedPeers) } : {}),
   });
-  const server = listenEngineServer(app, { port, host, ...(tls ? { tls } : {}) }, () => logger.info({ host, port, tls: tls !== undefined, modelName, profile: spec, simulated: true }, 'simulated engine listening'));
+  const server = listenEngineServer(app, { port, host, limits, ...(tls ? { tls } : {}) }, () => logger.info({ host, port, tls: tls !== undefined, modelName, profile: spec, simulated: true }, 'simulated engine listening'));
 
   const shutdown = (signal: string): void => {
     if (draining) return;

@@ -1,5 +1,7 @@
+import type { IncomingMessage } from 'node:http';
 import express, { type NextFunction, type Request, type Response, type Router } from 'express';
 import { checkJsonText, DEFAULT_MAX_JSON_DEPTH, describeJsonProblem, formatBytes, WeirError } from '@weir/core';
+import { addressKey, type AuthThrottle, createAuthThrottle, DEFAULT_CLIENT_LIMITS, normalizeAddress } from '@weir/service-runtime';
 import { adminErrorResponse } from './admin-error';
 import { authenticateAdmin } from './admin-auth';
 import type { ControlPlane, ControlPlaneLogger } from './control-plane';
@@ -27,26 +29,65 @@ export interface AdminRouterDeps {
    * same error shape.
    */
   extraRoutes?: ReadonlyArray<(router: Router) => void>;
+  /**
+   * The throttle of failed admin authentication (docs/security.md §7). Default: one of the
+   * router's own, {@link DEFAULT_CLIENT_LIMITS}' 20 failures per 60 s per client address, keyed
+   * by the peer address (its sweep timer is unref'd and never stopped).
+   */
+  authFailures?: AdminAuthFailures;
 }
+
+/**
+ * How the admin API throttles failed authentication: `throttle` counts failures per client key
+ * (only per address: admin tokens' prefixes are not counted, so nobody can lock an operator
+ * out by sending their token's public prefix) and `clientKey` names the client of a request —
+ * the peer address (an IPv6 client's /64), or the forwarded client behind a trusted proxy
+ * (`ClientGuard.clientKey`). Past the limit a client gets 429 `rate_limited` with `Retry-After`
+ * (the rest of the window), whatever token it sends, before the token is looked up.
+ */
+export interface AdminAuthFailures {
+  throttle: AuthThrottle;
+  clientKey: (req: IncomingMessage) => string;
+}
+
+/** The key of a request's peer address (an IPv6 peer's /64), for routers served without a `ClientGuard`. */
+const peerKey = (req: IncomingMessage): string => addressKey(normalizeAddress(req.socket.remoteAddress ?? ''));
 
 /**
  * The admin API (express 5), to mount under `/admin/v1`: tenants, apps, API keys, policies,
  * kill switch, revisions, aliases, pools, defaults, snapshots, audit and admin tokens (routes
  * in docs/admin-api.md). Every request needs `Authorization: Bearer <admin token>` (401
- * otherwise); a `viewer` token may only GET (403 on anything else). Errors are OpenAI-shaped
+ * otherwise; past `authFailures`' limit of failures from one client, 429 with `Retry-After`
+ * whatever the token); a `viewer` token may only GET (403 on anything else). Errors are OpenAI-shaped
  * `{error: {message, type, param, code}}`.
  */
 export function createAdminRouter(options: AdminRouterOptions, deps: AdminRouterDeps): Router {
   const router = express.Router();
   const { controlPlane: cp, logger } = deps;
 
+  const failures = deps.authFailures ?? {
+    throttle: createAuthThrottle({ limit: DEFAULT_CLIENT_LIMITS.authFailureLimit, windowMs: DEFAULT_CLIENT_LIMITS.authFailureWindowMs }),
+    clientKey: peerKey,
+  };
+
   router.use((req, _res, next) => {
-    authenticateAdmin(cp.db, req.header('authorization')).then((admin) => {
-      (req as AdminRequest).admin = admin;
-      if (admin.role !== 'admin' && req.method !== 'GET' && req.method !== 'HEAD') {
-        next(new WeirError('permission_denied', `This token's role (${admin.role}) may only read; ${req.method} needs an admin token.`));
-      } else next();
-    }, next);
+    const { throttle } = failures;
+    // Refused before the token is hashed or looked up: a guess past the limit costs one map read.
+    const client = throttle.active ? failures.clientKey(req) : undefined;
+    const refusal = client === undefined ? undefined : throttle.refusal(client, undefined, undefined);
+    if (refusal) return next(refusal);
+    authenticateAdmin(cp.db, req.header('authorization')).then(
+      (admin) => {
+        (req as AdminRequest).admin = admin;
+        if (admin.role !== 'admin' && req.method !== 'GET' && req.method !== 'HEAD') {
+          next(new WeirError('permission_denied', `This token's role (${admin.role}) may only read; ${req.method} needs an admin token.`));
+        } else next();
+      },
+      (err: unknown) => {
+        if (err instanceof WeirError && err.code === 'authentication_failed') throttle.failed(client ?? failures.clientKey(req), undefined);
+        next(err);
+      },
+    );
   });
   router.use(
     express.json({
@@ -75,6 +116,7 @@ export function createAdminRouter(options: AdminRouterOptions, deps: AdminRouter
   router.use((err: unknown, req: Request, res: Response, _next: NextFunction) => {
     const mapped = adminErrorResponse(fromBodyParserError(err));
     if (mapped.status >= 500) logger?.error({ err, method: req.method, path: req.path }, 'admin request failed');
+    if (err instanceof WeirError && err.retryAfterMs !== undefined) res.setHeader('retry-after', String(Math.max(1, Math.ceil(err.retryAfterMs / 1000))));
     res.status(mapped.status).json(mapped.body);
   });
   return router;

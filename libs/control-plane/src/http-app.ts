@@ -9,6 +9,8 @@ export interface ControlPlaneHttpDeps {
   logger?: ControlPlaneLogger;
   /** More admin routes, see {@link AdminRouterDeps.extraRoutes}. */
   extraRoutes?: AdminRouterDeps['extraRoutes'];
+  /** The throttle of failed admin authentication, see {@link AdminRouterDeps.authFailures}. */
+  authFailures?: AdminRouterDeps['authFailures'];
   /** `/readyz`'s answer. Default: always ready. */
   readiness?: () => Readiness;
 }
@@ -26,7 +28,7 @@ export function createControlPlaneHttpApp(deps: ControlPlaneHttpDeps): Express {
     const r = deps.readiness?.() ?? { ready: true };
     res.status(r.ready ? 200 : 503).json({ status: r.ready ? 'ready' : 'not_ready', ...(r.reason ? { reason: r.reason } : {}) });
   });
-  app.use('/admin/v1', createAdminRouter({}, { controlPlane: deps.controlPlane, logger: deps.logger, extraRoutes: deps.extraRoutes }));
+  app.use('/admin/v1', createAdminRouter({}, { controlPlane: deps.controlPlane, logger: deps.logger, extraRoutes: deps.extraRoutes, ...(deps.authFailures ? { authFailures: deps.authFailures } : {}) }));
   app.use((req, res) => {
     res.status(404).json({ error: { message: `No route ${req.method} ${req.path}; the admin API is under /admin/v1.`, type: 'not_found_error', param: null, code: 'not_found' } });
   });

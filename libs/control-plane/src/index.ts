@@ -25,7 +25,7 @@ export {
 export { adminTokenPrefix, checkSuppliedAdminToken, hashAdminToken, mintAdminToken, type AdminRole, type MintedAdminToken } from './admin-token';
 export { authenticateAdmin, registerBootstrapAdminToken, type AuthenticatedAdmin, type BootstrapAdminResult } from './admin-auth';
 export { InvalidChangeError, adminErrorResponse, type AdminErrorBody } from './admin-error';
-export { createAdminRouter, type AdminRouterDeps, type AdminRouterOptions } from './admin-router';
+export { type AdminAuthFailures, createAdminRouter, type AdminRouterDeps, type AdminRouterOptions } from './admin-router';
 export { createControlPlaneHttpApp, type ControlPlaneHttpDeps } from './http-app';
 export { CONFIG_FILE_ACTOR, importConfig, importConfigFile, readConfigFileObject, type ImportConfigOptions, type ImportResult } from './import-config';
 export { FIRST_ADMIN_TOKEN_ACTOR, mintFirstAdminToken } from './first-admin-token';

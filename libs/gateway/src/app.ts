@@ -53,7 +53,7 @@ import {
   interruptedMessage,
 } from '@weir/streaming';
 
-import type { ClientGuard } from './client-guard';
+import type { ClientGuard } from '@weir/service-runtime';
 import { type AuthedRequest, createEdgeRouter, type EdgeRequest, type EdgeRoute, edgeRequest, readJsonBody, sendJson } from './edge';
 import { createGenerationRegistry, type GenerationRegistry, type GenerationRegistryOptions, statusOf, type TrackedGeneration } from './generation-registry';
 import { createMemoryIdempotencyStore, requestBodySha256 } from './idempotency';

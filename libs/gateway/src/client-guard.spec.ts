@@ -9,9 +9,7 @@ import { createServer, type IncomingMessage, request, type Server } from 'node:h
 import { type AddressInfo, connect, type Socket } from 'node:net';
 import { createInMemoryAdmission } from '@weir/admission';
 import type { EngineAdapter, EngineEvent } from '@weir/core';
-import { EnvError } from '@weir/service-runtime';
-import { addressKey, type ClientGuard, createClientGuard, normalizeAddress } from './client-guard';
-import { clientLimitsFromEnv, DEFAULT_CLIENT_LIMITS, type ClientLimits } from './client-limits';
+import { addressKey, type ClientGuard, clientLimitsFromEnv, createClientGuard, DEFAULT_CLIENT_LIMITS, EnvError, normalizeAddress, type ClientLimits } from '@weir/service-runtime';
 import { startTestGateway, type TestGateway, twoTenantConfig } from './test-support';
 
 jest.setTimeout(30_000);

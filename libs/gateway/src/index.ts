@@ -15,7 +15,4 @@ export * from './transcript';
 export * from './revocations';
 export * from './deprecation';
 export * from './live-config';
-export * from './client-limits';
-export * from './client-guard';
-export * from './auth-throttle';
 export { parseJsonText } from './edge';

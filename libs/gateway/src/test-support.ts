@@ -6,7 +6,7 @@
 import { createRecordingSettlements } from '@weir/testing';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type { ClientGuard } from './client-guard';
+import type { ClientGuard } from '@weir/service-runtime';
 import {
   type AdmissionService,
   DEFAULT_ADMISSION,

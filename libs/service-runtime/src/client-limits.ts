@@ -3,7 +3,7 @@
  * the environment variables that set them. {@link createClientGuard} enforces them.
  */
 import { isIP } from 'node:net';
-import { EnvError } from '@weir/service-runtime';
+import { EnvError } from './env';
 
 /** Limits on the public HTTP listener's clients. Times in ms; 0 turns a timeout off. */
 export interface ClientLimits {
@@ -73,10 +73,10 @@ export const DEFAULT_CLIENT_LIMITS: Readonly<ClientLimits> = Object.freeze({
 
 /**
  * Reads {@link ClientLimits} from the environment (the variables named on each field; unset or
- * empty means the default).
+ * empty means the default: `defaults`, {@link DEFAULT_CLIENT_LIMITS} unless a listener has its own).
  * @throws EnvError naming every bad variable and what it expects.
  */
-export function clientLimitsFromEnv(env: NodeJS.ProcessEnv): ClientLimits {
+export function clientLimitsFromEnv(env: NodeJS.ProcessEnv, defaults: Readonly<ClientLimits> = DEFAULT_CLIENT_LIMITS): ClientLimits {
   const problems: string[] = [];
   const int = (name: string, fallback: number, min: number, max: number): number => {
     const raw = env[name]?.trim();
@@ -88,7 +88,7 @@ export function clientLimitsFromEnv(env: NodeJS.ProcessEnv): ClientLimits {
     }
     return n;
   };
-  const d = DEFAULT_CLIENT_LIMITS;
+  const d = defaults;
   const limits: ClientLimits = {
     headersTimeoutMs: int('WEIR_HEADERS_TIMEOUT_MS', d.headersTimeoutMs, 0, 3_600_000),
     requestTimeoutMs: int('WEIR_REQUEST_TIMEOUT_MS', d.requestTimeoutMs, 0, 3_600_000),
@@ -96,7 +96,7 @@ export function clientLimitsFromEnv(env: NodeJS.ProcessEnv): ClientLimits {
     timeoutCheckIntervalMs: d.timeoutCheckIntervalMs,
     maxConnections: int('WEIR_MAX_CONNECTIONS', d.maxConnections, 1, 10_000_000),
     maxConnectionsPerAddress: int('WEIR_MAX_CONNECTIONS_PER_ADDRESS', d.maxConnectionsPerAddress, 1, 10_000_000),
-    trustedProxies: [],
+    trustedProxies: env.WEIR_TRUSTED_PROXIES?.trim() ? [] : [...d.trustedProxies],
     streamStallMs: int('WEIR_STREAM_STALL_MS', d.streamStallMs, 0, 3_600_000),
     authFailureLimit: int('WEIR_AUTH_FAILURE_LIMIT', d.authFailureLimit, 0, 1_000_000),
     authFailureWindowMs: int('WEIR_AUTH_FAILURE_WINDOW_MS', d.authFailureWindowMs, 1_000, 86_400_000),
