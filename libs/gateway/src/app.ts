@@ -308,7 +308,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
    * still holds it), then looked up (a map hit in the cache in steady state).
    */
   const clients = deps.clients;
-  /** Refuses (429) a client or key prefix with too many failed authentications: before any lookup. */
+  /** Refuses (429) a client address with too many failed authentications: before any lookup. */
   const throttled = (guard: ClientGuard, req: EdgeRequest, key: string | undefined, sha256: string | undefined) => {
     const refusal = guard.auth.refusal(guard.clientKey(req.raw), key, sha256);
     if (refusal) throw refusal;
@@ -327,9 +327,13 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     }
     const key = match[1];
     const sha256 = hashApiKey(key);
-    if (clients?.auth.active) throttled(clients, req, key, sha256);
+    // Before the lookup only the address is throttled; a hammered key prefix is refused only for
+    // keys that fail (below), so whoever knows a key's public prefix cannot lock its owner out.
+    if (clients?.auth.active) throttled(clients, req, undefined, undefined);
     const unknownKey = () => {
+      const throttledPrefix = clients?.auth.active ? clients.auth.refusal(clients.clientKey(req.raw), key, undefined) : undefined;
       authFailed(req, key);
+      if (throttledPrefix) return throttledPrefix;
       const prefix = parseApiKey(key)?.prefix;
       return new WeirError('authentication_failed', prefix ? `Incorrect API key provided: wk_${prefix}_… is unknown or revoked.` : 'Incorrect API key provided.');
     };

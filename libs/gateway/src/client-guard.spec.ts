@@ -340,6 +340,15 @@ describe('failed-authentication throttle', () => {
     expect((await models(g, wrongSecret('cccccccc'), '127.0.0.8')).status).toBe(401);
   });
 
+  it('never locks out the owner of a hammered prefix, even one that has not authenticated since the process started', async () => {
+    const t = 1_000_000;
+    const g = await start(() => t);
+    for (const from of ['127.0.0.3', '127.0.0.4', '127.0.0.5', '127.0.0.6']) await models(g, wrongSecret(g.key.prefix), from);
+    expect((await models(g, wrongSecret(g.key.prefix), '127.0.0.8')).status).toBe(429);
+    // The owner's first request after a restart: its key is right, so the prefix's throttle does not apply.
+    expect((await models(g, g.key.plaintext, '127.0.0.7')).status).toBe(200);
+  });
+
   it('counts clients behind a trusted proxy by their forwarded address', async () => {
     const g = await start(() => 1_000_000, { trustedProxies: ['127.0.0.1'] });
     for (let i = 0; i < 3; i++) expect((await models(g, 'nonsense', '127.0.0.1', '198.51.100.7')).status).toBe(401);
