@@ -161,21 +161,43 @@ const PROBLEM_TEXT: Record<StringProblem, string> = {
   surrogate: 'a lone UTF-16 surrogate (such as \\ud800 without the low half of its pair), which is not valid Unicode and cannot be stored; remove it or send the whole character',
 };
 
-/** True when every `%` of a raw query string (after `?`) starts a valid UTF-8 percent-encoding. */
-function wellEncodedQuery(originalUrl: string): boolean {
+/** A `%` not followed by two hex digits. */
+const BAD_PERCENT_HEX = /%(?![0-9a-fA-F]{2})/;
+
+/**
+ * What is wrong with the percent-encoding of a raw URL part: `hex` when a `%` is not followed by
+ * two hex digits, `utf8` when the escapes are well-formed but the bytes they spell are not UTF-8
+ * (`%ED%A0%80`, an encoded surrogate; `%80`; an overlong `%C0%AF`); undefined when it decodes.
+ */
+function percentProblem(raw: string): 'hex' | 'utf8' | undefined {
+  try {
+    decodeURIComponent(raw);
+    return undefined;
+  } catch {
+    return BAD_PERCENT_HEX.test(raw) ? 'hex' : 'utf8';
+  }
+}
+
+/** The first percent-encoding problem of a raw query string (after `?`), undefined when it decodes. */
+function queryPercentProblem(originalUrl: string): 'hex' | 'utf8' | undefined {
   const q = originalUrl.indexOf('?');
-  if (q < 0) return true;
+  if (q < 0) return undefined;
+  let found: 'hex' | 'utf8' | undefined;
   for (const pair of originalUrl.slice(q + 1).split('&')) {
     for (const part of pair.split('=')) {
-      try {
-        decodeURIComponent(part);
-      } catch {
-        return false;
-      }
+      const problem = percentProblem(part);
+      if (problem === 'hex') return 'hex';
+      found ??= problem;
     }
   }
-  return true;
+  return found;
 }
+
+/** The reason of a malformed percent-encoding, for the 400's message. */
+const PERCENT_TEXT: Record<'hex' | 'utf8', string> = {
+  hex: 'a malformed percent-encoding (a % must be followed by two hex digits)',
+  utf8: 'a percent-encoding that is not UTF-8 (the bytes its %XX escapes spell are not a valid UTF-8 sequence)',
+};
 
 /**
  * Input Postgres cannot store or the router cannot decode, refused with a 400 before any
@@ -185,17 +207,13 @@ function wellEncodedQuery(originalUrl: string): boolean {
  * @returns the error (`invalid_request`, `param` naming the field when there is one), or undefined.
  */
 function unstorableInput(req: Request): WeirError | undefined {
-  let decodedPath: string;
-  try {
-    decodedPath = decodeURIComponent(req.path);
-  } catch {
-    return new WeirError('invalid_request', `The path ${req.baseUrl}${req.path} has a malformed percent-encoding (a % must be followed by two hex digits); encode ids with encodeURIComponent.`);
-  }
+  const inPath = percentProblem(req.path);
+  if (inPath) return new WeirError('invalid_request', `The path ${req.baseUrl}${req.path} has ${PERCENT_TEXT[inPath]}; encode ids with encodeURIComponent.`);
+  const decodedPath = decodeURIComponent(req.path);
   if (decodedPath.includes('\u0000')) return new WeirError('invalid_request', 'The path contains a NUL character (%00), which no id may hold; remove it.');
   if (LONE_SURROGATE.test(decodedPath)) return new WeirError('invalid_request', 'The path contains a lone UTF-16 surrogate, which no id may hold; remove it.');
-  if (!wellEncodedQuery(req.originalUrl)) {
-    return new WeirError('invalid_request', 'The query string has a malformed percent-encoding (a % must be followed by two hex digits forming UTF-8); encode values with encodeURIComponent.');
-  }
+  const inQueryText = queryPercentProblem(req.originalUrl);
+  if (inQueryText) return new WeirError('invalid_request', `The query string has ${PERCENT_TEXT[inQueryText]}; encode values with encodeURIComponent.`);
   const inQuery = unstorableStringIn(req.query, 'query');
   if (inQuery) {
     const param = inQuery.at.replace(/^query\.?/, '');
