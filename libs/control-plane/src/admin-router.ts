@@ -75,7 +75,7 @@ export function createAdminRouter(options: AdminRouterOptions, deps: AdminRouter
     // Refused before the token is hashed or looked up: a guess past the limit costs one map read.
     const client = throttle.active ? failures.clientKey(req) : undefined;
     const refusal = client === undefined ? undefined : throttle.refusal(client, undefined, undefined);
-    if (refusal) return next(refusal);
+    if (refusal) return next(adminRefusal(refusal));
     authenticateAdmin(cp.db, req.header('authorization')).then(
       (admin) => {
         (req as AdminRequest).admin = admin;
@@ -120,6 +120,18 @@ export function createAdminRouter(options: AdminRouterOptions, deps: AdminRouter
     res.status(mapped.status).json(mapped.body);
   });
   return router;
+}
+
+/**
+ * The throttle's 429 (worded for the `/v1` API's keys) reworded for the admin API: the same
+ * `rate_limited` code, retryability and `retryAfterMs`, speaking of admin tokens.
+ */
+function adminRefusal(refusal: WeirError): WeirError {
+  const retryAfterMs = refusal.retryAfterMs ?? 1000;
+  return new WeirError('rate_limited', `Too many failed admin-token attempts from this client; retry in ${Math.max(1, Math.ceil(retryAfterMs / 1000))} s with a valid admin token.`, {
+    retryable: true,
+    retryAfterMs,
+  });
 }
 
 /** What makes a string unstorable: a NUL character, or a lone UTF-16 surrogate. */
