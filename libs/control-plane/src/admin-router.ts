@@ -247,13 +247,28 @@ class JsonGuardError extends Error {
   }
 }
 
+/** The error body-parser passes on when {@link guardJsonBody} refuses a body's charset. */
+class JsonCharsetError extends Error {
+  readonly type = 'entity.charset.guard';
+  constructor(readonly charset: string) {
+    super(`unsupported charset ${charset}`);
+  }
+}
+
 /**
- * body-parser's `verify` hook: refuses, before the parse, a body nested deeper than `maxDepth`
- * or repeating a key in an object (`checkJsonText`), so nothing after it walks such a value.
+ * body-parser's `verify` hook: refuses, before the parse, a body in any charset but UTF-8 (415:
+ * the scan below reads the bytes as UTF-8, so it must see the very text the parser decodes; a
+ * UTF-16 body read as UTF-8 hides its quotes, keys and brackets from the scan), and a body nested
+ * deeper than `maxDepth` or repeating a key in an object (`checkJsonText`), so nothing after it
+ * walks such a value. `encoding` is the charset body-parser decodes with (lower-cased, `utf-8`
+ * when `Content-Type` names none).
  */
-function guardJsonBody(maxDepth: number): (req: unknown, res: unknown, buf: Buffer) => void {
-  return (_req, _res, buf) => {
-    const problem = checkJsonText(buf.toString('utf8'), { maxDepth });
+function guardJsonBody(maxDepth: number): (req: unknown, res: unknown, buf: Buffer, encoding: string | null) => void {
+  return (_req, _res, buf, encoding) => {
+    if (encoding !== 'utf-8') throw new JsonCharsetError(String(encoding));
+    // body-parser's decoder drops a leading byte-order mark; so does the text scanned here.
+    const text = buf.toString('utf8');
+    const problem = checkJsonText(text.charCodeAt(0) === 0xfeff ? text.slice(1) : text, { maxDepth });
     if (!problem) return;
     const { message, param } = describeJsonProblem(problem);
     throw new JsonGuardError(message, param);
@@ -262,17 +277,19 @@ function guardJsonBody(maxDepth: number): (req: unknown, res: unknown, buf: Buff
 
 /** body-parser's errors (they carry `type`) as Weir errors. */
 function fromBodyParserError(err: unknown): unknown {
-  const e = err as { type?: string; limit?: number; message?: string; param?: string };
+  const e = err as { type?: string; limit?: number; message?: string; param?: string; charset?: string };
   switch (e?.type) {
+    case 'entity.charset.guard':
+    case 'charset.unsupported':
+      return new WeirError('unsupported_media_type', `The body's charset ${String(e.charset)} is not accepted: send the body as UTF-8 JSON (\`Content-Type: application/json\`, or with \`; charset=utf-8\`).`);
     case 'entity.json.guard':
       return new WeirError('invalid_request', String(e.message), e.param !== undefined ? { param: e.param } : {});
     case 'entity.parse.failed':
       return new WeirError('invalid_json', 'The request body is not valid JSON; check quoting and commas.');
     case 'entity.too.large':
       return new WeirError('payload_too_large', e.limit !== undefined ? `The request body exceeds ${formatBytes(e.limit)}, the most the admin API accepts; send less.` : 'The request body is larger than the admin API accepts; send less.');
-    case 'charset.unsupported':
     case 'encoding.unsupported':
-      return new WeirError('unsupported_media_type', 'Send the body as uncompressed UTF-8 JSON.');
+      return new WeirError('unsupported_media_type', 'Unsupported Content-Encoding: send the body as JSON uncompressed, or as gzip, deflate or br.');
     default:
       return err;
   }
