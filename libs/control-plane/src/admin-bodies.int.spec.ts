@@ -78,3 +78,59 @@ describe('admin API bodies a parser chokes on', () => {
     expect({ status: res.status, error: body.error }).toEqual({ status: 201, error: undefined });
   });
 });
+
+/** `text` as UTF-16 big-endian bytes. */
+function utf16be(text: string): Buffer {
+  const le = Buffer.from(text, 'utf16le');
+  for (let i = 0; i + 1 < le.length; i += 2) [le[i], le[i + 1]] = [le[i + 1] as number, le[i] as number];
+  return le;
+}
+
+/** POST `bytes` to `/admin-tokens` (a route that takes a body on an empty configuration) as `contentType`. */
+async function sendBytes(bytes: Uint8Array, contentType: string): Promise<{ status: number; label?: string; error?: { code: string; message: string; param: string | null } }> {
+  const res = await fetch(`${base}/admin-tokens`, { method: 'POST', headers: { authorization: `Bearer ${adminToken}`, 'content-type': contentType }, body: bytes });
+  const body = (await res.json()) as { label?: string; error?: { code: string; message: string; param: string | null } };
+  return { status: res.status, ...(body.label !== undefined ? { label: body.label } : {}), ...(body.error ? { error: body.error } : {}) };
+}
+
+describe('admin API bodies in a charset other than UTF-8', () => {
+  // `\u006cabel` is "label" written as an escape: a second "label" key the last-key-wins parse would take.
+  const DUPLICATE = '{"role":"viewer","label":"u16x","\\u006cabel":"u16y"}';
+  // U+2200 is the bytes 22 00 in UTF-16LE (00 22 in BE): a quote to a UTF-8 reading of the bytes.
+  const DEEP_BEHIND_QUOTE = `{"role":"viewer","label":"deep","x":["\u2200",${'['.repeat(50_000)}${']'.repeat(50_000)}]}`;
+  it.each<[string, Uint8Array, string, string]>([
+    ['a duplicate key in UTF-16LE', Buffer.from(DUPLICATE, 'utf16le'), 'application/json; charset=utf-16le', 'utf-16le'],
+    ['a duplicate key in UTF-16BE', utf16be(DUPLICATE), 'application/json; charset=utf-16be', 'utf-16be'],
+    ['a duplicate key in UTF-16 with a byte-order mark', Buffer.concat([Buffer.from([0xff, 0xfe]), Buffer.from(DUPLICATE, 'utf16le')]), 'application/json; charset=UTF-16', 'utf-16'],
+    ['50,000 levels behind a U+2200 string in UTF-16LE', Buffer.from(DEEP_BEHIND_QUOTE, 'utf16le'), 'application/json; charset=utf-16le', 'utf-16le'],
+    ['50,000 levels behind a U+2200 string in UTF-16BE', utf16be(DEEP_BEHIND_QUOTE), 'application/json; charset=utf-16be', 'utf-16be'],
+    ['a well-formed body in UTF-16LE', Buffer.from('{"role":"viewer","label":"u16ok"}', 'utf16le'), 'application/json; charset=utf-16le', 'utf-16le'],
+    ['a well-formed body in UTF-7', Buffer.from('{"role":"viewer","label":"u7ok"}', 'latin1'), 'application/json; charset=utf-7', 'utf-7'],
+    ['a body in Latin-1', Buffer.from('{"role":"viewer","label":"l1ok"}', 'latin1'), 'application/json; charset=iso-8859-1', 'iso-8859-1'],
+  ])('%s: 415 naming the charset, nothing created', async (_what, bytes, contentType, charset) => {
+    const res = await sendBytes(bytes, contentType);
+    expect(res).toMatchObject({ status: 415, error: { code: 'unsupported_media_type' } });
+    expect(res.error?.message).toContain(`charset ${charset}`);
+    expect(res.error?.message).toMatch(/send the body as UTF-8 JSON/);
+    expect(faults).toEqual([]);
+  });
+
+  it('refuses a duplicate key and deep nesting in UTF-8 behind a byte-order mark', async () => {
+    const bom = Buffer.from([0xef, 0xbb, 0xbf]);
+    const dup = await sendBytes(Buffer.concat([bom, Buffer.from(DUPLICATE)]), 'application/json');
+    expect(dup).toMatchObject({ status: 400, error: { code: 'invalid_request', param: 'label' } });
+    const deep = await sendBytes(Buffer.concat([bom, Buffer.from(DEEP_BEHIND_QUOTE)]), 'application/json');
+    expect(deep).toMatchObject({ status: 400, error: { code: 'invalid_request' } });
+    expect(deep.error?.message).toMatch(/nests deeper than 64 levels/);
+  });
+
+  it('created none of them', async () => {
+    expect(await database.db.selectFrom('admin_tokens').select('label').where('label', 'in', ['u16x', 'u16y', 'deep', 'u16ok', 'u7ok', 'l1ok']).execute()).toEqual([]);
+  });
+
+  it.each([['application/json; charset=utf-8'], ['application/json; charset=UTF-8'], ['application/json; charset="utf-8"'], ['application/json']])('takes a UTF-8 body sent as %s', async (contentType) => {
+    const label = `Caf\u00e9 \u2200 ${contentType}`;
+    const res = await sendBytes(Buffer.from(JSON.stringify({ role: 'viewer', label })), contentType);
+    expect({ status: res.status, label: res.label, error: res.error }).toEqual({ status: 201, label, error: undefined });
+  });
+});

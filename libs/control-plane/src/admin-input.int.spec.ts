@@ -59,6 +59,34 @@ async function call(method: string, urlPath: string, body?: unknown): Promise<{ 
   return { status: res.status, error: ((await res.json()) as { error: { code: string; message: string; param: string | null } }).error };
 }
 
+describe('admin API paths with a malformed percent-encoding', () => {
+  const BAD_HEX = /malformed percent-encoding \(a % must be followed by two hex digits\)/;
+  const NOT_UTF8 = /percent-encoding that is not UTF-8/;
+  it.each<[string, string, string, RegExp]>([
+    ['bad hex as a tenant id', 'GET', '/tenants/%zz', BAD_HEX],
+    ['bad hex as a tenant id, uppercase', 'GET', '/tenants/%ZZ', BAD_HEX],
+    ['bad hex before a sub-route', 'GET', '/tenants/%zz/apps', BAD_HEX],
+    ['bad hex on an eval route', 'GET', '/tenants/%zz/golden-prompts', BAD_HEX],
+    ['bad hex on a write', 'DELETE', '/tenants/%zz', BAD_HEX],
+    ['a truncated encoding', 'GET', '/tenants/ab%2', BAD_HEX],
+    ['valid hex that is not UTF-8 (an encoded surrogate)', 'GET', '/tenants/%ED%A0%80', NOT_UTF8],
+    ['valid hex that is not UTF-8 before a sub-route', 'GET', '/tenants/%ED%A0%80/apps', NOT_UTF8],
+    ['a lone continuation byte', 'GET', '/tenants/%80', NOT_UTF8],
+    ['an overlong encoding', 'GET', '/tenants/%C0%AF', NOT_UTF8],
+  ])('%s is the documented 400 with a reason that fits', async (_what, method, urlPath, message) => {
+    const res = await call(method, urlPath);
+    expect(res.status).toBe(400);
+    expect(res.error).toMatchObject({ code: 'invalid_request', param: null });
+    expect(res.error.message).toMatch(message);
+  });
+
+  it('says "not UTF-8" for a query value with valid hex that is not UTF-8', async () => {
+    const res = await call('GET', '/audit?entity_id=%ED%A0%80');
+    expect(res.status).toBe(400);
+    expect(res.error.message).toMatch(/query string has a percent-encoding that is not UTF-8/);
+  });
+});
+
 describe('admin API input that cannot be stored', () => {
   it.each<[string, string, string, unknown, RegExp, string | null]>([
     ['a NUL in a body string', 'POST', '/tenants', { id: 'nul1', name: 'a\u0000b' }, /body's \$\.name contains a NUL character/, 'name'],

@@ -75,7 +75,7 @@ export function createAdminRouter(options: AdminRouterOptions, deps: AdminRouter
     // Refused before the token is hashed or looked up: a guess past the limit costs one map read.
     const client = throttle.active ? failures.clientKey(req) : undefined;
     const refusal = client === undefined ? undefined : throttle.refusal(client, undefined, undefined);
-    if (refusal) return next(refusal);
+    if (refusal) return next(adminRefusal(refusal));
     authenticateAdmin(cp.db, req.header('authorization')).then(
       (admin) => {
         (req as AdminRequest).admin = admin;
@@ -122,6 +122,18 @@ export function createAdminRouter(options: AdminRouterOptions, deps: AdminRouter
   return router;
 }
 
+/**
+ * The throttle's 429 (worded for the `/v1` API's keys) reworded for the admin API: the same
+ * `rate_limited` code, retryability and `retryAfterMs`, speaking of admin tokens.
+ */
+function adminRefusal(refusal: WeirError): WeirError {
+  const retryAfterMs = refusal.retryAfterMs ?? 1000;
+  return new WeirError('rate_limited', `Too many failed admin-token attempts from this client; retry in ${Math.max(1, Math.ceil(retryAfterMs / 1000))} s with a valid admin token.`, {
+    retryable: true,
+    retryAfterMs,
+  });
+}
+
 /** What makes a string unstorable: a NUL character, or a lone UTF-16 surrogate. */
 type StringProblem = 'nul' | 'surrogate';
 
@@ -161,21 +173,43 @@ const PROBLEM_TEXT: Record<StringProblem, string> = {
   surrogate: 'a lone UTF-16 surrogate (such as \\ud800 without the low half of its pair), which is not valid Unicode and cannot be stored; remove it or send the whole character',
 };
 
-/** True when every `%` of a raw query string (after `?`) starts a valid UTF-8 percent-encoding. */
-function wellEncodedQuery(originalUrl: string): boolean {
+/** A `%` not followed by two hex digits. */
+const BAD_PERCENT_HEX = /%(?![0-9a-fA-F]{2})/;
+
+/**
+ * What is wrong with the percent-encoding of a raw URL part: `hex` when a `%` is not followed by
+ * two hex digits, `utf8` when the escapes are well-formed but the bytes they spell are not UTF-8
+ * (`%ED%A0%80`, an encoded surrogate; `%80`; an overlong `%C0%AF`); undefined when it decodes.
+ */
+function percentProblem(raw: string): 'hex' | 'utf8' | undefined {
+  try {
+    decodeURIComponent(raw);
+    return undefined;
+  } catch {
+    return BAD_PERCENT_HEX.test(raw) ? 'hex' : 'utf8';
+  }
+}
+
+/** The first percent-encoding problem of a raw query string (after `?`), undefined when it decodes. */
+function queryPercentProblem(originalUrl: string): 'hex' | 'utf8' | undefined {
   const q = originalUrl.indexOf('?');
-  if (q < 0) return true;
+  if (q < 0) return undefined;
+  let found: 'hex' | 'utf8' | undefined;
   for (const pair of originalUrl.slice(q + 1).split('&')) {
     for (const part of pair.split('=')) {
-      try {
-        decodeURIComponent(part);
-      } catch {
-        return false;
-      }
+      const problem = percentProblem(part);
+      if (problem === 'hex') return 'hex';
+      found ??= problem;
     }
   }
-  return true;
+  return found;
 }
+
+/** The reason of a malformed percent-encoding, for the 400's message. */
+const PERCENT_TEXT: Record<'hex' | 'utf8', string> = {
+  hex: 'a malformed percent-encoding (a % must be followed by two hex digits)',
+  utf8: 'a percent-encoding that is not UTF-8 (the bytes its %XX escapes spell are not a valid UTF-8 sequence)',
+};
 
 /**
  * Input Postgres cannot store or the router cannot decode, refused with a 400 before any
@@ -185,17 +219,13 @@ function wellEncodedQuery(originalUrl: string): boolean {
  * @returns the error (`invalid_request`, `param` naming the field when there is one), or undefined.
  */
 function unstorableInput(req: Request): WeirError | undefined {
-  let decodedPath: string;
-  try {
-    decodedPath = decodeURIComponent(req.path);
-  } catch {
-    return new WeirError('invalid_request', `The path ${req.baseUrl}${req.path} has a malformed percent-encoding (a % must be followed by two hex digits); encode ids with encodeURIComponent.`);
-  }
+  const inPath = percentProblem(req.path);
+  if (inPath) return new WeirError('invalid_request', `The path ${req.baseUrl}${req.path} has ${PERCENT_TEXT[inPath]}; encode ids with encodeURIComponent.`);
+  const decodedPath = decodeURIComponent(req.path);
   if (decodedPath.includes('\u0000')) return new WeirError('invalid_request', 'The path contains a NUL character (%00), which no id may hold; remove it.');
   if (LONE_SURROGATE.test(decodedPath)) return new WeirError('invalid_request', 'The path contains a lone UTF-16 surrogate, which no id may hold; remove it.');
-  if (!wellEncodedQuery(req.originalUrl)) {
-    return new WeirError('invalid_request', 'The query string has a malformed percent-encoding (a % must be followed by two hex digits forming UTF-8); encode values with encodeURIComponent.');
-  }
+  const inQueryText = queryPercentProblem(req.originalUrl);
+  if (inQueryText) return new WeirError('invalid_request', `The query string has ${PERCENT_TEXT[inQueryText]}; encode values with encodeURIComponent.`);
   const inQuery = unstorableStringIn(req.query, 'query');
   if (inQuery) {
     const param = inQuery.at.replace(/^query\.?/, '');
@@ -217,13 +247,28 @@ class JsonGuardError extends Error {
   }
 }
 
+/** The error body-parser passes on when {@link guardJsonBody} refuses a body's charset. */
+class JsonCharsetError extends Error {
+  readonly type = 'entity.charset.guard';
+  constructor(readonly charset: string) {
+    super(`unsupported charset ${charset}`);
+  }
+}
+
 /**
- * body-parser's `verify` hook: refuses, before the parse, a body nested deeper than `maxDepth`
- * or repeating a key in an object (`checkJsonText`), so nothing after it walks such a value.
+ * body-parser's `verify` hook: refuses, before the parse, a body in any charset but UTF-8 (415:
+ * the scan below reads the bytes as UTF-8, so it must see the very text the parser decodes; a
+ * UTF-16 body read as UTF-8 hides its quotes, keys and brackets from the scan), and a body nested
+ * deeper than `maxDepth` or repeating a key in an object (`checkJsonText`), so nothing after it
+ * walks such a value. `encoding` is the charset body-parser decodes with (lower-cased, `utf-8`
+ * when `Content-Type` names none).
  */
-function guardJsonBody(maxDepth: number): (req: unknown, res: unknown, buf: Buffer) => void {
-  return (_req, _res, buf) => {
-    const problem = checkJsonText(buf.toString('utf8'), { maxDepth });
+function guardJsonBody(maxDepth: number): (req: unknown, res: unknown, buf: Buffer, encoding: string | null) => void {
+  return (_req, _res, buf, encoding) => {
+    if (encoding !== 'utf-8') throw new JsonCharsetError(String(encoding));
+    // body-parser's decoder drops a leading byte-order mark; so does the text scanned here.
+    const text = buf.toString('utf8');
+    const problem = checkJsonText(text.charCodeAt(0) === 0xfeff ? text.slice(1) : text, { maxDepth });
     if (!problem) return;
     const { message, param } = describeJsonProblem(problem);
     throw new JsonGuardError(message, param);
@@ -232,17 +277,19 @@ function guardJsonBody(maxDepth: number): (req: unknown, res: unknown, buf: Buff
 
 /** body-parser's errors (they carry `type`) as Weir errors. */
 function fromBodyParserError(err: unknown): unknown {
-  const e = err as { type?: string; limit?: number; message?: string; param?: string };
+  const e = err as { type?: string; limit?: number; message?: string; param?: string; charset?: string };
   switch (e?.type) {
+    case 'entity.charset.guard':
+    case 'charset.unsupported':
+      return new WeirError('unsupported_media_type', `The body's charset ${String(e.charset)} is not accepted: send the body as UTF-8 JSON (\`Content-Type: application/json\`, or with \`; charset=utf-8\`).`);
     case 'entity.json.guard':
       return new WeirError('invalid_request', String(e.message), e.param !== undefined ? { param: e.param } : {});
     case 'entity.parse.failed':
       return new WeirError('invalid_json', 'The request body is not valid JSON; check quoting and commas.');
     case 'entity.too.large':
       return new WeirError('payload_too_large', e.limit !== undefined ? `The request body exceeds ${formatBytes(e.limit)}, the most the admin API accepts; send less.` : 'The request body is larger than the admin API accepts; send less.');
-    case 'charset.unsupported':
     case 'encoding.unsupported':
-      return new WeirError('unsupported_media_type', 'Send the body as uncompressed UTF-8 JSON.');
+      return new WeirError('unsupported_media_type', 'Unsupported Content-Encoding: send the body as JSON uncompressed, or as gzip, deflate or br.');
     default:
       return err;
   }

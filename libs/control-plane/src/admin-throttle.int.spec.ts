@@ -43,6 +43,7 @@ interface Reply {
   status: number;
   retryAfter: string | undefined;
   code: string | undefined;
+  message: string | undefined;
 }
 
 /** GET `/admin/v1/tenants` from local address `from` with `token`. */
@@ -62,8 +63,8 @@ function list(port: number, from: string, token: string | undefined, headers: Re
         res.setEncoding('utf8');
         res.on('data', (d: string) => (text += d));
         res.on('end', () => {
-          const body = JSON.parse(text) as { error?: { code: string } };
-          resolve({ status: res.statusCode ?? 0, retryAfter: res.headers['retry-after'], code: body.error?.code });
+          const body = JSON.parse(text) as { error?: { code: string; message: string } };
+          resolve({ status: res.statusCode ?? 0, retryAfter: res.headers['retry-after'], code: body.error?.code, message: body.error?.message });
         });
       },
     );
@@ -118,6 +119,9 @@ describe('failed admin authentication is throttled per client address', () => {
       const refused = await list(s.port, '127.0.0.2', wrongToken());
       expect(refused).toMatchObject({ status: 429, code: 'rate_limited' });
       expect(Number(refused.retryAfter)).toBe(50); // the rest of the 60 s window
+      // It speaks of the admin token, not of the /v1 API's keys.
+      expect(refused.message).toMatch(/retry in 50 s with a valid admin token/);
+      expect(refused.message).not.toMatch(/API key/);
       // Even the right token is refused from there, and neither reached the database.
       expect(await list(s.port, '127.0.0.2', adminToken)).toMatchObject({ status: 429, code: 'rate_limited' });
       expect(queries.count).toBe(before);
@@ -164,6 +168,7 @@ describe('failed admin authentication is throttled per client address', () => {
       const refused = await list(s.port, '127.0.0.5', adminToken);
       expect(refused).toMatchObject({ status: 429, code: 'rate_limited' });
       expect(Number(refused.retryAfter)).toBeGreaterThan(0);
+      expect(refused.message).toMatch(/failed admin-token attempts from this client; retry in \d+ s with a valid admin token/);
       expect(await list(s.port, '127.0.0.1', adminToken)).toMatchObject({ status: 200 });
     } finally {
       await stop(s);
