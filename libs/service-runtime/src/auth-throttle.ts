@@ -1,10 +1,10 @@
 /**
  * Throttling of failed authentication (docs/security.md §7), in memory: failures are counted per
- * client address and per API-key prefix in fixed windows; past the limit, the address — or the
- * prefix, except for keys that authenticated on this process — is refused
+ * client address and per API-key prefix in fixed windows; past the limit, the address is refused
  * with 429 and `Retry-After` until its window ends, before any key lookup (no database round
- * trip for a guessed key). The exception keeps a key's owner in when someone hammers its
- * (public) prefix. Bounded: at most `maxEntries` addresses, prefixes and known keys each (the
+ * trip for a guessed key). The gateway asks about a prefix (`refusal` with the key) only once
+ * the key's lookup has failed, so a right key is never refused by its (public) prefix's count;
+ * `succeeded` keeps a key known for callers that ask before the lookup. Bounded: at most `maxEntries` addresses, prefixes and known keys each (the
  * oldest entry is dropped first); entries whose window has passed are swept every window.
  */
 import { parseApiKey, WeirError } from '@weir/core';
