@@ -493,6 +493,26 @@ describe('POST /v1/chat/completions with response_format (structured output on c
     expect(h.engine.requests[0].outputSchema).toEqual(PERSON);
   });
 
+  it("json_schema: a tenant with too many schemas on the worker gets a 429 rate_limited with Retry-After; its compilation waits in its own queue", async () => {
+    const compile = jest.spyOn(schemaWorker(), 'compile').mockResolvedValue({ ok: false, busy: true, message: '4 schema jobs of this tenant are already waiting or running' });
+    const reservedBefore = h.reserves();
+    try {
+      const salted = { type: 'object', properties: { [`busy_${Date.now()}`]: { type: 'string' } } };
+      const res = await h.gw.post('/v1/chat/completions', { model: 'fake', messages: [{ role: 'user', content: 'Hi' }], response_format: { type: 'json_schema', json_schema: { name: 'p', schema: salted } } });
+      expect(res.status).toBe(429);
+      expect(res.headers.get('retry-after')).toBe('1');
+      const { error } = (await res.json()) as { error: { code: string; message: string } };
+      expect(error.code).toBe('rate_limited');
+      expect(error.message).toMatch(/too many schemas being compiled for this tenant; retry shortly/i);
+      // Filed under the caller's tenant (the test gateway's tenant 't'), never a shared queue.
+      expect(compile).toHaveBeenCalledWith(JSON.stringify(salted), 'response_format.json_schema.schema', expect.stringMatching(/^t/), undefined);
+      expect(h.reserves()).toBe(reservedBefore);
+      expect(h.engine.requests).toEqual([]);
+    } finally {
+      compile.mockRestore();
+    }
+  });
+
   it('json_schema: an output that does not match is an explicit output_invalid error, billed, never a 200', async () => {
     const res = await h.gw.post('/v1/chat/completions', {
       model: 'fake',
