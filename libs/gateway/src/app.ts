@@ -49,7 +49,7 @@ import {
   toOpenAiFinishReason,
   toOpenAiToolCallChunks,
   toOpenAiUsage,
-  loadOutputSchema,
+  screenOutputSchema,
   interruptedMessage,
 } from '@weir/streaming';
 
@@ -74,12 +74,12 @@ import {
   toStopList,
   useCaseOf,
 } from './schemas';
-import { type ChatTools, chatToolsOf, refuseIncapableRoutes, toolsCheck } from './tools';
+import { type ChatTools, chatToolsOf, toolsCheck } from './tools';
 import { usageHandler } from './usage-route';
 import { aliasDeprecation, countdownHeaders, countdownOf, createDeprecationAnnouncer } from './deprecation';
 import type { LiveConfig } from './live-config';
 import type { Revocations } from './revocations';
-import { registerResponsesRoute, schemaCheck } from './responses-route';
+import { checkThenCompile, registerResponsesRoute, schemaCheck } from './responses-route';
 import { openSse, type SseWriter } from './sse-writer';
 
 /** A minimal structured logger (pino satisfies it). Never pass prompt or output text. */
@@ -174,6 +174,9 @@ export interface ConfigState {
   /** Why it is stale (e.g. `nats unreachable`), for `/readyz` only. */
   reason?: string;
 }
+
+/** The schema of `response_format: {type: 'json_object'}`: any JSON object. */
+const JSON_OBJECT_SCHEMA: object = Object.freeze({ type: 'object' });
 
 /** `Retry-After` of a `config_stale` refusal (ms): about one control-plane heartbeat. */
 const CONFIG_STALE_RETRY_MS = 5_000;
@@ -787,22 +790,24 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     const format = body.response_format;
     // A caller admission refused moments ago is refused before its schema is compiled.
     if (format?.type === 'json_schema') pipeline.precheck(req.caller);
-    const schema =
+    // Cheap checks now; the compilation only after the route's capability checks (beforeAdmit).
+    const raw =
       format?.type === 'json_schema'
-        ? await loadOutputSchema(format.json_schema.schema, 'response_format.json_schema.schema')
+        ? screenOutputSchema(format.json_schema.schema, 'response_format.json_schema.schema')
         : format?.type === 'json_object'
-          ? await loadOutputSchema({ type: 'object' }, 'response_format')
+          ? JSON_OBJECT_SCHEMA
           : undefined;
     // One route resolution checks both, before any claim or reservation.
-    const checks = [...(tools ? [toolsCheck] : []), ...(schema ? [schemaCheck('response_format', schema.schema)] : [])];
+    const checks = [...(tools ? [toolsCheck] : []), ...(raw ? [schemaCheck('response_format', raw)] : [])];
+    const schemaParam = format?.type === 'json_schema' ? 'response_format.json_schema.schema' : 'response_format';
     const g = await begin(req, res, 'chat.completions', body.model, toChatInput(body.messages), sampling(body), {
       maxOutputTokens: body.max_completion_tokens ?? body.max_tokens ?? undefined,
       requestId: idempotencyKeyHeader(req),
       keyParam: 'Idempotency-Key',
       paramNames: { model: 'model', input: 'messages', maxOutputTokens: body.max_completion_tokens != null ? 'max_completion_tokens' : 'max_tokens' },
       ...(tools ? { tools } : {}),
-      ...(schema ? { outputSchema: schema.schema } : {}),
-      ...(checks.length > 0 ? { beforeAdmit: refuseIncapableRoutes(deps.router, req.caller, body.model, checks) } : {}),
+      ...(raw ? { outputSchema: raw } : {}),
+      ...(checks.length > 0 ? { beforeAdmit: checkThenCompile(deps.router, req.caller, body.model, checks, raw, schemaParam).beforeAdmit } : {}),
     });
     await answerOpenAi(res, g, body.model, 'chat', body.stream === true, body.stream_options?.include_usage === true);
   });

@@ -6,6 +6,7 @@
 import { createInMemoryAdmission, type InMemoryAdmission } from '@weir/admission';
 import { type AdmissionService, type EngineAdapter, type EngineEvent, type EngineRequest, type RevisionSpec, WeirError } from '@weir/core';
 import { createParser, type EventSourceMessage } from 'eventsource-parser';
+import { schemaWorker } from '@weir/streaming';
 import OpenAI from 'openai';
 import { fakeRevision, startTestGateway, type TestGateway, twoTenantConfig } from './test-support';
 
@@ -441,6 +442,31 @@ describe('POST /v1/responses on a llama.cpp revision: schemas its grammar cannot
     expect(h.reserves()).toBe(0);
     expect(h.engine.requests).toEqual([]);
   });
+
+  it('refuses patternProperties (a schema llama.cpp cannot express) on every route without compiling it on the schema worker', async () => {
+    const compile = jest.spyOn(schemaWorker(), 'compile');
+    try {
+      // A fresh salt per schema: nothing is cached, so today's order would compile each one.
+      const heavy = (salt: string) => ({ type: 'object', patternProperties: Object.fromEntries(Array.from({ length: 50 }, (_, i) => [`^${salt}_${i}[a-z]{1,8}$`, { type: 'string' }])) });
+      const attempts = [
+        { path: '/v1/responses', body: { model: 'fake', use_case: 'x', max_tokens: 4, messages: [{ role: 'user', content: 'Hi' }], output_schema: heavy('w') }, param: 'output_schema' },
+        { path: '/v1/responses', body: { model: 'fake', input: 'Hi', text: { format: { type: 'json_schema', name: 'p', schema: heavy('o') } } }, param: 'text.format' },
+        { path: '/v1/chat/completions', body: { model: 'fake', messages: [{ role: 'user', content: 'Hi' }], response_format: { type: 'json_schema', json_schema: { name: 'p', schema: heavy('c') } } }, param: 'response_format' },
+      ];
+      for (const { path, body, param } of attempts) {
+        const res = await h.gw.post(path, body);
+        expect(res.status).toBe(400);
+        const { error } = (await res.json()) as { error: { param: string; message: string } };
+        expect(error.param).toBe(param);
+        expect(error.message).toMatch(/`patternProperties` cannot be expressed/);
+      }
+      expect(compile).not.toHaveBeenCalled();
+      expect(h.reserves()).toBe(0);
+      expect(h.engine.requests).toEqual([]);
+    } finally {
+      compile.mockRestore();
+    }
+  });
 });
 
 describe('POST /v1/chat/completions with response_format (structured output on chat)', () => {
@@ -465,6 +491,26 @@ describe('POST /v1/chat/completions with response_format (structured output on c
     });
     expect(JSON.parse(completion.choices[0].message.content ?? '')).toEqual({ name: 'Ann' });
     expect(h.engine.requests[0].outputSchema).toEqual(PERSON);
+  });
+
+  it("json_schema: a tenant with too many schemas on the worker gets a 429 rate_limited with Retry-After; its compilation waits in its own queue", async () => {
+    const compile = jest.spyOn(schemaWorker(), 'compile').mockResolvedValue({ ok: false, busy: true, message: '4 schema jobs of this tenant are already waiting or running' });
+    const reservedBefore = h.reserves();
+    try {
+      const salted = { type: 'object', properties: { [`busy_${Date.now()}`]: { type: 'string' } } };
+      const res = await h.gw.post('/v1/chat/completions', { model: 'fake', messages: [{ role: 'user', content: 'Hi' }], response_format: { type: 'json_schema', json_schema: { name: 'p', schema: salted } } });
+      expect(res.status).toBe(429);
+      expect(res.headers.get('retry-after')).toBe('1');
+      const { error } = (await res.json()) as { error: { code: string; message: string } };
+      expect(error.code).toBe('rate_limited');
+      expect(error.message).toMatch(/too many schemas being compiled for this tenant; retry shortly/i);
+      // Filed under the caller's tenant (the test gateway's tenant 't'), never a shared queue.
+      expect(compile).toHaveBeenCalledWith(JSON.stringify(salted), 'response_format.json_schema.schema', expect.stringMatching(/^t/), undefined);
+      expect(h.reserves()).toBe(reservedBefore);
+      expect(h.engine.requests).toEqual([]);
+    } finally {
+      compile.mockRestore();
+    }
   });
 
   it('json_schema: an output that does not match is an explicit output_invalid error, billed, never a 200', async () => {

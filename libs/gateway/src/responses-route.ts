@@ -28,6 +28,7 @@ import {
   type Caller,
   type RouterService,
   type SamplingParams,
+  tenantKeyOf,
   WeirError,
 } from '@weir/core';
 import {
@@ -44,6 +45,7 @@ import {
   judgeOutput,
   type LoadedOutputSchema,
   loadOutputSchema,
+  screenOutputSchema,
 } from '@weir/streaming';
 import { toGrammarSchema, UnsupportedSchemaError } from '@weir/engines';
 import { type AuthedRequest, type EdgeRequest, sendJson } from './edge';
@@ -153,6 +155,38 @@ export function schemaCheck(param: string, schema: object): RouteCheck {
   };
 }
 
+/** What {@link checkThenCompile} returns: the `beforeAdmit` hook, and the compiled schema once it ran. */
+export interface CheckThenCompile {
+  beforeAdmit(stickyKey: string, useCase: string | undefined): Promise<void>;
+  /** The schema `beforeAdmit` compiled (compiled now if it did not run); undefined without a schema. */
+  loaded(): Promise<LoadedOutputSchema | undefined>;
+}
+
+/**
+ * Cheap refusals before expensive work (issue 14 §1–2): a `beforeAdmit` hook that resolves the
+ * route once, runs `checks` on it (what its revisions can constrain: `schemaCheck`, tools), and
+ * only then compiles `schema` (already screened with `screenOutputSchema`) on the schema worker,
+ * in the caller's own queue (`tenantKeyOf(caller)`). A schema the route's engine cannot express
+ * is refused without any compilation.
+ * @throws (from `beforeAdmit`) WeirError `invalid_request` from a check or the compilation;
+ *   `rate_limited` when the tenant has too many schemas being compiled.
+ */
+export function checkThenCompile(router: RouterService, caller: Caller, alias: string, checks: readonly RouteCheck[], schema: object | undefined, param: string): CheckThenCompile {
+  const routeChecks = refuseIncapableRoutes(router, caller, alias, checks);
+  let loaded: LoadedOutputSchema | undefined;
+  const load = async () => {
+    if (schema) loaded ??= await loadOutputSchema(schema, param, { tenant: tenantKeyOf(caller) });
+    return loaded;
+  };
+  return {
+    async beforeAdmit(stickyKey, useCase) {
+      await routeChecks(stickyKey, useCase);
+      await load();
+    },
+    loaded: load,
+  };
+}
+
 /** Why a revision cannot serve schema-constrained output; undefined when it can. */
 function unconstrainedBecause(r: RevisionSpec): string | undefined {
   return capabilitiesOf(r).jsonOutput ? undefined : `(engine ${r.engine.kind}) does not offer JSON-schema output`;
@@ -204,7 +238,9 @@ async function answerWeirShape(ctx: ResponsesRouteContext, req: Authed, res: Ser
   }
   // A caller admission refused moments ago is refused before its schema is compiled.
   if (body.output_schema !== undefined) ctx.precheck(req.caller);
-  const schema = body.output_schema === undefined ? undefined : await loadOutputSchema(body.output_schema, 'output_schema');
+  // The cheap checks now; the compilation after the route's capability checks (beforeAdmit).
+  const raw = body.output_schema === undefined ? undefined : screenOutputSchema(body.output_schema, 'output_schema');
+  const compiling = raw ? checkThenCompile(ctx.router, req.caller, body.model, [schemaCheck('output_schema', raw)], raw, 'output_schema') : undefined;
   const g = await ctx.begin(req, res, 'generations', body.model, toChatInput(body.messages), ctx.sampling(body), {
     maxOutputTokens: body.max_tokens,
     deadlineMs: body.deadline_ms,
@@ -212,9 +248,10 @@ async function answerWeirShape(ctx: ResponsesRouteContext, req: Authed, res: Ser
     useCase: body.use_case,
     priority: body.priority,
     paramNames: WEIR_PARAMS,
-    ...(schema ? { outputSchema: schema.schema, beforeAdmit: refuseIncapableRoutes(ctx.router, req.caller, body.model, [schemaCheck('output_schema', schema.schema)]) } : {}),
+    ...(raw && compiling ? { outputSchema: raw, beforeAdmit: compiling.beforeAdmit } : {}),
   });
   if (g.endedInQueue && g.transcript.outcome) throw ctx.deadlineOrCancel(g.transcript.outcome);
+  const schema = await compiling?.loaded();
 
   if (!body.stream) {
     const { text, outcome } = await collect(g);
@@ -262,21 +299,24 @@ async function answerOpenAiShape(ctx: ResponsesRouteContext, req: Authed, res: S
   refuseUnknownFields(raw, RESPONSES_OPENAI_FIELDS, UNSUPPORTED_HINTS, 'Weir’s /v1/responses');
   const body = parseBody(responsesOpenAiBody, raw);
   const format = body.text?.format;
-  let schema: LoadedOutputSchema | undefined;
+  let rawSchema: object | undefined;
   if (format?.type === 'json_schema') {
     if (format.name === undefined) throw new WeirError('invalid_request', 'Invalid request: `text.format.name` is required with `json_schema` (1-64 letters, digits, _ and -).', { param: 'text.format.name' });
     if (format.schema === undefined) throw new WeirError('invalid_request', 'Invalid request: `text.format.schema` is required with `json_schema`.', { param: 'text.format.schema' });
     ctx.precheck(req.caller);
-    schema = await loadOutputSchema(format.schema, 'text.format.schema');
+    // The cheap checks now; the compilation after the route's capability checks (beforeAdmit).
+    rawSchema = screenOutputSchema(format.schema, 'text.format.schema');
   }
+  const compiling = rawSchema ? checkThenCompile(ctx.router, req.caller, body.model, [schemaCheck('text.format', rawSchema)], rawSchema, 'text.format.schema') : undefined;
   const g = await ctx.begin(req, res, 'generations', body.model, toResponsesChatInput(body.input, body.instructions), ctx.sampling(body), {
     maxOutputTokens: body.max_output_tokens ?? undefined,
     requestId: ctx.idempotencyKeyHeader(req),
     keyParam: 'Idempotency-Key',
     paramNames: OPENAI_PARAMS,
-    ...(schema ? { outputSchema: schema.schema, beforeAdmit: refuseIncapableRoutes(ctx.router, req.caller, body.model, [schemaCheck('text.format', schema.schema)]) } : {}),
+    ...(rawSchema && compiling ? { outputSchema: rawSchema, beforeAdmit: compiling.beforeAdmit } : {}),
   });
   if (g.endedInQueue && g.transcript.outcome) throw ctx.deadlineOrCancel(g.transcript.outcome);
+  const schema = await compiling?.loaded();
 
   const meta: ResponsesMeta = {
     id: `resp_${g.generationId.slice(4)}`,

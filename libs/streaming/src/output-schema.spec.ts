@@ -1,6 +1,6 @@
 import { isWeirError } from '@weir/core';
 import { compileOutputSchema, judgeOutput, loadOutputSchema, MAX_OUTPUT_SCHEMA_BYTES, OUTPUT_SCHEMA_DIALECT } from './output-schema';
-import { MAX_PATTERN_PROGRAM } from './schema-worker';
+import { createSchemaWorker, MAX_PATTERN_PROGRAM } from './schema-worker';
 
 const PERSON = { type: 'object', properties: { name: { type: 'string', maxLength: 20 }, age: { type: 'integer', minimum: 0 } }, required: ['name'], additionalProperties: false };
 
@@ -147,5 +147,26 @@ describe('judgeOutput', () => {
 
   it('leaves a tool-call answer alone: the format governs text content only (as OpenAI does)', async () => {
     expect(await judgeOutput(outcome('tool_calls'), '', schema)).toEqual({ outcome: outcome('tool_calls') });
+  });
+});
+
+describe('loadOutputSchema: a queue per tenant on the schema worker', () => {
+  it('answers a tenant with too many schemas being compiled with a 429 rate_limited and a Retry-After, and still serves the others', async () => {
+    const worker = createSchemaWorker({ compileDelayMs: 200, maxQueuedPerTenant: 2 });
+    try {
+      const schemaN = (n: number) => ({ type: 'object', properties: { [`salt_${n}_${Date.now()}`]: { type: 'string' } } });
+      const queued = [loadOutputSchema(schemaN(1), 'output_schema', { worker, tenant: 'acme~1' }), loadOutputSchema(schemaN(2), 'output_schema', { worker, tenant: 'acme~1' })];
+      await expect(loadOutputSchema(schemaN(3), 'text.format.schema', { worker, tenant: 'acme~1' })).rejects.toMatchObject({
+        code: 'rate_limited',
+        retryable: true,
+        retryAfterMs: 1_000,
+        message: expect.stringMatching(/too many schemas being compiled for this tenant; retry shortly/i),
+      });
+      const other = await loadOutputSchema(schemaN(4), 'output_schema', { worker, tenant: 'globex~2' });
+      expect(await other.check('{}')).toEqual({ ok: true, value: {} });
+      for (const loaded of await Promise.all(queued)) expect(await loaded.check('{}')).toEqual({ ok: true, value: {} });
+    } finally {
+      await worker.close();
+    }
   });
 });

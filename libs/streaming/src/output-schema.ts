@@ -79,29 +79,66 @@ function screen(schema: unknown, bad: (why: string) => WeirError): string {
 
 const refusal = (paramName: string) => (why: string) => new WeirError('invalid_request', `\`${paramName}\` is not a usable JSON Schema: ${why}`, { param: paramName });
 
+/** `Retry-After` (ms) of a compilation refused because its tenant has too many waiting. */
+export const SCHEMA_BUSY_RETRY_AFTER_MS = 1_000;
+
+/** Options of {@link loadOutputSchema}. */
+export interface LoadOutputSchemaOptions {
+  /** The caller's internal tenant id (`tenantKeyOf(caller)`): the worker's queue the compilation and checks wait in. Default `''` (one shared queue). */
+  tenant?: string;
+  /** Default: the process's {@link schemaWorker}. */
+  worker?: SchemaWorker;
+  /** Whether the tenant's cap on waiting jobs applies (default true; the relay, compiling for an admitted generation, passes false). */
+  capped?: boolean;
+}
+
+/**
+ * The cheap checks of a tenant's schema (no compiler, on the calling thread, linear in its
+ * size): a JSON object, at most {@link MAX_OUTPUT_SCHEMA_DEPTH} deep and
+ * {@link MAX_OUTPUT_SCHEMA_BYTES} long, of the one dialect. Run it before anything that walks
+ * the schema (the llama.cpp grammar check) and before {@link loadOutputSchema}.
+ * @throws WeirError `invalid_request` (`param`: `paramName`) saying what to fix.
+ */
+export function screenOutputSchema(schema: unknown, paramName = 'output_schema'): object {
+  screen(schema, refusal(paramName));
+  return schema as object;
+}
+
 /**
  * Validates a tenant's `output_schema` and compiles it on the schema worker, so that no schema
  * holds the event loop (compiled schemas are cached by their JSON text, {@link CACHE_SIZE} of
  * them; each compiles in its own ajv instance, so a `$id` in one schema never clashes with
- * another's). `pattern` and `patternProperties` run on RE2 (linear time).
+ * another's). `pattern` and `patternProperties` run on RE2 (linear time). The compilation and
+ * the output checks wait in the tenant's own queue on the worker (`options.tenant`). Callers
+ * run the capability checks of the route (what its engine can constrain) before this, so a
+ * schema that would be refused anyway costs no compilation.
  * @throws WeirError `invalid_request` (`param`: `paramName`) when it is not a JSON object, is
  *   larger than {@link MAX_OUTPUT_SCHEMA_BYTES} or deeper than {@link MAX_OUTPUT_SCHEMA_DEPTH},
  *   names another `$schema` dialect, fails the 2020-12 meta-schema, cannot be compiled (an
  *   unknown keyword, an unresolvable `$ref`, a pattern RE2 cannot run: lookaround,
  *   backreferences, over `MAX_PATTERN_PROGRAM` instructions), or takes longer than the worker's
  *   compile limit (2 s); the message carries the reason.
+ * @throws WeirError `rate_limited` (429, `Retry-After` {@link SCHEMA_BUSY_RETRY_AFTER_MS}) when
+ *   the tenant already has `DEFAULT_MAX_QUEUED_PER_TENANT` schema jobs waiting or running.
  */
-export async function loadOutputSchema(schema: unknown, paramName = 'output_schema', worker: SchemaWorker = schemaWorker()): Promise<LoadedOutputSchema> {
+export async function loadOutputSchema(schema: unknown, paramName = 'output_schema', options: LoadOutputSchemaOptions = {}): Promise<LoadedOutputSchema> {
   const bad = refusal(paramName);
   const key = screen(schema, bad);
+  const worker = options.worker ?? schemaWorker();
+  const tenant = options.tenant ?? '';
   if (known.has(key)) known.delete(key);
   else {
-    const compiled = await worker.compile(key, paramName);
-    if (!compiled.ok) throw bad(`${compiled.message}.`);
+    const compiled = await worker.compile(key, paramName, tenant, options.capped === false ? { capped: false } : undefined);
+    if (!compiled.ok) {
+      if (compiled.busy) {
+        throw new WeirError('rate_limited', 'Too many schemas being compiled for this tenant; retry shortly.', { retryable: true, retryAfterMs: SCHEMA_BUSY_RETRY_AFTER_MS, param: paramName });
+      }
+      throw bad(`${compiled.message}.`);
+    }
   }
   known.set(key, true);
   if (known.size > CACHE_SIZE) known.delete(known.keys().next().value as string);
-  return { schema: schema as object, check: (text) => worker.check(key, text) };
+  return { schema: schema as object, check: (text) => worker.check(key, text, tenant) };
 }
 
 /**

@@ -195,7 +195,7 @@ export function createRelay(deps: RelayDeps): Relay {
         let failure: WeirError | undefined;
         try {
           // The gateway checked the schema already; a bad one (over gRPC) fails here, never crashes.
-          if (job.engineRequest.outputSchema) schema = await loadOutputSchema(job.engineRequest.outputSchema, 'output_schema');
+          if (job.engineRequest.outputSchema) schema = await loadOutputSchema(job.engineRequest.outputSchema, 'output_schema', { tenant: tenantKeyOf(job.caller), capped: false });
           const engine = deps.engineFor(job.replicaId);
           if (!engine) throw new WeirError('engine_unavailable', `replica ${job.replicaId} is not serving`, { retryable: true });
           replicaReached = true;

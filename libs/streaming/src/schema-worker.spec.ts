@@ -63,3 +63,63 @@ describe('schema worker', () => {
     expect(await pending).toEqual({ ok: false, message: 'the schema worker is closed' });
   });
 });
+
+describe('schema worker: tenants take turns', () => {
+  let worker: SchemaWorker;
+  afterEach(() => worker.close());
+
+  /** A distinct schema per call (never cached), so each compilation pays the injected delay. */
+  let salt = 0;
+  const fresh = () => JSON.stringify({ type: 'object', properties: { [`p${salt++}`]: { type: 'string' } } });
+
+  it("serves another tenant's job after at most about one job of a tenant's burst, not after the whole burst", async () => {
+    worker = createSchemaWorker({ compileDelayMs: 150, maxQueuedPerTenant: 100 });
+    const order: string[] = [];
+    const burst = Array.from({ length: 8 }, (_, i) => worker.compile(fresh(), 'output_schema', 'tenant-a').then((r) => (order.push(`a${i}`), r)));
+    const b = worker.compile(JSON.stringify({ type: 'object', properties: { name: { type: 'string', maxLength: 10 } } }), 'output_schema', 'tenant-b').then((r) => (order.push('b'), r));
+    expect(await b).toEqual({ ok: true });
+    // Only the job already running when B arrived (a generous bound: 2) came before it; FIFO would put all 8 first.
+    const before = order.indexOf('b');
+    expect(before).toBeGreaterThanOrEqual(0);
+    expect(before).toBeLessThanOrEqual(2);
+    for (const r of await Promise.all(burst)) expect(r).toEqual({ ok: true });
+    expect(order).toHaveLength(9);
+  });
+
+  it('alternates between tenants with jobs waiting', async () => {
+    worker = createSchemaWorker({ compileDelayMs: 50, maxQueuedPerTenant: 100 });
+    const order: string[] = [];
+    const jobs = [
+      ...Array.from({ length: 3 }, () => worker.compile(fresh(), 'output_schema', 'a').then(() => order.push('a'))),
+      ...Array.from({ length: 3 }, () => worker.compile(fresh(), 'output_schema', 'b').then(() => order.push('b'))),
+    ];
+    await Promise.all(jobs);
+    expect(order).toEqual(['a', 'b', 'a', 'b', 'a', 'b']);
+  });
+
+  it("refuses a tenant's compilation beyond its cap at once, while other tenants and output checks still get in", async () => {
+    worker = createSchemaWorker({ compileDelayMs: 100, maxQueuedPerTenant: 2 });
+    const first = worker.compile(fresh(), 'output_schema', 'greedy');
+    const second = worker.compile(fresh(), 'output_schema', 'greedy');
+    const third = await worker.compile(fresh(), 'output_schema', 'greedy');
+    expect(third).toEqual({ ok: false, busy: true, message: expect.stringContaining('2 schema jobs of this tenant') });
+    const other = worker.compile(fresh(), 'output_schema', 'modest');
+    const known = JSON.stringify({ type: 'string' });
+    const check = worker.check(known, '"x"', 'greedy');
+    expect(await first).toEqual({ ok: true });
+    expect(await second).toEqual({ ok: true });
+    expect(await other).toEqual({ ok: true });
+    expect(await check).toEqual({ ok: true, value: 'x' });
+    // Once its jobs are done, the tenant may compile again.
+    expect(await worker.compile(fresh(), 'output_schema', 'greedy')).toEqual({ ok: true });
+  });
+
+  it('keeps serving the other tenants after a job runs past its limit', async () => {
+    worker = createSchemaWorker({ compileDelayMs: 400, compileTimeoutMs: 200, maxQueuedPerTenant: 100 });
+    const [a, b] = await Promise.all([worker.compile(fresh(), 'output_schema', 'a'), worker.compile(fresh(), 'output_schema', 'b')]);
+    expect(a).toEqual({ ok: false, message: 'compiling the schema took longer than 200 ms' });
+    expect(b).toEqual({ ok: false, message: 'compiling the schema took longer than 200 ms' });
+    // The replacement worker still answers (its check compiles first, within the check's 1 s limit).
+    expect(await worker.check(JSON.stringify({ type: 'string' }), '"y"', 'a')).toEqual({ ok: true, value: 'y' });
+  });
+});

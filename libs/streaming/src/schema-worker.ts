@@ -6,10 +6,13 @@
  * RE2 matches in linear time, but a large program that defeats its DFA costs microseconds per
  * character of every string it is matched against.
  *
- * One worker serves the process and runs one job at a time, in arrival order. A job that runs
- * past its time limit (compile {@link DEFAULT_COMPILE_TIMEOUT_MS}, check
- * {@link DEFAULT_CHECK_TIMEOUT_MS}) fails with a message saying so; the worker is then
- * terminated and a fresh one takes the jobs still waiting (a job is never left unanswered).
+ * One worker serves the process and runs one job at a time; jobs wait in a queue per tenant and
+ * the tenants take turns (round-robin), so one tenant's burst delays another's job by about one
+ * job; a tenant may hold at most {@link DEFAULT_MAX_QUEUED_PER_TENANT} jobs (more compilations
+ * are refused at once). A job that runs past its time limit (compile
+ * {@link DEFAULT_COMPILE_TIMEOUT_MS}, check {@link DEFAULT_CHECK_TIMEOUT_MS}) fails with a
+ * message saying so; the worker is then terminated and a fresh one takes the jobs still waiting
+ * (a job is never left unanswered).
  * `pattern` and `patternProperties` run on RE2 (re2js), as {@link schemaEngine} says.
  */
 import { Worker } from 'node:worker_threads';
@@ -33,8 +36,15 @@ const WORKER_CACHE_SIZE = 256;
 /** Validation errors listed in an `output_invalid` message. */
 export const MAX_LISTED_ERRORS = 5;
 
-/** A compilation's result: `message` says why the schema is unusable (ajv's or RE2's reason). */
-export type SchemaCompileResult = { ok: true } | { ok: false; message: string };
+/**
+ * A compilation's result: `message` says why the schema is unusable (ajv's or RE2's reason);
+ * `busy` when it was not compiled because its tenant already has
+ * {@link SchemaWorkerOptions.maxQueuedPerTenant} jobs waiting or running (retry shortly).
+ */
+export type SchemaCompileResult = { ok: true } | { ok: false; message: string; busy?: true };
+
+/** Jobs one tenant may have waiting or running on the schema worker before its compilations are refused (429). */
+export const DEFAULT_MAX_QUEUED_PER_TENANT = 4;
 
 /** A check's result: the parsed document, or why it does not match (never quoting the output). */
 export type SchemaCheckResult = { ok: true; value: unknown } | { ok: false; message: string };
@@ -45,17 +55,27 @@ export interface SchemaWorkerOptions {
   compileTimeoutMs?: number;
   /** Default {@link DEFAULT_CHECK_TIMEOUT_MS}. */
   checkTimeoutMs?: number;
+  /**
+   * Jobs one tenant may have waiting or running at once (default
+   * {@link DEFAULT_MAX_QUEUED_PER_TENANT}); a compile beyond it is refused at once
+   * (`{ok: false, busy: true}`). Output checks are never refused (admission bounds them).
+   */
+  maxQueuedPerTenant?: number;
+  /** Tests only: the worker sleeps this long (ms) before each compilation that is not cached, as a slow schema would. Default 0. */
+  compileDelayMs?: number;
 }
 
 /** Compiles and checks schemas off the main thread. */
 export interface SchemaWorker {
   /**
    * Compiles `key` (a schema's compact JSON text) after checking it against the 2020-12
-   * meta-schema; `paramName` names the schema in the meta-schema's messages. Never rejects.
+   * meta-schema; `paramName` names the schema in the meta-schema's messages. `tenant` (the
+   * caller's internal id, `tenantKeyOf`; default `''`) picks the queue the job waits in; with
+   * `capped` (default true) a tenant over its cap gets `{ok: false, busy: true}` at once. Never rejects.
    */
-  compile(key: string, paramName: string): Promise<SchemaCompileResult>;
-  /** Parses `text` as JSON and validates it against the schema `key` (compiled first if needed). Never rejects. */
-  check(key: string, text: string): Promise<SchemaCheckResult>;
+  compile(key: string, paramName: string, tenant?: string, options?: { capped?: boolean }): Promise<SchemaCompileResult>;
+  /** Parses `text` as JSON and validates it against the schema `key` (compiled first if needed), in `tenant`'s queue (never capped). Never rejects. */
+  check(key: string, text: string, tenant?: string): Promise<SchemaCheckResult>;
   /** Stops the worker; jobs still waiting are answered with a failure. */
   close(): Promise<void>;
 }
@@ -67,6 +87,8 @@ interface WorkerData {
   maxPatternProgram: number;
   cacheSize: number;
   maxListedErrors: number;
+  /** Tests only: ms to sleep before each uncached compilation. */
+  compileDelayMs?: number;
 }
 
 /** One job for the engine. */
@@ -134,6 +156,7 @@ function schemaEngine(load: (id: string) => unknown, data: WorkerData): SchemaEn
       return known;
     }
     const schema = JSON.parse(key) as unknown;
+    if (data.compileDelayMs) Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, data.compileDelayMs);
     meta ??= new Ajv2020(options);
     let valid: boolean;
     try {
@@ -213,83 +236,131 @@ export function localSchemaEngine(): SchemaEngine {
 
 interface Pending {
   job: Job;
+  tenant: string;
   timeoutMs: number;
   resolve(result: SchemaCompileResult | SchemaCheckResult): void;
 }
 
 /**
  * Creates a schema worker (the thread starts with the first job, and never keeps the process
- * alive on its own). Time limits: see {@link SchemaWorkerOptions}.
+ * alive on its own). Time limits and the per-tenant cap: see {@link SchemaWorkerOptions}.
+ *
+ * Jobs wait in one queue per tenant and the worker serves the tenants with waiting jobs in
+ * turn (round-robin), one job at a time: a job of a tenant waits for at most one job of each
+ * other tenant with jobs waiting (plus the one running), however many that tenant queued.
  */
 export function createSchemaWorker(options: SchemaWorkerOptions = {}): SchemaWorker {
   const compileTimeoutMs = options.compileTimeoutMs ?? DEFAULT_COMPILE_TIMEOUT_MS;
   const checkTimeoutMs = options.checkTimeoutMs ?? DEFAULT_CHECK_TIMEOUT_MS;
-  const data = workerData();
+  const maxQueuedPerTenant = options.maxQueuedPerTenant ?? DEFAULT_MAX_QUEUED_PER_TENANT;
+  const data: WorkerData = { ...workerData(), ...(options.compileDelayMs ? { compileDelayMs: options.compileDelayMs } : {}) };
   let worker: Worker | undefined;
-  /** Jobs sent, in order: the worker runs the head now. */
-  const queue: Pending[] = [];
+  /** The job the worker runs now. */
+  let running: Pending | undefined;
+  /** Jobs waiting, per tenant; the Map's order is the round-robin order (a served tenant moves to the end). */
+  const waiting = new Map<string, Pending[]>();
+  /** Jobs waiting or running, per tenant (the cap counts both). */
+  const held = new Map<string, number>();
+  /** The tenant whose job started last. */
+  let lastTenant: string | undefined;
   let timer: NodeJS.Timeout | undefined;
   let nextId = 1;
   let closed = false;
 
-  const armHead = () => {
-    if (timer || queue.length === 0) return;
-    const head = queue[0];
+  const release = (p: Pending) => {
+    const n = (held.get(p.tenant) ?? 1) - 1;
+    if (n <= 0) held.delete(p.tenant);
+    else held.set(p.tenant, n);
+  };
+  const finish = (p: Pending, result: SchemaCompileResult | SchemaCheckResult) => {
+    release(p);
+    p.resolve(result);
+  };
+  /** Starts the next tenant's next job when the worker is idle. */
+  const pump = () => {
+    if (running || closed) return;
+    let next = waiting.entries().next();
+    if (next.done) return;
+    // The tenant served last goes behind the others waiting (its queue may have formed while its job ran).
+    if (next.value[0] === lastTenant && waiting.size > 1) {
+      waiting.delete(lastTenant);
+      waiting.set(lastTenant, next.value[1]);
+      next = waiting.entries().next();
+    }
+    if (next.done) return;
+    const [tenant, jobs] = next.value;
+    lastTenant = tenant;
+    const p = jobs.shift() as Pending;
+    waiting.delete(tenant);
+    if (jobs.length > 0) waiting.set(tenant, jobs);
+    running = p;
+    worker ??= start();
+    worker.postMessage(p.job);
     timer = setTimeout(() => {
       timer = undefined;
-      const what = head.job.op === 'compile' ? 'compiling the schema' : 'checking the output against its schema';
-      restart(`${what} took longer than ${head.timeoutMs} ms`);
-    }, head.timeoutMs);
+      const what = p.job.op === 'compile' ? 'compiling the schema' : 'checking the output against its schema';
+      restart(`${what} took longer than ${p.timeoutMs} ms`);
+    }, p.timeoutMs);
   };
   const start = (): Worker => {
     const w = new Worker(WORKER_SOURCE, { eval: true, workerData: data });
     w.on('message', (reply: { id: number; result: SchemaCompileResult | SchemaCheckResult }) => {
-      if (w !== worker || queue[0]?.job.id !== reply.id) return;
+      if (w !== worker || running?.job.id !== reply.id) return;
       clearTimeout(timer);
       timer = undefined;
-      (queue.shift() as Pending).resolve(reply.result);
-      armHead();
+      const done = running;
+      running = undefined;
+      finish(done, reply.result);
+      pump();
     });
     // A crash (out of memory, a stack overflow outside a try) fails the job it ran, never the rest.
     w.on('error', (err) => {
       if (w === worker) restart(`the schema worker failed (${err.message})`);
     });
     w.on('exit', () => {
-      if (w === worker && queue.length > 0) restart('the schema worker stopped');
+      if (w === worker && running) restart('the schema worker stopped');
     });
     // After the listeners (adding a 'message' listener refs the thread again).
     w.unref();
     return w;
   };
-  /** Fails the running job with `message`, replaces the worker and resends the jobs waiting. */
+  /** Fails the running job with `message`, replaces the worker and goes on with the jobs waiting. */
   const restart = (message: string) => {
     clearTimeout(timer);
     timer = undefined;
     const old = worker;
     worker = undefined;
     if (old) void old.terminate().catch(() => undefined);
-    queue.shift()?.resolve({ ok: false, message });
-    if (queue.length === 0 || closed) return;
-    worker = start();
-    for (const p of queue) worker.postMessage(p.job);
-    armHead();
+    const failed = running;
+    running = undefined;
+    if (failed) finish(failed, { ok: false, message });
+    pump();
   };
-  const submit = (job: Job, timeoutMs: number) =>
+  const submit = (job: Job, tenant: string, timeoutMs: number, capped: boolean) =>
     new Promise<SchemaCompileResult | SchemaCheckResult>((resolve) => {
       if (closed) return resolve({ ok: false, message: 'the schema worker is closed' });
-      queue.push({ job, timeoutMs, resolve });
-      worker ??= start();
-      worker.postMessage(job);
-      armHead();
+      const count = held.get(tenant) ?? 0;
+      if (capped && count >= maxQueuedPerTenant) return resolve({ ok: false, busy: true, message: `${count} schema jobs of this tenant are already waiting or running` });
+      held.set(tenant, count + 1);
+      const pending: Pending = { job, tenant, timeoutMs, resolve };
+      const jobs = waiting.get(tenant);
+      if (jobs) jobs.push(pending);
+      else waiting.set(tenant, [pending]);
+      pump();
     });
   return {
-    compile: (key, paramName) => submit({ id: nextId++, op: 'compile', key, paramName }, compileTimeoutMs) as Promise<SchemaCompileResult>,
-    check: (key, text) => submit({ id: nextId++, op: 'check', key, text }, checkTimeoutMs) as Promise<SchemaCheckResult>,
+    compile: (key, paramName, tenant = '', compileOptions) =>
+      submit({ id: nextId++, op: 'compile', key, paramName }, tenant, compileTimeoutMs, compileOptions?.capped !== false) as Promise<SchemaCompileResult>,
+    check: (key, text, tenant = '') => submit({ id: nextId++, op: 'check', key, text }, tenant, checkTimeoutMs, false) as Promise<SchemaCheckResult>,
     async close() {
       closed = true;
       clearTimeout(timer);
       timer = undefined;
-      for (const p of queue.splice(0)) p.resolve({ ok: false, message: 'the schema worker is closed' });
+      const all = [...(running ? [running] : []), ...[...waiting.values()].flat()];
+      running = undefined;
+      waiting.clear();
+      held.clear();
+      for (const p of all) p.resolve({ ok: false, message: 'the schema worker is closed' });
       const w = worker;
       worker = undefined;
       if (w) await w.terminate();
