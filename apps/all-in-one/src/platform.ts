@@ -173,7 +173,7 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
           allowDownload: settings.allowModelDownload,
           logger,
         });
-        if (!file.ok) throw new Error(file.reason);
+        if (!file.ok) throw new ModelFileError(file.reason);
         spec = { ...spec, modelPath: file.path };
         logger.info({ revision: revision.id, source: file.source }, 'model file resolved');
       }
@@ -181,7 +181,10 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
       servingRevisions.push(revision);
       startedRevisions.set(revision.id, { ...revision, engine: spec });
     } catch (err) {
-      const message = `revision ${revision.id} is not served: ${err instanceof Error ? err.message : String(err)}`;
+      // Weir's own reasons are quoted; a library's error text is not (it can quote the bytes of
+      // whatever file a revision names, issue 14): a fixed text, and the error's class name.
+      const reason = err instanceof ModelFileError ? err.message : `its engine failed to start (${err instanceof Error ? err.name : typeof err}); check the model file and the engine settings`;
+      const message = `revision ${revision.id} is not served: ${reason}`;
       warnings.push(message);
       logger.error({ revision: revision.id }, message);
     }
@@ -555,3 +558,6 @@ function schedulingRestartTenants(before: PlatformConfig['tenants'], after: Plat
   }
   return out;
 }
+
+/** A model file Weir refused or could not find; its message is Weir's own text (safe to show). */
+class ModelFileError extends Error {}

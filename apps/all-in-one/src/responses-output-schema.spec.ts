@@ -155,4 +155,16 @@ describe('POST /v1/responses with an output schema on the real tiny model (all-i
     expect(error.param).toBe('output_schema');
     expect(error.message).toMatch(/sim@1 \(engine simulated\) does not offer JSON-schema output/);
   });
+
+  it('a repetition llama.cpp would refuse (minLength 3000) is a specific 400 naming output_schema, the keyword and the limit, before any grammar is built (issue 14)', async () => {
+    // llama.cpp refuses repetitions above 2000 and prints the whole grammar (this property name
+    // too) to stderr from native code; Weir refuses the schema before a grammar exists.
+    const schema = { type: 'object', properties: { SNTL_prop_9f3: { type: 'string', minLength: 3000 } }, required: ['SNTL_prop_9f3'] };
+    const res = await post({ model: 'tiny-stories', use_case: 'schema.test', max_tokens: 4, messages: ASK, output_schema: schema });
+    expect(res.status).toBe(400);
+    const { error } = (await res.json()) as { error: { param: string | null; code: string; message: string } };
+    expect(error).toMatchObject({ code: 'invalid_request', param: 'output_schema' });
+    expect(error.message).toMatch(/`minLength` 3000 is above 1000/);
+    expect(error.message).not.toMatch(/cannot be turned into a llama\.cpp grammar/);
+  });
 });

@@ -7,7 +7,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { loadAllInOneEnv } from '@weir/config';
-import { createLogger } from '@weir/telemetry';
+import { createLogger, type WeirLogger } from '@weir/telemetry';
 import { type Platform, type PlatformOptions, startPlatform } from './platform';
 
 /** A running test platform: the platform, its configuration file, and `stop()` (which also removes the folder unless kept). */
@@ -28,6 +28,8 @@ export interface TestPlatformOptions {
   keepDir?: boolean;
   /** Passed to `startPlatform` (admin token, signing key, staleness). */
   platform?: PlatformOptions;
+  /** The platform's logger (a test capturing log lines); default a silent one. */
+  logger?: WeirLogger;
 }
 
 /**
@@ -54,7 +56,7 @@ export async function startTestPlatform(name: string, configText: string, demoKe
       LOG_LEVEL: 'silent',
     });
     // The ops listener on a free port (its default 9464 would collide between test files).
-    const platform = await startPlatform(settings, createLogger({ name: 'weir', level: 'silent' }), { ops: { host: '127.0.0.1', port: 0 }, ...options.platform });
+    const platform = await startPlatform(settings, options.logger ?? createLogger({ name: 'weir', level: 'silent' }), { ops: { host: '127.0.0.1', port: 0 }, ...options.platform });
     return {
       platform,
       configPath,

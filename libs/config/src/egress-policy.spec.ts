@@ -1,5 +1,8 @@
 import type { LookupAddress } from 'node:dns';
-import { ConfigError, createGuardedLookup, egressPolicyFromEnv, hostAllowed, parseConfig, parseHostRule, upstreamEgressProblem, type HostRule, type LookupFunction } from './index';
+import { mkdirSync, mkdtempSync, realpathSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { ConfigError, createGuardedLookup, egressPolicyFromEnv, hostAllowed, newModelPathProblems, parseConfig, parseHostRule, upstreamEgressProblem, type HostRule, type LookupFunction } from './index';
 
 /** A configuration with one hosted revision whose engine is `engine` (snake_case). */
 function withEngine(engine: Record<string, unknown>, replicas?: Array<Record<string, unknown>>): string {
@@ -175,5 +178,57 @@ describe('createGuardedLookup (connect time)', () => {
     const lookup = createGuardedLookup([], fakeDns({ 'ok.example': ['203.0.113.7'] }));
     const got = await new Promise((resolve) => lookup('ok.example', {}, (err, address, family) => resolve({ err, address, family })));
     expect(got).toEqual({ err: null, address: '203.0.113.7', family: 4 });
+  });
+});
+
+describe('model directories (WEIR_MODEL_DIRS, issue 14)', () => {
+  let root: string;
+  beforeAll(() => {
+    root = realpathSync(mkdtempSync(path.join(tmpdir(), 'weir-model-dirs-')));
+    mkdirSync(path.join(root, 'models'));
+    mkdirSync(path.join(root, 'other'));
+    writeFileSync(path.join(root, 'other', 'secret.txt'), 'root:x');
+    symlinkSync(path.join(root, 'other', 'secret.txt'), path.join(root, 'models', 'link.gguf'));
+  });
+  afterAll(() => rmSync(root, { recursive: true, force: true }));
+
+  const revision = (modelPath: string) => `revisions:
+  - id: m@1
+    model: m
+    engine: { kind: llamacpp, model_path: ${JSON.stringify(modelPath)} }
+    context_window: 512
+    max_output_tokens: 128
+    default_output_tokens: 32
+    pricing: { input_per_mtok: 0.1, output_per_mtok: 0.2 }
+`;
+
+  it('reads absolute directories, and refuses a relative one', () => {
+    expect(egressPolicyFromEnv({}).modelDirs).toBeUndefined();
+    expect(egressPolicyFromEnv({ WEIR_MODEL_DIRS: ` ${root}/models , /opt/models ` }).modelDirs).toEqual([path.join(root, 'models'), '/opt/models']);
+    expect(() => egressPolicyFromEnv({ WEIR_MODEL_DIRS: 'models' })).toThrow(/WEIR_MODEL_DIRS: "models" is not an absolute directory/);
+  });
+
+  it('refuses at config load a model_path outside them (after resolving .. and symlinks), naming the field', () => {
+    const egress = egressPolicyFromEnv({ WEIR_MODEL_DIRS: path.join(root, 'models') });
+    expect(parseConfig(revision(path.join(root, 'models', 'a.gguf')), 'weir.yaml', { egress }).revisions[0].engine).toMatchObject({ modelPath: path.join(root, 'models', 'a.gguf') });
+    expect(parseConfig(revision('a.gguf'), 'weir.yaml', { egress, baseDir: path.join(root, 'models') }).revisions).toHaveLength(1);
+    for (const outside of ['/etc/shadow', path.join(root, 'models', '..', 'other', 'secret.txt'), path.join(root, 'models', 'link.gguf'), path.join(root, 'models-evil', 'a.gguf')]) {
+      expect(() => parseConfig(revision(outside), 'weir.yaml', { egress })).toThrow(/revisions\[0\]\.engine\.model_path: .* is not under an allowed model directory/);
+    }
+    // Unset: the configuration file is the operator's and names any path.
+    expect(parseConfig(revision('/etc/shadow'), 'weir.yaml', { egress: egressPolicyFromEnv({}) }).revisions).toHaveLength(1);
+  });
+
+  it('without WEIR_MODEL_DIRS an admin change may add a model_path only under a directory already used, the model cache or WEIR_MODEL_PATH’s directory', () => {
+    const policy = egressPolicyFromEnv({});
+    const rev = (p: string) => ({ engine: { model_path: p } });
+    const env = { WEIR_DATA_DIR: path.join(root, 'data'), WEIR_MODEL_PATH: path.join(root, 'override', 'm.gguf') };
+    const before = [rev(path.join(root, 'models', 'a.gguf')), rev('/srv/legacy/l.gguf')];
+    const ok = [rev(path.join(root, 'models', 'b.gguf')), rev(path.join(root, 'data', 'models', 'c.gguf')), rev(path.join(root, 'override', 'd.gguf')), rev('/srv/legacy/l.gguf')];
+    expect(newModelPathProblems(policy, before, [...before, ...ok], env)).toEqual([]);
+    const bad = [rev('/etc/shadow'), rev(path.join(root, 'models', 'link.gguf')), rev(path.join(root, 'other', 'x.gguf'))];
+    expect(newModelPathProblems(policy, before, [...before, ...bad], env).map((p) => p.path)).toEqual(['revisions[2].engine.model_path', 'revisions[3].engine.model_path', 'revisions[4].engine.model_path']);
+    // With WEIR_MODEL_DIRS set, parseConfig confines every path instead.
+    expect(newModelPathProblems(egressPolicyFromEnv({ WEIR_MODEL_DIRS: root }), before, bad, env)).toEqual([]);
   });
 });

@@ -9,6 +9,8 @@
  * loaded (`parseConfig`), when an engine adapter is built and at connect time (the resolved
  * address, {@link createGuardedLookup}).
  */
+import { realpathSync } from 'node:fs';
+import path from 'node:path';
 import { lookup as dnsLookup, type LookupAddress, type LookupAllOptions, type LookupOneOptions } from 'node:dns';
 import { BlockList, isIP } from 'node:net';
 import { ConfigError, type ConfigProblem } from './config-error';
@@ -46,6 +48,11 @@ export interface EgressPolicy {
   readonly modelDownloadHosts: readonly HostRule[];
   /** `WEIR_MODEL_DOWNLOAD_MAX_BYTES`: the largest model file downloaded (bytes). */
   readonly modelDownloadMaxBytes: number;
+  /**
+   * `WEIR_MODEL_DIRS`: absolute directories (symlinks resolved) a revision's `model_path` must
+   * lie under, or undefined (unset: no restriction on `model_path`; see docs/security.md §5).
+   */
+  readonly modelDirs?: readonly string[];
 }
 
 /** Default `WEIR_CREDENTIAL_ENV_ALLOW`: the `WEIR_UPSTREAM_` prefix and the two providers' customary names. */
@@ -134,8 +141,17 @@ export function egressPolicyFromEnv(env: Record<string, string | undefined> = pr
   if (!/^\d+$/.test(maxRaw) || !Number.isSafeInteger(modelDownloadMaxBytes) || modelDownloadMaxBytes < 1) {
     problems.push({ path: 'WEIR_MODEL_DOWNLOAD_MAX_BYTES', message: `expected a whole number of bytes >= 1, got "${maxRaw}"` });
   }
+  let modelDirs: string[] | undefined;
+  const dirsRaw = env.WEIR_MODEL_DIRS?.trim();
+  if (dirsRaw !== undefined && dirsRaw !== '') {
+    modelDirs = [];
+    for (const dir of list(dirsRaw)) {
+      if (!path.isAbsolute(dir)) problems.push({ path: 'WEIR_MODEL_DIRS', message: `"${dir}" is not an absolute directory` });
+      else modelDirs.push(realOrResolved(dir));
+    }
+  }
   if (problems.length > 0) throw new ConfigError('environment', problems);
-  return { credentialNames, credentialPrefixes, credentialHosts, upstreamHosts, modelDownloadHosts, modelDownloadMaxBytes };
+  return { credentialNames, credentialPrefixes, credentialHosts, upstreamHosts, modelDownloadHosts, modelDownloadMaxBytes, ...(modelDirs ? { modelDirs } : {}) };
 }
 
 let processPolicy: EgressPolicy | undefined;
@@ -262,11 +278,16 @@ export function upstreamEgressProblem(policy: EgressPolicy, url: string, credent
  */
 export function egressConfigProblems(
   policy: EgressPolicy,
-  revisions: ReadonlyArray<{ engine: { kind: string; base_url?: string; api_key_env?: string; model_url?: string }; replicas?: ReadonlyArray<{ base_url: string }> }>,
+  revisions: ReadonlyArray<{ engine: { kind: string; base_url?: string; api_key_env?: string; model_url?: string; model_path?: string }; replicas?: ReadonlyArray<{ base_url: string }> }>,
+  baseDir: string = process.cwd(),
 ): ConfigProblem[] {
   const problems: ConfigProblem[] = [];
   revisions.forEach((r, i) => {
     const e = r.engine;
+    if (e.model_path !== undefined) {
+      const p = modelPathProblem(policy, path.resolve(baseDir, e.model_path));
+      if (p) problems.push({ path: `revisions[${i}].engine.model_path`, message: p });
+    }
     const credential = e.api_key_env;
     if (credential !== undefined) {
       const p = credentialEnvProblem(policy, credential);
@@ -287,6 +308,72 @@ export function egressConfigProblems(
     }
   });
   return problems;
+}
+
+/**
+ * Whether a model file may be read from `file` (absolute): with `WEIR_MODEL_DIRS` set, its real
+ * path (symlinks and `..` resolved; for a missing file, its nearest existing parent's) must lie
+ * under one of those directories. The message names no more than the path given.
+ */
+export function modelPathProblem(policy: EgressPolicy, file: string): string | undefined {
+  if (policy.modelDirs === undefined) return undefined;
+  if (isUnder(realOrResolved(file), policy.modelDirs)) return undefined;
+  return `${file} is not under an allowed model directory: put the file in one of WEIR_MODEL_DIRS (the service's environment), or add its directory there`;
+}
+
+/** A revision's `model_path` as the configuration holds it (snake_case, possibly relative). */
+type WithModelPath = { engine: { model_path?: string } };
+
+/**
+ * The `model_path`s an admin-API change introduces that it may not (issue 14): with
+ * `WEIR_MODEL_DIRS` unset, a `model_path` the configuration did not already name must lie
+ * (real path) under the directory of a `model_path` the configuration already names (the
+ * operator's file seeded them, or an earlier checked change), under the model cache
+ * (`<WEIR_DATA_DIR>/models`, default `.data/models`) or under `WEIR_MODEL_PATH`'s directory.
+ * With `WEIR_MODEL_DIRS` set this returns nothing: {@link modelPathProblem} (run by `parseConfig`)
+ * already confines every `model_path`. Paths are resolved against `baseDir`, as `parseConfig` does.
+ * Admin changes only, never per request.
+ */
+export function newModelPathProblems(
+  policy: EgressPolicy,
+  before: ReadonlyArray<WithModelPath>,
+  after: ReadonlyArray<WithModelPath>,
+  env: Record<string, string | undefined> = process.env,
+  baseDir: string = process.cwd(),
+): ConfigProblem[] {
+  if (policy.modelDirs !== undefined) return [];
+  const known = new Set(before.flatMap((r) => (r.engine.model_path === undefined ? [] : [path.resolve(baseDir, r.engine.model_path)])));
+  const allowed = [...known].map((f) => realOrResolved(path.dirname(f)));
+  const dataDir = env.WEIR_DATA_DIR?.trim() || '.data';
+  allowed.push(realOrResolved(path.join(path.resolve(dataDir), 'models')));
+  const override = env.WEIR_MODEL_PATH?.trim();
+  if (override) allowed.push(realOrResolved(path.dirname(path.resolve(override))));
+  const problems: ConfigProblem[] = [];
+  after.forEach((r, i) => {
+    if (r.engine.model_path === undefined) return;
+    const file = path.resolve(baseDir, r.engine.model_path);
+    if (known.has(file) || isUnder(realOrResolved(file), allowed)) return;
+    problems.push({
+      path: `revisions[${i}].engine.model_path`,
+      message: `${file} is not under a directory the configuration already uses for models, the model cache or WEIR_MODEL_PATH's directory; an operator can allow directories with WEIR_MODEL_DIRS`,
+    });
+  });
+  return problems;
+}
+
+function isUnder(real: string, dirs: readonly string[]): boolean {
+  return dirs.some((dir) => real === dir || real.startsWith(dir.endsWith(path.sep) ? dir : dir + path.sep));
+}
+
+/** `p`'s real path; for a path that does not exist, its nearest existing ancestor's real path joined with the rest. */
+function realOrResolved(p: string): string {
+  const abs = path.resolve(p);
+  try {
+    return realpathSync(abs);
+  } catch {
+    const parent = path.dirname(abs);
+    return parent === abs ? abs : path.join(realOrResolved(parent), path.basename(abs));
+  }
 }
 
 /** Whether a model may be downloaded from `url`'s host; a message saying how to allow it otherwise. */

@@ -35,6 +35,8 @@ export {
   METADATA_NAMES,
   METADATA_RANGES,
   modelDownloadHostProblem,
+  modelPathProblem,
+  newModelPathProblems,
   parseHostRule,
   processEgressPolicy,
   upstreamEgressProblem,

@@ -66,7 +66,7 @@ export function parseConfig(text: string, sourceName: string, options: ParseConf
   const result = configFileSchema.safeParse(raw, { error: fallbackMessage });
   if (!result.success) throw new ConfigError(sourceName, issuesToProblems(result.error.issues));
 
-  const problems = [...crossCheck(result.data), ...egressConfigProblems(options.egress ?? processEgressPolicy(), result.data.revisions)];
+  const problems = [...crossCheck(result.data), ...egressConfigProblems(options.egress ?? processEgressPolicy(), result.data.revisions, options.baseDir ?? process.cwd())];
   if (problems.length > 0) throw new ConfigError(sourceName, problems);
 
   return toPlatformConfig(result.data, options.baseDir ?? process.cwd());

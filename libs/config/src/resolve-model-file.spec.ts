@@ -127,7 +127,7 @@ describe('resolveModelFile', () => {
     writeFileSync(local, BODY);
     const spec = engine({ modelPath: local, modelUrl: `${baseUrl}/model.gguf`, modelSha256: GOOD_SHA });
     const other = path.join(dir, 'other.gguf');
-    writeFileSync(other, 'x');
+    writeFileSync(other, 'GGUFx');
     await expect(resolveModelFile(spec, { modelPathOverride: other, cacheDir: cacheDir(), allowDownload: true })).resolves.toEqual({
       ok: true,
       path: other,
@@ -138,7 +138,21 @@ describe('resolveModelFile', () => {
     expect(existsSync(cacheDir())).toBe(false);
   });
 
-  it('fails when the override does not exist, naming WEIR_MODEL_PATH', async () => {
+  it('refuses an existing file that is not GGUF with a fixed reason quoting none of its bytes, before llama.cpp sees it (issue 14)', async () => {
+    const shadowLike = path.join(dir, 'shadow');
+    writeFileSync(shadowLike, 'root:$6$SECRETHASH:19000:0:99999:7:::\n');
+    const short = path.join(dir, 'short.gguf');
+    writeFileSync(short, 'GG');
+    for (const file of [shadowLike, short]) {
+      const viaPath = await resolveModelFile(engine({ modelPath: file, modelSha256: GOOD_SHA }), { cacheDir: cacheDir(), allowDownload: false });
+      expect(viaPath).toEqual({ ok: false, reason: `${file} is not a GGUF model file` });
+      const viaOverride = await resolveModelFile(engine({}), { modelPathOverride: file, cacheDir: cacheDir(), allowDownload: false });
+      expect(viaOverride).toEqual({ ok: false, reason: `${file} is not a GGUF model file` });
+    }
+    expect(requests).toEqual([]);
+  });
+
+    it('fails when the override does not exist, naming WEIR_MODEL_PATH', async () => {
     const result = await resolveModelFile(engine({ modelUrl: `${baseUrl}/model.gguf`, modelSha256: GOOD_SHA }), {
       modelPathOverride: path.join(dir, 'nope.gguf'),
       cacheDir: cacheDir(),

@@ -1,6 +1,6 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { createReadStream, createWriteStream } from 'node:fs';
-import { mkdir, rename, stat, unlink } from 'node:fs/promises';
+import { mkdir, open, rename, stat, unlink } from 'node:fs/promises';
 import { type IncomingMessage, request as httpRequest } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import path from 'node:path';
@@ -51,7 +51,9 @@ export type ResolveModelFileResult = { ok: true; path: string; source: ModelFile
 /**
  * Finds the GGUF file of a llama.cpp engine, in this order:
  * 1. `modelPathOverride` (`WEIR_MODEL_PATH`), which must exist;
- * 2. the engine's `modelPath`, if it exists;
+ * 2. the engine's `modelPath`, if it exists.
+ * Either must start with the GGUF magic (Weir reads 4 bytes; otherwise the reason is the fixed
+ * `<path> is not a GGUF model file`, quoting nothing of the file), then:
  * 3. `<cacheDir>/<modelSha256>.gguf`, if its sha256 matches (a mismatching file is deleted);
  * 4. a download of `modelUrl` (if `allowDownload`) into a temporary file in `cacheDir`, whose
  *    sha256 is checked before it is renamed into place (on a mismatch it is deleted). The URL
@@ -68,13 +70,13 @@ export async function resolveModelFile(engine: LlamaCppEngineSpec, options: Reso
 
   if (options.modelPathOverride) {
     const override = path.resolve(options.modelPathOverride);
-    if (await isFile(override)) return { ok: true, path: override, source: 'override' };
+    if (await isFile(override)) return ggufOrRefused(override, 'override');
     return { ok: false, reason: `WEIR_MODEL_PATH names ${override}, which is not a readable file; fix the path or unset WEIR_MODEL_PATH` };
   }
 
   if (engine.modelPath !== undefined) {
     const configured = path.resolve(engine.modelPath);
-    if (await isFile(configured)) return { ok: true, path: configured, source: 'path' };
+    if (await isFile(configured)) return ggufOrRefused(configured, 'path');
     log?.warn({ modelPath: configured }, 'configured model_path does not exist; looking in the model cache');
   }
 
@@ -194,6 +196,34 @@ function get(url: string, lookup: LookupFunction, signal: AbortSignal | undefine
     req.on('error', reject);
     req.end();
   });
+}
+
+/** The four bytes every GGUF file starts with. */
+const GGUF_MAGIC = Buffer.from('GGUF', 'latin1');
+
+/**
+ * Whether the file at `p` starts with the GGUF magic. Weir reads these 4 bytes itself, so that
+ * a file that is not a model never reaches llama.cpp, whose error would quote the file's first
+ * bytes (e.g. `got "root"` for /etc/shadow). False for an unreadable or shorter file.
+ */
+export async function isGgufFile(p: string): Promise<boolean> {
+  let handle;
+  try {
+    handle = await open(p, 'r');
+    const head = Buffer.alloc(4);
+    const { bytesRead } = await handle.read(head, 0, 4, 0);
+    return bytesRead === 4 && head.equals(GGUF_MAGIC);
+  } catch {
+    return false;
+  } finally {
+    await handle?.close().catch(() => undefined);
+  }
+}
+
+/** `{ok: true}` for a GGUF file, else a fixed reason that names the path and quotes none of its bytes. */
+async function ggufOrRefused(p: string, source: ModelFileSource): Promise<ResolveModelFileResult> {
+  if (await isGgufFile(p)) return { ok: true, path: p, source };
+  return { ok: false, reason: `${p} is not a GGUF model file` };
 }
 
 async function isFile(p: string): Promise<boolean> {

@@ -330,6 +330,29 @@ describe('the control plane admin API', () => {
     expect(((await badJson.json()) as Json).error.code).toBe('invalid_json');
   });
 
+  it('refuses a revision whose model_path lies outside the model directories (e.g. /etc/shadow) with 400 naming the field, committing nothing (issue 14)', async () => {
+    const version = await latestVersion();
+    const audits = await auditCount();
+    const published = sink.snapshots.length;
+    const spec = (await call('GET', '/revisions/tiny@2')).body.spec;
+    for (const modelPath of ['/etc/shadow', '/proc/self/environ']) {
+      const res = await call('POST', '/revisions', {
+        ...spec,
+        id: 'evil95@1',
+        model: 'evil95',
+        engine: { kind: 'llamacpp', model_path: modelPath, model_sha256: '0'.repeat(64) },
+      });
+      expect(res.status).toBe(400);
+      expect(res.body.error).toMatchObject({ code: 'invalid_config' });
+      expect(res.body.error.problems).toEqual([expect.objectContaining({ path: expect.stringMatching(/^revisions\[\d+\]\.engine\.model_path$/) })]);
+      expect(res.body.error.message).toMatch(/not under a directory the configuration already uses for models/);
+    }
+    expect(await database.db.selectFrom('model_revisions').select('id').where('id', '=', 'evil95@1').executeTakeFirst()).toBeUndefined();
+    expect(await latestVersion()).toBe(version);
+    expect(await auditCount()).toBe(audits);
+    expect(sink.snapshots.length).toBe(published);
+  });
+
   it('keeps revisions immutable except for deprecation', async () => {
     const changed = await call('PATCH', '/revisions/tiny@1', { pricing: { input_per_mtok: 9, output_per_mtok: 9 } });
     expect(changed.status).toBe(409);

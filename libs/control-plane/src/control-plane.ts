@@ -1,5 +1,5 @@
 import { type Kysely, type Selectable, sql, type Transaction } from 'kysely';
-import { isConfigError, parseConfig } from '@weir/config';
+import { isConfigError, newModelPathProblems, parseConfig, processEgressPolicy } from '@weir/config';
 import type { WeirSchema } from '@weir/store-pg';
 import { InvalidChangeError } from './admin-error';
 import { composeConfig } from './compose-config';
@@ -213,12 +213,17 @@ export function createControlPlane(options: ControlPlaneOptions, deps: ControlPl
       const withSnapshot = changeOptions.snapshot ?? true;
       const committed = await db.transaction().execute(async (trx) => {
         await lockChanges(trx);
+        // An admin change may not point a revision at a model file outside the directories the
+        // configuration already uses (issue 14); the configuration before it says which.
+        const before = withSnapshot ? await composeConfig(trx) : undefined;
         const applied = await apply(trx);
         const at = now();
         let version: number | null = null;
         if (withSnapshot) {
           const config = await composeConfig(trx);
           validateComposed(config);
+          const refused = newModelPathProblems(processEgressPolicy(), (before?.revisions ?? []) as never, (config.revisions ?? []) as never);
+          if (refused.length > 0) throw new InvalidChangeError(refused);
           version = await insertSnapshot(trx, config, description.actor.id, at);
         }
         await writeAudit(trx, description, applied.before, applied.after, version, at);

@@ -431,7 +431,7 @@ describe('POST /v1/responses on a llama.cpp revision: schemas its grammar cannot
   afterAll(() => h.gw.close());
 
   it.each([
-    ['a bound llama.cpp would fail on (and print the grammar to stderr)', { type: 'object', properties: { secret_field_name: { type: 'string', minLength: 1_000_000 } } }, /`output_schema` cannot be used with revision fake@1 \(llama.cpp\): at `\/properties\/secret_field_name`: `minLength` 1000000 is above 4096/],
+    ['a bound llama.cpp would fail on (and print the grammar to stderr)', { type: 'object', properties: { secret_field_name: { type: 'string', minLength: 1_000_000 } } }, /`output_schema` cannot be used with revision fake@1 \(llama.cpp\): at `\/properties\/secret_field_name`: `minLength` 1000000 is above 1000/],
     ['a keyword the grammar cannot express', { type: 'object', properties: { a: { not: { type: 'null' } } } }, /at `\/properties\/a`: `not` cannot be expressed/],
   ])('refuses %s with a 400 naming output_schema, before reserving or reaching the engine', async (_name, schema, message) => {
     const res = await h.gw.post('/v1/responses', { model: 'fake', use_case: 'x', max_tokens: 4, messages: [{ role: 'user', content: 'Hi' }], output_schema: schema });

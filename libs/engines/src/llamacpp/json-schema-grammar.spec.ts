@@ -23,8 +23,8 @@ describe('toGrammarSchema', () => {
     ['not', { not: { type: 'null' } }, '', /`not`/],
     ['false', { type: 'object', properties: { 'a/b': false } }, '/properties/a~1b', /no value/],
     // llama.cpp fails on huge repetitions and prints the whole grammar (quoting the schema) to stderr.
-    ['a huge minLength', { type: 'object', properties: { ssn: { type: 'string', minLength: 1_000_000 } } }, '/properties/ssn', /`minLength` 1000000 is above 4096/],
-    ['a huge maxItems', { type: 'array', items: { type: 'integer' }, maxItems: 5_000 }, '', /^at its root: `maxItems` 5000 is above 4096/],
+    ['a huge minLength', { type: 'object', properties: { ssn: { type: 'string', minLength: 1_000_000 } } }, '/properties/ssn', /`minLength` 1000000 is above 1000, the largest the llama.cpp grammar accepts/],
+    ['a huge maxItems', { type: 'array', items: { type: 'integer' }, maxItems: 5_000 }, '', /^at its root: `maxItems` 5000 is above 1000, the largest the llama.cpp grammar accepts/],
     ['an empty schema at the root', {}, '', /^at its root: accepts any value/],
   ])('refuses %s with the pointer of the node', (_name, input, pointer, message) => {
     let error: unknown;

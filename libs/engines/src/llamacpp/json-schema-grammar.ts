@@ -72,11 +72,12 @@ type Node = Record<string, unknown>;
 /**
  * The largest length, item or property count a grammar is built with. Each bound becomes a
  * repetition in the GBNF grammar; llama.cpp expands repetitions when it parses the grammar, and
- * a huge one fails there — printing the whole grammar (which quotes the schema's property
- * names) to stderr — or exhausts memory. Default 4,096: far beyond what an output limit of a
- * few thousand tokens can fill.
+ * one above its `MAX_REPETITION_THRESHOLD` (2,000 in the bundled llama.cpp) fails there —
+ * printing the whole grammar (which quotes the schema's property names and enums) to the
+ * process's stderr from native code — and a huge one exhausts memory. So every bound is
+ * refused above 1,000 (half llama.cpp's limit, as margin) before any grammar is built.
  */
-export const MAX_GRAMMAR_REPETITION = 4_096;
+export const MAX_GRAMMAR_REPETITION = 1_000;
 const BOUNDS = ['minLength', 'maxLength', 'minItems', 'maxItems', 'minProperties', 'maxProperties'];
 
 const escape = (key: string) => key.replace(/~/g, '~0').replace(/\//g, '~1');
@@ -109,7 +110,7 @@ function rewrite(value: unknown, at: string, lifted: Record<string, unknown>, is
   for (const k of BOUNDS) {
     const bound = node[k];
     if (typeof bound === 'number' && bound > MAX_GRAMMAR_REPETITION) {
-      throw new UnsupportedSchemaError(at, `\`${k}\` ${bound} is above ${MAX_GRAMMAR_REPETITION}, the largest the llama.cpp grammar is built with; lower it`);
+      throw new UnsupportedSchemaError(at, `\`${k}\` ${bound} is above ${MAX_GRAMMAR_REPETITION}, the largest the llama.cpp grammar accepts; lower it to ${MAX_GRAMMAR_REPETITION} or less`);
     }
   }
 

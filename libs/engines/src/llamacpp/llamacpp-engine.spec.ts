@@ -227,6 +227,22 @@ describe('createLlamaCppEngine (real stories260K model)', () => {
       expect(isWeirError(error) && error.message).toMatch(/allOf/);
       expect(engine.stats().generatedTokens).toBe(before.generatedTokens);
     });
+
+    it('refuses a repetition above 1000 (llama.cpp refuses above 2000, printing the grammar to stderr) with the keyword, before any grammar is built (issue 14)', async () => {
+      const schema = { type: 'object', properties: { SNTL: { type: 'string', minLength: 3000 } }, required: ['SNTL'] };
+      const { events, error } = await collectEngineEvents(engine, engineRequest(story, { outputSchema: schema }));
+      expect(events).toEqual([]);
+      expect(isWeirError(error) && [error.code, error.param]).toEqual(['invalid_request', 'output_schema']);
+      // The specific message comes from the schema check; the grammar generator's failure would be the generic one.
+      expect(isWeirError(error) && error.message).toMatch(/`minLength` 3000 is above 1000/);
+    });
+
+    it('builds a grammar at the repetition bound (1000) without error', async () => {
+      const schema = { type: 'object', properties: { s: { type: 'string', minLength: 1000 } } };
+      const { events, error } = await collectEngineEvents(engine, engineRequest(story, { outputSchema: schema, maxOutputTokens: 2 }));
+      expect(error).toBeUndefined();
+      expect(endOf(events).type).toBe('end');
+    });
   });
 
   it('keeps the engine counters monotonic and consistent with usage', async () => {
