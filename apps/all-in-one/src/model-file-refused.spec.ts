@@ -55,9 +55,10 @@ describe('a revision naming a file that is not a GGUF model (all-in-one start-up
     files = mkdtempSync(path.join(os.tmpdir(), 'weir-badmodel-'));
     const notGguf = path.join(files, 'shadow');
     writeFileSync(notGguf, `${SECRET}\n`);
-    // Starts with the magic, so only llama.cpp itself can refuse it (its error text is not shown).
+    // A plausible header (version 3, no tensors, no metadata), so only llama.cpp itself can refuse
+    // it (its error text is not shown).
     const fakeGguf = path.join(files, 'fake.gguf');
-    writeFileSync(fakeGguf, Buffer.concat([Buffer.from('GGUF'), Buffer.from(SECRET.repeat(8))]));
+    writeFileSync(fakeGguf, Buffer.concat([Buffer.from('GGUF'), Buffer.from([3, 0, 0, 0]), Buffer.alloc(16), Buffer.from(SECRET.repeat(8))]));
     const sink = new Writable({
       write(chunk: Buffer, _enc, done) {
         lines.push(chunk.toString('utf8'));

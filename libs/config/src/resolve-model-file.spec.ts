@@ -6,8 +6,10 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { LlamaCppEngineSpec } from '@weir/core';
 import { egressPolicyFromEnv, type LookupFunction, resolveModelFile } from './index';
+import { isGgufFile } from './resolve-model-file';
 
-const BODY = Buffer.from('GGUF'.repeat(4096)); // 16 KiB stands in for a model
+/** 16 KiB that stand in for a model: a GGUF header (version 3, no tensors, no metadata), then filler. */
+const BODY = Buffer.concat([Buffer.from('GGUF', 'latin1'), Buffer.from([3, 0, 0, 0]), Buffer.alloc(16), Buffer.from('GGUF'.repeat(4090))]);
 const GOOD_SHA = createHash('sha256').update(BODY).digest('hex');
 const WRONG_SHA = 'b'.repeat(64);
 
@@ -127,7 +129,7 @@ describe('resolveModelFile', () => {
     writeFileSync(local, BODY);
     const spec = engine({ modelPath: local, modelUrl: `${baseUrl}/model.gguf`, modelSha256: GOOD_SHA });
     const other = path.join(dir, 'other.gguf');
-    writeFileSync(other, 'GGUFx');
+    writeFileSync(other, Buffer.concat([Buffer.from('GGUF', 'latin1'), Buffer.from([3, 0, 0, 0]), Buffer.alloc(16)]));
     await expect(resolveModelFile(spec, { modelPathOverride: other, cacheDir: cacheDir(), allowDownload: true })).resolves.toEqual({
       ok: true,
       path: other,
@@ -143,13 +145,31 @@ describe('resolveModelFile', () => {
     writeFileSync(shadowLike, 'root:$6$SECRETHASH:19000:0:99999:7:::\n');
     const short = path.join(dir, 'short.gguf');
     writeFileSync(short, 'GG');
-    for (const file of [shadowLike, short]) {
+    // The magic and version 3, then counts read from text: billions of tensors in a 25-byte file
+    // (node-llama-cpp's reader loops on it and the start never ends).
+    const forged = path.join(dir, 'forged.gguf');
+    writeFileSync(forged, Buffer.concat([Buffer.from('GGUF', 'latin1'), Buffer.from([3, 0, 0, 0]), Buffer.from('SECRETFAKE-QWERTY', 'latin1')]));
+    const oldVersion = path.join(dir, 'v9.gguf');
+    writeFileSync(oldVersion, Buffer.concat([Buffer.from('GGUF', 'latin1'), Buffer.from([9, 0, 0, 0]), Buffer.alloc(16)]));
+    for (const file of [shadowLike, short, forged, oldVersion]) {
       const viaPath = await resolveModelFile(engine({ modelPath: file, modelSha256: GOOD_SHA }), { cacheDir: cacheDir(), allowDownload: false });
       expect(viaPath).toEqual({ ok: false, reason: `${file} is not a GGUF model file` });
       const viaOverride = await resolveModelFile(engine({}), { modelPathOverride: file, cacheDir: cacheDir(), allowDownload: false });
       expect(viaOverride).toEqual({ ok: false, reason: `${file} is not a GGUF model file` });
     }
     expect(requests).toEqual([]);
+  });
+
+  it('takes a GGUF header whose counts the file can hold (an empty model: no tensors, no metadata)', async () => {
+    const empty = path.join(dir, 'empty.gguf');
+    writeFileSync(empty, Buffer.concat([Buffer.from('GGUF', 'latin1'), Buffer.from([3, 0, 0, 0]), Buffer.alloc(16)]));
+    await expect(isGgufFile(empty)).resolves.toBe(true);
+    const oneTensorShort = path.join(dir, 'one-tensor.gguf');
+    const header = Buffer.concat([Buffer.from('GGUF', 'latin1'), Buffer.from([3, 0, 0, 0]), Buffer.from([1, 0, 0, 0, 0, 0, 0, 0]), Buffer.alloc(8)]);
+    writeFileSync(oneTensorShort, Buffer.concat([header, Buffer.alloc(23)]));
+    await expect(isGgufFile(oneTensorShort)).resolves.toBe(false);
+    writeFileSync(oneTensorShort, Buffer.concat([header, Buffer.alloc(24)]));
+    await expect(isGgufFile(oneTensorShort)).resolves.toBe(true);
   });
 
     it('fails when the override does not exist, naming WEIR_MODEL_PATH', async () => {

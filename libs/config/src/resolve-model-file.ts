@@ -200,19 +200,34 @@ function get(url: string, lookup: LookupFunction, signal: AbortSignal | undefine
 
 /** The four bytes every GGUF file starts with. */
 const GGUF_MAGIC = Buffer.from('GGUF', 'latin1');
+/** GGUF's fixed header: magic, version (u32), tensor count (u64), metadata key/value count (u64). */
+const GGUF_HEADER_BYTES = 24;
+/** The fewest bytes one tensor's info takes (name length u64, n_dims u32, a dimension u64, type u32). */
+const MIN_TENSOR_INFO_BYTES = 24;
+/** The fewest bytes one metadata entry takes (key length u64, value type u32, a 1-byte value). */
+const MIN_KV_BYTES = 13;
 
 /**
- * Whether the file at `p` starts with the GGUF magic. Weir reads these 4 bytes itself, so that
- * a file that is not a model never reaches llama.cpp, whose error would quote the file's first
- * bytes (e.g. `got "root"` for /etc/shadow). False for an unreadable or shorter file.
+ * Whether the file at `p` has a plausible GGUF header: the magic, version 2 or 3, and tensor and
+ * metadata counts that the file's size can hold (GGUF spec, ggml/docs/gguf.md: each tensor info
+ * and each key/value takes at least {@link MIN_TENSOR_INFO_BYTES} and {@link MIN_KV_BYTES}).
+ * Weir reads these 24 bytes itself, so that a file that is not a model never reaches llama.cpp,
+ * whose error would quote the file's first bytes (e.g. `got "root"` for /etc/shadow), and a
+ * truncated or forged header (counts of billions in a tiny file) never sends node-llama-cpp's
+ * reader into a loop that holds the start for good. False for an unreadable or shorter file.
  */
 export async function isGgufFile(p: string): Promise<boolean> {
   let handle;
   try {
     handle = await open(p, 'r');
-    const head = Buffer.alloc(4);
-    const { bytesRead } = await handle.read(head, 0, 4, 0);
-    return bytesRead === 4 && head.equals(GGUF_MAGIC);
+    const head = Buffer.alloc(GGUF_HEADER_BYTES);
+    const { bytesRead } = await handle.read(head, 0, GGUF_HEADER_BYTES, 0);
+    if (bytesRead !== GGUF_HEADER_BYTES || !head.subarray(0, 4).equals(GGUF_MAGIC)) return false;
+    const version = head.readUInt32LE(4);
+    if (version !== 2 && version !== 3) return false;
+    const size = BigInt((await handle.stat()).size);
+    const needed = BigInt(GGUF_HEADER_BYTES) + head.readBigUInt64LE(8) * BigInt(MIN_TENSOR_INFO_BYTES) + head.readBigUInt64LE(16) * BigInt(MIN_KV_BYTES);
+    return needed <= size;
   } catch {
     return false;
   } finally {
