@@ -40,6 +40,8 @@ describe('readJsonBody', () => {
     ['a non-JSON media type as no body', '{"a":1}', { 'content-type': 'text/plain' }, { body: '<none>' }],
     ['no content type as no body', '{"a":1}', {}, { body: '<none>' }],
     ['a non-UTF charset as 415', '{}', { 'content-type': 'application/json; charset=latin1' }, { error: 'unsupported_media_type' }],
+    ['utf8 (no hyphen) as UTF-8', '{"a":"\u00e9"}', { 'content-type': 'application/json; charset=utf8' }, { body: { a: '\u00e9' } }],
+    ['us-ascii as UTF-8', '{"a":1}', { 'content-type': 'application/json; charset=US-ASCII' }, { body: { a: 1 } }],
     ['invalid JSON as 400 invalid_json', '{"a":', { 'content-type': 'application/json' }, { error: 'invalid_json' }],
     ['a declared length over the limit as 413', 'x'.repeat(65), { 'content-type': 'application/json' }, { error: 'payload_too_large' }],
     ['gzip', gzipSync('{"z":"g"}'), { 'content-type': 'application/json', 'content-encoding': 'gzip' }, { body: { z: 'g' } }],

@@ -126,8 +126,10 @@ export async function readJsonBody(req: IncomingMessage, limit: number, maxDepth
   if (!hasBody(req)) return undefined;
   const media = mediaType(req.headers['content-type']);
   if (!media || !isJsonType(media.type)) return undefined;
-  const charset = media.charset ?? 'utf-8';
-  if (!charset.startsWith('utf-')) throw new WeirError('unsupported_media_type', 'Send the body as UTF-8 JSON.');
+  // `utf8` is a common spelling of UTF-8, and US-ASCII a subset of it: both read as UTF-8.
+  const declared = media.charset;
+  const charset = declared === undefined || declared === 'utf8' || declared === 'us-ascii' ? 'utf-8' : declared;
+  if (!charset.startsWith('utf-')) throw new WeirError('unsupported_media_type', `The body's charset ${charset} is not accepted: send the body as UTF-8 JSON.`);
   const encoding = (req.headers['content-encoding'] ?? 'identity').toLowerCase();
   let source: Readable = req;
   if (encoding !== 'identity') {
@@ -147,7 +149,7 @@ export async function readJsonBody(req: IncomingMessage, limit: number, maxDepth
   const bytes = await readAll(req, source, limit, encoding === 'identity' ? Number.parseInt(req.headers['content-length'] ?? '', 10) : Number.NaN);
   if (bytes.length === 0) return {};
   let text: string;
-  if (charset === 'utf-8' || charset === 'utf8') text = bytes.toString('utf8');
+  if (charset === 'utf-8') text = bytes.toString('utf8');
   else {
     try {
       text = new TextDecoder(charset).decode(bytes);
