@@ -595,6 +595,10 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
       announcer.note(admitted.revision, countdown, wallNow);
     }
     const answer: Answer = { generationId, requestId, modelRevision: admitted.revision.id, createdS, transcript, replayed: false, endedInQueue: false };
+    // A keyed request's check overlaps routing, counting and admission but not dispatch: its
+    // relay leaves the result for retries when it ends, which must never hold an answer a block
+    // withheld from the client (an unkeyed request's check also overlaps dispatch).
+    if (inputCheck && retain && !inputCheck.verdict) await inputCheck.promise;
     const started = await admitted.start(gone.signal).catch(async (err: unknown) => {
       const failed = failedOutcome(admitted.revision.id, err);
       transcript.end(failed);

@@ -265,3 +265,27 @@ describe('POST /v1/moderations', () => {
     expect((await gw.post('/v1/moderations', { input: 'x' }, {}, 'wk_bad_key')).status).toBe(401);
   });
 });
+
+describe('input moderation and idempotency keys', () => {
+  it('a keyed request is checked before dispatch: blocked, it never reaches the upstream; its key is freed and a retry is checked (and blocked) anew', async () => {
+    const policy: TenantModeration = { input: { engine: 'rules', fail: 'closed', timeoutMs: 2_000 }, rules: RULES };
+    const slowPolicies = (p: ModerationPolicies): ModerationPolicies => ({ ...p, of: (k) => { const plan = p.of(k); return plan?.input ? { ...plan, input: { ...plan.input, engine: slow(plan.input.engine, 80) } } : plan; } });
+    const { gw, stats } = await start([' a', ' b', ' c'], 1, policy, slowPolicies);
+    const first = await gw.post('/v1/chat/completions', chat(false), { 'Idempotency-Key': 'blocked-1' });
+    expect(first.status).toBe(400);
+    expect((await first.json()).error.code).toBe('content_filter');
+    const [rec] = await records(gw, 1);
+    expect(rec).toMatchObject({ finishReason: 'content_filter', outputTokens: 0 });
+    expect(stats.produced).toBe(0);
+    const again = await gw.post('/v1/chat/completions', chat(false), { 'Idempotency-Key': 'blocked-1' });
+    expect(again.status).toBe(400);
+    expect((await again.json()).error.code).toBe('content_filter');
+    // One zero-token record per attempt (each was admitted, then ended before any engine work).
+    await records(gw, 2);
+    expect(gw.records.map((r) => [r.finishReason, r.outputTokens, r.costNanoUsd])).toEqual([
+      ['content_filter', 0, 0],
+      ['content_filter', 0, 0],
+    ]);
+    expect(stats.started).toBe(0);
+  });
+});

@@ -387,6 +387,8 @@ export function createRelay(deps: RelayDeps): Relay {
               }
             : {}),
           usageSource,
+          // Blocked by input moderation: the error a retry of a keyed request is answered with too.
+          ...(inputFlagged && !failure ? { error: { code: 'content_filter', message: 'The input was blocked by moderation; nothing was generated for you. Change the input.' } } : {}),
         };
         // Every schema-constrained output is validated here, once: an invalid one ends as
         // `output_invalid` in the usage record, the end event and every replay alike.
