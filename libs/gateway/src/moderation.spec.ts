@@ -15,6 +15,9 @@ import { compileModerationPolicies, type ModerationEngine, type ModerationPolici
 import OpenAI from 'openai';
 import { startTestGateway, type TestGateway, twoTenantConfig } from './test-support';
 
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- response bodies are read loosely
+type Json = any;
+
 /** An engine that streams `pieces` one per `delayMs`, one token each, and counts what it produced. */
 function scriptedEngine(pieces: string[], delayMs: number) {
   const stats = { produced: 0, aborted: false, started: 0 };
@@ -97,7 +100,7 @@ describe('input moderation', () => {
     const res = await gw.post('/v1/chat/completions', chat(stream));
     expect(res.status).toBe(400);
     expect(res.headers.get('content-type')).toContain('application/json');
-    const body = await res.json();
+    const body = (await res.json()) as Json;
     expect(body.error).toMatchObject({ code: 'content_filter', type: 'invalid_request_error' });
     expect(body.error.message).toContain('violence');
     expect(JSON.stringify(body)).not.toContain(' w0');
@@ -114,7 +117,7 @@ describe('input moderation', () => {
     const { gw, stats } = await start([' a', ' b', ' c'], 2, policy, slowInput(60));
     const res = await gw.post('/v1/chat/completions', { ...chat(false), messages: [{ role: 'user', content: 'a calm question' }] });
     expect(res.status).toBe(200);
-    const body = await res.json();
+    const body = (await res.json()) as Json;
     expect(body.choices[0]).toMatchObject({ message: { content: ' a b c' }, finish_reason: 'stop' });
     expect(stats.produced).toBe(3);
     expect((await records(gw, 1))[0]).toMatchObject({ finishReason: 'stop', outputTokens: 3 });
@@ -131,13 +134,13 @@ describe('input moderation', () => {
     let { gw } = await start([' a', ' b'], 2, policy, broken);
     let res = await gw.post('/v1/chat/completions', { ...chat(false), messages: [{ role: 'user', content: 'fine' }] });
     expect(res.status).toBe(503);
-    expect((await res.json()).error.code).toBe('upstream_unavailable');
+    expect(((await res.json()) as Json).error.code).toBe('upstream_unavailable');
     expect((await records(gw, 1))[0].finishReason).toBe('content_filter');
     await gw.close();
     ({ gw } = await start([' a', ' b'], 2, { ...policy, input: { ...policy.input!, fail: 'open' } }, broken));
     res = await gw.post('/v1/chat/completions', { ...chat(false), messages: [{ role: 'user', content: 'fine' }] });
     expect(res.status).toBe(200);
-    expect((await res.json()).choices[0].message.content).toBe(' a b');
+    expect(((await res.json()) as Json).choices[0].message.content).toBe(' a b');
   });
 });
 
@@ -159,13 +162,13 @@ describe('output moderation', () => {
     expect(stats.produced).toBeLessThan(pieces.length);
   }
 
-  const sseData = async (res: Response) => (await res.text()).split('\n').filter((l) => l.startsWith('data: ') && l !== 'data: [DONE]').map((l) => JSON.parse(l.slice(6)));
+  const sseData = async (res: Response): Promise<Json[]> => (await res.text()).split('\n').filter((l) => l.startsWith('data: ') && l !== 'data: [DONE]').map((l) => JSON.parse(l.slice(6)));
 
   it('chat completions, not streamed: finish_reason content_filter, the flagged window withheld', async () => {
     const { gw, stats } = await start(pieces, 3, policy);
     const res = await gw.post('/v1/chat/completions', chat(false));
     expect(res.status).toBe(200);
-    const body = await res.json();
+    const body = (await res.json()) as Json;
     expect(body.choices[0].finish_reason).toBe('content_filter');
     await expectCut(body.choices[0].message.content, stats, gw);
   });
@@ -182,7 +185,7 @@ describe('output moderation', () => {
     const { gw, stats } = await start(pieces, 3, policy);
     const res = await gw.post('/v1/completions', { model: 'fake', prompt: 'a story', max_tokens: 100, stream });
     if (!stream) {
-      const body = await res.json();
+      const body = (await res.json()) as Json;
       expect(body.choices[0].finish_reason).toBe('content_filter');
       return expectCut(body.choices[0].text, stats, gw);
     }
@@ -195,7 +198,7 @@ describe('output moderation', () => {
     const { gw, stats } = await start(pieces, 3, policy);
     const res = await gw.post('/v1/generations', { model_alias: 'fake', input: 'a story', stream });
     if (!stream) {
-      const body = await res.json();
+      const body = (await res.json()) as Json;
       expect(body.finish_reason).toBe('content_filter');
       return expectCut(body.text, stats, gw);
     }
@@ -211,7 +214,7 @@ describe('output moderation', () => {
     const { gw, stats } = await start(pieces, 3, policy);
     const res = await gw.post('/v1/responses', { model: 'fake', input: 'a story', stream });
     if (!stream) {
-      const body = await res.json();
+      const body = (await res.json()) as Json;
       expect(body).toMatchObject({ status: 'incomplete', incomplete_details: { reason: 'content_filter' } });
       return expectCut(body.output[0].content[0].text, stats, gw);
     }
@@ -224,18 +227,18 @@ describe('output moderation', () => {
   it('releases a clean answer whole (the held tail is checked at the end)', async () => {
     const clean = ['Once', ' upon', ' a', ' time', '.'];
     const { gw } = await start(clean, 1, policy);
-    const body = await (await gw.post('/v1/chat/completions', chat(false))).json();
+    const body = (await (await gw.post('/v1/chat/completions', chat(false))).json()) as Json;
     expect(body.choices[0]).toMatchObject({ message: { content: 'Once upon a time.' }, finish_reason: 'stop' });
     expect((await records(gw, 1))[0]).toMatchObject({ finishReason: 'stop', outputTokens: 5 });
   });
 
   it('a keyed request retains only what the client was sent (a repeat replays the cut answer)', async () => {
     const { gw } = await start(pieces, 3, policy);
-    const first = await (await gw.post('/v1/chat/completions', chat(false), { 'Idempotency-Key': 'k-1' })).json();
+    const first = (await (await gw.post('/v1/chat/completions', chat(false), { 'Idempotency-Key': 'k-1' })).json()) as Json;
     await records(gw, 1);
     const again = await gw.post('/v1/chat/completions', chat(false), { 'Idempotency-Key': 'k-1' });
     expect(again.headers.get('idempotent-replayed')).toBe('true');
-    const body = await again.json();
+    const body = (await again.json()) as Json;
     expect(body.choices[0].message.content).toBe(first.choices[0].message.content);
     expect(body.choices[0].finish_reason).toBe('content_filter');
     expect(gw.records).toHaveLength(1);
@@ -258,10 +261,10 @@ describe('POST /v1/moderations', () => {
     const { gw } = await start([' a'], 1, { input: { engine: 'rules', fail: 'closed', timeoutMs: 2_000 }, rules: RULES });
     const other = await gw.post('/v1/moderations', { input: 'x' }, {}, gw.otherKey.plaintext);
     expect(other.status).toBe(400);
-    expect((await other.json()).error.message).toContain('not configured');
+    expect(((await other.json()) as Json).error.message).toContain('not configured');
     const bad = await gw.post('/v1/moderations', { input: [{ type: 'image_url' }] });
     expect(bad.status).toBe(400);
-    expect((await bad.json()).error.param).toBe('input[0]');
+    expect(((await bad.json()) as Json).error.param).toBe('input[0]');
     expect((await gw.post('/v1/moderations', { input: 'x' }, {}, 'wk_bad_key')).status).toBe(401);
   });
 });
@@ -273,13 +276,13 @@ describe('input moderation and idempotency keys', () => {
     const { gw, stats } = await start([' a', ' b', ' c'], 1, policy, slowPolicies);
     const first = await gw.post('/v1/chat/completions', chat(false), { 'Idempotency-Key': 'blocked-1' });
     expect(first.status).toBe(400);
-    expect((await first.json()).error.code).toBe('content_filter');
+    expect(((await first.json()) as Json).error.code).toBe('content_filter');
     const [rec] = await records(gw, 1);
     expect(rec).toMatchObject({ finishReason: 'content_filter', outputTokens: 0 });
     expect(stats.produced).toBe(0);
     const again = await gw.post('/v1/chat/completions', chat(false), { 'Idempotency-Key': 'blocked-1' });
     expect(again.status).toBe(400);
-    expect((await again.json()).error.code).toBe('content_filter');
+    expect(((await again.json()) as Json).error.code).toBe('content_filter');
     // One zero-token record per attempt (each was admitted, then ended before any engine work).
     await records(gw, 2);
     expect(gw.records.map((r) => [r.finishReason, r.outputTokens, r.costNanoUsd])).toEqual([

@@ -144,8 +144,8 @@ describe('policies', () => {
   it('compiles per tenant key, honours block_on, and reports problems by field', async () => {
     const policies = compileModerationPolicies({
       tenants: [
-        { id: 't', uid: 't~0123456789abcdef', name: 'T', apps: [], allowedAliases: ['*'], defaultDeadlineMs: 1, limits: {}, moderation: { input: { engine: 'rules', blockOn: ['hate'], fail: 'closed', timeoutMs: 100 }, rules: { lists: [{ category: 'violence', phrases: ['x'] }, { category: 'hate', phrases: ['y'] }] } } },
-        { id: 'u', name: 'U', apps: [], allowedAliases: ['*'], defaultDeadlineMs: 1, limits: {} },
+        { id: 't', uid: 't~0123456789abcdef', name: 'T', apps: [], allowedAliases: ['*'], defaultDeadlineMs: 1, limits: { maxConcurrent: 1 }, moderation: { input: { engine: 'rules', blockOn: ['hate'], fail: 'closed', timeoutMs: 100 }, rules: { lists: [{ category: 'violence', phrases: ['x'] }, { category: 'hate', phrases: ['y'] }] } } },
+        { id: 'u', name: 'U', apps: [], allowedAliases: ['*'], defaultDeadlineMs: 1, limits: { maxConcurrent: 1 } },
       ],
     });
     expect(policies.of('t')).toBeUndefined();
