@@ -12,6 +12,8 @@
 import { createInMemoryAdmission } from '@weir/admission';
 import type { EngineAdapter, EngineEvent, EngineRequest, PlatformConfig, TenantModeration } from '@weir/core';
 import { compileModerationPolicies, type ModerationEngine, type ModerationPolicies } from '@weir/moderation';
+import type { Relay } from '@weir/streaming';
+import { createRelayGrpcClient, createRelayGrpcServer, startGrpcServer } from '@weir/transport-grpc';
 import OpenAI from 'openai';
 import { startTestGateway, type TestGateway, twoTenantConfig } from './test-support';
 
@@ -68,11 +70,25 @@ afterEach(async () => {
   gw = undefined;
 });
 
-async function start(pieces: string[], delayMs: number, moderation: TenantModeration, wrap?: (p: ModerationPolicies) => ModerationPolicies) {
+/** Things the split topology started (the relay's gRPC server and client), stopped after each test. */
+const splitParts: Array<() => Promise<void> | void> = [];
+afterEach(async () => {
+  for (const stop of splitParts.splice(0)) await stop();
+});
+
+/** The relay behind a real gRPC server, reached through the relay gRPC client (the split's relay service and the gateway's client). */
+async function overGrpc(relay: Relay): Promise<Relay> {
+  const server = await startGrpcServer({ services: [createRelayGrpcServer(relay)] });
+  const client = createRelayGrpcClient({ address: server.address });
+  splitParts.push(() => client.close(), () => server.close());
+  return client;
+}
+
+async function start(pieces: string[], delayMs: number, moderation: TenantModeration, wrap?: (p: ModerationPolicies) => ModerationPolicies, split = false) {
   const config = configWith(moderation);
   const s = scriptedEngine(pieces, delayMs);
   const compiled = compileModerationPolicies(config);
-  gw = await startTestGateway({ config, engine: s.engine, admission: createInMemoryAdmission({ tenants: config.tenants }), moderation: wrap ? wrap(compiled) : compiled });
+  gw = await startTestGateway({ config, engine: s.engine, admission: createInMemoryAdmission({ tenants: config.tenants }), moderation: wrap ? wrap(compiled) : compiled, ...(split ? { relayVia: overGrpc } : {}) });
   return { gw, stats: s.stats, admission: undefined };
 }
 
@@ -290,5 +306,29 @@ describe('input moderation and idempotency keys', () => {
       ['content_filter', 0, 0],
     ]);
     expect(stats.started).toBe(0);
+  });
+});
+
+describe('the split topology (the relay behind its gRPC server)', () => {
+  it('stops the upstream as input_flagged over gRPC: 400 content_filter, one record billing what it produced', async () => {
+    const policy: TenantModeration = { input: { engine: 'rules', fail: 'closed', timeoutMs: 2_000 }, rules: RULES };
+    const slowPolicies = (p: ModerationPolicies): ModerationPolicies => ({ ...p, of: (k) => { const plan = p.of(k); return plan?.input ? { ...plan, input: { ...plan.input, engine: slow(plan.input.engine, 150) } } : plan; } });
+    const { gw, stats } = await start(Array.from({ length: 100 }, (_, i) => ` w${i}`), 5, policy, slowPolicies, true);
+    const res = await gw.post('/v1/chat/completions', chat(true));
+    expect(res.status).toBe(400);
+    expect(((await res.json()) as Json).error.code).toBe('content_filter');
+    const [rec] = await records(gw, 1);
+    expect(stats.aborted).toBe(true);
+    expect(stats.produced).toBeLessThan(100);
+    expect(rec).toMatchObject({ finishReason: 'content_filter', errorCode: 'content_filter', outputTokens: stats.produced });
+  });
+
+  it('cuts the output on the relay side: the flagged window never crosses gRPC', async () => {
+    const pieces = ['Once', ' upon a', ' time', ' there', ' was a re', 'd dr', 'agon', ' who', ' flew', '.'];
+    const { gw, stats } = await start(pieces, 3, { output: { engine: 'rules', windowChars: 16, overlapChars: 12, fail: 'closed', timeoutMs: 2_000 }, rules: RULES }, undefined, true);
+    const body = (await (await gw.post('/v1/chat/completions', chat(false))).json()) as Json;
+    expect(body.choices[0].finish_reason).toBe('content_filter');
+    expect(body.choices[0].message.content).not.toContain('dragon');
+    expect((await records(gw, 1))[0]).toMatchObject({ finishReason: 'content_filter', outputTokens: stats.produced });
   });
 });

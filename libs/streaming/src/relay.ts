@@ -214,7 +214,8 @@ export function createRelay(deps: RelayDeps): Relay {
             for (const d of window.release()) emit(d);
             return true;
           }
-          deps.moderation?.onCut?.(job, verdict.reason, verdict.categories);
+          // A check aborted by a stop (disconnect, cancel, deadline) is that stop, not a cut.
+          if (!abort.signal.aborted) deps.moderation?.onCut?.(job, verdict.reason, verdict.categories);
           return false;
         };
         // A long stream's progress, offered to the journal on every delta (it takes one at most
