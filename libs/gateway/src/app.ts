@@ -512,18 +512,24 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     // OpenAI's `user` (the client's end user) keeps one person on one canary arm across requests.
     const user = (req.body as { user?: unknown } | undefined)?.user;
     const endUser = typeof user === 'string' && user.length > 0 && user.length <= 256 ? user : undefined;
-    await limits.beforeAdmit?.(endUser ?? requestId, useCase);
     const createdS = Math.floor(Date.now() / 1000);
     // A keyed request: its relay leaves the result (or that it was interrupted) for retries in its settlement entry.
     let retain: RetainSpec | undefined;
-    if (key !== undefined) {
-      const bodySha256 = requestBodySha256(route, req.body, useCase);
-      const replay = await claimOrReplay(req, res, route, key, bodySha256, generationId, deadlineMs, limits.keyParam ?? 'request_id');
-      if (replay) {
-        inputCheck?.abort();
-        return replay;
+    try {
+      await limits.beforeAdmit?.(endUser ?? requestId, useCase);
+      if (key !== undefined) {
+        const bodySha256 = requestBodySha256(route, req.body, useCase);
+        const replay = await claimOrReplay(req, res, route, key, bodySha256, generationId, deadlineMs, limits.keyParam ?? 'request_id');
+        if (replay) {
+          inputCheck?.abort();
+          return replay;
+        }
+        retain = { key, bodySha256, createdS, retainUntilMs: Date.now() + defaults.admission.idempotencyRetentionMs };
       }
-      retain = { key, bodySha256, createdS, retainUntilMs: Date.now() + defaults.admission.idempotencyRetentionMs };
+    } catch (err) {
+      // Refused before admission (a schema refused, a key in conflict): the check has no request left to judge.
+      inputCheck?.abort();
+      throw err;
     }
     const abandon = () => (key === undefined ? Promise.resolve() : idempotency.abandon(tenantId, key, generationId).catch((err: unknown) => logger.warn({ err }, 'idempotency abandon failed')));
     const admitted = await pipeline

@@ -332,3 +332,22 @@ describe('the split topology (the relay behind its gRPC server)', () => {
     expect((await records(gw, 1))[0]).toMatchObject({ finishReason: 'content_filter', outputTokens: stats.produced });
   });
 });
+
+describe('input moderation slower than the whole answer (unkeyed)', () => {
+  it('the client still gets only the 400: no text of the finished answer reaches it', async () => {
+    const policy: TenantModeration = { input: { engine: 'rules', fail: 'closed', timeoutMs: 2_000 }, rules: RULES };
+    const slowPolicies = (p: ModerationPolicies): ModerationPolicies => ({ ...p, of: (k) => { const plan = p.of(k); return plan?.input ? { ...plan, input: { ...plan.input, engine: slow(plan.input.engine, 200) } } : plan; } });
+    const { gw, stats } = await start([' secret', ' answer'], 1, policy, slowPolicies);
+    for (const stream of [false, true]) {
+      const res = await gw.post('/v1/chat/completions', chat(stream));
+      expect(res.status).toBe(400);
+      const text = await res.text();
+      expect(text).toContain('content_filter');
+      expect(text).not.toContain('secret');
+    }
+    // The upstream finished before the verdict: its records stand as it finished (docs/safety.md, known limit).
+    await records(gw, 2);
+    expect(stats.produced).toBe(4);
+    expect(gw.records.map((r) => r.outputTokens)).toEqual([2, 2]);
+  });
+});
