@@ -22,9 +22,9 @@ import { createAdmission, createLeasedAdmission, withStoreFaultsAsUnavailable } 
 import { type AllInOneEnv, replicaPlacement, resolveModelFile } from '@weir/config';
 import { type ConfigBucket, createConfigSyncMetrics } from '@weir/config-sync';
 import { createAdminRouter } from '@weir/control-plane';
-import { type BurnRateAlert, type EngineAdapter, type GenerationInput, type PlatformConfig, type RevisionSpec, type Topic, retiredInternalIds, systemClock } from '@weir/core';
+import { type BurnRateAlert, type EngineAdapter, type GenerationInput, type PlatformConfig, type RevisionSpec, type Topic, retiredInternalIds, systemClock, tenantKeyOf } from '@weir/core';
 import type { Dispatcher } from 'undici';
-import { createEngine, createReplicaEngines, type LlamaCppEngine, remoteReplicas, replicaTokenCounter, replicaUnreachable, startReplicaHealthChecks } from '@weir/engines';
+import { createEngine, createReplicaEngines, egressDispatcher, type LlamaCppEngine, remoteReplicas, replicaTokenCounter, replicaUnreachable, startReplicaHealthChecks } from '@weir/engines';
 import {
   createGatewayApp,
   createGenerationPipeline,
@@ -55,7 +55,8 @@ import {
 } from '@weir/store-pg';
 import { type ClientLimits, createAuthThrottle, createClientGuard, DEFAULT_CLIENT_LIMITS, type OpsServer, type OpsSettings, startOpsServer } from '@weir/service-runtime';
 import { createRelay } from '@weir/streaming';
-import { createLogger, createTelemetry, type WeirLogger } from '@weir/telemetry';
+import { createLogger, createModerationMetrics, createTelemetry, type WeirLogger } from '@weir/telemetry';
+import { compileModerationPolicies } from '@weir/moderation';
 import { type ConfigPlane, openConfigPlane } from './config-plane';
 import { lockDataDir } from './data-dir-lock';
 import { evalRoutes } from './eval-routes';
@@ -261,6 +262,10 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
   const router = createRouter(config);
   // Tenants and revisions as the latest snapshot has them; revocations on their fast path.
   const live = createLiveConfig(config);
+  // Moderation policies, compiled when a snapshot is applied (never per request); openai engines go through the egress-checked dispatcher.
+  const moderationMetrics = createModerationMetrics(telemetry.meter);
+  const compileModeration = (c: PlatformConfig) => compileModerationPolicies(c, { dispatcher: egressDispatcher() });
+  let moderation = compileModeration(config);
   const apiKeys = createCachedApiKeyStore(createApiKeyRepository(database.db));
   const revocations = createRevocations({ keyCache: apiKeys });
   revocations.applyConfig(config.tenants);
@@ -276,6 +281,12 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
     const retired = retiredInternalIds(served.tenants, nextServed.tenants);
     router.update(nextServed);
     live.update(nextServed);
+    try {
+      moderation = compileModeration(nextServed);
+    } catch (err) {
+      // parseConfig checked the snapshot; a policy that still fails to compile keeps the previous policies.
+      logger.error({ err, version }, 'moderation policies not applied; the previous ones stay');
+    }
     admission.updateTenants(nextServed.tenants);
     revocations.applyConfig(nextServed.tenants);
     if (retired.size > 0) logger.info({ version, retired: retired.size, dropped: retiring.drop?.(retired) ?? 0 }, 'deleted tenants or apps: their retained state dropped');
@@ -331,6 +342,11 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
     settlements: journal,
     clock: systemClock,
     cancelGraceMs: config.defaults.cancelGraceMs,
+    moderation: {
+      outputFor: (job) => (moderation.any ? moderation.of(tenantKeyOf(job.caller))?.output : undefined),
+      observer: moderationMetrics,
+      onCut: (_job, reason, categories) => moderationMetrics.onBlock('output', { reason, categories }),
+    },
     onOutcome(job, outcome) {
       // A remote replica it could not reach leaves rotation now (ids of in-process ones are ignored).
       if (replicaUnreachable(outcome)) replicaHealth.reportUnreachable(job.replicaId);
@@ -377,6 +393,7 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
     apiKeys,
     revocations,
     catalog: live,
+    moderation: { policies: () => moderation, observer: moderationMetrics, onBlock: (stage, v) => moderationMetrics.onBlock(stage, v) },
     configState: () => configPlane.state(),
     defaults: config.defaults,
     clock: systemClock,

@@ -34,7 +34,7 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { createConfigSyncMetrics, openDataPlaneConfig } from '@weir/config-sync';
 import { type CancelMessage, type GenerationInput, newId, retiredInternalIds, systemClock } from '@weir/core';
-import { adapterTokenCounter, countInputWith, remoteReplicas, replicaTokenCounter, utf8TokenUpperBound } from '@weir/engines';
+import { adapterTokenCounter, countInputWith, egressDispatcher, remoteReplicas, replicaTokenCounter, utf8TokenUpperBound } from '@weir/engines';
 import { createGatewayApp, createGenerationPipeline, createLiveConfig, createMetricsObserver, createRevocations } from '@weir/gateway';
 import { cancelMessageCodec, connectNats, natsAuthFromEnv, createNatsTopic, createNatsSettlementJournal, ensureUsageStream, natsNames } from '@weir/messaging-nats';
 import { clientLimitsFromEnv, createClientGuard, envInt, envRequired, envString, opsSettingsFromEnv, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
@@ -48,7 +48,8 @@ import {
   openDatabase,
   startKeyHolder,
 } from '@weir/store-pg';
-import { createLogger, createTelemetry } from '@weir/telemetry';
+import { createLogger, createModerationMetrics, createTelemetry } from '@weir/telemetry';
+import { compileModerationPolicies, type ModerationPolicies } from '@weir/moderation';
 import { breakerOptionsFrom, breakerScopeOf, breakerTransitionRecorder, createBreakerRegistry, createRevisionHealth, createRouter, revisionProviderKey } from '@weir/routing';
 import { createServiceTlsAgent, serviceTlsFromEnv } from '@weir/service-tls';
 import { createAdmitGrpcClient, createRelayGrpcClient, createSchedulerGrpcClient, installTracing } from '@weir/transport-grpc';
@@ -127,6 +128,10 @@ runUntilSignal('gateway', logger, async () => {
   const providerKeys = new Map(config.revisions.map((r) => [r.id, revisionProviderKey(r)]));
   // Tenants and revisions as the latest configuration has them; revocations on their fast path.
   const live = createLiveConfig(config);
+  // Input moderation and /v1/moderations: policies compiled when a snapshot is applied (output windows run on the relay).
+  const moderationMetrics = createModerationMetrics(telemetry.meter);
+  const moderationDispatcher = egressDispatcher();
+  let moderation: ModerationPolicies = compileModerationPolicies(config, { dispatcher: moderationDispatcher });
   const apiKeys = createCachedApiKeyStore(createApiKeyRepository(database.db));
   const revocations = createRevocations({ keyCache: apiKeys });
   revocations.applyConfig(config.tenants);
@@ -140,6 +145,11 @@ runUntilSignal('gateway', logger, async () => {
     router.update(next);
     live.update(next);
     revocations.applyConfig(next.tenants);
+    try {
+      moderation = compileModerationPolicies(next, { dispatcher: moderationDispatcher });
+    } catch (err) {
+      logger.error({ err, version }, 'moderation policies not applied; the previous ones stay');
+    }
     const dropped = retired.size > 0 ? (retiring.drop?.(retired) ?? 0) : 0;
     logger.info({ version, ...(retired.size > 0 ? { retired: retired.size, dropped } : {}) }, 'configuration applied');
   });
@@ -170,6 +180,7 @@ runUntilSignal('gateway', logger, async () => {
     apiKeys,
     revocations,
     catalog: live,
+    moderation: { policies: () => moderation, observer: moderationMetrics, onBlock: (stage, v) => moderationMetrics.onBlock(stage, v) },
     configState: () => source.state(),
     defaults: config.defaults,
     clock: systemClock,

@@ -19,7 +19,7 @@
  */
 import { createConfigSyncMetrics, openDataPlaneConfig, warnChangesNeedingRestart } from '@weir/config-sync';
 import { type CancelMessage, type RelayHandle, type ReplicaHealthEvent, systemClock, tenantKeyOf } from '@weir/core';
-import { createReplicaEngines, remoteReplicas, replicaUnreachable } from '@weir/engines';
+import { createReplicaEngines, egressDispatcher, remoteReplicas, replicaUnreachable } from '@weir/engines';
 import {
   cancelMessageCodec,
   connectNats,
@@ -32,7 +32,8 @@ import {
 } from '@weir/messaging-nats';
 import { envInt, envString, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
 import { createRelay } from '@weir/streaming';
-import { createLogger, createTelemetry } from '@weir/telemetry';
+import { createLogger, createModerationMetrics, createTelemetry } from '@weir/telemetry';
+import { compileModerationPolicies, type ModerationPolicies } from '@weir/moderation';
 import { createServiceTlsAgent, serviceTlsFromEnv } from '@weir/service-tls';
 import { createRelayGrpcServer, installTracing, startGrpcServer } from '@weir/transport-grpc';
 
@@ -80,11 +81,27 @@ runUntilSignal('streaming-relay', logger, async () => {
   const health = createNatsTopic<ReplicaHealthEvent>(nc, names.healthSubject, replicaHealthEventCodec);
   const cancels = createNatsTopic<CancelMessage>(nc, names.cancelSubject, cancelMessageCodec);
 
+  // Output moderation: tenants' policies compiled when a snapshot is applied; a tenant without one costs a map lookup per generation.
+  const moderationMetrics = createModerationMetrics(telemetry.meter);
+  const moderationDispatcher = egressDispatcher();
+  let moderation: ModerationPolicies = compileModerationPolicies(config, { dispatcher: moderationDispatcher });
+  source.onChange((next, version) => {
+    try {
+      moderation = compileModerationPolicies(next, { dispatcher: moderationDispatcher });
+    } catch (err) {
+      logger.error({ err, version }, 'moderation policies not applied; the previous ones stay');
+    }
+  });
   const relay = createRelay({
     engineFor: (id) => engines.get(id),
     settlements,
     clock: systemClock,
     cancelGraceMs: config.defaults.cancelGraceMs,
+    moderation: {
+      outputFor: (job) => (moderation.any ? moderation.of(tenantKeyOf(job.caller))?.output : undefined),
+      observer: moderationMetrics,
+      onCut: (_job, reason, categories) => moderationMetrics.onBlock('output', { reason, categories }),
+    },
     onOutcome(job, outcome) {
       if (replicaUnreachable(outcome)) {
         health.publish({ replicaId: job.replicaId, revisionId: revisionOf.get(job.replicaId) ?? job.revision.id, state: 'unhealthy', reason: outcome.error.code, at: Date.now() });

@@ -345,6 +345,53 @@ const tenantLimits = strict({
   ...limitFields,
 });
 
+/** A category name as OpenAI spells them (`violence`, `self-harm/intent`) or the tenant's own (`custom`). */
+const categoryName = () =>
+  z.string({ error: expecting("a category such as 'violence' or 'self-harm/intent'") }).regex(/^[a-z][a-z0-9-]*(\/[a-z][a-z0-9-]*)?$/, { error: expecting("a category such as 'violence' or 'self-harm/intent'") }).max(64);
+
+/** A tenant's lists and RE2 patterns (compiled and checked in parse-config.ts). */
+export const moderationRulesSchema = strict({
+  lists: z.array(strict({ category: categoryName(), phrases: z.array(z.string({ error: expecting('a phrase') })).min(1, { error: 'give at least one phrase' }) })).optional(),
+  patterns: z.array(strict({ category: categoryName(), pattern: z.string({ error: expecting('an RE2 pattern') }) })).optional(),
+});
+
+const failMode = () => z.enum(['open', 'closed'], { error: expecting('one of "open", "closed"') }).default('closed');
+
+/** A tenant's moderation policy (docs/safety.md, "Moderation"); engine names are checked in parse-config.ts. */
+export const moderationPolicySchema = strict({
+  input: strict({
+    engine: id(),
+    block_on: z.array(categoryName()).min(1, { error: 'give at least one category, or leave block_on out' }).optional(),
+    fail: failMode(),
+    timeout_ms: int(1, 60_000).default(2_000),
+  }).optional(),
+  output: strict({
+    engine: id(),
+    block_on: z.array(categoryName()).min(1, { error: 'give at least one category, or leave block_on out' }).optional(),
+    window_chars: int(16, 100_000).default(400),
+    overlap_chars: int(0, 99_999).default(64),
+    fail: failMode(),
+    timeout_ms: int(1, 60_000).default(2_000),
+  }).optional(),
+  rules: moderationRulesSchema.optional(),
+});
+
+/** A declared moderation engine (`defaults.moderation_engines`). */
+export const moderationEngineSchema = z.discriminatedUnion('kind', [
+  strict({ name: id(), kind: z.literal('rules'), rules: moderationRulesSchema.optional() }),
+  strict({
+    name: id(),
+    kind: z.literal('openai'),
+    base_url: httpUrl(),
+    api_key_env: z
+      .string({ error: expecting('an environment variable name such as OPENAI_API_KEY') })
+      .regex(/^[A-Za-z_][A-Za-z0-9_]*$/, { error: expecting('an environment variable name such as OPENAI_API_KEY') })
+      .optional(),
+    model: text().optional(),
+    timeout_ms: int(1, 60_000).default(5_000),
+  }),
+]);
+
 const tenant = strict({
   id: id(),
   /** The tenant's internal id (control-plane snapshots only): what its state is filed under. */
@@ -366,9 +413,16 @@ const tenant = strict({
   content_logging: z.boolean({ error: expecting('true or false') }).default(false),
   /** The PII redaction profile run before any content is logged. */
   redaction_profile: id().optional(),
+  /** Input and output moderation (off when absent). */
+  moderation: moderationPolicySchema.optional(),
 });
 
 const defaults = strict({
+  /**
+   * Moderation engines tenants' policies may name (besides the built-in `rules`). Under
+   * `defaults` so control-plane snapshots carry them with the platform defaults.
+   */
+  moderation_engines: z.array(moderationEngineSchema).default([]),
   cancel_grace_ms: int(0, 1000).default(250),
   max_body_bytes: int(1).default(1024 * 1024),
   /** Deepest nesting of arrays and objects in a JSON request body (docs/security.md §3). */

@@ -11,13 +11,16 @@ import {
   type RevisionCapabilities,
   type RevisionSpec,
   type TenantSpec,
+  type TenantModeration,
+  type ModerationEngineSpec,
   slugOfInternalId,
 } from '@weir/core';
+import { moderationPolicyProblems, rulesProblems } from '@weir/moderation';
 import { parseDocument } from 'yaml';
 import type { z } from 'zod';
 import { ConfigError, describeValue, formatPath, type ConfigProblem } from './config-error';
 import { configFileSchema, KNOWN_KEYS, knownKeysFromMessage, type ConfigFile } from './config-schema';
-import { egressConfigProblems, processEgressPolicy, type EgressPolicy } from './egress-policy';
+import { egressConfigProblems, processEgressPolicy, upstreamEgressProblem, type EgressPolicy } from './egress-policy';
 
 /** Options of {@link parseConfig}. */
 export interface ParseConfigOptions {
@@ -66,7 +69,14 @@ export function parseConfig(text: string, sourceName: string, options: ParseConf
   const result = configFileSchema.safeParse(raw, { error: fallbackMessage });
   if (!result.success) throw new ConfigError(sourceName, issuesToProblems(result.error.issues));
 
-  const problems = [...crossCheck(result.data), ...egressConfigProblems(options.egress ?? processEgressPolicy(), result.data.revisions, options.baseDir ?? process.cwd())];
+  const egress = options.egress ?? processEgressPolicy();
+  const problems = [...crossCheck(result.data), ...egressConfigProblems(egress, result.data.revisions, options.baseDir ?? process.cwd())];
+  // A moderation upstream obeys the same egress policy as a model upstream: host and credential allowlists.
+  result.data.defaults.moderation_engines.forEach((e, i) => {
+    if (e.kind !== 'openai') return;
+    const p = upstreamEgressProblem(egress, e.base_url, e.api_key_env);
+    if (p) problems.push({ path: `defaults.moderation_engines[${i}]`, message: p });
+  });
   if (problems.length > 0) throw new ConfigError(sourceName, problems);
 
   return toPlatformConfig(result.data, options.baseDir ?? process.cwd());
@@ -394,6 +404,18 @@ function crossCheck(file: ConfigFile): ConfigProblem[] {
     });
   });
 
+  // Moderation: engine names resolve, rules compile with RE2, overlap below the window.
+  const engineNames = new Set<string>();
+  file.defaults.moderation_engines.forEach((e, i) => {
+    if (engineNames.has(e.name)) add(['defaults', 'moderation_engines', i, 'name'], `duplicate moderation engine ${describeValue(e.name)}`);
+    engineNames.add(e.name);
+    if (e.kind === 'rules') for (const p of rulesProblems(e.rules)) add(['defaults', 'moderation_engines', i], p);
+  });
+  file.tenants.forEach((t, i) => {
+    if (t.moderation === undefined) return;
+    for (const p of moderationPolicyProblems(toModeration(t.moderation), file.defaults.moderation_engines.map(toModerationEngine))) add(['tenants', i], p);
+  });
+
   const appIds = new Map<string, string>();
   file.tenants.forEach((t, i) => {
     if (t.uid !== undefined && slugOfInternalId(t.uid) !== t.id) add(['tenants', i, 'uid'], `internal id ${describeValue(t.uid)} was not made for tenant ${describeValue(t.id)}`);
@@ -500,6 +522,7 @@ function toPlatformConfig(file: ConfigFile, baseDir: string): PlatformConfig {
       ...(t.kill_switch ? { killSwitch: true } : {}),
       ...(t.content_logging ? { contentLogging: true } : {}),
       ...(t.redaction_profile !== undefined ? { redactionProfile: t.redaction_profile } : {}),
+      ...(t.moderation !== undefined ? { moderation: toModeration(t.moderation) } : {}),
       ...(t.routes.length > 0
         ? {
             routes: t.routes.map((r) => ({
@@ -511,6 +534,7 @@ function toPlatformConfig(file: ConfigFile, baseDir: string): PlatformConfig {
           }
         : {}),
     })),
+    ...(file.defaults.moderation_engines.length > 0 ? { moderationEngines: file.defaults.moderation_engines.map(toModerationEngine) } : {}),
     defaults: {
       cancelGraceMs: file.defaults.cancel_grace_ms,
       maxBodyBytes: file.defaults.max_body_bytes,
@@ -612,4 +636,20 @@ function toEngine(e: ConfigFile['revisions'][number]['engine'], contextWindow: n
       throw new Error(`unknown engine kind ${JSON.stringify(unreachable)}`);
     }
   }
+}
+
+/** A tenant's moderation policy from the file's snake_case. */
+export function toModeration(m: NonNullable<ConfigFile['tenants'][number]['moderation']>): TenantModeration {
+  return {
+    ...(m.input ? { input: { engine: m.input.engine, ...(m.input.block_on ? { blockOn: [...m.input.block_on] } : {}), fail: m.input.fail, timeoutMs: m.input.timeout_ms } } : {}),
+    ...(m.output
+      ? { output: { engine: m.output.engine, ...(m.output.block_on ? { blockOn: [...m.output.block_on] } : {}), windowChars: m.output.window_chars, overlapChars: m.output.overlap_chars, fail: m.output.fail, timeoutMs: m.output.timeout_ms } }
+      : {}),
+    ...(m.rules ? { rules: { ...(m.rules.lists ? { lists: m.rules.lists.map((l) => ({ category: l.category, phrases: [...l.phrases] })) } : {}), ...(m.rules.patterns ? { patterns: m.rules.patterns.map((p) => ({ ...p })) } : {}) } } : {}),
+  };
+}
+
+function toModerationEngine(e: ConfigFile['defaults']['moderation_engines'][number]): ModerationEngineSpec {
+  if (e.kind === 'rules') return { name: e.name, kind: 'rules', ...(e.rules ? { rules: e.rules } : {}) };
+  return { name: e.name, kind: 'openai', baseUrl: e.base_url, ...(e.api_key_env !== undefined ? { apiKeyEnv: e.api_key_env } : {}), ...(e.model !== undefined ? { model: e.model } : {}), timeoutMs: e.timeout_ms };
 }

@@ -308,6 +308,27 @@ describe('the control plane admin API', () => {
     expect(page2.body.data[0].id).toBeLessThan(audit.body.data[0].id);
   });
 
+  it('sets a tenant moderation policy that snapshots carry, and refuses one RE2 cannot compile with 400 naming the pattern (issue 15)', async () => {
+    const published = sink.snapshots.length;
+    const moderation = { input: { engine: 'rules', fail: 'closed' }, output: { engine: 'rules', window_chars: 120, overlap_chars: 24 }, rules: { lists: [{ category: 'violence', phrases: ['red dragon'] }] } };
+    const set = await call('PATCH', '/tenants/demo/policy', { moderation });
+    expect(set.status).toBe(200);
+    expect(set.body.moderation).toMatchObject(moderation);
+    expect(sink.snapshots.length).toBe(published + 1);
+    const parsed = parseConfig(JSON.stringify(sink.snapshots.at(-1)?.config), 'snapshot').tenants.find((t) => t.id === 'demo');
+    expect(parsed?.moderation).toMatchObject({ input: { engine: 'rules', fail: 'closed', timeoutMs: 2_000 }, output: { windowChars: 120, overlapChars: 24 }, rules: moderation.rules });
+
+    const bad = await call('PATCH', '/tenants/demo/policy', { moderation: { ...moderation, rules: { patterns: [{ category: 'custom', pattern: '(?<=x)y' }] } } });
+    expect(bad.status).toBe(400);
+    expect(bad.body.error.code).toBe('invalid_config');
+    expect(bad.body.error.message).toMatch(/moderation\.rules\.patterns\[0\]\.pattern: does not compile with RE2/);
+    const unknownEngine = await call('PATCH', '/tenants/demo/policy', { moderation: { input: { engine: 'nope' } } });
+    expect(unknownEngine.status).toBe(400);
+    expect(unknownEngine.body.error.message).toContain("moderation.input.engine: 'nope' is not a moderation engine");
+    expect(sink.snapshots.length).toBe(published + 1);
+    expect((await call('PATCH', '/tenants/demo/policy', { moderation: null })).body.moderation).toBeUndefined();
+  });
+
   it('refuses an invalid change with 400 listing the problems, committing nothing', async () => {
     const version = await latestVersion();
     const audits = await auditCount();

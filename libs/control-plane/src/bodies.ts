@@ -42,6 +42,8 @@ const policyShape = {
   routes: z.array(routeBody).optional(),
   redaction_profile: id().optional(),
   content_logging: z.boolean().optional(),
+  /** Input/output moderation (`input`, `output`, `rules`): checked in full by `parseConfig` (engine names, RE2 patterns, overlap below window). */
+  moderation: z.looseObject({}).optional(),
   kill_switch: z.boolean().optional(),
   disabled: z.boolean().optional(),
 };

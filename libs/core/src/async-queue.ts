@@ -33,17 +33,19 @@ export interface BatchedAsyncIterable<T> extends AsyncIterable<T> {
 /**
  * Calls `each` with the items of `source` in order, a batch at a time when `source` offers
  * `nextBatch()` ({@link BatchedAsyncIterable}), else one by one from its iterator (sync
- * iterables too). `each` returns `false` to stop early: the source is then closed (its
+ * iterables too). `each` may return a promise: the next batch is read once it settles. `each` returns `false` to stop early: the source is then closed (its
  * iterator's `return()`, or `closeBatches()`), as a `break` out of `for await` would; so it is
  * when `each` throws (rethrown). Resolves at the end; rejects with the source's error.
  */
-export async function forEachBatch<T>(source: AsyncIterable<T> | Iterable<T>, each: (items: readonly T[]) => boolean | void): Promise<void> {
+export async function forEachBatch<T>(source: AsyncIterable<T> | Iterable<T>, each: (items: readonly T[]) => boolean | void | Promise<boolean | void>): Promise<void> {
   const batched = source as Partial<BatchedAsyncIterable<T>>;
   if (typeof batched.nextBatch === 'function') {
     for (let items = await batched.nextBatch(); items !== undefined; items = await batched.nextBatch()) {
-      let go: boolean | void;
+      let go: boolean | void | Promise<boolean | void>;
       try {
         go = each(items);
+        // An asynchronous consumer (output moderation) is awaited before the next batch is read.
+        if (go instanceof Promise) go = await go;
       } catch (err) {
         await batched.closeBatches?.();
         throw err;
@@ -55,7 +57,11 @@ export async function forEachBatch<T>(source: AsyncIterable<T> | Iterable<T>, ea
     }
     return;
   }
-  for await (const item of source) if (each([item]) === false) return;
+  for await (const item of source) {
+    let go = each([item]);
+    if (go instanceof Promise) go = await go;
+    if (go === false) return;
+  }
 }
 
 /**

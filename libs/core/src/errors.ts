@@ -43,6 +43,8 @@ export const WEIR_ERROR_CODES = [
   /** The caller's tenant is stopped by its kill switch: 503 until an operator lifts it. */
   'kill_switch',
   'output_invalid',
+  /** Moderation blocked the request's input (400); output cut mid-stream is a finish reason, not this error. */
+  'content_filter',
   'internal',
 ] as const;
 

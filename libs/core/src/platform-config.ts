@@ -344,7 +344,83 @@ export interface TenantSpec {
   contentLogging?: boolean;
   /** Name of the PII redaction profile run before any content is logged. Default none. */
   redactionProfile?: string;
+  /**
+   * Input and output moderation of the tenant's generations (docs/safety.md, "Moderation").
+   * Default none: no check runs and the request path pays nothing for it.
+   */
+  moderation?: TenantModeration;
 }
+
+/** Whether a moderation engine that fails or times out lets the text through (`open`) or blocks it (`closed`). */
+export type ModerationFailMode = 'open' | 'closed';
+
+/**
+ * A tenant's moderation policy. `input` checks the prompt while the request is routed, admitted
+ * and dispatched; `output` checks the answer in rolling windows as it streams. Engines are named
+ * from {@link PlatformConfig.moderationEngines}, or `rules` (the built-in rules engine over this
+ * tenant's {@link TenantModerationRules}).
+ */
+export interface TenantModeration {
+  input?: {
+    /** Engine name (`rules`, or one of `moderation_engines`). */
+    engine: string;
+    /** Categories that block; absent = any category the engine flags. */
+    blockOn?: string[];
+    /** On an engine error or timeout. Default `closed`. */
+    fail: ModerationFailMode;
+    /** Longest wait for the engine (ms, 1–60,000). Default 2,000. */
+    timeoutMs: number;
+  };
+  output?: {
+    engine: string;
+    blockOn?: string[];
+    /**
+     * Characters of new output checked per window (the most text held back from the client,
+     * plus one engine read). 16–100,000; default 400.
+     */
+    windowChars: number;
+    /**
+     * Characters of already-checked output carried into the next window, so a phrase split
+     * across windows is still seen whole (phrases up to `overlapChars + 1` long). Less than
+     * `windowChars`; default 64.
+     */
+    overlapChars: number;
+    /** On an engine error or timeout. Default `closed` (the stream is cut with `content_filter`). */
+    fail: ModerationFailMode;
+    /** Longest wait for one window's check (ms, 1–60,000). Default 2,000. */
+    timeoutMs: number;
+  };
+  /** The tenant's own lists and patterns for the built-in `rules` engine. Default none. */
+  rules?: TenantModerationRules;
+}
+
+/** Word/phrase lists and RE2 patterns of the built-in rules engine, each under a category. */
+export interface TenantModerationRules {
+  /** Phrases matched case-insensitively on word boundaries (whitespace inside matches any run of whitespace). */
+  lists?: { category: string; phrases: string[] }[];
+  /** RE2 patterns (linear time: no lookaround, no backreferences); `(?i)` for case-insensitive. */
+  patterns?: { category: string; pattern: string }[];
+}
+
+/**
+ * A moderation engine the configuration declares (`moderation_engines`): `rules` runs the
+ * tenant's lists and patterns (plus the engine's own); `openai` calls an OpenAI-compatible
+ * `POST {baseUrl}/moderations` through the egress-checked dispatcher.
+ */
+export type ModerationEngineSpec =
+  | { name: string; kind: 'rules'; rules?: TenantModerationRules }
+  | {
+      name: string;
+      kind: 'openai';
+      /** Base URL ending before `/moderations` (e.g. `https://api.openai.com/v1`). */
+      baseUrl: string;
+      /** Environment variable holding the bearer key (egress credential allowlist). Default none. */
+      apiKeyEnv?: string;
+      /** The upstream's moderation model. Default `omni-moderation-latest`. */
+      model?: string;
+      /** Per-call timeout (ms). Default 5,000. */
+      timeoutMs?: number;
+    };
 
 /** One tenant routing override (see {@link TenantSpec.routes}). */
 export interface TenantRoute {
@@ -518,6 +594,8 @@ export interface PlatformConfig {
   aliases: AliasSpec[];
   tenants: TenantSpec[];
   defaults: PlatformDefaults;
+  /** Moderation engines tenants' policies may name (see {@link TenantModeration}). Default none. */
+  moderationEngines?: ModerationEngineSpec[];
 }
 
 /** `defaults.admission` when the configuration names none (see {@link AdmissionDefaults}). */

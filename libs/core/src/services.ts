@@ -376,8 +376,12 @@ export interface GenerationOutcome {
   fallback?: { reason: string; from: string; attempts: number };
 }
 
-/** Why the relay was asked to stop early. */
-export type StopCause = 'client_disconnected' | 'cancel_requested';
+/**
+ * Why the relay was asked to stop early. `input_flagged`: the request's input moderation blocked
+ * it before any output reached the client — the relay stops now, ends `content_filter` and
+ * retains no output for an idempotency key (the client was sent none).
+ */
+export type StopCause = 'client_disconnected' | 'cancel_requested' | 'input_flagged';
 
 /** A running generation on a relay (in-process, or the client end of a gRPC stream). */
 export interface RelayHandle {

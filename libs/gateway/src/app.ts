@@ -19,6 +19,7 @@ import {
   type RetainedResult,
   type RetainSpec,
   type PlatformDefaults,
+  type RelayEvent,
   type RouterService,
   type SamplingParams,
   type ToolCallDelta,
@@ -54,12 +55,14 @@ import {
 } from '@weir/streaming';
 
 import type { ClientGuard } from '@weir/service-runtime';
+import { type ModerationObserver, type ModerationPolicies, type ModerationVerdict, type StagePlan, runCheck } from '@weir/moderation';
 import { type AuthedRequest, createEdgeRouter, type EdgeRequest, type EdgeRoute, edgeRequest, readJsonBody, sendJson } from './edge';
 import { createGenerationRegistry, type GenerationRegistry, type GenerationRegistryOptions, statusOf, type TrackedGeneration } from './generation-registry';
 import { createMemoryIdempotencyStore, requestBodySha256 } from './idempotency';
-import { AdmissionRejectedError, type GenerationPipeline, type ParamNames } from './pipeline';
+import { AdmissionRejectedError, type GenerationPipeline, INPUT_FLAGGED_ABORT, type ParamNames } from './pipeline';
+import { moderationsHandler } from './moderations-route';
 import { rateLimitHeaders } from './rate-limit-headers';
-import { createTranscript, firstEventOrThrow as waitFirstEvent, pumpInto, readTranscript, type Transcript, type TranscriptEvent } from './transcript';
+import { blockedBeforeOutput, createTranscript, firstEventOrThrow as waitFirstEvent, pumpInto, readTranscript, type Transcript, type TranscriptEvent } from './transcript';
 import {
   CHAT_COMPLETIONS_FIELDS,
   CHAT_UNSUPPORTED_HINTS,
@@ -131,6 +134,13 @@ export interface GatewayDeps {
   cancelTopic?: Topic<CancelMessage>;
   /** Split topology: a finished generation's record (from the ledger), for GET and cancel on any gateway. */
   findFinished?: (tenantId: string, generationId: string) => Promise<UsageRecord | undefined>;
+  /**
+   * Moderation (issue 15): tenants' compiled policies, replaced when a snapshot is applied (read
+   * once per request: a tenant without a policy costs one map lookup), the metrics of checks,
+   * and `POST /v1/moderations`. Default none: no moderation, and `/v1/moderations` answers with
+   * the tenant's rules only when it has a policy (else 400).
+   */
+  moderation?: GatewayModeration;
   /** The ledger's aggregates for `GET /v1/usage` (the route answers 404 without it). */
   usage?: UsageReader;
   /**
@@ -228,6 +238,71 @@ const REPLAY_POLL_MS = 100;
  * disabled, kill switch) ends as that error, not as a plain cancel an SDK would take for a
  * complete answer. Usage and cost are unchanged (the ledger records it as cancelled).
  */
+/** What the gateway needs of moderation (see {@link GatewayDeps.moderation}). */
+export interface GatewayModeration {
+  /** The compiled policies as of the last applied snapshot (call per request; never keep). */
+  policies(): ModerationPolicies;
+  /** Check metrics (`weir_moderation_checks_total`, latency). */
+  observer?: ModerationObserver;
+  /** A block (`weir_moderation_blocks_total{stage,category}`); never the text. */
+  onBlock?(stage: 'input' | 'output', verdict: ModerationVerdict): void;
+}
+
+/** A running input check: its verdict once known (`verdict` is set synchronously when it settles). */
+interface InputCheck {
+  promise: Promise<ModerationVerdict>;
+  verdict?: ModerationVerdict;
+  abort(): void;
+}
+
+/** The texts input moderation judges: the prompt, or each message's content (empty ones skipped). */
+function moderatedTexts(input: GenerationInput): string[] {
+  if (input.kind === 'text') return [input.text];
+  const texts = input.messages.map((m) => m.content).filter((c) => c.length > 0);
+  return texts.length > 0 ? texts : [''];
+}
+
+/** Starts an input check (never rejects). */
+function startInputCheck(plan: StagePlan, input: GenerationInput, observer: ModerationObserver | undefined): InputCheck {
+  const ac = new AbortController();
+  const check: InputCheck = {
+    promise: runCheck('input', plan, moderatedTexts(input), ac.signal, observer).then((v) => (check.verdict = v)),
+    abort: () => ac.abort(),
+  };
+  return check;
+}
+
+/**
+ * The relay's events, with the first delta (or the end) held until the input check has
+ * resolved — not held at all when it resolved first. After a block no delta passes, and the end
+ * the client is told is {@link blockedOutcome}.
+ */
+async function* holdUntilChecked(events: AsyncIterable<RelayEvent>, check: InputCheck): AsyncGenerator<RelayEvent> {
+  for await (const ev of events) {
+    const verdict = check.verdict ?? (await check.promise);
+    if (!verdict.blocked) yield ev;
+    else if (ev.type === 'end') yield { type: 'end', outcome: blockedOutcome(ev.outcome, verdict) };
+  }
+}
+
+/**
+ * The outcome a client blocked by input moderation is told: `content_filter` with the error its
+ * route answers (400 `content_filter` naming the categories; 503 `upstream_unavailable` when the
+ * check failed and the policy fails closed). The usage record is the relay's.
+ */
+function blockedOutcome(o: GenerationOutcome, v: ModerationVerdict): GenerationOutcome {
+  const error =
+    v.reason === 'flagged'
+      ? { code: 'content_filter', message: `The input was blocked by this tenant's moderation policy (categories: ${v.categories.join(', ')}); nothing was generated for you. Change the input.` }
+      : {
+          code: 'upstream_unavailable',
+          message: `The input could not be checked by this tenant's moderation engine (${v.reason === 'timeout' ? 'it timed out' : 'it failed'}), and the policy blocks unchecked input; retry shortly.`,
+          retryable: true,
+          retryAfterMs: 1_000,
+        };
+  return { ...o, finishReason: 'content_filter', error };
+}
+
 function toldOutcome(tracked: TrackedGeneration, outcome: GenerationOutcome): GenerationOutcome {
   if (!tracked.revoked || outcome.finishReason !== 'cancelled') return outcome;
   return { ...outcome, finishReason: 'error', error: { code: tracked.revoked.code, message: tracked.revoked.message } };
@@ -422,6 +497,10 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     // A caller admission refused moments ago for every request: before hashing the body and claiming its key.
     pipeline.precheck(req.caller);
     const arrivedAt = clock.now();
+    // Input moderation starts with the request and runs while it is routed, admitted and
+    // dispatched; its verdict is awaited only before the first delta reaches the client.
+    const inputPlan = deps.moderation?.policies().of(tenantKeyOf(req.caller))?.input;
+    const inputCheck = inputPlan ? startInputCheck(inputPlan, input, deps.moderation?.observer) : undefined;
     const generationId = newId('gen');
     const key = limits.requestId;
     const requestId = key ?? generationId;
@@ -433,15 +512,24 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     // OpenAI's `user` (the client's end user) keeps one person on one canary arm across requests.
     const user = (req.body as { user?: unknown } | undefined)?.user;
     const endUser = typeof user === 'string' && user.length > 0 && user.length <= 256 ? user : undefined;
-    await limits.beforeAdmit?.(endUser ?? requestId, useCase);
     const createdS = Math.floor(Date.now() / 1000);
     // A keyed request: its relay leaves the result (or that it was interrupted) for retries in its settlement entry.
     let retain: RetainSpec | undefined;
-    if (key !== undefined) {
-      const bodySha256 = requestBodySha256(route, req.body, useCase);
-      const replay = await claimOrReplay(req, res, route, key, bodySha256, generationId, deadlineMs, limits.keyParam ?? 'request_id');
-      if (replay) return replay;
-      retain = { key, bodySha256, createdS, retainUntilMs: Date.now() + defaults.admission.idempotencyRetentionMs };
+    try {
+      await limits.beforeAdmit?.(endUser ?? requestId, useCase);
+      if (key !== undefined) {
+        const bodySha256 = requestBodySha256(route, req.body, useCase);
+        const replay = await claimOrReplay(req, res, route, key, bodySha256, generationId, deadlineMs, limits.keyParam ?? 'request_id');
+        if (replay) {
+          inputCheck?.abort();
+          return replay;
+        }
+        retain = { key, bodySha256, createdS, retainUntilMs: Date.now() + defaults.admission.idempotencyRetentionMs };
+      }
+    } catch (err) {
+      // Refused before admission (a schema refused, a key in conflict): the check has no request left to judge.
+      inputCheck?.abort();
+      throw err;
     }
     const abandon = () => (key === undefined ? Promise.resolve() : idempotency.abandon(tenantId, key, generationId).catch((err: unknown) => logger.warn({ err }, 'idempotency abandon failed')));
     const admitted = await pipeline
@@ -466,6 +554,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
         ...(retain ? { retain } : {}),
       })
       .catch(async (err: unknown) => {
+        inputCheck?.abort();
         await abandon();
         throw err;
       });
@@ -473,6 +562,13 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     const gone = new AbortController();
     // Set once the relay starts; until then a stop aborts the wait in the queue.
     const live: { handle?: RelayHandle } = {};
+    // A block stops the upstream at once (or the wait for a slot): the relay ends it `content_filter`.
+    void inputCheck?.promise.then((v) => {
+      if (!v.blocked) return;
+      deps.moderation?.onBlock?.('input', v);
+      if (live.handle) live.handle.stop('input_flagged');
+      else gone.abort(INPUT_FLAGGED_ABORT);
+    });
     const transcript = createTranscript();
     const tracked: TrackedGeneration = {
       generationId,
@@ -505,6 +601,10 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
       announcer.note(admitted.revision, countdown, wallNow);
     }
     const answer: Answer = { generationId, requestId, modelRevision: admitted.revision.id, createdS, transcript, replayed: false, endedInQueue: false };
+    // A keyed request's check overlaps routing, counting and admission but not dispatch: its
+    // relay leaves the result for retries when it ends, which must never hold an answer a block
+    // withheld from the client (an unkeyed request's check also overlaps dispatch).
+    if (inputCheck && retain && !inputCheck.verdict) await inputCheck.promise;
     const started = await admitted.start(gone.signal).catch(async (err: unknown) => {
       const failed = failedOutcome(admitted.revision.id, err);
       transcript.end(failed);
@@ -514,12 +614,14 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     });
     if (started.kind === 'ended') {
       // Never reached an engine: nothing to replay, so a retry with the same key runs anew.
-      transcript.end(toldOutcome(tracked, started.outcome));
+      const blocked = started.outcome.finishReason === 'content_filter' && inputCheck?.verdict?.blocked;
+      transcript.end(blocked ? blockedOutcome(started.outcome, inputCheck.verdict as ModerationVerdict) : toldOutcome(tracked, started.outcome));
       registry.finish(generationId, started.outcome);
       await abandon();
       return { ...answer, endedInQueue: true };
     }
     const handle = (live.handle = started.handle);
+    if (inputCheck?.verdict?.blocked) handle.stop('input_flagged');
     // The first attempt may not be on the first choice (its circuit breaker was open): say so
     // on responses whose headers are still to go (a later fallback is told by the answer's end).
     if (!res.headersSent && started.revisionId !== admitted.revision.id) {
@@ -545,7 +647,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
       name(o.modelRevision, o.fallback?.reason);
       return toldOutcome(tracked, o);
     };
-    void pumpInto(transcript, handle.events, (err) => failedOutcome(admitted.revision.id, err), told, onFirstDelta).then(async () => {
+    void pumpInto(transcript, inputCheck ? holdUntilChecked(handle.events, inputCheck) : handle.events, (err) => failedOutcome(admitted.revision.id, err), told, onFirstDelta).then(async () => {
       const outcome = transcript.outcome as GenerationOutcome;
       registry.finish(generationId, outcome);
       if (key === undefined) return;
@@ -664,7 +766,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     }
     const outcome = await g.transcript.ended();
     const text = g.transcript.text();
-    if (outcome.finishReason === 'error' && outcome.usage.outputTokens === 0) throw outcomeError(outcome);
+    if ((outcome.finishReason === 'error' && outcome.usage.outputTokens === 0) || blockedBeforeOutput(outcome)) throw outcomeError(outcome);
     if (g.endedInQueue && outcome.finishReason === 'deadline') throw deadlineInQueue();
     answeredBy(res, outcome);
     sendJson(res, 200, {
@@ -839,6 +941,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     sendJson(res, 200, { object: 'list', data: (await deps.router.listAliases(caller)).map((a) => modelEntry(caller, a)) });
   });
   if (deps.usage) get('/v1/usage', usageHandler(deps.usage));
+  if (deps.moderation) post('/v1/moderations', moderationsHandler(deps.moderation.policies, deps.moderation.observer));
   get('/v1/models/:id', async (req, res) => {
     const { caller } = req;
     const alias = (await deps.router.listAliases(caller)).find((a) => a.name === req.params.id);
@@ -920,7 +1023,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
       const outcome = await g.transcript.ended();
       const text = g.transcript.text();
       const toolCallDeltas = g.transcript.deltaToolCalls.filter((c): c is ToolCallDelta[] => c !== null);
-      if (outcome.finishReason === 'error') throw outcomeError(outcome);
+      if (outcome.finishReason === 'error' || blockedBeforeOutput(outcome)) throw outcomeError(outcome);
       if (outcome.finishReason === 'deadline' && g.transcript.deltas.length === 0) throw deadlineBeforeOutput();
       answeredBy(res, outcome);
       const finish = toOpenAiFinishReason(outcome.finishReason);
@@ -1104,7 +1207,7 @@ function describeRecord(r: UsageRecord) {
 async function followFromFirstEvent(events: AsyncIterable<TranscriptEvent>): Promise<AsyncIterable<TranscriptEvent>> {
   const it = events[Symbol.asyncIterator]();
   const first = await it.next();
-  if (!first.done && first.value.type === 'end' && first.value.outcome.finishReason === 'error' && first.value.outcome.usage.outputTokens === 0) {
+  if (!first.done && first.value.type === 'end' && ((first.value.outcome.finishReason === 'error' && first.value.outcome.usage.outputTokens === 0) || blockedBeforeOutput(first.value.outcome))) {
     throw outcomeError(first.value.outcome);
   }
   return {
@@ -1216,6 +1319,7 @@ function deadlineBeforeOutput(): WeirError {
 }
 
 function deadlineOrCancel(o: GenerationOutcome): WeirError {
+  if (blockedBeforeOutput(o)) return outcomeError(o);
   return o.finishReason === 'deadline' ? deadlineInQueue() : new WeirError('invalid_request', 'The request was cancelled before it started.');
 }
 

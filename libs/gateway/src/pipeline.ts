@@ -160,6 +160,13 @@ export interface GenerationParams {
   retain?: RetainSpec;
 }
 
+/**
+ * The abort reason the gateway gives `AdmittedGeneration.start`'s signal when input moderation
+ * blocked the request while it waited for a slot: the request then ends in the queue as
+ * `content_filter` (one zero-token usage record) rather than `cancelled`.
+ */
+export const INPUT_FLAGGED_ABORT = 'weir:input_flagged';
+
 /** Characters of a prompt's beginning that make its prefix-affinity key. */
 const AFFINITY_PREFIX_CHARS = 2_048;
 
@@ -516,7 +523,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
         ...(reservation ? { reservation } : {}),
       };
 
-      const endedInQueue = async (reason: 'deadline' | 'cancelled', queueMs: number): Promise<GenerationOutcome> => {
+      const endedInQueue = async (reason: 'deadline' | 'cancelled' | 'content_filter', queueMs: number): Promise<GenerationOutcome> => {
         const outcome: GenerationOutcome = {
           finishReason: reason,
           usage: { inputTokens: 0, outputTokens: 0, cachedInputTokens: 0 },
@@ -593,7 +600,8 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
             if (!releasedByAdmit) await releaseQuietly();
             admissionMemo.noteEnded(tenantKeyOf(caller));
             if (scheduled.reason === 'deadline' || scheduled.reason === 'cancelled') {
-              return { kind: 'ended', outcome: await endedInQueue(scheduled.reason, scheduled.queueMs) };
+              const why = scheduled.reason === 'cancelled' && signal.reason === INPUT_FLAGGED_ABORT ? 'content_filter' : scheduled.reason;
+              return { kind: 'ended', outcome: await endedInQueue(why, scheduled.queueMs) };
             }
             // `shed` (batch work in a brownout) answers like a full queue: 503 queue_full, with the reason in the message.
             const code = scheduled.reason === 'queue_full' || scheduled.reason === 'shed' ? 'queue_full' : scheduled.reason === 'deadline_unmeetable' ? 'deadline_unmeetable' : 'engine_unavailable';

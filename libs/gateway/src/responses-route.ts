@@ -53,7 +53,7 @@ import type { ParamNames } from './pipeline';
 import { refuseIncapableRoutes, type RouteCheck } from './tools';
 import { parseBody, refuseUnknownFields, RESPONSES_OPENAI_FIELDS, responsesOpenAiBody, responsesWeirBody, toChatInput, toResponsesChatInput } from './schemas';
 import { openSse } from './sse-writer';
-import type { Transcript, TranscriptEvent } from './transcript';
+import { blockedBeforeOutput, type Transcript, type TranscriptEvent } from './transcript';
 
 /** A generation being answered, as app.ts's `begin` returns it. */
 export interface ResponsesAnswer {
@@ -256,7 +256,7 @@ async function answerWeirShape(ctx: ResponsesRouteContext, req: Authed, res: Ser
   if (!body.stream) {
     const { text, outcome } = await collect(g);
     const judged = await judgeOutput(outcome, text, schema);
-    if (judged.outcome.finishReason === 'error') throw failure(ctx, res, judged.outcome);
+    if (judged.outcome.finishReason === 'error' || blockedBeforeOutput(judged.outcome)) throw failure(ctx, res, judged.outcome);
     ctx.answeredBy(res, outcome);
     const end = weirResponsesEnd(judged.outcome, undefined);
     sendJson(res, 200, {
@@ -341,7 +341,7 @@ async function answerOpenAiShape(ctx: ResponsesRouteContext, req: Authed, res: S
   if (!body.stream) {
     const { text, outcome } = await collect(g);
     const judged = await judgeOutput(outcome, text, schema);
-    if (judged.outcome.finishReason === 'error') throw failure(ctx, res, judged.outcome);
+    if (judged.outcome.finishReason === 'error' || blockedBeforeOutput(judged.outcome)) throw failure(ctx, res, judged.outcome);
     if (outcome.finishReason === 'cancelled') throw new WeirError('invalid_request', 'The generation was cancelled (POST /v1/generations/{id}/cancel); the answer is incomplete.');
     ctx.answeredBy(res, outcome);
     sendJson(res, 200, responseObject(meta, finalState(outcome, text)));

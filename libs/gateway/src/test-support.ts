@@ -18,10 +18,12 @@ import {
   type UsageReader,
   type UsageRecord,
   mintApiKey,
+  tenantKeyOf,
 } from '@weir/core';
 import { createStaticRouter } from '@weir/routing';
 import { createSlotScheduler } from '@weir/scheduling';
 import { createRelay, type Relay } from '@weir/streaming';
+import type { ModerationPolicies } from '@weir/moderation';
 import { createGatewayApp, type Gateway, type GatewayDeps, type GatewayLogger } from './app';
 import { createLiveConfig, type LiveConfig } from './live-config';
 import type { Revocations } from './revocations';
@@ -82,6 +84,8 @@ export interface TestGatewayOptions {
    * it): given the in-process relay, returns the relay the pipeline calls. Default: in-process.
    */
   relayVia?: (relay: Relay) => Relay | Promise<Relay>;
+  /** Compiled moderation policies for the relay (output) and the gateway (input, `/v1/moderations`). Default none. */
+  moderation?: ModerationPolicies;
 }
 
 /** A running test gateway. */
@@ -119,7 +123,13 @@ export async function startTestGateway(options: TestGatewayOptions): Promise<Tes
     admission: options.admission,
     scheduler: createSlotScheduler({ replicas: config.revisions.map((r, i) => ({ id: `r${i}`, revisionId: r.id, slots: options.slots ?? 4 })), maxQueuePerReplica: config.defaults.maxQueuePerReplica, clock }),
     relay: await (options.relayVia ?? ((r: Relay) => r))(
-      createRelay({ engineFor: (replicaId) => engineOf(config.revisions[Number(replicaId.slice(1))]?.id), settlements, clock, cancelGraceMs: config.defaults.cancelGraceMs }),
+      createRelay({
+        engineFor: (replicaId) => engineOf(config.revisions[Number(replicaId.slice(1))]?.id),
+        settlements,
+        clock,
+        cancelGraceMs: config.defaults.cancelGraceMs,
+        ...(options.moderation ? { moderation: { outputFor: (job) => options.moderation?.of(tenantKeyOf(job.caller))?.output } } : {}),
+      }),
     ),
     countInputTokens: (rev, input, limit) => engineOf(rev.id).countInputTokens(input, limit),
     settlements,
@@ -149,6 +159,7 @@ export async function startTestGateway(options: TestGatewayOptions): Promise<Tes
     ...(options.idempotency ? { idempotency: options.idempotency } : {}),
     ...(options.usage ? { usage: options.usage } : {}),
     ...(options.clients ? { clients: options.clients } : {}),
+    ...(options.moderation ? { moderation: { policies: () => options.moderation as ModerationPolicies } } : {}),
   });
   const server: Server = createServer(options.clients?.serverOptions ?? {}, gateway.app);
   options.clients?.attach(server);

@@ -196,7 +196,7 @@ export async function readTranscript(
 export async function firstEventOrThrow(transcript: Transcript, error: (o: GenerationOutcome) => Error): Promise<void> {
   if (transcript.deltas.length === 0 && !transcript.outcome) await transcript.changed(0);
   const o = transcript.outcome;
-  if (transcript.deltas.length === 0 && o && o.finishReason === 'error' && o.usage.outputTokens === 0) throw error(o);
+  if (transcript.deltas.length === 0 && o && ((o.finishReason === 'error' && o.usage.outputTokens === 0) || blockedBeforeOutput(o))) throw error(o);
 }
 
 /**
@@ -228,4 +228,15 @@ export async function pumpInto(
     transcript.end(fallback(err));
   }
   if (!transcript.outcome) transcript.end(fallback(new Error('the relay ended without an outcome')));
+}
+
+/**
+ * Input moderation blocked the request (issue 15 item 6): the outcome the client is told ends
+ * `content_filter` with an error (`content_filter`, 400; or `upstream_unavailable`, 503, when the
+ * check failed and the policy fails closed) and no delta was sent, so every route answers that
+ * error (before any header of a stream) instead of an empty answer.
+ */
+export function blockedBeforeOutput(o: GenerationOutcome): boolean {
+  // An output cut ends `content_filter` without an error; only an input block carries one.
+  return o.finishReason === 'content_filter' && o.error !== undefined;
 }

@@ -50,5 +50,7 @@ export const HTTP_ERRORS: Record<WeirErrorCode, HttpErrorMapping> = {
   kill_switch: { status: 503, type: 'server_error' },
   /** The model's output is not JSON matching the request's `output_schema` (its tokens are still billed). */
   output_invalid: { status: 502, type: 'server_error' },
+  /** Input moderation blocked the request before any output (never retried as is: `x-should-retry: false`). */
+  content_filter: { status: 400, type: 'invalid_request_error' },
   internal: { status: 500, type: 'server_error' },
 };

@@ -33,6 +33,7 @@ import {
   toWeirError,
 } from '@weir/core';
 import { priceUsage, usageStatusFor } from '@weir/ledger';
+import { createOutputWindow, runCheck, type ModerationObserver, type OutputPlan } from '@weir/moderation';
 import { judgeOutput, type LoadedOutputSchema, loadOutputSchema } from './output-schema';
 
 
@@ -57,6 +58,18 @@ export interface RelayDeps {
   cancelGraceMs?: number;
   /** Called once per finished generation, after its settlement entry is journaled (metrics). */
   onOutcome?(job: RelayJob, outcome: GenerationOutcome): void;
+  /**
+   * Output moderation (issue 15 item 7): the plan of a job's tenant, looked up once per
+   * generation (a map lookup; undefined = no moderation, the unchanged fast path). With a plan,
+   * deltas are held in a rolling window until checked; a flagged window is never emitted, the
+   * engine is stopped and the generation ends `content_filter`, billed for what was produced.
+   */
+  moderation?: {
+    outputFor(job: RelayJob): OutputPlan | undefined;
+    observer?: ModerationObserver;
+    /** A cut (metrics): the categories that blocked, or the failure reason. */
+    onCut?(job: RelayJob, reason: string, categories: string[]): void;
+  };
 }
 
 /** A running generation (the port lives in `@weir/core`). */
@@ -150,11 +163,12 @@ export function createRelay(deps: RelayDeps): Relay {
       const abort = new AbortController();
       // Set once: the first reason to stop wins (a deadline that fires during the grace
       // period of a disconnect still reports `cancelled`, the earlier cause).
-      let stopReason: 'cancelled' | 'deadline' | undefined;
+      let stopReason: 'cancelled' | 'deadline' | 'content_filter' | undefined;
       let finished = false;
+      let inputFlagged = false;
       let graceTimer: NodeJS.Timeout | undefined;
 
-      const requestStop = (reason: 'cancelled' | 'deadline', afterMs: number) => {
+      const requestStop = (reason: 'cancelled' | 'deadline' | 'content_filter', afterMs: number) => {
         if (finished) return;
         stopReason ??= reason;
         if (afterMs <= 0) {
@@ -180,6 +194,30 @@ export function createRelay(deps: RelayDeps): Relay {
         let text = '';
         // A keyed request's deltas, kept for the result its settlement leaves for retries.
         const retained = job.retain ? { deltas: [] as string[], toolCalls: [] as (ToolCallDelta[] | null)[], anyToolCalls: false } : undefined;
+        // What reaches the client: straight to the queue, or — under output moderation — held in
+        // the rolling window until checked.
+        const emit = (d: Extract<RelayEvent, { type: 'delta' }>) => {
+          queue.push(d);
+          if (retained) {
+            retained.deltas.push(d.text);
+            retained.toolCalls.push(d.toolCalls ?? null);
+            if (d.toolCalls) retained.anyToolCalls = true;
+          }
+        };
+        const outputPlan = deps.moderation?.outputFor(job);
+        const window = outputPlan ? createOutputWindow<Extract<RelayEvent, { type: 'delta' }>>(outputPlan) : undefined;
+        // Checks the held text: releases it when clean; else stops the engine and drops it. False when cut.
+        const checkWindow = async (): Promise<boolean> => {
+          if (!window || !outputPlan || !window.holding()) return true;
+          const verdict = await runCheck('output', outputPlan, [window.text()], abort.signal, deps.moderation?.observer);
+          if (!verdict.blocked) {
+            for (const d of window.release()) emit(d);
+            return true;
+          }
+          // A check aborted by a stop (disconnect, cancel, deadline) is that stop, not a cut.
+          if (!abort.signal.aborted) deps.moderation?.onCut?.(job, verdict.reason, verdict.categories);
+          return false;
+        };
         // A long stream's progress, offered to the journal on every delta (it takes one at most
         // every progress interval): what a crash of this process would still bill.
         const progressMark = (): ProgressMark =>
@@ -213,7 +251,7 @@ export function createRelay(deps: RelayDeps): Relay {
           // The engine's events a batch at a time when it offers them (an upstream read's deltas
           // together), else one by one: the same loop, without a promise per delta. Returning
           // false stops reading and closes the engine's stream, as `break` out of `for await` did.
-          await forEachBatch(stream, (batch) => {
+          const onBatch = (batch: readonly EngineEvent[]): boolean => {
             for (const ev of batch) {
               if (ev.type === 'delta') {
                 if (producedTokens >= limit && ev.tokens > 0) {
@@ -231,12 +269,9 @@ export function createRelay(deps: RelayDeps): Relay {
                 // A delta may carry text, tool-call fragments, or both; one with neither is dropped.
                 const toolCalls = ev.toolCalls !== undefined && ev.toolCalls.length > 0 ? ev.toolCalls : undefined;
                 if (ev.text.length > 0 || toolCalls) {
-                  queue.push(toolCalls ? { type: 'delta', text: ev.text, tokens: ev.tokens, toolCalls } : { type: 'delta', text: ev.text, tokens: ev.tokens });
-                  if (retained) {
-                    retained.deltas.push(ev.text);
-                    retained.toolCalls.push(toolCalls ?? null);
-                    if (toolCalls) retained.anyToolCalls = true;
-                  }
+                  const d: Extract<RelayEvent, { type: 'delta' }> = toolCalls ? { type: 'delta', text: ev.text, tokens: ev.tokens, toolCalls } : { type: 'delta', text: ev.text, tokens: ev.tokens };
+                  if (window) window.push(d, ev.text);
+                  else emit(d);
                 }
                 if (ev.tokens > 0) deps.settlements.progress(job.generationId, progressMark);
               } else {
@@ -244,7 +279,31 @@ export function createRelay(deps: RelayDeps): Relay {
               }
             }
             return true;
-          });
+          };
+          // The cut of a flagged window: the engine stops, the produced tokens are the count.
+          const cut = () => {
+            abort.abort();
+            end = { type: 'end', reason: 'content_filter', usage: { inputTokens: job.inputTokens, outputTokens: producedTokens, cachedInputTokens: 0 }, usageSource: 'estimated' };
+          };
+          await forEachBatch(
+            stream,
+            window
+              ? async (batch) => {
+                  const go = onBatch(batch);
+                  // A full window is checked before the next read: at most one window is held back.
+                  if (window.due() && !(await checkWindow())) {
+                    cut();
+                    return false;
+                  }
+                  return go;
+                }
+              : onBatch,
+          );
+          // The rest of the answer (shorter than a window) is checked before the end is told.
+          if (window && end && end.reason !== 'content_filter' && !stopReason && !(await checkWindow())) {
+            // The engine finished: its own count stands; only the ending changes.
+            end = { ...end, reason: 'content_filter' };
+          }
           if (!end) throw new WeirError('upstream_error', 'the engine stream ended without a terminal event');
         } catch (err) {
           // An abort can surface as a thrown error from some adapters; it is still our stop.
@@ -329,13 +388,15 @@ export function createRelay(deps: RelayDeps): Relay {
               }
             : {}),
           usageSource,
+          // Blocked by input moderation: the error a retry of a keyed request is answered with too.
+          ...(inputFlagged && !failure ? { error: { code: 'content_filter', message: 'The input was blocked by moderation; nothing was generated for you. Change the input.' } } : {}),
         };
         // Every schema-constrained output is validated here, once: an invalid one ends as
         // `output_invalid` in the usage record, the end event and every replay alike.
         const judged = (await judgeOutput(measured, text, schema)).outcome;
         let outcome: GenerationOutcome = { ...judged, attempts: attempts(judged.error?.code) };
         try {
-          await deps.settlements.append(settlementOf(job, outcome, wall(), retained));
+          await deps.settlements.append(settlementOf(job, outcome, wall(), inputFlagged ? { deltas: [], toolCalls: [], anyToolCalls: false } : retained));
         } catch (err) {
           // Not recorded: the client is told the answer failed rather than take it as whole.
           const e = toWeirError(err);
@@ -351,7 +412,11 @@ export function createRelay(deps: RelayDeps): Relay {
         events: queue,
         done,
         stop(cause) {
-          requestStop('cancelled', cause === 'client_disconnected' ? graceMs : 0);
+          if (cause === 'input_flagged') {
+            // Nothing was sent to the client: nothing is retained for retries either.
+            inputFlagged = true;
+            requestStop('content_filter', 0);
+          } else requestStop('cancelled', cause === 'client_disconnected' ? graceMs : 0);
         },
       };
     },

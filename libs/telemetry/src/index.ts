@@ -30,3 +30,4 @@ export {
   type WeirMetrics,
 } from './weir-metrics';
 export { KEPT_FIELDS, MAX_CAUSE_DEPTH, MAX_FRAMES, MAX_MESSAGE_CHARS, scrubErrorMessage, serializeError, SQLSTATE_TEXT, type SerializedError } from './error-serializer';
+export { createModerationMetrics, type ModerationMetrics } from './moderation-metrics';

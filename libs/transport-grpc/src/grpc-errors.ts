@@ -52,6 +52,7 @@ export const GRPC_STATUS_BY_WEIR_CODE: Record<WeirErrorCode, grpc.status> = {
   config_stale: grpc.status.UNAVAILABLE,
   kill_switch: grpc.status.FAILED_PRECONDITION,
   output_invalid: grpc.status.INTERNAL,
+  content_filter: grpc.status.INVALID_ARGUMENT,
   internal: grpc.status.INTERNAL,
 };
 

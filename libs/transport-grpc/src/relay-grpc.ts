@@ -68,6 +68,7 @@ const ROLES: Record<ChatRole, relayV1.ChatRole> = {
 const STOP_CAUSES: Record<StopCause, relayV1.StopCause> = {
   client_disconnected: relayV1.StopCause.CLIENT_DISCONNECTED,
   cancel_requested: relayV1.StopCause.CANCEL_REQUESTED,
+  input_flagged: relayV1.StopCause.INPUT_FLAGGED,
 };
 
 /**

@@ -78,6 +78,18 @@ describe('runAdminCommand', () => {
     expect((await weir(['revisions', 'get', 'org/m@1'], server)).out).toBe('id: org/m@1\nspec: {}\ndeprecation: null\n');
   });
 
+  it('policy set --moderation-file: sets the moderation policy from a YAML file; none removes it', async () => {
+    const server = fakeServer({
+      'PATCH /admin/v1/tenants/acme/policy': [200, { moderation: { input: { engine: 'rules', fail: 'closed', timeout_ms: 2000 }, rules: { lists: [{ category: 'violence', phrases: ['red dragon'] }] } } }],
+    });
+    const files = { 'mod.yaml': 'input: { engine: rules }\nrules:\n  lists:\n    - category: violence\n      phrases: [red dragon]\n' };
+    const r = await weir(['policy', 'set', 'acme', '--moderation-file', 'mod.yaml'], server, undefined, files);
+    expect(r).toEqual({ status: 0, out: 'updated the policy of tenant acme: limits -, moderation input (status: active)\n', err: '' });
+    expect(server.calls.at(-1)).toMatchObject({ method: 'PATCH', body: { moderation: { input: { engine: 'rules' }, rules: { lists: [{ category: 'violence', phrases: ['red dragon'] }] } } } });
+    expect((await weir(['policy', 'set', 'acme', '--moderation-file', 'none'], server)).status).toBe(0);
+    expect(server.calls.at(-1)).toMatchObject({ method: 'PATCH', body: { moderation: null } });
+  });
+
   it('policy set: flags merge into the current limits; --file replaces the policy; not both', async () => {
     const server = fakeServer({
       'GET /admin/v1/tenants/acme/policy': [200, { limits: { max_concurrent: 2, tokens_per_minute: 1000 }, kill_switch: false }],

@@ -302,6 +302,7 @@ export const TENANT_COMMANDS: readonly CommandSpec[] = [
     args: ['tenant'],
     flags: {
       file: { value: 'FILE', help: 'replace the whole policy with this JSON or YAML file' },
+      'moderation-file': { value: 'FILE|none', help: "set the tenant's moderation (input, output, rules) from this JSON or YAML file; none removes it" },
       ...LIMIT_FLAG_SPECS,
       ...Object.fromEntries(Object.entries(POLICY_FLAGS).map(([flag, p]) => [flag, { value: p.value, help: `${p.help} (none removes it)` }])),
     },
@@ -322,6 +323,8 @@ export const TENANT_COMMANDS: readonly CommandSpec[] = [
         const raw = stringFlag(ctx, flag);
         if (raw !== undefined) patch[p.field] = raw === 'none' ? null : p.parse(raw, flag);
       }
+      const moderation = stringFlag(ctx, 'moderation-file');
+      if (moderation !== undefined) patch.moderation = moderation === 'none' ? null : readObjectFile('moderation-file', moderation, ctx.readFile);
       if (Object.keys(limits.set).length + limits.remove.length > 0) {
         // PATCH replaces `limits` whole, so merge the flags into the current limits.
         const current = await ctx.api.request<Record<string, unknown>>('GET', path);
@@ -329,7 +332,8 @@ export const TENANT_COMMANDS: readonly CommandSpec[] = [
         patch.limits = Object.keys(merged).length > 0 ? merged : null;
       }
       const p = await ctx.api.request<Record<string, unknown>>('PATCH', path, { body: patch });
-      return said(p, `updated the policy of tenant ${ctx.args.tenant}: limits ${keyValues(p.limits)} (status: ${tenantStatus(p)})`);
+      const moderated = p.moderation !== undefined && p.moderation !== null ? `, moderation ${['input', 'output'].filter((k) => (p.moderation as Record<string, unknown>)[k] !== undefined).join('+') || 'rules only'}` : '';
+      return said(p, `updated the policy of tenant ${ctx.args.tenant}: limits ${keyValues(p.limits)}${moderated} (status: ${tenantStatus(p)})`);
     },
   },
 ];

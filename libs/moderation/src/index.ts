@@ -1,0 +1,5 @@
+export * from './types';
+export * from './rules-engine';
+export * from './openai-engine';
+export * from './window';
+export * from './policies';
