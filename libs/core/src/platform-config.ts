@@ -342,8 +342,35 @@ export interface TenantSpec {
    * Default false.
    */
   contentLogging?: boolean;
-  /** Name of the PII redaction profile run before any content is logged. Default none. */
+  /**
+   * Name of the PII redaction profile run before any content is logged: a built-in one
+   * (`default`, `strict`) or one of {@link PlatformConfig.redactionProfiles}. Default none.
+   */
   redactionProfile?: string;
+  /**
+   * Prompts are redacted with {@link redactionProfile} before they are sent upstream (the
+   * upstream never sees the redacted values; token counts and billing are of what was sent).
+   * Requires a profile. Default false.
+   */
+  redactUpstream?: boolean;
+}
+
+/**
+ * A named PII redaction profile (the file's `redaction_profiles`; `@weir/redaction` compiles it).
+ * Built-in `default` and `strict` always exist and cannot be redefined.
+ */
+export interface RedactionProfileConfig {
+  name: string;
+  /** Built-in recognizer ids: `email`, `phone`, `card`, `iban`, `ssn`, `ipv4`, `ipv6`, `secret`, `entropy`. */
+  recognizers: string[];
+  /** Custom RE2 patterns (validated at load). Default none. */
+  customPatterns?: { name: string; pattern: string }[];
+  /** `tag` → `[REDACTED:EMAIL]`; `hash` → `[REDACTED:EMAIL:<12 hex of a keyed HMAC>]`. Default `tag`. */
+  replacement?: 'tag' | 'hash';
+  /** Shortest token the `entropy` recognizer considers (characters, 12–4,096). Default 24. */
+  entropyMinLength?: number;
+  /** UUIDs count as secrets (`entropy`). Default false. */
+  redactUuids?: boolean;
 }
 
 /** One tenant routing override (see {@link TenantSpec.routes}). */
@@ -517,6 +544,8 @@ export interface PlatformConfig {
   revisions: RevisionSpec[];
   aliases: AliasSpec[];
   tenants: TenantSpec[];
+  /** Named PII redaction profiles besides the built-in `default` and `strict`. Default none. */
+  redactionProfiles?: RedactionProfileConfig[];
   defaults: PlatformDefaults;
 }
 

@@ -82,6 +82,12 @@ export interface TestGatewayOptions {
    * it): given the in-process relay, returns the relay the pipeline calls. Default: in-process.
    */
   relayVia?: (relay: Relay) => Relay | Promise<Relay>;
+  /** Per-tenant content policies (`GatewayDeps.contentPolicies`). Default none. */
+  contentPolicies?: GatewayDeps['contentPolicies'];
+  /** The content log (`GatewayDeps.contentLog`). Default one over `logger`. */
+  contentLog?: GatewayDeps['contentLog'];
+  /** Redaction metrics (`GatewayDeps.redaction`). Default none. */
+  redaction?: GatewayDeps['redaction'];
 }
 
 /** A running test gateway. */
@@ -149,6 +155,9 @@ export async function startTestGateway(options: TestGatewayOptions): Promise<Tes
     ...(options.idempotency ? { idempotency: options.idempotency } : {}),
     ...(options.usage ? { usage: options.usage } : {}),
     ...(options.clients ? { clients: options.clients } : {}),
+    ...(options.contentPolicies ? { contentPolicies: options.contentPolicies } : {}),
+    ...(options.contentLog ? { contentLog: options.contentLog } : {}),
+    ...(options.redaction ? { redaction: options.redaction } : {}),
   });
   const server: Server = createServer(options.clients?.serverOptions ?? {}, gateway.app);
   options.clients?.attach(server);

@@ -61,7 +61,7 @@ export interface RedactionProfileSpec {
   /** The profile's name (what a tenant's `redactionProfile` names). */
   name: string;
   /** The built-in recognizers it runs. */
-  recognizers: readonly RecognizerId[];
+  recognizers: readonly string[];
   /** Custom RE2 patterns it runs besides. Default none. */
   customPatterns?: readonly CustomPatternSpec[];
   /** How spans are replaced. Default `tag`. */
