@@ -30,6 +30,9 @@ import {
   createGenerationPipeline,
   createJournaledIdempotencyStore,
   createLiveConfig,
+  createContentPolicies,
+  contentPolicyOptionsFromEnv,
+  redactionMetricsObserver,
   createMetricsObserver,
   createRevocations,
   type Gateway,
@@ -261,6 +264,11 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
   const router = createRouter(config);
   // Tenants and revisions as the latest snapshot has them; revocations on their fast path.
   const live = createLiveConfig(config);
+  // Content logging and upstream redaction per tenant: profiles compiled when a snapshot applies.
+  const contentPolicies = createContentPolicies(config, {
+    ...contentPolicyOptionsFromEnv(process.env),
+    onInvalid: (tenant, problems) => logger.error({ tenant, problems }, 'redaction profile unusable: no content of this tenant is logged'),
+  });
   const apiKeys = createCachedApiKeyStore(createApiKeyRepository(database.db));
   const revocations = createRevocations({ keyCache: apiKeys });
   revocations.applyConfig(config.tenants);
@@ -276,6 +284,7 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
     const retired = retiredInternalIds(served.tenants, nextServed.tenants);
     router.update(nextServed);
     live.update(nextServed);
+    contentPolicies.update(nextServed);
     admission.updateTenants(nextServed.tenants);
     revocations.applyConfig(nextServed.tenants);
     if (retired.size > 0) logger.info({ version, retired: retired.size, dropped: retiring.drop?.(retired) ?? 0 }, 'deleted tenants or apps: their retained state dropped');
@@ -377,6 +386,8 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
     apiKeys,
     revocations,
     catalog: live,
+    contentPolicies,
+    redaction: redactionMetricsObserver(telemetry.metrics),
     configState: () => configPlane.state(),
     defaults: config.defaults,
     clock: systemClock,

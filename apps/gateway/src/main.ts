@@ -35,7 +35,7 @@ import type { AddressInfo } from 'node:net';
 import { createConfigSyncMetrics, openDataPlaneConfig } from '@weir/config-sync';
 import { type CancelMessage, type GenerationInput, newId, retiredInternalIds, systemClock } from '@weir/core';
 import { adapterTokenCounter, countInputWith, remoteReplicas, replicaTokenCounter, utf8TokenUpperBound } from '@weir/engines';
-import { createGatewayApp, createGenerationPipeline, createLiveConfig, createMetricsObserver, createRevocations } from '@weir/gateway';
+import { createGatewayApp, createGenerationPipeline, createContentPolicies, contentPolicyOptionsFromEnv, createLiveConfig, redactionMetricsObserver, createMetricsObserver, createRevocations } from '@weir/gateway';
 import { cancelMessageCodec, connectNats, natsAuthFromEnv, createNatsTopic, createNatsSettlementJournal, ensureUsageStream, natsNames } from '@weir/messaging-nats';
 import { clientLimitsFromEnv, createClientGuard, envInt, envRequired, envString, opsSettingsFromEnv, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
 import {
@@ -127,6 +127,11 @@ runUntilSignal('gateway', logger, async () => {
   const providerKeys = new Map(config.revisions.map((r) => [r.id, revisionProviderKey(r)]));
   // Tenants and revisions as the latest configuration has them; revocations on their fast path.
   const live = createLiveConfig(config);
+  // Content logging and upstream redaction per tenant: profiles compiled when a snapshot applies.
+  const contentPolicies = createContentPolicies(config, {
+    ...contentPolicyOptionsFromEnv(process.env),
+    onInvalid: (tenant, problems) => logger.error({ tenant, problems }, 'redaction profile unusable: no content of this tenant is logged'),
+  });
   const apiKeys = createCachedApiKeyStore(createApiKeyRepository(database.db));
   const revocations = createRevocations({ keyCache: apiKeys });
   revocations.applyConfig(config.tenants);
@@ -139,6 +144,7 @@ runUntilSignal('gateway', logger, async () => {
     applied = next;
     router.update(next);
     live.update(next);
+    contentPolicies.update(next);
     revocations.applyConfig(next.tenants);
     const dropped = retired.size > 0 ? (retiring.drop?.(retired) ?? 0) : 0;
     logger.info({ version, ...(retired.size > 0 ? { retired: retired.size, dropped } : {}) }, 'configuration applied');
@@ -170,6 +176,8 @@ runUntilSignal('gateway', logger, async () => {
     apiKeys,
     revocations,
     catalog: live,
+    contentPolicies,
+    redaction: redactionMetricsObserver(telemetry.metrics),
     configState: () => source.state(),
     defaults: config.defaults,
     clock: systemClock,

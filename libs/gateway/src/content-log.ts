@@ -123,3 +123,33 @@ export function createContentLog(options: ContentLogOptions): ContentLog {
     },
   };
 }
+
+/** The part of `@weir/telemetry`'s `WeirMetrics` that counts redactions. */
+export interface RedactionMetrics {
+  recordRedactions(sample: { type: string; surface: string; count: number }): void;
+  recordRedactionFailure(failure: { reason: string; surface: string }): void;
+}
+
+/** A {@link RedactionObserver} that records `weir_redactions_total{type,surface}` and `weir_redaction_failures_total{reason,surface}`. */
+export function redactionMetricsObserver(metrics: RedactionMetrics): RedactionObserver {
+  return {
+    onRedactions(counts, surface) {
+      for (const [type, count] of Object.entries(counts)) metrics.recordRedactions({ type, surface, count });
+    },
+    onFailure(reason, surface) {
+      metrics.recordRedactionFailure({ reason, surface });
+    },
+  };
+}
+
+/**
+ * The content-policy options from the environment: `WEIR_REDACTION_HASH_KEY` (at least 32
+ * characters) keys the `hash` replacement so hashes correlate across processes; unset, each
+ * process draws a random key. Throws when it is set and shorter.
+ */
+export function contentPolicyOptionsFromEnv(env: Readonly<Record<string, string | undefined>>): { log?: { hashKey: string }; upstream?: { hashKey: string } } {
+  const key = env.WEIR_REDACTION_HASH_KEY;
+  if (key === undefined || key === '') return {};
+  if (key.length < 32) throw new Error('WEIR_REDACTION_HASH_KEY must be at least 32 characters (a random secret); unset it to use a random key per process');
+  return { log: { hashKey: key }, upstream: { hashKey: key } };
+}
