@@ -1,5 +1,5 @@
 import type { Recognizer } from '../types';
-import { COLON, DOT, codeAt, isAlnum, isDigit, isHex, numberMayEndAt } from './chars';
+import { COLON, DOT, codeAt, isAlnum, isDigit, isHex } from './chars';
 
 /**
  * IPv4 addresses: four decimal octets 0–255 without leading zeros, not inside a longer dotted
@@ -33,7 +33,9 @@ export const ipv4Recognizer: Recognizer = {
         i = Math.max(i, pos - 1);
         continue;
       }
-      if (!numberMayEndAt(text, pos)) continue;
+      // A port (`:5432`) or a prefix length (`/24`) may follow; another octet or a letter may not.
+      const next = codeAt(text, pos);
+      if (isAlnum(next) || next === 95 || (next === DOT && isDigit(codeAt(text, pos + 1)))) continue;
       emit(i, pos);
       i = pos - 1;
     }
