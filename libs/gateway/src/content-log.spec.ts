@@ -12,7 +12,7 @@ import { createInMemoryAdmission } from '@weir/admission';
 import type { EngineAdapter, EngineEvent, EngineRequest, GenerationInput, PlatformConfig } from '@weir/core';
 import { createLogger } from '@weir/telemetry';
 import { createContentPolicies, type ContentPolicies, type TenantContentPolicy } from './content-policy';
-import type { RedactionObserver } from './content-log';
+import { contentPolicyOptionsFromEnv, redactionMetricsObserver, type RedactionObserver } from './content-log';
 import { startTestGateway, type TestGateway, twoTenantConfig } from './test-support';
 
 const EMAIL = 'jane.roe@example.org';
@@ -242,5 +242,39 @@ describe('createContentPolicies', () => {
     const hr = p.forTenant('u');
     expect(hr).toMatchObject({ profile: 'hr', logContent: false, redactUpstream: true });
     expect(hr?.upstreamRedactor.redact(`EMP-1234 ${EMAIL} ${CARD}`)).toMatchObject({ ok: true, text: `[REDACTED:EMP] [REDACTED:EMAIL] ${CARD}` });
+  });
+
+  it('hash replacements stay the same across snapshots and between the log and upstream redactors', () => {
+    const cfg = config({ t: { contentLogging: true, redactionProfile: 'strict', redactUpstream: true } });
+    const p = createContentPolicies(cfg);
+    const first = p.forTenant('t')?.logRedactor.redact(EMAIL);
+    p.update(cfg);
+    const again = p.forTenant('t')?.logRedactor.redact(EMAIL);
+    const upstream = p.forTenant('t')?.upstreamRedactor.redact(EMAIL);
+    expect(first?.ok && first.text).toMatch(/^\[REDACTED:EMAIL:[0-9a-f]{12}\]$/);
+    expect(again).toEqual(first);
+    expect(upstream).toEqual(first);
+    // Another process (another policies object) without WEIR_REDACTION_HASH_KEY: another key.
+    expect(createContentPolicies(cfg).forTenant('t')?.logRedactor.redact(EMAIL)).not.toEqual(first);
+  });
+});
+
+describe('wiring helpers', () => {
+  it('contentPolicyOptionsFromEnv takes a key of 32+ characters, refuses a shorter one, and is empty when unset', () => {
+    expect(contentPolicyOptionsFromEnv({})).toEqual({});
+    expect(contentPolicyOptionsFromEnv({ WEIR_REDACTION_HASH_KEY: 'k'.repeat(32) })).toEqual({ log: { hashKey: 'k'.repeat(32) }, upstream: { hashKey: 'k'.repeat(32) } });
+    expect(() => contentPolicyOptionsFromEnv({ WEIR_REDACTION_HASH_KEY: 'short' })).toThrow('at least 32 characters');
+  });
+
+  it('redactionMetricsObserver records one sample per type, and failures by reason', () => {
+    const samples: unknown[] = [];
+    const o = redactionMetricsObserver({ recordRedactions: (s) => samples.push(s), recordRedactionFailure: (f) => samples.push(f) });
+    o.onRedactions?.({ email: 2, card: 1 }, 'content_log');
+    o.onFailure?.('timeout', 'upstream');
+    expect(samples).toEqual([
+      { type: 'email', surface: 'content_log', count: 2 },
+      { type: 'card', surface: 'content_log', count: 1 },
+      { reason: 'timeout', surface: 'upstream' },
+    ]);
   });
 });

@@ -5,6 +5,7 @@
  * built when a configuration snapshot is applied (`update`), never per request: a request of a
  * tenant with neither costs one map lookup, and none at all while no tenant has either.
  */
+import { randomBytes } from 'node:crypto';
 import type { GenerationInput, PlatformConfig, TenantSpec } from '@weir/core';
 import { compileProfiles, createRedactor, type RedactionResult, type Redactor, type RedactorOptions } from '@weir/redaction';
 
@@ -38,7 +39,10 @@ export interface ContentPolicies {
 
 /** Options of {@link createContentPolicies}. */
 export interface ContentPolicyOptions {
-  /** Options of the log redactors (cap, budget, hash key). Default `createRedactor`'s (16 KiB, 50 ms). */
+  /**
+   * Options of the log redactors (cap, budget, hash key). Default `createRedactor`'s (16 KiB, 50
+   * ms) and one random hash key per `createContentPolicies` call, shared by every redactor it builds.
+   */
   log?: RedactorOptions;
   /** Options of the upstream redactors. Default: `maxChars` 4 MiB (above any body limit), budget 2,000 ms. */
   upstream?: RedactorOptions;
@@ -51,7 +55,11 @@ const wants = (t: TenantSpec) => t.redactionProfile !== undefined && (t.contentL
 /** Creates the policies of `config`'s tenants. */
 export function createContentPolicies(config: Pick<PlatformConfig, 'tenants' | 'redactionProfiles'>, options: ContentPolicyOptions = {}): ContentPolicies {
   let byTenant = new Map<string, TenantContentPolicy>();
-  const upstreamOptions: RedactorOptions = { maxChars: 4 * 1024 * 1024, budgetMs: 2_000, ...options.upstream };
+  // One hash key for the process's life (unless given): `hash` replacements of a value stay
+  // the same across snapshots and between the log and upstream redactors.
+  const hashKey = options.log?.hashKey ?? options.upstream?.hashKey ?? randomBytes(32);
+  const logOptions: RedactorOptions = { hashKey, ...options.log };
+  const upstreamOptions: RedactorOptions = { maxChars: 4 * 1024 * 1024, budgetMs: 2_000, hashKey, ...options.upstream };
   const build = (c: Pick<PlatformConfig, 'tenants' | 'redactionProfiles'>) => {
     const next = new Map<string, TenantContentPolicy>();
     const tenants = c.tenants.filter(wants);
@@ -72,7 +80,7 @@ export function createContentPolicies(config: Pick<PlatformConfig, 'tenants' | '
         profile: name,
         logContent: t.contentLogging === true,
         redactUpstream: t.redactUpstream === true,
-        logRedactor: createRedactor(profile, options.log),
+        logRedactor: createRedactor(profile, logOptions),
         upstreamRedactor: createRedactor(profile, upstreamOptions),
       });
     }
