@@ -40,7 +40,7 @@ export interface ContentPolicies {
 /** Options of {@link createContentPolicies}. */
 export interface ContentPolicyOptions {
   /**
-   * Options of the log redactors (cap, budget, hash key). Default `createRedactor`'s (16 KiB, 50
+   * Options of the log redactors (cap, budget, hash key). Default `createRedactor`'s (16 KiB, 250
    * ms) and one random hash key per `createContentPolicies` call, shared by every redactor it builds.
    */
   log?: RedactorOptions;

@@ -32,7 +32,7 @@ import { compileProfiles, createRedactor, type Redactor } from '@weir/redaction'
 const messageRedactor: Redactor | undefined = (() => {
   const compiled = compileProfiles();
   const profile = compiled.ok ? compiled.profiles.get('default') : undefined;
-  return profile ? createRedactor(profile, { maxChars: 1024, budgetMs: 20 }) : undefined;
+  return profile ? createRedactor(profile, { maxChars: 1024, budgetMs: 250 }) : undefined;
 })();
 
 /** The text a message is replaced with when its redaction fails. */

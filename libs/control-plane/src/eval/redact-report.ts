@@ -9,7 +9,7 @@ function defaultRedactor(): Redactor {
   const compiled = compileProfiles();
   const profile = compiled.ok ? compiled.profiles.get('default') : undefined;
   if (!profile) throw new Error('the built-in default redaction profile did not compile');
-  return createRedactor(profile, { maxChars: 16_384, budgetMs: 200 });
+  return createRedactor(profile, { maxChars: 16_384, budgetMs: 1_000 });
 }
 
 let shared: Redactor | undefined;
