@@ -543,7 +543,10 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     // One content line per request, for a tenant that logs content (the output read from the transcript only then).
     const logContent = (outcome: GenerationOutcome) => {
       if (policy?.logContent && contentLog) {
-        contentLog.record({ policy, caller: req.caller, route, alias, generationId, requestId, input, output: transcript.text(), outcome });
+        // Tool calls the model made follow the text as `→ name(arguments)` lines.
+        const calls = transcript.deltaToolCalls.length > 0 ? accumulateToolCalls(transcript.deltaToolCalls.map((c) => c ?? undefined)) : [];
+        const output = transcript.text() + calls.map((c) => `\n→ ${c.name}(${c.arguments})`).join('');
+        contentLog.record({ policy, caller: req.caller, route, alias, generationId, requestId, input, output, outcome });
       }
     };
     const started = await admitted.start(gone.signal).catch(async (err: unknown) => {

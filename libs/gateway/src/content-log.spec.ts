@@ -153,6 +153,45 @@ describe('content logging (issue 15, item 5)', () => {
   });
 });
 
+describe('content logging of tool calls', () => {
+  it('logs the calls the model made, redacted, after the text', async () => {
+    const revision = { ...twoTenantConfig().revisions[0], contextWindow: 4096, capabilities: { streaming: true, tools: true, jsonOutput: false } };
+    const base = twoTenantConfig(revision);
+    const cfg: PlatformConfig = { ...base, tenants: base.tenants.map((t) => (t.id === 't' ? { ...t, contentLogging: true, redactionProfile: 'default' } : t)) };
+    const engine: EngineAdapter = {
+      kind: 'fake',
+      capacity: { slots: 4, contextTokens: 4096 },
+      countInputTokens: async (input: GenerationInput) => words(input),
+      async *generate(): AsyncIterable<EngineEvent> {
+        yield { type: 'delta', text: 'Sending.', tokens: 1 };
+        yield { type: 'delta', text: '', tokens: 1, toolCalls: [{ index: 0, id: 'call_1', name: 'send_mail', argumentsDelta: '{"to":"' }] };
+        yield { type: 'delta', text: '', tokens: 1, toolCalls: [{ index: 0, argumentsDelta: `${EMAIL}"}` }] };
+        yield { type: 'end', reason: 'tool_calls', usage: { inputTokens: 3, outputTokens: 3 }, usageSource: 'reported' };
+      },
+      async close() {},
+    };
+    const log = { text: '' };
+    const destination = new Writable({
+      write(chunk: Buffer, _enc, done) {
+        log.text += chunk.toString('utf8');
+        done();
+      },
+    });
+    const gw = await startTestGateway({ config: cfg, engine, admission: createInMemoryAdmission({ tenants: cfg.tenants }), logger: createLogger({ name: 'gateway', level: 'info', destination }), contentPolicies: createContentPolicies(cfg) });
+    try {
+      const tools = [{ type: 'function', function: { name: 'send_mail', parameters: { type: 'object', properties: { to: { type: 'string' } } } } }];
+      const r = await gw.post('/v1/chat/completions', { model: 'fake', messages: [{ role: 'user', content: `mail ${EMAIL}` }], tools });
+      expect(r.status).toBe(200);
+      await r.text();
+      const ls = await until(log, (l) => l.some((x) => x.msg === 'content'));
+      expect(ls.find((l) => l.msg === 'content')?.output_redacted).toBe('Sending.\n→ send_mail({"to":"[REDACTED:EMAIL]"})');
+      expect(log.text).not.toContain(EMAIL);
+    } finally {
+      await gw.close();
+    }
+  });
+});
+
 describe('a failing redactor fails closed', () => {
   it('writes no content line, an error line without content, and counts the failure', async () => {
     const cfg = config({ t: { contentLogging: true, redactionProfile: 'default' } });
