@@ -546,7 +546,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
         // Tool calls the model made follow the text as `→ name(arguments)` lines.
         const calls = transcript.deltaToolCalls.length > 0 ? accumulateToolCalls(transcript.deltaToolCalls.map((c) => c ?? undefined)) : [];
         const output = transcript.text() + calls.map((c) => `\n→ ${c.name}(${c.arguments})`).join('');
-        contentLog.record({ policy, caller: req.caller, route, alias, generationId, requestId, input, output, outcome });
+        contentLog.record({ policy, caller: req.caller, route, alias, generationId, input, output, outcome });
       }
     };
     const started = await admitted.start(gone.signal).catch(async (err: unknown) => {

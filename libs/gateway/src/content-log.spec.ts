@@ -113,7 +113,7 @@ describe('content logging (issue 15, item 5)', () => {
       await gw.post('/v1/chat/completions', chat),
       await gw.post('/v1/chat/completions', { ...chat, stream: true }),
       await gw.post('/v1/completions', { model: 'fake', prompt: PROMPT }),
-      await gw.post('/v1/generations', { model_alias: 'fake', input: PROMPT, stream: false }),
+      await gw.post('/v1/generations', { model_alias: 'fake', input: PROMPT, stream: false, request_id: 'idem-key-secret-7f3a' }),
       await gw.post('/v1/chat/completions', chat, {}, gw.otherKey.plaintext),
       await gw.post('/v1/completions', { model: 'fake', prompt: PROMPT }, {}, gw.otherKey.plaintext),
     ];
@@ -144,8 +144,10 @@ describe('content logging (issue 15, item 5)', () => {
       expect(l).not.toHaveProperty('prompt_redacted');
       expect(l).not.toHaveProperty('output_redacted');
     }
-    // No raw value anywhere in the whole log.
+    // No raw value anywhere in the whole log, nor the client's idempotency key.
     for (const raw of RAW) expect(log.text).not.toContain(raw);
+    expect(log.text).not.toContain('idem-key-secret-7f3a');
+    for (const line of content) expect(line).not.toHaveProperty('requestId');
     // Output text appears only in tenant t's four content lines.
     expect(log.text.split('you said').length - 1).toBe(4);
     expect(metrics.counts).toEqual({ 'content_log:email': 8, 'content_log:card': 8, 'content_log:secret': 8 });

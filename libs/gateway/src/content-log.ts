@@ -34,7 +34,6 @@ export interface ContentLogEntry {
   route: ApiRoute;
   alias: string;
   generationId: string;
-  requestId: string;
   /** The prompt as the upstream received it (already redacted when the tenant redacts upstream). */
   input: GenerationInput;
   /** The answer's text (read from the transcript only for tenants that log content). */
@@ -69,7 +68,8 @@ export function createContentLog(options: ContentLogOptions): ContentLog {
   let dropped = 0;
 
   const write = (e: ContentLogEntry) => {
-    const meta = { tenant: e.caller.tenantId, app: e.caller.appId, generationId: e.generationId, requestId: e.requestId, profile: e.policy.profile };
+    // Not the request id: it may be the client's idempotency key, which logs never hold (security.md §10).
+    const meta = { tenant: e.caller.tenantId, app: e.caller.appId, generationId: e.generationId, profile: e.policy.profile };
     const prompt = e.policy.logRedactor.redact(promptText(e.input));
     const output = prompt.ok ? e.policy.logRedactor.redact(e.output) : prompt;
     if (!prompt.ok || !output.ok) {
