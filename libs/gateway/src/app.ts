@@ -408,8 +408,8 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
    * `internal` (500, nothing sent, nothing reserved) when redaction fails or runs over its budget:
    * fail closed, never the raw prompt.
    */
-  const redactUpstream = (caller: Caller, policy: TenantContentPolicy, input: GenerationInput): GenerationInput => {
-    const r = redactInput(policy.upstreamRedactor, input);
+  const redactUpstream = async (caller: Caller, policy: TenantContentPolicy, input: GenerationInput): Promise<GenerationInput> => {
+    const r = await redactInput(policy.upstreamRedactor, input);
     if (!r.ok) {
       deps.redaction?.onFailure?.(r.reason, 'upstream');
       logger.error({ tenant: caller.tenantId, app: caller.appId, profile: policy.profile, reason: r.reason }, 'prompt redaction failed; request refused');
@@ -468,7 +468,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     const policy: TenantContentPolicy | undefined = contentPolicies?.active ? contentPolicies.forTenant(req.caller.tenantId) : undefined;
     // Redacted before the key is claimed, the tokens counted and anything reserved: the upstream
     // sees, and the tenant is billed for, the redacted prompt. A failure sends nothing.
-    if (policy?.redactUpstream) input = redactUpstream(req.caller, policy, input);
+    if (policy?.redactUpstream) input = await redactUpstream(req.caller, policy, input);
     const createdS = Math.floor(Date.now() / 1000);
     // A keyed request: its relay leaves the result (or that it was interrupted) for retries in its settlement entry.
     let retain: RetainSpec | undefined;

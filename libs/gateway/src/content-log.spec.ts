@@ -200,7 +200,7 @@ describe('a failing redactor fails closed', () => {
     const real = createContentPolicies(cfg);
     const broken: TenantContentPolicy = {
       ...(real.forTenant('t') as TenantContentPolicy),
-      logRedactor: { profile: 'default', redact: () => ({ ok: false, reason: 'error', error: new Error(`fault quoting ${EMAIL}`) }) },
+      logRedactor: { profile: 'default', redact: () => ({ ok: false, reason: 'error', error: new Error(`fault quoting ${EMAIL}`) }), redactChunked: async () => ({ ok: false, reason: 'error' }) },
     };
     const policies: ContentPolicies = { active: true, forTenant: (id) => (id === 't' ? broken : undefined), update() {} };
     const metrics = counter();
@@ -222,7 +222,7 @@ describe('a failing redactor fails closed', () => {
   it('a timeout of the upstream redaction refuses the request before anything is sent or reserved', async () => {
     const cfg = config({ t: { redactionProfile: 'default', redactUpstream: true } });
     const real = createContentPolicies(cfg);
-    const slow: TenantContentPolicy = { ...(real.forTenant('t') as TenantContentPolicy), upstreamRedactor: { profile: 'default', redact: () => ({ ok: false, reason: 'timeout' }) } };
+    const slow: TenantContentPolicy = { ...(real.forTenant('t') as TenantContentPolicy), upstreamRedactor: { profile: 'default', redact: () => ({ ok: true, text: '', counts: {}, truncatedChars: 0 }), redactChunked: async () => ({ ok: false, reason: 'timeout' }) } };
     const metrics = counter();
     const { gw, log, engine } = await start(cfg, { active: true, forTenant: (id) => (id === 't' ? slow : undefined), update() {} }, metrics);
     try {

@@ -19,7 +19,7 @@ export interface TenantContentPolicy {
   redactUpstream: boolean;
   /** The redactor of log lines: capped (`maxChars`, default 16 KiB per text, the rest dropped with a marker). */
   logRedactor: Redactor;
-  /** The redactor of upstream prompts: never truncates (up to the body limit), a longer budget. */
+  /** The redactor of upstream prompts (`redactChunked`): never truncates (up to the body limit), 64 KiB chunks with a turn of the event loop between. */
   upstreamRedactor: Redactor;
 }
 
@@ -44,7 +44,7 @@ export interface ContentPolicyOptions {
    * ms) and one random hash key per `createContentPolicies` call, shared by every redactor it builds.
    */
   log?: RedactorOptions;
-  /** Options of the upstream redactors. Default: `maxChars` 4 MiB (above any body limit), budget 2,000 ms. */
+  /** Options of the upstream redactors. Default: `maxChars` 4 MiB (above any body limit), budget 1,000 ms per 64 KiB chunk. */
   upstream?: RedactorOptions;
   /** Told when a tenant's profile cannot be built (no policy for it). */
   onInvalid?: (tenantId: string, problems: string[]) => void;
@@ -59,7 +59,7 @@ export function createContentPolicies(config: Pick<PlatformConfig, 'tenants' | '
   // the same across snapshots and between the log and upstream redactors.
   const hashKey = options.log?.hashKey ?? options.upstream?.hashKey ?? randomBytes(32);
   const logOptions: RedactorOptions = { hashKey, ...options.log };
-  const upstreamOptions: RedactorOptions = { maxChars: 4 * 1024 * 1024, budgetMs: 2_000, hashKey, ...options.upstream };
+  const upstreamOptions: RedactorOptions = { maxChars: 4 * 1024 * 1024, budgetMs: 1_000, hashKey, ...options.upstream };
   const build = (c: Pick<PlatformConfig, 'tenants' | 'redactionProfiles'>) => {
     const next = new Map<string, TenantContentPolicy>();
     const tenants = c.tenants.filter(wants);
@@ -109,31 +109,33 @@ function add(into: RedactionCounts, counts: Readonly<Record<string, number>>) {
 }
 
 /**
- * Redacts a generation input with `redactor`: the text, or every message's content and tool-call
- * arguments (roles, names and ids are kept). Fails as a whole when any part fails.
+ * Redacts a generation input with `redactor`, chunk by chunk with turns of the event loop between
+ * (`Redactor.redactChunked`: a large prompt never holds other requests up): the text, or every
+ * message's content and tool-call arguments (roles, names and ids are kept). Fails as a whole
+ * when any part fails.
  */
-export function redactInput(redactor: Redactor, input: GenerationInput): RedactedInput {
+export async function redactInput(redactor: Redactor, input: GenerationInput): Promise<RedactedInput> {
   const counts: RedactionCounts = {};
-  const run = (text: string): string | RedactionResult => {
+  const run = async (text: string): Promise<string | RedactionResult> => {
     if (text.length === 0) return text;
-    const r = redactor.redact(text);
+    const r = await redactor.redactChunked(text);
     if (!r.ok) return r;
     add(counts, r.counts);
     return r.text;
   };
   if (input.kind === 'text') {
-    const t = run(input.text);
+    const t = await run(input.text);
     return typeof t === 'string' ? { ok: true, input: { kind: 'text', text: t }, counts } : failed(t);
   }
   const messages = [];
   for (const m of input.messages) {
-    const content = run(m.content);
+    const content = await run(m.content);
     if (typeof content !== 'string') return failed(content);
     let toolCalls = m.toolCalls;
     if (toolCalls) {
       const out = [];
       for (const call of toolCalls) {
-        const args = run(call.arguments);
+        const args = await run(call.arguments);
         if (typeof args !== 'string') return failed(args);
         out.push({ ...call, arguments: args });
       }

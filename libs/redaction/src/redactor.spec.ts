@@ -110,3 +110,43 @@ describe('compileProfiles', () => {
     expect(!r.ok && r.errors.join('\n')).toContain(message);
   });
 });
+
+describe('redactChunked', () => {
+  const items = [CARD, EMAIL, KEY, '+44 20 7946 0958', 'DE89 3704 0044 0532 0130 00', '123-45-6789', '10.1.2.3'];
+  // ~40 KiB with values at every offset modulo the chunk, so many straddle a chunk boundary.
+  const text = Array.from({ length: 700 }, (_, i) => `${'x'.repeat(i % 37)} ${items[i % items.length]} end.`).join(' ');
+
+  it('gives what one call gives, over chunks, and lets the event loop run between them', async () => {
+    const red = createRedactor(profile(), { maxChars: 1 << 20 });
+    const whole = red.redact(text);
+    let turns = 0;
+    const tick = () => {
+      turns++;
+      if (turns < 1000) setImmediate(tick);
+    };
+    setImmediate(tick);
+    const chunked = await red.redactChunked(text, 1024);
+    const turnsDuring = turns;
+    turns = 1000;
+    expect(chunked).toEqual(whole);
+    expect(whole.ok && whole.text).not.toMatch(/4111|jane\.doe|sk-proj|7946|3704|6789|10\.1\.2\.3/);
+    // ~40 chunks: other work ran between them (a single synchronous pass would leave 0 turns).
+    expect(turnsDuring).toBeGreaterThan(10);
+  });
+
+  it('cuts at maxChars like redact, and fails closed on a failing or slow chunk', async () => {
+    const red = createRedactor(profile(), { maxChars: 5000 });
+    expect(await red.redactChunked(text, 1024)).toEqual(red.redact(text));
+    const broken: Recognizer = {
+      type: 'broken',
+      tag: 'X',
+      find(t) {
+        if (t.includes('end.')) throw new Error('fault');
+      },
+    };
+    expect(await createRedactor({ name: 'p', recognizers: [broken] }, { maxChars: 1 << 20 }).redactChunked(text, 1024)).toMatchObject({ ok: false, reason: 'error' });
+    let t = 0;
+    const slow: Recognizer = { type: 'slow', tag: 'S', find: () => void (t += 300) };
+    expect(await createRedactor({ name: 'p', recognizers: [slow] }, { now: () => t }).redactChunked(text, 1024)).toEqual({ ok: false, reason: 'timeout' });
+  });
+});

@@ -6,6 +6,8 @@ import type { Recognizer, ReplacementMode, Span } from './types';
 export const DEFAULT_MAX_CHARS = 16_384;
 /** Default time budget of one call (ms). */
 export const DEFAULT_BUDGET_MS = 250;
+/** Characters per chunk of `redactChunked` by default. */
+export const DEFAULT_CHUNK_CHARS = 65_536;
 /** Characters scanned past the cut, so a span that straddles it is still found whole. */
 const LOOKAHEAD_CHARS = 512;
 
@@ -56,7 +58,16 @@ export type RedactionResult =
 export interface Redactor {
   /** The profile's name. */
   readonly profile: string;
+  /** Redacts at most `maxChars` of `text` in one synchronous call (see {@link createRedactor}). */
   redact(text: string): RedactionResult;
+  /**
+   * The same, in chunks of `chunkChars` (default 65,536) with a turn of the event loop between
+   * them, for large texts on a request path (prompts redacted before they go upstream). Each
+   * chunk has the whole time budget; a span across a chunk's end is found whole (look-ahead). A
+   * chunk starts without the characters before it, so a number cut by a chunk boundary may be
+   * redacted where the whole would not be (more redaction, never less).
+   */
+  redactChunked(text: string, chunkChars?: number): Promise<RedactionResult>;
 }
 
 /** The profile shape {@link createRedactor} takes: a compiled profile, or any recognizers (tests inject failing ones). */
@@ -79,45 +90,76 @@ export function createRedactor(profile: RedactorProfile, options: RedactorOption
   const replacement = (span: Span, value: string) =>
     mode === 'hash' ? `[REDACTED:${span.tag}:${createHmac('sha256', key).update(value).digest('hex').slice(0, 12)}]` : `[REDACTED:${span.tag}]`;
 
+  /**
+   * Redacts `scanned` and keeps its first `limit` characters (a span that crosses the limit is
+   * replaced whole). Returns the text, the counts and how many characters of `scanned` were
+   * consumed; `timeout` when over the budget since `started`. Throws on a recognizer's fault.
+   */
+  const core = (scanned: string, limit: number, started: number): { out: string; counts: Record<string, number>; kept: number } | 'timeout' => {
+    const spans: Span[] = [];
+    for (const r of recognizers) {
+      r.find(scanned, (start, end) => {
+        if (end > start && start >= 0 && end <= scanned.length) spans.push({ start, end, type: r.type, tag: r.tag });
+      });
+      if (now() - started > budgetMs) return 'timeout';
+    }
+    spans.sort((a, b) => a.start - b.start || b.end - a.end);
+    const counts: Record<string, number> = {};
+    let out = '';
+    let pos = 0;
+    for (let k = 0; k < spans.length; k++) {
+      const span = spans[k];
+      if (span.start >= limit) break;
+      let end = span.end;
+      // Overlapping spans (a phone inside a card, a key inside a high-entropy run): replace the union.
+      while (k + 1 < spans.length && spans[k + 1].start < end) end = Math.max(end, spans[++k].end);
+      out += scanned.slice(pos, span.start) + replacement(span, scanned.slice(span.start, end));
+      counts[span.type] = (counts[span.type] ?? 0) + 1;
+      pos = end;
+    }
+    // A span that crosses the cut is replaced whole; plain text stops at the cut.
+    if (pos < limit) out += scanned.slice(pos, limit);
+    if (now() - started > budgetMs) return 'timeout';
+    return { out, counts, kept: Math.max(pos, limit) };
+  };
+  const marker = (dropped: number) => (dropped > 0 ? `[TRUNCATED:${dropped} chars]` : '');
+
   return {
     profile: profile.name,
     redact(text) {
       try {
-        const started = now();
         const cut = text.length > maxChars;
         const scanned = cut ? text.slice(0, maxChars + LOOKAHEAD_CHARS) : text;
-        const spans: Span[] = [];
-        for (const r of recognizers) {
-          r.find(scanned, (start, end) => {
-            if (end > start && start >= 0 && end <= scanned.length) spans.push({ start, end, type: r.type, tag: r.tag });
-          });
-          if (now() - started > budgetMs) return { ok: false, reason: 'timeout' };
-        }
-        spans.sort((a, b) => a.start - b.start || b.end - a.end);
-        const limit = cut ? maxChars : scanned.length;
-        const counts: Record<string, number> = {};
-        let out = '';
-        let pos = 0;
-        for (let k = 0; k < spans.length; k++) {
-          const span = spans[k];
-          if (span.start >= limit) break;
-          let end = span.end;
-          // Overlapping spans (a phone inside a card, a key inside a high-entropy run): replace the union.
-          while (k + 1 < spans.length && spans[k + 1].start < end) end = Math.max(end, spans[++k].end);
-          out += scanned.slice(pos, span.start) + replacement(span, scanned.slice(span.start, end));
-          counts[span.type] = (counts[span.type] ?? 0) + 1;
-          pos = end;
-        }
-        // A span that crosses the cut is replaced whole; plain text stops at the cut.
-        if (pos < limit) out += scanned.slice(pos, limit);
-        const kept = Math.max(pos, limit);
-        const truncatedChars = cut ? text.length - kept : 0;
-        if (truncatedChars > 0) out += `[TRUNCATED:${truncatedChars} chars]`;
-        if (now() - started > budgetMs) return { ok: false, reason: 'timeout' };
-        return { ok: true, text: out, counts, truncatedChars: Math.max(0, truncatedChars) };
+        const r = core(scanned, cut ? maxChars : scanned.length, now());
+        if (r === 'timeout') return { ok: false, reason: 'timeout' };
+        const truncatedChars = cut ? Math.max(0, text.length - r.kept) : 0;
+        return { ok: true, text: r.out + marker(truncatedChars), counts: r.counts, truncatedChars };
       } catch (error) {
         return { ok: false, reason: 'error', error };
       }
+    },
+    async redactChunked(text, chunkChars = DEFAULT_CHUNK_CHARS) {
+      const chunk = Math.max(1024, chunkChars);
+      const total = Math.min(text.length, maxChars);
+      const counts: Record<string, number> = {};
+      let out = '';
+      let pos = 0;
+      try {
+        while (pos < total) {
+          const limit = Math.min(chunk, total - pos);
+          const r = core(text.slice(pos, pos + limit + LOOKAHEAD_CHARS), limit, now());
+          if (r === 'timeout') return { ok: false, reason: 'timeout' };
+          out += r.out;
+          for (const [k, v] of Object.entries(r.counts)) counts[k] = (counts[k] ?? 0) + v;
+          pos += r.kept;
+          // Let other requests run between chunks: a large text never holds the event loop for long.
+          if (pos < total) await new Promise<void>((resolve) => setImmediate(resolve));
+        }
+      } catch (error) {
+        return { ok: false, reason: 'error', error };
+      }
+      const truncatedChars = Math.max(0, text.length - pos);
+      return { ok: true, text: out + marker(truncatedChars), counts, truncatedChars };
     },
   };
 }

@@ -24,7 +24,7 @@ describe('redactReport (the eval store holds redacted outputs)', () => {
   });
 
   it('withholds an output whose redaction fails', () => {
-    const failing: Redactor = { profile: 'x', redact: () => ({ ok: false, reason: 'timeout' }) };
+    const failing: Redactor = { profile: 'x', redact: () => ({ ok: false, reason: 'timeout' }), redactChunked: async () => ({ ok: false, reason: 'timeout' }) };
     const out = redactReport(report(side('jane@example.com'), side('')), failing);
     expect(out.prompts[0].stable.output).toBe(WITHHELD_OUTPUT);
     expect(out.prompts[0].candidate.output).toBe('');
