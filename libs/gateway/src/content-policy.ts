@@ -19,7 +19,7 @@ export interface TenantContentPolicy {
   redactUpstream: boolean;
   /** The redactor of log lines: capped (`maxChars`, default 16 KiB per text, the rest dropped with a marker). */
   logRedactor: Redactor;
-  /** The redactor of upstream prompts (`redactChunked`): never truncates (up to the body limit), 64 KiB chunks with a turn of the event loop between. */
+  /** The redactor of upstream prompts (`redactChunked`): never truncates (up to the body limit), 16 KiB chunks with a turn of the event loop between. */
   upstreamRedactor: Redactor;
 }
 
@@ -44,7 +44,7 @@ export interface ContentPolicyOptions {
    * ms) and one random hash key per `createContentPolicies` call, shared by every redactor it builds.
    */
   log?: RedactorOptions;
-  /** Options of the upstream redactors. Default: `maxChars` 4 MiB (above any body limit), budget 1,000 ms per 64 KiB chunk. */
+  /** Options of the upstream redactors. Default: `maxChars` 4 MiB (above any body limit), budget 1,000 ms per 16 KiB chunk. */
   upstream?: RedactorOptions;
   /** Told when a tenant's profile cannot be built (no policy for it). */
   onInvalid?: (tenantId: string, problems: string[]) => void;

@@ -7,7 +7,7 @@ export const DEFAULT_MAX_CHARS = 16_384;
 /** Default time budget of one call (ms). */
 export const DEFAULT_BUDGET_MS = 250;
 /** Characters per chunk of `redactChunked` by default. */
-export const DEFAULT_CHUNK_CHARS = 65_536;
+export const DEFAULT_CHUNK_CHARS = 16_384;
 /** Characters scanned past the cut, so a span that straddles it is still found whole. */
 const LOOKAHEAD_CHARS = 512;
 
@@ -61,7 +61,7 @@ export interface Redactor {
   /** Redacts at most `maxChars` of `text` in one synchronous call (see {@link createRedactor}). */
   redact(text: string): RedactionResult;
   /**
-   * The same, in chunks of `chunkChars` (default 65,536) with a turn of the event loop between
+   * The same, in chunks of `chunkChars` (default 16,384) with a turn of the event loop between
    * them, for large texts on a request path (prompts redacted before they go upstream). Each
    * chunk has the whole time budget; a span across a chunk's end is found whole (look-ahead). A
    * chunk starts without the characters before it, so a number cut by a chunk boundary may be
