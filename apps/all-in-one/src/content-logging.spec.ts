@@ -103,6 +103,10 @@ describe('content logging and upstream redaction on the real tiny model (all-in-
     expect(content[0].output_redacted).toBe(output);
     expect(content[0].outputTokens).toBe(answer.usage.completion_tokens);
     for (const raw of [EMAIL, CARD, KEY]) expect(logged).not.toContain(raw);
+    // The redactions are counted by type on the ops port; no label holds content.
+    const metrics = await (await fetch(`${platform.opsUrl as string}/metrics`)).text();
+    for (const type of ['email', 'card', 'secret']) expect(metrics).toMatch(new RegExp(`^weir_redactions_total\\{[^}]*type="${type}"[^}]*surface="content_log"[^}]*\\} 1$`, 'm'));
+    for (const raw of [EMAIL, CARD, KEY]) expect(metrics).not.toContain(raw);
 
     await setPolicy({ content_logging: false });
     const before = logged.length;
