@@ -30,6 +30,9 @@ import {
   createGenerationPipeline,
   createJournaledIdempotencyStore,
   createLiveConfig,
+  createContentPolicies,
+  contentPolicyOptionsFromEnv,
+  redactionMetricsObserver,
   createMetricsObserver,
   createRevocations,
   type Gateway,
@@ -266,6 +269,11 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
   const moderationMetrics = createModerationMetrics(telemetry.meter);
   const compileModeration = (c: PlatformConfig) => compileModerationPolicies(c, { dispatcher: egressDispatcher() });
   let moderation = compileModeration(config);
+  // Content logging and upstream redaction per tenant: profiles compiled when a snapshot applies.
+  const contentPolicies = createContentPolicies(config, {
+    ...contentPolicyOptionsFromEnv(process.env),
+    onInvalid: (tenant, problems) => logger.error({ tenant, problems }, 'redaction profile unusable: no content of this tenant is logged'),
+  });
   const apiKeys = createCachedApiKeyStore(createApiKeyRepository(database.db));
   const revocations = createRevocations({ keyCache: apiKeys });
   revocations.applyConfig(config.tenants);
@@ -287,6 +295,7 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
       // parseConfig checked the snapshot; a policy that still fails to compile keeps the previous policies.
       logger.error({ err, version }, 'moderation policies not applied; the previous ones stay');
     }
+    contentPolicies.update(nextServed);
     admission.updateTenants(nextServed.tenants);
     revocations.applyConfig(nextServed.tenants);
     if (retired.size > 0) logger.info({ version, retired: retired.size, dropped: retiring.drop?.(retired) ?? 0 }, 'deleted tenants or apps: their retained state dropped');
@@ -394,6 +403,8 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
     revocations,
     catalog: live,
     moderation: { policies: () => moderation, observer: moderationMetrics, onBlock: (stage, v) => moderationMetrics.onBlock(stage, v) },
+    contentPolicies,
+    redaction: redactionMetricsObserver(telemetry.metrics),
     configState: () => configPlane.state(),
     defaults: config.defaults,
     clock: systemClock,

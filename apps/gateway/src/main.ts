@@ -35,7 +35,7 @@ import type { AddressInfo } from 'node:net';
 import { createConfigSyncMetrics, openDataPlaneConfig } from '@weir/config-sync';
 import { type CancelMessage, type GenerationInput, newId, retiredInternalIds, systemClock } from '@weir/core';
 import { adapterTokenCounter, countInputWith, egressDispatcher, remoteReplicas, replicaTokenCounter, utf8TokenUpperBound } from '@weir/engines';
-import { createGatewayApp, createGenerationPipeline, createLiveConfig, createMetricsObserver, createRevocations } from '@weir/gateway';
+import { createGatewayApp, createGenerationPipeline, createContentPolicies, contentPolicyOptionsFromEnv, createLiveConfig, redactionMetricsObserver, createMetricsObserver, createRevocations } from '@weir/gateway';
 import { cancelMessageCodec, connectNats, natsAuthFromEnv, createNatsTopic, createNatsSettlementJournal, ensureUsageStream, natsNames } from '@weir/messaging-nats';
 import { clientLimitsFromEnv, createClientGuard, envInt, envRequired, envString, opsSettingsFromEnv, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
 import {
@@ -132,6 +132,11 @@ runUntilSignal('gateway', logger, async () => {
   const moderationMetrics = createModerationMetrics(telemetry.meter);
   const moderationDispatcher = egressDispatcher();
   let moderation: ModerationPolicies = compileModerationPolicies(config, { dispatcher: moderationDispatcher });
+  // Content logging and upstream redaction per tenant: profiles compiled when a snapshot applies.
+  const contentPolicies = createContentPolicies(config, {
+    ...contentPolicyOptionsFromEnv(process.env),
+    onInvalid: (tenant, problems) => logger.error({ tenant, problems }, 'redaction profile unusable: no content of this tenant is logged'),
+  });
   const apiKeys = createCachedApiKeyStore(createApiKeyRepository(database.db));
   const revocations = createRevocations({ keyCache: apiKeys });
   revocations.applyConfig(config.tenants);
@@ -144,6 +149,7 @@ runUntilSignal('gateway', logger, async () => {
     applied = next;
     router.update(next);
     live.update(next);
+    contentPolicies.update(next);
     revocations.applyConfig(next.tenants);
     try {
       moderation = compileModerationPolicies(next, { dispatcher: moderationDispatcher });
@@ -181,6 +187,8 @@ runUntilSignal('gateway', logger, async () => {
     revocations,
     catalog: live,
     moderation: { policies: () => moderation, observer: moderationMetrics, onBlock: (stage, v) => moderationMetrics.onBlock(stage, v) },
+    contentPolicies,
+    redaction: redactionMetricsObserver(telemetry.metrics),
     configState: () => source.state(),
     defaults: config.defaults,
     clock: systemClock,

@@ -411,10 +411,27 @@ const tenant = strict({
   kill_switch: z.boolean({ error: expecting('true or false') }).default(false),
   /** Prompt and output text may be logged, and only after `redaction_profile` has run (without one nothing is logged). */
   content_logging: z.boolean({ error: expecting('true or false') }).default(false),
-  /** The PII redaction profile run before any content is logged. */
+  /** The PII redaction profile run before any content is logged: a built-in (`default`, `strict`) or one of `redaction_profiles`. */
   redaction_profile: id().optional(),
   /** Input and output moderation (off when absent). */
   moderation: moderationPolicySchema.optional(),
+  /** Redact prompts with `redaction_profile` before they are sent upstream (billing counts what was sent). */
+  redact_upstream: z.boolean({ error: expecting('true or false') }).default(false),
+});
+
+/** A custom RE2 pattern of a redaction profile (compiled and checked in parse-config.ts). */
+const customPattern = strict({
+  name: z.string({ error: expecting('a name (a letter, then letters, digits, _ or -)') }),
+  pattern: z.string({ error: expecting('an RE2 regular expression') }),
+});
+
+/** A named PII redaction profile (`@weir/redaction`): recognizer ids, custom patterns, replacement. */
+const redactionProfile = strict({
+  recognizers: list(z.string({ error: expecting('a recognizer id') }), 'recognizer ids').default([]),
+  custom_patterns: section(list(customPattern, 'custom patterns').default([])),
+  replacement: z.enum(['tag', 'hash'], { error: expecting("'tag' or 'hash'") }).default('tag'),
+  entropy_min_length: int(12, 4096).optional(),
+  redact_uuids: z.boolean({ error: expecting('true or false') }).optional(),
 });
 
 const defaults = strict({
@@ -471,6 +488,8 @@ export const configFileSchema = strict({
   revisions: list(revision, 'revisions').min(1, { error: 'expected at least one revision' }),
   aliases: section(list(alias, 'aliases').default([])),
   tenants: section(list(tenant, 'tenants').default([])),
+  /** Named PII redaction profiles, besides the built-in `default` and `strict`. */
+  redaction_profiles: section(z.record(id(), redactionProfile, { error: expecting('a mapping of profile names to profiles') }).default({})),
   defaults: section(defaults.prefault({})),
 });
 

@@ -48,8 +48,8 @@ describe('tenant control fields', () => {
   });
 
   it('read disabled, kill_switch, content_logging and redaction_profile (snake_case to camelCase)', () => {
-    const t = parseConfig(JSON.stringify(file({ tenant: { disabled: true, kill_switch: true, content_logging: true, redaction_profile: 'pii-basic' } })), 'w.json').tenants[0];
-    expect(t).toMatchObject({ disabled: true, killSwitch: true, contentLogging: true, redactionProfile: 'pii-basic' });
+    const t = parseConfig(JSON.stringify(file({ tenant: { disabled: true, kill_switch: true, content_logging: true, redaction_profile: 'strict' } })), 'w.json').tenants[0];
+    expect(t).toMatchObject({ disabled: true, killSwitch: true, contentLogging: true, redactionProfile: 'strict' });
   });
 
   it('refuses non-boolean flags and a malformed profile name', () => {

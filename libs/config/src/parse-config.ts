@@ -8,6 +8,7 @@ import {
   type EngineSpec,
   INTERACTIVE_POOL,
   type PlatformConfig,
+  type RedactionProfileConfig,
   type RevisionCapabilities,
   type RevisionSpec,
   type TenantSpec,
@@ -16,6 +17,7 @@ import {
   slugOfInternalId,
 } from '@weir/core';
 import { moderationPolicyProblems, rulesProblems } from '@weir/moderation';
+import { BUILT_IN_PROFILE_NAMES, compileProfile } from '@weir/redaction';
 import { parseDocument } from 'yaml';
 import type { z } from 'zod';
 import { ConfigError, describeValue, formatPath, type ConfigProblem } from './config-error';
@@ -211,6 +213,7 @@ function editDistance(a: string, b: string): number {
 function crossCheck(file: ConfigFile): ConfigProblem[] {
   const problems: ConfigProblem[] = [];
   const add = (p: PropertyKey[], message: string) => problems.push({ path: formatPath(p), message });
+  problems.push(...redactionProblems(file));
 
   const revisionIds = firstIndexes(file.revisions.map((r) => r.id), (i, first) =>
     add(['revisions', i, 'id'], `duplicate revision id (also revisions[${first}].id)`),
@@ -464,6 +467,53 @@ function known(names: Map<string, number>): string {
   return ` (known: ${shown}${list.length > 10 ? ', …' : ''})`;
 }
 
+/** The file's `redaction_profiles` as {@link RedactionProfileConfig}s (name order as written). */
+function toRedactionProfiles(profiles: ConfigFile['redaction_profiles']): RedactionProfileConfig[] {
+  return Object.entries(profiles).map(([name, p]) => ({
+    name,
+    recognizers: [...p.recognizers],
+    ...(p.custom_patterns.length > 0 ? { customPatterns: p.custom_patterns.map((c) => ({ name: c.name, pattern: c.pattern })) } : {}),
+    replacement: p.replacement,
+    ...(p.entropy_min_length !== undefined ? { entropyMinLength: p.entropy_min_length } : {}),
+    ...(p.redact_uuids !== undefined ? { redactUuids: p.redact_uuids } : {}),
+  }));
+}
+
+/**
+ * Redaction cross-checks: every profile compiles (recognizer ids known, custom patterns valid RE2
+ * that cannot match the empty string; `@weir/redaction` `compileProfile`), no profile redefines a
+ * built-in one, a tenant's `redaction_profile` names a defined or built-in profile, and
+ * `redact_upstream` comes with a profile.
+ */
+function redactionProblems(file: ConfigFile): ConfigProblem[] {
+  const problems: ConfigProblem[] = [];
+  const add = (p: PropertyKey[], message: string) => problems.push({ path: formatPath(p), message });
+  for (const spec of toRedactionProfiles(file.redaction_profiles)) {
+    const at = ['redaction_profiles', spec.name];
+    if (BUILT_IN_PROFILE_NAMES.includes(spec.name)) {
+      add(at, `'${spec.name}' is a built-in profile and cannot be redefined; choose another name`);
+      continue;
+    }
+    const compiled = compileProfile(spec);
+    if (!compiled.ok) {
+      for (const e of compiled.errors) {
+        const colon = e.indexOf(': ');
+        // `custom_patterns[0].pattern: …` → path redaction_profiles.<name>.custom_patterns[0].pattern
+        const field = e.slice(0, colon).replace(/\[(\d+)\]/g, '.$1').split('.');
+        add([...at, ...field.map((f) => (/^\d+$/.test(f) ? Number(f) : f))], e.slice(colon + 2));
+      }
+    }
+  }
+  const names = new Set([...BUILT_IN_PROFILE_NAMES, ...Object.keys(file.redaction_profiles)]);
+  file.tenants.forEach((t, i) => {
+    if (t.redaction_profile !== undefined && !names.has(t.redaction_profile)) {
+      add(['tenants', i, 'redaction_profile'], `unknown redaction profile ${describeValue(t.redaction_profile)}; use one of ${[...names].join(', ')} (or define it under redaction_profiles)`);
+    }
+    if (t.redact_upstream && t.redaction_profile === undefined) add(['tenants', i, 'redact_upstream'], 'needs redaction_profile: the profile that redacts prompts before they are sent upstream');
+  });
+  return problems;
+}
+
 function toPlatformConfig(file: ConfigFile, baseDir: string): PlatformConfig {
   return {
     revisions: file.revisions.map((r): RevisionSpec => ({
@@ -523,6 +573,7 @@ function toPlatformConfig(file: ConfigFile, baseDir: string): PlatformConfig {
       ...(t.content_logging ? { contentLogging: true } : {}),
       ...(t.redaction_profile !== undefined ? { redactionProfile: t.redaction_profile } : {}),
       ...(t.moderation !== undefined ? { moderation: toModeration(t.moderation) } : {}),
+      ...(t.redact_upstream ? { redactUpstream: true } : {}),
       ...(t.routes.length > 0
         ? {
             routes: t.routes.map((r) => ({
@@ -535,6 +586,7 @@ function toPlatformConfig(file: ConfigFile, baseDir: string): PlatformConfig {
         : {}),
     })),
     ...(file.defaults.moderation_engines.length > 0 ? { moderationEngines: file.defaults.moderation_engines.map(toModerationEngine) } : {}),
+    ...(Object.keys(file.redaction_profiles).length > 0 ? { redactionProfiles: toRedactionProfiles(file.redaction_profiles) } : {}),
     defaults: {
       cancelGraceMs: file.defaults.cancel_grace_ms,
       maxBodyBytes: file.defaults.max_body_bytes,

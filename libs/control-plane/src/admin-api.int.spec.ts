@@ -296,6 +296,7 @@ describe('the control plane admin API', () => {
     const seqs = sink.revocations.map((r) => r.seq);
     expect(seqs).toEqual([...seqs].sort((a, b) => a - b));
 
+    expect((await call('PUT', '/redaction-profiles/pii-basic', { recognizers: ['email', 'card'] })).status).toBe(200);
     const patched = await call('PATCH', '/tenants/demo/policy', { content_logging: true, redaction_profile: 'pii-basic', limits: { max_concurrent: 4 } });
     expect(patched.body).toMatchObject({ content_logging: true, redaction_profile: 'pii-basic', limits: { max_concurrent: 4 }, kill_switch: false });
     const removed = await call('PATCH', '/tenants/demo/policy', { redaction_profile: null });
@@ -327,6 +328,39 @@ describe('the control plane admin API', () => {
     expect(unknownEngine.body.error.message).toContain("moderation.input.engine: 'nope' is not a moderation engine");
     expect(sink.snapshots.length).toBe(published + 1);
     expect((await call('PATCH', '/tenants/demo/policy', { moderation: null })).body.moderation).toBeUndefined();
+  });
+
+  it('manages redaction profiles: RE2 checked on write, published in the snapshot, named by tenant policies, not deleted while in use', async () => {
+    const list = await call('GET', '/redaction-profiles');
+    expect(list.body.data.slice(0, 2).map((p: Json) => [p.name, p.builtin])).toEqual([
+      ['default', true],
+      ['strict', true],
+    ]);
+    const bad = await call('PUT', '/redaction-profiles/hr', { recognizers: ['email'], custom_patterns: [{ name: 'emp', pattern: '(a)\\1' }] });
+    expect(bad.status).toBe(400);
+    expect(bad.body.error.message).toContain('redaction_profiles.hr.custom_patterns[0].pattern: not a valid RE2 pattern');
+    const unknown = await call('PUT', '/redaction-profiles/hr', { recognizers: ['passport'] });
+    expect(unknown.status).toBe(400);
+    expect(unknown.body.error.message).toContain("unknown recognizer 'passport'");
+    expect((await call('PUT', '/redaction-profiles/default', { recognizers: ['email'] })).status).toBe(400);
+    const put = await call('PUT', '/redaction-profiles/hr', { recognizers: ['email', 'ssn'], custom_patterns: [{ name: 'emp', pattern: 'EMP-[0-9]{6}' }], replacement: 'hash' });
+    expect(put.status).toBe(200);
+    expect(put.body).toEqual({ name: 'hr', builtin: false, spec: { recognizers: ['email', 'ssn'], custom_patterns: [{ name: 'emp', pattern: 'EMP-[0-9]{6}' }], replacement: 'hash' } });
+    expect((await call('GET', '/redaction-profiles/hr')).body.spec.replacement).toBe('hash');
+    const policy = await call('PATCH', '/tenants/demo/policy', { redaction_profile: 'hr', content_logging: true, redact_upstream: true });
+    expect(policy.status).toBe(200);
+    const snapshot = parseConfig(JSON.stringify(sink.snapshots.at(-1)?.config), 'snapshot');
+    expect(snapshot.redactionProfiles?.find((p) => p.name === 'hr')).toMatchObject({ recognizers: ['email', 'ssn'], replacement: 'hash' });
+    expect(snapshot.tenants.find((t) => t.id === 'demo')).toMatchObject({ redactionProfile: 'hr', contentLogging: true, redactUpstream: true });
+    const refused = await call('PATCH', '/tenants/demo/policy', { redaction_profile: 'missing' });
+    expect(refused.status).toBe(400);
+    expect(refused.body.error.message).toContain('unknown redaction profile');
+    const inUse = await call('DELETE', '/redaction-profiles/hr');
+    expect(inUse.status).toBe(409);
+    expect(inUse.body.error.message).toContain('"demo"');
+    await call('PATCH', '/tenants/demo/policy', { redaction_profile: 'strict', redact_upstream: null });
+    expect((await call('DELETE', '/redaction-profiles/hr')).body).toEqual({ name: 'hr', deleted: true });
+    expect((await call('GET', '/redaction-profiles/hr')).status).toBe(404);
   });
 
   it('refuses an invalid change with 400 listing the problems, committing nothing', async () => {

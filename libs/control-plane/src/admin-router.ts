@@ -7,6 +7,7 @@ import { authenticateAdmin } from './admin-auth';
 import type { ControlPlane, ControlPlaneLogger } from './control-plane';
 import type { AdminRequest } from './routes/context';
 import { registerModelRoutes } from './routes/models';
+import { registerRedactionRoutes } from './routes/redaction';
 import { registerSystemRoutes } from './routes/system';
 import { registerTenantRoutes } from './routes/tenants';
 import { registerUsageRoutes } from './routes/usage';
@@ -108,6 +109,7 @@ export function createAdminRouter(options: AdminRouterOptions, deps: AdminRouter
 
   registerTenantRoutes(router, { cp, logger });
   registerModelRoutes(router, { cp, logger });
+  registerRedactionRoutes(router, { cp, logger });
   registerSystemRoutes(router, { cp, logger });
   registerUsageRoutes(router, { cp, logger });
   for (const register of deps.extraRoutes ?? []) register(router);

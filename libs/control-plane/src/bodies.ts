@@ -44,6 +44,7 @@ const policyShape = {
   content_logging: z.boolean().optional(),
   /** Input/output moderation (`input`, `output`, `rules`): checked in full by `parseConfig` (engine names, RE2 patterns, overlap below window). */
   moderation: z.looseObject({}).optional(),
+  redact_upstream: z.boolean().optional(),
   kill_switch: z.boolean().optional(),
   disabled: z.boolean().optional(),
 };
@@ -64,6 +65,18 @@ export const apiKeyCreateBody = z.strictObject({ label: z.string().max(200, 'exp
 /** A body with no fields (`{}` or none). */
 export const emptyBody = z.strictObject({});
 export const killSwitchBody = z.strictObject({ enabled: z.boolean() });
+
+/**
+ * A named PII redaction profile (`PUT /redaction-profiles/{name}`), the file's shape; its
+ * recognizer ids and RE2 patterns are checked by `parseConfig` on the composed configuration.
+ */
+export const redactionProfileBody = z.strictObject({
+  recognizers: z.array(z.string().min(1).max(32)).max(32).optional(),
+  custom_patterns: z.array(z.strictObject({ name: z.string().min(1).max(64), pattern: z.string().min(1).max(1000) })).max(64).optional(),
+  replacement: z.enum(['tag', 'hash']).optional(),
+  entropy_min_length: z.number().int('expected an integer').min(12).max(4096).optional(),
+  redact_uuids: z.boolean().optional(),
+});
 
 /** A revision in the file's shape; its fields are checked by `parseConfig`, `id` here. */
 export const revisionCreateBody = z.looseObject({ id: id() });

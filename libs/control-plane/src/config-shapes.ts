@@ -13,6 +13,8 @@ export interface ConfigFileObject {
   revisions: JsonObject[];
   aliases: JsonObject[];
   tenants: JsonObject[];
+  /** Named PII redaction profiles (present when there is one). */
+  redaction_profiles?: Record<string, JsonObject>;
   defaults: JsonObject;
 }
 

@@ -238,6 +238,28 @@ describe('importConfig', () => {
     expect(rows.map((r) => r.id)).toEqual(['tiny@1', 'tiny@2']);
     expect(rows[0].deprecation).toMatchObject({ retires_on: '2030-01-31', replacement: 'tiny@2' });
   });
+
+  it('imports redaction profiles with the tenants naming them, publishes them, and deletes the ones the file drops', async () => {
+    const tenants = `  - id: demo\n    name: Demo\n    apps: [{ id: demo-app, name: Demo app }]\n    content_logging: true\n    redaction_profile: hr`;
+    const profiles = `redaction_profiles:\n  hr:\n    recognizers: [email]\n    custom_patterns: [{ name: emp, pattern: "EMP-[0-9]{6}" }]\n`;
+    write(profiles + configYaml({ weights: [100, 0], tenants }));
+    expect(await importConfigFile(cp, file)).toMatchObject({ imported: true });
+    expect(await database.db.selectFrom('redaction_profiles').select(['id', 'spec']).execute()).toEqual([
+      { id: 'hr', spec: { recognizers: ['email'], custom_patterns: [{ name: 'emp', pattern: 'EMP-[0-9]{6}' }] } },
+    ]);
+    const published = sink.snapshots.at(-1)?.config as Json;
+    expect(published.redaction_profiles.hr.recognizers).toEqual(['email']);
+    expect(published.tenants.find((t: Json) => t.id === 'demo')).toMatchObject({ content_logging: true, redaction_profile: 'hr' });
+    // Unchanged file: nothing written.
+    expect(await importConfigFile(cp, file)).toEqual({ imported: false, reason: 'unchanged' });
+    // A bad pattern is refused with its field, and nothing is committed.
+    write(profiles.replace('EMP-[0-9]{6}', '(a)\\\\1') + configYaml({ weights: [100, 0], tenants }));
+    const err = (await importConfigFile(cp, file).catch((e: unknown) => e)) as Error;
+    expect(err.message).toContain('redaction_profiles.hr.custom_patterns[0].pattern');
+    write(configYaml({ weights: [100, 0], tenants: tenants.replace('redaction_profile: hr', 'redaction_profile: strict') }));
+    expect(await importConfigFile(cp, file)).toMatchObject({ imported: true });
+    expect(await database.db.selectFrom('redaction_profiles').select('id').execute()).toEqual([]);
+  });
 });
 
 describe('mintFirstAdminToken', () => {

@@ -61,6 +61,7 @@ class Unchanged extends Error {}
  *   deleted (their active keys revoked on the fast path); tenants it no longer lists are deleted
  *   with their apps and keys (a `tenant` revocation each). A policy that newly sets `disabled`
  *   or flips `kill_switch` publishes the same fast-path revocation as the admin API.
+ * - redaction_profiles: set to the file's; profiles it no longer lists are deleted.
  * Pools (a store-only registry) and admin tokens are not touched. New entities keep the file's
  * order; existing ones keep their place. With `options.scope` `placement` only the replicas of
  * revisions both list are taken (action `config.placement` in the audit log); see {@link ImportScope}.
@@ -259,5 +260,16 @@ async function replaceConfig(trx: Transaction<WeirSchema>, config: JsonObject): 
   // ---- defaults
   const defaults = JSON.stringify(isJsonObject(config.defaults) ? stripNulls(config.defaults) : {});
   await trx.insertInto('platform_defaults').values({ spec: defaults }).onConflict((oc) => oc.column('id').doUpdateSet({ spec: defaults, updated_at: new Date() })).execute();
+
+  // ---- redaction profiles: set to the file's (kept in place when unchanged, so their order holds)
+  const fileProfiles = isJsonObject(config.redaction_profiles) ? config.redaction_profiles : {};
+  const storedProfiles = new Map((await trx.selectFrom('redaction_profiles').select(['id', 'spec']).execute()).map((p) => [p.id, p.spec]));
+  for (const [name, spec] of Object.entries(fileProfiles)) {
+    const json = JSON.stringify(isJsonObject(spec) ? stripNulls(spec) : {});
+    if (!storedProfiles.has(name)) await trx.insertInto('redaction_profiles').values({ id: name, spec: json, created_at: created() }).execute();
+    else if (JSON.stringify(storedProfiles.get(name)) !== json) await trx.updateTable('redaction_profiles').set({ spec: json, updated_at: new Date() }).where('id', '=', name).execute();
+  }
+  const goneProfiles = [...storedProfiles.keys()].filter((name) => !Object.hasOwn(fileProfiles, name));
+  if (goneProfiles.length > 0) await trx.deleteFrom('redaction_profiles').where('id', 'in', goneProfiles).execute();
   return revocations;
 }

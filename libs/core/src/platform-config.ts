@@ -342,13 +342,40 @@ export interface TenantSpec {
    * Default false.
    */
   contentLogging?: boolean;
-  /** Name of the PII redaction profile run before any content is logged. Default none. */
+  /**
+   * Name of the PII redaction profile run before any content is logged: a built-in one
+   * (`default`, `strict`) or one of {@link PlatformConfig.redactionProfiles}. Default none.
+   */
   redactionProfile?: string;
   /**
    * Input and output moderation of the tenant's generations (docs/safety.md, "Moderation").
    * Default none: no check runs and the request path pays nothing for it.
    */
   moderation?: TenantModeration;
+  /**
+   * Prompts are redacted with {@link redactionProfile} before they are sent upstream (the
+   * upstream never sees the redacted values; token counts and billing are of what was sent).
+   * Requires a profile. Default false.
+   */
+  redactUpstream?: boolean;
+}
+
+/**
+ * A named PII redaction profile (the file's `redaction_profiles`; `@weir/redaction` compiles it).
+ * Built-in `default` and `strict` always exist and cannot be redefined.
+ */
+export interface RedactionProfileConfig {
+  name: string;
+  /** Built-in recognizer ids: `email`, `phone`, `card`, `iban`, `ssn`, `ipv4`, `ipv6`, `secret`, `entropy`. */
+  recognizers: string[];
+  /** Custom RE2 patterns (validated at load). Default none. */
+  customPatterns?: { name: string; pattern: string }[];
+  /** `tag` → `[REDACTED:EMAIL]`; `hash` → `[REDACTED:EMAIL:<12 hex of a keyed HMAC>]`. Default `tag`. */
+  replacement?: 'tag' | 'hash';
+  /** Shortest token the `entropy` recognizer considers (characters, 12–4,096). Default 24. */
+  entropyMinLength?: number;
+  /** UUIDs count as secrets (`entropy`). Default false. */
+  redactUuids?: boolean;
 }
 
 /** Whether a moderation engine that fails or times out lets the text through (`open`) or blocks it (`closed`). */
@@ -593,6 +620,8 @@ export interface PlatformConfig {
   revisions: RevisionSpec[];
   aliases: AliasSpec[];
   tenants: TenantSpec[];
+  /** Named PII redaction profiles besides the built-in `default` and `strict`. Default none. */
+  redactionProfiles?: RedactionProfileConfig[];
   defaults: PlatformDefaults;
   /** Moderation engines tenants' policies may name (see {@link TenantModeration}). Default none. */
   moderationEngines?: ModerationEngineSpec[];

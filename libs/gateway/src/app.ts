@@ -84,6 +84,8 @@ import type { LiveConfig } from './live-config';
 import type { Revocations } from './revocations';
 import { checkThenCompile, registerResponsesRoute, schemaCheck } from './responses-route';
 import { openSse, type SseWriter } from './sse-writer';
+import { type ContentPolicies, redactInput, type TenantContentPolicy } from './content-policy';
+import { type ContentLog, createContentLog, type RedactionObserver } from './content-log';
 
 /** A minimal structured logger (pino satisfies it). Never pass prompt or output text. */
 export interface GatewayLogger {
@@ -169,6 +171,16 @@ export interface GatewayDeps {
   catalog?: Pick<LiveConfig, 'tenants' | 'revisions'>;
   /** Wall clock (epoch ms) for deprecation countdowns (UTC days). Default `Date.now`. */
   wallClock?: () => number;
+  /**
+   * Per-tenant content policies (`createContentPolicies`, updated with each snapshot): content
+   * logging after redaction, and prompts redacted before they go upstream. Default none: no
+   * prompt or output text is ever logged, and prompts go upstream as sent.
+   */
+  contentPolicies?: ContentPolicies;
+  /** Where content lines go. Default `createContentLog` over {@link logger}. */
+  contentLog?: ContentLog;
+  /** Redaction metrics (`weir_redactions_total{type}`, `weir_redaction_failures_total`). Default none. */
+  redaction?: RedactionObserver;
 }
 
 /** The freshness of the configuration snapshot a service runs on (see {@link GatewayDeps.configState}). */
@@ -338,6 +350,8 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
   const routes: Route[] = [];
   const get = (pattern: string, run: Handler, auth = true) => routes.push({ method: 'GET', pattern, handler: { run, auth, body: false } });
   const post = (pattern: string, run: Handler) => routes.push({ method: 'POST', pattern, handler: { run, auth: true, body: true } });
+  const contentPolicies = deps.contentPolicies;
+  const contentLog = deps.contentLog ?? (contentPolicies ? createContentLog({ logger, ...(deps.redaction ? { observer: deps.redaction } : {}) }) : undefined);
   const sseOptions = { heartbeatMs: defaults.sseHeartbeatMs, ...(deps.clients ? { stallMs: deps.clients.limits.streamStallMs } : {}) };
   const accessLevel = deps.accessLog ?? 'debug';
   const accessLine = accessLevel === 'info' ? logger.info.bind(logger) : logger.debug?.bind(logger);
@@ -465,6 +479,22 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
   };
 
   /**
+   * The prompt redacted with the tenant's profile for the upstream (`redact_upstream`). Throws
+   * `internal` (500, nothing sent, nothing reserved) when redaction fails or runs over its budget:
+   * fail closed, never the raw prompt.
+   */
+  const redactUpstream = async (caller: Caller, policy: TenantContentPolicy, input: GenerationInput): Promise<GenerationInput> => {
+    const r = await redactInput(policy.upstreamRedactor, input);
+    if (!r.ok) {
+      deps.redaction?.onFailure?.(r.reason, 'upstream');
+      logger.error({ tenant: caller.tenantId, app: caller.appId, profile: policy.profile, reason: r.reason }, 'prompt redaction failed; request refused');
+      throw new WeirError('internal', 'The prompt could not be redacted as your tenant policy requires (redact_upstream), so it was not sent; retry, or shorten the prompt.');
+    }
+    if (Object.keys(r.counts).length > 0) deps.redaction?.onRedactions?.(r.counts, 'upstream');
+    return r.input;
+  };
+
+  /**
    * Answers a request: replays the original generation when `limits.requestId` (the client's
    * idempotency key) was already used by this tenant with the same body, else admits and starts
    * a new generation, tracks it for GET/cancel/events, and wires client disconnects.
@@ -497,6 +527,12 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     // A caller admission refused moments ago for every request: before hashing the body and claiming its key.
     pipeline.precheck(req.caller);
     const arrivedAt = clock.now();
+    // The tenant's content policy: one map lookup, none while no tenant has one.
+    const policy: TenantContentPolicy | undefined = contentPolicies?.active ? contentPolicies.forTenant(req.caller.tenantId) : undefined;
+    // Redacted before moderation, the key claim, the token count and anything reserved: no
+    // upstream (model or moderation engine) sees, and the tenant is billed for, the redacted
+    // prompt. A failure sends nothing.
+    if (policy?.redactUpstream) input = await redactUpstream(req.caller, policy, input);
     // Input moderation starts with the request and runs while it is routed, admitted and
     // dispatched; its verdict is awaited only before the first delta reaches the client.
     const inputPlan = deps.moderation?.policies().of(tenantKeyOf(req.caller))?.input;
@@ -605,8 +641,18 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     // relay leaves the result for retries when it ends, which must never hold an answer a block
     // withheld from the client (an unkeyed request's check also overlaps dispatch).
     if (inputCheck && retain && !inputCheck.verdict) await inputCheck.promise;
+    // One content line per request, for a tenant that logs content (the output read from the transcript only then).
+    const logContent = (outcome: GenerationOutcome) => {
+      if (policy?.logContent && contentLog) {
+        // Tool calls the model made follow the text as `→ name(arguments)` lines.
+        const calls = transcript.deltaToolCalls.length > 0 ? accumulateToolCalls(transcript.deltaToolCalls.map((c) => c ?? undefined)) : [];
+        const output = transcript.text() + calls.map((c) => `\n→ ${c.name}(${c.arguments})`).join('');
+        contentLog.record({ policy, caller: req.caller, route, alias, generationId, input, output, outcome });
+      }
+    };
     const started = await admitted.start(gone.signal).catch(async (err: unknown) => {
       const failed = failedOutcome(admitted.revision.id, err);
+      logContent(failed);
       transcript.end(failed);
       registry.finish(generationId, failed);
       await abandon();
@@ -614,6 +660,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     });
     if (started.kind === 'ended') {
       // Never reached an engine: nothing to replay, so a retry with the same key runs anew.
+      logContent(started.outcome);
       const blocked = started.outcome.finishReason === 'content_filter' && inputCheck?.verdict?.blocked;
       transcript.end(blocked ? blockedOutcome(started.outcome, inputCheck.verdict as ModerationVerdict) : toldOutcome(tracked, started.outcome));
       registry.finish(generationId, started.outcome);
@@ -650,6 +697,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     void pumpInto(transcript, inputCheck ? holdUntilChecked(handle.events, inputCheck) : handle.events, (err) => failedOutcome(admitted.revision.id, err), told, onFirstDelta).then(async () => {
       const outcome = transcript.outcome as GenerationOutcome;
       registry.finish(generationId, outcome);
+      logContent(outcome);
       if (key === undefined) return;
       // A failure before any output billed nothing: the key is freed and a retry runs anew. A
       // failure after output was billed: the key is `interrupted`, so a retry is told instead of

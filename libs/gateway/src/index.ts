@@ -16,3 +16,5 @@ export * from './revocations';
 export * from './deprecation';
 export * from './live-config';
 export { parseJsonText } from './edge';
+export * from './content-policy';
+export * from './content-log';

@@ -86,6 +86,12 @@ export interface TestGatewayOptions {
   relayVia?: (relay: Relay) => Relay | Promise<Relay>;
   /** Compiled moderation policies for the relay (output) and the gateway (input, `/v1/moderations`). Default none. */
   moderation?: ModerationPolicies;
+  /** Per-tenant content policies (`GatewayDeps.contentPolicies`). Default none. */
+  contentPolicies?: GatewayDeps['contentPolicies'];
+  /** The content log (`GatewayDeps.contentLog`). Default one over `logger`. */
+  contentLog?: GatewayDeps['contentLog'];
+  /** Redaction metrics (`GatewayDeps.redaction`). Default none. */
+  redaction?: GatewayDeps['redaction'];
 }
 
 /** A running test gateway. */
@@ -160,6 +166,9 @@ export async function startTestGateway(options: TestGatewayOptions): Promise<Tes
     ...(options.usage ? { usage: options.usage } : {}),
     ...(options.clients ? { clients: options.clients } : {}),
     ...(options.moderation ? { moderation: { policies: () => options.moderation as ModerationPolicies } } : {}),
+    ...(options.contentPolicies ? { contentPolicies: options.contentPolicies } : {}),
+    ...(options.contentLog ? { contentLog: options.contentLog } : {}),
+    ...(options.redaction ? { redaction: options.redaction } : {}),
   });
   const server: Server = createServer(options.clients?.serverOptions ?? {}, gateway.app);
   options.clients?.attach(server);

@@ -297,6 +297,14 @@ export interface PoolsTable {
   updated_at: ColumnType<Date, Date | undefined, Date>;
 }
 
+/** `redaction_profiles` (migration 0015): a named PII redaction profile (id = its name) in the config file's shape. */
+export interface RedactionProfilesTable {
+  id: string;
+  spec: JsonbColumn<Record<string, unknown>>;
+  created_at: ColumnType<Date, Date | undefined, Date>;
+  updated_at: ColumnType<Date, Date | undefined, Date>;
+}
+
 /** `platform_defaults`: the singleton row (`id` is always true) holding the file's `defaults`. */
 export interface PlatformDefaultsTable {
   id: Generated<boolean>;
@@ -349,6 +357,7 @@ export interface WeirSchema {
   model_aliases: ModelAliasesTable;
   pools: PoolsTable;
   platform_defaults: PlatformDefaultsTable;
+  redaction_profiles: RedactionProfilesTable;
   config_snapshots: ConfigSnapshotsTable;
   audit_log: AuditLogTable;
   revocations: RevocationsTable;

@@ -191,3 +191,15 @@ describe('logs hold metadata only: real driver and library errors through every 
     check(json);
   }, 30_000);
 });
+
+describe('PII redaction of error messages (issue 15, item 5)', () => {
+  it('redacts unquoted PII and secrets left in a message', () => {
+    const err = new Error('connect ECONNREFUSED 10.0.0.7:5432 for jane@example.com with sk-proj-Zx9Qp2Lm7Rt4Vb8Nc1Kd6Hs3');
+    const out = serializeError(err);
+    expect(out.message).toBe('connect ECONNREFUSED [REDACTED:IP]:5432 for [REDACTED:EMAIL] with [REDACTED:SECRET]');
+    expect(scrubErrorMessage('card 4111 1111 1111 1111 declined')).toBe('card [REDACTED:CARD] declined');
+  });
+  it('leaves ordinary messages as they are', () => {
+    expect(scrubErrorMessage('socket hang up after 1500 ms (attempt 2 of 3)')).toBe('socket hang up after 1500 ms (attempt 2 of 3)');
+  });
+});

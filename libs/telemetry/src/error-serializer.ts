@@ -19,7 +19,24 @@
  *
  * Weir's own errors put upstream bodies and frames in properties (never in messages), so the
  * allowlist drops them; see `@weir/engines` `upstream-errors.ts`.
+ *
+ * What is left of a message then goes through PII redaction (`@weir/redaction`, the built-in
+ * `default` profile: e-mail addresses, phone and card numbers, IBANs, SSNs, IP addresses, keys
+ * and high-entropy tokens become `[REDACTED:<TYPE>]`), since an unquoted value can still sit in
+ * a message (`connect ECONNREFUSED 10.0.0.7:5432`, `no user jane@example.com`). A redaction that
+ * fails withholds the message (fail closed).
  */
+import { compileProfiles, createRedactor, type Redactor } from '@weir/redaction';
+
+/** The redactor of error messages: the built-in `default` profile, over at most a message's length. */
+const messageRedactor: Redactor | undefined = (() => {
+  const compiled = compileProfiles();
+  const profile = compiled.ok ? compiled.profiles.get('default') : undefined;
+  return profile ? createRedactor(profile, { maxChars: 1024, budgetMs: 250 }) : undefined;
+})();
+
+/** The text a message is replaced with when its redaction fails. */
+export const WITHHELD_MESSAGE = 'message withheld (redaction failed)';
 
 /** The shape an error is logged as (under `err`, or any field holding an `Error`). */
 export interface SerializedError {
@@ -150,7 +167,8 @@ export function scrubErrorMessage(message: string): string {
   }
   let out = line.replace(QUOTED, PLACEHOLDER);
   if (out.length > MAX_MESSAGE_CHARS) out = `${out.slice(0, MAX_MESSAGE_CHARS)}…`;
-  return out;
+  const redacted = messageRedactor?.redact(out);
+  return redacted?.ok ? redacted.text : WITHHELD_MESSAGE;
 }
 
 /** The index of the first match of `re` when it matches an odd number of times, else -1. */

@@ -96,6 +96,10 @@ export const METRIC_NAMES = {
   circuitBreakerState: 'weir.circuit_breaker.state',
   /** Counter, {transition}: circuit-breaker state changes by `key`, `scope`, `from` and `to` (`closed`, `half_open`, `open`). */
   circuitBreakerTransitions: 'weir.circuit_breaker.transitions',
+  /** Counter, {span}: PII and secret spans redacted, by `type` (a recognizer id or a configured custom pattern name) and `surface` (`content_log`, `upstream`). Never content. */
+  redactions: 'weir.redactions',
+  /** Counter, {redaction}: redactions that failed or ran over their budget (nothing was logged or sent), by `reason` (`error`, `timeout`) and `surface`. */
+  redactionFailures: 'weir.redaction.failures',
   /**
    * Observable gauge, {replica}: the capacity controller's latest desired replicas, by `pool`
    * (the control plane; what a HorizontalPodAutoscaler reads, docs/capacity.md).
@@ -133,6 +137,10 @@ export const ATTRIBUTE_NAMES = {
   /** A transition's previous and next state. */
   from: 'from',
   to: 'to',
+  /** Redactions: the span's type (a recognizer id or a custom pattern name). */
+  redactionType: 'type',
+  /** Redactions: where it ran (`content_log`, `upstream`). */
+  surface: 'surface',
 } as const;
 
 /** semconv bucket boundaries (s) for `gen_ai.server.request.duration`: 0.01 × 2ⁿ up to 81.92. */
@@ -195,6 +203,8 @@ export const PROMETHEUS_SERIES = {
   admissionOverspends: 'weir_admission_overspends_total',
   circuitBreakerState: 'weir_circuit_breaker_state',
   circuitBreakerTransitions: 'weir_circuit_breaker_transitions_total',
+  redactions: 'weir_redactions_total',
+  redactionFailures: 'weir_redaction_failures_total',
   poolDesiredReplicas: 'weir_pool_desired_replicas',
   configPublishedVersion: 'weir_config_published_version',
   configStoredVersion: 'weir_config_stored_version',

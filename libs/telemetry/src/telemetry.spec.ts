@@ -162,6 +162,11 @@ describe('createTelemetry', () => {
     m.recordCircuitBreakerTransition({ key: 'provider:openai', from: 'half_open', to: 'open' });
     m.recordCircuitBreakerTransition({ key: 'provider:openai', from: 'open', to: 'half_open' });
     m.recordCircuitBreakerTransition({ key: 'chat@1', scope: 'revision', from: 'closed', to: 'open' });
+    m.recordRedactions({ type: 'email', surface: 'content_log', count: 2 });
+    m.recordRedactions({ type: 'email', surface: 'content_log', count: 1 });
+    m.recordRedactions({ type: 'card', surface: 'upstream', count: 1 });
+    m.recordRedactions({ type: 'card', surface: 'upstream', count: 0 });
+    m.recordRedactionFailure({ reason: 'timeout', surface: 'content_log' });
 
     const { text } = await scrape(server);
     const schedulerSamples = parseExposition(text).samples;
@@ -178,6 +183,10 @@ describe('createTelemetry', () => {
     expect(find(samples, PROMETHEUS_SERIES.circuitBreakerTransitions, { key: 'provider:openai', scope: 'provider', from: 'open', to: 'half_open' })[0].value).toBe(2);
     expect(find(samples, PROMETHEUS_SERIES.circuitBreakerTransitions, { key: 'chat@1', scope: 'revision', from: 'closed', to: 'open' })[0].value).toBe(1);
     expect(find(samples, PROMETHEUS_SERIES.circuitBreakerTransitions, { key: 'provider:openai', from: 'half_open', to: 'open' })[0].value).toBe(1);
+    expect(types.get(PROMETHEUS_SERIES.redactions)).toBe('counter');
+    expect(find(samples, PROMETHEUS_SERIES.redactions, { type: 'email', surface: 'content_log' })[0].value).toBe(3);
+    expect(find(samples, PROMETHEUS_SERIES.redactions, { type: 'card', surface: 'upstream' })[0].value).toBe(1);
+    expect(find(samples, PROMETHEUS_SERIES.redactionFailures, { reason: 'timeout', surface: 'content_log' })[0].value).toBe(1);
     expect(types.get(PROMETHEUS_SERIES.tenantBurnRateRatio)).toBe('gauge');
     expect(find(samples, PROMETHEUS_SERIES.tenantBurnRateRatio, { tenant: 'demo' })[0].value).toBe(4.5);
     // Spend with no baseline: Prometheus's +Inf (this parser reads it as NaN, so check the text).

@@ -119,6 +119,13 @@ export interface WeirMetrics {
    * {@link circuitBreakerScopeOf} the key.
    */
   recordCircuitBreakerTransition(transition: { key: string; scope?: CircuitBreakerScope; from: CircuitBreakerStateName; to: CircuitBreakerStateName }): void;
+  /**
+   * `weir.redactions` + `count` by `type` (a recognizer id or a configured custom pattern name:
+   * a bounded set) and `surface` (`content_log`, `upstream`): spans redacted. Never content.
+   */
+  recordRedactions(sample: { type: string; surface: string; count: number }): void;
+  /** `weir.redaction.failures` +1 by `reason` (`error`, `timeout`) and `surface`: a redaction failed closed. */
+  recordRedactionFailure(failure: { reason: string; surface: string }): void;
 }
 
 /** A circuit breaker's state, as `@weir/routing` names it (the keys of `CIRCUIT_BREAKER_STATE_VALUES`). */
@@ -230,6 +237,8 @@ export function createWeirMetrics(meter: Meter, local?: LocalMetrics): WeirMetri
   const reconciled = meter.createCounter(M.admissionReconciled, { unit: '{reservation}', description: 'Reservations reconciled with the ledger, by action' });
   const overspends = meter.createCounter(M.admissionOverspends, { unit: '{reservation}', description: 'Settlements above the reservation worst case' });
   const breakerTransitions = meter.createCounter(M.circuitBreakerTransitions, { unit: '{transition}', description: 'Circuit-breaker state changes, by key, from and to' });
+  const redactions = meter.createCounter(M.redactions, { unit: '{span}', description: 'PII and secret spans redacted, by type and surface' });
+  const redactionFailures = meter.createCounter(M.redactionFailures, { unit: '{redaction}', description: 'Redactions that failed closed (nothing logged or sent), by reason and surface' });
 
   const addInFlight = (attributes: InFlightAttributes, delta: number): void => {
     if (!Number.isFinite(delta)) return;
@@ -330,6 +339,13 @@ export function createWeirMetrics(meter: Meter, local?: LocalMetrics): WeirMetri
     recordCircuitBreakerTransition({ key, scope, from, to }) {
       if (!Object.hasOwn(CIRCUIT_BREAKER_STATE_VALUES, from) || !Object.hasOwn(CIRCUIT_BREAKER_STATE_VALUES, to)) return;
       breakerTransitions.add(1, { [A.breakerKey]: label(key, NONE), [A.breakerScope]: scope === 'provider' || scope === 'revision' ? scope : circuitBreakerScopeOf(key), [A.from]: from, [A.to]: to });
+    },
+    recordRedactions({ type, surface, count }) {
+      if (!Number.isFinite(count) || count <= 0) return;
+      redactions.add(count, { [A.redactionType]: label(type, OTHER), [A.surface]: label(surface, OTHER) });
+    },
+    recordRedactionFailure({ reason, surface }) {
+      redactionFailures.add(1, { [A.reason]: label(reason, OTHER), [A.surface]: label(surface, OTHER) });
     },
   };
 }

@@ -307,3 +307,40 @@ describe('golden prompts and evals', () => {
     );
   });
 });
+
+describe('weir redaction-profiles', () => {
+  const hr = { name: 'hr', builtin: false, spec: { recognizers: ['email', 'ssn'], custom_patterns: [{ name: 'emp', pattern: 'EMP-[0-9]{6}' }], replacement: 'hash' } };
+
+  it('lists profiles as a table and sets one from flags or a file', async () => {
+    const server = fakeServer({
+      'GET /admin/v1/redaction-profiles': [200, { data: [{ name: 'default', builtin: true, spec: { recognizers: ['email', 'card'], replacement: 'tag' } }, hr] }],
+      'PUT /admin/v1/redaction-profiles/hr': [200, hr],
+    });
+    const list = await weir(['redaction-profiles', 'list'], server);
+    expect(list.status).toBe(0);
+    expect(list.out.split('\n')[0]).toMatch(/^NAME\s+BUILTIN\s+RECOGNIZERS\s+PATTERNS\s+REPLACEMENT$/);
+    expect(list.out).toMatch(/hr\s+no\s+email,ssn\s+emp\s+hash/);
+
+    const set = await weir(['redaction-profiles', 'set', 'hr', '--recognizers', 'email,ssn', '--replacement', 'hash'], server);
+    expect(set).toEqual({ status: 0, out: 'saved redaction profile hr: email, ssn + 1 pattern(s) (hash)\n', err: '' });
+    expect(server.calls.at(-1)).toMatchObject({ method: 'PUT', url: '/admin/v1/redaction-profiles/hr', body: { recognizers: ['email', 'ssn'], replacement: 'hash' } });
+
+    const files = { 'hr.yaml': 'recognizers: [email]\ncustom_patterns:\n  - { name: emp, pattern: "EMP-[0-9]{6}" }\n' };
+    expect((await weir(['redaction-profiles', 'set', 'hr', '--file', 'hr.yaml'], server, undefined, files)).status).toBe(0);
+    expect(server.calls.at(-1)?.body).toEqual({ recognizers: ['email'], custom_patterns: [{ name: 'emp', pattern: 'EMP-[0-9]{6}' }] });
+  });
+
+  it('refuses a bad replacement, a missing profile and a delete without --yes before any call', async () => {
+    const server = fakeServer({});
+    expect(await weir(['redaction-profiles', 'set', 'hr', '--recognizers', 'email', '--replacement', 'mask'], server)).toMatchObject({ status: 2, err: 'weir: --replacement must be tag or hash, got "mask"\n' });
+    expect(await weir(['redaction-profiles', 'set', 'hr'], server)).toMatchObject({ status: 2, err: 'weir: redaction-profiles set: give --file FILE or --recognizers A,B\n' });
+    expect(await weir(['redaction-profiles', 'delete', 'hr'], server)).toMatchObject({ status: 2 });
+    expect(server.calls).toEqual([]);
+  });
+
+  it('policy set takes --redact-upstream', async () => {
+    const server = fakeServer({ 'PATCH /admin/v1/tenants/acme/policy': [200, { redaction_profile: 'strict', redact_upstream: true }] });
+    expect((await weir(['policy', 'set', 'acme', '--redaction-profile', 'strict', '--redact-upstream', 'on'], server)).status).toBe(0);
+    expect(server.calls.at(-1)).toMatchObject({ method: 'PATCH', body: { redaction_profile: 'strict', redact_upstream: true } });
+  });
+});

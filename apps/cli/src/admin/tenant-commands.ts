@@ -95,7 +95,8 @@ const requireYes = (flags: Readonly<Record<string, unknown>>, what: string) => {
 const POLICY_FLAGS: Readonly<Record<string, { field: string; value: string; help: string; parse: (raw: string, flag: string) => unknown }>> = {
   'allowed-aliases': { field: 'allowed_aliases', value: 'A,B', help: 'aliases the tenant may call (none: all)', parse: (raw, flag) => parseList(flag, raw) },
   'content-logging': { field: 'content_logging', value: 'on|off', help: 'keep prompt and output text in logs', parse: (raw, flag) => parseOnOff(`--${flag}`, raw) },
-  'redaction-profile': { field: 'redaction_profile', value: 'NAME', help: 'redaction profile applied to logged content', parse: (raw) => raw },
+  'redaction-profile': { field: 'redaction_profile', value: 'NAME', help: 'PII redaction profile run before content is logged or sent upstream (default, strict, or weir redaction-profiles)', parse: (raw) => raw },
+  'redact-upstream': { field: 'redact_upstream', value: 'on|off', help: 'redact prompts with the profile before they are sent upstream', parse: (raw, flag) => parseOnOff(`--${flag}`, raw) },
   'dedicated-pool': { field: 'dedicated_pool', value: 'POOL', help: "the tenant's dedicated pool", parse: (raw) => raw },
 };
 

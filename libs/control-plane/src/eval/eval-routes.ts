@@ -23,6 +23,7 @@ import { WeirError } from '@weir/core';
 import { compileOutputSchema } from '@weir/gateway';
 import type { WeirSchema } from '@weir/store-pg';
 import { allowedErrorsProblem, runEval } from './eval-runner';
+import { redactReport } from './redact-report';
 import { createEvalRunStore, createGoldenPromptStore, type GoldenPromptInput, type StoredEvalRun } from './eval-store';
 import type { EvalGenerate } from './eval-types';
 import { createPgModelCatalog, type ModelCatalog, stableRevisionOf } from './model-catalog';
@@ -272,7 +273,8 @@ export function createEvalRouter(options: EvalRoutesOptions, deps: EvalRoutesDep
         let finished: StoredEvalRun;
         try {
           const report = await runEval({ prompts: set, candidate: body.candidate_revision, stable, scorer, allowedErrors: body.allowed_errors, generate: generator.generate, callTimeoutMs: options.callTimeoutMs });
-          finished = await runs.finish(run.id, report);
+          // Scored on the raw outputs; stored redacted (issue 15, item 5).
+          finished = await runs.finish(run.id, redactReport(report));
         } catch (err) {
           const e = err instanceof WeirError ? err : new WeirError('internal', 'the eval failed', { cause: err });
           await runs.fail(run.id, { code: e.code, message: e.message });

@@ -1,0 +1,162 @@
+/**
+ * Per-tenant content policy (issue 15, item 5): which tenants may have prompt and output text
+ * logged (`contentLogging` AND a `redactionProfile`: ARCHITECTURE.md §5), and which have prompts
+ * redacted before they are sent upstream (`redactUpstream`). Profiles are compiled and redactors
+ * built when a configuration snapshot is applied (`update`), never per request: a request of a
+ * tenant with neither costs one map lookup, and none at all while no tenant has either.
+ */
+import { randomBytes } from 'node:crypto';
+import type { GenerationInput, PlatformConfig, TenantSpec } from '@weir/core';
+import { compileProfiles, createRedactor, type RedactionResult, type Redactor, type RedactorOptions } from '@weir/redaction';
+
+/** What the gateway does with one tenant's content. */
+export interface TenantContentPolicy {
+  /** The redaction profile's name. */
+  profile: string;
+  /** Log the redacted prompt and output (one `content` line per request). */
+  logContent: boolean;
+  /** Redact the prompt before it is sent upstream. */
+  redactUpstream: boolean;
+  /** The redactor of log lines: capped (`maxChars`, default 16 KiB per text, the rest dropped with a marker). */
+  logRedactor: Redactor;
+  /** The redactor of upstream prompts (`redactChunked`): never truncates (up to the body limit), 16 KiB chunks with a turn of the event loop between. */
+  upstreamRedactor: Redactor;
+}
+
+/** Content policies by tenant id, replaced atomically by {@link ContentPolicies.update}. */
+export interface ContentPolicies {
+  /** True when some tenant logs content or redacts upstream (false: skip every lookup). */
+  readonly active: boolean;
+  /** The policy of tenant `tenantId` (the configuration's tenant id), or undefined when it has none. */
+  forTenant(tenantId: string): TenantContentPolicy | undefined;
+  /**
+   * Rebuilds the policies from a snapshot (which `parseConfig` validated: profiles compile and
+   * tenants name known ones). A tenant naming a profile that does not compile gets no policy and
+   * is reported through `onInvalid` (nothing of it is logged: fail closed).
+   */
+  update(config: Pick<PlatformConfig, 'tenants' | 'redactionProfiles'>): void;
+}
+
+/** Options of {@link createContentPolicies}. */
+export interface ContentPolicyOptions {
+  /**
+   * Options of the log redactors (cap, budget, hash key). Default `createRedactor`'s (16 KiB, 250
+   * ms) and one random hash key per `createContentPolicies` call, shared by every redactor it builds.
+   */
+  log?: RedactorOptions;
+  /** Options of the upstream redactors. Default: `maxChars` 4 MiB (above any body limit), budget 1,000 ms per 16 KiB chunk. */
+  upstream?: RedactorOptions;
+  /** Told when a tenant's profile cannot be built (no policy for it). */
+  onInvalid?: (tenantId: string, problems: string[]) => void;
+}
+
+const wants = (t: TenantSpec) => t.redactionProfile !== undefined && (t.contentLogging === true || t.redactUpstream === true);
+
+/** Creates the policies of `config`'s tenants. */
+export function createContentPolicies(config: Pick<PlatformConfig, 'tenants' | 'redactionProfiles'>, options: ContentPolicyOptions = {}): ContentPolicies {
+  let byTenant = new Map<string, TenantContentPolicy>();
+  // One hash key for the process's life (unless given): `hash` replacements of a value stay
+  // the same across snapshots and between the log and upstream redactors.
+  const hashKey = options.log?.hashKey ?? options.upstream?.hashKey ?? randomBytes(32);
+  const logOptions: RedactorOptions = { hashKey, ...options.log };
+  const upstreamOptions: RedactorOptions = { maxChars: 4 * 1024 * 1024, budgetMs: 1_000, hashKey, ...options.upstream };
+  const build = (c: Pick<PlatformConfig, 'tenants' | 'redactionProfiles'>) => {
+    const next = new Map<string, TenantContentPolicy>();
+    const tenants = c.tenants.filter(wants);
+    if (tenants.length === 0) return next;
+    const compiled = compileProfiles((c.redactionProfiles ?? []).map((p) => ({ ...p })));
+    // A bad profile leaves only the tenants naming it without a policy; the rest compile alone.
+    const profiles = compiled.ok ? compiled.profiles : undefined;
+    for (const t of tenants) {
+      const name = t.redactionProfile as string;
+      let profile = profiles?.get(name);
+      if (!profile && !compiled.ok) {
+        const alone = compileProfiles((c.redactionProfiles ?? []).filter((p) => p.name === name));
+        profile = alone.ok ? alone.profiles.get(name) : undefined;
+        if (!profile) options.onInvalid?.(t.id, alone.ok ? [`unknown redaction profile '${name}'`] : alone.errors);
+      } else if (!profile) options.onInvalid?.(t.id, [`unknown redaction profile '${name}'`]);
+      if (!profile) continue;
+      next.set(t.id, {
+        profile: name,
+        logContent: t.contentLogging === true,
+        redactUpstream: t.redactUpstream === true,
+        logRedactor: createRedactor(profile, logOptions),
+        upstreamRedactor: createRedactor(profile, upstreamOptions),
+      });
+    }
+    return next;
+  };
+  byTenant = build(config);
+  return {
+    get active() {
+      return byTenant.size > 0;
+    },
+    forTenant: (tenantId) => (byTenant.size === 0 ? undefined : byTenant.get(tenantId)),
+    update(c) {
+      byTenant = build(c);
+    },
+  };
+}
+
+/** Spans replaced, by type, over several redactions (for metrics). */
+export type RedactionCounts = Record<string, number>;
+
+/** The outcome of {@link redactInput}: the redacted input, or the failure (send nothing). */
+export type RedactedInput = { ok: true; input: GenerationInput; counts: RedactionCounts } | { ok: false; reason: 'timeout' | 'error'; error?: unknown };
+
+function add(into: RedactionCounts, counts: Readonly<Record<string, number>>) {
+  for (const [k, v] of Object.entries(counts)) into[k] = (into[k] ?? 0) + v;
+}
+
+/**
+ * Redacts a generation input with `redactor`, chunk by chunk with turns of the event loop between
+ * (`Redactor.redactChunked`: a large prompt never holds other requests up): the text, or every
+ * message's content and tool-call arguments (roles, names and ids are kept). Fails as a whole
+ * when any part fails.
+ */
+export async function redactInput(redactor: Redactor, input: GenerationInput): Promise<RedactedInput> {
+  const counts: RedactionCounts = {};
+  const run = async (text: string): Promise<string | RedactionResult> => {
+    if (text.length === 0) return text;
+    const r = await redactor.redactChunked(text);
+    if (!r.ok) return r;
+    add(counts, r.counts);
+    return r.text;
+  };
+  if (input.kind === 'text') {
+    const t = await run(input.text);
+    return typeof t === 'string' ? { ok: true, input: { kind: 'text', text: t }, counts } : failed(t);
+  }
+  const messages = [];
+  for (const m of input.messages) {
+    const content = await run(m.content);
+    if (typeof content !== 'string') return failed(content);
+    let toolCalls = m.toolCalls;
+    if (toolCalls) {
+      const out = [];
+      for (const call of toolCalls) {
+        const args = await run(call.arguments);
+        if (typeof args !== 'string') return failed(args);
+        out.push({ ...call, arguments: args });
+      }
+      toolCalls = out;
+    }
+    messages.push({ ...m, content, ...(toolCalls ? { toolCalls } : {}) });
+  }
+  return { ok: true, input: { kind: 'chat', messages }, counts };
+}
+
+function failed(r: RedactionResult): RedactedInput {
+  return r.ok ? { ok: false, reason: 'error' } : { ok: false, reason: r.reason, ...(r.error !== undefined ? { error: r.error } : {}) };
+}
+
+/** The prompt as one text for the content log: the text, or `role: content` lines (tool calls as `role → name(arguments)`). */
+export function promptText(input: GenerationInput): string {
+  if (input.kind === 'text') return input.text;
+  const lines: string[] = [];
+  for (const m of input.messages) {
+    lines.push(`${m.role}: ${m.content}`);
+    for (const c of m.toolCalls ?? []) lines.push(`${m.role} → ${c.name}(${c.arguments})`);
+  }
+  return lines.join('\n');
+}
