@@ -344,6 +344,39 @@ export interface TenantSpec {
   contentLogging?: boolean;
   /** Name of the PII redaction profile run before any content is logged. Default none. */
   redactionProfile?: string;
+  /**
+   * The tenant's response cache (docs/caching.md). Absent: no cache at all — the request path
+   * then pays nothing for it (one property read). Set only when a tier is enabled.
+   */
+  cache?: TenantCachePolicy;
+}
+
+/**
+ * A tenant's cache policy (issue 15 items 1, 2 and 10; docs/caching.md). Entries are partitioned
+ * by tenant, model revision, prompt template and every output-changing parameter; nothing is
+ * ever read across partitions.
+ */
+export interface TenantCachePolicy {
+  /** The exact tier (same canonical request → same answer). */
+  exact: { enabled: boolean; /** Time to live of an entry (ms, ≥ 1,000). */ ttlMs: number };
+  /** The semantic tier (another engineer's; reserved fields, validated here for shape only). */
+  semantic?: { enabled: boolean; ttlMs: number; /** Cosine similarity at or above which a hit is served, (0, 1]. */ threshold?: number; /** The embedding revision used for prompts. */ embeddingRevision?: string };
+  /**
+   * Only deterministic requests are cached and served from cache: `temperature` 0, or a `seed`.
+   * Default true. False: every request (not personalised, not refused) is cacheable.
+   */
+  deterministicOnly: boolean;
+  /** A non-deterministic request may still opt in (`weir_cache: "opt_in"`). Default true. */
+  allowOptIn: boolean;
+  /**
+   * The prompt templates the tenant declares (`name` for any version, or `name@version`); a
+   * request naming another is refused with 400. Absent: any well-formed template name.
+   */
+  templates?: string[];
+  /** A hit is billed this fraction of the cached usage's price at the answering revision (0–1). Default 0.1. */
+  hitPriceFraction: number;
+  /** Requests of these use cases are personalised: never cached nor served from cache. Default none. */
+  personalisedUseCases?: string[];
 }
 
 /** One tenant routing override (see {@link TenantSpec.routes}). */
