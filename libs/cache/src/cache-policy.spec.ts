@@ -74,7 +74,7 @@ describe('decideCache', () => {
     ['other use case', { ...policy, personalisedUseCases: ['coach'] }, { ...facts, useCase: 'faq' }, { read: true, store: true }],
     ['no-cache', policy, { ...facts, directives: { ...none, noCache: true } }, { read: false, store: true }],
     ['no-store', policy, { ...facts, directives: { noCache: true, noStore: true, optIn: false } }, { read: false, store: false, bypass: 'no_store' }],
-  ] as const)('%s', (_name, p, f, expected) => {
+  ] as [string, TenantCachePolicy, Parameters<typeof decideCache>[1], object][])('%s', (_name, p, f, expected) => {
     expect(decideCache(p, f)).toEqual(expected);
   });
 

@@ -100,7 +100,7 @@ export interface CacheDecision {
 }
 
 /** Why a request bypasses the cache (a metric label; never a tenant-supplied string). */
-export type CacheBypassReason = 'personalised' | 'not_deterministic' | 'no_store' | 'tier_off';
+export type CacheBypassReason = 'personalised' | 'not_deterministic' | 'no_store' | 'no_cache';
 
 /** What {@link decideCache} needs of a request. */
 export interface CacheRequestFacts {
