@@ -240,6 +240,8 @@ export interface UsageAggregate {
   costNanoUsd: bigint;
   /** Usage records summed (one per generation, rejected requests have none). */
   requests: number;
+  /** Of `requests`, those answered from the response cache (`UsageRecord.cacheHit`). */
+  cacheHits: number;
 }
 
 /** A tenant's usage in `[since, until)`, in total and broken down three ways. */
