@@ -10,6 +10,7 @@ import {
   type PlatformConfig,
   type RevisionCapabilities,
   type RevisionSpec,
+  type TenantCachePolicy,
   type TenantSpec,
   slugOfInternalId,
 } from '@weir/core';
@@ -500,6 +501,7 @@ function toPlatformConfig(file: ConfigFile, baseDir: string): PlatformConfig {
       ...(t.kill_switch ? { killSwitch: true } : {}),
       ...(t.content_logging ? { contentLogging: true } : {}),
       ...(t.redaction_profile !== undefined ? { redactionProfile: t.redaction_profile } : {}),
+      ...cachePolicyOf(t.cache),
       ...(t.routes.length > 0
         ? {
             routes: t.routes.map((r) => ({
@@ -544,6 +546,40 @@ function toPlatformConfig(file: ConfigFile, baseDir: string): PlatformConfig {
         ...(file.defaults.circuit_breaker.slow_call_ms !== null ? { slowCallMs: file.defaults.circuit_breaker.slow_call_ms } : {}),
         slowCallRate: file.defaults.circuit_breaker.slow_call_rate,
       },
+      cache: {
+        exactStore: file.defaults.cache.exact_store,
+        maxBytes: file.defaults.cache.max_bytes,
+        ...(file.defaults.cache.max_bytes_per_tenant !== undefined ? { maxBytesPerTenant: file.defaults.cache.max_bytes_per_tenant } : {}),
+        lookupTimeoutMs: file.defaults.cache.lookup_timeout_ms,
+      },
+    },
+  };
+}
+
+/**
+ * A tenant's `cache` section → `TenantSpec.cache`, only when a tier is enabled: a tenant whose
+ * policy is off carries none, so the request path pays one property read for it.
+ */
+function cachePolicyOf(c: ConfigFile['tenants'][number]['cache']): { cache?: TenantCachePolicy } {
+  if (!c || (!c.exact.enabled && !c.semantic?.enabled)) return {};
+  return {
+    cache: {
+      exact: { enabled: c.exact.enabled, ttlMs: c.exact.ttl_ms },
+      ...(c.semantic
+        ? {
+            semantic: {
+              enabled: c.semantic.enabled,
+              ttlMs: c.semantic.ttl_ms,
+              ...(c.semantic.threshold !== undefined ? { threshold: c.semantic.threshold } : {}),
+              ...(c.semantic.embedding_revision !== undefined ? { embeddingRevision: c.semantic.embedding_revision } : {}),
+            },
+          }
+        : {}),
+      deterministicOnly: c.deterministic_only,
+      allowOptIn: c.allow_opt_in,
+      ...(c.templates !== undefined ? { templates: [...c.templates] } : {}),
+      hitPriceFraction: c.hit_price_fraction,
+      ...(c.personalised_use_cases !== undefined ? { personalisedUseCases: [...c.personalised_use_cases] } : {}),
     },
   };
 }

@@ -379,6 +379,18 @@ export interface TenantCachePolicy {
   personalisedUseCases?: string[];
 }
 
+/** Where the response cache's exact tier lives and its bounds (config `defaults.cache`). */
+export interface CacheDefaults {
+  /** `memory`: in each gateway process (default); `postgres`: shared by a fleet (table `response_cache`). */
+  exactStore: 'memory' | 'postgres';
+  /** The in-process tier's size budget (bytes). Default 64 MiB. */
+  maxBytes: number;
+  /** One tenant's share of it (bytes). Default a quarter of `maxBytes`. */
+  maxBytesPerTenant?: number;
+  /** How long a request's cache lookups may take before they count as a miss (ms). Default 50. */
+  lookupTimeoutMs: number;
+}
+
 /** One tenant routing override (see {@link TenantSpec.routes}). */
 export interface TenantRoute {
   alias: string;
@@ -410,6 +422,8 @@ export interface PlatformDefaults {
   scheduling?: SchedulingDefaults;
   /** Circuit-breaker settings (the `defaults.circuit_breaker` section). Default {@link DEFAULT_CIRCUIT_BREAKER}. */
   circuitBreaker?: CircuitBreakerDefaults;
+  /** The response cache's storage (docs/caching.md; config `defaults.cache`). Default: in memory, 64 MiB. */
+  cache?: CacheDefaults;
 }
 
 /**
@@ -448,6 +462,9 @@ export interface CircuitBreakerDefaults {
 }
 
 /** `defaults.circuit_breaker` when the configuration names none (see {@link CircuitBreakerDefaults}). */
+/** The response cache's storage defaults (config `defaults.cache`). */
+export const DEFAULT_CACHE: Readonly<CacheDefaults> = Object.freeze({ exactStore: 'memory', maxBytes: 64 * 1024 * 1024, lookupTimeoutMs: 50 });
+
 export const DEFAULT_CIRCUIT_BREAKER: Readonly<CircuitBreakerDefaults> = Object.freeze({
   windowMs: 10_000,
   errorRate: 0.2,
