@@ -42,6 +42,8 @@ const policyShape = {
   routes: z.array(routeBody).optional(),
   redaction_profile: id().optional(),
   content_logging: z.boolean().optional(),
+  /** The response-cache policy (the file's `tenants[].cache`, docs/caching.md); its fields are checked by `parseConfig`. */
+  cache: z.record(z.string(), z.unknown(), { message: 'expected an object (the cache policy: exact, semantic, deterministic_only, allow_opt_in, templates, hit_price_fraction, personalised_use_cases)' }).optional(),
   kill_switch: z.boolean().optional(),
   disabled: z.boolean().optional(),
 };
