@@ -3,3 +3,4 @@ export * from './cache-key';
 export * from './cache-policy';
 export * from './memory-exact-tier';
 export * from './response-cache';
+export * from './policy-changes';
