@@ -360,7 +360,7 @@ describe('the exact cache on the other routes', () => {
     await start(configWith(POLICY));
     const strip = (o: Record<string, unknown>) => {
       const { id: _id, created: _c, created_at: _ca, generation_id: _g, request_id: _r, ...rest } = o;
-      return JSON.stringify(rest).replace(/(gen|resp|msg)_[A-Za-z0-9]+/g, '<id>').replace(/"cost_usd":[0-9.e-]+/g, '"cost_usd":0');
+      return JSON.stringify(rest).replace(/(gen|resp|msg)_[A-Za-z0-9_-]+/g, '<id>').replace(/"cost_usd":[0-9.e-]+/g, '"cost_usd":0');
     };
     const first = await harness.post(path, body);
     expect(first.status).toBe(200);
