@@ -86,6 +86,9 @@ describe('the exact response cache on the real tiny model (all-in-one)', () => {
     expect(hit.data.usage).toEqual(miss.data.usage);
 
     const after = await until(usage, (u) => u.cache_hits === 1);
+    // The admin API's usage counts it too.
+    const admin = (await (await fetch(`${platform.url}/admin/v1/usage?tenant=demo&window=day`, { headers: { authorization: `Bearer ${platform.adminToken as string}` } })).json()) as { data: { cache_hits: number; requests: number }[] };
+    expect(admin.data).toEqual([expect.objectContaining({ cache_hits: 1, requests: after.requests })]);
     // The hit is half the miss's price (hit_price_fraction 0.5). Requests that raced the store
     // were misses billed in full: count them out.
     const missCost = BigInt(before.cost_nano_usd);
