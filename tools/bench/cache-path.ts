@@ -45,7 +45,7 @@ const missing = { ...stored, exactKey: 'f'.repeat(64) };
 let sink = 0;
 let n = 0;
 const steps: [string, () => void][] = [
-  ['policy off: read the cache fields', () => void (sink += cacheDirectivesOf(undefined, undefined).noCache ? 1 : 0) || void (sink += templateOf(undefined, undefined).length)],
+  ['policy off: read the cache fields', () => void (sink += (cacheDirectivesOf(undefined, undefined).noCache ? 1 : 0) + templateOf(undefined, undefined).length)],
   ['policy on: decide', () => void (sink += decideCache(policy, { temperature: 0, endUser: false, directives: { noCache: false, noStore: false, optIn: false } }).read ? 1 : 0)],
   ['policy on: key (material + query)', () => void (sink += cacheQueryOf(keyMaterialOf('/v1/chat/completions', body, ''), 'acme~0123456789abcdef', 'tiny@1', input).exactKey.length)],
   ['exact tier: lookup (hit)', () => void tier.lookup(stored).then((h) => void (sink += h ? 1 : 0))],
