@@ -57,10 +57,13 @@ let records: UsageRecord[];
 let now: number;
 let tier: MemoryExactTier;
 let events: CacheEvent[];
+/** When set, the next reserve is refused with this (then cleared). */
+let refuseNext: 'budget_exhausted' | undefined;
 
 async function start(config: PlatformConfig) {
   engine = countingEngine();
   reserves = [];
+  refuseNext = undefined;
   settles = [];
   records = [];
   events = [];
@@ -69,6 +72,11 @@ async function start(config: PlatformConfig) {
   const admission: AdmissionService = {
     async reserve(r) {
       reserves.push(r);
+      if (refuseNext) {
+        const reason = refuseNext;
+        refuseNext = undefined;
+        return { ok: false, reason, message: 'The monthly budget of tenant t is spent.' };
+      }
       return { ok: true, reservationId: `rsv_${++n}` };
     },
     async settle(id, s) {
@@ -180,6 +188,21 @@ describe('the exact cache on /v1/chat/completions', () => {
     const res = await harness.post('/v1/chat/completions', chat());
     expect(res.headers.get('x-weir-cache')).toBe('hit');
     expect(((await res.json()) as { choices: { message: { content: string } }[] }).choices[0].message.content).toBe('w0 w1 w2 w3 w4 ');
+  });
+
+  it('a hit is refused by admission like any request: 429, nothing served, nothing recorded', async () => {
+    await start(configWith(POLICY));
+    await (await harness.post('/v1/chat/completions', chat())).json();
+    await until(() => tier.stats().entries === 1 && records.length === 1);
+    refuseNext = 'budget_exhausted';
+    const refused = await harness.post('/v1/chat/completions', chat());
+    expect(refused.status).toBe(429);
+    expect(((await refused.json()) as { error: { code: string } }).error.code).toBe('budget_exhausted');
+    expect(refused.headers.get('x-should-retry')).toBe('false');
+    await new Promise((r) => setTimeout(r, 20));
+    expect(records).toHaveLength(1);
+    expect(settles).toHaveLength(1);
+    expect(engine.started).toBe(1);
   });
 
   it('two tenants with the same prompt never share an entry', async () => {
