@@ -397,6 +397,31 @@ describe('the exact cache on the other routes', () => {
     expect(engine.started).toBe(1);
   });
 
+  it('/v1/generations: a streamed hit has the same events as the streamed miss (start, deltas, end)', async () => {
+    await start(configWith(POLICY));
+    const body = { model_alias: 'fake', input: 'once upon a time', temperature: 0, max_output_tokens: 8, stream: true };
+    const events = async (res: Response) => {
+      const out: { event: string; data: Record<string, unknown> }[] = [];
+      const parser = createParser({ onEvent: (e) => void out.push({ event: e.event ?? 'message', data: JSON.parse(e.data) as Record<string, unknown> }) });
+      parser.feed(await res.text());
+      // Per-response ids and the cost (the hit is billed at the cache price) differ by design.
+      return out.map(({ event, data }) => {
+        const { generation_id: _g, request_id: _r, usage, ...rest } = data;
+        return { event, ...rest, ...(usage ? { usage: { ...(usage as object), cost_usd: 0 } } : {}) };
+      });
+    };
+    const miss = await harness.post('/v1/generations', body);
+    expect(miss.headers.get('x-weir-cache')).toBe('miss');
+    const a = await events(miss);
+    await until(() => tier.stats().entries === 1);
+    const hit = await harness.post('/v1/generations', body);
+    expect(hit.headers.get('x-weir-cache')).toBe('hit');
+    const b = await events(hit);
+    expect(b).toEqual(a);
+    expect(b.map((e) => e.event)).toEqual(['start', 'delta', 'delta', 'delta', 'delta', 'delta', 'end']);
+    expect(engine.started).toBe(1);
+  });
+
   it('the same prompt on two routes is two entries (the wire shape differs)', async () => {
     await start(configWith(POLICY));
     await (await harness.post('/v1/completions', { model: 'fake', prompt: 'hi there', temperature: 0, max_tokens: 8 })).json();
