@@ -137,6 +137,8 @@ describe('exact key', () => {
     expect(q.partition).toEqual({ tenantKey: 'acme~1', revisionId: 'rev-a', template: 'faq@2', paramsKey: paramsKeyOf('/v1/chat/completions', { model: 'x', messages: [], temperature: 0 }) });
     expect(q.exactKey).toMatch(/^[0-9a-f]{64}$/);
     expect(q.promptText).toBe('system: be brief\nuser: hello');
+    // A copy still carries it (the semantic tier may spread the query).
+    expect({ ...q }.promptText).toBe('system: be brief\nuser: hello');
   });
 });
 

@@ -184,24 +184,13 @@ export function keyMaterialOf(route: CacheRoute, body: unknown, template: string
 /** The query of a request routed to `revisionId`, for tenant `tenantKey`. */
 export function cacheQueryOf(material: CacheKeyMaterial, tenantKey: string, revisionId: string, input: GenerationInput): CacheQuery {
   const partition: CachePartition = { tenantKey, revisionId, template: material.template, paramsKey: material.paramsKey };
-  return new LazyPromptQuery(partition, exactKeyOf(partition, material.canonicalPrompt), input);
-}
-
-/**
- * A query whose `promptText` is computed on first read: only semantic tiers read it, so a tenant
- * with the exact tier alone never pays for it (it is most of a key's CPU on a long prompt).
- */
-class LazyPromptQuery implements CacheQuery {
-  #promptText: string | undefined;
-  constructor(
-    readonly partition: CachePartition,
-    readonly exactKey: string,
-    readonly input: GenerationInput,
-  ) {}
-  get promptText(): string {
-    this.#promptText ??= promptTextOf(this.input);
-    return this.#promptText;
-  }
+  const query = { partition, exactKey: exactKeyOf(partition, material.canonicalPrompt) } as CacheQuery;
+  // `promptText` is computed on first read: only semantic tiers read it, so a tenant with the
+  // exact tier alone never pays for it (it is most of a key's CPU on a long prompt). An own
+  // enumerable accessor, so a spread or a copy of the query still carries the text.
+  let text: string | undefined;
+  Object.defineProperty(query, 'promptText', { enumerable: true, get: () => (text ??= promptTextOf(input)) });
+  return query;
 }
 
 function isObject(v: unknown): v is Record<string, unknown> {

@@ -469,7 +469,8 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
       generationId: params.generationId,
       expiresAtMs: Date.now() + (deadlineAt - clock.now()) + (deps.reservationGraceMs ?? 60_000),
       inputTokens: usage.inputTokens,
-      maxOutputTokens: usage.outputTokens,
+      // At least 1, as every reservation asks (an empty cached answer still settles to 0).
+      maxOutputTokens: Math.max(1, usage.outputTokens),
       worstCaseCostNanoUsd: billedNanoUsd,
     });
     if (!reserved.ok) {
