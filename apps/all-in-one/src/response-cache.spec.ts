@@ -122,3 +122,30 @@ describe('the exact response cache on the real tiny model (all-in-one)', () => {
     expect(Number(saved?.[1])).toBeGreaterThan(0);
   });
 });
+
+describe('the exact cache in Postgres (defaults.cache.exact_store: postgres) on the all-in-one', () => {
+  const config = `${CONFIG}defaults:\n  cache: { exact_store: postgres }\n`;
+  const ask = { model: 'tiny-stories', messages: [{ role: 'user' as const, content: 'The little dog' }], temperature: 0, max_tokens: 16 };
+
+  it('serves a hit from the database, after a restart too', async () => {
+    const first = await startTestPlatform('cache-pg', config, DEMO_KEY, { keepDir: true });
+    let second: TestPlatform | undefined;
+    try {
+      const client = new OpenAI({ apiKey: DEMO_KEY, baseURL: `${first.platform.url}/v1`, maxRetries: 0 });
+      const miss = await client.chat.completions.create(ask).withResponse();
+      expect(miss.response.headers.get('x-weir-cache')).toBe('miss');
+      const hit = await until(() => client.chat.completions.create(ask).withResponse(), (r) => r.response.headers.get('x-weir-cache') === 'hit');
+      expect(hit.data.choices[0].message.content).toBe(miss.data.choices[0].message.content);
+      await first.stop();
+      // The in-process tier would be empty now: a hit can only come from the response_cache table.
+      second = await startTestPlatform('cache-pg', config, DEMO_KEY, { dir: first.dir });
+      const again = new OpenAI({ apiKey: DEMO_KEY, baseURL: `${second.platform.url}/v1`, maxRetries: 0 });
+      const afterRestart = await again.chat.completions.create(ask).withResponse();
+      expect(afterRestart.response.headers.get('x-weir-cache')).toBe('hit');
+      expect(afterRestart.data.choices[0].message.content).toBe(miss.data.choices[0].message.content);
+    } finally {
+      await second?.stop();
+      await first.stop().catch(() => undefined);
+    }
+  });
+});
