@@ -35,6 +35,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { Pool } from 'undici';
 import { createAdmission, createInMemoryAdmissionStore, createInMemoryLeaseStore, createLeasedAdmission } from '@weir/admission';
+import { createMemoryExactTier, createResponseCache } from '@weir/cache';
 import { parseConfig } from '@weir/config';
 import { type AdmissionService, type ApiKeyIdentity, type EngineAdapter, type GenerationInput, hashApiKey, systemClock } from '@weir/core';
 import { createEngine } from '@weir/engines';
@@ -65,7 +66,7 @@ const REVISION = 'bench-upstream@1';
  * budget, tokens per minute and a concurrency limit (so every admission check runs), both far
  * above what a run spends.
  */
-export function hotPathConfigYaml(upstream: string): string {
+export function hotPathConfigYaml(upstream: string, cache = false): string {
   return `revisions:
   - id: ${REVISION}
     model: bench-upstream
@@ -90,7 +91,7 @@ tenants:
     apps: [{ id: bench-app, name: Bench app }]
     allowed_aliases: ["*"]
     limits: { max_concurrent: 1024, tokens_per_minute: 100000000000, monthly_budget_usd: 1000000000 }
-defaults:
+${cache ? '    cache: { exact: { enabled: true, ttl_ms: 600000 }, deterministic_only: false }\n' : ''}defaults:
   max_queue_per_replica: 1024
 `;
 }
@@ -113,8 +114,8 @@ function stubAdmission(): AdmissionService {
 /** The all-in-one's client limits (timeouts, connection caps, failed-auth throttle, stall limit), as `platform.ts` attaches them. */
 const clients: ClientGuard = createClientGuard(DEFAULT_CLIENT_LIMITS);
 
-async function startWeir(upstream: string, admissionKind: string): Promise<(req: IncomingMessage, res: ServerResponse) => void> {
-  const config = parseConfig(hotPathConfigYaml(upstream), 'hot-path.yaml');
+async function startWeir(upstream: string, admissionKind: string, cache: string): Promise<(req: IncomingMessage, res: ServerResponse) => void> {
+  const config = parseConfig(hotPathConfigYaml(upstream, cache !== 'off'), 'hot-path.yaml');
   const logger = createLogger({ name: 'weir', level: 'info' });
   const telemetry = createTelemetry({ serviceName: 'weir-hot-path' });
   const revision = config.revisions[0];
@@ -176,6 +177,7 @@ async function startWeir(upstream: string, admissionKind: string): Promise<(req:
     clock: systemClock,
     reservationGraceMs: config.defaults.admission.reservationGraceMs,
     observer: createMetricsObserver(telemetry.metrics, () => engine.kind),
+    ...(cache !== 'off' ? { cache: createResponseCache({ tiers: [createMemoryExactTier()] }) } : {}),
   });
   const gateway = createGatewayApp({
     pipeline,
@@ -217,9 +219,9 @@ function startBare(upstream: string): (req: IncomingMessage, res: ServerResponse
 }
 
 async function main(): Promise<void> {
-  const [kind, upstream, admission = 'leased'] = process.argv.slice(2);
+  const [kind, upstream, admission = 'leased', cache = 'off'] = process.argv.slice(2);
   if ((kind !== 'weir' && kind !== 'bare') || !upstream) throw new Error('usage: hot-path-server.ts <weir|bare> <upstream origin>');
-  const handler = kind === 'weir' ? await startWeir(upstream, admission) : startBare(upstream);
+  const handler = kind === 'weir' ? await startWeir(upstream, admission, cache) : startBare(upstream);
   const server = createServer(clients.serverOptions, handler);
   clients.attach(server);
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', () => resolve()));

@@ -6,7 +6,7 @@
  *
  *   node --import tsx tools/bench/hot-path.ts [--seconds 3] [--warmup-seconds 1]
  *        [--concurrency 1,16,64] [--modes non-stream,stream] [--targets direct,bare,weir]
- *        [--tokens 50] [--body-bytes N] [--admission leased|memory|stub] [--repeat N] [--node-args "FLAGS"] [--profile] [--alloc] [--tsx]
+ *        [--tokens 50] [--body-bytes N] [--admission leased|memory|stub] [--cache off|hit|store] [--repeat N] [--node-args "FLAGS"] [--profile] [--alloc] [--tsx]
  *        [--out FILE.md]
  *
  * - The mock upstream (`mock-upstream.ts`, `--tokens` tokens of `"tok "`, default 50 as in
@@ -62,6 +62,13 @@ const REPEAT = Math.max(1, Number(value('--repeat') ?? 1));
 const NODE_ARGS = (value('--node-args') ?? '').split(' ').filter(Boolean);
 /** `leased` (default): budget leases on the in-memory lease store; `memory`: ADR 0001's per-request transactions on the in-memory store; `stub`: admits at once (the path without admission's cost). */
 const ADMISSION = value('--admission') ?? 'leased';
+/**
+ * The response cache (docs/caching.md): `off` (default: the tenant has no policy); `hit`: the
+ * tenant's exact cache is on and every request repeats one body, so all but the first are exact
+ * hits; `store`: on, but every request sends `Cache-Control: no-cache` (a miss that runs live
+ * and stores its answer).
+ */
+const CACHE = value('--cache') ?? 'off';
 const STAMP = new Date().toISOString().slice(0, 16).replace(/[:T]/g, '-');
 const OUT = value('--out') ?? path.join(__dirname, 'results', `${STAMP}-hot-path.md`);
 const LOAD_CPU = 0;
@@ -110,7 +117,7 @@ async function buildServer(): Promise<string> {
 
 async function startServer(kind: 'weir' | 'bare', upstream: string, script: string | undefined): Promise<Server> {
   const taskset = tasksetPath();
-  const child = fork(script ?? path.join(__dirname, 'hot-path-server.ts'), [kind, upstream, ADMISSION], {
+  const child = fork(script ?? path.join(__dirname, 'hot-path-server.ts'), [kind, upstream, ADMISSION, CACHE], {
     execArgv: [...(script ? ['--expose-gc'] : ['--import', 'tsx', '--expose-gc']), ...(kind === 'weir' ? NODE_ARGS : [])],
     stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
     env: { ...process.env, NODE_OPTIONS: '', TSX_TSCONFIG_PATH: path.join(__dirname, '..', '..', 'tsconfig.json') },
@@ -263,7 +270,7 @@ async function main(): Promise<void> {
   const targetOf = (t: Target): LoadTarget => ({
     origin: originOf(t),
     path: '/v1/chat/completions',
-    headers: t === 'weir' ? { authorization: `Bearer ${HOT_PATH_KEY}` } : {},
+    headers: t === 'weir' ? { authorization: `Bearer ${HOT_PATH_KEY}`, ...(CACHE === 'store' ? { 'cache-control': 'no-cache' } : {}) } : {},
     model: HOT_PATH_ALIAS,
   });
   // JIT warm-up of every server in both modes, not recorded.
@@ -339,7 +346,7 @@ async function main(): Promise<void> {
   const lines: string[] = [
     `# Hot path: ${new Date().toISOString()} (commit ${rev})`,
     '',
-    `${NODE_ARGS.length > 0 ? `Weir's Node flags: \`${NODE_ARGS.join(' ')}\`. ` : ''}${REPEAT > 1 ? `Each cell: the least CPU per request of ${REPEAT} windows (direct: the lowest p50). ` : ''}Admission: ${ADMISSION === 'stub' ? 'a stub that admits at once (the path without admission)' : ADMISSION === 'memory' ? "ADR 0001's transactions on the in-memory store" : 'budget leases on the in-memory lease store (ADR 0002)'}. ${TOKENS}-token answers${BODY_BYTES !== undefined ? ` to ~${BODY_BYTES}-byte request bodies` : ''}, ${SECONDS} s windows after ${WARMUP_SECONDS} s of warm-up; load generator and mock on CPU 0, each server on CPU 1${pinned ? '' : ' (NOT pinned: no taskset)'}. ` +
+    `${NODE_ARGS.length > 0 ? `Weir's Node flags: \`${NODE_ARGS.join(' ')}\`. ` : ''}${REPEAT > 1 ? `Each cell: the least CPU per request of ${REPEAT} windows (direct: the lowest p50). ` : ''}Response cache: ${CACHE}. Admission: ${ADMISSION === 'stub' ? 'a stub that admits at once (the path without admission)' : ADMISSION === 'memory' ? "ADR 0001's transactions on the in-memory store" : 'budget leases on the in-memory lease store (ADR 0002)'}. ${TOKENS}-token answers${BODY_BYTES !== undefined ? ` to ~${BODY_BYTES}-byte request bodies` : ''}, ${SECONDS} s windows after ${WARMUP_SECONDS} s of warm-up; load generator and mock on CPU 0, each server on CPU 1${pinned ? '' : ' (NOT pinned: no taskset)'}. ` +
       'CPU per request = the server process\'s `process.cpuUsage()` over the window ÷ requests completed. Δp50 = p50 through the server − p50 direct.',
     '',
     '| mode | c | target | req/s | CPU µs/req | × bare | p50 ms | Δp50 ms | p99 ms | TTFT p50 ms | ΔTTFT p50 ms | errors |',

@@ -22,7 +22,8 @@ import { createAdmission, createLeasedAdmission, withStoreFaultsAsUnavailable } 
 import { type AllInOneEnv, replicaPlacement, resolveModelFile } from '@weir/config';
 import { type ConfigBucket, createConfigSyncMetrics } from '@weir/config-sync';
 import { createAdminRouter } from '@weir/control-plane';
-import { type BurnRateAlert, type EngineAdapter, type GenerationInput, type PlatformConfig, type RevisionSpec, type Topic, retiredInternalIds, systemClock, tenantKeyOf } from '@weir/core';
+import { type BurnRateAlert, DEFAULT_CACHE, type EngineAdapter, type GenerationInput, type PlatformConfig, type RevisionSpec, type Topic, retiredInternalIds, systemClock, tenantKeyOf } from '@weir/core';
+import { type CacheTier, cacheDropsOf, createMemoryExactTier, createResponseCache } from '@weir/cache';
 import type { Dispatcher } from 'undici';
 import { createEngine, createReplicaEngines, egressDispatcher, type LlamaCppEngine, remoteReplicas, replicaTokenCounter, replicaUnreachable, startReplicaHealthChecks } from '@weir/engines';
 import {
@@ -46,6 +47,7 @@ import {
   createApiKeyRepository,
   createCachedApiKeyStore,
   createPgAdmissionStore,
+  createPgExactCacheTier,
   createPgIdempotencyStore,
   createPgLeaseStore,
   createPgSettlementApplier,
@@ -88,6 +90,11 @@ export interface PlatformOptions {
    * undici's global dispatcher.
    */
   replicaDispatcher?: Dispatcher;
+  /**
+   * Response-cache tiers tried after the exact tier (the semantic tier, docs/caching.md), for
+   * tenants whose policy turns them on. Default none.
+   */
+  cacheTiers?: readonly CacheTier[];
 }
 
 
@@ -284,9 +291,28 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
   // replicas and scheduler were built from applies after a restart, and the log says so.
   // Set once the gateway exists: drops what it holds for internal ids a snapshot retires (issue 14 §4).
   const retiring: { drop?: (retired: ReadonlySet<string>) => number } = {};
+  // The response cache (docs/caching.md): the exact tier in this process, or in Postgres
+  // (`defaults.cache.exact_store`), then any other tier given; used only for tenants whose policy is on.
+  const cacheDefaults = config.defaults.cache ?? DEFAULT_CACHE;
+  const cacheFault = (tier: string, op: string, err: unknown) => logger.warn({ err, tier, op }, 'response cache fault (taken as a miss)');
+  const pgCache = cacheDefaults.exactStore === 'postgres' ? createPgExactCacheTier(database.db, { onFault: (op, err) => cacheFault('exact', op, err) }) : undefined;
+  const responseCache = createResponseCache({
+    tiers: [
+      pgCache ?? createMemoryExactTier({ maxBytes: cacheDefaults.maxBytes, ...(cacheDefaults.maxBytesPerTenant !== undefined ? { maxBytesPerTenant: cacheDefaults.maxBytesPerTenant } : {}) }),
+      ...(options.cacheTiers ?? []),
+    ],
+    lookupTimeoutMs: cacheDefaults.lookupTimeoutMs,
+    onFault: cacheFault,
+  });
+  const cachePurge = pgCache
+    ? setInterval(() => void pgCache.purgeExpired().catch((err: unknown) => cacheFault('exact', 'purge', err)), 60_000)
+    : undefined;
+  cachePurge?.unref();
   configPlane.onChange((next, version) => {
     const nextServed = withServingRevisions(next, servedIds);
     const retired = retiredInternalIds(served.tenants, nextServed.tenants);
+    // A tenant whose cache policy was turned off, or that was deleted, leaves nothing cached.
+    for (const tenantKey of cacheDropsOf(served.tenants, nextServed.tenants)) responseCache.dropTenant(tenantKey);
     router.update(nextServed);
     live.update(nextServed);
     try {
@@ -388,6 +414,7 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
     relay,
     countInputTokens: (revision, input, limit) => (counters.get(revision.id) as (input: GenerationInput, limit?: number) => Promise<number>)(input, limit),
     settlements: journal,
+    cache: responseCache,
     tenants: live.tenants,
     revisions: live.revisions,
     clock: systemClock,
@@ -496,6 +523,7 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
         // left is applied at the next start, nothing is lost) and give back unused leases.
         const result = await journal.close({ timeoutMs: 10_000 });
         if (result.unapplied > 0) logger.warn({ unapplied: result.unapplied }, 'settlements not yet in the database at exit: they stay in the journal and are applied at the next start');
+        if (cachePurge) clearInterval(cachePurge);
         await admission.stop();
         await configPlane.stop();
         await burnRate.stop();

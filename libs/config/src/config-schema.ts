@@ -392,6 +392,38 @@ export const moderationEngineSchema = z.discriminatedUnion('kind', [
   }),
 ]);
 
+const TEMPLATE_ENTRY = /^[A-Za-z0-9._:/-]{1,128}(@[A-Za-z0-9._-]{1,64})?$/;
+
+/** A tenant's response-cache policy (docs/caching.md); absent = no cache. */
+const tenantCache = strict({
+  exact: section(
+    strict({
+      enabled: z.boolean({ error: expecting('true or false') }).default(false),
+      /** Time to live of an entry: 1 s to 30 days. */
+      ttl_ms: int(1_000, 30 * 24 * 3_600_000).default(600_000),
+    }).prefault({}),
+  ),
+  /** The semantic tier's policy (docs/caching.md "Semantic cache"); shape only here. */
+  semantic: section(
+    strict({
+      enabled: z.boolean({ error: expecting('true or false') }).default(false),
+      ttl_ms: int(1_000, 30 * 24 * 3_600_000).default(600_000),
+      threshold: rate().optional(),
+      embedding_revision: id().optional(),
+    }).optional(),
+  ),
+  /** Only `temperature: 0` or seeded requests are cached. */
+  deterministic_only: z.boolean({ error: expecting('true or false') }).default(true),
+  /** A non-deterministic request may opt in with `weir_cache: "opt_in"`. */
+  allow_opt_in: z.boolean({ error: expecting('true or false') }).default(true),
+  /** Declared prompt templates: `name` (any version) or `name@version`; others are refused with 400. */
+  templates: list(z.string({ error: expecting('a template name or name@version') }).regex(TEMPLATE_ENTRY, { error: expecting('a template name or name@version') }), 'templates').optional(),
+  /** A hit is billed this fraction of the cached usage's price (0 to 1). */
+  hit_price_fraction: z.number({ error: expecting('a number from 0 to 1') }).min(0, { error: expecting('a number from 0 to 1') }).max(1, { error: expecting('a number from 0 to 1') }).default(0.1),
+  /** Use cases whose traffic is personalised: never cached nor served from the cache. */
+  personalised_use_cases: list(useCase(), 'use cases').optional(),
+});
+
 const tenant = strict({
   id: id(),
   /** The tenant's internal id (control-plane snapshots only): what its state is filed under. */
@@ -432,6 +464,8 @@ const redactionProfile = strict({
   replacement: z.enum(['tag', 'hash'], { error: expecting("'tag' or 'hash'") }).default('tag'),
   entropy_min_length: int(12, 4096).optional(),
   redact_uuids: z.boolean({ error: expecting('true or false') }).optional(),
+  /** The response cache (docs/caching.md). */
+  cache: section(tenantCache.optional()),
 });
 
 const defaults = strict({
@@ -466,6 +500,19 @@ const defaults = strict({
       burn_rate_factor: z.number({ error: expecting('a number > 1') }).gt(1, { error: expecting('a number > 1') }).default(3),
       burn_rate_baseline_hours: int(1, 24 * 30).default(24),
       burn_rate_min_hourly_usd: nonNegativeNumber().default(1),
+    }).prefault({}),
+  ),
+  /** Where the response cache's exact tier lives and how big it may grow (docs/caching.md). */
+  cache: section(
+    strict({
+      /** `memory`: in each gateway process (the default); `postgres`: shared by a fleet (table `response_cache`). */
+      exact_store: z.enum(['memory', 'postgres'], { error: expecting('memory or postgres') }).default('memory'),
+      /** The in-process tier's size budget (bytes). Default 64 MiB. */
+      max_bytes: int(1_024).default(64 * 1024 * 1024),
+      /** One tenant's share of it (bytes). Default a quarter of `max_bytes`. */
+      max_bytes_per_tenant: int(1_024).optional(),
+      /** How long a request's cache lookups may take before they count as a miss (ms). */
+      lookup_timeout_ms: int(1, 10_000).default(50),
     }).prefault({}),
   ),
   /** Circuit breakers per revision and per provider; defaults as `DEFAULT_CIRCUIT_BREAKER` in `@weir/core`. */

@@ -1,5 +1,5 @@
 import path from 'node:path';
-import { DEFAULT_ADMISSION, DEFAULT_CIRCUIT_BREAKER, DEFAULT_SCHEDULING, type PlatformConfig } from '@weir/core';
+import { DEFAULT_ADMISSION, DEFAULT_CACHE, DEFAULT_CIRCUIT_BREAKER, DEFAULT_SCHEDULING, type PlatformConfig } from '@weir/core';
 
 /**
  * The built-in default configuration, used when `WEIR_CONFIG` is unset. It is the same
@@ -66,6 +66,6 @@ export function defaultConfig(options: DefaultConfigOptions = {}): PlatformConfi
         limits: { maxConcurrent: 64 },
       },
     ],
-    defaults: { cancelGraceMs: 250, maxBodyBytes: 1024 * 1024, maxBodyDepth: 64, sseHeartbeatMs: 15_000, maxQueuePerReplica: 256, scheduling: { ...DEFAULT_SCHEDULING }, admission: { ...DEFAULT_ADMISSION }, circuitBreaker: { ...DEFAULT_CIRCUIT_BREAKER } },
+    defaults: { cancelGraceMs: 250, maxBodyBytes: 1024 * 1024, maxBodyDepth: 64, sseHeartbeatMs: 15_000, maxQueuePerReplica: 256, scheduling: { ...DEFAULT_SCHEDULING }, admission: { ...DEFAULT_ADMISSION }, circuitBreaker: { ...DEFAULT_CIRCUIT_BREAKER }, cache: { ...DEFAULT_CACHE } },
   };
 }

@@ -11,6 +11,7 @@ import {
   type RedactionProfileConfig,
   type RevisionCapabilities,
   type RevisionSpec,
+  type TenantCachePolicy,
   type TenantSpec,
   type TenantModeration,
   type ModerationEngineSpec,
@@ -574,6 +575,7 @@ function toPlatformConfig(file: ConfigFile, baseDir: string): PlatformConfig {
       ...(t.redaction_profile !== undefined ? { redactionProfile: t.redaction_profile } : {}),
       ...(t.moderation !== undefined ? { moderation: toModeration(t.moderation) } : {}),
       ...(t.redact_upstream ? { redactUpstream: true } : {}),
+      ...cachePolicyOf(t.cache),
       ...(t.routes.length > 0
         ? {
             routes: t.routes.map((r) => ({
@@ -620,6 +622,40 @@ function toPlatformConfig(file: ConfigFile, baseDir: string): PlatformConfig {
         ...(file.defaults.circuit_breaker.slow_call_ms !== null ? { slowCallMs: file.defaults.circuit_breaker.slow_call_ms } : {}),
         slowCallRate: file.defaults.circuit_breaker.slow_call_rate,
       },
+      cache: {
+        exactStore: file.defaults.cache.exact_store,
+        maxBytes: file.defaults.cache.max_bytes,
+        ...(file.defaults.cache.max_bytes_per_tenant !== undefined ? { maxBytesPerTenant: file.defaults.cache.max_bytes_per_tenant } : {}),
+        lookupTimeoutMs: file.defaults.cache.lookup_timeout_ms,
+      },
+    },
+  };
+}
+
+/**
+ * A tenant's `cache` section → `TenantSpec.cache`, only when a tier is enabled: a tenant whose
+ * policy is off carries none, so the request path pays one property read for it.
+ */
+function cachePolicyOf(c: ConfigFile['tenants'][number]['cache']): { cache?: TenantCachePolicy } {
+  if (!c || (!c.exact.enabled && !c.semantic?.enabled)) return {};
+  return {
+    cache: {
+      exact: { enabled: c.exact.enabled, ttlMs: c.exact.ttl_ms },
+      ...(c.semantic
+        ? {
+            semantic: {
+              enabled: c.semantic.enabled,
+              ttlMs: c.semantic.ttl_ms,
+              ...(c.semantic.threshold !== undefined ? { threshold: c.semantic.threshold } : {}),
+              ...(c.semantic.embedding_revision !== undefined ? { embeddingRevision: c.semantic.embedding_revision } : {}),
+            },
+          }
+        : {}),
+      deterministicOnly: c.deterministic_only,
+      allowOptIn: c.allow_opt_in,
+      ...(c.templates !== undefined ? { templates: [...c.templates] } : {}),
+      hitPriceFraction: c.hit_price_fraction,
+      ...(c.personalised_use_cases !== undefined ? { personalisedUseCases: [...c.personalised_use_cases] } : {}),
     },
   };
 }

@@ -363,6 +363,24 @@ describe('the control plane admin API', () => {
     expect((await call('GET', '/redaction-profiles/hr')).status).toBe(404);
   });
 
+  it('sets a tenant cache policy that reaches the snapshot, and refuses an invalid one with 400 naming the field', async () => {
+    const set = await call('PATCH', '/tenants/demo/policy', { cache: { exact: { enabled: true, ttl_ms: 30_000 }, templates: ['faq'], hit_price_fraction: 0.2 } });
+    expect(set.status).toBe(200);
+    expect(set.body.cache).toEqual({ exact: { enabled: true, ttl_ms: 30_000 }, templates: ['faq'], hit_price_fraction: 0.2 });
+    const config = sink.snapshots.at(-1)?.config as { tenants: { id: string }[] };
+    const parsed = parseConfig(JSON.stringify(config), 'snapshot').tenants.find((t) => t.id === 'demo');
+    expect(parsed?.cache).toEqual({ exact: { enabled: true, ttlMs: 30_000 }, deterministicOnly: true, allowOptIn: true, templates: ['faq'], hitPriceFraction: 0.2 });
+    const bad = await call('PATCH', '/tenants/demo/policy', { cache: { exact: { enabled: true, ttl_ms: 5 } } });
+    expect(bad.status).toBe(400);
+    expect(bad.body.error.code).toBe('invalid_config');
+    expect(bad.body.error.problems).toEqual([expect.objectContaining({ path: expect.stringMatching(/^tenants\[\d+\]\.cache\.exact\.ttl_ms$/) })]);
+    const notObject = await call('PATCH', '/tenants/demo/policy', { cache: 'on' });
+    expect(notObject.status).toBe(400);
+    expect(notObject.body.error.param).toBe('cache');
+    const off = await call('PATCH', '/tenants/demo/policy', { cache: null });
+    expect(off.body.cache).toBeUndefined();
+  });
+
   it('refuses an invalid change with 400 listing the problems, committing nothing', async () => {
     const version = await latestVersion();
     const audits = await auditCount();

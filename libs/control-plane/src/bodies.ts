@@ -45,6 +45,8 @@ const policyShape = {
   /** Input/output moderation (`input`, `output`, `rules`): checked in full by `parseConfig` (engine names, RE2 patterns, overlap below window). */
   moderation: z.looseObject({}).optional(),
   redact_upstream: z.boolean().optional(),
+  /** The response-cache policy (the file's `tenants[].cache`, docs/caching.md); its fields are checked by `parseConfig`. */
+  cache: z.record(z.string(), z.unknown(), { message: 'expected an object (the cache policy: exact, semantic, deterministic_only, allow_opt_in, templates, hit_price_fraction, personalised_use_cases)' }).optional(),
   kill_switch: z.boolean().optional(),
   disabled: z.boolean().optional(),
 };

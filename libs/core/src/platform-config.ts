@@ -358,6 +358,51 @@ export interface TenantSpec {
    * Requires a profile. Default false.
    */
   redactUpstream?: boolean;
+  /**
+   * The tenant's response cache (docs/caching.md). Absent: no cache at all — the request path
+   * then pays nothing for it (one property read). Set only when a tier is enabled.
+   */
+  cache?: TenantCachePolicy;
+}
+
+/**
+ * A tenant's cache policy (issue 15 items 1, 2 and 10; docs/caching.md). Entries are partitioned
+ * by tenant, model revision, prompt template and every output-changing parameter; nothing is
+ * ever read across partitions.
+ */
+export interface TenantCachePolicy {
+  /** The exact tier (same canonical request → same answer). */
+  exact: { enabled: boolean; /** Time to live of an entry (ms, ≥ 1,000). */ ttlMs: number };
+  /** The semantic tier (another engineer's; reserved fields, validated here for shape only). */
+  semantic?: { enabled: boolean; ttlMs: number; /** Cosine similarity at or above which a hit is served, (0, 1]. */ threshold?: number; /** The embedding revision used for prompts. */ embeddingRevision?: string };
+  /**
+   * Only deterministic requests are cached and served from cache: `temperature` 0, or a `seed`.
+   * Default true. False: every request (not personalised, not refused) is cacheable.
+   */
+  deterministicOnly: boolean;
+  /** A non-deterministic request may still opt in (`weir_cache: "opt_in"`). Default true. */
+  allowOptIn: boolean;
+  /**
+   * The prompt templates the tenant declares (`name` for any version, or `name@version`); a
+   * request naming another is refused with 400. Absent: any well-formed template name.
+   */
+  templates?: string[];
+  /** A hit is billed this fraction of the cached usage's price at the answering revision (0–1). Default 0.1. */
+  hitPriceFraction: number;
+  /** Requests of these use cases are personalised: never cached nor served from cache. Default none. */
+  personalisedUseCases?: string[];
+}
+
+/** Where the response cache's exact tier lives and its bounds (config `defaults.cache`). */
+export interface CacheDefaults {
+  /** `memory`: in each gateway process (default); `postgres`: shared by a fleet (table `response_cache`). */
+  exactStore: 'memory' | 'postgres';
+  /** The in-process tier's size budget (bytes). Default 64 MiB. */
+  maxBytes: number;
+  /** One tenant's share of it (bytes). Default a quarter of `maxBytes`. */
+  maxBytesPerTenant?: number;
+  /** How long a request's cache lookups may take before they count as a miss (ms). Default 50. */
+  lookupTimeoutMs: number;
 }
 
 /**
@@ -480,6 +525,8 @@ export interface PlatformDefaults {
   scheduling?: SchedulingDefaults;
   /** Circuit-breaker settings (the `defaults.circuit_breaker` section). Default {@link DEFAULT_CIRCUIT_BREAKER}. */
   circuitBreaker?: CircuitBreakerDefaults;
+  /** The response cache's storage (docs/caching.md; config `defaults.cache`). Default: in memory, 64 MiB. */
+  cache?: CacheDefaults;
 }
 
 /**
@@ -518,6 +565,9 @@ export interface CircuitBreakerDefaults {
 }
 
 /** `defaults.circuit_breaker` when the configuration names none (see {@link CircuitBreakerDefaults}). */
+/** The response cache's storage defaults (config `defaults.cache`). */
+export const DEFAULT_CACHE: Readonly<CacheDefaults> = Object.freeze({ exactStore: 'memory', maxBytes: 64 * 1024 * 1024, lookupTimeoutMs: 50 });
+
 export const DEFAULT_CIRCUIT_BREAKER: Readonly<CircuitBreakerDefaults> = Object.freeze({
   windowMs: 10_000,
   errorRate: 0.2,

@@ -71,6 +71,9 @@ export interface EngineAdapter {
 /** Terminal status of a request as recorded in the ledger. */
 export type UsageStatus = 'completed' | 'cancelled' | 'deadline' | 'failed' | 'filtered';
 
+/** A response-cache tier (docs/caching.md). */
+export type CacheTierName = 'exact' | 'semantic';
+
 /** Which public route carried the request. */
 export type ApiRoute = 'generations' | 'chat.completions' | 'completions';
 
@@ -129,6 +132,11 @@ export interface UsageRecord {
   attempts?: UpstreamAttempt[];
   /** The admission holds this record settles (budget periods, leases); absent when nothing was reserved. */
   reservation?: ReservationRef;
+  /**
+   * The request was answered from the response cache (docs/caching.md): `exact` or `semantic`.
+   * Its tokens are the cached answer's, its cost the tenant's cache price. Absent: a live answer.
+   */
+  cacheHit?: CacheTierName;
 }
 
 /**
@@ -232,6 +240,8 @@ export interface UsageAggregate {
   costNanoUsd: bigint;
   /** Usage records summed (one per generation, rejected requests have none). */
   requests: number;
+  /** Of `requests`, those answered from the response cache (`UsageRecord.cacheHit`). */
+  cacheHits: number;
 }
 
 /** A tenant's usage in `[since, until)`, in total and broken down three ways. */

@@ -5,7 +5,7 @@
  */
 import type { AliasSpec, RevisionSpec } from './platform-config';
 import type { EngineRequest, FinishReason, GenerationTimings, TokenUsage, ToolCallDelta } from './generation';
-import type { ApiRoute } from './ports';
+import type { ApiRoute, CacheTierName } from './ports';
 import type { ReservationRef, RetainSpec, UpstreamAttempt, UsageSource } from './settlement';
 
 /** Who is asking: from the API key only. */
@@ -363,6 +363,11 @@ export interface GenerationOutcome {
    * records it, marked uncertain, for reconciliation against the engines' counters.
    */
   relayLost?: boolean;
+  /**
+   * The answer came from the response cache (docs/caching.md): which tier. No upstream ran; the
+   * usage is the cached answer's, billed at the tenant's cache price. Absent: a live answer.
+   */
+  cacheHit?: CacheTierName;
   /**
    * Set by the relay when the job allowed a retry (`RelayJob.retryBeforeFirstToken`) and the
    * attempt failed retryably before any output token: no usage was recorded for it.

@@ -4,7 +4,7 @@ import { USE_CASE_PATTERN, type UsageRecord } from './ports';
  * Returns what is wrong with a usage record, or undefined when it can be carried and written:
  * ids non-empty strings; token counts and `costNanoUsd` non-negative safe integers; `queueMs`,
  * `totalMs` (and `ttftMs` unless null) finite non-negative ms; `startedAt`/`finishedAt` valid
- * `Date`s; `useCase`, when present, matches `USE_CASE_PATTERN`. Every usage path (the ledger's batched sink, the in-process channel, the NATS
+ * `Date`s; `useCase`, when present, matches `USE_CASE_PATTERN`; `cacheHit`, when present, is `exact` or `semantic`. Every usage path (the ledger's batched sink, the in-process channel, the NATS
  * sink) refuses a record by these rules, so one bad record can never block a queue behind it.
  * Never includes field values in the message (only names).
  */
@@ -30,5 +30,6 @@ export function usageRecordFault(r: UsageRecord): string | undefined {
   if (r.useCase !== undefined && (typeof r.useCase !== 'string' || !USE_CASE_PATTERN.test(r.useCase))) {
     return 'useCase must be 1-64 characters of [A-Za-z0-9._:-]';
   }
+  if (r.cacheHit !== undefined && r.cacheHit !== 'exact' && r.cacheHit !== 'semantic') return 'cacheHit must be "exact" or "semantic"';
   return undefined;
 }

@@ -55,11 +55,12 @@ import {
 } from '@weir/streaming';
 
 import type { ClientGuard } from '@weir/service-runtime';
+import { type CacheRoute, cacheDirectivesOf, keyMaterialOf, TEMPLATE_HEADER, templateOf } from '@weir/cache';
 import { type ModerationObserver, type ModerationPolicies, type ModerationVerdict, type StagePlan, runCheck } from '@weir/moderation';
 import { type AuthedRequest, createEdgeRouter, type EdgeRequest, type EdgeRoute, edgeRequest, readJsonBody, sendJson } from './edge';
 import { createGenerationRegistry, type GenerationRegistry, type GenerationRegistryOptions, statusOf, type TrackedGeneration } from './generation-registry';
 import { createMemoryIdempotencyStore, requestBodySha256 } from './idempotency';
-import { AdmissionRejectedError, type GenerationPipeline, INPUT_FLAGGED_ABORT, type ParamNames } from './pipeline';
+import { AdmissionRejectedError, type CacheInputs, type GenerationPipeline, INPUT_FLAGGED_ABORT, type ParamNames } from './pipeline';
 import { moderationsHandler } from './moderations-route';
 import { rateLimitHeaders } from './rate-limit-headers';
 import { blockedBeforeOutput, createTranscript, firstEventOrThrow as waitFirstEvent, pumpInto, readTranscript, type Transcript, type TranscriptEvent } from './transcript';
@@ -548,6 +549,9 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     // OpenAI's `user` (the client's end user) keeps one person on one canary arm across requests.
     const user = (req.body as { user?: unknown } | undefined)?.user;
     const endUser = typeof user === 'string' && user.length > 0 && user.length <= 256 ? user : undefined;
+    // The cache's fields are checked on every request (400 naming the field); the key is made only
+    // if the tenant's cache policy is on (the pipeline calls `cache` then).
+    const cache = cacheInputsOf(req, endUser !== undefined, useCase, sampling);
     const createdS = Math.floor(Date.now() / 1000);
     // A keyed request: its relay leaves the result (or that it was interrupted) for retries in its settlement entry.
     let retain: RetainSpec | undefined;
@@ -588,6 +592,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
         ...(limits.tools !== undefined ? limits.tools : {}),
         ...(endUser !== undefined ? { endUser } : {}),
         ...(retain ? { retain } : {}),
+        ...(cache ? { cache } : {}),
       })
       .catch(async (err: unknown) => {
         inputCheck?.abort();
@@ -595,6 +600,10 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
         throw err;
       });
     for (const [name, value] of Object.entries(rateLimitHeaders(admitted.rateLimits))) res.setHeader(name, value);
+    if (admitted.cache) {
+      res.setHeader('x-weir-cache', admitted.cache.status);
+      if (admitted.cache.status === 'hit') res.setHeader('x-weir-cache-tier', admitted.cache.tier);
+    }
     const gone = new AbortController();
     // Set once the relay starts; until then a stop aborts the wait in the queue.
     const live: { handle?: RelayHandle } = {};
@@ -640,13 +649,15 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     // A keyed request's check overlaps routing, counting and admission but not dispatch: its
     // relay leaves the result for retries when it ends, which must never hold an answer a block
     // withheld from the client (an unkeyed request's check also overlaps dispatch).
-    if (inputCheck && retain && !inputCheck.verdict) await inputCheck.promise;
+    // A cache hit is answered at once, so it waits for the check too (its reservation is then
+    // released and it ends `content_filter`, as a request blocked in the queue does).
+    if (inputCheck && (retain || admitted.cache?.status === 'hit') && !inputCheck.verdict) await inputCheck.promise;
     // One content line per request, for a tenant that logs content (the output read from the transcript only then).
-    const logContent = (outcome: GenerationOutcome) => {
+    const logContent = (outcome: GenerationOutcome, told: Transcript = transcript) => {
       if (policy?.logContent && contentLog) {
         // Tool calls the model made follow the text as `→ name(arguments)` lines.
-        const calls = transcript.deltaToolCalls.length > 0 ? accumulateToolCalls(transcript.deltaToolCalls.map((c) => c ?? undefined)) : [];
-        const output = transcript.text() + calls.map((c) => `\n→ ${c.name}(${c.arguments})`).join('');
+        const calls = told.deltaToolCalls.length > 0 ? accumulateToolCalls(told.deltaToolCalls.map((c) => c ?? undefined)) : [];
+        const output = told.text() + calls.map((c) => `\n→ ${c.name}(${c.arguments})`).join('');
         contentLog.record({ policy, caller: req.caller, route, alias, generationId, input, output, outcome });
       }
     };
@@ -658,6 +669,26 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
       await abandon();
       throw err;
     });
+    if (started.kind === 'cached') {
+      // A hit replays like a retained result (the same transcript machinery as an idempotent
+      // replay), so every route streams it with the same events as a live answer.
+      const { answer: cached, outcome } = started;
+      const replay = createTranscript({ deltas: cached.deltas, ...(cached.deltaToolCalls ? { deltaToolCalls: cached.deltaToolCalls } : {}), outcome });
+      tracked.transcript = replay;
+      registry.finish(generationId, outcome);
+      logContent(outcome, replay);
+      if (key !== undefined) {
+        await idempotency
+          .complete(
+            tenantId,
+            key,
+            { generationId, requestId, route, modelRevision: outcome.modelRevision, createdS, deltas: [...cached.deltas], ...(cached.deltaToolCalls ? { deltaToolCalls: [...cached.deltaToolCalls] } : {}), outcome },
+            Date.now() + defaults.admission.idempotencyRetentionMs,
+          )
+          .catch((err: unknown) => logger.warn({ err, generationId }, 'idempotency result not retained'));
+      }
+      return { ...answer, transcript: replay };
+    }
     if (started.kind === 'ended') {
       // Never reached an engine: nothing to replay, so a retry with the same key runs anew.
       logContent(started.outcome);
@@ -694,10 +725,24 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
       name(o.modelRevision, o.fallback?.reason);
       return toldOutcome(tracked, o);
     };
+    const remember = admitted.cache?.status !== 'hit' ? admitted.cache?.remember : undefined;
     void pumpInto(transcript, inputCheck ? holdUntilChecked(handle.events, inputCheck) : handle.events, (err) => failedOutcome(admitted.revision.id, err), told, onFirstDelta).then(async () => {
       const outcome = transcript.outcome as GenerationOutcome;
       registry.finish(generationId, outcome);
       logContent(outcome);
+      // A complete answer of a cacheable miss is stored after it went out (never delaying it).
+      if (remember && (outcome.finishReason === 'stop' || outcome.finishReason === 'length') && !outcome.fallback && !tracked.revoked && !inputCheck?.verdict?.blocked) {
+        remember({
+          modelRevision: outcome.modelRevision,
+          deltas: [...transcript.deltas],
+          ...(transcript.deltaToolCalls.some((c) => c !== null) ? { deltaToolCalls: [...transcript.deltaToolCalls] } : {}),
+          finishReason: outcome.finishReason,
+          usage: { inputTokens: outcome.usage.inputTokens, outputTokens: outcome.usage.outputTokens, cachedInputTokens: outcome.usage.cachedInputTokens ?? 0 },
+          storedAtMs: Date.now(),
+          originalTotalMs: outcome.timings.totalMs,
+          originalTtftMs: outcome.timings.ttftMs,
+        });
+      }
       if (key === undefined) return;
       // A failure before any output billed nothing: the key is freed and a retry runs anew. A
       // failure after output was billed: the key is `interrupted`, so a retry is told instead of
@@ -1184,6 +1229,31 @@ function answerFromResult(r: RetainedResult): Answer {
     replayed: true,
     endedInQueue: false,
   };
+}
+
+/** The routes whose answers are cached, by their edge pattern. */
+const CACHE_ROUTES: ReadonlyMap<string, CacheRoute> = new Map<string, CacheRoute>([
+  ['/v1/chat/completions', '/v1/chat/completions'],
+  ['/v1/completions', '/v1/completions'],
+  ['/v1/generations', '/v1/generations'],
+  ['/v1/responses', '/v1/responses'],
+]);
+
+/**
+ * A request's cache inputs (see `CacheInputs`): its directives and template are checked now
+ * (a 400 naming the field; nothing to do when absent), its key material only when called.
+ * Undefined on a route that is not cached.
+ */
+function cacheInputsOf(req: EdgeRequest, endUser: boolean, useCase: string | undefined, sampling: SamplingParams): CacheInputs | undefined {
+  const route = req.routePath !== undefined ? CACHE_ROUTES.get(req.routePath) : undefined;
+  if (!route) return undefined;
+  const body = req.body as { weir_cache?: unknown; weir_prompt_template?: unknown } | undefined;
+  const directives = cacheDirectivesOf(req.header('cache-control'), body?.weir_cache);
+  const template = templateOf(req.header(TEMPLATE_HEADER), body?.weir_prompt_template);
+  return () => ({
+    material: keyMaterialOf(route, body, template),
+    facts: { temperature: sampling.temperature, seed: sampling.seed, endUser, ...(useCase !== undefined ? { useCase } : {}), directives },
+  });
 }
 
 function sampling(body: { temperature?: number | null; top_p?: number | null; seed?: number | null; stop?: string | string[] | null }): SamplingParams {

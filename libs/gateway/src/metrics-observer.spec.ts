@@ -39,3 +39,26 @@ it('counts shedding apart from errors and records finished requests with TTFT an
     await telemetry.shutdown();
   }
 });
+
+it('counts cache lookups by tier and result, and what hits saved (USD, seconds)', async () => {
+  const telemetry = createTelemetry({ serviceName: 'test' });
+  const observer = createMetricsObserver(telemetry.metrics, () => 'llamacpp');
+  observer.onCache?.({ caller, revision, result: 'miss' });
+  observer.onCache?.({ caller, revision, result: 'bypass', reason: 'personalised' });
+  observer.onCache?.({ caller, revision, result: 'hit', tier: 'exact', savedNanoUsd: 1_500_000, savedMs: 2_500 });
+  observer.onCache?.({ caller, revision, result: 'hit', tier: 'exact', savedNanoUsd: 500_000, savedMs: 500 });
+  const server = createServer(telemetry.metricsHandler);
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+  try {
+    const text = await (await fetch(`http://127.0.0.1:${(server.address() as AddressInfo).port}/metrics`)).text();
+    expect(text).toMatch(/weir_cache_lookups_total\{(?=[^}]*tenant="demo")(?=[^}]*tier="exact")(?=[^}]*result="hit")[^}]*\} 2/);
+    expect(text).toMatch(/weir_cache_lookups_total\{(?=[^}]*tier="none")(?=[^}]*result="miss")[^}]*\} 1/);
+    expect(text).toMatch(/weir_cache_lookups_total\{(?=[^}]*tier="none")(?=[^}]*result="bypass")[^}]*\} 1/);
+    // 0.0015 + 0.0005 USD; 2.5 + 0.5 s
+    expect(text).toMatch(/weir_cache_saved_usd_total\{(?=[^}]*revision="rev@1")(?=[^}]*tier="exact")[^}]*\} 0\.002/);
+    expect(text).toMatch(/weir_cache_saved_seconds_total\{(?=[^}]*tier="exact")[^}]*\} 3/);
+  } finally {
+    server.close();
+    await telemetry.shutdown();
+  }
+});

@@ -26,6 +26,16 @@ export function createMetricsObserver(metrics: WeirMetrics, providerOf: (revisio
       if (isShedding(reason)) metrics.recordRejection({ tenant: caller.tenantId, reason });
       metrics.recordRequest({ tenant: caller.tenantId, operation: 'generation', requestModel: 'none', status: 'rejected', errorType: reason, durationS: 0, inputTokens: 0, outputTokens: 0 });
     },
+    onCache({ caller, revision, result, tier, savedNanoUsd, savedMs }) {
+      metrics.recordCacheLookup({
+        tenant: caller.tenantId,
+        revision: revision.id,
+        result,
+        ...(tier !== undefined ? { tier } : {}),
+        ...(savedNanoUsd !== undefined ? { savedUsd: savedNanoUsd / 1e9 } : {}),
+        ...(savedMs !== undefined ? { savedS: savedMs / 1000 } : {}),
+      });
+    },
     onFinished({ caller, route, alias, revision, outcome, replicaId }) {
       const { timings, usage } = outcome;
       metrics.recordQueueTime({ tenant: caller.tenantId, revision: revision.id, queueS: timings.queueMs / 1000 });

@@ -30,6 +30,7 @@ import {
   type SchedulerService,
   type ScheduleResult,
   type Settlement,
+  type TenantCachePolicy,
   type TenantSpec,
   type ToolChoice,
   type ToolDefinition,
@@ -41,6 +42,7 @@ import {
   retryDelayMs,
   tenantKeyOf,
 } from '@weir/core';
+import { type CachedAnswer, type CacheHit, type CacheKeyMaterial, type CacheQuery, type CacheRequestFacts, type ResponseCache, cacheQueryOf, checkTemplate, decideCache, type CacheBypassReason } from '@weir/cache';
 import { priceUsage } from '@weir/ledger';
 import { pickWeighted } from '@weir/routing';
 import { type Relay, type RelayHandle, settlementOf } from '@weir/streaming';
@@ -56,7 +58,46 @@ export interface PipelineObserver {
   onRejected?(caller: Caller, reason: WeirErrorCode): void;
   /** A request that was admitted has ended (engine or queue), after its usage record is queued. */
   onFinished?(summary: { caller: Caller; route: ApiRoute; alias: string; revision: RevisionSpec; outcome: GenerationOutcome; /** The replica that served; absent when the request ended in the queue. */ replicaId?: string }): void;
+  /**
+   * A request of a tenant whose cache policy is on was looked up (or bypassed the cache).
+   * `savedNanoUsd`: on a hit, the revision's price of the cached usage minus what was billed;
+   * `savedMs`: on a hit, the cached answer's original latency (arrival to end) minus the hit's.
+   */
+  onCache?(event: CacheEvent): void;
 }
+
+/** One cache outcome of a request (see {@link PipelineObserver.onCache}); never content. */
+export interface CacheEvent {
+  caller: Caller;
+  revision: RevisionSpec;
+  result: 'hit' | 'miss' | 'bypass';
+  /** The tier that answered (hit). */
+  tier?: CacheHit['tier'];
+  /** Why the cache was bypassed. */
+  reason?: CacheBypassReason;
+  savedNanoUsd?: number;
+  savedMs?: number;
+}
+
+/**
+ * What a request says about the cache (docs/caching.md), computed by its route only when the
+ * tenant's cache policy is on: the key material of its body and the facts the policy decides on.
+ * May throw `WeirError` (400) for a malformed cache field.
+ */
+export type CacheInputs = () => { material: CacheKeyMaterial; facts: CacheRequestFacts };
+
+/** A request's place in the cache, as the route tells the client (`x-weir-cache`). */
+export type CacheStatus =
+  | { status: 'hit'; tier: CacheHit['tier'] }
+  | {
+      status: 'miss' | 'bypass';
+      /**
+       * Stores the complete answer (finish `stop`/`length`) of a miss the policy lets be stored,
+       * answered by the routed revision; returns at once (the write is in the background).
+       * Absent when nothing may be stored.
+       */
+      remember?: (answer: CachedAnswer) => void;
+    };
 
 /** Dependencies of {@link createGenerationPipeline}. */
 export interface GenerationPipelineDeps {
@@ -120,6 +161,13 @@ export interface GenerationPipelineDeps {
   health?: CandidateHealth;
   /** Retry and fallback bounds before the first token (see `failover.ts`). Default 3 attempts, 50–1,000 ms backoff. */
   failover?: FailoverOptions;
+  /**
+   * The response cache's tiers in order (exact, then semantic; `createResponseCache` from
+   * `@weir/cache`), used for tenants whose `TenantSpec.cache` is set. A hit is admitted through
+   * {@link admission} (reserve and settle, no scheduler slot): without `admission` (the split's
+   * one-round-trip `admit` only) answers are stored but never served. Default none (no cache).
+   */
+  cache?: ResponseCache;
 }
 
 /** One request, as the routes hand it over. */
@@ -158,6 +206,8 @@ export interface GenerationParams {
   parallelToolCalls?: boolean;
   /** The request claimed an idempotency key: its settlement leaves the result for retries (`RelayJob.retain`). Default none. */
   retain?: RetainSpec;
+  /** The request's cache inputs, read only when its tenant's cache policy is on. Default none (never cached). */
+  cache?: CacheInputs;
 }
 
 /**
@@ -222,8 +272,11 @@ export interface AdmittedGeneration {
   maxOutputTokens: number;
   /** Absolute deadline on the pipeline's clock (ms). */
   deadlineAt: number;
+  /** The request's place in the cache; absent when its tenant's policy is off (no `x-weir-cache` header). */
+  cache?: CacheStatus;
   /**
-   * Waits for a slot, then starts the relay. Resolves `running` with the relay handle, or
+   * Waits for a slot, then starts the relay. A cache hit resolves `cached` at once: its usage is
+   * recorded (one usage row with `cacheHit`) and its reservation settled before it resolves. Resolves `running` with the relay handle, or
    * `ended` when the request ended in the queue (deadline passed, or `signal` fired).
    * Throws `WeirError` (`queue_full` — also for batch work shed in a brownout —,
    * `deadline_unmeetable`, `engine_unavailable`) after releasing the reservation.
@@ -246,6 +299,7 @@ export interface AdmittedGeneration {
         answering(): AnsweringAttempt;
       }
     | { kind: 'ended'; outcome: GenerationOutcome }
+    | { kind: 'cached'; outcome: GenerationOutcome; answer: CachedAnswer }
   >;
 }
 
@@ -333,7 +387,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
    * 30 s; settle is idempotent. If it still fails, the reservation stays held until it expires
    * and reconciliation settles it from the ledger.
    */
-  const settleWithRetry = async (admitted: Admitted, settlement: Settlement) => {
+  const settleWithRetry = async (admitted: Pick<Admitted, 'settle'>, settlement: Settlement) => {
     for (let attempt = 1; ; attempt++) {
       try {
         await admitted.settle(settlement);
@@ -357,6 +411,152 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
     if (!memo) return;
     // A spent budget carries no retry hint, as admission's own refusal did not (retrying cannot help).
     reject(caller, new AdmissionRejectedError(memo.reason, `recently refused: ${memo.message}`, memo.hinted ? memo.retryAfterMs : undefined, memo.rateLimits));
+  };
+
+  /**
+   * Decides and looks a request up in the cache: a hit (with its query), or the status a miss
+   * or bypass is told with. Throws `WeirError` 400 (rejected: nothing held) for a malformed cache
+   * field or a template the tenant does not declare.
+   */
+  const lookUpCache = async (
+    cache: ResponseCache,
+    policy: TenantCachePolicy,
+    params: GenerationParams,
+    revision: RevisionSpec,
+  ): Promise<{ hit: CacheHit; query: CacheQuery } | { status: CacheStatus }> => {
+    const { caller } = params;
+    let inputs: ReturnType<CacheInputs>;
+    try {
+      inputs = (params.cache as CacheInputs)();
+      checkTemplate(policy, inputs.material.template);
+    } catch (err) {
+      return reject(caller, err instanceof WeirError ? err : new WeirError('invalid_request', 'The request’s cache fields are invalid.', { cause: err }));
+    }
+    const decision = decideCache(policy, inputs.facts);
+    if (decision.bypass) {
+      deps.observer?.onCache?.({ caller, revision, result: 'bypass', reason: decision.bypass });
+      return { status: { status: 'bypass' } };
+    }
+    const query = cacheQueryOf(inputs.material, tenantKeyOf(caller), revision.id, params.input);
+    const remember = (answer: CachedAnswer) => {
+      if (answer.modelRevision !== revision.id || (answer.finishReason !== 'stop' && answer.finishReason !== 'length')) return;
+      cache.store(policy, query, answer);
+    };
+    // A hit is admitted by reserving and settling with admission, without a scheduler slot.
+    if (decision.read && deps.admission) {
+      const hit = await cache.lookup(policy, query);
+      if (hit) return { hit, query };
+    }
+    deps.observer?.onCache?.({ caller, revision, result: decision.read ? 'miss' : 'bypass', ...(decision.read ? {} : { reason: 'no_cache' as const }) });
+    return { status: { status: decision.read ? 'miss' : 'bypass', ...(decision.store ? { remember } : {}) } };
+  };
+
+  /**
+   * A cache hit, admitted like any request: reserved (rate limits, concurrency and budget count
+   * it: its tokens are the cached answer's, its worst case the price it is billed), then — when
+   * started — recorded as one usage row with `cacheHit` and settled. Nothing reaches a scheduler
+   * or an upstream.
+   */
+  const cachedGeneration = async (
+    params: GenerationParams,
+    revision: RevisionSpec,
+    policy: TenantCachePolicy,
+    hit: CacheHit,
+    _query: CacheQuery,
+    deadlineAt: number,
+  ): Promise<AdmittedGeneration> => {
+    const { caller } = params;
+    const admission = deps.admission as AdmissionService;
+    const usage = { inputTokens: hit.answer.usage.inputTokens, outputTokens: hit.answer.usage.outputTokens, cachedInputTokens: hit.answer.usage.cachedInputTokens };
+    const fullNanoUsd = priceUsage(revision.pricing, usage);
+    const billedNanoUsd = Math.round(fullNanoUsd * policy.hitPriceFraction);
+    const reserved = await admission.reserve({
+      caller,
+      requestId: params.requestId,
+      generationId: params.generationId,
+      expiresAtMs: Date.now() + (deadlineAt - clock.now()) + (deps.reservationGraceMs ?? 60_000),
+      inputTokens: usage.inputTokens,
+      // At least 1, as every reservation asks (an empty cached answer still settles to 0).
+      maxOutputTokens: Math.max(1, usage.outputTokens),
+      worstCaseCostNanoUsd: billedNanoUsd,
+    });
+    if (!reserved.ok) {
+      admissionMemo.noteRefusal(caller, reserved, clock.now());
+      return reject(caller, new AdmissionRejectedError(reserved.reason, reserved.message, reserved.retryAfterMs, reserved.rateLimits));
+    }
+    let started = false;
+    return {
+      revision,
+      ...(reserved.rateLimits ? { rateLimits: reserved.rateLimits } : {}),
+      inputTokens: usage.inputTokens,
+      maxOutputTokens: usage.outputTokens,
+      deadlineAt,
+      cache: { status: 'hit', tier: hit.tier },
+      async start(signal) {
+        if (started) throw new Error('AdmittedGeneration.start called twice');
+        started = true;
+        const elapsedMs = Math.max(0, clock.now() - params.arrivedAt);
+        if (signal.aborted && signal.reason === INPUT_FLAGGED_ABORT) {
+          // Input moderation blocked the request before its hit went out: nothing is billed, the
+          // reservation is released, and one zero-token row says `content_filter` (as a request
+          // blocked in the queue).
+          await admission.release(reserved.reservationId).catch(() => undefined);
+          const blocked: GenerationOutcome = {
+            finishReason: 'content_filter',
+            usage: { inputTokens: 0, outputTokens: 0, cachedInputTokens: 0 },
+            costNanoUsd: 0,
+            modelRevision: revision.id,
+            timings: { queueMs: 0, ttftMs: null, totalMs: elapsedMs },
+          };
+          const usageJob = {
+            generationId: params.generationId,
+            requestId: params.requestId,
+            route: params.route,
+            caller,
+            modelAlias: params.alias,
+            ...(params.useCase !== undefined ? { useCase: params.useCase } : {}),
+            ...(reserved.reservation ? { reservation: reserved.reservation } : {}),
+          };
+          await deps.settlements.append(settlementOf(usageJob, blocked, Date.now()));
+          admissionMemo.noteEnded(tenantKeyOf(caller));
+          deps.observer?.onFinished?.({ caller, route: params.route, alias: params.alias, revision, outcome: blocked });
+          return { kind: 'ended', outcome: blocked };
+        }
+        const outcome: GenerationOutcome = {
+          finishReason: hit.answer.finishReason === 'length' ? 'length' : 'stop',
+          usage,
+          costNanoUsd: billedNanoUsd,
+          modelRevision: revision.id,
+          timings: { queueMs: 0, ttftMs: elapsedMs, totalMs: elapsedMs },
+          cacheHit: hit.tier,
+        };
+        const job = {
+          generationId: params.generationId,
+          requestId: params.requestId,
+          route: params.route,
+          caller,
+          modelAlias: params.alias,
+          ...(params.useCase !== undefined ? { useCase: params.useCase } : {}),
+          ...(reserved.reservation ? { reservation: reserved.reservation } : {}),
+          ...(params.retain ? { retain: params.retain } : {}),
+        };
+        const toolCalls = hit.answer.deltaToolCalls ?? [];
+        // The usage row (and a keyed request's result for its retries) before the answer goes out, as a relay does.
+        try {
+          await deps.settlements.append(
+            settlementOf(job, outcome, Date.now(), { deltas: hit.answer.deltas, toolCalls, anyToolCalls: toolCalls.some((c) => c !== null) }),
+          );
+        } catch (err) {
+          await admission.release(reserved.reservationId).catch(() => undefined);
+          throw err;
+        }
+        void settleWithRetry({ settle: (s) => admission.settle(reserved.reservationId, s) }, { usage, costNanoUsd: billedNanoUsd }).then(() => admissionMemo.noteEnded(tenantKeyOf(caller)));
+        const savedMs = hit.answer.originalTotalMs !== undefined ? Math.max(0, hit.answer.originalTotalMs - elapsedMs) : undefined;
+        deps.observer?.onCache?.({ caller, revision, result: 'hit', tier: hit.tier, savedNanoUsd: Math.max(0, fullNanoUsd - billedNanoUsd), ...(savedMs !== undefined ? { savedMs } : {}) });
+        deps.observer?.onFinished?.({ caller, route: params.route, alias: params.alias, revision, outcome });
+        return { kind: 'cached', outcome, answer: hit.answer };
+      },
+    };
   };
 
   return {
@@ -399,6 +599,16 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
 
       const deadlineMs = deadlineMsFor(caller, params.deadlineMs);
       const deadlineAt = params.arrivedAt + deadlineMs;
+
+      // The response cache, after routing (the partition names the revision) and before any token
+      // count, scheduler pushback or slot: a hit needs neither. Off for the tenant: one property read.
+      const cachePolicy = deps.cache && params.cache ? tenants().get(caller.tenantId)?.cache : undefined;
+      let cacheStatus: CacheStatus | undefined;
+      if (cachePolicy) {
+        const looked = await lookUpCache(deps.cache as ResponseCache, cachePolicy, params, revision);
+        if ('hit' in looked) return cachedGeneration(params, revision, cachePolicy, looked.hit, looked.query, deadlineAt);
+        cacheStatus = looked.status;
+      }
       // Scheduler pushback: the scheduler refused a like request moments ago, so refuse this one
       // before the token count, the reservation and the scheduler call it would cost.
       // Slack is compared where the memo is consulted (here), for the refused request too: its
@@ -548,6 +758,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
         inputTokens,
         maxOutputTokens,
         deadlineAt,
+        ...(cacheStatus ? { cache: cacheStatus } : {}),
         async start(signal) {
           if (started) throw new Error('AdmittedGeneration.start called twice');
           started = true;

@@ -137,6 +137,16 @@ const ignoredOpenAiFields = {
   safety_identifier: z.string().nullish(),
 };
 
+/**
+ * Weir's cache fields, on every generation route (docs/caching.md, docs/api.md): `weir_cache`
+ * (`"no-cache"`, `"no-store"`, `"opt_in"`) and `weir_prompt_template` (`name@version`). Their
+ * values are checked by `@weir/cache` (`cacheDirectivesOf`, `templateOf`) with 400s naming them.
+ */
+export const cacheFields = {
+  weir_cache: z.string().nullish(),
+  weir_prompt_template: z.string().nullish(),
+};
+
 /** `POST /v1/chat/completions` (CONVENTIONS.md §1). Unknown fields are refused by the route, by name, before this schema runs ({@link refuseUnknownFields}). */
 export const chatCompletionsBody = z.object({
   model: z.string().min(1),
@@ -164,6 +174,7 @@ export const chatCompletionsBody = z.object({
   modalities: z.array(z.literal('text', { message: 'only text output is supported; send ["text"] or omit `modalities`' })).nullish(),
   prediction: z.object({ type: z.string(), content: z.unknown() }).loose().nullish(),
   ...ignoredOpenAiFields,
+  ...cacheFields,
 }).strict();
 
 /** Hints for OpenAI chat completions fields Weir does not support (a field not listed here or in the schema gets a generic one). */
@@ -201,6 +212,7 @@ export const completionsBody = z.object({
   logprobs: z.literal(0, { message: 'logprobs are not supported; remove `logprobs`' }).nullish(),
   suffix: z.null({ message: 'suffix is not supported' }).optional(),
   user: z.string().nullish(),
+  ...cacheFields,
 }).strict();
 
 /** The top-level fields {@link completionsBody} accepts. */
@@ -239,6 +251,7 @@ export const generationsBody = z.object({
   top_p: topP,
   seed,
   stop,
+  ...cacheFields,
 }).strict();
 
 /**
@@ -261,6 +274,7 @@ export const responsesWeirBody = z.object({
   top_p: topP,
   seed,
   stop,
+  ...cacheFields,
 }).strict();
 
 /** One content part of a Responses API input message (text only). */
@@ -302,6 +316,7 @@ export const responsesOpenAiBody = z.object({
   prompt_cache_key: ignoredOpenAiFields.prompt_cache_key,
   prompt_cache_retention: ignoredOpenAiFields.prompt_cache_retention,
   safety_identifier: ignoredOpenAiFields.safety_identifier,
+  ...cacheFields,
   text: z
     .object({
       format: z

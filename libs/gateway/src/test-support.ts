@@ -27,7 +27,8 @@ import type { ModerationPolicies } from '@weir/moderation';
 import { createGatewayApp, type Gateway, type GatewayDeps, type GatewayLogger } from './app';
 import { createLiveConfig, type LiveConfig } from './live-config';
 import type { Revocations } from './revocations';
-import { createGenerationPipeline } from './pipeline';
+import { createGenerationPipeline, type PipelineObserver } from './pipeline';
+import type { ResponseCache } from '@weir/cache';
 
 /** The fake revision `fake@1` (context 64, output ≤ 32, default 8) with the given prices (USD per million tokens). */
 export function fakeRevision(pricing: RevisionSpec['pricing'] = { inputPerMTok: 1, outputPerMTok: 1, cachedInputPerMTok: 1 }): RevisionSpec {
@@ -92,6 +93,10 @@ export interface TestGatewayOptions {
   contentLog?: GatewayDeps['contentLog'];
   /** Redaction metrics (`GatewayDeps.redaction`). Default none. */
   redaction?: GatewayDeps['redaction'];
+  /** The response cache's tiers (`GenerationPipelineDeps.cache`). Default none. */
+  cache?: ResponseCache;
+  /** The pipeline's observer (metrics). Default none. */
+  observer?: PipelineObserver;
 }
 
 /** A running test gateway. */
@@ -142,6 +147,8 @@ export async function startTestGateway(options: TestGatewayOptions): Promise<Tes
     tenants: liveConfig.tenants,
     revisions: liveConfig.revisions,
     ...(options.wallClock ? { wallClock: options.wallClock } : {}),
+    ...(options.cache ? { cache: options.cache } : {}),
+    ...(options.observer ? { observer: options.observer } : {}),
     clock,
   });
   const gateway = createGatewayApp({

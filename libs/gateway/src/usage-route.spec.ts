@@ -36,6 +36,7 @@ function memoryUsageReader(records: UsageRecord[]): UsageReader & { queries: { t
     cachedInputTokens: rs.reduce((n, r) => n + r.cachedInputTokens, 0),
     costNanoUsd: rs.reduce((n, r) => n + BigInt(r.costNanoUsd), 0n),
     requests: rs.length,
+    cacheHits: rs.filter((r) => r.cacheHit !== undefined).length,
   });
   const groups = <K>(rs: UsageRecord[], key: (r: UsageRecord) => K) => {
     const m = new Map<string, { key: K; rs: UsageRecord[] }>();
@@ -124,7 +125,7 @@ describe('GET /v1/usage', () => {
     const body = (await res.json()) as Json;
     const now = new Date();
     const usd = ['0', '0.8', '1.6', '2.4'];
-    const sums = (n: number) => ({ tokens: { input: 2 * n, output: 3 * n, cached_input: 0, total: 5 * n }, cost_usd: Number(usd[n]), cost_nano_usd: String(800_000_000 * n), requests: n });
+    const sums = (n: number) => ({ tokens: { input: 2 * n, output: 3 * n, cached_input: 0, total: 5 * n }, cost_usd: Number(usd[n]), cost_nano_usd: String(800_000_000 * n), requests: n, cache_hits: 0 });
     expect(body).toEqual({
       object: 'usage',
       tenant_id: 't',
@@ -185,7 +186,7 @@ describe('usage body', () => {
     [123_456_789_012_345n, '123456.789012345'],
     [999_999_999_999_999n, '999999.999999999'],
   ])('serialises %s nano-USD exactly: cost_usd reads back as %s, cost_nano_usd as the integer', (nano, usd) => {
-    const agg: UsageAggregate = { inputTokens: 1, outputTokens: 2, cachedInputTokens: 0, costNanoUsd: nano, requests: 1 };
+    const agg: UsageAggregate = { inputTokens: 1, outputTokens: 2, cachedInputTokens: 0, costNanoUsd: nano, requests: 1, cacheHits: 0 };
     const wire = JSON.parse(JSON.stringify(usageBody('t', 'month', { start: new Date(0), end: new Date(1) }, { ...agg, byModel: [], byApp: [], byUseCase: [] })));
     expect(wire.cost_usd.toFixed(9)).toBe(usd);
     expect(wire.cost_usd).toBe(Number(usd));

@@ -30,6 +30,8 @@ export interface UsageSumsBody {
   cost_nano_usd: string;
   /** Usage records (one per generation that was admitted). */
   requests: number;
+  /** Of `requests`, those answered from the response cache (docs/caching.md). */
+  cache_hits: number;
 }
 
 /** The body of `GET /v1/usage`. */
@@ -93,6 +95,7 @@ function sums(a: UsageAggregate): UsageSumsBody {
     cost_usd: Number(nanoUsdToDecimal(a.costNanoUsd)),
     cost_nano_usd: a.costNanoUsd.toString(),
     requests: a.requests,
+    cache_hits: a.cacheHits,
   };
 }
 

@@ -18,6 +18,7 @@ describe('journal records', () => {
   });
   const records: [string, JournalRecord][] = [
     ['settle', { kind: 'settle', entry }],
+    ['settle (a cache hit)', { kind: 'settle', entry: buildSettlementEntry(4, { cacheHit: 'exact' }) }],
     ['interrupted', { kind: 'interrupted', idempotency: { tenantId: 't', key: 'k', outcome: { kind: 'interrupted', generationId: 'g', message: 'm' }, retainUntilMs: 5, bodySha256: 'x', route: 'completions' } }],
     ['progress', { kind: 'progress', mark: buildProgressMark(2, { reservation: buildReservationRef('gen_test_2') }) }],
     ['claim', { kind: 'claim', claim: buildClaimMark(3) }],
@@ -44,6 +45,7 @@ describe('journal records', () => {
     ['an unknown kind', '{"v":1,"kind":"bill"}', 'unknown kind'],
     ['a usage record with a negative cost', encodeJournalRecord({ kind: 'settle', entry: buildSettlementEntry(1, { costNanoUsd: -1 }) }), 'entry.usage: costNanoUsd must be a non-negative integer'],
     ['a usage record with an unknown status', encodeJournalRecord({ kind: 'settle', entry: buildSettlementEntry(1, { status: 'ok' as never }) }), 'entry.usage: status is not a known status'],
+    ['a usage record with an unknown cache tier', encodeJournalRecord({ kind: 'settle', entry: buildSettlementEntry(1, { cacheHit: 'lru' as never }) }), 'entry.usage: cacheHit must be "exact" or "semantic"'],
     ['a reservation without lease ids', encodeJournalRecord({ kind: 'settle', entry: buildSettlementEntry(1, { reservation: { ...buildReservationRef('g'), leaseIds: undefined as never } }) }), 'entry.usage: reservation: leaseIds must be strings'],
     ['a progress mark with fractional tokens', encodeJournalRecord({ kind: 'progress', mark: buildProgressMark(1, { outputTokens: 1.5 }) }), 'mark: outputTokens must be a non-negative integer'],
     ['a claim without a body hash', encodeJournalRecord({ kind: 'claim', claim: buildClaimMark(1, { bodySha256: undefined as never }) }), 'claim: bodySha256 must be a string'],
@@ -53,7 +55,7 @@ describe('journal records', () => {
   });
 
   it('names the generation of every kind', () => {
-    expect(records.map(([, r]) => journalRecordGeneration(r))).toEqual(['gen_test_1', 'g', 'gen_test_2', 'gen_test_3', 'gen_x']);
+    expect(records.map(([, r]) => journalRecordGeneration(r))).toEqual(['gen_test_1', 'gen_test_4', 'g', 'gen_test_2', 'gen_test_3', 'gen_x']);
   });
 
   it.each([

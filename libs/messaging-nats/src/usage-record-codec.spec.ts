@@ -9,6 +9,8 @@ describe('usage record codec', () => {
       buildUsageRecord(1),
       buildUsageRecord(5, { ttftMs: null, uncertain: true, status: 'failed', finishReason: 'error', errorCode: 'upstream_error' }),
       buildUsageRecord(6, { useCase: 'support.summaries' }),
+      buildUsageRecord(7, { cacheHit: 'exact' }),
+      buildUsageRecord(8, { cacheHit: 'semantic' }),
     ]) {
       const data = encodeUsageRecord(r);
       const wire = JSON.parse(new TextDecoder().decode(data));
@@ -45,6 +47,7 @@ describe('usage record codec', () => {
     ['numeric useCase', { ...valid, useCase: 7 }, /useCase/],
     ['malformed useCase', { ...valid, useCase: 'has spaces' }, /useCase/],
     ['null totalMs', { ...valid, totalMs: null }, /totalMs/],
+    ['unknown cacheHit', { ...valid, cacheHit: 'maybe' }, /cacheHit/],
   ])('refuses %s', (_name, value, reason) => {
     const data = typeof value === 'string' ? new TextEncoder().encode(value) : enc(value);
     const decoded = decodeUsageRecord(data);

@@ -96,6 +96,7 @@ export function decodeUsageRecord(data: Uint8Array): DecodeUsageRecordResult {
   if (o.useCase !== undefined) record.useCase = o.useCase as string;
   if (o.tenantUid !== undefined) record.tenantUid = o.tenantUid as string;
   if (o.appUid !== undefined) record.appUid = o.appUid as string;
+  if (o.cacheHit !== undefined) record.cacheHit = o.cacheHit as UsageRecord['cacheHit'];
   const fault = usageRecordFault(record);
   return fault ? { ok: false, reason: fault } : { ok: true, record };
 }

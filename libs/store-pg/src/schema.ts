@@ -89,6 +89,8 @@ export interface UsageLedgerTable {
    * answered — the row itself is that attempt (revision, timings, tokens).
    */
   attempts: ColumnType<UpstreamAttempt[] | null, string | null | undefined, string | null>;
+  /** Migration 0013: the response-cache tier that answered (`exact`, `semantic`); null for a live answer. */
+  cache_hit: ColumnType<string | null, string | null | undefined, string | null>;
 }
 
 /**
@@ -417,4 +419,25 @@ export interface WeirSchema {
 export interface WeirSchema {
   golden_prompts: GoldenPromptsTable;
   eval_runs: EvalRunsTable;
+}
+
+// ---- Response cache (migration 0013) --------------------------------------------------------
+
+/** `response_cache`: the fleet's exact cache tier, one row per exact key (see `createPgExactCacheTier`). */
+export interface ResponseCacheTable {
+  exact_key: string;
+  tenant_key: string;
+  revision_id: string;
+  template: string;
+  params_key: string;
+  /** The `CachedAnswer` (JSON). */
+  answer: JsonbColumn<unknown>;
+  /** Estimated size of the answer (bytes of its JSON). */
+  bytes: number;
+  stored_at: ColumnType<Date, Date | undefined, Date>;
+  expires_at: Date;
+}
+
+export interface WeirSchema {
+  response_cache: ResponseCacheTable;
 }

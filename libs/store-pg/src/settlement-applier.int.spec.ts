@@ -85,6 +85,16 @@ describe.each([['pglite' as const], ['postgres' as const]])('settlement applier 
     expect(result.overspends).toEqual([{ leaseId: 'lease_none', reason: 'lease_gone', excessNano: 1_000, generationIds: [a.usage.generationId] }]);
   });
 
+  it('keeps a cache hit’s tier on its row (migration 0013) and none on a live answer', async () => {
+    const [hit, live] = entries(2, (i) => ({ costNanoUsd: 250, ...(i === 0 ? { cacheHit: 'exact' as const } : {}) }));
+    expect(await applier().apply({ journal: 'c', items: [settle(hit), settle(live)], position: { segment: 1, offset: 1 } })).toMatchObject({ inserted: 2 });
+    const repo = createUsageRepository(database.db);
+    expect((await repo.getUsage(hit.usage.generationId))?.cacheHit).toBe('exact');
+    expect((await repo.getUsage(live.usage.generationId))?.cacheHit).toBeUndefined();
+    const { rows } = await sql<{ cache_hit: string | null }>`select cache_hit from usage_ledger where generation_id = ${live.usage.generationId}`.execute(database.db);
+    expect(rows[0].cache_hit).toBeNull();
+  });
+
   it('applies each generation once: a batch applied again, or a generation twice in a batch, changes nothing more', async () => {
     const [a, b] = entries(2, () => ({ costNanoUsd: 500 }));
     const scope = `tenant:${a.usage.tenantId}`;

@@ -80,7 +80,7 @@ describe.each<['pglite' | 'postgres']>([['pglite'], ['postgres']])('usage querie
       const at = T0 - HOUR;
       await createUsageRepository(database.db).insertMany([
         record(at, { tenantId, appId: 'web', useCase: 'chat', inputTokens: 100, outputTokens: 50, cachedInputTokens: 40, costNanoUsd: 1_500_000_001 }),
-        record(at, { tenantId, appId: 'web', useCase: 'chat', modelRevision: 'tiny@2', inputTokens: 1, outputTokens: 2, costNanoUsd: 7 }),
+        record(at, { tenantId, appId: 'web', useCase: 'chat', modelRevision: 'tiny@2', inputTokens: 1, outputTokens: 2, costNanoUsd: 7, cacheHit: 'exact' }),
         record(at, { tenantId, appId: 'batch', modelAlias: 'big', modelRevision: 'big@1', inputTokens: 1000, outputTokens: 10, costNanoUsd: 3_000_000_000 }),
         record(at, { tenantId, appId: 'batch', useCase: 'chat', inputTokens: 5, outputTokens: 5, costNanoUsd: 999_999_999 }),
         // At the edges: `since` is inside, `until` is outside.
@@ -94,7 +94,7 @@ describe.each<['pglite' | 'postgres']>([['pglite'], ['postgres']])('usage querie
 
     it('sums the tenant’s records in [since, until), exactly, with totals equal to each breakdown', async () => {
       const s = await createUsageQueries(database.db).summarize({ tenantId, since, until });
-      expect(s).toMatchObject({ inputTokens: 1107, outputTokens: 68, cachedInputTokens: 40, costNanoUsd: 5_500_000_008n, requests: 5 });
+      expect(s).toMatchObject({ inputTokens: 1107, outputTokens: 68, cachedInputTokens: 40, costNanoUsd: 5_500_000_008n, requests: 5, cacheHits: 1 });
       for (const breakdown of [s.byModel, s.byApp, s.byUseCase]) {
         expect(breakdown.reduce((n, b) => n + b.costNanoUsd, 0n)).toBe(s.costNanoUsd);
         expect(breakdown.reduce((n, b) => n + b.requests, 0)).toBe(s.requests);
@@ -104,9 +104,9 @@ describe.each<['pglite' | 'postgres']>([['pglite'], ['postgres']])('usage querie
     it('breaks down by model revision, app and use case (null: none named), highest cost first', async () => {
       const s = await createUsageQueries(database.db).summarize({ tenantId, since, until });
       expect(s.byModel).toEqual([
-        { modelAlias: 'big', modelRevision: 'big@1', inputTokens: 1000, outputTokens: 10, cachedInputTokens: 0, costNanoUsd: 3_000_000_000n, requests: 1 },
-        { modelAlias: 'tiny', modelRevision: 'tiny@1', inputTokens: 106, outputTokens: 56, cachedInputTokens: 40, costNanoUsd: 2_500_000_001n, requests: 3 },
-        { modelAlias: 'tiny', modelRevision: 'tiny@2', inputTokens: 1, outputTokens: 2, cachedInputTokens: 0, costNanoUsd: 7n, requests: 1 },
+        { modelAlias: 'big', modelRevision: 'big@1', inputTokens: 1000, outputTokens: 10, cachedInputTokens: 0, costNanoUsd: 3_000_000_000n, requests: 1, cacheHits: 0 },
+        { modelAlias: 'tiny', modelRevision: 'tiny@1', inputTokens: 106, outputTokens: 56, cachedInputTokens: 40, costNanoUsd: 2_500_000_001n, requests: 3, cacheHits: 0 },
+        { modelAlias: 'tiny', modelRevision: 'tiny@2', inputTokens: 1, outputTokens: 2, cachedInputTokens: 0, costNanoUsd: 7n, requests: 1, cacheHits: 1 },
       ]);
       expect(s.byApp.map((a) => [a.appId, a.costNanoUsd, a.requests])).toEqual([
         ['batch', 3_999_999_999n, 2],
@@ -125,6 +125,7 @@ describe.each<['pglite' | 'postgres']>([['pglite'], ['postgres']])('usage querie
         cachedInputTokens: 0,
         costNanoUsd: 0n,
         requests: 0,
+        cacheHits: 0,
         byModel: [],
         byApp: [],
         byUseCase: [],

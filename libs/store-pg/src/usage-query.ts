@@ -18,6 +18,7 @@ interface AggregateRow {
   cached_input: string;
   cost_nano: string;
   requests: string;
+  cache_hits: string;
 }
 
 /**
@@ -52,6 +53,7 @@ export function createUsageQueries(db: Kysely<WeirSchema>): UsageQueries {
           // Exact: a sum of numeric(20,9) × 1e9 is an integer.
           sql<string>`(coalesce(sum(cost_usd), 0) * 1000000000)::bigint`.as('cost_nano'),
           sql<string>`count(*)`.as('requests'),
+          sql<string>`count(*) filter (where cache_hit is not null)`.as('cache_hits'),
         ])
         // The tenant's internal id (issue 14 §4): a deleted tenant's rows stay under its
         // retired one, invisible to a later tenant with the same slug.
@@ -105,7 +107,7 @@ export function createUsageQueries(db: Kysely<WeirSchema>): UsageQueries {
 }
 
 function emptyAggregate(): UsageAggregate {
-  return { inputTokens: 0, outputTokens: 0, cachedInputTokens: 0, costNanoUsd: 0n, requests: 0 };
+  return { inputTokens: 0, outputTokens: 0, cachedInputTokens: 0, costNanoUsd: 0n, requests: 0, cacheHits: 0 };
 }
 
 function toAggregate(row: AggregateRow): UsageAggregate {
@@ -115,6 +117,7 @@ function toAggregate(row: AggregateRow): UsageAggregate {
     cachedInputTokens: toSafeInteger(row.cached_input, 'cached input token sum'),
     costNanoUsd: BigInt(row.cost_nano),
     requests: toSafeInteger(row.requests, 'request count'),
+    cacheHits: toSafeInteger(row.cache_hits, 'cache hit count'),
   };
 }
 

@@ -192,6 +192,7 @@ function toRow(r: UsageRecord): InsertRow {
     budget_month: periods?.monthStartsOn ?? null,
     budget_day: periods?.dayStartsOn ?? null,
     attempts: attempts ? JSON.stringify(attempts) : null,
+    cache_hit: r.cacheHit ?? null,
   };
 }
 
@@ -241,5 +242,6 @@ function fromRow(r: SelectRow): UsageRecord {
     ...(r.use_case !== null ? { useCase: r.use_case } : {}),
     usageSource: r.usage_source as UsageSource,
     ...(r.attempts !== null ? { attempts: r.attempts } : {}),
+    ...(r.cache_hit === 'exact' || r.cache_hit === 'semantic' ? { cacheHit: r.cache_hit } : {}),
   };
 }

@@ -115,6 +115,7 @@ export function buildUsageRecord(
     ...(job.useCase !== undefined ? { useCase: job.useCase } : {}),
     ...(outcome.usageSource !== undefined ? { usageSource: outcome.usageSource } : {}),
     ...(outcome.attempts !== undefined && outcome.attempts.length > 0 ? { attempts: outcome.attempts } : {}),
+    ...(outcome.cacheHit !== undefined ? { cacheHit: outcome.cacheHit } : {}),
   };
 }
 

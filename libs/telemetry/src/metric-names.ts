@@ -109,6 +109,12 @@ export const METRIC_NAMES = {
   configPublishedVersion: 'weir.config.published_version',
   /** Observable gauge, 1: the latest configuration snapshot version the control plane stored (published or not: above the published one while publishing fails). */
   configStoredVersion: 'weir.config.stored_version',
+  /** Counter, {request}: response-cache lookups of tenants whose cache policy is on, by `tenant`, `revision`, `tier` (`exact`, `semantic`, `none`) and `result` (`hit`, `miss`, `bypass`). */
+  cacheLookups: 'weir.cache.lookups',
+  /** Counter, USD: what cache hits saved — the revision's price of the cached usage minus what the hit was billed — by `tenant`, `revision` and `tier`. */
+  cacheSavedUsd: 'weir.cache.saved_usd',
+  /** Counter, s: latency cache hits saved — the cached answer's original duration minus the hit's — by `tenant`, `revision` and `tier`. */
+  cacheSavedSeconds: 'weir.cache.saved_seconds',
 } as const;
 
 /** The values of `weir.circuit_breaker.state`: ordered by severity (closed < half-open < open). */
@@ -141,6 +147,10 @@ export const ATTRIBUTE_NAMES = {
   redactionType: 'type',
   /** Redactions: where it ran (`content_log`, `upstream`). */
   surface: 'surface',
+  /** A response-cache tier: `exact`, `semantic`, or `none` (a miss or bypass). */
+  cacheTier: 'tier',
+  /** A response-cache lookup's result: `hit`, `miss` or `bypass`. */
+  cacheResult: 'result',
 } as const;
 
 /** semconv bucket boundaries (s) for `gen_ai.server.request.duration`: 0.01 × 2ⁿ up to 81.92. */
@@ -208,4 +218,7 @@ export const PROMETHEUS_SERIES = {
   poolDesiredReplicas: 'weir_pool_desired_replicas',
   configPublishedVersion: 'weir_config_published_version',
   configStoredVersion: 'weir_config_stored_version',
+  cacheLookups: 'weir_cache_lookups_total',
+  cacheSavedUsd: 'weir_cache_saved_usd_total',
+  cacheSavedSeconds: 'weir_cache_saved_seconds_total',
 } as const satisfies Record<keyof typeof METRIC_NAMES, string>;

@@ -167,6 +167,9 @@ describe('createTelemetry', () => {
     m.recordRedactions({ type: 'card', surface: 'upstream', count: 1 });
     m.recordRedactions({ type: 'card', surface: 'upstream', count: 0 });
     m.recordRedactionFailure({ reason: 'timeout', surface: 'content_log' });
+    m.recordCacheLookup({ tenant: 'demo', revision: 'chat@1', result: 'miss' });
+    m.recordCacheLookup({ tenant: 'demo', revision: 'chat@1', tier: 'exact', result: 'hit', savedUsd: 0.25, savedS: 1.5 });
+    m.recordCacheLookup({ tenant: 'demo', revision: 'chat@1', tier: 'exact', result: 'hit', savedUsd: -1, savedS: Number.NaN }); // savings skipped, the lookup counted
 
     const { text } = await scrape(server);
     const schedulerSamples = parseExposition(text).samples;
@@ -187,6 +190,11 @@ describe('createTelemetry', () => {
     expect(find(samples, PROMETHEUS_SERIES.redactions, { type: 'email', surface: 'content_log' })[0].value).toBe(3);
     expect(find(samples, PROMETHEUS_SERIES.redactions, { type: 'card', surface: 'upstream' })[0].value).toBe(1);
     expect(find(samples, PROMETHEUS_SERIES.redactionFailures, { reason: 'timeout', surface: 'content_log' })[0].value).toBe(1);
+    expect(types.get(PROMETHEUS_SERIES.cacheLookups)).toBe('counter');
+    expect(find(samples, PROMETHEUS_SERIES.cacheLookups, { tenant: 'demo', revision: 'chat@1', tier: 'exact', result: 'hit' })[0].value).toBe(2);
+    expect(find(samples, PROMETHEUS_SERIES.cacheLookups, { tier: 'none', result: 'miss' })[0].value).toBe(1);
+    expect(find(samples, PROMETHEUS_SERIES.cacheSavedUsd, { tenant: 'demo', tier: 'exact' })[0].value).toBe(0.25);
+    expect(find(samples, PROMETHEUS_SERIES.cacheSavedSeconds, { tenant: 'demo', tier: 'exact' })[0].value).toBe(1.5);
     expect(types.get(PROMETHEUS_SERIES.tenantBurnRateRatio)).toBe('gauge');
     expect(find(samples, PROMETHEUS_SERIES.tenantBurnRateRatio, { tenant: 'demo' })[0].value).toBe(4.5);
     // Spend with no baseline: Prometheus's +Inf (this parser reads it as NaN, so check the text).

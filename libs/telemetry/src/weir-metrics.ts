@@ -126,6 +126,11 @@ export interface WeirMetrics {
   recordRedactions(sample: { type: string; surface: string; count: number }): void;
   /** `weir.redaction.failures` +1 by `reason` (`error`, `timeout`) and `surface`: a redaction failed closed. */
   recordRedactionFailure(failure: { reason: string; surface: string }): void;
+   * One response-cache outcome (docs/caching.md): `weir.cache.lookups` +1 by `tenant`,
+   * `revision`, `tier` (`none` unless a hit) and `result`; on a hit also `weir.cache.saved_usd`
+   * += `savedUsd` and `weir.cache.saved_seconds` += `savedS` (each when given and ≥ 0).
+   */
+  recordCacheLookup(lookup: { tenant: string; revision: string; tier?: 'exact' | 'semantic'; result: 'hit' | 'miss' | 'bypass'; savedUsd?: number; savedS?: number }): void;
 }
 
 /** A circuit breaker's state, as `@weir/routing` names it (the keys of `CIRCUIT_BREAKER_STATE_VALUES`). */
@@ -239,6 +244,9 @@ export function createWeirMetrics(meter: Meter, local?: LocalMetrics): WeirMetri
   const breakerTransitions = meter.createCounter(M.circuitBreakerTransitions, { unit: '{transition}', description: 'Circuit-breaker state changes, by key, from and to' });
   const redactions = meter.createCounter(M.redactions, { unit: '{span}', description: 'PII and secret spans redacted, by type and surface' });
   const redactionFailures = meter.createCounter(M.redactionFailures, { unit: '{redaction}', description: 'Redactions that failed closed (nothing logged or sent), by reason and surface' });
+  const cacheLookups = counterOf(M.cacheLookups, { unit: '{request}', description: 'Response-cache lookups by tenant, revision, tier and result' });
+  const cacheSavedUsd = counterOf(M.cacheSavedUsd, { unit: 'USD', description: 'What response-cache hits saved: the price of the cached usage minus what was billed' });
+  const cacheSavedSeconds = counterOf(M.cacheSavedSeconds, { unit: 's', description: "Latency response-cache hits saved: the cached answer's original duration minus the hit's" });
 
   const addInFlight = (attributes: InFlightAttributes, delta: number): void => {
     if (!Number.isFinite(delta)) return;
@@ -246,6 +254,17 @@ export function createWeirMetrics(meter: Meter, local?: LocalMetrics): WeirMetri
   };
 
   return {
+    recordCacheLookup(c) {
+      const tenant = label(c.tenant, NONE);
+      const revision = label(c.revision, NONE);
+      const tier = c.tier ?? NONE;
+      cacheLookups.add(1, { [A.tenant]: tenant, [A.revision]: revision, [A.cacheTier]: tier, [A.cacheResult]: c.result }, key(tenant, revision, tier, c.result));
+      if (c.result !== 'hit') return;
+      const attrs = { [A.tenant]: tenant, [A.revision]: revision, [A.cacheTier]: tier };
+      const series = key(tenant, revision, tier);
+      if (usable(c.savedUsd)) cacheSavedUsd.add(c.savedUsd, attrs, series);
+      if (usable(c.savedS)) cacheSavedSeconds.add(c.savedS, attrs, series);
+    },
     recordRequest(r) {
       const tenant = label(r.tenant, NONE);
       const revision = label(r.responseModel, NONE);

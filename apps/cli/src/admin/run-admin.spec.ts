@@ -90,6 +90,24 @@ describe('runAdminCommand', () => {
     expect(server.calls.at(-1)).toMatchObject({ method: 'PATCH', body: { moderation: null } });
   });
 
+  it('tenants cache: shows the policy, merges flags into it, and --off removes it', async () => {
+    const server = fakeServer({
+      'GET /admin/v1/tenants/acme/policy': [200, { limits: { max_concurrent: 2 }, cache: { exact: { enabled: false, ttl_ms: 60000 }, templates: ['faq'] } }],
+      'PATCH /admin/v1/tenants/acme/policy': [200, { cache: { exact: { enabled: true, ttl_ms: 600000 }, templates: ['faq'], hit_price_fraction: 0.2 } }],
+    });
+    expect(await weir(['tenants', 'cache', 'acme'], server)).toEqual({ status: 0, out: 'tenant acme: cache exact off (ttl 60000 ms), deterministic only, templates faq\n', err: '' });
+    const r = await weir(['tenants', 'cache', 'acme', '--exact', 'on', '--ttl', '10m', '--hit-price', '0.2'], server);
+    expect(r).toEqual({ status: 0, out: 'tenant acme: cache exact on (ttl 600000 ms), deterministic only, hit price 0.2, templates faq\n', err: '' });
+    expect(server.calls.at(-1)).toMatchObject({ method: 'PATCH', url: '/admin/v1/tenants/acme/policy', body: { cache: { exact: { enabled: true, ttl_ms: 600000 }, templates: ['faq'], hit_price_fraction: 0.2 } } });
+    await weir(['tenants', 'cache', 'acme', '--templates', 'none', '--personalised-use-cases', 'coach,tutor'], server);
+    expect(server.calls.at(-1)?.body).toEqual({ cache: { exact: { enabled: false, ttl_ms: 60000 }, personalised_use_cases: ['coach', 'tutor'] } });
+    expect(await weir(['tenants', 'cache', 'acme', '--off'], server)).toMatchObject({ status: 0, out: 'tenant acme: cache off\n' });
+    expect(server.calls.at(-1)?.body).toEqual({ cache: null });
+    expect(await weir(['tenants', 'cache', 'acme', '--ttl', '10 minutes'], server)).toMatchObject({ status: 2, err: 'weir: --ttl: expected a duration such as 600000, 30s, 10m, 2h or 7d, got "10 minutes"\n' });
+    expect(await weir(['tenants', 'cache', 'acme', '--hit-price', '2'], server)).toMatchObject({ status: 2, err: 'weir: --hit-price: expected a number from 0 to 1, got "2"\n' });
+    expect(await weir(['tenants', 'cache', 'acme', '--off', '--exact', 'on'], server)).toMatchObject({ status: 2 });
+  });
+
   it('policy set: flags merge into the current limits; --file replaces the policy; not both', async () => {
     const server = fakeServer({
       'GET /admin/v1/tenants/acme/policy': [200, { limits: { max_concurrent: 2, tokens_per_minute: 1000 }, kill_switch: false }],

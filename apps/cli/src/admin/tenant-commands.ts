@@ -100,6 +100,49 @@ const POLICY_FLAGS: Readonly<Record<string, { field: string; value: string; help
   'dedicated-pool': { field: 'dedicated_pool', value: 'POOL', help: "the tenant's dedicated pool", parse: (raw) => raw },
 };
 
+/**
+ * A duration: whole milliseconds (`600000`) or a number with a unit (`500ms`, `30s`, `10m`,
+ * `2h`, `7d`). @throws UsageError naming `--flag`.
+ */
+export function parseDurationMs(flag: string, raw: string): number {
+  const m = /^(\d+(?:\.\d+)?)(ms|s|m|h|d)?$/.exec(raw.trim());
+  const unit = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 } as const;
+  const ms = m ? Math.round(Number(m[1]) * unit[(m[2] ?? 'ms') as keyof typeof unit]) : NaN;
+  if (!Number.isSafeInteger(ms) || ms <= 0) throw new UsageError(`--${flag}: expected a duration such as 600000, 30s, 10m, 2h or 7d, got ${JSON.stringify(raw)}`);
+  return ms;
+}
+
+/** The flags of `weir tenants cache` and the policy field each sets (docs/caching.md). */
+const CACHE_FLAGS: Readonly<Record<string, { value: string; help: string; apply: (cache: Record<string, unknown>, raw: string, flag: string) => void }>> = {
+  exact: { value: 'on|off', help: 'the exact tier', apply: (c, raw, flag) => void (c.exact = { ...(c.exact as object | undefined), enabled: parseOnOff(`--${flag}`, raw) }) },
+  ttl: { value: 'DURATION', help: "the exact tier's time to live (600000, 30s, 10m, 2h, 7d)", apply: (c, raw, flag) => void (c.exact = { ...(c.exact as object | undefined), ttl_ms: parseDurationMs(flag, raw) }) },
+  'deterministic-only': { value: 'on|off', help: 'only temperature 0 or seeded requests are cached', apply: (c, raw, flag) => void (c.deterministic_only = parseOnOff(`--${flag}`, raw)) },
+  'allow-opt-in': { value: 'on|off', help: 'a request may opt in with weir_cache: "opt_in"', apply: (c, raw, flag) => void (c.allow_opt_in = parseOnOff(`--${flag}`, raw)) },
+  templates: { value: 'A,B|none', help: 'declared prompt templates (name or name@version); none: any', apply: (c, raw, flag) => void (raw === 'none' ? delete c.templates : (c.templates = parseList(flag, raw))) },
+  'hit-price': { value: 'FRACTION', help: "a hit bills this share (0-1) of the cached usage's price", apply: (c, raw, flag) => void (c.hit_price_fraction = parseFraction(flag, raw)) },
+  'personalised-use-cases': { value: 'A,B|none', help: 'use cases never cached', apply: (c, raw, flag) => void (raw === 'none' ? delete c.personalised_use_cases : (c.personalised_use_cases = parseList(flag, raw))) },
+};
+
+function parseFraction(flag: string, raw: string): number {
+  const v = Number(raw);
+  if (raw.trim() === '' || !Number.isFinite(v) || v < 0 || v > 1) throw new UsageError(`--${flag}: expected a number from 0 to 1, got ${JSON.stringify(raw)}`);
+  return v;
+}
+
+/** One line of a cache policy for people: `exact on (ttl 600000 ms), deterministic only, …`, or `off`. */
+export function describeCachePolicy(cache: unknown): string {
+  if (cache === null || typeof cache !== 'object') return 'off';
+  const c = cache as Record<string, unknown>;
+  const exact = (c.exact ?? {}) as { enabled?: boolean; ttl_ms?: number };
+  const parts = [`exact ${exact.enabled ? 'on' : 'off'}${exact.ttl_ms !== undefined ? ` (ttl ${exact.ttl_ms} ms)` : ''}`];
+  parts.push(c.deterministic_only === false ? 'any request' : 'deterministic only');
+  if (c.allow_opt_in === false) parts.push('no opt-in');
+  if (c.hit_price_fraction !== undefined) parts.push(`hit price ${String(c.hit_price_fraction)}`);
+  if (Array.isArray(c.templates)) parts.push(`templates ${c.templates.join(',')}`);
+  if (Array.isArray(c.personalised_use_cases)) parts.push(`personalised ${c.personalised_use_cases.join(',')}`);
+  return parts.join(', ');
+}
+
 /** The tenant, app, key and policy commands. */
 export const TENANT_COMMANDS: readonly CommandSpec[] = [
   {
@@ -183,6 +226,33 @@ export const TENANT_COMMANDS: readonly CommandSpec[] = [
       const enabled = parseOnOff('state', args.state ?? '');
       const policy = await api.request<Record<string, unknown>>('POST', `${tenantPath(args.tenant)}/kill-switch`, { body: { enabled } });
       return said(policy, `tenant ${args.tenant}: kill switch ${enabled ? 'on' : 'off'} (status: ${tenantStatus(policy)})`);
+    },
+  },
+
+  {
+    resource: 'tenants',
+    verb: 'cache',
+    args: ['tenant'],
+    flags: {
+      ...Object.fromEntries(Object.entries(CACHE_FLAGS).map(([flag, f]) => [flag, { value: f.value, help: f.help }])),
+      off: { type: 'boolean' as const, help: 'remove the cache policy (no cache for the tenant)' },
+    },
+    summary: "show or change a tenant's response-cache policy (docs/caching.md)",
+    async run(ctx) {
+      const path = `${tenantPath(ctx.args.tenant)}/policy`;
+      const given = Object.keys(CACHE_FLAGS).filter((f) => stringFlag(ctx, f) !== undefined);
+      if (ctx.flags.off === true) {
+        if (given.length > 0) throw new UsageError(`--off removes the cache policy; give it without --${given.join(', --')}`);
+        const p = await ctx.api.request<Record<string, unknown>>('PATCH', path, { body: { cache: null } });
+        return said(p, `tenant ${ctx.args.tenant}: cache off`);
+      }
+      const current = await ctx.api.request<Record<string, unknown>>('GET', path);
+      if (given.length === 0) return { data: current.cache ?? null, text: `tenant ${ctx.args.tenant}: cache ${describeCachePolicy(current.cache)}\n` };
+      // PATCH replaces `cache` whole, so the flags change the current policy.
+      const cache: Record<string, unknown> = { ...((current.cache as Record<string, unknown> | undefined) ?? {}) };
+      for (const flag of given) CACHE_FLAGS[flag].apply(cache, stringFlag(ctx, flag) as string, flag);
+      const p = await ctx.api.request<Record<string, unknown>>('PATCH', path, { body: { cache } });
+      return said(p, `tenant ${ctx.args.tenant}: cache ${describeCachePolicy(p.cache)}`);
     },
   },
 

@@ -52,6 +52,7 @@ export function registerUsageRoutes(router: Router, { cp }: RouteContext): void 
         .select([
           internalId.as('internal_id'),
           sql<string>`count(*)`.as('requests'),
+          sql<string>`count(*) filter (where cache_hit is not null)`.as('cache_hits'),
           sql<string>`coalesce(sum(input_tokens), 0)`.as('input'),
           sql<string>`coalesce(sum(output_tokens), 0)`.as('output'),
           sql<string>`coalesce(sum(cached_input_tokens), 0)`.as('cached_input'),
@@ -73,6 +74,8 @@ export function registerUsageRoutes(router: Router, { cp }: RouteContext): void 
           internal_id: r.internal_id,
           deleted: r.internal_id !== current,
           requests: Number(r.requests),
+          // Of `requests`, those answered from the response cache (docs/caching.md).
+          cache_hits: Number(r.cache_hits),
           tokens: { input: Number(r.input), output: Number(r.output), cached_input: Number(r.cached_input) },
           cost_usd: Number(nanoUsdToDecimal(BigInt(r.cost_nano))),
           cost_nano_usd: r.cost_nano,

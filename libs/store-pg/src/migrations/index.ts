@@ -11,6 +11,7 @@ import { moneyPath } from './0010-money-path';
 import { leaseDemand } from './0011-lease-demand';
 import { internalIds } from './0012-internal-ids';
 import { redactionProfiles } from './0015-redaction-profiles';
+import { responseCache } from './0013-response-cache';
 
 /**
  * Weir's one migration history, for PGlite and Postgres alike. Names sort in the order they
@@ -31,6 +32,7 @@ export const MIGRATIONS: Readonly<Record<string, Migration>> = Object.freeze({
   '0011_lease_demand': leaseDemand,
   '0012_internal_ids': internalIds,
   '0015_redaction_profiles': redactionProfiles,
+  '0013_response_cache': responseCache,
 });
 
 /** An in-code kysely {@link MigrationProvider} over {@link MIGRATIONS} (no filesystem scan). */
