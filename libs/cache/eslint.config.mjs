@@ -1,0 +1,2 @@
+import base from '../../eslint.config.mjs';
+export default [...base];

@@ -1,0 +1,2 @@
+export * from './cache-tier';
+export * from './semantic';
