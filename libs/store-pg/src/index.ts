@@ -70,3 +70,4 @@ export {
 export { fsyncDirectoryTree } from './journal/fsync-tree';
 export { applyIsolating, isDataError, type RejectedSettlement } from './settlement-isolation';
 export { ensurePrivateDir, preparePrivateDataDir, privatizeTree, PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, restrictUmask } from './private-data-dir';
+export { createPgSemanticStore, purgeExpiredSemanticEntries, type PgSemanticStoreOptions } from './semantic-store';

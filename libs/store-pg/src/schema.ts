@@ -409,3 +409,24 @@ export interface WeirSchema {
   golden_prompts: GoldenPromptsTable;
   eval_runs: EvalRunsTable;
 }
+
+/** `semantic_cache_entries` (migration 0014): the semantic cache tier's entries, by partition key. */
+export interface SemanticCacheEntriesTable {
+  id: Generated<string>;
+  tenant_key: string;
+  /** The partition's full key (`partitionKeyOf` of `@weir/cache`). */
+  partition_key: string;
+  dims: number;
+  /** Unit float32 vector, little-endian. */
+  vector: Buffer;
+  guard: JsonbColumn<Record<string, unknown>>;
+  answer: JsonbColumn<Record<string, unknown>>;
+  stored_at_ms: ColumnType<string, number, number>;
+  expires_at_ms: ColumnType<string, number, number>;
+  last_used_ms: ColumnType<string, number, number>;
+}
+
+/** The semantic cache table, merged into the whole schema. */
+export interface WeirSchema {
+  semantic_cache_entries: SemanticCacheEntriesTable;
+}

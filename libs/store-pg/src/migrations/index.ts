@@ -10,6 +10,7 @@ import { evals } from './0009-evals';
 import { moneyPath } from './0010-money-path';
 import { leaseDemand } from './0011-lease-demand';
 import { internalIds } from './0012-internal-ids';
+import { semanticCache } from './0014-semantic-cache';
 
 /**
  * Weir's one migration history, for PGlite and Postgres alike. Names sort in the order they
@@ -29,6 +30,7 @@ export const MIGRATIONS: Readonly<Record<string, Migration>> = Object.freeze({
   '0010_money_path': moneyPath,
   '0011_lease_demand': leaseDemand,
   '0012_internal_ids': internalIds,
+  '0014_semantic_cache': semanticCache,
 });
 
 /** An in-code kysely {@link MigrationProvider} over {@link MIGRATIONS} (no filesystem scan). */
