@@ -72,7 +72,7 @@ export interface EngineAdapter {
 export type UsageStatus = 'completed' | 'cancelled' | 'deadline' | 'failed' | 'filtered';
 
 /** Which public route carried the request. */
-export type ApiRoute = 'generations' | 'chat.completions' | 'completions';
+export type ApiRoute = 'generations' | 'chat.completions' | 'completions' | 'embeddings';
 
 /**
  * One usage record: exactly one per request that reached an engine (or was admitted).
