@@ -80,6 +80,7 @@ import { aliasDeprecation, countdownHeaders, countdownOf, createDeprecationAnnou
 import type { LiveConfig } from './live-config';
 import type { Revocations } from './revocations';
 import { checkThenCompile, registerResponsesRoute, schemaCheck } from './responses-route';
+import { registerEmbeddingsRoute } from './embeddings-route';
 import { openSse, type SseWriter } from './sse-writer';
 
 /** A minimal structured logger (pino satisfies it). Never pass prompt or output text. */
@@ -826,6 +827,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     await answerOpenAi(res, g, body.model, 'text', body.stream === true, body.stream_options?.include_usage === true);
   });
 
+  registerEmbeddingsRoute({ post, begin, answeredBy, outcomeError, deadlineOrCancel, idempotencyKeyHeader });
   registerResponsesRoute({ post, begin, precheck: (caller) => pipeline.precheck(caller), router: deps.router, sseHeartbeatMs: defaults.sseHeartbeatMs, sseStallMs: sseOptions.stallMs, firstEventOrThrow: followFromFirstEvent, answeredBy, outcomeError, deadlineOrCancel, generationsKey, idempotencyKeyHeader, sampling });
 
   /** A `/v1/models` entry: OpenAI's fields, plus `deprecation` while the caller's revisions for the alias count down. */
@@ -853,6 +855,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     [/^\/v1\/chat\/completions$/i, 'POST'],
     [/^\/v1\/completions$/i, 'POST'],
     [/^\/v1\/responses$/i, 'POST'],
+    [/^\/v1\/embeddings$/i, 'POST'],
     [/^\/v1\/models$/i, 'GET'],
     [/^\/v1\/usage$/i, 'GET'],
     [/^\/v1\/generations\/[^/]+$/i, 'GET'],
