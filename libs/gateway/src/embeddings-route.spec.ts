@@ -29,6 +29,9 @@ function config(budgetUsd?: number): PlatformConfig {
 }
 
 const floats = (v: number[]) => Array.from(new Float32Array(v));
+/** The JSON of a response, loosely typed for assertions. */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+const json = async (res: Response): Promise<any> => res.json();
 
 describe('POST /v1/embeddings', () => {
   let gw: TestGateway;
@@ -45,7 +48,7 @@ describe('POST /v1/embeddings', () => {
     const res = await gw.post('/v1/embeddings', { model: 'emb', input: ['hello', 'weir'], encoding_format: 'float', user: 'end-user-1' });
     expect(res.status).toBe(200);
     expect(res.headers.get('x-weir-model-revision')).toBe('embed@1');
-    const body = await res.json();
+    const body = await json(res);
     expect(body).toEqual({
       object: 'list',
       data: [
@@ -64,14 +67,14 @@ describe('POST /v1/embeddings', () => {
 
   it('takes a string, a token array and an array of token arrays; answers base64 when asked', async () => {
     await start();
-    const one = await (await gw.post('/v1/embeddings', { model: 'emb', input: 'solo' })).json();
+    const one = await json(await gw.post('/v1/embeddings', { model: 'emb', input: 'solo' }));
     expect(one.data).toHaveLength(1);
     expect(one.data[0].embedding).toEqual(floats(scriptedEmbedding('solo')));
-    const tokens = await (await gw.post('/v1/embeddings', { model: 'emb', input: [5, 6, 7] })).json();
+    const tokens = await json(await gw.post('/v1/embeddings', { model: 'emb', input: [5, 6, 7] }));
     expect(tokens.data[0].embedding).toEqual(floats(scriptedEmbedding([5, 6, 7])));
     // A token array is its own count (3), reserved exactly; the bill never passes the reservation.
     expect(tokens.usage.prompt_tokens).toBe(3);
-    const many = await (await gw.post('/v1/embeddings', { model: 'emb', input: [[1, 2], [3]], encoding_format: 'base64' })).json();
+    const many = await json(await gw.post('/v1/embeddings', { model: 'emb', input: [[1, 2], [3]], encoding_format: 'base64' }));
     const decoded = many.data.map((d: { embedding: string }) => Array.from(new Float32Array(new Uint8Array(Buffer.from(d.embedding, 'base64')).buffer)));
     expect(decoded).toEqual([floats(scriptedEmbedding([1, 2])), floats(scriptedEmbedding([3]))]);
   });
@@ -100,7 +103,7 @@ describe('POST /v1/embeddings', () => {
     await start();
     const res = await gw.post('/v1/embeddings', body);
     expect(res.status).toBe(400);
-    const err = (await res.json()).error;
+    const err = (await json(res)).error;
     expect(err.param).toBe(param);
     expect(err.message).toContain(message);
     expect(engine.requests).toHaveLength(0);
@@ -115,7 +118,7 @@ describe('POST /v1/embeddings', () => {
     ] as const) {
       const res = await gw.post(path, body);
       expect(res.status).toBe(400);
-      const err = (await res.json()).error;
+      const err = (await json(res)).error;
       expect(err.param).toBe('model');
       expect(err.message).toContain('is an embedding model');
     }
@@ -128,7 +131,7 @@ describe('POST /v1/embeddings', () => {
     expect((await gw.post('/v1/embeddings', { model: 'emb', input: 'a' })).status).toBe(200); // 7 tokens: $0.000014
     const refused = await gw.post('/v1/embeddings', { model: 'emb', input: ['a', 'b'] }); // 14 more: past $0.00002
     expect(refused.status).toBe(429);
-    expect((await refused.json()).error.code).toBe('budget_exhausted');
+    expect((await json(refused)).error.code).toBe('budget_exhausted');
   });
 });
 
