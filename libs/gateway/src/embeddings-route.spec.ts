@@ -7,6 +7,8 @@
 import { createInMemoryAdmission } from '@weir/admission';
 import { type PlatformConfig, type RevisionSpec } from '@weir/core';
 import { createScriptedEngine, SCRIPTED_INPUT_TOKENS, scriptedEmbedding } from '@weir/testing';
+import type { Relay } from '@weir/streaming';
+import { createRelayGrpcClient, createRelayGrpcServer, startGrpcServer } from '@weir/transport-grpc';
 import OpenAI from 'openai';
 import { fakeRevision, startTestGateway, type TestGateway, twoTenantConfig } from './test-support';
 
@@ -132,6 +134,39 @@ describe('POST /v1/embeddings', () => {
     const refused = await gw.post('/v1/embeddings', { model: 'emb', input: ['a', 'b'] }); // 14 more: past $0.00002
     expect(refused.status).toBe(429);
     expect((await json(refused)).error.code).toBe('budget_exhausted');
+  });
+});
+
+describe('POST /v1/embeddings in the split topology (the relay over gRPC)', () => {
+  const stops: Array<() => Promise<void> | void> = [];
+  afterAll(async () => {
+    for (const stop of stops.reverse()) await stop();
+  });
+
+  it('carries texts and token arrays to the engine and the vectors back, billed as in-process', async () => {
+    const c = config();
+    const engine = createScriptedEngine();
+    const gw = await startTestGateway({
+      config: c,
+      engine,
+      admission: createInMemoryAdmission({ tenants: c.tenants }),
+      relayVia: async (relay: Relay) => {
+        const server = await startGrpcServer({ services: [createRelayGrpcServer(relay)] });
+        const client = createRelayGrpcClient({ address: server.address });
+        stops.push(() => server.close(), () => client.close());
+        return client;
+      },
+    });
+    stops.push(() => gw.close());
+    const res = await gw.post('/v1/embeddings', { model: 'emb', input: [[9, 8], [7]] });
+    expect(res.status).toBe(200);
+    const body = await json(res);
+    expect(body.data.map((d: { embedding: number[] }) => d.embedding)).toEqual([floats(scriptedEmbedding([9, 8])), floats(scriptedEmbedding([7]))]);
+    expect(engine.requests[0].input).toEqual({ kind: 'embedding', items: [[9, 8], [7]] });
+    await waitFor(() => gw.records.length === 1);
+    expect(gw.records[0]).toMatchObject({ route: 'embeddings', inputTokens: 3, outputTokens: 0 });
+    const text = await json(await gw.post('/v1/embeddings', { model: 'emb', input: 'over grpc' }));
+    expect(text.data[0].embedding).toEqual(floats(scriptedEmbedding('over grpc')));
   });
 });
 
