@@ -9,6 +9,7 @@ describe('usage record codec', () => {
       buildUsageRecord(1),
       buildUsageRecord(5, { ttftMs: null, uncertain: true, status: 'failed', finishReason: 'error', errorCode: 'upstream_error' }),
       buildUsageRecord(6, { useCase: 'support.summaries' }),
+      buildUsageRecord(7, { route: 'embeddings', outputTokens: 0 }),
     ]) {
       const data = encodeUsageRecord(r);
       const wire = JSON.parse(new TextDecoder().decode(data));
@@ -32,7 +33,7 @@ describe('usage record codec', () => {
     ['version 2', { ...valid, v: 2 }, /version/],
     ['numeric generationId', { ...valid, generationId: 7 }, /generationId/],
     ['empty generationId', { ...valid, generationId: '' }, /generationId/],
-    ['unknown route', { ...valid, route: 'embeddings' }, /route/],
+    ['unknown route', { ...valid, route: 'moderations' }, /route/],
     ['unknown status', { ...valid, status: 'ok' }, /status/],
     ['unknown finishReason', { ...valid, finishReason: 'eos' }, /finishReason/],
     ['negative tokens', { ...valid, inputTokens: -1 }, /inputTokens/],
