@@ -24,10 +24,22 @@ export function normalised(v: Float32Array | readonly number[]): Float32Array {
 
 /** Dot product of two vectors of the same length (the cosine of unit vectors); -1 when the lengths differ (never a match). */
 export function dot(a: Float32Array, b: Float32Array): number {
-  if (a.length !== b.length) return -1;
-  let s = 0;
-  for (let i = 0; i < a.length; i++) s += a[i] * b[i];
-  return s;
+  const n = a.length;
+  if (n !== b.length) return -1;
+  // Four accumulators: independent additions the CPU overlaps (about twice as fast in V8).
+  let s0 = 0;
+  let s1 = 0;
+  let s2 = 0;
+  let s3 = 0;
+  let i = 0;
+  for (; i + 3 < n; i += 4) {
+    s0 += a[i] * b[i];
+    s1 += a[i + 1] * b[i + 1];
+    s2 += a[i + 2] * b[i + 2];
+    s3 += a[i + 3] * b[i + 3];
+  }
+  for (; i < n; i++) s0 += a[i] * b[i];
+  return s0 + s1 + s2 + s3;
 }
 
 /** Cosine similarity of two vectors of any length scale (each normalised first). */
