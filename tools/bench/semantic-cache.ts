@@ -10,7 +10,7 @@
  */
 import { createInMemorySemanticStore, guardSignatureOf, normalised, type SemanticPartition } from '@weir/cache';
 import { createEngineEmbedder, createLlamaCppEngine } from '@weir/engines';
-import { tinyModelPath } from '@weir/testing';
+import path from 'node:path';
 
 const argv = process.argv.slice(2);
 const value = (name: string) => {
@@ -19,7 +19,8 @@ const value = (name: string) => {
 };
 const ENTRIES = Number(value('--entries') ?? 1_000);
 const ROUNDS = Number(value('--rounds') ?? 20);
-const MODEL = value('--model') ?? tinyModelPath();
+/** The tiny model: `--model`, else WEIR_MODEL_PATH, else the shared copy beside the checkout. */
+const MODEL = value('--model') ?? (process.env.WEIR_MODEL_PATH || path.resolve(__dirname, '../../../shared/models/stories260K.gguf'));
 
 const PROMPT = 'Summarise the attached meeting notes from Tuesday in three bullet points, and do not mention "budget".';
 
