@@ -112,6 +112,21 @@ describe('POST /v1/embeddings', () => {
     expect(gw.records).toHaveLength(0);
   });
 
+  it('replays a repeat with the same Idempotency-Key: the same vectors, one usage row', async () => {
+    await start();
+    const first = await gw.post('/v1/embeddings', { model: 'emb', input: ['once', 'twice'] }, { 'Idempotency-Key': 'emb-key-1' });
+    expect(first.status).toBe(200);
+    const firstBody = await json(first);
+    await waitFor(() => gw.records.length === 1);
+    const again = await gw.post('/v1/embeddings', { model: 'emb', input: ['once', 'twice'] }, { 'Idempotency-Key': 'emb-key-1' });
+    expect(again.status).toBe(200);
+    expect(again.headers.get('idempotent-replayed')).toBe('true');
+    expect((await json(again)).data).toEqual(firstBody.data);
+    expect(engine.requests).toHaveLength(1);
+    await new Promise((r) => setTimeout(r, 50));
+    expect(gw.records).toHaveLength(1);
+  });
+
   it('refuses an embedding model on /v1/chat/completions and /v1/completions', async () => {
     await start();
     for (const [path, body] of [
