@@ -57,7 +57,7 @@ function echoEngine(): EngineAdapter {
       return 3;
     },
     async *generate(request): AsyncIterable<EngineEvent> {
-      const last = request.input.kind === 'text' ? request.input.text : (request.input.messages.at(-1)?.content ?? '');
+      const last = request.input.kind === 'text' ? request.input.text : request.input.kind === 'chat' ? (request.input.messages.at(-1)?.content ?? '') : '';
       yield { type: 'delta', text: OUTPUTS[last] ?? '{"ok":true}', tokens: 1 };
       yield { type: 'end', reason: 'stop', usage: { inputTokens: 3, outputTokens: 1 }, usageSource: 'reported' };
     },

@@ -18,8 +18,22 @@ export function defaultConfigFile(): Record<string, unknown> {
         default_output_tokens: 128,
         pricing: { input_per_mtok: 0.1, output_per_mtok: 0.2 },
       },
+      {
+        id: 'stories260k-embed@1',
+        model: 'stories260k',
+        kind: 'embedding',
+        embedding: { dimensions: 64 },
+        engine: { kind: 'llamacpp', model_sha256: STORIES260K_SHA256, model_url: STORIES260K_URL, threads: 1, sequences: 2 },
+        context_window: 512,
+        max_output_tokens: 1,
+        default_output_tokens: 1,
+        pricing: { input_per_mtok: 0.02, output_per_mtok: 0 },
+      },
     ],
-    aliases: [{ name: 'tiny-stories', description: "TinyStories 260K: short, simple children's stories", revision: 'stories260k@1' }],
+    aliases: [
+      { name: 'tiny-stories', description: "TinyStories 260K: short, simple children's stories", revision: 'stories260k@1' },
+      { name: 'tiny-embed', description: 'TinyStories 260K as an embedding model (64 dimensions; weak, for tests and demos)', revision: 'stories260k-embed@1' },
+    ],
     tenants: [
       {
         id: 'demo',

@@ -188,7 +188,7 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
         spec = { ...spec, modelPath: file.path };
         logger.info({ revision: revision.id, source: file.source }, 'model file resolved');
       }
-      engines.set(revision.id, await createEngine(spec, { logger }));
+      engines.set(revision.id, await createEngine(spec, { logger, revision }));
       servingRevisions.push(revision);
       startedRevisions.set(revision.id, { ...revision, engine: spec });
     } catch (err) {

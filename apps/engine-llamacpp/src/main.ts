@@ -62,6 +62,8 @@ async function main(): Promise<void> {
       threads: intEnv('ENGINE_THREADS', 1, 1),
       contextSize: intEnv('ENGINE_CONTEXT_SIZE', 512, 16),
       testTokenDelayMs: intEnv('ENGINE_TEST_TOKEN_DELAY_MS', 0, 0),
+      // An embedding revision's replica (`kind: embedding`): an embedding context only, POST /v1/embeddings.
+      embeddingOnly: process.env.ENGINE_EMBEDDING === 'true',
     },
     { logger },
   );

@@ -4,3 +4,4 @@ export * from './cache-policy';
 export * from './memory-exact-tier';
 export * from './response-cache';
 export * from './policy-changes';
+export * from './semantic';

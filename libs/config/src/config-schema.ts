@@ -276,10 +276,19 @@ const tenantRoute = strict({
   fallbacks: list(id(), 'revision ids').optional(),
 });
 
+/** An embedding revision's vectors (`kind: embedding`): their size, and whether the upstream shortens them on request. */
+const embeddingSpec = strict({
+  dimensions: int(1),
+  variable_dimensions: z.boolean({ error: expecting('true or false') }).optional(),
+});
+
 const revision = strict({
   id: id(),
   model: id(),
   engine,
+  /** `generation` (default) or `embedding` (serves POST /v1/embeddings only; llamacpp or openai-compatible engines). */
+  kind: z.enum(['generation', 'embedding'], { error: expecting('"generation" or "embedding"') }).optional(),
+  embedding: embeddingSpec.optional(),
   context_window: int(1),
   max_output_tokens: int(1),
   default_output_tokens: int(1),

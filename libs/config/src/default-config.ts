@@ -28,6 +28,10 @@ export interface DefaultConfigOptions {
  *   context window 512 tokens (the length the model was trained at), max output 256 tokens,
  *   default output 128 tokens, example prices $0.10 input / $0.20 output per million tokens);
  * - alias `tiny-stories` → that revision (weight 1);
+ * - revision `stories260k-embed@1` (the same GGUF as an embedding model: `kind: embedding`,
+ *   64 dimensions, llama.cpp embedding context of 512 tokens, 1 thread, 2 slots; $0.02 per
+ *   million input tokens) and alias `tiny-embed` → it: a real, if weak, model for
+ *   `/v1/embeddings` and the semantic cache;
  * - tenant `demo` with app `demo-app`, allowed every alias, 120 s default deadline, 64
  *   concurrent requests;
  * - defaults: 250 ms cancel grace, 1 MiB bodies nested at most 64 deep, 15 s SSE heartbeats, 256 queued per replica,
@@ -54,8 +58,31 @@ export function defaultConfig(options: DefaultConfigOptions = {}): PlatformConfi
         defaultOutputTokens: 128,
         pricing: { inputPerMTok: 0.1, outputPerMTok: 0.2, cachedInputPerMTok: 0.1 },
       },
+      {
+        id: 'stories260k-embed@1',
+        model: 'stories260k',
+        engine: {
+          kind: 'llamacpp',
+          ...(options.modelPath !== undefined ? { modelPath: path.resolve(options.modelPath) } : {}),
+          modelSha256: STORIES260K_SHA256,
+          modelUrl: STORIES260K_URL,
+          threads: 1,
+          sequences: 2,
+          contextSize: 512,
+          testTokenDelayMs: 0,
+        },
+        kind: 'embedding',
+        embedding: { dimensions: 64, variableDimensions: false },
+        contextWindow: 512,
+        maxOutputTokens: 1,
+        defaultOutputTokens: 1,
+        pricing: { inputPerMTok: 0.02, outputPerMTok: 0, cachedInputPerMTok: 0.02 },
+      },
     ],
-    aliases: [{ name: 'tiny-stories', targets: [{ revision: 'stories260k@1', weight: 1 }], description: 'TinyStories 260K: short, simple children\'s stories' }],
+    aliases: [
+      { name: 'tiny-stories', targets: [{ revision: 'stories260k@1', weight: 1 }], description: 'TinyStories 260K: short, simple children\'s stories' },
+      { name: 'tiny-embed', targets: [{ revision: 'stories260k-embed@1', weight: 1 }], description: 'TinyStories 260K as an embedding model (64 dimensions; weak, for tests and demos)' },
+    ],
     tenants: [
       {
         id: 'demo',

@@ -221,6 +221,13 @@ function crossCheck(file: ConfigFile): ConfigProblem[] {
   );
   const revisionById = new Map(file.revisions.map((r) => [r.id, r]));
   file.revisions.forEach((r, i) => {
+    if (r.kind === 'embedding' && r.engine.kind !== 'llamacpp' && r.engine.kind !== 'openai-compatible') {
+      add(['revisions', i, 'kind'], `an embedding revision needs a llamacpp or openai-compatible engine (this one is ${describeValue(r.engine.kind)}, which serves no embeddings)`);
+    }
+    if (r.embedding !== undefined && r.kind !== 'embedding') add(['revisions', i, 'embedding'], 'only for an embedding revision: add `kind: embedding`, or remove `embedding`');
+    if (r.embedding?.variable_dimensions === true && r.engine.kind !== 'openai-compatible') {
+      add(['revisions', i, 'embedding', 'variable_dimensions'], 'only an openai-compatible upstream can shorten embeddings (a llama.cpp model returns its own size)');
+    }
     const d = r.deprecation;
     if (d !== undefined) {
       const at = ['revisions', i, 'deprecation'];
@@ -297,6 +304,9 @@ function crossCheck(file: ConfigFile): ConfigProblem[] {
     if (targets.length > 0 && targets.reduce((s, t) => s + t.weight, 0) <= 0) {
       add(['aliases', i, 'targets'], 'the weights must add up to more than 0');
     }
+    // One alias serves one kind: a canary split between an embedding and a text model would answer half its requests with 400.
+    const kinds = new Set(targets.flatMap((t) => (revisionById.has(t.revision) ? [revisionById.get(t.revision)?.kind ?? 'generation'] : [])));
+    if (kinds.size > 1) add(['aliases', i, 'targets'], 'mixes embedding and generation revisions; an alias serves one kind');
   });
 
   firstIndexes(
@@ -521,6 +531,8 @@ function toPlatformConfig(file: ConfigFile, baseDir: string): PlatformConfig {
       id: r.id,
       model: r.model,
       engine: toEngine(r.engine, r.context_window, baseDir),
+      ...(r.kind !== undefined ? { kind: r.kind } : {}),
+      ...(r.embedding !== undefined ? { embedding: { dimensions: r.embedding.dimensions, variableDimensions: r.embedding.variable_dimensions ?? false } } : {}),
       contextWindow: r.context_window,
       maxOutputTokens: r.max_output_tokens,
       defaultOutputTokens: r.default_output_tokens,

@@ -63,8 +63,54 @@ export interface ToolCallDelta {
   argumentsDelta?: string;
 }
 
-/** A generation's input: raw text (completion) or chat messages. */
-export type GenerationInput = { kind: 'text'; text: string } | { kind: 'chat'; messages: ChatMessage[] };
+/**
+ * One input of an embedding request (`POST /v1/embeddings`): a text, or token ids of the
+ * embedding revision's own tokenizer (OpenAI's token-array form).
+ */
+export type EmbeddingItem = string | number[];
+
+/** An embedding request's input: one vector per item, in order. */
+export interface EmbeddingInput {
+  kind: 'embedding';
+  /** 1 to {@link MAX_EMBEDDING_INPUTS} items, none empty. */
+  items: EmbeddingItem[];
+  /** Dimensions asked for (OpenAI's `dimensions`; only on revisions that declare `embedding.variableDimensions`). Default: the model's. */
+  dimensions?: number;
+}
+
+/** Most inputs one embedding request may carry: OpenAI's limit, 2,048. */
+export const MAX_EMBEDDING_INPUTS = 2_048;
+
+/**
+ * A generation's input: raw text (completion), chat messages, or (an embedding revision's
+ * request) the items to embed. An engine answers an `embedding` input with one `delta` per
+ * item, in order, whose text is {@link encodeEmbeddingDelta} of its vector, then `end` with
+ * `outputTokens` 0.
+ */
+export type GenerationInput = { kind: 'text'; text: string } | { kind: 'chat'; messages: ChatMessage[] } | EmbeddingInput;
+
+/**
+ * An embedding vector as an engine delta's text: the float32 little-endian bytes in base64,
+ * then a newline. The newline lets a reader split deltas that a transport coalesced into one
+ * text ({@link decodeEmbeddingDeltas}).
+ */
+export function encodeEmbeddingDelta(vector: ArrayLike<number>): string {
+  const bytes = Buffer.allocUnsafe(vector.length * 4);
+  for (let i = 0; i < vector.length; i++) bytes.writeFloatLE(vector[i], i * 4);
+  return `${bytes.toString('base64')}\n`;
+}
+
+/** The vectors of an embedding generation's deltas (their texts concatenated in order): one per newline-terminated line. */
+export function decodeEmbeddingDeltas(text: string): Float32Array[] {
+  const lines = text.split('\n');
+  lines.pop();
+  return lines.map((line) => {
+    const bytes = Buffer.from(line, 'base64');
+    const v = new Float32Array(bytes.length / 4);
+    for (let i = 0; i < v.length; i++) v[i] = bytes.readFloatLE(i * 4);
+    return v;
+  });
+}
 
 /** Sampling parameters; undefined means the engine's default. */
 export interface SamplingParams {

@@ -131,6 +131,30 @@ export interface SimulatedEngineSpec {
 /** Engine specs: a closed set, switched over exhaustively. */
 export type EngineSpec = LlamaCppEngineSpec | OpenAICompatibleEngineSpec | AnthropicEngineSpec | SimulatedEngineSpec;
 
+/**
+ * What a revision serves: `generation` (text: `/v1/chat/completions`, `/v1/completions`,
+ * `/v1/responses`, `/v1/generations`) or `embedding` (vectors: `/v1/embeddings` only). A request
+ * for the other kind is refused with 400 before anything is reserved.
+ */
+export type RevisionKind = 'generation' | 'embedding';
+
+/** An embedding revision's vectors (see {@link RevisionSpec.embedding}). */
+export interface EmbeddingSpec {
+  /** Dimensions of the vectors the model produces. */
+  dimensions: number;
+  /**
+   * The upstream accepts OpenAI's `dimensions` (shortened vectors, e.g. text-embedding-3-*): a
+   * request may ask for 1 … `dimensions`. Only OpenAI-compatible upstreams; default false (a
+   * request naming `dimensions` other than the model's is refused).
+   */
+  variableDimensions: boolean;
+}
+
+/** A revision's kind: declared, else `generation`. */
+export function revisionKindOf(revision: Pick<RevisionSpec, 'kind'>): RevisionKind {
+  return revision.kind ?? 'generation';
+}
+
 /** An immutable model revision. */
 export interface RevisionSpec {
   /** Globally unique revision id, e.g. `stories260k@1`. */
@@ -138,6 +162,10 @@ export interface RevisionSpec {
   /** The model family this revision belongs to. */
   model: string;
   engine: EngineSpec;
+  /** What it serves (see {@link RevisionKind}). Default `generation`. */
+  kind?: RevisionKind;
+  /** Its vectors; required when `kind` is `embedding` (llama.cpp and OpenAI-compatible engines only). */
+  embedding?: EmbeddingSpec;
   /** Maximum prompt + output tokens. */
   contextWindow: number;
   /** Largest `max_output_tokens` a request may ask for. */

@@ -75,7 +75,7 @@ export type UsageStatus = 'completed' | 'cancelled' | 'deadline' | 'failed' | 'f
 export type CacheTierName = 'exact' | 'semantic';
 
 /** Which public route carried the request. */
-export type ApiRoute = 'generations' | 'chat.completions' | 'completions';
+export type ApiRoute = 'generations' | 'chat.completions' | 'completions' | 'embeddings';
 
 /**
  * One usage record: exactly one per request that reached an engine (or was admitted).

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
 import type { EngineAdapter, EngineEvent, EngineRequest, GenerationInput } from '@weir/core';
-import { newId, toWeirError, WeirError } from '@weir/core';
+import { decodeEmbeddingDeltas, newId, toWeirError, WeirError } from '@weir/core';
 import type { EngineLogger } from '@weir/engines';
 import {
   chatCompletion,
@@ -81,7 +81,7 @@ export function defaultEnginePeerPolicies(generate: PeerPolicy = peerPolicy(['re
 /** Which {@link EnginePeerPolicies} group a request falls in. */
 function routeGroup(method: string, path: string): keyof EnginePeerPolicies {
   if (method === 'POST') {
-    if (path === '/v1/chat/completions' || path === '/v1/completions' || path.startsWith('/v1/stop/')) return 'generate';
+    if (path === '/v1/chat/completions' || path === '/v1/completions' || path === '/v1/embeddings' || path.startsWith('/v1/stop/')) return 'generate';
     if (path === '/tokenize') return 'tokenize';
   }
   if (path.startsWith('/v1/generations/')) return 'usage';
@@ -268,6 +268,11 @@ export function createEngineServer(options: EngineServerOptions): Express {
   });
   app.post('/v1/chat/completions', (req, res) => handleGeneration('chat', req, res));
   app.post('/v1/completions', (req, res) => handleGeneration('completions', req, res));
+  app.post('/v1/embeddings', (req, res) => {
+    handleEmbeddings(req, res).catch((error: unknown) => {
+      if (!res.headersSent) sendError(res, toWeirError(error));
+    });
+  });
   app.use((_req: Request, res: Response) => {
     sendError(res, new WeirError('not_found', 'no such route'));
   });
@@ -280,6 +285,55 @@ export function createEngineServer(options: EngineServerOptions): Express {
       sendError(res, toWeirError(error));
     }
   });
+
+  /**
+   * `POST /v1/embeddings` (what the relay's OpenAI-compatible adapter calls for an embedding
+   * revision's replica): `{input: string | string[] | number[] | number[][], dimensions?}`,
+   * answered `{object: 'list', data: [{object, index, embedding}], model, usage}` with float
+   * vectors. Faults as the generation routes map them.
+   */
+  async function handleEmbeddings(req: Request, res: Response): Promise<void> {
+    if (draining()) {
+      sendError(res, new WeirError('shutting_down', 'the engine is shutting down', { retryable: true }));
+      return;
+    }
+    const body = req.body as { input?: unknown; dimensions?: unknown } | undefined;
+    const raw = body?.input;
+    const isTokens = (v: unknown): v is number[] => Array.isArray(v) && v.length > 0 && v.every((t) => Number.isInteger(t) && (t as number) >= 0);
+    const items: Array<string | number[]> | undefined =
+      typeof raw === 'string'
+        ? [raw]
+        : isTokens(raw)
+          ? [raw]
+          : Array.isArray(raw) && raw.length > 0 && raw.every((i) => (typeof i === 'string' && i.length > 0) || isTokens(i))
+            ? (raw as Array<string | number[]>)
+            : undefined;
+    if (!items || (typeof raw === 'string' && raw.length === 0)) {
+      sendError(res, new WeirError('invalid_request', '`input` must be a non-empty string, an array of non-empty strings, a token array or an array of token arrays', { param: 'input' }));
+      return;
+    }
+    const dimensions = typeof body?.dimensions === 'number' ? body.dimensions : undefined;
+    const abort = new AbortController();
+    res.on('close', () => {
+      if (!res.writableFinished) abort.abort();
+    });
+    const header = req.headers['x-request-id'];
+    const generationId = typeof header === 'string' && header.length > 0 ? header.slice(0, 128) : `emb-${Date.now()}`;
+    let text = '';
+    let inputTokens = 0;
+    for await (const ev of engine.generate({ input: { kind: 'embedding', items, ...(dimensions !== undefined ? { dimensions } : {}) }, maxOutputTokens: 0, sampling: {}, signal: abort.signal, generationId })) {
+      if (ev.type === 'delta') text += ev.text;
+      else inputTokens = ev.usage.inputTokens;
+    }
+    if (abort.signal.aborted) return;
+    const vectors = decodeEmbeddingDeltas(text);
+    res.json({
+      object: 'list',
+      data: vectors.map((v, index) => ({ object: 'embedding', index, embedding: Array.from(v) })),
+      model: modelName,
+      usage: { prompt_tokens: inputTokens, total_tokens: inputTokens },
+    });
+  }
 
   async function handleGeneration(route: Route, req: Request, res: Response): Promise<void> {
     let parsed: ParsedRequest;

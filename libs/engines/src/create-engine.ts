@@ -1,4 +1,4 @@
-import type { EngineAdapter, EngineSpec } from '@weir/core';
+import type { EngineAdapter, EngineSpec, RevisionSpec } from '@weir/core';
 import { WeirError } from '@weir/core';
 import { type AnthropicEngineDeps, createAnthropicEngine } from './anthropic/anthropic-engine';
 import { createLlamaCppEngine } from './llamacpp/llamacpp-engine';
@@ -9,6 +9,12 @@ import { createSimulatedEngine } from './simulated/simulated-engine';
 /** Dependencies of {@link createEngine}, passed on to the adapter the spec selects. */
 export interface CreateEngineDeps {
   logger?: EngineLogger;
+  /**
+   * The revision's kind and vectors (`RevisionSpec.kind`, `.embedding`): an embedding revision's
+   * llama.cpp engine creates only an embedding context; an OpenAI-compatible one passes
+   * `dimensions` through when `embedding.variableDimensions`. Default: a generation revision.
+   */
+  revision?: Pick<RevisionSpec, 'kind' | 'embedding'>;
   /** For `openai-compatible` specs: tokenizer, dispatcher, env (see {@link OpenAICompatibleEngineDeps}). */
   openai?: Omit<OpenAICompatibleEngineDeps, 'logger'>;
   /** For `anthropic` specs: token counter, dispatcher, env (see {@link AnthropicEngineDeps}). */
@@ -32,10 +38,10 @@ export async function createEngine(spec: EngineSpec, deps: CreateEngineDeps = {}
     case 'llamacpp': {
       const modelPath = spec.modelPath;
       if (!modelPath) throw new WeirError('engine_unavailable', 'llamacpp engine spec has no modelPath');
-      return createLlamaCppEngine({ ...spec, modelPath }, { logger: deps.logger });
+      return createLlamaCppEngine({ ...spec, modelPath, embeddingOnly: deps.revision?.kind === 'embedding' }, { logger: deps.logger });
     }
     case 'openai-compatible':
-      return createOpenAICompatibleEngine(spec, { ...deps.openai, logger: deps.logger });
+      return createOpenAICompatibleEngine({ ...spec, variableDimensions: deps.revision?.embedding?.variableDimensions === true }, { ...deps.openai, logger: deps.logger });
     case 'anthropic':
       return createAnthropicEngine(spec, { ...deps.anthropic, logger: deps.logger });
     case 'simulated':

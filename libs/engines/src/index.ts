@@ -17,3 +17,4 @@ export * from './create-engine';
 export * from './remote-replicas';
 export { declaredTokenizer, tiktokenTokenizer, type TextTokenizer, type TiktokenEncoding } from './tokenizers/tiktoken';
 export { egressDispatcher, egressRefusalError, isEgressRefusal } from './egress-dispatcher';
+export { createEngineEmbedder } from './engine-embedder';

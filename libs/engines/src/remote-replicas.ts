@@ -121,6 +121,7 @@ export function createReplicaEngine(revision: RevisionSpec, replica: ReplicaEndp
       gracefulStop: upstream ? upstream.gracefulStop : true,
       ...(upstream?.tokenizer !== undefined ? { tokenizer: upstream.tokenizer } : {}),
       contextTokens: revision.contextWindow,
+      variableDimensions: revision.embedding?.variableDimensions === true,
     },
     { logger: options.logger ?? silentLogger, ...(upstream || !options.dispatcher ? {} : { dispatcher: options.dispatcher }) },
   );

@@ -40,7 +40,7 @@ function fakeEngine(options: FakeEngineOptions): EngineAdapter & { options: Fake
     options,
     started: 0,
     async countInputTokens(input: EngineRequest['input']) {
-      const text = input.kind === 'text' ? input.text : input.messages.map((m) => m.content).join(' ');
+      const text = input.kind === 'text' ? input.text : input.kind === 'chat' ? input.messages.map((m) => m.content).join(' ') : '';
       return text.split(/\s+/).filter(Boolean).length;
     },
     async *generate(request: EngineRequest): AsyncIterable<EngineEvent> {

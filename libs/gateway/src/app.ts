@@ -84,6 +84,7 @@ import { aliasDeprecation, countdownHeaders, countdownOf, createDeprecationAnnou
 import type { LiveConfig } from './live-config';
 import type { Revocations } from './revocations';
 import { checkThenCompile, registerResponsesRoute, schemaCheck } from './responses-route';
+import { registerEmbeddingsRoute } from './embeddings-route';
 import { openSse, type SseWriter } from './sse-writer';
 import { type ContentPolicies, redactInput, type TenantContentPolicy } from './content-policy';
 import { type ContentLog, createContentLog, type RedactionObserver } from './content-log';
@@ -1021,6 +1022,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     await answerOpenAi(res, g, body.model, 'text', body.stream === true, body.stream_options?.include_usage === true);
   });
 
+  registerEmbeddingsRoute({ post, begin, answeredBy, outcomeError, deadlineOrCancel, idempotencyKeyHeader });
   registerResponsesRoute({ post, begin, precheck: (caller) => pipeline.precheck(caller), router: deps.router, sseHeartbeatMs: defaults.sseHeartbeatMs, sseStallMs: sseOptions.stallMs, firstEventOrThrow: followFromFirstEvent, answeredBy, outcomeError, deadlineOrCancel, generationsKey, idempotencyKeyHeader, sampling });
 
   /** A `/v1/models` entry: OpenAI's fields, plus `deprecation` while the caller's revisions for the alias count down. */
@@ -1049,6 +1051,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     [/^\/v1\/chat\/completions$/i, 'POST'],
     [/^\/v1\/completions$/i, 'POST'],
     [/^\/v1\/responses$/i, 'POST'],
+    [/^\/v1\/embeddings$/i, 'POST'],
     [/^\/v1\/models$/i, 'GET'],
     [/^\/v1\/usage$/i, 'GET'],
     [/^\/v1\/generations\/[^/]+$/i, 'GET'],

@@ -15,7 +15,7 @@ import { startTestGateway, type TestGateway, twoTenantConfig } from './test-supp
 
 const SENTINEL = 'SENTINEL_gateway_prompt_c41d';
 
-const promptOf = (input: GenerationInput): string => (input.kind === 'text' ? input.text : input.messages.map((m) => m.content).join(' '));
+const promptOf = (input: GenerationInput): string => (input.kind === 'text' ? input.text : input.kind === 'chat' ? input.messages.map((m) => m.content).join(' ') : input.items.join(' '));
 
 describe('the gateway logs metadata only (issue 14, part 10)', () => {
   let db: PGlite;

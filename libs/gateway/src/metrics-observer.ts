@@ -41,7 +41,7 @@ export function createMetricsObserver(metrics: WeirMetrics, providerOf: (revisio
       metrics.recordQueueTime({ tenant: caller.tenantId, revision: revision.id, queueS: timings.queueMs / 1000 });
       metrics.recordRequest({
         tenant: caller.tenantId,
-        operation: route === 'chat.completions' ? 'chat' : route === 'completions' ? 'text_completion' : 'generation',
+        operation: route === 'chat.completions' ? 'chat' : route === 'completions' ? 'text_completion' : route === 'embeddings' ? 'embeddings' : 'generation',
         requestModel: alias,
         responseModel: revision.id,
         provider: providerOf(revision.id),

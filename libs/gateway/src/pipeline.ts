@@ -40,6 +40,7 @@ import {
   DEFAULT_SCHEDULING,
   WeirError,
   retryDelayMs,
+  revisionKindOf,
   tenantKeyOf,
 } from '@weir/core';
 import { type CachedAnswer, type CacheHit, type CacheKeyMaterial, type CacheQuery, type CacheRequestFacts, type ResponseCache, cacheQueryOf, checkTemplate, decideCache, type CacheBypassReason } from '@weir/cache';
@@ -226,13 +227,19 @@ const AFFINITY_PREFIX_CHARS = 2_048;
  * or a conversation's beginning go to the replica whose KV cache holds it. Never the text itself.
  */
 export function affinityKeyOf(tenantId: string, input: GenerationInput): string {
-  const text = input.kind === 'text' ? input.text : input.messages.map((m) => `${m.role}\u0000${m.content}`).join('\u0001');
+  const text =
+    input.kind === 'text'
+      ? input.text
+      : input.kind === 'embedding'
+        ? input.items.map((i) => (typeof i === 'string' ? i : i.join(','))).join('\u0001')
+        : input.messages.map((m) => `${m.role}\u0000${m.content}`).join('\u0001');
   return `${tenantId}:${createHash('sha256').update(text.slice(0, AFFINITY_PREFIX_CHARS)).digest('base64url').slice(0, 16)}`;
 }
 
 /** Bytes a request's input holds while it waits in the scheduler's queue (UTF-8). */
 function inputBytes(input: GenerationInput): number {
   if (input.kind === 'text') return Buffer.byteLength(input.text);
+  if (input.kind === 'embedding') return input.items.reduce((sum, i) => sum + (typeof i === 'string' ? Buffer.byteLength(i) : 4 * i.length), 0);
   return input.messages.reduce((sum, m) => sum + Buffer.byteLength(m.content) + (m.name ? Buffer.byteLength(m.name) : 0), 0);
 }
 
@@ -366,6 +373,23 @@ function retiredError(alias: string, revision: RevisionSpec, pinned: boolean, pa
     `Model '${alias}' ${how}, which was retired on ${d.retiresOn} (UTC); its replacement is revision '${d.replacement}'. Weir never switches revisions on its own: have your platform team pin '${d.replacement}' (or move the alias to it), or send a model that routes to it.`,
     { param },
   );
+}
+
+/** 400 for a request of the other kind than its revision: an embedding model on a generation route, or a generation model on `/v1/embeddings`. */
+function wrongKindError(alias: string, revision: RevisionSpec, param: string): WeirError {
+  return revisionKindOf(revision) === 'embedding'
+    ? new WeirError('invalid_request', `Model '${alias}' is an embedding model (revision '${revision.id}'): it serves POST /v1/embeddings only; send a text-generation model here.`, { param })
+    : new WeirError('invalid_request', `Model '${alias}' is not an embedding model (revision '${revision.id}' generates text); send an embedding model to /v1/embeddings.`, { param });
+}
+
+/** Why an embedding revision cannot give `dimensions`, or undefined when it can. */
+function dimensionsProblem(revision: RevisionSpec, dimensions: number): string | undefined {
+  const spec = revision.embedding;
+  if (!spec) return undefined; // no declared size: the upstream decides
+  if (dimensions === spec.dimensions) return undefined;
+  if (!spec.variableDimensions) return `returns ${spec.dimensions}-dimensional embeddings and cannot shorten them; leave out \`dimensions\` (or send ${spec.dimensions})`;
+  if (dimensions > spec.dimensions) return `returns at most ${spec.dimensions} dimensions; lower \`dimensions\``;
+  return undefined;
 }
 
 /** Attempts of a settlement before it is left to reconciliation (≈ 30 s of backoff). */
@@ -582,8 +606,17 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
         if (!other) return reject(caller, retiredError(params.alias, revision, pinned, names.model));
         revision = other;
       }
-      /** The candidates before the first token: the chosen revision, then its fallback chain (retired revisions left out). */
-      const chain = [revision, ...routed.route.fallbacks.filter((r) => r.id !== revision.id && !isRetired(r, wallNow))];
+      // An embedding request needs an embedding revision and a generation a generation one: a
+      // 400 before any count or reservation; fallbacks of the other kind are left out.
+      const embedding = params.input.kind === 'embedding';
+      const kind = revisionKindOf(revision);
+      if ((kind === 'embedding') !== embedding) return reject(caller, wrongKindError(params.alias, revision, names.model));
+      if (params.input.kind === 'embedding' && params.input.dimensions !== undefined) {
+        const problem = dimensionsProblem(revision, params.input.dimensions);
+        if (problem) return reject(caller, new WeirError('invalid_request', `Model '${params.alias}' ${problem}.`, { param: 'dimensions' }));
+      }
+      /** The candidates before the first token: the chosen revision, then its fallback chain (retired revisions and other kinds left out). */
+      const chain = [revision, ...routed.route.fallbacks.filter((r) => r.id !== revision.id && !isRetired(r, wallNow) && revisionKindOf(r) === kind)];
 
       // Checks that need no token count come first, so an invalid request learns it is invalid.
       if (params.maxOutputTokens !== undefined && params.maxOutputTokens > revision.maxOutputTokens) {
@@ -624,8 +657,24 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
         return reject(caller, new WeirError(memo.code, `${like}: ${memo.message}`, { retryable: true, retryAfterMs: memo.retryAfterMs }));
       }
 
-      const inputTokens = await deps.countInputTokens(revision, params.input, revision.contextWindow);
-      if (inputTokens >= revision.contextWindow) {
+      let inputTokens: number;
+      if (params.input.kind === 'embedding') {
+        // Each item must fit the window on its own (they are embedded one by one); the bill is their sum.
+        inputTokens = 0;
+        for (const [i, item] of params.input.items.entries()) {
+          const n = typeof item === 'string' ? await deps.countInputTokens(revision, { kind: 'text', text: item }, revision.contextWindow) : item.length;
+          if (n > revision.contextWindow) {
+            return reject(
+              caller,
+              new WeirError('context_length_exceeded', `\`${names.input}[${i}]\` is ${n} tokens or more; model '${params.alias}' embeds at most ${revision.contextWindow} tokens per input. Shorten or split it.`, {
+                param: names.input,
+              }),
+            );
+          }
+          inputTokens += n;
+        }
+      } else inputTokens = await deps.countInputTokens(revision, params.input, revision.contextWindow);
+      if (!embedding && inputTokens >= revision.contextWindow) {
         return reject(
           caller,
           new WeirError(
@@ -636,7 +685,9 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
         );
       }
       let maxOutputTokens: number;
-      if (params.maxOutputTokens !== undefined) {
+      // An embedding produces no output tokens: its worst case is its input.
+      if (embedding) maxOutputTokens = 0;
+      else if (params.maxOutputTokens !== undefined) {
         if (inputTokens + params.maxOutputTokens > revision.contextWindow) {
           return reject(
             caller,

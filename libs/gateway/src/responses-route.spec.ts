@@ -32,7 +32,7 @@ function replyEngine(): EngineAdapter & { requests: Omit<EngineRequest, 'signal'
     async *generate(request: EngineRequest): AsyncIterable<EngineEvent> {
       const { signal, ...rest } = request;
       requests.push(structuredClone(rest));
-      const last = request.input.kind === 'text' ? request.input.text : (request.input.messages.at(-1)?.content ?? '');
+      const last = request.input.kind === 'text' ? request.input.text : request.input.kind === 'chat' ? (request.input.messages.at(-1)?.content ?? '') : '';
       let script: ReplyScript = {};
       try {
         script = JSON.parse(last) as ReplyScript;

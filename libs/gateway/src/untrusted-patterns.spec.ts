@@ -23,7 +23,7 @@ function echoEngine(): EngineAdapter {
       return 3;
     },
     async *generate(request: EngineRequest): AsyncIterable<EngineEvent> {
-      const last = request.input.kind === 'text' ? request.input.text : (request.input.messages.at(-1)?.content ?? '');
+      const last = request.input.kind === 'text' ? request.input.text : request.input.kind === 'chat' ? (request.input.messages.at(-1)?.content ?? '') : '';
       const text = last === 'evil-value' ? JSON.stringify({ s: EVIL_TEXT }) : last === 'evil-key' ? JSON.stringify({ [EVIL_TEXT]: 1 }) : 'hello';
       yield { type: 'delta', text, tokens: 1 };
       yield { type: 'end', reason: 'stop', usage: { inputTokens: 3, outputTokens: 1 }, usageSource: 'reported' };

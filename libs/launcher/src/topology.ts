@@ -301,6 +301,7 @@ async function startOnce(options: SplitTopologyOptions): Promise<SplitTopology> 
           ENGINE_THREADS: String(spec.threads),
           ENGINE_CONTEXT_SIZE: String(spec.contextSize),
           ENGINE_TEST_TOKEN_DELAY_MS: String(spec.testTokenDelayMs),
+          ENGINE_EMBEDDING: revision.kind === 'embedding' ? 'true' : 'false',
         },
       });
       engines.push({ name, replicaId, revisionId: revision.id, url });

@@ -29,7 +29,7 @@ export const JOURNAL_RECORD_VERSION = 1;
 /** The outcome of {@link decodeJournalRecord}. */
 export type DecodeJournalRecordResult = { ok: true; record: JournalRecord } | { ok: false; reason: string };
 
-const ROUTES: ReadonlySet<string> = new Set<ApiRoute>(['generations', 'chat.completions', 'completions']);
+const ROUTES: ReadonlySet<string> = new Set<ApiRoute>(['generations', 'chat.completions', 'completions', 'embeddings']);
 const STATUSES: ReadonlySet<string> = new Set<UsageStatus>(['completed', 'cancelled', 'deadline', 'failed', 'filtered']);
 const FINISH_REASONS: ReadonlySet<string> = new Set<FinishReason>(['stop', 'length', 'cancelled', 'deadline', 'error', 'content_filter', 'tool_calls']);
 const SOURCES: ReadonlySet<string> = new Set(['reported', 'counted', 'estimated']);

@@ -11,6 +11,7 @@ describe('usage record codec', () => {
       buildUsageRecord(6, { useCase: 'support.summaries' }),
       buildUsageRecord(7, { cacheHit: 'exact' }),
       buildUsageRecord(8, { cacheHit: 'semantic' }),
+      buildUsageRecord(9, { route: 'embeddings', outputTokens: 0 }),
     ]) {
       const data = encodeUsageRecord(r);
       const wire = JSON.parse(new TextDecoder().decode(data));
@@ -34,7 +35,7 @@ describe('usage record codec', () => {
     ['version 2', { ...valid, v: 2 }, /version/],
     ['numeric generationId', { ...valid, generationId: 7 }, /generationId/],
     ['empty generationId', { ...valid, generationId: '' }, /generationId/],
-    ['unknown route', { ...valid, route: 'embeddings' }, /route/],
+    ['unknown route', { ...valid, route: 'moderations' }, /route/],
     ['unknown status', { ...valid, status: 'ok' }, /status/],
     ['unknown finishReason', { ...valid, finishReason: 'eos' }, /finishReason/],
     ['negative tokens', { ...valid, inputTokens: -1 }, /inputTokens/],

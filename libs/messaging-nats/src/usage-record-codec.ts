@@ -7,7 +7,7 @@ export const USAGE_RECORD_WIRE_VERSION = 1;
 /** The outcome of {@link decodeUsageRecord}: the record, or why the message was refused. */
 export type DecodeUsageRecordResult = { ok: true; record: UsageRecord } | { ok: false; reason: string };
 
-const ROUTES: ReadonlySet<ApiRoute> = new Set<ApiRoute>(['generations', 'chat.completions', 'completions']);
+const ROUTES: ReadonlySet<ApiRoute> = new Set<ApiRoute>(['generations', 'chat.completions', 'completions', 'embeddings']);
 const STATUSES: ReadonlySet<UsageStatus> = new Set<UsageStatus>(['completed', 'cancelled', 'deadline', 'failed', 'filtered']);
 const FINISH_REASONS: ReadonlySet<FinishReason> = new Set<FinishReason>([
   'stop',

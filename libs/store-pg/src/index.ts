@@ -71,3 +71,4 @@ export { fsyncDirectoryTree } from './journal/fsync-tree';
 export { applyIsolating, isDataError, type RejectedSettlement } from './settlement-isolation';
 export { ensurePrivateDir, preparePrivateDataDir, privatizeTree, PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, restrictUmask } from './private-data-dir';
 export { createPgExactCacheTier, type PgExactCacheTier, type PgExactCacheTierOptions } from './pg-exact-cache-tier';
+export { createPgSemanticStore, purgeExpiredSemanticEntries, type PgSemanticStoreOptions } from './semantic-store';

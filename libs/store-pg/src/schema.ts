@@ -441,3 +441,26 @@ export interface ResponseCacheTable {
 export interface WeirSchema {
   response_cache: ResponseCacheTable;
 }
+
+// ---- Semantic cache (migration 0014) --------------------------------------------------------
+
+/** `semantic_cache_entries` (migration 0014): the semantic cache tier's entries, by partition key. */
+export interface SemanticCacheEntriesTable {
+  id: Generated<string>;
+  tenant_key: string;
+  /** The partition's full key (`partitionKeyOf` of `@weir/cache`). */
+  partition_key: string;
+  dims: number;
+  /** Unit float32 vector, little-endian. */
+  vector: Buffer;
+  guard: JsonbColumn<Record<string, unknown>>;
+  answer: JsonbColumn<Record<string, unknown>>;
+  stored_at_ms: ColumnType<string, number, number>;
+  expires_at_ms: ColumnType<string, number, number>;
+  last_used_ms: ColumnType<string, number, number>;
+}
+
+/** The semantic cache table, merged into the whole schema. */
+export interface WeirSchema {
+  semantic_cache_entries: SemanticCacheEntriesTable;
+}

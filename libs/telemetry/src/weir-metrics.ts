@@ -12,8 +12,8 @@ import {
   TTFT_BUCKETS_S,
 } from './metric-names';
 
-/** `gen_ai.operation.name`: `chat` (/v1/chat/completions), `text_completion` (/v1/completions), `generation` (/v1/generations). */
-export type GenAiOperation = 'chat' | 'text_completion' | 'generation';
+/** `gen_ai.operation.name`: `chat` (/v1/chat/completions), `text_completion` (/v1/completions), `generation` (/v1/generations), `embeddings` (/v1/embeddings). */
+export type GenAiOperation = 'chat' | 'text_completion' | 'generation' | 'embeddings';
 
 /** How a request ended: the ledger's `UsageStatus`, or `rejected` before it reached an engine. */
 export type RequestStatus = UsageStatus | 'rejected';

@@ -1,4 +1,13 @@
-import { type EngineAdapter, type EngineEvent, type EngineRequest, type GenerationInput, WeirError } from '@weir/core';
+import { type EmbeddingItem, type EngineAdapter, type EngineEvent, type EngineRequest, type GenerationInput, WeirError, encodeEmbeddingDelta } from '@weir/core';
+
+/**
+ * The scripted engine's vector of an embedding item: 4 dimensions — its length (characters or
+ * tokens), the sum of its char codes (or token ids) mod 1,000, 1 and -1 — so tests can predict it.
+ */
+export function scriptedEmbedding(item: EmbeddingItem): number[] {
+  const codes = typeof item === 'string' ? [...item].map((c) => c.codePointAt(0) as number) : item;
+  return [codes.length, codes.reduce((a, b) => a + b, 0) % 1_000, 1, -1];
+}
 
 /**
  * What a {@link createScriptedEngine} generation does, read from the request's input: the
@@ -38,6 +47,7 @@ export function scriptInput(script: EngineScript): GenerationInput {
 }
 
 function scriptOf(input: GenerationInput): EngineScript {
+  if (input.kind === 'embedding') return { tokens: 0 };
   const text = input.kind === 'text' ? input.text : (input.messages[input.messages.length - 1]?.content ?? '');
   try {
     const parsed = JSON.parse(text) as Partial<EngineScript>;
@@ -80,6 +90,15 @@ export function createScriptedEngine(): ScriptedEngine {
     async *generate(request): AsyncIterable<EngineEvent> {
       const { signal, ...rest } = request;
       requests.push(structuredClone(rest));
+      if (request.input.kind === 'embedding') {
+        // One vector per item: scriptedEmbedding of its text (or token ids), SCRIPTED_INPUT_TOKENS per item.
+        for (const item of request.input.items) {
+          if (signal.aborted) break;
+          yield { type: 'delta', text: encodeEmbeddingDelta(scriptedEmbedding(item)), tokens: 0 };
+        }
+        yield { type: 'end', reason: signal.aborted ? 'aborted' : 'stop', usage: { inputTokens: SCRIPTED_INPUT_TOKENS * request.input.items.length, outputTokens: 0 }, usageSource: 'reported' };
+        return;
+      }
       const script = scriptOf(request.input);
       const limit = Math.min(script.tokens, request.maxOutputTokens);
       let n = 0;

@@ -55,6 +55,7 @@ const ROUTES: Record<ApiRoute, relayV1.ApiRoute> = {
   generations: relayV1.ApiRoute.GENERATIONS,
   'chat.completions': relayV1.ApiRoute.CHAT_COMPLETIONS,
   completions: relayV1.ApiRoute.COMPLETIONS,
+  embeddings: relayV1.ApiRoute.EMBEDDINGS,
 };
 
 const ROLES: Record<ChatRole, relayV1.ChatRole> = {
@@ -92,6 +93,15 @@ export function isRelayLost(outcome: GenerationOutcome): outcome is RelayLostOut
 }
 
 function inputToWire(input: GenerationInput): relayV1.EngineRequest['input'] {
+  if (input.kind === 'embedding') {
+    return {
+      case: 'embedding',
+      value: create(relayV1.EmbeddingInputSchema, {
+        items: input.items.map((item) => ({ item: typeof item === 'string' ? { case: 'text' as const, value: item } : { case: 'tokens' as const, value: { ids: item } } })),
+        dimensions: input.dimensions,
+      }),
+    };
+  }
   return input.kind === 'text'
     ? { case: 'text', value: input.text }
     : {
@@ -125,6 +135,12 @@ function inputFromWire(input: relayV1.EngineRequest['input']): GenerationInput {
           }),
         ),
       };
+    case 'embedding':
+      return defined({
+        kind: 'embedding' as const,
+        items: input.value.items.map((i) => (i.item.case === 'text' ? i.item.value : i.item.case === 'tokens' ? [...i.item.value.ids] : malformed('engine_request.input.embedding item is empty'))),
+        dimensions: input.value.dimensions,
+      });
     case undefined:
       return malformed('engine_request.input is missing');
   }

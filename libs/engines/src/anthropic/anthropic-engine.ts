@@ -149,7 +149,7 @@ export function createAnthropicEngine(options: AnthropicEngineOptions, deps: Ant
   }
 
   const asChat = (input: GenerationInput): GenerationInput =>
-    input.kind === 'chat' ? input : { kind: 'chat', messages: [{ role: 'user', content: input.text }] };
+    input.kind === 'text' ? { kind: 'chat', messages: [{ role: 'user', content: input.text }] } : input;
   const countInputTokens = (input: GenerationInput, limit?: number): Promise<number> => {
     if (tokenizer?.ready()) return countInputWith(asChat(input), tokenizer.count, limit);
     if (tokenizer) tokenizer.load().catch((err: unknown) => logger.warn({ tokenizer: tokenizer.name, err }, 'tokenizer failed to load'));

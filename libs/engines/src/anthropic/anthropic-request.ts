@@ -79,6 +79,7 @@ function toolInput(call: ToolCall): Record<string, unknown> {
  */
 export function toAnthropicPrompt(input: GenerationInput): AnthropicPrompt {
   if (input.kind === 'text') return { messages: [{ role: 'user', content: input.text }] };
+  if (input.kind === 'embedding') throw new WeirError('invalid_request', "Anthropic's Messages API serves no embeddings", { param: 'model' });
   const system: string[] = [];
   const messages: AnthropicMessage[] = [];
   const push = (role: AnthropicMessage['role'], content: string | AnthropicContentBlock[]) => {

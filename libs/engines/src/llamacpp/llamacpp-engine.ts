@@ -1,9 +1,10 @@
 import type { EngineAdapter, EngineCapacity, EngineEvent, EngineRequest, LlamaCppEngineSpec } from '@weir/core';
-import { WeirError, createAsyncQueue } from '@weir/core';
+import { type EmbeddingInput, WeirError, createAsyncQueue, encodeEmbeddingDelta } from '@weir/core';
 import type {
   Llama,
   LlamaContext,
   LlamaContextSequence,
+  LlamaEmbeddingContext,
   LlamaGrammar,
   LlamaModel,
   Token,
@@ -43,7 +44,16 @@ export interface LlamaCppEngine extends EngineAdapter {
 }
 
 /** Options of {@link createLlamaCppEngine}: the engine spec with its model path resolved. */
-export type LlamaCppEngineOptions = LlamaCppEngineSpec & { modelPath: string };
+export type LlamaCppEngineOptions = LlamaCppEngineSpec & {
+  modelPath: string;
+  /**
+   * The revision is an embedding revision (`kind: embedding`): only an embedding context is
+   * created (no generation context, no KV cache for `sequences`), and only embedding inputs
+   * are served. Default false: a generation context; an embedding input then gets an
+   * embedding context created on first use.
+   */
+  embeddingOnly?: boolean;
+};
 
 /**
  * Default temperature when a request gives none: 0.8, llama.cpp server's default. Requests
@@ -145,17 +155,26 @@ export async function createLlamaCppEngine(
   const llama = await loadLlama(nlc, logger);
   const loadStarted = performance.now();
   const model: LlamaModel = await llama.loadModel({ modelPath: spec.modelPath });
-  const context: LlamaContext = await model.createContext({
-    contextSize: spec.contextSize,
-    sequences: spec.sequences,
-    threads: spec.threads,
-  });
+  const context: LlamaContext | undefined = spec.embeddingOnly
+    ? undefined
+    : await model.createContext({
+        contextSize: spec.contextSize,
+        sequences: spec.sequences,
+        threads: spec.threads,
+      });
   const free: LlamaContextSequence[] = [];
-  for (let i = 0; i < spec.sequences; i += 1) {
+  for (let i = 0; context && i < spec.sequences; i += 1) {
     const sequence = context.getSequence();
     if (spec.testTokenDelayMs > 0) slowDownSequence(sequence, spec.testTokenDelayMs);
     free.push(sequence);
   }
+  // The embedding context: at once for an embedding revision, else on the first embedding input.
+  let embeddingContext: Promise<LlamaEmbeddingContext> | undefined = spec.embeddingOnly
+    ? model.createEmbeddingContext({ contextSize: spec.contextSize, threads: spec.threads })
+    : undefined;
+  if (embeddingContext) await embeddingContext;
+  // One embedding context evaluates one input at a time: calls queue here, in arrival order.
+  let embeddingTurn: Promise<unknown> = Promise.resolve();
   logger.info(
     { sequences: spec.sequences, contextSize: spec.contextSize, threads: spec.threads, loadMs: Math.round(performance.now() - loadStarted) },
     'llama.cpp engine loaded',
@@ -219,9 +238,62 @@ export async function createLlamaCppEngine(
       sequenceWaiters.push(done);
     });
 
+  // Token ids a token-array embedding input may hold: 0 … vocabulary − 1 (the GGUF's token list; read once).
+  const vocabulary = (model.fileInfo.metadata as { tokenizer?: { ggml?: { tokens?: readonly unknown[] } } }).tokenizer?.ggml?.tokens?.length;
+  /** Tokens of one embedding item as the embedding context evaluates it (BOS included for a text). */
+  const embeddingTokens = (item: string | number[]): Token[] => (typeof item === 'string' ? tokenizePrompt(item) : (item as Token[]));
+
+  /**
+   * An embedding input: one vector per item ({@link encodeEmbeddingDelta}), in order, then `end`
+   * `stop` with the items' tokens as input and no output. Items run one after another on the
+   * embedding context; the signal is checked between items (an item being evaluated finishes).
+   */
+  async function* embed(input: EmbeddingInput, request: EngineRequest): AsyncGenerator<EngineEvent, void, undefined> {
+    if (input.dimensions !== undefined && input.dimensions !== model.embeddingVectorSize) {
+      throw new WeirError('invalid_request', `this model's embeddings have ${model.embeddingVectorSize} dimensions and cannot be shortened; leave out \`dimensions\``, { param: 'dimensions' });
+    }
+    const itemTokens = input.items.map(embeddingTokens);
+    for (const [i, tokens] of itemTokens.entries()) {
+      if (tokens.length > spec.contextSize) {
+        throw new WeirError('context_length_exceeded', `input[${i}] is ${tokens.length} tokens; the embedding context holds ${spec.contextSize}`, { param: 'input' });
+      }
+      if (typeof input.items[i] !== 'string' && vocabulary !== undefined && tokens.some((t) => !Number.isInteger(t) || t < 0 || t >= vocabulary)) {
+        throw new WeirError('invalid_request', `input[${i}] holds a token id outside this model's vocabulary (0 to ${vocabulary - 1})`, { param: 'input' });
+      }
+    }
+    const inputTokens = itemTokens.reduce((n, t) => n + t.length, 0);
+    const ctx = await (embeddingContext ??= model.createEmbeddingContext({ contextSize: spec.contextSize, threads: spec.threads }));
+    let done = 0;
+    for (const tokens of itemTokens) {
+      if (request.signal.aborted) break;
+      const turn = embeddingTurn.then(() => ctx.getEmbeddingFor(tokens));
+      embeddingTurn = turn.catch(() => undefined);
+      let vector: readonly number[];
+      try {
+        vector = (await turn).vector;
+      } catch (error) {
+        logger.error({ generationId: request.generationId, err: error }, 'llama.cpp embedding failed');
+        throw new WeirError('internal', 'engine embedding failed', { cause: error });
+      }
+      counters.promptTokens += tokens.length;
+      done += tokens.length;
+      yield { type: 'delta', text: encodeEmbeddingDelta(vector), tokens: 0 };
+    }
+    counters.completed += 1;
+    // Stopped between items: the items evaluated so far are billed.
+    yield request.signal.aborted
+      ? { type: 'end', reason: 'aborted', usage: { inputTokens: done, outputTokens: 0 }, usageSource: 'reported' }
+      : { type: 'end', reason: 'stop', usage: { inputTokens, outputTokens: 0 }, usageSource: 'reported' };
+  }
+
   async function* generate(request: EngineRequest): AsyncGenerator<EngineEvent, void, undefined> {
     refuseTools(request, 'llama.cpp');
     if (closed) throw new WeirError('engine_unavailable', 'engine is closed', { retryable: true });
+    if (request.input.kind === 'embedding') {
+      yield* embed(request.input, request);
+      return;
+    }
+    if (!context) throw new WeirError('invalid_request', 'this revision is an embedding model: it serves POST /v1/embeddings only', { param: 'model' });
     const prompt = tokenizePrompt(renderPlainPrompt(request.input));
     // LlamaCompletion prepends BOS itself; pass the prompt without it.
     const promptTokens = bos == null ? prompt : prompt.slice(1);
@@ -339,6 +411,7 @@ export async function createLlamaCppEngine(
     // tiny model): a long prompt is tokenized in slices with the event loop turning between
     // them, and no further than just past the context window (issue 14 part 2).
     countInputTokens: async (input, limit) => {
+      if (input.kind === 'embedding') return input.items.reduce((n, item) => n + (typeof item === 'string' ? tokenizePrompt(item).length : item.length), 0);
       const text = renderPlainPrompt(input);
       if (text.length <= COUNT_SLICE_CHARS) return tokenizePrompt(text).length;
       return (bos == null ? 0 : 1) + (await countInSlices(text, (slice) => model.tokenize(slice).length, limit));
@@ -348,7 +421,9 @@ export async function createLlamaCppEngine(
       if (closed) return;
       closed = true;
       await Promise.allSettled([...running]);
-      await context.dispose();
+      await embeddingTurn;
+      if (embeddingContext) await (await embeddingContext).dispose();
+      await context?.dispose();
       await model.dispose();
     },
   };

@@ -12,6 +12,8 @@ import type { GenerationInput } from '@weir/core';
  */
 export function renderPlainPrompt(input: GenerationInput): string {
   if (input.kind === 'text') return input.text;
+  // Never asked of an embedding input (the engine embeds each item); its items, one per line.
+  if (input.kind === 'embedding') return input.items.filter((i): i is string => typeof i === 'string').join('\n');
   const first = input.messages.filter((m) => m.role === 'system' || m.role === 'developer');
   const rest = input.messages.filter((m) => m.role !== 'system' && m.role !== 'developer');
   return [...first, ...rest].map((m) => m.content).join('\n');

@@ -1,6 +1,7 @@
 import type {
   ChatMessage,
   EngineAdapter,
+  EmbeddingInput,
   EngineEvent,
   EngineRequest,
   GenerationInput,
@@ -20,6 +21,7 @@ import { createContentChunkReader } from './content-chunk';
 import { createSseDataReader } from './sse-data-reader';
 import { readUpstreamText, startUpstreamCall, type UpstreamCall, type UpstreamHead } from './upstream-call';
 import { inBandError, upstreamStatusError } from './upstream-errors';
+import { embedUpstream } from './upstream-embeddings';
 import { classifyUpstreamFailure, createStreamWatchdog } from './upstream-watchdog';
 
 /** Context tokens declared in `capacity` when the options give none: 8,192. */
@@ -38,6 +40,8 @@ const MAX_ERROR_BODY_BYTES = 64 * 1024;
 export type OpenAICompatibleEngineOptions = OpenAICompatibleEngineSpec & {
   /** Context tokens per request declared in `capacity`. Default {@link OPENAI_COMPATIBLE_DEFAULT_CONTEXT_TOKENS}. */
   contextTokens?: number;
+  /** An embedding revision whose upstream takes OpenAI's `dimensions` (`EmbeddingSpec.variableDimensions`): it is passed through. Default false. */
+  variableDimensions?: boolean;
 };
 
 /** Dependencies of {@link createOpenAICompatibleEngine}. */
@@ -137,6 +141,7 @@ export function createOpenAICompatibleEngine(
   // The input as the upstream receives it: text becomes one user message on the chat API;
   // chat messages are joined with newlines on the completions API.
   const toUpstreamInput = (input: GenerationInput): GenerationInput => {
+    if (input.kind === 'embedding') return input;
     if (spec.api === 'completions') {
       return input.kind === 'text' ? input : { kind: 'text', text: input.messages.map((m) => m.content).join('\n') };
     }
@@ -154,6 +159,7 @@ export function createOpenAICompatibleEngine(
     const { sampling } = request;
     const body: Record<string, unknown> = { model: spec.upstreamModel };
     const input = toUpstreamInput(request.input);
+    if (input.kind === 'embedding') throw new WeirError('internal', 'an embedding input reached the generation body');
     if (input.kind === 'text') {
       body.prompt = input.text;
       body.max_tokens = request.maxOutputTokens;
@@ -185,6 +191,22 @@ export function createOpenAICompatibleEngine(
     const key = spec.apiKeyEnv ? env[spec.apiKeyEnv] : undefined;
     if (key) headers.authorization = `Bearer ${key}`;
     return headers;
+  }
+
+  /** An embedding revision's request: `POST {baseUrl}/embeddings` (`upstream-embeddings.ts`), egress-checked like every call. */
+  const embeddingsUrl = new URL(`${base}/embeddings`);
+  async function* embeddings(input: EmbeddingInput, request: EngineRequest): AsyncGenerator<EngineEvent, void, undefined> {
+    if (egressProblem) throw new WeirError('engine_unavailable', 'this upstream is not allowed by the egress policy (the service log says why)', { cause: new Error(egressProblem) });
+    yield* embedUpstream(input, {
+      url: embeddingsUrl,
+      upstreamModel: spec.upstreamModel,
+      headers: buildHeaders(request),
+      dispatcher,
+      timeoutMs: spec.firstTokenTimeoutMs,
+      signal: request.signal,
+      passDimensions: spec.variableDimensions === true,
+      countInput: async () => (tokenizer?.ready() ? { tokens: await countInputWith(input, tokenizer.count), source: 'counted' } : { tokens: await countInputWith(input, utf8TokenUpperBound), source: 'estimated' }),
+    });
   }
 
   /** Weir's engine extension: `POST {origin}/v1/stop/{generation id}` (fire and forget). */
@@ -486,7 +508,10 @@ export function createOpenAICompatibleEngine(
     countInputTokens,
     // Batches for consumers that take them (the relay); one event at a time for any other.
     // (An item-by-item reader that aborts mid-batch gets no further deltas of it, as before.)
-    generate: (request: EngineRequest) => batchedIterable(generateBatches(request), { skipWhenIterating: (ev) => ev.type === 'delta' && request.signal.aborted }),
+    generate: (request: EngineRequest) =>
+      request.input.kind === 'embedding'
+        ? embeddings(request.input, request)
+        : batchedIterable(generateBatches(request), { skipWhenIterating: (ev) => ev.type === 'delta' && request.signal.aborted }),
     async close() {
       for (const cutter of inFlight) cutter.abort(new Error('engine closed'));
     },

@@ -29,7 +29,13 @@ export function createRemoteTokenCounter(options: RemoteTokenCounterOptions): To
   const timeoutMs = options.timeoutMs ?? 1_000;
   const endpoints = options.baseUrls.map((u) => `${u.replace(/\/v1\/?$/, '')}/tokenize`);
   let next = 0;
-  return async (input) => {
+  const counter: TokenCounter = async (input, limit) => {
+    if (input.kind === 'embedding') {
+      // Each item counted on its own (a token array is its own count).
+      let sum = 0;
+      for (const item of input.items) sum += typeof item === 'string' ? await counter({ kind: 'text', text: item }, limit) : item.length;
+      return sum;
+    }
     const body = JSON.stringify({ input: input.kind === 'text' ? input.text : input.messages.map((m) => ({ role: m.role, content: m.content })) });
     for (let i = 0; i < endpoints.length; i++) {
       const url = endpoints[(next + i) % endpoints.length];
@@ -55,4 +61,5 @@ export function createRemoteTokenCounter(options: RemoteTokenCounterOptions): To
     }
     return countInputWith(input, utf8TokenUpperBound);
   };
+  return counter;
 }

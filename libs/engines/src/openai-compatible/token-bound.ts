@@ -27,6 +27,7 @@ export function utf8TokenUpperBound(text: string): number {
  * Counts (or bounds) the prompt tokens of an input.
  *
  * - `text`: `count(text)`.
+ * - `embedding`: Σ over items of `count(item)` for a text, its length for a token array.
  * - `chat`: Σ over messages of (`count(content)` + `count(name)` when set +
  *   {@link CHAT_MESSAGE_OVERHEAD_TOKENS} + per tool call of an assistant message `count(id)` +
  *   `count(name)` + `count(arguments)` + {@link CHAT_MESSAGE_OVERHEAD_TOKENS} + `count(toolCallId)`
@@ -48,6 +49,15 @@ export async function countInputWith(
   limit = Number.POSITIVE_INFINITY,
 ): Promise<number> {
   if (input.kind === 'text') return count(input.text, limit);
+  if (input.kind === 'embedding') {
+    // Embeddings: the items' tokens, no template overhead (a token array is its own count).
+    let sum = 0;
+    for (const item of input.items) {
+      if (sum > limit) break;
+      sum += typeof item === 'string' ? await count(item, limit - sum) : item.length;
+    }
+    return sum;
+  }
   let total = CHAT_REPLY_PRIMING_TOKENS;
   // Each text is counted against what is left of `limit`; past it, the rest is not counted.
   const add = async (text: string) => {

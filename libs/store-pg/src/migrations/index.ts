@@ -12,6 +12,7 @@ import { leaseDemand } from './0011-lease-demand';
 import { internalIds } from './0012-internal-ids';
 import { redactionProfiles } from './0015-redaction-profiles';
 import { responseCache } from './0013-response-cache';
+import { semanticCache } from './0014-semantic-cache';
 
 /**
  * Weir's one migration history, for PGlite and Postgres alike. Names sort in the order they
@@ -33,6 +34,7 @@ export const MIGRATIONS: Readonly<Record<string, Migration>> = Object.freeze({
   '0012_internal_ids': internalIds,
   '0015_redaction_profiles': redactionProfiles,
   '0013_response_cache': responseCache,
+  '0014_semantic_cache': semanticCache,
 });
 
 /** An in-code kysely {@link MigrationProvider} over {@link MIGRATIONS} (no filesystem scan). */

@@ -15,7 +15,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file weir/relay/v1/relay.proto.
  */
 export const file_weir_relay_v1_relay: GenFile = /*@__PURE__*/
-  fileDesc("Chl3ZWlyL3JlbGF5L3YxL3JlbGF5LnByb3RvEg13ZWlyLnJlbGF5LnYxIroBCgtDaGF0TWVzc2FnZRIlCgRyb2xlGAEgASgOMhcud2Vpci5yZWxheS52MS5DaGF0Um9sZRIPCgdjb250ZW50GAIgASgJEhEKBG5hbWUYAyABKAlIAIgBARIrCgp0b29sX2NhbGxzGAQgAygLMhcud2Vpci5yZWxheS52MS5Ub29sQ2FsbBIZCgx0b29sX2NhbGxfaWQYBSABKAlIAYgBAUIHCgVfbmFtZUIPCg1fdG9vbF9jYWxsX2lkIjcKCFRvb2xDYWxsEgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSEQoJYXJndW1lbnRzGAMgASgJIoQBCg1Ub29sQ2FsbERlbHRhEg0KBWluZGV4GAEgASgNEg8KAmlkGAIgASgJSACIAQESEQoEbmFtZRgDIAEoCUgBiAEBEhwKD2FyZ3VtZW50c19kZWx0YRgEIAEoCUgCiAEBQgUKA19pZEIHCgVfbmFtZUISChBfYXJndW1lbnRzX2RlbHRhIjkKCUNoYXRJbnB1dBIsCghtZXNzYWdlcxgBIAMoCzIaLndlaXIucmVsYXkudjEuQ2hhdE1lc3NhZ2UifAoIU2FtcGxpbmcSGAoLdGVtcGVyYXR1cmUYASABKAFIAIgBARISCgV0b3BfcBgCIAEoAUgBiAEBEhEKBHNlZWQYAyABKANIAogBARIMCgRzdG9wGAQgAygJQg4KDF90ZW1wZXJhdHVyZUIICgZfdG9wX3BCBwoFX3NlZWQi5gIKDUVuZ2luZVJlcXVlc3QSDgoEdGV4dBgBIAEoCUgAEigKBGNoYXQYAiABKAsyGC53ZWlyLnJlbGF5LnYxLkNoYXRJbnB1dEgAEhkKEW1heF9vdXRwdXRfdG9rZW5zGAMgASgNEikKCHNhbXBsaW5nGAQgASgLMhcud2Vpci5yZWxheS52MS5TYW1wbGluZxIfChJvdXRwdXRfc2NoZW1hX2pzb24YBSABKAlIAYgBARIXCgp0b29sc19qc29uGAYgASgJSAKIAQESHQoQdG9vbF9jaG9pY2VfanNvbhgHIAEoCUgDiAEBEiAKE3BhcmFsbGVsX3Rvb2xfY2FsbHMYCCABKAhIBIgBAUIHCgVpbnB1dEIVChNfb3V0cHV0X3NjaGVtYV9qc29uQg0KC190b29sc19qc29uQhMKEV90b29sX2Nob2ljZV9qc29uQhYKFF9wYXJhbGxlbF90b29sX2NhbGxzIscECghSZWxheUpvYhIVCg1nZW5lcmF0aW9uX2lkGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkSJgoFcm91dGUYAyABKA4yFy53ZWlyLnJlbGF5LnYxLkFwaVJvdXRlEiYKBmNhbGxlchgEIAEoCzIWLndlaXIuY29tbW9uLnYxLkNhbGxlchITCgttb2RlbF9hbGlhcxgFIAEoCRIqCghyZXZpc2lvbhgGIAEoCzIYLndlaXIuY29tbW9uLnYxLlJldmlzaW9uEhIKCnJlcGxpY2FfaWQYByABKAkSNAoOZW5naW5lX3JlcXVlc3QYCCABKAsyHC53ZWlyLnJlbGF5LnYxLkVuZ2luZVJlcXVlc3QSFgoOYXJyaXZlZF9tc19hZ28YCSABKAESFgoOZGVhZGxpbmVfaW5fbXMYCiABKAESEAoIcXVldWVfbXMYCyABKAESFAoMaW5wdXRfdG9rZW5zGAwgASgNEhUKCHVzZV9jYXNlGA0gASgJSACIAQESIAoYcmV0cnlfYmVmb3JlX2ZpcnN0X3Rva2VuGA4gASgIEjcKDnByaW9yX2F0dGVtcHRzGA8gAygLMh8ud2Vpci5jb21tb24udjEuVXBzdHJlYW1BdHRlbXB0EjMKC3Jlc2VydmF0aW9uGBAgASgLMh4ud2Vpci5jb21tb24udjEuUmVzZXJ2YXRpb25SZWYSKQoGcmV0YWluGBEgASgLMhkud2Vpci5yZWxheS52MS5SZXRhaW5TcGVjQgsKCV91c2VfY2FzZSJfCgpSZXRhaW5TcGVjEgsKA2tleRgBIAEoCRITCgtib2R5X3NoYTI1NhgCIAEoCRIRCgljcmVhdGVkX3MYAyABKAMSHAoUcmV0YWluX3VudGlsX3VuaXhfbXMYBCABKAMiNwoPR2VuZXJhdGVSZXF1ZXN0EiQKA2pvYhgBIAEoCzIXLndlaXIucmVsYXkudjEuUmVsYXlKb2IiVwoFRGVsdGESDAoEdGV4dBgBIAEoCRIOCgZ0b2tlbnMYAiABKA0SMAoKdG9vbF9jYWxscxgDIAMoCzIcLndlaXIucmVsYXkudjEuVG9vbENhbGxEZWx0YSIuCgZEZWx0YXMSJAoGZGVsdGFzGAEgAygLMhQud2Vpci5yZWxheS52MS5EZWx0YSI5CgNFbmQSMgoHb3V0Y29tZRgBIAEoCzIhLndlaXIuY29tbW9uLnYxLkdlbmVyYXRpb25PdXRjb21lIo4BChBHZW5lcmF0ZVJlc3BvbnNlEiUKBWRlbHRhGAEgASgLMhQud2Vpci5yZWxheS52MS5EZWx0YUgAEiEKA2VuZBgCIAEoCzISLndlaXIucmVsYXkudjEuRW5kSAASJwoGZGVsdGFzGAMgASgLMhUud2Vpci5yZWxheS52MS5EZWx0YXNIAEIHCgVldmVudCJNCgtTdG9wUmVxdWVzdBIVCg1nZW5lcmF0aW9uX2lkGAEgASgJEicKBWNhdXNlGAIgASgOMhgud2Vpci5yZWxheS52MS5TdG9wQ2F1c2UiDgoMU3RvcFJlc3BvbnNlKnsKCEFwaVJvdXRlEhkKFUFQSV9ST1VURV9VTlNQRUNJRklFRBAAEhkKFUFQSV9ST1VURV9HRU5FUkFUSU9OUxABEh4KGkFQSV9ST1VURV9DSEFUX0NPTVBMRVRJT05TEAISGQoVQVBJX1JPVVRFX0NPTVBMRVRJT05TEAMqlQEKCENoYXRSb2xlEhkKFUNIQVRfUk9MRV9VTlNQRUNJRklFRBAAEhQKEENIQVRfUk9MRV9TWVNURU0QARIXChNDSEFUX1JPTEVfREVWRUxPUEVSEAISEgoOQ0hBVF9ST0xFX1VTRVIQAxIXChNDSEFUX1JPTEVfQVNTSVNUQU5UEAQSEgoOQ0hBVF9ST0xFX1RPT0wQBSqKAQoJU3RvcENhdXNlEhoKFlNUT1BfQ0FVU0VfVU5TUEVDSUZJRUQQABIiCh5TVE9QX0NBVVNFX0NMSUVOVF9ESVNDT05ORUNURUQQARIfChtTVE9QX0NBVVNFX0NBTkNFTF9SRVFVRVNURUQQAhIcChhTVE9QX0NBVVNFX0lOUFVUX0ZMQUdHRUQQAzKjAQoMUmVsYXlTZXJ2aWNlEk0KCEdlbmVyYXRlEh4ud2Vpci5yZWxheS52MS5HZW5lcmF0ZVJlcXVlc3QaHy53ZWlyLnJlbGF5LnYxLkdlbmVyYXRlUmVzcG9uc2UwARJECgRTdG9wEhoud2Vpci5yZWxheS52MS5TdG9wUmVxdWVzdBobLndlaXIucmVsYXkudjEuU3RvcFJlc3BvbnNlIgOQAgJiBnByb3RvMw", [file_weir_common_v1_common]);
+  fileDesc("Chl3ZWlyL3JlbGF5L3YxL3JlbGF5LnByb3RvEg13ZWlyLnJlbGF5LnYxIroBCgtDaGF0TWVzc2FnZRIlCgRyb2xlGAEgASgOMhcud2Vpci5yZWxheS52MS5DaGF0Um9sZRIPCgdjb250ZW50GAIgASgJEhEKBG5hbWUYAyABKAlIAIgBARIrCgp0b29sX2NhbGxzGAQgAygLMhcud2Vpci5yZWxheS52MS5Ub29sQ2FsbBIZCgx0b29sX2NhbGxfaWQYBSABKAlIAYgBAUIHCgVfbmFtZUIPCg1fdG9vbF9jYWxsX2lkIjcKCFRvb2xDYWxsEgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSEQoJYXJndW1lbnRzGAMgASgJIoQBCg1Ub29sQ2FsbERlbHRhEg0KBWluZGV4GAEgASgNEg8KAmlkGAIgASgJSACIAQESEQoEbmFtZRgDIAEoCUgBiAEBEhwKD2FyZ3VtZW50c19kZWx0YRgEIAEoCUgCiAEBQgUKA19pZEIHCgVfbmFtZUISChBfYXJndW1lbnRzX2RlbHRhIjkKCUNoYXRJbnB1dBIsCghtZXNzYWdlcxgBIAMoCzIaLndlaXIucmVsYXkudjEuQ2hhdE1lc3NhZ2UiFwoIVG9rZW5JZHMSCwoDaWRzGAEgAygNIlIKDUVtYmVkZGluZ0l0ZW0SDgoEdGV4dBgBIAEoCUgAEikKBnRva2VucxgCIAEoCzIXLndlaXIucmVsYXkudjEuVG9rZW5JZHNIAEIGCgRpdGVtImUKDkVtYmVkZGluZ0lucHV0EisKBWl0ZW1zGAEgAygLMhwud2Vpci5yZWxheS52MS5FbWJlZGRpbmdJdGVtEhcKCmRpbWVuc2lvbnMYAiABKA1IAIgBAUINCgtfZGltZW5zaW9ucyJ8CghTYW1wbGluZxIYCgt0ZW1wZXJhdHVyZRgBIAEoAUgAiAEBEhIKBXRvcF9wGAIgASgBSAGIAQESEQoEc2VlZBgDIAEoA0gCiAEBEgwKBHN0b3AYBCADKAlCDgoMX3RlbXBlcmF0dXJlQggKBl90b3BfcEIHCgVfc2VlZCKaAwoNRW5naW5lUmVxdWVzdBIOCgR0ZXh0GAEgASgJSAASKAoEY2hhdBgCIAEoCzIYLndlaXIucmVsYXkudjEuQ2hhdElucHV0SAASMgoJZW1iZWRkaW5nGAkgASgLMh0ud2Vpci5yZWxheS52MS5FbWJlZGRpbmdJbnB1dEgAEhkKEW1heF9vdXRwdXRfdG9rZW5zGAMgASgNEikKCHNhbXBsaW5nGAQgASgLMhcud2Vpci5yZWxheS52MS5TYW1wbGluZxIfChJvdXRwdXRfc2NoZW1hX2pzb24YBSABKAlIAYgBARIXCgp0b29sc19qc29uGAYgASgJSAKIAQESHQoQdG9vbF9jaG9pY2VfanNvbhgHIAEoCUgDiAEBEiAKE3BhcmFsbGVsX3Rvb2xfY2FsbHMYCCABKAhIBIgBAUIHCgVpbnB1dEIVChNfb3V0cHV0X3NjaGVtYV9qc29uQg0KC190b29sc19qc29uQhMKEV90b29sX2Nob2ljZV9qc29uQhYKFF9wYXJhbGxlbF90b29sX2NhbGxzIscECghSZWxheUpvYhIVCg1nZW5lcmF0aW9uX2lkGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkSJgoFcm91dGUYAyABKA4yFy53ZWlyLnJlbGF5LnYxLkFwaVJvdXRlEiYKBmNhbGxlchgEIAEoCzIWLndlaXIuY29tbW9uLnYxLkNhbGxlchITCgttb2RlbF9hbGlhcxgFIAEoCRIqCghyZXZpc2lvbhgGIAEoCzIYLndlaXIuY29tbW9uLnYxLlJldmlzaW9uEhIKCnJlcGxpY2FfaWQYByABKAkSNAoOZW5naW5lX3JlcXVlc3QYCCABKAsyHC53ZWlyLnJlbGF5LnYxLkVuZ2luZVJlcXVlc3QSFgoOYXJyaXZlZF9tc19hZ28YCSABKAESFgoOZGVhZGxpbmVfaW5fbXMYCiABKAESEAoIcXVldWVfbXMYCyABKAESFAoMaW5wdXRfdG9rZW5zGAwgASgNEhUKCHVzZV9jYXNlGA0gASgJSACIAQESIAoYcmV0cnlfYmVmb3JlX2ZpcnN0X3Rva2VuGA4gASgIEjcKDnByaW9yX2F0dGVtcHRzGA8gAygLMh8ud2Vpci5jb21tb24udjEuVXBzdHJlYW1BdHRlbXB0EjMKC3Jlc2VydmF0aW9uGBAgASgLMh4ud2Vpci5jb21tb24udjEuUmVzZXJ2YXRpb25SZWYSKQoGcmV0YWluGBEgASgLMhkud2Vpci5yZWxheS52MS5SZXRhaW5TcGVjQgsKCV91c2VfY2FzZSJfCgpSZXRhaW5TcGVjEgsKA2tleRgBIAEoCRITCgtib2R5X3NoYTI1NhgCIAEoCRIRCgljcmVhdGVkX3MYAyABKAMSHAoUcmV0YWluX3VudGlsX3VuaXhfbXMYBCABKAMiNwoPR2VuZXJhdGVSZXF1ZXN0EiQKA2pvYhgBIAEoCzIXLndlaXIucmVsYXkudjEuUmVsYXlKb2IiVwoFRGVsdGESDAoEdGV4dBgBIAEoCRIOCgZ0b2tlbnMYAiABKA0SMAoKdG9vbF9jYWxscxgDIAMoCzIcLndlaXIucmVsYXkudjEuVG9vbENhbGxEZWx0YSIuCgZEZWx0YXMSJAoGZGVsdGFzGAEgAygLMhQud2Vpci5yZWxheS52MS5EZWx0YSI5CgNFbmQSMgoHb3V0Y29tZRgBIAEoCzIhLndlaXIuY29tbW9uLnYxLkdlbmVyYXRpb25PdXRjb21lIo4BChBHZW5lcmF0ZVJlc3BvbnNlEiUKBWRlbHRhGAEgASgLMhQud2Vpci5yZWxheS52MS5EZWx0YUgAEiEKA2VuZBgCIAEoCzISLndlaXIucmVsYXkudjEuRW5kSAASJwoGZGVsdGFzGAMgASgLMhUud2Vpci5yZWxheS52MS5EZWx0YXNIAEIHCgVldmVudCJNCgtTdG9wUmVxdWVzdBIVCg1nZW5lcmF0aW9uX2lkGAEgASgJEicKBWNhdXNlGAIgASgOMhgud2Vpci5yZWxheS52MS5TdG9wQ2F1c2UiDgoMU3RvcFJlc3BvbnNlKpUBCghBcGlSb3V0ZRIZChVBUElfUk9VVEVfVU5TUEVDSUZJRUQQABIZChVBUElfUk9VVEVfR0VORVJBVElPTlMQARIeChpBUElfUk9VVEVfQ0hBVF9DT01QTEVUSU9OUxACEhkKFUFQSV9ST1VURV9DT01QTEVUSU9OUxADEhgKFEFQSV9ST1VURV9FTUJFRERJTkdTEAQqlQEKCENoYXRSb2xlEhkKFUNIQVRfUk9MRV9VTlNQRUNJRklFRBAAEhQKEENIQVRfUk9MRV9TWVNURU0QARIXChNDSEFUX1JPTEVfREVWRUxPUEVSEAISEgoOQ0hBVF9ST0xFX1VTRVIQAxIXChNDSEFUX1JPTEVfQVNTSVNUQU5UEAQSEgoOQ0hBVF9ST0xFX1RPT0wQBSqKAQoJU3RvcENhdXNlEhoKFlNUT1BfQ0FVU0VfVU5TUEVDSUZJRUQQABIiCh5TVE9QX0NBVVNFX0NMSUVOVF9ESVNDT05ORUNURUQQARIfChtTVE9QX0NBVVNFX0NBTkNFTF9SRVFVRVNURUQQAhIcChhTVE9QX0NBVVNFX0lOUFVUX0ZMQUdHRUQQAzKjAQoMUmVsYXlTZXJ2aWNlEk0KCEdlbmVyYXRlEh4ud2Vpci5yZWxheS52MS5HZW5lcmF0ZVJlcXVlc3QaHy53ZWlyLnJlbGF5LnYxLkdlbmVyYXRlUmVzcG9uc2UwARJECgRTdG9wEhoud2Vpci5yZWxheS52MS5TdG9wUmVxdWVzdBobLndlaXIucmVsYXkudjEuU3RvcFJlc3BvbnNlIgOQAgJiBnByb3RvMw", [file_weir_common_v1_common]);
 
 /**
  * One chat message (plain text).
@@ -149,6 +149,82 @@ export const ChatInputSchema: GenMessage<ChatInput> = /*@__PURE__*/
   messageDesc(file_weir_relay_v1_relay, 3);
 
 /**
+ * Token ids of the embedding revision's own tokenizer (OpenAI's token-array input).
+ *
+ * @generated from message weir.relay.v1.TokenIds
+ */
+export type TokenIds = Message<"weir.relay.v1.TokenIds"> & {
+  /**
+   * @generated from field: repeated uint32 ids = 1;
+   */
+  ids: number[];
+};
+
+/**
+ * Describes the message weir.relay.v1.TokenIds.
+ * Use `create(TokenIdsSchema)` to create a new message.
+ */
+export const TokenIdsSchema: GenMessage<TokenIds> = /*@__PURE__*/
+  messageDesc(file_weir_relay_v1_relay, 4);
+
+/**
+ * One input of an embedding request.
+ *
+ * @generated from message weir.relay.v1.EmbeddingItem
+ */
+export type EmbeddingItem = Message<"weir.relay.v1.EmbeddingItem"> & {
+  /**
+   * @generated from oneof weir.relay.v1.EmbeddingItem.item
+   */
+  item: {
+    /**
+     * @generated from field: string text = 1;
+     */
+    value: string;
+    case: "text";
+  } | {
+    /**
+     * @generated from field: weir.relay.v1.TokenIds tokens = 2;
+     */
+    value: TokenIds;
+    case: "tokens";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message weir.relay.v1.EmbeddingItem.
+ * Use `create(EmbeddingItemSchema)` to create a new message.
+ */
+export const EmbeddingItemSchema: GenMessage<EmbeddingItem> = /*@__PURE__*/
+  messageDesc(file_weir_relay_v1_relay, 5);
+
+/**
+ * An embedding request's input: one vector per item, in order.
+ *
+ * @generated from message weir.relay.v1.EmbeddingInput
+ */
+export type EmbeddingInput = Message<"weir.relay.v1.EmbeddingInput"> & {
+  /**
+   * @generated from field: repeated weir.relay.v1.EmbeddingItem items = 1;
+   */
+  items: EmbeddingItem[];
+
+  /**
+   * OpenAI's `dimensions`, when given.
+   *
+   * @generated from field: optional uint32 dimensions = 2;
+   */
+  dimensions?: number | undefined;
+};
+
+/**
+ * Describes the message weir.relay.v1.EmbeddingInput.
+ * Use `create(EmbeddingInputSchema)` to create a new message.
+ */
+export const EmbeddingInputSchema: GenMessage<EmbeddingInput> = /*@__PURE__*/
+  messageDesc(file_weir_relay_v1_relay, 6);
+
+/**
  * Sampling parameters; an absent field means the engine's default.
  *
  * @generated from message weir.relay.v1.Sampling
@@ -188,7 +264,7 @@ export type Sampling = Message<"weir.relay.v1.Sampling"> & {
  * Use `create(SamplingSchema)` to create a new message.
  */
 export const SamplingSchema: GenMessage<Sampling> = /*@__PURE__*/
-  messageDesc(file_weir_relay_v1_relay, 4);
+  messageDesc(file_weir_relay_v1_relay, 7);
 
 /**
  * What the engine is asked to do. Set by the gateway.
@@ -197,7 +273,7 @@ export const SamplingSchema: GenMessage<Sampling> = /*@__PURE__*/
  */
 export type EngineRequest = Message<"weir.relay.v1.EngineRequest"> & {
   /**
-   * Raw text (completion) or chat messages.
+   * Raw text (completion), chat messages, or the items of an embedding request.
    *
    * @generated from oneof weir.relay.v1.EngineRequest.input
    */
@@ -213,10 +289,16 @@ export type EngineRequest = Message<"weir.relay.v1.EngineRequest"> & {
      */
     value: ChatInput;
     case: "chat";
+  } | {
+    /**
+     * @generated from field: weir.relay.v1.EmbeddingInput embedding = 9;
+     */
+    value: EmbeddingInput;
+    case: "embedding";
   } | { case: undefined; value?: undefined };
 
   /**
-   * Hard cap on output tokens (>= 1).
+   * Hard cap on output tokens (>= 1; 0 for an embedding request).
    *
    * @generated from field: uint32 max_output_tokens = 3;
    */
@@ -261,7 +343,7 @@ export type EngineRequest = Message<"weir.relay.v1.EngineRequest"> & {
  * Use `create(EngineRequestSchema)` to create a new message.
  */
 export const EngineRequestSchema: GenMessage<EngineRequest> = /*@__PURE__*/
-  messageDesc(file_weir_relay_v1_relay, 5);
+  messageDesc(file_weir_relay_v1_relay, 8);
 
 /**
  * One generation handed to the relay. Set by the gateway.
@@ -396,7 +478,7 @@ export type RelayJob = Message<"weir.relay.v1.RelayJob"> & {
  * Use `create(RelayJobSchema)` to create a new message.
  */
 export const RelayJobSchema: GenMessage<RelayJob> = /*@__PURE__*/
-  messageDesc(file_weir_relay_v1_relay, 6);
+  messageDesc(file_weir_relay_v1_relay, 9);
 
 /**
  * What a keyed request's settlement entry needs to leave its result for retries
@@ -439,7 +521,7 @@ export type RetainSpec = Message<"weir.relay.v1.RetainSpec"> & {
  * Use `create(RetainSpecSchema)` to create a new message.
  */
 export const RetainSpecSchema: GenMessage<RetainSpec> = /*@__PURE__*/
-  messageDesc(file_weir_relay_v1_relay, 7);
+  messageDesc(file_weir_relay_v1_relay, 10);
 
 /**
  * Set by the gateway.
@@ -458,7 +540,7 @@ export type GenerateRequest = Message<"weir.relay.v1.GenerateRequest"> & {
  * Use `create(GenerateRequestSchema)` to create a new message.
  */
 export const GenerateRequestSchema: GenMessage<GenerateRequest> = /*@__PURE__*/
-  messageDesc(file_weir_relay_v1_relay, 8);
+  messageDesc(file_weir_relay_v1_relay, 11);
 
 /**
  * Output text as it is produced.
@@ -493,7 +575,7 @@ export type Delta = Message<"weir.relay.v1.Delta"> & {
  * Use `create(DeltaSchema)` to create a new message.
  */
 export const DeltaSchema: GenMessage<Delta> = /*@__PURE__*/
-  messageDesc(file_weir_relay_v1_relay, 9);
+  messageDesc(file_weir_relay_v1_relay, 12);
 
 /**
  * Several deltas of one event-loop turn in one frame, in order (the relay coalesces what
@@ -513,7 +595,7 @@ export type Deltas = Message<"weir.relay.v1.Deltas"> & {
  * Use `create(DeltasSchema)` to create a new message.
  */
 export const DeltasSchema: GenMessage<Deltas> = /*@__PURE__*/
-  messageDesc(file_weir_relay_v1_relay, 10);
+  messageDesc(file_weir_relay_v1_relay, 13);
 
 /**
  * The terminal event.
@@ -532,7 +614,7 @@ export type End = Message<"weir.relay.v1.End"> & {
  * Use `create(EndSchema)` to create a new message.
  */
 export const EndSchema: GenMessage<End> = /*@__PURE__*/
-  messageDesc(file_weir_relay_v1_relay, 11);
+  messageDesc(file_weir_relay_v1_relay, 14);
 
 /**
  * Set by the relay: deltas, then exactly one end, last.
@@ -569,7 +651,7 @@ export type GenerateResponse = Message<"weir.relay.v1.GenerateResponse"> & {
  * Use `create(GenerateResponseSchema)` to create a new message.
  */
 export const GenerateResponseSchema: GenMessage<GenerateResponse> = /*@__PURE__*/
-  messageDesc(file_weir_relay_v1_relay, 12);
+  messageDesc(file_weir_relay_v1_relay, 15);
 
 /**
  * Set by the gateway.
@@ -595,7 +677,7 @@ export type StopRequest = Message<"weir.relay.v1.StopRequest"> & {
  * Use `create(StopRequestSchema)` to create a new message.
  */
 export const StopRequestSchema: GenMessage<StopRequest> = /*@__PURE__*/
-  messageDesc(file_weir_relay_v1_relay, 13);
+  messageDesc(file_weir_relay_v1_relay, 16);
 
 /**
  * Empty: stopping has no answer (the generation's end event reports the outcome).
@@ -610,7 +692,7 @@ export type StopResponse = Message<"weir.relay.v1.StopResponse"> & {
  * Use `create(StopResponseSchema)` to create a new message.
  */
 export const StopResponseSchema: GenMessage<StopResponse> = /*@__PURE__*/
-  messageDesc(file_weir_relay_v1_relay, 14);
+  messageDesc(file_weir_relay_v1_relay, 17);
 
 /**
  * Which public route carried the request.
@@ -643,6 +725,13 @@ export enum ApiRoute {
    * @generated from enum value: API_ROUTE_COMPLETIONS = 3;
    */
   COMPLETIONS = 3,
+
+  /**
+   * `/v1/embeddings`.
+   *
+   * @generated from enum value: API_ROUTE_EMBEDDINGS = 4;
+   */
+  EMBEDDINGS = 4,
 }
 
 /**
