@@ -458,6 +458,8 @@ const tenant = strict({
   moderation: moderationPolicySchema.optional(),
   /** Redact prompts with `redaction_profile` before they are sent upstream (billing counts what was sent). */
   redact_upstream: z.boolean({ error: expecting('true or false') }).default(false),
+  /** The response cache (docs/caching.md). */
+  cache: section(tenantCache.optional()),
 });
 
 /** A custom RE2 pattern of a redaction profile (compiled and checked in parse-config.ts). */
@@ -473,8 +475,6 @@ const redactionProfile = strict({
   replacement: z.enum(['tag', 'hash'], { error: expecting("'tag' or 'hash'") }).default('tag'),
   entropy_min_length: int(12, 4096).optional(),
   redact_uuids: z.boolean({ error: expecting('true or false') }).optional(),
-  /** The response cache (docs/caching.md). */
-  cache: section(tenantCache.optional()),
 });
 
 const defaults = strict({

@@ -126,6 +126,7 @@ export interface WeirMetrics {
   recordRedactions(sample: { type: string; surface: string; count: number }): void;
   /** `weir.redaction.failures` +1 by `reason` (`error`, `timeout`) and `surface`: a redaction failed closed. */
   recordRedactionFailure(failure: { reason: string; surface: string }): void;
+  /**
    * One response-cache outcome (docs/caching.md): `weir.cache.lookups` +1 by `tenant`,
    * `revision`, `tier` (`none` unless a hit) and `result`; on a hit also `weir.cache.saved_usd`
    * += `savedUsd` and `weir.cache.saved_seconds` += `savedS` (each when given and ≥ 0).
