@@ -160,6 +160,8 @@ export function exactKeyOf(partition: CachePartition, canonicalPrompt: string): 
 export function promptTextOf(input: GenerationInput): string {
   const norm = (s: string) => s.replace(/\s+/g, ' ').trim();
   if (input.kind === 'text') return norm(input.text);
+  // Embedding inputs are never cached (no cache route); their text items, for completeness.
+  if (input.kind === 'embedding') return input.items.map((i) => (typeof i === 'string' ? norm(i) : `[${i.join(',')}]`)).join('\n');
   return input.messages.map((m) => `${m.role}: ${norm(m.content)}`).join('\n');
 }
 

@@ -272,6 +272,11 @@ interface InputCheck {
 /** The texts input moderation judges: the prompt, or each message's content (empty ones skipped). */
 function moderatedTexts(input: GenerationInput): string[] {
   if (input.kind === 'text') return [input.text];
+  // Embedding inputs: their text items (token-id arrays carry no text a rules engine can read).
+  if (input.kind === 'embedding') {
+    const items = input.items.filter((i): i is string => typeof i === 'string' && i.length > 0);
+    return items.length > 0 ? items : [''];
+  }
   const texts = input.messages.map((m) => m.content).filter((c) => c.length > 0);
   return texts.length > 0 ? texts : [''];
 }

@@ -21,7 +21,7 @@ const KEY = 'sk-proj-Zx9Qp2Lm7Rt4Vb8Nc1Kd6Hs3';
 const RAW = [EMAIL, CARD, KEY, '4111'];
 const PROMPT = `mail ${EMAIL} card ${CARD} key ${KEY}`;
 
-const textOf = (input: GenerationInput): string => (input.kind === 'text' ? input.text : input.messages.map((m) => m.content).join(' '));
+const textOf = (input: GenerationInput): string => (input.kind === 'text' ? input.text : input.kind === 'embedding' ? input.items.join(' ') : input.messages.map((m) => m.content).join(' '));
 const words = (input: GenerationInput) => textOf(input).split(/\s+/).filter(Boolean).length;
 
 /** An engine that answers with the prompt (so the output carries the PII too) and records what it was sent. */

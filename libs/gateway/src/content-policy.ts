@@ -127,6 +127,20 @@ export async function redactInput(redactor: Redactor, input: GenerationInput): P
     const t = await run(input.text);
     return typeof t === 'string' ? { ok: true, input: { kind: 'text', text: t }, counts } : failed(t);
   }
+  if (input.kind === 'embedding') {
+    // Text items are redacted; token-id arrays carry no text to scan and go as sent.
+    const items: (string | number[])[] = [];
+    for (const item of input.items) {
+      if (typeof item !== 'string') {
+        items.push(item);
+        continue;
+      }
+      const t = await run(item);
+      if (typeof t !== 'string') return failed(t);
+      items.push(t);
+    }
+    return { ok: true, input: { ...input, items }, counts };
+  }
   const messages = [];
   for (const m of input.messages) {
     const content = await run(m.content);
@@ -153,6 +167,7 @@ function failed(r: RedactionResult): RedactedInput {
 /** The prompt as one text for the content log: the text, or `role: content` lines (tool calls as `role → name(arguments)`). */
 export function promptText(input: GenerationInput): string {
   if (input.kind === 'text') return input.text;
+  if (input.kind === 'embedding') return input.items.map((i) => (typeof i === 'string' ? i : `[${i.length} token ids]`)).join('\n');
   const lines: string[] = [];
   for (const m of input.messages) {
     lines.push(`${m.role}: ${m.content}`);

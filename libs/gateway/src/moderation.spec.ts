@@ -27,7 +27,7 @@ function scriptedEngine(pieces: string[], delayMs: number) {
     kind: 'scripted',
     capacity: { slots: 4, contextTokens: 4_096 },
     async countInputTokens(input) {
-      const text = input.kind === 'text' ? input.text : input.messages.map((m) => m.content).join(' ');
+      const text = input.kind === 'text' ? input.text : input.kind === 'embedding' ? input.items.join(' ') : input.messages.map((m) => m.content).join(' ');
       return Math.max(1, text.split(/\s+/).filter(Boolean).length);
     },
     async *generate(request: EngineRequest): AsyncIterable<EngineEvent> {
