@@ -10,9 +10,9 @@ import { evals } from './0009-evals';
 import { moneyPath } from './0010-money-path';
 import { leaseDemand } from './0011-lease-demand';
 import { internalIds } from './0012-internal-ids';
-import { redactionProfiles } from './0015-redaction-profiles';
 import { responseCache } from './0013-response-cache';
 import { semanticCache } from './0014-semantic-cache';
+import { redactionProfiles } from './0015-redaction-profiles';
 
 /**
  * Weir's one migration history, for PGlite and Postgres alike. Names sort in the order they
@@ -32,9 +32,9 @@ export const MIGRATIONS: Readonly<Record<string, Migration>> = Object.freeze({
   '0010_money_path': moneyPath,
   '0011_lease_demand': leaseDemand,
   '0012_internal_ids': internalIds,
-  '0015_redaction_profiles': redactionProfiles,
   '0013_response_cache': responseCache,
   '0014_semantic_cache': semanticCache,
+  '0015_redaction_profiles': redactionProfiles,
 });
 
 /** An in-code kysely {@link MigrationProvider} over {@link MIGRATIONS} (no filesystem scan). */
