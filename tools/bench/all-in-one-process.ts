@@ -62,6 +62,8 @@ export interface AllInOneProcessOptions {
   env?: Record<string, string>;
   /** Default 120,000 ms. */
   readyTimeoutMs?: number;
+  /** The configuration file's text. Default {@link probeConfig} of `mockUrl`. */
+  configText?: string;
 }
 
 /** A running all-in-one. */
@@ -81,7 +83,7 @@ export interface AllInOneProcess {
 /** Starts the all-in-one and waits for `/readyz`; stops it again if it does not get ready. */
 export async function startAllInOneProcess(options: AllInOneProcessOptions): Promise<AllInOneProcess> {
   const configPath = path.join(options.dataDir, 'weir.probe.yaml');
-  writeFileSync(configPath, probeConfig(options.mockUrl));
+  writeFileSync(configPath, options.configText ?? probeConfig(options.mockUrl));
   // Built before the clock starts: npm start builds only when a source changed.
   const script = options.runner === 'bundle' ? ensureAppBundles(['all-in-one'])['all-in-one'] : path.join(REPO_ROOT, 'apps/all-in-one/src/main.ts');
   const port = await freePort();

@@ -13,6 +13,10 @@
  *   chunk goes out at once and each next token after `tokenDelayMs`.
  * - `stream` absent/false: one `chat.completion` JSON body with the same text and usage, after
  *   `tokens × tokenDelayMs` (the time the generation would take; at once with no delay).
+ * - `POST /v1/embeddings`: one 64-dimension vector per input, a function of the input's
+ *   letters only (lower-cased, everything else dropped), so prompts that differ only in case,
+ *   spacing or punctuation get the same vector (the stage benchmark's semantic hits);
+ *   `usage.prompt_tokens` = {@link PROMPT_TOKENS} per input.
  * - `GET /healthz`: 200. Anything else: 404.
  *
  * Responses for a given (token count, stream, include_usage) are built once and cached, so
@@ -84,6 +88,30 @@ function buildJson(n: number, finish: string): Buffer {
   );
 }
 
+/** Dimensions of the mock's embeddings. */
+export const EMBEDDING_DIMENSIONS = 64;
+
+/** The mock's embedding of `text`: letter bigram counts hashed into 64 buckets (see the header). */
+export function mockEmbedding(text: string): number[] {
+  const letters = text.toLowerCase().replace(/[^a-z]/g, '');
+  const v = new Array<number>(EMBEDDING_DIMENSIONS).fill(0);
+  for (let i = 0; i + 1 < letters.length; i++) v[(letters.charCodeAt(i) * 31 + letters.charCodeAt(i + 1)) % EMBEDDING_DIMENSIONS] += 1;
+  if (letters.length < 2) v[0] = 1;
+  return v;
+}
+
+function embeddingsBody(raw: string): string | undefined {
+  let body: { input?: unknown };
+  try {
+    body = JSON.parse(raw);
+  } catch {
+    return undefined;
+  }
+  const inputs = Array.isArray(body.input) ? body.input : [body.input];
+  const data = inputs.map((input, index) => ({ object: 'embedding', index, embedding: mockEmbedding(typeof input === 'string' ? input : JSON.stringify(input)) }));
+  return JSON.stringify({ object: 'list', data, model: MODEL, usage: { prompt_tokens: PROMPT_TOKENS * inputs.length, total_tokens: PROMPT_TOKENS * inputs.length } });
+}
+
 /** Starts the mock on 127.0.0.1 (port 0 = any free port). */
 export async function startMockUpstream(options: MockUpstreamOptions = {}): Promise<MockUpstream> {
   const maxTokens = options.tokens ?? DEFAULT_TOKENS;
@@ -150,6 +178,17 @@ export async function startMockUpstream(options: MockUpstreamOptions = {}): Prom
   const server = createServer((req, res) => {
     if (req.method === 'GET' && req.url === '/healthz') {
       res.writeHead(200, { 'content-type': 'text/plain' }).end('ok');
+      return;
+    }
+    if (req.method === 'POST' && (req.url === '/v1/embeddings' || req.url === '/embeddings')) {
+      let raw = '';
+      req.setEncoding('utf8');
+      req.on('data', (d: string) => (raw += d));
+      req.on('end', () => {
+        const out = embeddingsBody(raw);
+        if (out === undefined) res.writeHead(400, { 'content-type': 'application/json' }).end('{"error":{"message":"invalid JSON","type":"invalid_request_error"}}');
+        else res.writeHead(200, { 'content-type': 'application/json' }).end(out);
+      });
       return;
     }
     if (req.method !== 'POST' || (req.url !== '/v1/chat/completions' && req.url !== '/chat/completions')) {
