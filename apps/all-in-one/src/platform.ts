@@ -22,8 +22,8 @@ import { createAdmission, createLeasedAdmission, withStoreFaultsAsUnavailable } 
 import { type AllInOneEnv, replicaPlacement, resolveModelFile } from '@weir/config';
 import { type ConfigBucket, createConfigSyncMetrics } from '@weir/config-sync';
 import { createAdminRouter } from '@weir/control-plane';
-import { type BurnRateAlert, DEFAULT_CACHE, type EngineAdapter, type GenerationInput, type PlatformConfig, type RevisionSpec, type Topic, retiredInternalIds, systemClock, tenantKeyOf } from '@weir/core';
-import { type CacheTier, cacheDropsOf, createMemoryExactTier, createResponseCache } from '@weir/cache';
+import { type BurnRateAlert, type EngineAdapter, type GenerationInput, type PlatformConfig, type RevisionSpec, type Topic, retiredInternalIds, systemClock, tenantKeyOf } from '@weir/core';
+import { type CacheTier, createGatewayResponseCache } from '@weir/cache';
 import type { Dispatcher } from 'undici';
 import { createEngine, createReplicaEngines, egressDispatcher, type LlamaCppEngine, remoteReplicas, replicaTokenCounter, replicaUnreachable, startReplicaHealthChecks } from '@weir/engines';
 import {
@@ -293,26 +293,17 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
   const retiring: { drop?: (retired: ReadonlySet<string>) => number } = {};
   // The response cache (docs/caching.md): the exact tier in this process, or in Postgres
   // (`defaults.cache.exact_store`), then any other tier given; used only for tenants whose policy is on.
-  const cacheDefaults = config.defaults.cache ?? DEFAULT_CACHE;
-  const cacheFault = (tier: string, op: string, err: unknown) => logger.warn({ err, tier, op }, 'response cache fault (taken as a miss)');
-  const pgCache = cacheDefaults.exactStore === 'postgres' ? createPgExactCacheTier(database.db, { onFault: (op, err) => cacheFault('exact', op, err) }) : undefined;
-  const responseCache = createResponseCache({
-    tiers: [
-      pgCache ?? createMemoryExactTier({ maxBytes: cacheDefaults.maxBytes, ...(cacheDefaults.maxBytesPerTenant !== undefined ? { maxBytesPerTenant: cacheDefaults.maxBytesPerTenant } : {}) }),
-      ...(options.cacheTiers ?? []),
-    ],
-    lookupTimeoutMs: cacheDefaults.lookupTimeoutMs,
-    onFault: cacheFault,
+  const responseCache = createGatewayResponseCache({
+    ...(config.defaults.cache ? { settings: config.defaults.cache } : {}),
+    sharedExactTier: (onFault) => createPgExactCacheTier(database.db, { onFault }),
+    ...(options.cacheTiers ? { moreTiers: options.cacheTiers } : {}),
+    onFault: (tier, op, err) => logger.warn({ err, tier, op }, 'response cache fault (taken as a miss)'),
   });
-  const cachePurge = pgCache
-    ? setInterval(() => void pgCache.purgeExpired().catch((err: unknown) => cacheFault('exact', 'purge', err)), 60_000)
-    : undefined;
-  cachePurge?.unref();
   configPlane.onChange((next, version) => {
     const nextServed = withServingRevisions(next, servedIds);
     const retired = retiredInternalIds(served.tenants, nextServed.tenants);
     // A tenant whose cache policy was turned off, or that was deleted, leaves nothing cached.
-    for (const tenantKey of cacheDropsOf(served.tenants, nextServed.tenants)) responseCache.dropTenant(tenantKey);
+    responseCache.applyTenants(served.tenants, nextServed.tenants);
     router.update(nextServed);
     live.update(nextServed);
     try {
@@ -523,7 +514,7 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
         // left is applied at the next start, nothing is lost) and give back unused leases.
         const result = await journal.close({ timeoutMs: 10_000 });
         if (result.unapplied > 0) logger.warn({ unapplied: result.unapplied }, 'settlements not yet in the database at exit: they stay in the journal and are applied at the next start');
-        if (cachePurge) clearInterval(cachePurge);
+        responseCache.close();
         await admission.stop();
         await configPlane.stop();
         await burnRate.stop();

@@ -9,6 +9,11 @@
  * engine (deadline or cancel in the queue) or whose relay is lost mid-stream go to NATS
  * JetStream; cancels for generations held elsewhere are fanned out on NATS.
  *
+ * The response cache (`defaults.cache`; docs/caching.md) is looked up after routing for tenants
+ * whose policy is on: a hit takes no scheduler slot and reaches no relay — it is admitted by one
+ * `Reserve` call (instead of `Admit`), its usage row (`cache_hit`) goes to JetStream like the
+ * gateway's other own settlement entries, and it is settled at the instance that reserved.
+ *
  * Idempotency keys are claimed in Postgres under this process's holder id, kept alive by a
  * heartbeat (`key_holders`), so a retry on another gateway after this one died is answered from
  * the relay's settlement (the ledger writes the result) or told the generation was interrupted
@@ -32,6 +37,7 @@
  */
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { createGatewayResponseCache } from '@weir/cache';
 import { createConfigSyncMetrics, openDataPlaneConfig } from '@weir/config-sync';
 import { type CancelMessage, type GenerationInput, newId, retiredInternalIds, systemClock } from '@weir/core';
 import { adapterTokenCounter, countInputWith, egressDispatcher, remoteReplicas, replicaTokenCounter, utf8TokenUpperBound } from '@weir/engines';
@@ -42,6 +48,7 @@ import {
   bootstrapTenants,
   createApiKeyRepository,
   createCachedApiKeyStore,
+  createPgExactCacheTier,
   createPgIdempotencyStore,
   createUsageQueries,
   createUsageRepository,
@@ -140,12 +147,22 @@ runUntilSignal('gateway', logger, async () => {
   const apiKeys = createCachedApiKeyStore(createApiKeyRepository(database.db));
   const revocations = createRevocations({ keyCache: apiKeys });
   revocations.applyConfig(config.tenants);
+  // The response cache (docs/caching.md), for tenants whose policy is on: the exact tier in this
+  // process, or the Postgres one every gateway of the fleet shares (`defaults.cache.exact_store`).
+  // A hit is admitted by one `Reserve` (no scheduler slot) and settled at the instance that reserved.
+  const responseCache = createGatewayResponseCache({
+    ...(config.defaults.cache ? { settings: config.defaults.cache } : {}),
+    sharedExactTier: (onFault) => createPgExactCacheTier(database.db, { onFault }),
+    onFault: (tier, op, err) => logger.warn({ err, tier, op }, 'response cache fault (taken as a miss)'),
+  });
   let applied = config;
   // Set once the gateway exists.
   const retiring: { drop?: (retired: ReadonlySet<string>) => number } = {};
   source.onChange((next, version) => {
     // Internal ids the snapshot retires (deleted tenants and apps, issue 14 §4): their retained generations go.
     const retired = retiredInternalIds(applied.tenants, next.tenants);
+    // A tenant whose cache policy was turned off, or that was deleted, leaves nothing cached.
+    responseCache.applyTenants(applied.tenants, next.tenants);
     applied = next;
     router.update(next);
     live.update(next);
@@ -171,6 +188,7 @@ runUntilSignal('gateway', logger, async () => {
     relay,
     countInputTokens: (revision, input, limit) => (counters.get(revision.id) ?? upperBound)(input, limit),
     settlements,
+    cache: responseCache,
     tenants: live.tenants,
     revisions: live.revisions,
     clock: systemClock,
@@ -229,6 +247,7 @@ runUntilSignal('gateway', logger, async () => {
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));
       server.closeIdleConnections();
       await settlements.close();
+      responseCache.close();
       await source.stop();
       holder.stop();
       admit.close();

@@ -236,17 +236,28 @@ export interface AdmitRequest {
 }
 
 /**
- * A held reservation whose slot is being acquired (in the split: by the admission instance that
- * reserved, in the same call). `settle` and `release` go to the instance that made the
- * reservation; if it is gone, the reservation died with it (ADR 0002: its leases are reclaimed
- * at their `hold_until`), and they fail or do nothing.
+ * A held reservation, bound to the admission that made it (in the split: one admission
+ * instance). `settle` and `release` go to that instance; if it is gone, the reservation died
+ * with it (ADR 0002: its leases are reclaimed at their `hold_until`), and they fail or do nothing.
  */
-export interface Admitted {
+export interface Reserved {
   ok: true;
   reservationId: string;
   rateLimits?: RateLimitStatus;
   /** What the reservation holds, for the usage record (see {@link ReserveResult}). */
   reservation?: ReservationRef;
+  /** Settles the reservation to actuals (see {@link AdmissionService.settle}). Idempotent. */
+  settle(settlement: Settlement): Promise<void>;
+  /** Releases the reservation (see {@link AdmissionService.release}). Idempotent. */
+  release(): Promise<void>;
+}
+
+/**
+ * A held reservation whose slot is being acquired (in the split: by the admission instance that
+ * reserved, in the same call). `settle` and `release` go to the instance that made the
+ * reservation (see {@link Reserved}).
+ */
+export interface Admitted extends Reserved {
   /**
    * The scheduler's answer to {@link AdmitRequest.schedule}; call at most once. `signal` withdraws
    * the request while it waits (`cancelled`). A refusal other than `no_replica` has released
@@ -255,10 +266,6 @@ export interface Admitted {
    * the call, cannot be reached (the reservation is then released, or died with its instance).
    */
   schedule(signal: AbortSignal): Promise<ScheduleResult>;
-  /** Settles the reservation to actuals (see {@link AdmissionService.settle}). Idempotent. */
-  settle(settlement: Settlement): Promise<void>;
-  /** Releases the reservation (see {@link AdmissionService.release}). Idempotent. */
-  release(): Promise<void>;
 }
 
 /** Reserve's refusal, as {@link AdmitService.admit} returns it. */
@@ -271,6 +278,13 @@ export type AdmitRejected = Extract<ReserveResult, { ok: false }>;
  */
 export interface AdmitService {
   admit(request: AdmitRequest): Promise<Admitted | AdmitRejected>;
+  /**
+   * Reserve only, without a scheduler slot: for a request that runs nothing on a replica (a
+   * response-cache hit). One call (the split's unary `Reserve`, to the instance `admit` would
+   * use); the reservation is bound to the instance that made it, like {@link Admitted}'s.
+   * Throws `WeirError` as `admit` does (unreachable, shutting down).
+   */
+  reserve(request: ReservationRequest): Promise<Reserved | AdmitRejected>;
 }
 
 /** One generation handed to the streaming relay. */

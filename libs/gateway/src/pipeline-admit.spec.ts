@@ -52,6 +52,8 @@ function setup(options: { scheduled?: ScheduleResult; outcome?: (job: RelayJob) 
         release: async () => void released.push('rsv_1'),
       };
     },
+    // Reserve-only is for cache hits; this pipeline has no cache.
+    reserve: () => Promise.reject(new Error('reserve-only called without a cache')),
   };
   const settlements = createRecordingSettlements();
   const pipeline = createGenerationPipeline({

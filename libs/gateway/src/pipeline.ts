@@ -164,9 +164,9 @@ export interface GenerationPipelineDeps {
   failover?: FailoverOptions;
   /**
    * The response cache's tiers in order (exact, then semantic; `createResponseCache` from
-   * `@weir/cache`), used for tenants whose `TenantSpec.cache` is set. A hit is admitted through
-   * {@link admission} (reserve and settle, no scheduler slot): without `admission` (the split's
-   * one-round-trip `admit` only) answers are stored but never served. Default none (no cache).
+   * `@weir/cache`), used for tenants whose `TenantSpec.cache` is set. A hit is admitted by a
+   * reservation without a scheduler slot (`AdmitService.reserve`: in the split one `Reserve`
+   * call to an admission instance, settled or released at that instance). Default none (no cache).
    */
   cache?: ResponseCache;
 }
@@ -466,8 +466,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
       if (answer.modelRevision !== revision.id || (answer.finishReason !== 'stop' && answer.finishReason !== 'length')) return;
       cache.store(policy, query, answer);
     };
-    // A hit is admitted by reserving and settling with admission, without a scheduler slot.
-    if (decision.read && deps.admission) {
+    if (decision.read) {
       const hit = await cache.lookup(policy, query);
       if (hit) return { hit, query };
     }
@@ -490,11 +489,11 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
     deadlineAt: number,
   ): Promise<AdmittedGeneration> => {
     const { caller } = params;
-    const admission = deps.admission as AdmissionService;
     const usage = { inputTokens: hit.answer.usage.inputTokens, outputTokens: hit.answer.usage.outputTokens, cachedInputTokens: hit.answer.usage.cachedInputTokens };
     const fullNanoUsd = priceUsage(revision.pricing, usage);
     const billedNanoUsd = Math.round(fullNanoUsd * policy.hitPriceFraction);
-    const reserved = await admission.reserve({
+    // A reservation without a scheduler slot (the split: one `Reserve` call, bound to its instance).
+    const reserved = await admitPort.reserve({
       caller,
       requestId: params.requestId,
       generationId: params.generationId,
@@ -524,7 +523,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
           // Input moderation blocked the request before its hit went out: nothing is billed, the
           // reservation is released, and one zero-token row says `content_filter` (as a request
           // blocked in the queue).
-          await admission.release(reserved.reservationId).catch(() => undefined);
+          await reserved.release().catch(() => undefined);
           const blocked: GenerationOutcome = {
             finishReason: 'content_filter',
             usage: { inputTokens: 0, outputTokens: 0, cachedInputTokens: 0 },
@@ -571,10 +570,10 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
             settlementOf(job, outcome, Date.now(), { deltas: hit.answer.deltas, toolCalls, anyToolCalls: toolCalls.some((c) => c !== null) }),
           );
         } catch (err) {
-          await admission.release(reserved.reservationId).catch(() => undefined);
+          await reserved.release().catch(() => undefined);
           throw err;
         }
-        void settleWithRetry({ settle: (s) => admission.settle(reserved.reservationId, s) }, { usage, costNanoUsd: billedNanoUsd }).then(() => admissionMemo.noteEnded(tenantKeyOf(caller)));
+        void settleWithRetry(reserved, { usage, costNanoUsd: billedNanoUsd }).then(() => admissionMemo.noteEnded(tenantKeyOf(caller)));
         const savedMs = hit.answer.originalTotalMs !== undefined ? Math.max(0, hit.answer.originalTotalMs - elapsedMs) : undefined;
         deps.observer?.onCache?.({ caller, revision, result: 'hit', tier: hit.tier, savedNanoUsd: Math.max(0, fullNanoUsd - billedNanoUsd), ...(savedMs !== undefined ? { savedMs } : {}) });
         deps.observer?.onFinished?.({ caller, route: params.route, alias: params.alias, revision, outcome });

@@ -9,12 +9,14 @@ import type { AddressInfo } from 'node:net';
 import type { ClientGuard } from '@weir/service-runtime';
 import {
   type AdmissionService,
+  type AdmitService,
   DEFAULT_ADMISSION,
   type EngineAdapter,
   type IdempotencyStore,
   type MintedApiKey,
   type PlatformConfig,
   type RevisionSpec,
+  type SchedulerService,
   type UsageReader,
   type UsageRecord,
   mintApiKey,
@@ -85,6 +87,14 @@ export interface TestGatewayOptions {
    * it): given the in-process relay, returns the relay the pipeline calls. Default: in-process.
    */
   relayVia?: (relay: Relay) => Relay | Promise<Relay>;
+  /**
+   * Puts admission and the scheduler behind a transport, as the split runs them (an admission
+   * gRPC server whose `Admit` acquires from a scheduler gRPC server, and the gateway's clients):
+   * given the in-process admission and scheduler, returns the `admit` port the pipeline calls
+   * and the scheduler it acquires retries from. The pipeline then gets no `admission` (as in the
+   * split). Default: both in-process (`composeAdmit`).
+   */
+  admitVia?: (admission: AdmissionService, scheduler: SchedulerService) => Promise<{ admit: AdmitService; scheduler: SchedulerService }>;
   /** Compiled moderation policies for the relay (output) and the gateway (input, `/v1/moderations`). Default none. */
   moderation?: ModerationPolicies;
   /** Per-tenant content policies (`GatewayDeps.contentPolicies`). Default none. */
@@ -129,10 +139,11 @@ export async function startTestGateway(options: TestGatewayOptions): Promise<Tes
   const engineOf = (revisionId: string | undefined) => (revisionId !== undefined ? options.engines?.[revisionId] : undefined) ?? engine;
   const router = createStaticRouter(config);
   const liveConfig = createLiveConfig(config);
+  const scheduler = createSlotScheduler({ replicas: config.revisions.map((r, i) => ({ id: `r${i}`, revisionId: r.id, slots: options.slots ?? 4 })), maxQueuePerReplica: config.defaults.maxQueuePerReplica, clock });
+  const remote = options.admitVia ? await options.admitVia(options.admission, scheduler) : undefined;
   const pipeline = createGenerationPipeline({
     router,
-    admission: options.admission,
-    scheduler: createSlotScheduler({ replicas: config.revisions.map((r, i) => ({ id: `r${i}`, revisionId: r.id, slots: options.slots ?? 4 })), maxQueuePerReplica: config.defaults.maxQueuePerReplica, clock }),
+    ...(remote ? { admit: remote.admit, scheduler: remote.scheduler } : { admission: options.admission, scheduler }),
     relay: await (options.relayVia ?? ((r: Relay) => r))(
       createRelay({
         engineFor: (replicaId) => engineOf(config.revisions[Number(replicaId.slice(1))]?.id),

@@ -9,6 +9,14 @@ describe('usage stream messages', () => {
     expect(decodeUsageMessage(encodeSettlementMessage({ kind: 'settle', entry }))).toEqual({ ok: true, kind: 'settlement', item: { kind: 'settle', entry } });
   });
 
+  it('carries a cache hit whole: its tier and the reservation it settles (the split gateway journals hits on the stream)', () => {
+    const reservation = { reservationId: 'rsv_1', worstCaseNano: 1_250, monthStartsOn: '2026-12-01', dayStartsOn: '2026-12-07', leaseIds: ['lse_t', 'lse_a'] };
+    const entry = buildSettlementEntry(3, { cacheHit: 'exact', costNanoUsd: 1_250, reservation });
+    const decoded = decodeUsageMessage(encodeSettlementMessage({ kind: 'settle', entry }));
+    expect(decoded).toEqual({ ok: true, kind: 'settlement', item: { kind: 'settle', entry } });
+    expect(decoded.ok && decoded.kind === 'settlement' && decoded.item.kind === 'settle' && decoded.item.entry.usage.cacheHit).toBe('exact');
+  });
+
   it('reads a usage record of the older format, even one whose text mentions "kind":', () => {
     const record = buildUsageRecord(2, { modelAlias: '"kind": "settle"' });
     expect(decodeUsageMessage(encodeUsageRecord(record))).toEqual({ ok: true, kind: 'usage', record });

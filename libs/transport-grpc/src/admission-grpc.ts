@@ -15,6 +15,7 @@ import {
   type RateLimitStatus,
   type RateLimitWindow,
   type ReservationRequest,
+  type Reserved,
   type ReserveResult,
   type ScheduleRequest,
   type ScheduleResult,
@@ -193,10 +194,11 @@ export function createAdmissionGrpcServer(impl: AdmissionService, options: Admis
   return bindService(admissionV1.AdmissionService, {
     reserve: unaryHandler(method.reserve, options.propagator, async (request, call) => {
       const result = await impl.reserve(reserveRequestFromWire(request));
-      // The caller's deadline passed before the answer: it has given up and will never settle
-      // this reservation, so release it now rather than hold it until it expires. (grpc-js
-      // marks no unary call as cancelled, so the deadline is what tells.)
-      if (result.ok && pastDeadline(call.getDeadline())) await impl.release(result.reservationId);
+      // The caller gave up before the answer (its deadline passed, or — on the mux — it
+      // cancelled or its stream broke): it will never settle this reservation, so release it now
+      // rather than hold it until it expires. (grpc-js marks no plain unary call as cancelled, so
+      // there the deadline is what tells.)
+      if (result.ok && (call.cancelled || pastDeadline(call.getDeadline()))) await impl.release(result.reservationId);
       return reserveResultToWire(result);
     }),
     admit,
@@ -259,7 +261,8 @@ const MOVE_ON: ReadonlySet<string> = new Set(['upstream_unavailable', 'shutting_
 
 /**
  * {@link AdmitService} over several admission instances (one round trip from the gateway for
- * reserve + acquire; issue 13, item 6). A call goes to the instance that last answered (the
+ * reserve + acquire; issue 13, item 6; `reserve` alone — a cache hit, which takes no slot — is
+ * one unary `Reserve` on the same instances, following the same preference and moving on). A call goes to the instance that last answered (the
  * first address to begin with); one that cannot be reached (or is shutting down) before it
  * answered anything is skipped for the next — nothing was held there (a reservation made before
  * the break is released by that instance when it sees the call end, or died with it). Each
@@ -396,6 +399,35 @@ export function createAdmitGrpcClient(options: AdmitGrpcClientOptions): AdmitGrp
     });
 
   return {
+    async reserve(request) {
+      let last: unknown;
+      for (let i = 0; i < instances.length; i++) {
+        const index = (preferred + i) % instances.length;
+        const { client } = instances[index];
+        let result: ReserveResult;
+        try {
+          result = await client.reserve(request);
+        } catch (error) {
+          const weir = error instanceof WeirError ? error : fromGrpcError(error, 'admission');
+          if (!MOVE_ON.has(weir.code)) throw weir;
+          last = weir;
+          continue;
+        }
+        preferred = index;
+        if (!result.ok) return result;
+        const { reservationId } = result;
+        const reserved: Reserved = {
+          ok: true,
+          reservationId,
+          ...(result.rateLimits ? { rateLimits: result.rateLimits } : {}),
+          ...(result.reservation ? { reservation: result.reservation } : {}),
+          settle: (settlement) => client.settle(reservationId, settlement),
+          release: () => client.release(reservationId),
+        };
+        return reserved;
+      }
+      throw last;
+    },
     async admit(request) {
       let last: unknown;
       for (let i = 0; i < instances.length; i++) {

@@ -186,3 +186,73 @@ describe('Admit: reserve and acquire in one call', () => {
     expect(await eventually(() => a.calls.includes('release rsv_a_1'))).toBe(true);
   });
 });
+
+describe('reserve only (a cache hit: a reservation without a slot)', () => {
+  it('reserves at the instance with one unary call, never asks the scheduler, and settles and releases there', async () => {
+    const a = instance('a');
+    const s = schedulerFake(() => granted());
+    const server = await serve([createAdmissionGrpcServer(a.impl, { scheduler: s.scheduler })]);
+    const client = track(createAdmitGrpcClient({ addresses: [server.address], scheduler: gatewayScheduler().scheduler }));
+    const reserved = await client.reserve(request().reservation);
+    if (!reserved.ok) throw new Error('refused');
+    expect(reserved).toMatchObject({ reservationId: 'rsv_a_1', reservation: { ...ref, reservationId: 'rsv_a_1' }, rateLimits: { requests: { limit: 60, remaining: 59, resetMs: 1_000 } } });
+    expect(reserved).not.toHaveProperty('schedule');
+    await reserved.settle({ usage: { inputTokens: 12, outputTokens: 5 }, costNanoUsd: 7 });
+    const second = await client.reserve(request().reservation);
+    if (!second.ok) throw new Error('refused');
+    await second.release();
+    expect(a.calls).toEqual(['reserve', 'settle rsv_a_1', 'reserve', 'release rsv_a_2']);
+    expect(s.asked).toHaveLength(0);
+  });
+
+  it('returns a refusal as a value with its windows', async () => {
+    const a = instance('a', () => ({ ok: false, reason: 'rate_limited', message: 'slow down', retryAfterMs: 900, rateLimits: { requests: { limit: 1, remaining: 0, resetMs: 900 } } }));
+    const server = await serve([createAdmissionGrpcServer(a.impl, { scheduler: schedulerFake(() => granted()).scheduler })]);
+    const client = track(createAdmitGrpcClient({ addresses: [server.address], scheduler: gatewayScheduler().scheduler }));
+    expect(await client.reserve(request().reservation)).toEqual({ ok: false, reason: 'rate_limited', message: 'slow down', retryAfterMs: 900, rateLimits: { requests: { limit: 1, remaining: 0, resetMs: 900 } } });
+  });
+
+  it('moves to the next instance when the preferred one is down, binds settle to the instance that reserved, and Admit follows', async () => {
+    const b = instance('b');
+    const s = schedulerFake(() => granted());
+    const server = await serve([createAdmissionGrpcServer(b.impl, { scheduler: s.scheduler })]);
+    const client = track(createAdmitGrpcClient({ addresses: [`127.0.0.1:${await freePort()}`, server.address], scheduler: gatewayScheduler().scheduler, retry: { maxAttempts: 1 } }));
+    const reserved = await client.reserve(request().reservation);
+    if (!reserved.ok) throw new Error('refused');
+    expect(reserved.reservationId).toBe('rsv_b_1');
+    await reserved.settle({ usage: { inputTokens: 1, outputTokens: 1 }, costNanoUsd: 1 });
+    // The instance that answered is now the preferred one for Admit too.
+    const admitted = await client.admit(request());
+    if (!admitted.ok) throw new Error('refused');
+    expect(admitted.reservationId).toBe('rsv_b_2');
+    await admitted.schedule(new AbortController().signal);
+    expect(b.calls).toEqual(['reserve', 'settle rsv_b_1', 'reserve']);
+  });
+
+  it('fails with upstream_unavailable when no instance answers', async () => {
+    const client = track(createAdmitGrpcClient({ addresses: [`127.0.0.1:${await freePort()}`], scheduler: gatewayScheduler().scheduler, retry: { maxAttempts: 1 } }));
+    await expect(client.reserve(request().reservation)).rejects.toMatchObject({ code: 'upstream_unavailable' });
+  });
+
+  it('is released by the instance when the gateway\'s connection goes before the answer (nobody will settle it)', async () => {
+    const released: string[] = [];
+    let answer: ((r: ReserveResult) => void) | undefined;
+    const impl: AdmissionService = {
+      reserve: (r) => (r.requestId === 'req_warm' ? Promise.resolve({ ok: true, reservationId: 'rsv_warm' }) : new Promise<ReserveResult>((resolve) => (answer = resolve))),
+      settle: async () => undefined,
+      release: async (id) => void released.push(id),
+    };
+    const server = await serve([createAdmissionGrpcServer(impl, { scheduler: schedulerFake(() => granted()).scheduler })]);
+    const client = createAdmitGrpcClient({ addresses: [server.address], scheduler: gatewayScheduler().scheduler, retry: { maxAttempts: 1 } });
+    expect(await client.reserve({ ...request().reservation, requestId: 'req_warm' })).toMatchObject({ ok: true });
+    const pending = client.reserve(request().reservation);
+    expect(await eventually(() => answer !== undefined)).toBe(true);
+    client.close(); // the gateway is gone (its multiplexed stream with it), well inside the call's deadline
+    await expect(pending).rejects.toBeDefined();
+    // Let the server see the stream end before the reservation completes.
+    await new Promise((r) => setTimeout(r, 100));
+    answer?.({ ok: true, reservationId: 'rsv_late' });
+    expect(await eventually(() => released.length > 0)).toBe(true);
+    expect(released).toEqual(['rsv_late']);
+  });
+});

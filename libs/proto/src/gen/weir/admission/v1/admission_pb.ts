@@ -450,8 +450,11 @@ export const RejectReasonSchema: GenEnum<RejectReason> = /*@__PURE__*/
  */
 export const AdmissionService: GenService<{
   /**
-   * Holds the worst case for one request, or rejects it (a value, not an error status).
-   * Not idempotent: the client never retries it.
+   * Holds the worst case for one request, or rejects it (a value, not an error status). The
+   * gateway calls it alone for a request that needs no scheduler slot (a response-cache hit);
+   * Settle and Release go to the same instance. A call whose caller left before the answer
+   * (cancelled, or past its deadline) is released at once. Not idempotent: the client never
+   * retries it.
    *
    * @generated from rpc weir.admission.v1.AdmissionService.Reserve
    */
