@@ -22,8 +22,8 @@ import { createAdmission, createLeasedAdmission, withStoreFaultsAsUnavailable } 
 import { type AllInOneEnv, replicaPlacement, resolveModelFile } from '@weir/config';
 import { type ConfigBucket, createConfigSyncMetrics } from '@weir/config-sync';
 import { createAdminRouter } from '@weir/control-plane';
-import { type BurnRateAlert, DEFAULT_CACHE, type EngineAdapter, type GenerationInput, type PlatformConfig, type RevisionSpec, type Topic, retiredInternalIds, systemClock, tenantKeyOf } from '@weir/core';
-import { type CacheTier, cacheDropsOf, createMemoryExactTier, createResponseCache } from '@weir/cache';
+import { type BurnRateAlert, DEFAULT_CACHE, type EngineAdapter, type GenerationInput, type PlatformConfig, type RevisionSpec, SEMANTIC_LOOKUP_TIMEOUT_DEFAULT_MS, type Topic, retiredInternalIds, systemClock, tenantKeyOf } from '@weir/core';
+import { type CacheTier, cacheDropsOf, createInMemorySemanticStore, createMemoryExactTier, createResponseCache, createSemanticCacheMetrics } from '@weir/cache';
 import type { Dispatcher } from 'undici';
 import { createEngine, createReplicaEngines, egressDispatcher, type LlamaCppEngine, remoteReplicas, replicaTokenCounter, replicaUnreachable, startReplicaHealthChecks } from '@weir/engines';
 import {
@@ -50,6 +50,7 @@ import {
   createPgExactCacheTier,
   createPgIdempotencyStore,
   createPgLeaseStore,
+  createPgSemanticStore,
   createPgSettlementApplier,
   createUsageQueries,
   expireOrphans,
@@ -57,6 +58,7 @@ import {
   openDatabase,
   openFileSettlementJournal,
   preparePrivateDataDir,
+  purgeExpiredSemanticEntries,
 } from '@weir/store-pg';
 import { type ClientLimits, createAuthThrottle, createClientGuard, DEFAULT_CLIENT_LIMITS, type OpsServer, type OpsSettings, startOpsServer } from '@weir/service-runtime';
 import { createRelay } from '@weir/streaming';
@@ -64,6 +66,7 @@ import { createLogger, createModerationMetrics, createTelemetry, type WeirLogger
 import { compileModerationPolicies } from '@weir/moderation';
 import { type ConfigPlane, openConfigPlane } from './config-plane';
 import { lockDataDir } from './data-dir-lock';
+import { createSemanticCache } from './semantic-cache';
 import { evalRoutes } from './eval-routes';
 
 /** Settings of {@link startPlatform} beyond {@link AllInOneEnv}. */
@@ -296,16 +299,35 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
   const cacheDefaults = config.defaults.cache ?? DEFAULT_CACHE;
   const cacheFault = (tier: string, op: string, err: unknown) => logger.warn({ err, tier, op }, 'response cache fault (taken as a miss)');
   const pgCache = cacheDefaults.exactStore === 'postgres' ? createPgExactCacheTier(database.db, { onFault: (op, err) => cacheFault('exact', op, err) }) : undefined;
+  // The semantic tier (tried after an exact miss, for tenants whose policy turns it on): prompts
+  // embedded by the embedding revisions' own engines, entries in this process or in Postgres
+  // (`defaults.cache.semantic_store`, default as the exact store).
+  const semanticOnPg = (cacheDefaults.semanticStore ?? cacheDefaults.exactStore) === 'postgres';
+  const remoteEngineOfRevision = new Map<string, EngineAdapter>();
+  for (const r of remote) if (!remoteEngineOfRevision.has(r.revisionId) && remoteEngines.has(r.id)) remoteEngineOfRevision.set(r.revisionId, remoteEngines.get(r.id) as EngineAdapter);
+  const semanticCache = createSemanticCache({
+    revisions: servingRevisions,
+    engineFor: (id) => engines.get(id) ?? remoteEngineOfRevision.get(id),
+    tenants: config.tenants,
+    store: semanticOnPg ? createPgSemanticStore(database.db) : createInMemorySemanticStore(),
+    metrics: createSemanticCacheMetrics(telemetry.meter),
+    logger,
+  });
   const responseCache = createResponseCache({
     tiers: [
       pgCache ?? createMemoryExactTier({ maxBytes: cacheDefaults.maxBytes, ...(cacheDefaults.maxBytesPerTenant !== undefined ? { maxBytesPerTenant: cacheDefaults.maxBytesPerTenant } : {}) }),
+      semanticCache.tier,
       ...(options.cacheTiers ?? []),
     ],
     lookupTimeoutMs: cacheDefaults.lookupTimeoutMs,
+    semanticLookupTimeoutMs: cacheDefaults.semanticLookupTimeoutMs ?? SEMANTIC_LOOKUP_TIMEOUT_DEFAULT_MS,
     onFault: cacheFault,
   });
-  const cachePurge = pgCache
-    ? setInterval(() => void pgCache.purgeExpired().catch((err: unknown) => cacheFault('exact', 'purge', err)), 60_000)
+  const cachePurge = pgCache || semanticOnPg
+    ? setInterval(() => {
+        if (pgCache) void pgCache.purgeExpired().catch((err: unknown) => cacheFault('exact', 'purge', err));
+        if (semanticOnPg) void purgeExpiredSemanticEntries(database.db, Date.now()).catch((err: unknown) => cacheFault('semantic', 'purge', err));
+      }, 60_000)
     : undefined;
   cachePurge?.unref();
   configPlane.onChange((next, version) => {
@@ -313,6 +335,7 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
     const retired = retiredInternalIds(served.tenants, nextServed.tenants);
     // A tenant whose cache policy was turned off, or that was deleted, leaves nothing cached.
     for (const tenantKey of cacheDropsOf(served.tenants, nextServed.tenants)) responseCache.dropTenant(tenantKey);
+    semanticCache.update(nextServed.tenants);
     router.update(nextServed);
     live.update(nextServed);
     try {
