@@ -615,7 +615,7 @@ export interface CircuitBreakerDefaults {
 
 /** `defaults.circuit_breaker` when the configuration names none (see {@link CircuitBreakerDefaults}). */
 /** The response cache's storage defaults (config `defaults.cache`). */
-export const DEFAULT_CACHE: Readonly<CacheDefaults> = Object.freeze({ exactStore: 'memory', maxBytes: 64 * 1024 * 1024, lookupTimeoutMs: 50 });
+export const DEFAULT_CACHE: Readonly<CacheDefaults> = Object.freeze({ exactStore: 'memory', maxBytes: 64 * 1024 * 1024, lookupTimeoutMs: 50, semanticStore: 'memory', semanticLookupTimeoutMs: 250 });
 
 export const DEFAULT_CIRCUIT_BREAKER: Readonly<CircuitBreakerDefaults> = Object.freeze({
   windowMs: 10_000,
