@@ -3,7 +3,7 @@
  * for generation, the same GGUF as an embedding revision): the policy is turned on through the
  * admin API (a threshold under the floor and a generation revision are refused with 400 naming
  * the field); a prompt repeated with other spacing is an exact miss and a semantic hit that never
- * reaches the engine, recorded as `cache_hit: semantic`; the negated prompt — 0.9988 cosine on
+ * reaches the engine, recorded as `cache_hit: semantic`, and so is one with other punctuation; the negated prompt — 0.9988 cosine on
  * this model — is a guarded miss; the semantic metrics count both.
  */
 import { tinyModelPath } from '@weir/testing';
@@ -105,8 +105,10 @@ describe('the semantic response cache on the real tiny model (all-in-one)', () =
     expect(miss.response.headers.get('x-weir-cache')).toBe('miss');
     const text = miss.data.choices[0].message.content;
     // The store runs after the answer (embedding the prompt again is not needed: the lookup's vector is kept).
+    // Each try is spelt differently (so a try that raced the store cannot make the next an exact hit).
+    let attempt = 0;
     const hit = await until(
-      () => ask('Is the  bridge open   today? '),
+      () => ask(`Is the  bridge open   today?${' '.repeat(++attempt)}`),
       (r) => r.response.headers.get('x-weir-cache') === 'hit',
     );
     expect(hit.response.headers.get('x-weir-cache-tier')).toBe('semantic');
@@ -117,6 +119,11 @@ describe('the semantic response cache on the real tiny model (all-in-one)', () =
     expect(settled).toBeGreaterThan(0);
     const again = await ask('Is the bridge\nopen today?');
     expect(again.response.headers.get('x-weir-cache-tier')).toBe('semantic');
+    // Other punctuation is another prompt for the model (cosine 0.9977 on this one): a semantic hit too.
+    const punctuated = await ask('Is the bridge open today??');
+    expect(punctuated.response.headers.get('x-weir-cache')).toBe('hit');
+    expect(punctuated.response.headers.get('x-weir-cache-tier')).toBe('semantic');
+    expect(punctuated.data.choices[0].message.content).toBe(text);
     expect(await engineTokens()).toBe(settled);
 
     const generated = await engineTokens();
@@ -143,5 +150,42 @@ describe('the semantic response cache on the real tiny model (all-in-one)', () =
     const r = await ask('Is the bridge open today ?');
     expect(r.response.headers.get('x-weir-cache')).toBe('miss');
     expect(count(await (await fetch(`${platform.opsUrl}/metrics`)).text())).toBe(count(before));
+  });
+});
+
+describe('the semantic response cache in the database (semantic_store: postgres, on the embedded PGlite)', () => {
+  let running: TestPlatform | undefined;
+  let platform: Platform;
+  let client: OpenAI;
+
+  beforeAll(async () => {
+    const config = CONFIG.replace(
+      '      hit_price_fraction: 0.5\n',
+      '      hit_price_fraction: 0.5\n      semantic: { enabled: true, embedding_revision: stories260k-embed@1 }\ndefaults:\n  cache: { semantic_store: postgres }\n',
+    );
+    running = await startTestPlatform('semcache-pg', config, DEMO_KEY);
+    platform = running.platform;
+    client = new OpenAI({ apiKey: DEMO_KEY, baseURL: `${platform.url}/v1`, maxRetries: 0 });
+  });
+  afterAll(async () => {
+    await running?.stop();
+  });
+
+  it('a policy from the file: a respaced prompt is a semantic hit served from the database, recorded as one', async () => {
+    const ask = (content: string) => client.chat.completions.create({ model: 'tiny-stories', messages: [{ role: 'user', content }], temperature: 0, max_tokens: 12 }).withResponse();
+    const miss = await ask('Where does the little fox live?');
+    expect(miss.response.headers.get('x-weir-cache')).toBe('miss');
+    let attempt = 0;
+    const hit = await until(
+      () => ask(`Where  does the little fox live?${' '.repeat(++attempt)}`),
+      (r) => r.response.headers.get('x-weir-cache') === 'hit',
+    );
+    expect(hit.response.headers.get('x-weir-cache-tier')).toBe('semantic');
+    expect(hit.data.choices[0].message.content).toBe(miss.data.choices[0].message.content);
+    const usage = await until(
+      async () => (await (await fetch(`${platform.url}/v1/usage?window=day`, { headers: { authorization: `Bearer ${DEMO_KEY}` } })).json()) as { cache_hits: number; requests: number },
+      (u) => u.cache_hits === 1,
+    );
+    expect(usage.requests).toBe(attempt + 1);
   });
 });
