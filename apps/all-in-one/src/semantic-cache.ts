@@ -28,7 +28,11 @@ export interface SemanticCacheOptions {
 /** The semantic tier plus the hook that recompiles its policies when a snapshot applies. */
 export interface SemanticCache {
   tier: SemanticTier;
-  /** Recompiles the per-tenant policies from a new snapshot's tenants (never per request); warns once about embedding revisions this process cannot embed with. */
+  /**
+   * Recompiles the per-tenant policies from a new snapshot's tenants (never per request); drops
+   * the entries of tenants whose semantic tier was turned off or moved to another embedding
+   * revision; warns once about embedding revisions this process cannot embed with.
+   */
   update(tenants: readonly TenantSpec[]): void;
 }
 
@@ -47,12 +51,6 @@ export function createSemanticCache(options: SemanticCacheOptions): SemanticCach
     if (engine) embedders.set(r.id, createEngineEmbedder(engine, r.id));
   }
   let policies = new Map<string, SemanticCachePolicy>();
-  const apply = (tenants: readonly TenantSpec[]) => {
-    policies = semanticPoliciesOf(tenants);
-    const missing = [...semanticEmbeddingRevisionsOf(tenants)].filter((id) => !embedders.has(id));
-    if (missing.length > 0) options.logger.warn({ embeddingRevisions: missing }, 'semantic cache: tenant policies name embedding revisions this process does not serve (they apply after a restart); their lookups are misses');
-  };
-  apply(options.tenants);
   const tier = createSemanticTier({
     store: options.store,
     embedderFor: (id) => embedders.get(id),
@@ -61,5 +59,15 @@ export function createSemanticCache(options: SemanticCacheOptions): SemanticCach
     metrics: options.metrics,
     logger: options.logger,
   });
-  return { tier, update: apply };
+  const update = (tenants: readonly TenantSpec[]) => {
+    const before = policies;
+    policies = semanticPoliciesOf(tenants);
+    // Entries nobody can read any more go at once: the tier turned off (or the tenant gone), or
+    // moved to another embedding revision (a new, empty index; the old vectors are not comparable).
+    for (const [key, p] of before) if (policies.get(key)?.embeddingRevision !== p.embeddingRevision) tier.dropTenant(key);
+    const missing = [...semanticEmbeddingRevisionsOf(tenants)].filter((id) => !embedders.has(id));
+    if (missing.length > 0) options.logger.warn({ embeddingRevisions: missing }, 'semantic cache: tenant policies name embedding revisions this process does not serve (they apply after a restart); their lookups are misses');
+  };
+  update(options.tenants);
+  return { tier, update };
 }
