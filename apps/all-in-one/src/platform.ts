@@ -94,7 +94,7 @@ export interface PlatformOptions {
    */
   replicaDispatcher?: Dispatcher;
   /**
-   * Response-cache tiers tried after the exact tier (the semantic tier, docs/caching.md), for
+   * Extra response-cache tiers tried after the exact and semantic tiers (docs/caching.md), for
    * tenants whose policy turns them on. Default none.
    */
   cacheTiers?: readonly CacheTier[];
