@@ -22,8 +22,8 @@ import { createAdmission, createLeasedAdmission, withStoreFaultsAsUnavailable } 
 import { type AllInOneEnv, replicaPlacement, resolveModelFile } from '@weir/config';
 import { type ConfigBucket, createConfigSyncMetrics } from '@weir/config-sync';
 import { createAdminRouter } from '@weir/control-plane';
-import { type BurnRateAlert, type EngineAdapter, type GenerationInput, type PlatformConfig, type RevisionSpec, type Topic, retiredInternalIds, systemClock, tenantKeyOf } from '@weir/core';
-import { type CacheTier, createGatewayResponseCache } from '@weir/cache';
+import { type BurnRateAlert, DEFAULT_CACHE, type EngineAdapter, type GenerationInput, type PlatformConfig, type RevisionSpec, type Topic, retiredInternalIds, systemClock, tenantKeyOf } from '@weir/core';
+import { type CacheTier, createGatewayResponseCache, createInMemorySemanticStore, createSemanticCacheMetrics } from '@weir/cache';
 import type { Dispatcher } from 'undici';
 import { createEngine, createReplicaEngines, egressDispatcher, type LlamaCppEngine, remoteReplicas, replicaTokenCounter, replicaUnreachable, startReplicaHealthChecks } from '@weir/engines';
 import {
@@ -50,6 +50,7 @@ import {
   createPgExactCacheTier,
   createPgIdempotencyStore,
   createPgLeaseStore,
+  createPgSemanticStore,
   createPgSettlementApplier,
   createUsageQueries,
   expireOrphans,
@@ -57,6 +58,7 @@ import {
   openDatabase,
   openFileSettlementJournal,
   preparePrivateDataDir,
+  purgeExpiredSemanticEntries,
 } from '@weir/store-pg';
 import { type ClientLimits, createAuthThrottle, createClientGuard, DEFAULT_CLIENT_LIMITS, type OpsServer, type OpsSettings, startOpsServer } from '@weir/service-runtime';
 import { createRelay } from '@weir/streaming';
@@ -64,6 +66,7 @@ import { createLogger, createModerationMetrics, createTelemetry, type WeirLogger
 import { compileModerationPolicies } from '@weir/moderation';
 import { type ConfigPlane, openConfigPlane } from './config-plane';
 import { lockDataDir } from './data-dir-lock';
+import { createSemanticCache } from './semantic-cache';
 import { evalRoutes } from './eval-routes';
 
 /** Settings of {@link startPlatform} beyond {@link AllInOneEnv}. */
@@ -91,7 +94,7 @@ export interface PlatformOptions {
    */
   replicaDispatcher?: Dispatcher;
   /**
-   * Response-cache tiers tried after the exact tier (the semantic tier, docs/caching.md), for
+   * Extra response-cache tiers tried after the exact and semantic tiers (docs/caching.md), for
    * tenants whose policy turns them on. Default none.
    */
   cacheTiers?: readonly CacheTier[];
@@ -293,17 +296,36 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
   const retiring: { drop?: (retired: ReadonlySet<string>) => number } = {};
   // The response cache (docs/caching.md): the exact tier in this process, or in Postgres
   // (`defaults.cache.exact_store`), then any other tier given; used only for tenants whose policy is on.
-  const responseCache = createGatewayResponseCache({
-    ...(config.defaults.cache ? { settings: config.defaults.cache } : {}),
-    sharedExactTier: (onFault) => createPgExactCacheTier(database.db, { onFault }),
-    ...(options.cacheTiers ? { moreTiers: options.cacheTiers } : {}),
-    onFault: (tier, op, err) => logger.warn({ err, tier, op }, 'response cache fault (taken as a miss)'),
+  const cacheDefaults = config.defaults.cache ?? DEFAULT_CACHE;
+  const cacheFault = (tier: string, op: string, err: unknown) => logger.warn({ err, tier, op }, 'response cache fault (taken as a miss)');
+  // The semantic tier (tried after an exact miss, for tenants whose policy turns it on): prompts
+  // embedded by the embedding revisions' own engines, entries in this process or in Postgres
+  // (`defaults.cache.semantic_store`, default as the exact store).
+  const semanticOnPg = (cacheDefaults.semanticStore ?? cacheDefaults.exactStore) === 'postgres';
+  const remoteEngineOfRevision = new Map<string, EngineAdapter>();
+  for (const r of remote) if (!remoteEngineOfRevision.has(r.revisionId) && remoteEngines.has(r.id)) remoteEngineOfRevision.set(r.revisionId, remoteEngines.get(r.id) as EngineAdapter);
+  const semanticCache = createSemanticCache({
+    revisions: servingRevisions,
+    engineFor: (id) => engines.get(id) ?? remoteEngineOfRevision.get(id),
+    tenants: config.tenants,
+    store: semanticOnPg ? createPgSemanticStore(database.db) : createInMemorySemanticStore(),
+    metrics: createSemanticCacheMetrics(telemetry.meter),
+    logger,
   });
+  const responseCache = createGatewayResponseCache({
+    settings: cacheDefaults,
+    sharedExactTier: (onFault) => createPgExactCacheTier(database.db, { onFault }),
+    moreTiers: [semanticCache.tier, ...(options.cacheTiers ?? [])],
+    onFault: cacheFault,
+  });
+  const semanticPurge = semanticOnPg ? setInterval(() => void purgeExpiredSemanticEntries(database.db, Date.now()).catch((err: unknown) => cacheFault('semantic', 'purge', err)), 60_000) : undefined;
+  semanticPurge?.unref();
   configPlane.onChange((next, version) => {
     const nextServed = withServingRevisions(next, servedIds);
     const retired = retiredInternalIds(served.tenants, nextServed.tenants);
     // A tenant whose cache policy was turned off, or that was deleted, leaves nothing cached.
     responseCache.applyTenants(served.tenants, nextServed.tenants);
+    semanticCache.update(nextServed.tenants);
     router.update(nextServed);
     live.update(nextServed);
     try {
@@ -515,6 +537,7 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
         const result = await journal.close({ timeoutMs: 10_000 });
         if (result.unapplied > 0) logger.warn({ unapplied: result.unapplied }, 'settlements not yet in the database at exit: they stay in the journal and are applied at the next start');
         responseCache.close();
+        if (semanticPurge) clearInterval(semanticPurge);
         await admission.stop();
         await configPlane.stop();
         await burnRate.stop();

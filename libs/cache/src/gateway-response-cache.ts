@@ -4,7 +4,7 @@
  * Postgres tier shared by a fleet (purged of expired rows every minute), then any further tiers
  * (the semantic tier). One composition for every gateway: the all-in-one's and the split's.
  */
-import { type CacheDefaults, DEFAULT_CACHE, type TenantSpec } from '@weir/core';
+import { type CacheDefaults, DEFAULT_CACHE, SEMANTIC_LOOKUP_TIMEOUT_DEFAULT_MS, type TenantSpec } from '@weir/core';
 import type { CacheTier } from './cache-tier';
 import { createMemoryExactTier } from './memory-exact-tier';
 import { cacheDropsOf } from './policy-changes';
@@ -64,6 +64,7 @@ export function createGatewayResponseCache(options: GatewayResponseCacheOptions 
   const cache = createResponseCache({
     tiers: [exact, ...(options.moreTiers ?? [])],
     lookupTimeoutMs: settings.lookupTimeoutMs,
+    semanticLookupTimeoutMs: settings.semanticLookupTimeoutMs ?? SEMANTIC_LOOKUP_TIMEOUT_DEFAULT_MS,
     onFault: fault,
   });
   const purge = shared;

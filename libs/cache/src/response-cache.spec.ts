@@ -54,6 +54,25 @@ describe('createResponseCache', () => {
     await expect(cache.lookup({ ...exactOnly, semantic: { enabled: true, ttlMs: 1 } }, q)).resolves.toBeUndefined();
   });
 
+  it('a tenant whose semantic tier is on gets the semantic lookup budget, others the plain one', async () => {
+    /** A tier (named `tier`) that hits 40 ms after it is asked, unless aborted first. */
+    const slow = (tier: 'exact' | 'semantic'): CacheTier => ({
+      tier,
+      lookup: (_q, signal) =>
+        new Promise((resolve) => {
+          const t = setTimeout(() => resolve({ tier, answer: a }), 40);
+          signal?.addEventListener('abort', () => (clearTimeout(t), resolve(undefined)));
+        }),
+      store: async () => undefined,
+      dropTenant: () => undefined,
+    });
+    const cache = createResponseCache({ tiers: [slow('exact'), slow('semantic')], lookupTimeoutMs: 5, semanticLookupTimeoutMs: 5_000 });
+    await expect(cache.lookup(exactOnly, q)).resolves.toBeUndefined();
+    await expect(cache.lookup({ ...exactOnly, semantic: { enabled: true, ttlMs: 1_000 } }, q)).resolves.toMatchObject({ tier: 'exact' });
+    const off = { ...exactOnly, exact: { enabled: false, ttlMs: 1_000 }, semantic: { enabled: true, ttlMs: 1_000 } };
+    await expect(cache.lookup(off, q)).resolves.toMatchObject({ tier: 'semantic' });
+  });
+
   it('stores in each enabled tier with that tier’s TTL', async () => {
     const exact = createMemoryExactTier();
     const semantic = fakeSemantic('miss');

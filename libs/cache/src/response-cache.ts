@@ -13,6 +13,12 @@ export interface ResponseCacheOptions {
   tiers: readonly CacheTier[];
   /** How long one request's lookups may take in all (ms) before it is a miss. Default 50. */
   lookupTimeoutMs?: number;
+  /**
+   * The same budget (ms) for a request whose tenant's policy turns the semantic tier on: the
+   * prompt is embedded first (an engine call, ~7–16 ms on the tiny model). Default
+   * `lookupTimeoutMs`. Read per request from a boolean of the policy (no parsing).
+   */
+  semanticLookupTimeoutMs?: number;
   /** A tier that threw or rejected (lookup or store); never given content. Default none. */
   onFault?: (tier: CacheTier['tier'], op: 'lookup' | 'store', err: unknown) => void;
 }
@@ -37,6 +43,7 @@ export function tierTtlMs(policy: TenantCachePolicy, tier: CacheTier['tier']): n
 export function createResponseCache(options: ResponseCacheOptions): ResponseCache {
   const { tiers } = options;
   const timeoutMs = options.lookupTimeoutMs ?? 50;
+  const semanticTimeoutMs = options.semanticLookupTimeoutMs ?? timeoutMs;
   const fault = options.onFault ?? (() => undefined);
 
   const lookupAll = async (policy: TenantCachePolicy, q: CacheQuery, signal: AbortSignal): Promise<CacheHit | undefined> => {
@@ -61,7 +68,7 @@ export function createResponseCache(options: ResponseCacheOptions): ResponseCach
         timer = setTimeout(() => {
           controller.abort();
           resolve(undefined);
-        }, timeoutMs);
+        }, policy.semantic?.enabled ? semanticTimeoutMs : timeoutMs);
         timer.unref();
       });
       return Promise.race([lookupAll(policy, q, controller.signal), timeout]).finally(() => clearTimeout(timer));

@@ -412,12 +412,17 @@ const tenantCache = strict({
       ttl_ms: int(1_000, 30 * 24 * 3_600_000).default(600_000),
     }).prefault({}),
   ),
-  /** The semantic tier's policy (docs/caching.md "Semantic cache"); shape only here. */
+  /**
+   * The semantic tier's policy (docs/caching.md "Semantic cache"): the shape here; the threshold
+   * floor and the embedding revision are checked by `parseSemanticCachePolicy` of `@weir/cache`
+   * in the cross-checks (parse-config.ts), so the file, the admin API and snapshots obey one rule.
+   */
   semantic: section(
     strict({
       enabled: z.boolean({ error: expecting('true or false') }).default(false),
-      ttl_ms: int(1_000, 30 * 24 * 3_600_000).default(600_000),
-      threshold: rate().optional(),
+      /** Default: the exact tier's TTL when it is on, else 1 h. */
+      ttl_ms: int(1_000, 30 * 24 * 3_600_000).optional(),
+      threshold: z.number({ error: expecting('a number from 0.95 to 1') }).optional(),
       embedding_revision: id().optional(),
     }).optional(),
   ),
@@ -522,6 +527,10 @@ const defaults = strict({
       max_bytes_per_tenant: int(1_024).optional(),
       /** How long a request's cache lookups may take before they count as a miss (ms). */
       lookup_timeout_ms: int(1, 10_000).default(50),
+      /** Where the semantic tier lives: `memory` or `postgres` (table `semantic_cache_entries`). Default: as `exact_store`. */
+      semantic_store: z.enum(['memory', 'postgres'], { error: expecting('memory or postgres') }).optional(),
+      /** The lookup budget (ms, exact and semantic together) of a tenant whose semantic tier is on: it embeds the prompt. Default 250. */
+      semantic_lookup_timeout_ms: int(1, 10_000).default(250),
     }).prefault({}),
   ),
   /** Circuit breakers per revision and per provider; defaults as `DEFAULT_CIRCUIT_BREAKER` in `@weir/core`. */

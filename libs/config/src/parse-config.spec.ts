@@ -92,7 +92,7 @@ describe('parseConfig: valid documents', () => {
       scheduling: { maxQueueBytesPerReplica: 16_777_216, tenantQueueShare: 0.5, quantumTokens: 256, priorPrefillTokensPerS: 1_000, priorDecodeTokensPerS: 20, ewmaAlpha: 0.2, pushbackMs: 1_000, fairShareHeadroom: 0.1 },
       admission: { reservationGraceMs: 60_000, idempotencyRetentionMs: 86_400_000, burnRateFactor: 3, burnRateBaselineHours: 24, burnRateMinHourlyUsd: 1 },
       circuitBreaker: { windowMs: 10_000, errorRate: 0.2, minRequests: 20, openMs: 5_000, halfOpenProbes: 3, slowCallMs: 10_000, slowCallRate: 0.8 },
-      cache: { exactStore: 'memory', maxBytes: 67_108_864, lookupTimeoutMs: 50 },
+      cache: { exactStore: 'memory', maxBytes: 67_108_864, lookupTimeoutMs: 50, semanticStore: 'memory', semanticLookupTimeoutMs: 250 },
     });
   });
 

@@ -17,6 +17,7 @@ import {
   type ModerationEngineSpec,
   slugOfInternalId,
 } from '@weir/core';
+import { parseSemanticCachePolicy, SEMANTIC_THRESHOLD_DEFAULT, SEMANTIC_TTL_DEFAULT_MS } from '@weir/cache';
 import { moderationPolicyProblems, rulesProblems } from '@weir/moderation';
 import { BUILT_IN_PROFILE_NAMES, compileProfile } from '@weir/redaction';
 import { parseDocument } from 'yaml';
@@ -418,6 +419,23 @@ function crossCheck(file: ConfigFile): ConfigProblem[] {
     });
   });
 
+  // The semantic cache: the semantic lib's own rules (threshold floor, an existing embedding
+  // revision, TTL range), so a file, an admin change and a snapshot are held to one rule.
+  const revisionKind = (id: string) => {
+    const r = revisionById.get(id);
+    return r === undefined ? undefined : (r.kind ?? 'generation');
+  };
+  file.tenants.forEach((t, i) => {
+    if (t.cache?.semantic === undefined) return;
+    const at = formatPath(['tenants', i, 'cache', 'semantic']);
+    const parsed = parseSemanticCachePolicy(t.cache.semantic, at, revisionKind);
+    if (parsed.ok) return;
+    for (const e of parsed.errors) {
+      const split = e.indexOf(': ');
+      problems.push(split > 0 ? { path: e.slice(0, split), message: e.slice(split + 2) } : { path: at, message: e });
+    }
+  });
+
   // Moderation: engine names resolve, rules compile with RE2, overlap below the window.
   const engineNames = new Set<string>();
   file.defaults.moderation_engines.forEach((e, i) => {
@@ -639,6 +657,8 @@ function toPlatformConfig(file: ConfigFile, baseDir: string): PlatformConfig {
         maxBytes: file.defaults.cache.max_bytes,
         ...(file.defaults.cache.max_bytes_per_tenant !== undefined ? { maxBytesPerTenant: file.defaults.cache.max_bytes_per_tenant } : {}),
         lookupTimeoutMs: file.defaults.cache.lookup_timeout_ms,
+        semanticStore: file.defaults.cache.semantic_store ?? file.defaults.cache.exact_store,
+        semanticLookupTimeoutMs: file.defaults.cache.semantic_lookup_timeout_ms,
       },
     },
   };
@@ -657,8 +677,8 @@ function cachePolicyOf(c: ConfigFile['tenants'][number]['cache']): { cache?: Ten
         ? {
             semantic: {
               enabled: c.semantic.enabled,
-              ttlMs: c.semantic.ttl_ms,
-              ...(c.semantic.threshold !== undefined ? { threshold: c.semantic.threshold } : {}),
+              ttlMs: c.semantic.ttl_ms ?? (c.exact.enabled ? c.exact.ttl_ms : SEMANTIC_TTL_DEFAULT_MS),
+              threshold: c.semantic.threshold ?? SEMANTIC_THRESHOLD_DEFAULT,
               ...(c.semantic.embedding_revision !== undefined ? { embeddingRevision: c.semantic.embedding_revision } : {}),
             },
           }

@@ -374,6 +374,15 @@ describe('the control plane admin API', () => {
     expect(bad.status).toBe(400);
     expect(bad.body.error.code).toBe('invalid_config');
     expect(bad.body.error.problems).toEqual([expect.objectContaining({ path: expect.stringMatching(/^tenants\[\d+\]\.cache\.exact\.ttl_ms$/) })]);
+    // The semantic tier obeys the semantic lib's rules: the threshold floor, an embedding revision.
+    const semantic = await call('PATCH', '/tenants/demo/policy', { cache: { exact: { enabled: true }, semantic: { enabled: true, threshold: 0.9, embedding_revision: 'tiny@1' } } });
+    expect(semantic.status).toBe(400);
+    expect(semantic.body.error.problems).toEqual([
+      expect.objectContaining({ path: 'tenants[0].cache.semantic.threshold', message: expect.stringContaining('below the floor of 0.95') }),
+      expect.objectContaining({ path: 'tenants[0].cache.semantic.embedding_revision', message: expect.stringContaining('is a generation model') }),
+    ]);
+    const unnamed = await call('PATCH', '/tenants/demo/policy', { cache: { semantic: { enabled: true } } });
+    expect(unnamed.body.error.problems).toEqual([expect.objectContaining({ path: 'tenants[0].cache.semantic.embedding_revision' })]);
     const notObject = await call('PATCH', '/tenants/demo/policy', { cache: 'on' });
     expect(notObject.status).toBe(400);
     expect(notObject.body.error.param).toBe('cache');

@@ -402,7 +402,14 @@ export interface TenantCachePolicy {
   /** The exact tier (same canonical request → same answer). */
   exact: { enabled: boolean; /** Time to live of an entry (ms, ≥ 1,000). */ ttlMs: number };
   /** The semantic tier (another engineer's; reserved fields, validated here for shape only). */
-  semantic?: { enabled: boolean; ttlMs: number; /** Cosine similarity at or above which a hit is served, (0, 1]. */ threshold?: number; /** The embedding revision used for prompts. */ embeddingRevision?: string };
+  /**
+   * The semantic tier (docs/caching.md "Semantic cache"), validated at load by
+   * `parseSemanticCachePolicy` of `@weir/cache`: `ttlMs` (ms, default the exact tier's TTL when it
+   * is on, else 1 h); `threshold`, the cosine similarity a hit needs, in [0.95, 1] (the floor
+   * tenants cannot lower; default 0.97); `embeddingRevision`, the id of an embedding revision
+   * (`kind: embedding`) prompts are embedded with, required when enabled.
+   */
+  semantic?: { enabled: boolean; ttlMs: number; threshold?: number; embeddingRevision?: string };
   /**
    * Only deterministic requests are cached and served from cache: `temperature` 0, or a `seed`.
    * Default true. False: every request (not personalised, not refused) is cacheable.
@@ -431,7 +438,21 @@ export interface CacheDefaults {
   maxBytesPerTenant?: number;
   /** How long a request's cache lookups may take before they count as a miss (ms). Default 50. */
   lookupTimeoutMs: number;
+  /**
+   * Where the semantic tier lives: `memory` (an index per partition in each gateway process) or
+   * `postgres` (table `semantic_cache_entries`, shared by a fleet). Absent: as {@link exactStore}.
+   */
+  semanticStore?: 'memory' | 'postgres';
+  /**
+   * The lookup budget (ms, all tiers together) of a request whose tenant turns the semantic tier
+   * on: the prompt is embedded first (about 7–16 ms on the tiny model, more on a real one or over
+   * the network). Absent: 250 ({@link SEMANTIC_LOOKUP_TIMEOUT_DEFAULT_MS}).
+   */
+  semanticLookupTimeoutMs?: number;
 }
+
+/** Default of {@link CacheDefaults.semanticLookupTimeoutMs} (ms). */
+export const SEMANTIC_LOOKUP_TIMEOUT_DEFAULT_MS = 250;
 
 /**
  * A named PII redaction profile (the file's `redaction_profiles`; `@weir/redaction` compiles it).
@@ -594,7 +615,7 @@ export interface CircuitBreakerDefaults {
 
 /** `defaults.circuit_breaker` when the configuration names none (see {@link CircuitBreakerDefaults}). */
 /** The response cache's storage defaults (config `defaults.cache`). */
-export const DEFAULT_CACHE: Readonly<CacheDefaults> = Object.freeze({ exactStore: 'memory', maxBytes: 64 * 1024 * 1024, lookupTimeoutMs: 50 });
+export const DEFAULT_CACHE: Readonly<CacheDefaults> = Object.freeze({ exactStore: 'memory', maxBytes: 64 * 1024 * 1024, lookupTimeoutMs: 50, semanticStore: 'memory', semanticLookupTimeoutMs: 250 });
 
 export const DEFAULT_CIRCUIT_BREAKER: Readonly<CircuitBreakerDefaults> = Object.freeze({
   windowMs: 10_000,

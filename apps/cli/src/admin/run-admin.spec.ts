@@ -108,6 +108,18 @@ describe('runAdminCommand', () => {
     expect(await weir(['tenants', 'cache', 'acme', '--off', '--exact', 'on'], server)).toMatchObject({ status: 2 });
   });
 
+  it('tenants cache: the semantic flags set cache.semantic and the policy line shows it', async () => {
+    const server = fakeServer({
+      'GET /admin/v1/tenants/acme/policy': [200, { cache: { exact: { enabled: true, ttl_ms: 60000 } } }],
+      'PATCH /admin/v1/tenants/acme/policy': [200, { cache: { exact: { enabled: true, ttl_ms: 60000 }, semantic: { enabled: true, threshold: 0.97, embedding_revision: 'stories260k-embed@1', ttl_ms: 3600000 } } }],
+    });
+    const r = await weir(['tenants', 'cache', 'acme', '--semantic', 'on', '--threshold', '0.97', '--embedding-revision', 'stories260k-embed@1', '--semantic-ttl', '1h'], server);
+    expect(server.calls.at(-1)).toMatchObject({ method: 'PATCH', body: { cache: { exact: { enabled: true, ttl_ms: 60000 }, semantic: { enabled: true, threshold: 0.97, embedding_revision: 'stories260k-embed@1', ttl_ms: 3600000 } } } });
+    expect(r).toEqual({ status: 0, out: 'tenant acme: cache exact on (ttl 60000 ms), deterministic only, semantic on (threshold 0.97, embedding stories260k-embed@1, ttl 3600000 ms)\n', err: '' });
+    expect(await weir(['tenants', 'cache', 'acme', '--threshold', 'high'], server)).toMatchObject({ status: 2, err: 'weir: --threshold: expected a cosine similarity from 0.95 to 1, got "high"\n' });
+    expect(await weir(['tenants', 'cache', 'acme', '--semantic', 'maybe'], server)).toMatchObject({ status: 2 });
+  });
+
   it('policy set: flags merge into the current limits; --file replaces the policy; not both', async () => {
     const server = fakeServer({
       'GET /admin/v1/tenants/acme/policy': [200, { limits: { max_concurrent: 2, tokens_per_minute: 1000 }, kill_switch: false }],

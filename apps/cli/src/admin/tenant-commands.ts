@@ -121,7 +121,18 @@ const CACHE_FLAGS: Readonly<Record<string, { value: string; help: string; apply:
   templates: { value: 'A,B|none', help: 'declared prompt templates (name or name@version); none: any', apply: (c, raw, flag) => void (raw === 'none' ? delete c.templates : (c.templates = parseList(flag, raw))) },
   'hit-price': { value: 'FRACTION', help: "a hit bills this share (0-1) of the cached usage's price", apply: (c, raw, flag) => void (c.hit_price_fraction = parseFraction(flag, raw)) },
   'personalised-use-cases': { value: 'A,B|none', help: 'use cases never cached', apply: (c, raw, flag) => void (raw === 'none' ? delete c.personalised_use_cases : (c.personalised_use_cases = parseList(flag, raw))) },
+  semantic: { value: 'on|off', help: 'the semantic tier (needs --embedding-revision)', apply: (c, raw, flag) => void (c.semantic = { ...(c.semantic as object | undefined), enabled: parseOnOff(`--${flag}`, raw) }) },
+  threshold: { value: 'SIMILARITY', help: "the semantic tier's cosine threshold, 0.95 (the floor) to 1; default 0.97", apply: (c, raw, flag) => void (c.semantic = { ...(c.semantic as object | undefined), threshold: parseThreshold(flag, raw) }) },
+  'embedding-revision': { value: 'REVISION', help: 'the embedding revision prompts are embedded with (kind: embedding)', apply: (c, raw) => void (c.semantic = { ...(c.semantic as object | undefined), embedding_revision: raw }) },
+  'semantic-ttl': { value: 'DURATION', help: "the semantic tier's time to live (default the exact tier's, else 1h)", apply: (c, raw, flag) => void (c.semantic = { ...(c.semantic as object | undefined), ttl_ms: parseDurationMs(flag, raw) }) },
 };
+
+/** A similarity threshold: a number in (0, 1]; the server refuses one under its floor (0.95) with a 400 naming the field. */
+function parseThreshold(flag: string, raw: string): number {
+  const v = Number(raw);
+  if (raw.trim() === '' || !Number.isFinite(v) || v <= 0 || v > 1) throw new UsageError(`--${flag}: expected a cosine similarity from 0.95 to 1, got ${JSON.stringify(raw)}`);
+  return v;
+}
 
 function parseFraction(flag: string, raw: string): number {
   const v = Number(raw);
@@ -140,6 +151,15 @@ export function describeCachePolicy(cache: unknown): string {
   if (c.hit_price_fraction !== undefined) parts.push(`hit price ${String(c.hit_price_fraction)}`);
   if (Array.isArray(c.templates)) parts.push(`templates ${c.templates.join(',')}`);
   if (Array.isArray(c.personalised_use_cases)) parts.push(`personalised ${c.personalised_use_cases.join(',')}`);
+  const sem = c.semantic as { enabled?: boolean; threshold?: number; embedding_revision?: string; ttl_ms?: number } | null | undefined;
+  if (sem && typeof sem === 'object') {
+    const details = [
+      ...(sem.threshold !== undefined ? [`threshold ${sem.threshold}`] : []),
+      ...(sem.embedding_revision !== undefined ? [`embedding ${sem.embedding_revision}`] : []),
+      ...(sem.ttl_ms !== undefined ? [`ttl ${sem.ttl_ms} ms`] : []),
+    ];
+    parts.push(`semantic ${sem.enabled ? 'on' : 'off'}${details.length > 0 ? ` (${details.join(', ')})` : ''}`);
+  }
   return parts.join(', ');
 }
 

@@ -16,3 +16,4 @@ export {
 export type { SemanticCandidate, SemanticEntry, SemanticStore } from './semantic-store';
 export { createSemanticTier, type SemanticTier, type SemanticTierLogger, type SemanticTierOptions } from './semantic-tier';
 export { cosineSimilarity, dot, normalised } from './vector';
+export { semanticEmbeddingRevisionsOf, semanticPoliciesOf } from './tenant-policies';
