@@ -9,6 +9,8 @@ import { type PlatformConfig, type RevisionSpec } from '@weir/core';
 import { createScriptedEngine, SCRIPTED_INPUT_TOKENS, scriptedEmbedding } from '@weir/testing';
 import type { Relay } from '@weir/streaming';
 import { createRelayGrpcClient, createRelayGrpcServer, startGrpcServer } from '@weir/transport-grpc';
+import { createOpenAI } from '@ai-sdk/openai';
+import { embed, embedMany } from 'ai';
 import OpenAI from 'openai';
 import { fakeRevision, startTestGateway, type TestGateway, twoTenantConfig } from './test-support';
 
@@ -88,6 +90,23 @@ describe('POST /v1/embeddings', () => {
     expect(r.data.map((d) => d.embedding)).toEqual([floats(scriptedEmbedding('alpha')), floats(scriptedEmbedding('beta'))]);
     expect(r.usage).toEqual({ prompt_tokens: 14, total_tokens: 14 });
     await expect(client.embeddings.create({ model: 'fake', input: 'x' })).rejects.toMatchObject({ status: 400 });
+  });
+
+  it("works with the Vercel AI SDK's embed and embedMany (its OpenAI provider pointed at Weir)", async () => {
+    await start();
+    const provider = createOpenAI({ apiKey: gw.key.plaintext, baseURL: `${gw.url}/v1` });
+    const one = await embed({ model: provider.embedding('emb'), value: 'gamma', maxRetries: 0 });
+    expect(one.embedding).toEqual(floats(scriptedEmbedding('gamma')));
+    expect(one.usage.tokens).toBe(SCRIPTED_INPUT_TOKENS);
+    const many = await embedMany({ model: provider.embedding('emb'), values: ['delta', 'epsilon'], maxRetries: 0 });
+    expect(many.embeddings).toEqual([floats(scriptedEmbedding('delta')), floats(scriptedEmbedding('epsilon'))]);
+    await waitFor(() => gw.records.length === 2);
+    expect(gw.records.map((r) => [r.route, r.inputTokens, r.outputTokens])).toEqual([
+      ['embeddings', SCRIPTED_INPUT_TOKENS, 0],
+      ['embeddings', 2 * SCRIPTED_INPUT_TOKENS, 0],
+    ]);
+    // A generation model named as an embedding model: the SDK surfaces Weir's 400.
+    await expect(embed({ model: provider.embedding('fake'), value: 'x', maxRetries: 0 })).rejects.toMatchObject({ statusCode: 400 });
   });
 
   it.each([
