@@ -9,7 +9,7 @@
  * | `off` | none (issue 13's figures) | one fixed prompt |
  * | `cache-miss` | exact cache on | a new prompt every request (key made, lookup, store) |
  * | `exact-hit` | exact cache on | one fixed prompt (every request after the first a hit) |
- * | `semantic-hit` | exact + semantic cache on (an embedding revision on the mock's `/v1/embeddings`) | a new spelling of one prompt every request (case and punctuation): an exact miss, then a semantic hit |
+ * | `semantic-hit` | exact + semantic cache on (an embedding revision on the mock's `/v1/embeddings`) | a new spacing of one prompt every request (doubled gaps, an end mark): an exact miss, then a semantic hit |
  * | `moderation` | input and output moderation, built-in rules (a phrase list and a pattern) | one fixed prompt |
  *
  * Cells per stage: non-stream and stream at c = 1 and c = 16, closed loop over one undici Pool;
@@ -113,14 +113,12 @@ const BASE_PROMPT = 'benchmark prompt please reply with a few words about the we
 function promptOf(stage: Stage, i: number): string {
   if (stage === 'cache-miss') return `${BASE_PROMPT} (request ${i})`;
   if (stage === 'semantic-hit') {
-    // A new spelling every request: letters upper-cased by the bits of i, then a punctuation mark.
-    let out = '';
-    let bit = 0;
-    for (const ch of BASE_PROMPT) {
-      if (ch >= 'a' && ch <= 'z' && bit < 24) out += (i >> bit++) & 1 ? ch.toUpperCase() : ch;
-      else out += ch;
-    }
-    return out + ['.', '!', '?', '…', ';'][Math.floor(i / (1 << 24)) % 5];
+    // A new spelling every request that changes no word: the gap after word k doubled when bit
+    // k of i is set (the exact key sees a new prompt; the semantic tier's normalised text, its
+    // embedding and its guard's signature are the same), then one of five end marks.
+    const words = BASE_PROMPT.split(' ');
+    const spaced = words.map((w, k) => (k < words.length - 1 && (i >> k) & 1 ? `${w} ` : w)).join(' ');
+    return spaced + ['.', '!', '?', ' .', ' !'][Math.floor(i / (1 << (words.length - 1))) % 5];
   }
   return BASE_PROMPT;
 }
@@ -249,7 +247,7 @@ async function main(): Promise<void> {
   try {
     for (const stage of STAGES) {
       const dataDir = mkdtempSync(path.join(os.tmpdir(), `weir-stages-${stage}-`));
-      const weir = await startAllInOneProcess({ runner: 'bundle', dataDir, mockUrl: mock.url, cpu: 1, configText: configOf(mock.url, stage) });
+      const weir = await startAllInOneProcess({ runner: 'bundle', dataDir, mockUrl: mock.url, cpu: 1, configText: configOf(mock.url, stage), ...(value('--node-args') ? { nodeArgs: (value('--node-args') as string).split(' ') } : {}) });
       try {
         const counter = { i: 0 };
         for (const c of CELLS) {
