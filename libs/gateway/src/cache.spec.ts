@@ -521,3 +521,30 @@ describe('personalisation and Cache-Control (breaker15 findings 01 and 09)', () 
     expect(engine.started).toBe(3);
   });
 });
+
+describe('a recent budget refusal and cache hits (breaker15 finding: a refusal blocks cheap hits)', () => {
+  it('after an expensive request is refused for budget, a hit still goes to admission (and is served); a miss gets the remembered refusal without a reservation', async () => {
+    await start(configWith(POLICY));
+    await (await harness.post('/v1/chat/completions', chat())).json();
+    await until(() => tier.stats().entries === 1 && records.length === 1);
+    refuseNext = 'budget_exhausted';
+    const expensive = await harness.post('/v1/chat/completions', chat({ messages: [{ role: 'user', content: 'a long expensive question' }], max_tokens: 16 }));
+    expect(expensive.status).toBe(429);
+    await expensive.json();
+    const reservesBefore = reserves.length;
+    // The hit: admission is asked (its worst case is the hit's price) and accepts it.
+    const hit = await harness.post('/v1/chat/completions', chat());
+    expect(hit.status).toBe(200);
+    expect(hit.headers.get('x-weir-cache')).toBe('hit');
+    await hit.json();
+    expect(reserves.length).toBe(reservesBefore + 1);
+    // A miss within the hold gets the remembered refusal after the lookup: no reservation, no engine.
+    const miss = await harness.post('/v1/chat/completions', chat({ messages: [{ role: 'user', content: 'another question' }] }));
+    expect(miss.status).toBe(429);
+    const body = (await miss.json()) as { error: { code: string; message: string } };
+    expect(body.error.code).toBe('budget_exhausted');
+    expect(body.error.message).toMatch(/^recently refused/);
+    expect(reserves.length).toBe(reservesBefore + 1);
+    expect(engine.started).toBe(1);
+  });
+});
