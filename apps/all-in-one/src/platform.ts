@@ -314,7 +314,7 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
   });
   const responseCache = createGatewayResponseCache({
     settings: cacheDefaults,
-    sharedExactTier: (onFault) => createPgExactCacheTier(database.db, { onFault }),
+    sharedExactTier: (onFault, bounds) => createPgExactCacheTier(database.db, { onFault, ...bounds }),
     moreTiers: [semanticCache.tier, ...(options.cacheTiers ?? [])],
     onFault: cacheFault,
   });

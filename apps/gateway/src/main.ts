@@ -152,7 +152,7 @@ runUntilSignal('gateway', logger, async () => {
   // A hit is admitted by one `Reserve` (no scheduler slot) and settled at the instance that reserved.
   const responseCache = createGatewayResponseCache({
     ...(config.defaults.cache ? { settings: config.defaults.cache } : {}),
-    sharedExactTier: (onFault) => createPgExactCacheTier(database.db, { onFault }),
+    sharedExactTier: (onFault, bounds) => createPgExactCacheTier(database.db, { onFault, ...bounds }),
     onFault: (tier, op, err) => logger.warn({ err, tier, op }, 'response cache fault (taken as a miss)'),
   });
   let applied = config;

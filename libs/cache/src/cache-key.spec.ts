@@ -59,7 +59,6 @@ const IGNORED: Record<string, unknown> = {
   request_id: 'r-1',
   store: false,
   metadata: { a: 'b' },
-  prompt_cache_key: 'k',
   prompt_cache_retention: '24h',
   safety_identifier: 'sid',
   prediction: { type: 'content', content: 'x' },
@@ -84,6 +83,12 @@ describe('paramsKeyOf', () => {
 
   it('the ignored table is the whole list of non-output fields', () => {
     expect(new Set(Object.keys(IGNORED))).toEqual(NON_OUTPUT_FIELDS);
+  });
+
+  it.each(Object.keys(ROUTES) as CacheRoute[])('%s: `prompt_cache_key` changes the key (it may carry a per-user value)', (route) => {
+    const { base } = ROUTES[route];
+    expect(paramsKeyOf(route, { ...base, prompt_cache_key: 'alice' })).not.toBe(paramsKeyOf(route, base));
+    expect(paramsKeyOf(route, { ...base, prompt_cache_key: 'alice' })).not.toBe(paramsKeyOf(route, { ...base, prompt_cache_key: 'bob' }));
   });
 
   it('the route is part of the key (the wire shape differs)', () => {

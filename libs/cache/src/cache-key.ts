@@ -26,11 +26,13 @@ export const PROMPT_FIELDS: Readonly<Record<CacheRoute, readonly string[]>> = {
  * `stream_options`), routing that the partition's revision already captures (`model`,
  * `model_alias`, `use_case`), scheduling (`priority`, `service_tier`, `deadline_ms`),
  * idempotency (`request_id`), OpenAI bookkeeping Weir ignores (`store`, `metadata`,
- * `prompt_cache_key`, `prompt_cache_retention`, `safety_identifier`, `prediction`), `n` (only 1
- * is accepted), the cache's own controls (`weir_cache`, and `weir_prompt_template`, which is in
+ * `prompt_cache_retention`, `prediction`; `safety_identifier` names an end user, so such a
+ * request is never cached), `n` (only 1 is accepted), the cache's own controls (`weir_cache`, and `weir_prompt_template`, which is in
  * the partition) and `user` (personalised traffic is never cached at all, so it never reaches a
  * key). Everything else — including fields accepted only at a neutral value (penalties,
- * `logit_bias`, `logprobs`) — is in the key.
+ * `logit_bias`, `logprobs`) — is in the key. `prompt_cache_key` is in it too: OpenAI's
+ * replacement of `user` for cache bucketing may carry a per-user value, so two values never
+ * share an entry.
  */
 export const NON_OUTPUT_FIELDS: ReadonlySet<string> = new Set([
   'model',
@@ -44,7 +46,6 @@ export const NON_OUTPUT_FIELDS: ReadonlySet<string> = new Set([
   'request_id',
   'store',
   'metadata',
-  'prompt_cache_key',
   'prompt_cache_retention',
   'safety_identifier',
   'prediction',

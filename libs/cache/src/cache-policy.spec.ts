@@ -1,5 +1,5 @@
 import { type TenantCachePolicy, WeirError } from '@weir/core';
-import { cacheDirectivesOf, cacheEnabled, checkTemplate, decideCache, templateOf } from './cache-policy';
+import { cacheControlDirectivesOf, cacheDirectivesOf, cacheEnabled, checkTemplate, decideCache, templateOf } from './cache-policy';
 
 const policy: TenantCachePolicy = { exact: { enabled: true, ttlMs: 60_000 }, deterministicOnly: true, allowOptIn: true, hitPriceFraction: 0.1 };
 const none = { noCache: false, noStore: false, optIn: false };
@@ -16,6 +16,46 @@ describe('cacheDirectivesOf', () => {
     ['no-cache', 'opt_in', { noCache: true, noStore: false, optIn: true }],
   ])('Cache-Control %p, weir_cache %p', (header, body, expected) => {
     expect(cacheDirectivesOf(header, body)).toEqual(expected);
+  });
+
+  // RFC 9111 §5.2: comma-separated `name[=token|quoted-string]`, case-insensitive names, unknown ones ignored.
+  const read = { noCache: false, noStore: false };
+  const noRead = { noCache: true, noStore: false };
+  const bypass = { noCache: true, noStore: true };
+  it.each([
+    ['no-store', bypass],
+    ['NO-STORE', bypass],
+    ['  no-store  ', bypass],
+    ['no-cache="x"', noRead],
+    ['No-Cache="x, y", private', noRead],
+    ['no-cache=x', noRead],
+    ['max-age=0', noRead],
+    ['MAX-AGE = 0', noRead],
+    ['max-age="0"', noRead],
+    ['max-age=600', read],
+    ['max-stale, no-transform, only-if-cached', read],
+    ['private, max-age=0', noRead],
+    ['x-custom="a,no-store", private', read],
+    ['private, no-store', bypass],
+    // several `Cache-Control` lines arrive joined by Node with ", "
+    ['max-age=10, no-cache', noRead],
+    [',, no-cache ,', noRead],
+    ['nostore', read],
+    ['', read],
+    // malformed: the safe reading (neither read nor store)
+    ['no-store;', bypass],
+    ['no-cache;x', bypass],
+    ['no-cache="x', bypass],
+    ['max-age', bypass],
+    ['max-age=-1', bypass],
+    ['max-age=abc', bypass],
+    ['max-age=1.5', bypass],
+    ['no cache', bypass],
+    ['=x', bypass],
+    ['no-cache=a b', bypass],
+  ])('Cache-Control %p', (header, expected) => {
+    expect(cacheControlDirectivesOf(header)).toEqual(expected);
+    expect(cacheDirectivesOf(header, undefined)).toEqual({ ...expected, optIn: false });
   });
 
   it('refuses another weir_cache value with a 400 naming the field', () => {
@@ -72,6 +112,8 @@ describe('decideCache', () => {
     ['end user', policy, { ...facts, endUser: true }, { read: false, store: false, bypass: 'personalised' }],
     ['personalised use case', { ...policy, personalisedUseCases: ['coach'] }, { ...facts, useCase: 'coach' }, { read: false, store: false, bypass: 'personalised' }],
     ['other use case', { ...policy, personalisedUseCases: ['coach'] }, { ...facts, useCase: 'faq' }, { read: true, store: true }],
+    ['personalised use case in another case', { ...policy, personalisedUseCases: ['coach'] }, { ...facts, useCase: 'Coach' }, { read: false, store: false, bypass: 'personalised' }],
+    ['personalised use case listed in capitals', { ...policy, personalisedUseCases: ['Coach.V2'] }, { ...facts, useCase: 'coach.v2' }, { read: false, store: false, bypass: 'personalised' }],
     ['no-cache', policy, { ...facts, directives: { ...none, noCache: true } }, { read: false, store: true }],
     ['no-store', policy, { ...facts, directives: { noCache: true, noStore: true, optIn: false } }, { read: false, store: false, bypass: 'no_store' }],
   ] as [string, TenantCachePolicy, Parameters<typeof decideCache>[1], object][])('%s', (_name, p, f, expected) => {

@@ -25,9 +25,85 @@ export interface CacheDirectives {
 
 const NONE: CacheDirectives = Object.freeze({ noCache: false, noStore: false, optIn: false });
 
+/** RFC 9110 §5.6.2 `token`: one or more tchars. */
+const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+
 /**
- * Reads `Cache-Control` (`no-cache`, `no-store`, case-insensitive, among other directives which
- * are ignored) and the body's `weir_cache` (`"no-cache"`, `"no-store"` or `"opt_in"`).
+ * The request directives of a `Cache-Control` value (RFC 9111 §5.2): comma-separated
+ * `name[=token|"quoted string"]`, names case-insensitive, empty list elements allowed, unknown
+ * directives ignored. Several `Cache-Control` header lines arrive joined with ", " (Node joins
+ * them), which is the same list. `no-store` → neither read nor store; `no-cache` (with or without
+ * an argument) or `max-age=0` → do not read (the answer may be stored); another `max-age` (a
+ * whole number of seconds) is accepted and has no effect (no entry outlives its policy TTL).
+ * A value that does not parse — a stray `;`, an unclosed quote, a `max-age` that is not a
+ * whole number, an empty name — is taken as `no-store` (the safe reading: the request runs live
+ * and nothing is stored), never as "no directive".
+ */
+export function cacheControlDirectivesOf(value: string): { noCache: boolean; noStore: boolean } {
+  let noCache = false;
+  let noStore = false;
+  const n = value.length;
+  let i = 0;
+  const ows = () => {
+    while (i < n && (value[i] === ' ' || value[i] === '\t')) i++;
+  };
+  while (i < n) {
+    ows();
+    if (i >= n) break;
+    if (value[i] === ',') {
+      i++;
+      continue;
+    }
+    let j = i;
+    while (j < n && value[j] !== '=' && value[j] !== ',' && value[j] !== ' ' && value[j] !== '\t') j++;
+    const name = value.slice(i, j).toLowerCase();
+    if (!TOKEN.test(name)) return MALFORMED;
+    i = j;
+    ows();
+    let arg: string | undefined;
+    if (i < n && value[i] === '=') {
+      i++;
+      ows();
+      if (i < n && value[i] === '"') {
+        // quoted-string: qdtext or a quoted-pair (backslash and one character).
+        let k = i + 1;
+        let text = '';
+        while (k < n && value[k] !== '"') {
+          if (value[k] === '\\') {
+            if (k + 1 >= n) return MALFORMED;
+            text += value[k + 1];
+            k += 2;
+          } else text += value[k++];
+        }
+        if (k >= n) return MALFORMED;
+        arg = text;
+        i = k + 1;
+      } else {
+        let k = i;
+        while (k < n && value[k] !== ',' && value[k] !== ' ' && value[k] !== '\t') k++;
+        arg = value.slice(i, k);
+        if (!TOKEN.test(arg)) return MALFORMED;
+        i = k;
+      }
+      ows();
+    }
+    if (i < n && value[i] !== ',') return MALFORMED;
+    if (name === 'no-store') noStore = true;
+    else if (name === 'no-cache') noCache = true;
+    else if (name === 'max-age') {
+      if (arg === undefined || !/^\d{1,10}$/.test(arg)) return MALFORMED;
+      if (Number(arg) === 0) noCache = true;
+    }
+  }
+  return { noCache: noCache || noStore, noStore };
+}
+
+/** What an unparseable `Cache-Control` means: neither read nor store. */
+const MALFORMED = Object.freeze({ noCache: true, noStore: true });
+
+/**
+ * Reads `Cache-Control` (see {@link cacheControlDirectivesOf}) and the body's `weir_cache`
+ * (`"no-cache"`, `"no-store"` or `"opt_in"`).
  * @throws WeirError `invalid_request` (param `weir_cache`) for another `weir_cache` value.
  */
 export function cacheDirectivesOf(cacheControl: string | undefined, bodyValue: unknown): CacheDirectives {
@@ -35,13 +111,7 @@ export function cacheDirectivesOf(cacheControl: string | undefined, bodyValue: u
   let noCache = false;
   let noStore = false;
   let optIn = false;
-  if (cacheControl !== undefined) {
-    for (const part of cacheControl.split(',')) {
-      const d = part.trim().toLowerCase();
-      if (d === 'no-cache') noCache = true;
-      else if (d === 'no-store') noStore = true;
-    }
-  }
+  if (cacheControl !== undefined) ({ noCache, noStore } = cacheControlDirectivesOf(cacheControl));
   if (bodyValue !== undefined && bodyValue !== null) {
     if (bodyValue === 'no-cache') noCache = true;
     else if (bodyValue === 'no-store') noStore = true;
@@ -106,7 +176,7 @@ export type CacheBypassReason = 'personalised' | 'not_deterministic' | 'no_store
 export interface CacheRequestFacts {
   temperature?: number | null;
   seed?: number | null;
-  /** The request names an end user (OpenAI's `user`). */
+  /** The request names an end user: a non-empty `user` (any length) or `safety_identifier`. */
   endUser: boolean;
   useCase?: string;
   directives: CacheDirectives;
@@ -120,10 +190,23 @@ export interface CacheRequestFacts {
  */
 export function decideCache(policy: TenantCachePolicy, facts: CacheRequestFacts): CacheDecision {
   if (facts.endUser) return { read: false, store: false, bypass: 'personalised' };
-  if (facts.useCase !== undefined && policy.personalisedUseCases?.includes(facts.useCase)) return { read: false, store: false, bypass: 'personalised' };
+  if (facts.useCase !== undefined && isPersonalisedUseCase(policy, facts.useCase)) return { read: false, store: false, bypass: 'personalised' };
   if (facts.directives.noStore) return { read: false, store: false, bypass: 'no_store' };
   if (policy.deterministicOnly && !isDeterministic(facts) && !(facts.directives.optIn && policy.allowOptIn)) return { read: false, store: false, bypass: 'not_deterministic' };
   return { read: !facts.directives.noCache, store: true };
+}
+
+/**
+ * Whether `useCase` is one the policy marks personalised, compared case-insensitively (ASCII):
+ * use cases are case-sensitive labels elsewhere (routes, `/v1/usage`), but here a false match
+ * only costs a cache miss while a missed one could serve one end user's answer to another, so
+ * `Coach` is as personalised as `coach`.
+ */
+export function isPersonalisedUseCase(policy: TenantCachePolicy, useCase: string): boolean {
+  const list = policy.personalisedUseCases;
+  if (!list || list.length === 0) return false;
+  const u = useCase.toLowerCase();
+  return list.some((p) => p.toLowerCase() === u);
 }
 
 /** `temperature: 0`, or a `seed`. */

@@ -75,6 +75,13 @@ describe('createGatewayResponseCache', () => {
     expect(purges).toBe(2);
   });
 
+  it('gives the shared tier the byte caps of defaults.cache', () => {
+    const seen: unknown[] = [];
+    createGatewayResponseCache({ settings: { ...DEFAULT_CACHE, exactStore: 'postgres', maxBytes: 1_000_000, maxBytesPerTenant: 10_000 }, sharedExactTier: (_f, bounds) => (seen.push(bounds), sharedTier().tier) }).close();
+    createGatewayResponseCache({ settings: { ...DEFAULT_CACHE, exactStore: 'postgres' }, sharedExactTier: (_f, bounds) => (seen.push(bounds), sharedTier().tier) }).close();
+    expect(seen).toEqual([{ maxBytes: 1_000_000, maxBytesPerTenant: 10_000 }, { maxBytes: DEFAULT_CACHE.maxBytes }]);
+  });
+
   it('refuses postgres without a shared tier', () => {
     expect(() => createGatewayResponseCache({ settings: { ...DEFAULT_CACHE, exactStore: 'postgres' } })).toThrow(/no shared exact tier/);
   });

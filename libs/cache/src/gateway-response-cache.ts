@@ -16,16 +16,25 @@ export interface PurgeableCacheTier extends CacheTier {
   purgeExpired(): Promise<number>;
 }
 
+/** The byte caps of `defaults.cache`, given to the shared exact tier. */
+export interface SharedTierBounds {
+  /** The whole tier's cap (bytes). */
+  maxBytes: number;
+  /** One tenant's cap (bytes); absent: the tier's default (a quarter of `maxBytes`). */
+  maxBytesPerTenant?: number;
+}
+
 /** Options of {@link createGatewayResponseCache}. */
 export interface GatewayResponseCacheOptions {
   /** The platform's `defaults.cache`. Default {@link DEFAULT_CACHE} (in-process, 64 MiB, 50 ms lookups). */
   settings?: CacheDefaults;
   /**
    * Makes the shared exact tier, called once when `settings.exactStore` is `postgres` (e.g.
-   * `(onFault) => createPgExactCacheTier(db, { onFault })`); `onFault` reports its failed stores
-   * and drops. Required for `postgres`.
+   * `(onFault, bounds) => createPgExactCacheTier(db, { onFault, ...bounds })`); `onFault` reports
+   * its failed stores and drops; `bounds` are `settings.maxBytes` and `settings.maxBytesPerTenant`
+   * (bytes), which bound the shared tier as they bound the in-process one. Required for `postgres`.
    */
-  sharedExactTier?: (onFault: (op: 'store' | 'drop', err: unknown) => void) => PurgeableCacheTier;
+  sharedExactTier?: (onFault: (op: 'store' | 'drop', err: unknown) => void, bounds: SharedTierBounds) => PurgeableCacheTier;
   /** Tiers tried after the exact one, in order (the semantic tier). Default none. */
   moreTiers?: readonly CacheTier[];
   /** A tier fault (`op`: `lookup`, `store`, `drop`, `purge`), taken as a miss; never given content. Default none. */
@@ -57,7 +66,10 @@ export function createGatewayResponseCache(options: GatewayResponseCacheOptions 
   let shared: PurgeableCacheTier | undefined;
   if (settings.exactStore === 'postgres') {
     if (!options.sharedExactTier) throw new TypeError('createGatewayResponseCache: defaults.cache.exact_store is postgres, but no shared exact tier was given');
-    shared = options.sharedExactTier((op, err) => fault('exact', op, err));
+    shared = options.sharedExactTier((op, err) => fault('exact', op, err), {
+      maxBytes: settings.maxBytes,
+      ...(settings.maxBytesPerTenant !== undefined ? { maxBytesPerTenant: settings.maxBytesPerTenant } : {}),
+    });
   }
   const exact =
     shared ?? createMemoryExactTier({ maxBytes: settings.maxBytes, ...(settings.maxBytesPerTenant !== undefined ? { maxBytesPerTenant: settings.maxBytesPerTenant } : {}) });

@@ -521,9 +521,9 @@ const defaults = strict({
     strict({
       /** `memory`: in each gateway process (the default); `postgres`: shared by a fleet (table `response_cache`). */
       exact_store: z.enum(['memory', 'postgres'], { error: expecting('memory or postgres') }).default('memory'),
-      /** The in-process tier's size budget (bytes). Default 64 MiB. */
+      /** The exact tier's size budget (bytes): each in-process tier's, or the Postgres table's (trimmed every minute). Default 64 MiB. */
       max_bytes: int(1_024).default(64 * 1024 * 1024),
-      /** One tenant's share of it (bytes). Default a quarter of `max_bytes`. */
+      /** One tenant's share of it (bytes; enforced on every store, in either store). Default a quarter of `max_bytes`. */
       max_bytes_per_tenant: int(1_024).optional(),
       /** How long a request's cache lookups may take before they count as a miss (ms). */
       lookup_timeout_ms: int(1, 10_000).default(50),

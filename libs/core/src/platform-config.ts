@@ -432,9 +432,9 @@ export interface TenantCachePolicy {
 export interface CacheDefaults {
   /** `memory`: in each gateway process (default); `postgres`: shared by a fleet (table `response_cache`). */
   exactStore: 'memory' | 'postgres';
-  /** The in-process tier's size budget (bytes). Default 64 MiB. */
+  /** The exact tier's size budget (bytes): each in-process tier's, or the Postgres table's (trimmed every minute). Default 64 MiB. */
   maxBytes: number;
-  /** One tenant's share of it (bytes). Default a quarter of `maxBytes`. */
+  /** One tenant's share of it (bytes; enforced on every store, in either store). Default a quarter of `maxBytes`. */
   maxBytesPerTenant?: number;
   /** How long a request's cache lookups may take before they count as a miss (ms). Default 50. */
   lookupTimeoutMs: number;

@@ -553,11 +553,16 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     // The tenant's internal id: its idempotency keys and generations are filed under it (issue 14 §4).
     const tenantId = tenantKeyOf(req.caller);
     // OpenAI's `user` (the client's end user) keeps one person on one canary arm across requests.
-    const user = (req.body as { user?: unknown } | undefined)?.user;
+    // Only a `user` of at most 256 characters is a sticky key; a longer one still names an end user.
+    const reqBody = req.body as { user?: unknown; safety_identifier?: unknown } | undefined;
+    const user = reqBody?.user;
     const endUser = typeof user === 'string' && user.length > 0 && user.length <= 256 ? user : undefined;
+    // Personalised for the cache: any non-empty `user` (whatever its length) or `safety_identifier`
+    // (OpenAI's per-end-user id) — never stored, never served (docs/caching.md).
+    const personalised = isNonEmptyString(user) || isNonEmptyString(reqBody?.safety_identifier);
     // The cache's fields are checked on every request (400 naming the field); the key is made only
     // if the tenant's cache policy is on (the pipeline calls `cache` then).
-    const cache = cacheInputsOf(req, endUser !== undefined, useCase, sampling);
+    const cache = cacheInputsOf(req, personalised, useCase, sampling);
     const createdS = Math.floor(Date.now() / 1000);
     // A keyed request: its relay leaves the result (or that it was interrupted) for retries in its settlement entry.
     let retain: RetainSpec | undefined;
@@ -1237,6 +1242,11 @@ function answerFromResult(r: RetainedResult): Answer {
     replayed: true,
     endedInQueue: false,
   };
+}
+
+/** A string of at least one character (an empty `user` or `safety_identifier` names no one). */
+function isNonEmptyString(v: unknown): v is string {
+  return typeof v === 'string' && v.length > 0;
 }
 
 /** The routes whose answers are cached, by their edge pattern. */

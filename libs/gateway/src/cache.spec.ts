@@ -431,3 +431,120 @@ describe('the exact cache on the other routes', () => {
     expect(engine.started).toBe(2);
   });
 });
+
+describe('personalisation and Cache-Control (breaker15 findings 01 and 09)', () => {
+  /** Seeds the entry of `chat()` with one miss, then sends `extra`/`headers` and returns its x-weir-cache. */
+  async function afterSeed(extra: Record<string, unknown>, headers?: Record<string, string>): Promise<string | null> {
+    const res = await harness.post('/v1/chat/completions', chat(extra), headers);
+    const status = res.headers.get('x-weir-cache');
+    await res.json();
+    return status;
+  }
+
+  it('a `user` longer than 256 characters is personalised: never served, never stored', async () => {
+    await start(configWith(POLICY));
+    const alice = `alice-${'a'.repeat(300)}`;
+    const bob = `bob-${'b'.repeat(300)}`;
+    expect(await afterSeed({ user: alice })).toBe('bypass');
+    await new Promise((r) => setTimeout(r, 20));
+    expect(tier.stats().entries).toBe(0);
+    expect(await afterSeed({ user: bob })).toBe('bypass');
+    expect(engine.started).toBe(2);
+    // An entry stored by anonymous traffic is not served to a long-`user` request either.
+    expect(await afterSeed({})).toBe('miss');
+    await until(() => tier.stats().entries === 1);
+    expect(await afterSeed({ user: bob })).toBe('bypass');
+    expect(engine.started).toBe(4);
+    expect(events.at(-1)).toMatchObject({ result: 'bypass', reason: 'personalised' });
+  });
+
+  it('`safety_identifier` (chat and responses) is personalised; an empty `user` is no end user; `prompt_cache_key` is in the key', async () => {
+    await start(configWith(POLICY));
+    expect(await afterSeed({})).toBe('miss');
+    await until(() => tier.stats().entries === 1);
+    expect(await afterSeed({ safety_identifier: 'user-1234' })).toBe('bypass');
+    expect(await afterSeed({ user: '' })).toBe('hit');
+    expect(engine.started).toBe(2);
+    const responses = { model: 'fake', input: 'hello there', temperature: 0, max_output_tokens: 8 };
+    const first = await harness.post('/v1/responses', responses);
+    expect(first.headers.get('x-weir-cache')).toBe('miss');
+    await first.json();
+    await until(() => tier.stats().entries === 2);
+    const personal = await harness.post('/v1/responses', { ...responses, safety_identifier: 'user-1234' });
+    expect(personal.headers.get('x-weir-cache')).toBe('bypass');
+    await personal.json();
+    const longUser = await harness.post('/v1/responses', { ...responses, user: 'u'.repeat(500) });
+    expect(longUser.headers.get('x-weir-cache')).toBe('bypass');
+    await longUser.json();
+    expect(engine.started).toBe(5);
+    // `prompt_cache_key` (OpenAI's per-user replacement of `user` for caching) scopes the entries.
+    expect(await afterSeed({ prompt_cache_key: 'alice' })).toBe('miss');
+    await until(() => tier.stats().entries === 3);
+    expect(await afterSeed({ prompt_cache_key: 'bob' })).toBe('miss');
+    await until(() => tier.stats().entries === 4);
+    expect(await afterSeed({ prompt_cache_key: 'alice' })).toBe('hit');
+  });
+
+  it.each([
+    ['no-store;', 0],
+    ['NO-STORE', 0],
+    ['private, no-store', 0],
+    ['no-cache="x"', 1],
+    ['max-age=0', 1],
+    ['Max-Age=0, private', 1],
+  ])('Cache-Control %p is not answered from the cache (and stores %p entries)', async (cc, stored) => {
+    await start(configWith(POLICY));
+    expect(await afterSeed({}, { 'cache-control': cc })).toBe('bypass');
+    await new Promise((r) => setTimeout(r, 20));
+    if (stored) await until(() => tier.stats().entries === 1);
+    expect(tier.stats().entries).toBe(stored);
+    expect(await afterSeed({}, { 'cache-control': cc })).toBe('bypass');
+    expect(engine.started).toBe(2);
+  });
+
+  it('an unknown directive or max-age > 0 does not refuse the cache', async () => {
+    await start(configWith(POLICY));
+    expect(await afterSeed({})).toBe('miss');
+    await until(() => tier.stats().entries === 1);
+    expect(await afterSeed({}, { 'cache-control': 'nostore' })).toBe('hit');
+    expect(await afterSeed({}, { 'cache-control': 'max-age=600' })).toBe('hit');
+    expect(engine.started).toBe(1);
+  });
+
+  it('a personalised use case matches in any case (x-weir-use-case: Coach for `coach`)', async () => {
+    await start(configWith({ ...POLICY, personalisedUseCases: ['coach'] }));
+    for (const useCase of ['Coach', 'COACH', 'coach']) {
+      expect(await afterSeed({}, { 'x-weir-use-case': useCase })).toBe('bypass');
+    }
+    await new Promise((r) => setTimeout(r, 20));
+    expect(tier.stats().entries).toBe(0);
+    expect(engine.started).toBe(3);
+  });
+});
+
+describe('a recent budget refusal and cache hits (breaker15 finding: a refusal blocks cheap hits)', () => {
+  it('after an expensive request is refused for budget, a hit still goes to admission (and is served); a miss gets the remembered refusal without a reservation', async () => {
+    await start(configWith(POLICY));
+    await (await harness.post('/v1/chat/completions', chat())).json();
+    await until(() => tier.stats().entries === 1 && records.length === 1);
+    refuseNext = 'budget_exhausted';
+    const expensive = await harness.post('/v1/chat/completions', chat({ messages: [{ role: 'user', content: 'a long expensive question' }], max_tokens: 16 }));
+    expect(expensive.status).toBe(429);
+    await expensive.json();
+    const reservesBefore = reserves.length;
+    // The hit: admission is asked (its worst case is the hit's price) and accepts it.
+    const hit = await harness.post('/v1/chat/completions', chat());
+    expect(hit.status).toBe(200);
+    expect(hit.headers.get('x-weir-cache')).toBe('hit');
+    await hit.json();
+    expect(reserves.length).toBe(reservesBefore + 1);
+    // A miss within the hold gets the remembered refusal after the lookup: no reservation, no engine.
+    const miss = await harness.post('/v1/chat/completions', chat({ messages: [{ role: 'user', content: 'another question' }] }));
+    expect(miss.status).toBe(429);
+    const body = (await miss.json()) as { error: { code: string; message: string } };
+    expect(body.error.code).toBe('budget_exhausted');
+    expect(body.error.message).toMatch(/^recently refused/);
+    expect(reserves.length).toBe(reservesBefore + 1);
+    expect(engine.started).toBe(1);
+  });
+});

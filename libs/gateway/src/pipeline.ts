@@ -43,7 +43,7 @@ import {
   revisionKindOf,
   tenantKeyOf,
 } from '@weir/core';
-import { type CachedAnswer, type CacheHit, type CacheKeyMaterial, type CacheQuery, type CacheRequestFacts, type ResponseCache, cacheQueryOf, checkTemplate, decideCache, type CacheBypassReason } from '@weir/cache';
+import { type CachedAnswer, type CacheHit, type CacheKeyMaterial, type CacheQuery, type CacheRequestFacts, type ResponseCache, cacheEnabled, cacheQueryOf, checkTemplate, decideCache, type CacheBypassReason } from '@weir/cache';
 import { priceUsage } from '@weir/ledger';
 import { pickWeighted } from '@weir/routing';
 import { type Relay, type RelayHandle, settlementOf } from '@weir/streaming';
@@ -330,7 +330,9 @@ export interface GenerationPipeline {
    * ago in a way that holds for every request of it (admission pushback,
    * `admission-pushback.ts`: the requests window empty, the concurrency limit reached, the
    * budget spent; the message prefixed "recently refused: "). O(1); `admit` calls it first.
-   * Routes call it before expensive work of their own (compiling an output schema).
+   * Routes call it before expensive work of their own (compiling an output schema). A spent
+   * budget is not applied here to a tenant whose cache policy is on (a cache hit's worst case is
+   * far smaller than the refused request's): `admit` applies it after the cache lookup, on a miss.
    */
   precheck(caller: Caller): void;
 }
@@ -429,10 +431,20 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
   const wallClock = deps.wallClock ?? Date.now;
   const deadlineMsFor = (caller: Caller, requestedMs?: number) => requestedMs ?? tenants().get(caller.tenantId)?.defaultDeadlineMs ?? 120_000;
 
-  /** Refuses `caller` at once when admission refused it moments ago in a way every request of it would be (admission pushback). */
-  const precheck = (caller: Caller) => {
+  /** Whether `caller`'s tenant may be answered from the response cache (a policy with a tier on, and a cache). */
+  const mayHitCache = (caller: Caller) => deps.cache !== undefined && cacheEnabled(tenants().get(caller.tenantId)?.cache);
+  /**
+   * Refuses `caller` at once when admission refused it moments ago in a way every request of it
+   * would be (admission pushback). A remembered `budget_exhausted` is not applied here to a
+   * tenant that may be answered from the cache (`deferBudget`, the default for such tenants): a
+   * budget refusal means that request's worst case did not fit, and a hit's worst case is a
+   * fraction of it, so the memo is consulted after the cache lookup instead (on a miss or bypass,
+   * still before the token count); a hit goes to admission, which decides it.
+   */
+  const precheck = (caller: Caller, deferBudget = mayHitCache(caller)) => {
     const memo = admissionMemo.check(caller, clock.now());
     if (!memo) return;
+    if (deferBudget && memo.reason === 'budget_exhausted') return;
     // A spent budget carries no retry hint, as admission's own refusal did not (retrying cannot help).
     reject(caller, new AdmissionRejectedError(memo.reason, `recently refused: ${memo.message}`, memo.hinted ? memo.retryAfterMs : undefined, memo.rateLimits));
   };
@@ -587,8 +599,10 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
     precheck,
     async admit(params) {
       const { caller } = params;
-      // Before routing, counting tokens and reserving: a caller admission just refused for good.
-      precheck(caller);
+      // Before routing, counting tokens and reserving: a caller admission just refused for good
+      // (a budget refusal waits for the cache lookup when a hit is possible).
+      const cacheable = params.cache !== undefined && mayHitCache(caller);
+      precheck(caller, cacheable);
       const names = params.paramNames ?? CHAT_PARAMS;
       // The canary arm follows the end user when the client names one (the same person keeps
       // one arm across requests), else the request id.
@@ -641,6 +655,8 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
         if ('hit' in looked) return cachedGeneration(params, revision, cachePolicy, looked.hit, looked.query, deadlineAt);
         cacheStatus = looked.status;
       }
+      // Not answered from the cache: a budget refusal deferred above applies now.
+      if (cacheable) precheck(caller, false);
       // Scheduler pushback: the scheduler refused a like request moments ago, so refuse this one
       // before the token count, the reservation and the scheduler call it would cost.
       // Slack is compared where the memo is consulted (here), for the refused request too: its

@@ -4,6 +4,7 @@
  * replaces; a tenant's entries are dropped alone; expired rows are purged.
  */
 import type { CachedAnswer, CacheQuery } from '@weir/cache';
+import { sql } from 'kysely';
 import { createPgExactCacheTier } from './pg-exact-cache-tier';
 import { createTestDatabase, type TestDatabase } from './testing';
 
@@ -74,4 +75,70 @@ describe.each([['pglite' as const], ['postgres' as const]])('pg exact cache tier
     await t.store(query('acme~1'), answer('x'.repeat(200)), 60_000);
     await expect(t.lookup(query('acme~1'))).resolves.toBeUndefined();
   });
+
+  const bytesOf = async (tenantKey?: string) => {
+    let q = database.db.selectFrom('response_cache').select((eb) => eb.fn.coalesce(eb.fn.sum<number>('bytes'), eb.lit(0)).as('b'));
+    if (tenantKey !== undefined) q = q.where('tenant_key', '=', tenantKey);
+    return Number((await q.executeTakeFirstOrThrow()).b);
+  };
+  const keysOf = async (tenantKey: string) =>
+    (await database.db.selectFrom('response_cache').select('exact_key').where('tenant_key', '=', tenantKey).orderBy('exact_key').execute()).map((r) => r.exact_key);
+
+  it('a tenant past its byte cap loses its own oldest entries on the next store, never another tenant’s', async () => {
+    const entryBytes = JSON.stringify(answer('e0')).length;
+    // Room for three entries of this size per tenant, ten in all.
+    const t = createPgExactCacheTier(database.db, { now: () => now, maxBytes: entryBytes * 10, maxBytesPerTenant: entryBytes * 3 + 1 });
+    await t.store(query('other~2', 'o0'), answer('o0'), 60_000);
+    for (let i = 0; i < 5; i++) {
+      now += 1_000;
+      await t.store(query('acme~1', `e${i}`), answer(`e${i}`), 60_000);
+      expect(await bytesOf('acme~1')).toBeLessThanOrEqual(entryBytes * 3 + 1);
+    }
+    expect(await keysOf('acme~1')).toEqual(['acme~1:e2', 'acme~1:e3', 'acme~1:e4']);
+    await expect(t.lookup(query('acme~1', 'e1'))).resolves.toBeUndefined();
+    await expect(t.lookup(query('acme~1', 'e4'))).resolves.toBeDefined();
+    // The other tenant's entry, stored first of all, is untouched.
+    expect(await keysOf('other~2')).toEqual(['other~2:o0']);
+    // Re-storing an existing key replaces it (counted once) and makes it the newest.
+    now += 1_000;
+    await t.store(query('acme~1', 'e2'), answer('e2'), 60_000);
+    now += 1_000;
+    await t.store(query('acme~1', 'e5'), answer('e5'), 60_000);
+    expect(await keysOf('acme~1')).toEqual(['acme~1:e2', 'acme~1:e4', 'acme~1:e5']);
+  });
+
+  it('an entry larger than the tenant cap is not stored and evicts nothing', async () => {
+    const entryBytes = JSON.stringify(answer('e0')).length;
+    const t = createPgExactCacheTier(database.db, { now: () => now, maxBytes: entryBytes * 10, maxBytesPerTenant: entryBytes * 2 });
+    await t.store(query('acme~1', 'a'), answer('e0'), 60_000);
+    await t.store(query('acme~1', 'big'), answer('x'.repeat(entryBytes * 2)), 60_000);
+    expect(await keysOf('acme~1')).toEqual(['acme~1:a']);
+  });
+
+  it('the purge trims the table to its total cap, oldest first, after deleting expired rows', async () => {
+    const entryBytes = JSON.stringify(answer('e0')).length;
+    const t = createPgExactCacheTier(database.db, { now: () => now, maxBytes: entryBytes * 4, maxBytesPerTenant: entryBytes * 4 });
+    await t.store(query('gone~9', 'x'), answer('e0'), 500);
+    for (const [tenant, key] of [['a~1', 'e0'], ['b~2', 'e1'], ['c~3', 'e2'], ['a~1', 'e3'], ['b~2', 'e4']] as const) {
+      now += 1_000;
+      await t.store(query(tenant, key), answer(key), 60_000);
+    }
+    // 6 rows, 1 expired; 5 live ones of which the total cap keeps the newest 4.
+    await expect(t.purgeExpired()).resolves.toBe(2);
+    expect(await bytesOf()).toBeLessThanOrEqual(entryBytes * 4);
+    expect([...(await keysOf('a~1')), ...(await keysOf('b~2')), ...(await keysOf('c~3')), ...(await keysOf('gone~9'))]).toEqual(['a~1:e3', 'b~2:e1', 'b~2:e4', 'c~3:e2']);
+    await expect(t.purgeExpired()).resolves.toBe(0);
+  });
+
+  it('the tenant sum of a store and the purge’s total can be served by their indexes (no table scan needed)', async () => {
+    await database.db.transaction().execute(async (trx) => {
+      await sql`SET LOCAL enable_seqscan = off`.execute(trx);
+      const explain = async (query: ReturnType<typeof sql>) => (await query.execute(trx)).rows.map((r) => Object.values(r as object)[0] as string).join('\n');
+      const tenantPlan = await explain(sql`EXPLAIN SELECT exact_key, sum(bytes) OVER (ORDER BY stored_at DESC, exact_key DESC) FROM response_cache WHERE tenant_key = 'acme~1' AND exact_key <> 'k'`);
+      expect(tenantPlan).toContain('response_cache_tenant_stored_idx');
+      const totalPlan = await explain(sql`EXPLAIN SELECT exact_key, sum(bytes) OVER (ORDER BY stored_at DESC, exact_key DESC) FROM response_cache`);
+      expect(totalPlan).toContain('response_cache_stored_idx');
+    });
+  });
 });
+

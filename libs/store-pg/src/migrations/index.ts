@@ -13,6 +13,7 @@ import { internalIds } from './0012-internal-ids';
 import { responseCache } from './0013-response-cache';
 import { semanticCache } from './0014-semantic-cache';
 import { redactionProfiles } from './0015-redaction-profiles';
+import { responseCacheBounds } from './0016-response-cache-bounds';
 
 /**
  * Weir's one migration history, for PGlite and Postgres alike. Names sort in the order they
@@ -35,6 +36,7 @@ export const MIGRATIONS: Readonly<Record<string, Migration>> = Object.freeze({
   '0013_response_cache': responseCache,
   '0014_semantic_cache': semanticCache,
   '0015_redaction_profiles': redactionProfiles,
+  '0016_response_cache_bounds': responseCacheBounds,
 });
 
 /** An in-code kysely {@link MigrationProvider} over {@link MIGRATIONS} (no filesystem scan). */
