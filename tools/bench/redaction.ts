@@ -30,6 +30,16 @@ const TEXTS: Record<string, (size: number) => string> = {
   dots: (n) => fill('1.', n),
   'key prefixes': (n) => fill('sk-', n),
   'pem headers': (n) => fill('-----BEGIN ', n),
+  // Separators and characters the scanners (or the redactor's normalisation) accept since the
+  // issue-15 fixes: blank runs, dotted groups, full-width digits, zero-width characters,
+  // Unicode local parts, quoted local parts, hyphenated IBAN-like runs glued to words.
+  'tabbed digits': (n) => fill('4111\t\n ', n),
+  'dotted groups': (n) => fill('4111.', n),
+  'full-width digits': (n) => fill('４ ', n),
+  'zero-width flood': (n) => fill('1\u200b', n),
+  'unicode at flood': (n) => fill('é@', n),
+  'quoted at flood': (n) => fill('"a"@', n),
+  'iban-like glued': (n) => fill('acctDE89-', n),
   'base64 run': (n) => {
     let s = '';
     const a = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/';

@@ -74,6 +74,13 @@ describe('POST /v1/embeddings on the real tiny model (all-in-one)', () => {
     expect(asFloat.data[0].embedding).toEqual(r.data[0].embedding);
   });
 
+  it('embeds a batch whose total tokens pass one replica’s KV (2 × 512): the inputs are embedded one at a time', async () => {
+    const r = await client.embeddings.create({ model: 'tiny-embed', input: Array.from({ length: 400 }, () => 'hi') });
+    expect(r.data).toHaveLength(400);
+    expect(r.usage.prompt_tokens).toBeGreaterThan(1024);
+    expect(r.data[399].embedding).toEqual(r.data[0].embedding);
+  });
+
   it('refuses each kind on the other kind’s route with a 400 naming the model', async () => {
     await expect(client.embeddings.create({ model: 'tiny-stories', input: 'hi' })).rejects.toMatchObject({ status: 400, param: 'model' });
     await expect(client.chat.completions.create({ model: 'tiny-embed', messages: [{ role: 'user', content: 'hi' }] })).rejects.toMatchObject({ status: 400, param: 'model' });

@@ -174,7 +174,10 @@ export type RequestPriority = 'interactive' | 'batch';
 export interface ScheduleRequest {
   caller: Caller;
   revisionId: string;
-  /** Context tokens this request may use: input + output limit. */
+  /**
+   * KV tokens this request holds on a replica: input + output limit; for an embedding batch
+   * (items embedded one at a time) its largest item's tokens.
+   */
   tokens: number;
   /** Absolute deadline on the scheduler's clock (ms). */
   deadlineAt: number;
@@ -182,7 +185,10 @@ export interface ScheduleRequest {
   signal: AbortSignal;
   /** Replicas not to use (a retry after a failure before the first token). Default none. */
   avoidReplicas?: readonly string[];
-  /** Prompt tokens (prefill work) within `tokens`, for the start-time estimate. Default 0 (all of `tokens` counted as output). */
+  /**
+   * Prompt tokens (prefill work), for the start-time estimate; the output is `tokens` minus
+   * these (none when they are more: an embedding batch). Default 0 (all of `tokens` counted as output).
+   */
   inputTokens?: number;
   /** Scheduling class. Default `interactive`. */
   priority?: RequestPriority;

@@ -12,6 +12,7 @@ import {
   type Caller,
   tenantKeyOf,
   type Clock,
+  type EmbeddingInput,
   type GenerationInput,
   type GenerationOutcome,
   type IdempotencyClaim,
@@ -281,6 +282,19 @@ function moderatedTexts(input: GenerationInput): string[] {
   return texts.length > 0 ? texts : [''];
 }
 
+/**
+ * Refuses (400 `invalid_request`, param `input`) an embedding input holding token-id arrays, for
+ * a tenant whose policy redacts (`redacts`) or moderates (`moderates`) its input: both read text,
+ * and ids would pass them unread.
+ */
+function refuseTokenIds(input: EmbeddingInput, redacts: boolean, moderates: boolean): void {
+  const at = input.items.findIndex((i) => typeof i !== 'string');
+  if (at < 0) return;
+  const what = redacts && moderates ? 'redacts and moderates' : redacts ? 'redacts' : 'moderates';
+  const where = input.items.length === 1 ? 'input' : `input[${at}]`;
+  throw new WeirError('invalid_request', `Invalid request: \`${where}\` holds token ids; send text: this tenant's policy ${what} input, which it reads as text.`, { param: where });
+}
+
 /** Starts an input check (never rejects). */
 function startInputCheck(plan: StagePlan, input: GenerationInput, observer: ModerationObserver | undefined): InputCheck {
   const ac = new AbortController();
@@ -539,10 +553,13 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     // Redacted before moderation, the key claim, the token count and anything reserved: no
     // upstream (model or moderation engine) sees, and the tenant is billed for, the redacted
     // prompt. A failure sends nothing.
+    const inputPlan = deps.moderation?.policies().of(tenantKeyOf(req.caller))?.input;
+    // Token ids may decode to anything: a tenant whose policy reads its input (redaction, input
+    // moderation) must send text, or neither would see what the model embeds.
+    if (input.kind === 'embedding' && (policy?.redactUpstream || inputPlan)) refuseTokenIds(input, policy?.redactUpstream === true, inputPlan !== undefined);
     if (policy?.redactUpstream) input = await redactUpstream(req.caller, policy, input);
     // Input moderation starts with the request and runs while it is routed, admitted and
     // dispatched; its verdict is awaited only before the first delta reaches the client.
-    const inputPlan = deps.moderation?.policies().of(tenantKeyOf(req.caller))?.input;
     const inputCheck = inputPlan ? startInputCheck(inputPlan, input, deps.moderation?.observer) : undefined;
     const generationId = newId('gen');
     const key = limits.requestId;

@@ -6,6 +6,7 @@
  * an error line without content, and a failure metric.
  */
 import type { ApiRoute, Caller, GenerationInput, GenerationOutcome } from '@weir/core';
+import type { RedactionResult } from '@weir/redaction';
 import type { RedactionCounts, TenantContentPolicy } from './content-policy';
 import { promptText } from './content-policy';
 
@@ -41,6 +42,25 @@ export interface ContentLogEntry {
   outcome: GenerationOutcome;
 }
 
+/**
+ * What the content log holds instead of an embedding answer (its deltas' text: one base64 line of
+ * float32 bytes per vector): `[N vectors of D dimensions]`, D of the first vector (`[0 vectors]`
+ * when there is none). Counts without decoding.
+ */
+export function embeddingOutputSummary(deltas: string): string {
+  let vectors = 0;
+  let first = -1;
+  for (let i = deltas.indexOf('\n'); i >= 0; i = deltas.indexOf('\n', i + 1)) {
+    if (first < 0) first = i;
+    vectors++;
+  }
+  if (vectors === 0) return '[0 vectors]';
+  const line = deltas.slice(0, first);
+  const padding = line.endsWith('==') ? 2 : line.endsWith('=') ? 1 : 0;
+  const dimensions = Math.floor(((line.length / 4) * 3 - padding) / 4);
+  return `[${vectors} ${vectors === 1 ? 'vector' : 'vectors'} of ${dimensions} dimensions]`;
+}
+
 /** The content log. */
 export interface ContentLog {
   /** Queues `entry`; the line is redacted and written on a later turn of the event loop. Never throws. */
@@ -71,7 +91,13 @@ export function createContentLog(options: ContentLogOptions): ContentLog {
     // Not the request id: it may be the client's idempotency key, which logs never hold (security.md §10).
     const meta = { tenant: e.caller.tenantId, app: e.caller.appId, generationId: e.generationId, profile: e.policy.profile };
     const prompt = e.policy.logRedactor.redact(promptText(e.input));
-    const output = prompt.ok ? e.policy.logRedactor.redact(e.output) : prompt;
+    // An embedding's output is vectors, not text: never logged (they can be inverted back to the
+    // text they embed), only their count and size.
+    const output: RedactionResult = !prompt.ok
+      ? prompt
+      : e.route === 'embeddings'
+        ? { ok: true, text: embeddingOutputSummary(e.output), counts: {}, truncatedChars: 0 }
+        : e.policy.logRedactor.redact(e.output);
     if (!prompt.ok || !output.ok) {
       const reason = !prompt.ok ? prompt.reason : !output.ok ? output.reason : 'error';
       observer?.onFailure?.(reason, 'content_log');

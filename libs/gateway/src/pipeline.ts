@@ -673,6 +673,9 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
       }
 
       let inputTokens: number;
+      // KV tokens the request holds on a replica while it runs: its whole context (input + output
+      // limit); for an embedding batch, its largest item (the items are embedded one at a time).
+      let kvTokens = 0;
       if (params.input.kind === 'embedding') {
         // Each item must fit the window on its own (they are embedded one by one); the bill is their sum.
         inputTokens = 0;
@@ -687,6 +690,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
             );
           }
           inputTokens += n;
+          kvTokens = Math.max(kvTokens, n);
         }
       } else inputTokens = await deps.countInputTokens(revision, params.input, revision.contextWindow);
       if (!embedding && inputTokens >= revision.contextWindow) {
@@ -719,6 +723,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
         const wanted = params.routeDefaultOutputTokens ?? revision.defaultOutputTokens;
         maxOutputTokens = Math.max(1, Math.min(wanted, revision.contextWindow - inputTokens));
       }
+      if (!embedding) kvTokens = inputTokens + maxOutputTokens;
 
       // The first attempt's revision: the first choice, unless its circuit breaker is open —
       // then the first revision of the chain whose breaker lets a call through (fallback before
@@ -751,7 +756,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
       // with the reservation and again directly from the scheduler.
       const slotSpec = () => ({
         revisionId: firstRevision.id,
-        tokens: inputTokens + maxOutputTokens,
+        tokens: kvTokens,
         inputTokens,
         bytes,
         ...(params.priority !== undefined ? { priority: params.priority } : {}),
@@ -914,7 +919,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
               },
               caller,
               ...(params.priority !== undefined ? { priority: params.priority } : {}),
-              tokens: inputTokens + maxOutputTokens,
+              tokens: kvTokens,
               bytes,
               affinityKey,
               chain,

@@ -23,7 +23,7 @@ import {
   tenantKeyOf,
 } from '@weir/core';
 import { createStaticRouter } from '@weir/routing';
-import { createSlotScheduler } from '@weir/scheduling';
+import { createPoolScheduler, createSlotScheduler } from '@weir/scheduling';
 import { createRelay, type Relay } from '@weir/streaming';
 import type { ModerationPolicies } from '@weir/moderation';
 import { createGatewayApp, type Gateway, type GatewayDeps, type GatewayLogger } from './app';
@@ -72,6 +72,11 @@ export interface TestGatewayOptions {
   clients?: ClientGuard;
   /** Concurrent sequences of each revision's one replica (`r0`, `r1`, … in config order). Default 4. */
   slots?: number;
+  /**
+   * KV tokens of each revision's one replica: when set, the pool scheduler (which places by KV
+   * tokens and refuses a request larger than every replica) replaces the slot scheduler. Default unset.
+   */
+  kvTokens?: number;
   /** Where usage records go (e.g. an array a usage reader aggregates). Default a new array. */
   records?: UsageRecord[];
   /** The snapshot's freshness (`GatewayDeps.configState`). Default none (always fresh). */
@@ -139,7 +144,11 @@ export async function startTestGateway(options: TestGatewayOptions): Promise<Tes
   const engineOf = (revisionId: string | undefined) => (revisionId !== undefined ? options.engines?.[revisionId] : undefined) ?? engine;
   const router = createStaticRouter(config);
   const liveConfig = createLiveConfig(config);
-  const scheduler = createSlotScheduler({ replicas: config.revisions.map((r, i) => ({ id: `r${i}`, revisionId: r.id, slots: options.slots ?? 4 })), maxQueuePerReplica: config.defaults.maxQueuePerReplica, clock });
+  const replicas = config.revisions.map((r, i) => ({ id: `r${i}`, revisionId: r.id, slots: options.slots ?? 4 }));
+  const scheduler: SchedulerService =
+    options.kvTokens !== undefined
+      ? createPoolScheduler({ replicas: replicas.map((r) => ({ ...r, kvTokens: options.kvTokens })), maxQueuePerReplica: config.defaults.maxQueuePerReplica, clock })
+      : createSlotScheduler({ replicas, maxQueuePerReplica: config.defaults.maxQueuePerReplica, clock });
   const remote = options.admitVia ? await options.admitVia(options.admission, scheduler) : undefined;
   const pipeline = createGenerationPipeline({
     router,

@@ -35,6 +35,9 @@ const cases: [string, Recognizer, [text: string, expected: string[]][]][] = [
       ["o'brien@mail.ie", ["o'brien@mail.ie"]],
       ['user@localhost and a@1.2 and @handle and foo@ and .@x.com', []],
       ['twitter @weir_ai says hi', []],
+      ['intl jöhn@exämple.de and почта@пример.рф and x@xn--e1afmkfd.xn--p1ai', ['jöhn@exämple.de', 'почта@пример.рф', 'x@xn--e1afmkfd.xn--p1ai']],
+      ['quoted "john doe"@example.com, not "open@x.com', ['"john doe"@example.com', 'open@x.com']],
+      ['empty quotes ""@example.com and "a\nb"@example.com', []],
     ],
   ],
   [
@@ -65,6 +68,12 @@ const cases: [string, Recognizer, [text: string, expected: string[]][]][] = [
       ['mixed separators 4111 1111-1111 1111', []],
       ['too long 41111111111111111111111', []],
       ['odd groups 41 1111 1111 1111 11', []],
+      ['dots 4111.1111.1111.1111, tabs 4111\t1111\t1111\t1111', ['4111.1111.1111.1111', '4111\t1111\t1111\t1111']],
+      ['lines 4111\n1111\n1111\n1111 and double 4111  1111  1111  1111', ['4111\n1111\n1111\n1111', '4111  1111  1111  1111']],
+      ['diners 3056 930902 5904 and 6-6-4 360000 000000 0008', ['3056 930902 5904', '360000 000000 0008']],
+      ['glued x4111111111111111x and acct4242424242424242.', ['4111111111111111', '4242424242424242']],
+      ['dotted dates and versions 2024.01.15, 4.1.1111.1111, 4111.1111.1111.1111.2', []],
+      ['too many blanks 4111    1111    1111    1111, luhn-invalid 4111.1111.1111.1112', []],
     ],
   ],
   [
@@ -76,6 +85,9 @@ const cases: [string, Recognizer, [text: string, expected: string[]][]][] = [
       ['GB82 WEST 1234 5698 7654 32 AND MORE', ['GB82 WEST 1234 5698 7654 32']],
       ['bad check DE89 3704 0044 0532 0130 01', []],
       ['unknown country ZZ12 3456 7890 1234 56, or DE89370400440532013000X', []],
+      ['hyphens DE89-3704-0044-0532-0130-00 end', ['DE89-3704-0044-0532-0130-00']],
+      ['glued acctDE89370400440532013000 and iban:GB82WEST12345698765432', ['DE89370400440532013000', 'GB82WEST12345698765432']],
+      ['mixed DE89-3704 0044-0532-0130-00, after digit 1DE89370400440532013000', []],
     ],
   ],
   [
@@ -85,6 +97,8 @@ const cases: [string, Recognizer, [text: string, expected: string[]][]][] = [
       ['ssn 123-45-6789 and 078 05 1121', ['123-45-6789', '078 05 1121']],
       ['invalid 000-12-3456 666-12-3456 912-34-5678 123-00-4567 123-45-0000', []],
       ['mixed 123-45 6789, longer 1123-45-6789, 123456789', []],
+      ['dots 123.45.6789', ['123.45.6789']],
+      ['ip 123.45.67.89, version 1.123.45.6789, invalid 000.12.3456', []],
     ],
   ],
   [

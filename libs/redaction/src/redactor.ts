@@ -1,4 +1,5 @@
 import { createHmac, randomBytes } from 'node:crypto';
+import { normalizeForScan, originalSpan } from './normalize';
 import type { CompiledProfile } from './profiles';
 import type { Recognizer, ReplacementMode, Span } from './types';
 
@@ -75,8 +76,9 @@ export type RedactorProfile = Pick<CompiledProfile, 'name' | 'recognizers'> & { 
 
 /**
  * Creates a redactor over a compiled profile (`compileProfiles`). A call scans at most
- * `maxChars` + 512 characters (so a span across the cut is found whole), runs every recognizer
- * (each linear), merges overlapping spans (their union is replaced, tagged by the first), and
+ * `maxChars` + 512 characters (so a span across the cut is found whole), normalises them for
+ * scanning (`normalizeForScan`: NFKC, Unicode spaces as spaces, zero-width characters dropped),
+ * runs every recognizer (each linear) on that copy, maps the spans back to the original text, merges overlapping spans (their union is replaced, tagged by the first), and
  * replaces each with `[REDACTED:<TAG>]` (or `[REDACTED:<TAG>:<hmac>]` in `hash` mode). Work per
  * call is bounded by `maxChars`; time by `budgetMs`.
  */
@@ -97,9 +99,14 @@ export function createRedactor(profile: RedactorProfile, options: RedactorOption
    */
   const core = (scanned: string, limit: number, started: number): { out: string; counts: Record<string, number>; kept: number } | 'timeout' => {
     const spans: Span[] = [];
+    // Recognizers read a normalised copy (NFKC, Unicode spaces, zero-width characters dropped);
+    // spans are mapped back to the original, which is what gets replaced.
+    const scan = normalizeForScan(scanned);
     for (const r of recognizers) {
-      r.find(scanned, (start, end) => {
-        if (end > start && start >= 0 && end <= scanned.length) spans.push({ start, end, type: r.type, tag: r.tag });
+      r.find(scan.text, (s, e) => {
+        if (!(e > s && s >= 0 && e <= scan.text.length)) return;
+        const [start, end] = originalSpan(scan, s, e);
+        spans.push({ start, end, type: r.type, tag: r.tag });
       });
       if (now() - started > budgetMs) return 'timeout';
     }

@@ -657,13 +657,16 @@ export function createPoolScheduler(options: PoolSchedulerOptions): PoolSchedule
       if (request.deadlineAt <= clock.now()) return reject(lane, request, priority, 'deadline', 'the deadline passed before the request could start');
       const largest = Math.max(...lane.replicas.map((r) => r.kvTokens));
       if (request.tokens > largest) {
-        return reject(lane, request, priority, 'no_replica', `the request needs ${request.tokens} KV tokens and the largest replica of pool ${lane.pool} holds ${largest}; lower the output limit or shorten the input`);
+        // No output limit to lower when the KV need is all input (an embedding's largest item).
+        const fix = request.tokens > (request.inputTokens ?? 0) ? 'lower the output limit or shorten the input' : 'shorten the input';
+        return reject(lane, request, priority, 'no_replica', `the request needs ${request.tokens} KV tokens and the largest replica of pool ${lane.pool} holds ${largest}; ${fix}`);
       }
       if (priority === 'batch' && lane.brownout && lane.kind !== 'batch') {
         return reject(lane, request, priority, 'shed', `batch work is refused while pool ${lane.pool} has lost capacity (brownout); retry later`, 5_000);
       }
 
-      const inputTokens = Math.min(Math.max(0, request.inputTokens ?? 0), request.tokens);
+      // Not capped at `tokens`: an embedding batch holds the KV of its largest item but prefills every item.
+      const inputTokens = Math.max(0, request.inputTokens ?? 0);
       const entry: Entry = {
         tenant,
         cost: request.tokens,
@@ -671,7 +674,7 @@ export function createPoolScheduler(options: PoolSchedulerOptions): PoolSchedule
         seq: seq++,
         bytes: request.bytes ?? request.tokens * 4,
         inputTokens,
-        outputTokens: request.tokens - inputTokens,
+        outputTokens: Math.max(0, request.tokens - inputTokens),
         priority,
         request,
         enqueuedAt: clock.now(),

@@ -71,6 +71,22 @@ describe('golden prompt routes', () => {
     ]);
   });
 
+  it('stores the prompt as given but audits it redacted (a viewer reads the audit log)', async () => {
+    const pii = 'mail jane.roe@example.org, card 4111 1111 1111 1111, key AKIAIOSFODNN7EXAMPLE';
+    const body = { use_case: 'pii', messages: [{ role: 'user', content: pii }], max_tokens: 8, expected: 'ok jane.roe@example.org' };
+    const created = await server.call('POST', '/tenants/acme/golden-prompts', body);
+    expect(created.status).toBe(201);
+    const id = created.body.id as string;
+    expect((await server.call('GET', `/tenants/acme/golden-prompts/${id}`)).body).toMatchObject({ messages: [{ role: 'user', content: pii }], expected: 'ok jane.roe@example.org' });
+    await server.call('PUT', `/tenants/acme/golden-prompts/${id}`, body);
+    await server.call('DELETE', `/tenants/acme/golden-prompts/${id}`);
+    const audits = server.audits.filter((a) => a.entityId === id);
+    expect(audits.map((a) => a.action)).toEqual(['golden_prompt.create', 'golden_prompt.replace', 'golden_prompt.delete']);
+    expect(audits[0].after).toMatchObject({ id, use_case: 'pii', max_tokens: 8, messages: [{ role: 'user', content: 'mail [REDACTED:EMAIL], card [REDACTED:CARD], key [REDACTED:SECRET]' }], expected: 'ok [REDACTED:EMAIL]' });
+    const text = JSON.stringify(audits);
+    for (const raw of ['jane.roe@', '4111', 'AKIAIOSFODNN7EXAMPLE']) expect(text).not.toContain(raw);
+  });
+
   it.each([
     [{ ...greeting, messages: [] }, 'messages'],
     [{ ...greeting, messages: [{ role: 'tool', content: 'x' }] }, 'messages.0.role'],

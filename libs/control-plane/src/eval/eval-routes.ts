@@ -23,7 +23,7 @@ import { WeirError } from '@weir/core';
 import { compileOutputSchema } from '@weir/gateway';
 import type { WeirSchema } from '@weir/store-pg';
 import { allowedErrorsProblem, runEval } from './eval-runner';
-import { redactReport } from './redact-report';
+import { redactGoldenPromptForAudit, redactReport } from './redact-report';
 import { createEvalRunStore, createGoldenPromptStore, type GoldenPromptInput, type StoredEvalRun } from './eval-store';
 import type { EvalGenerate } from './eval-types';
 import { createPgModelCatalog, type ModelCatalog, stableRevisionOf } from './model-catalog';
@@ -183,7 +183,8 @@ export function createEvalRouter(options: EvalRoutesOptions, deps: EvalRoutesDep
         throw new WeirError('conflict', `Use case ${input.use_case} of tenant ${tenant} already has ${MAX_GOLDEN_PROMPTS_PER_USE_CASE} golden prompts, the most allowed; delete some first.`);
       }
       const created = await prompts.create(tenant, input);
-      await deps.audit(req, { action: 'golden_prompt.create', entityType: 'golden_prompt', entityId: created.id, before: null, after: created });
+      // The audit copy is redacted (any admin viewer reads the audit log); the prompt is stored as given.
+      await deps.audit(req, { action: 'golden_prompt.create', entityType: 'golden_prompt', entityId: created.id, before: null, after: redactGoldenPromptForAudit(created) });
       res.setHeader('location', `${req.baseUrl}/tenants/${tenant}/golden-prompts/${created.id}`);
       return created;
     }, 201),
@@ -207,7 +208,7 @@ export function createEvalRouter(options: EvalRoutesOptions, deps: EvalRoutesDep
       if (!before) throw notFoundPrompt(tenant, promptId);
       const after = await prompts.replace(tenant, promptId, input);
       if (!after) throw notFoundPrompt(tenant, promptId);
-      await deps.audit(req, { action: 'golden_prompt.replace', entityType: 'golden_prompt', entityId: promptId, before, after });
+      await deps.audit(req, { action: 'golden_prompt.replace', entityType: 'golden_prompt', entityId: promptId, before: redactGoldenPromptForAudit(before), after: redactGoldenPromptForAudit(after) });
       return after;
     }),
   );
@@ -218,7 +219,7 @@ export function createEvalRouter(options: EvalRoutesOptions, deps: EvalRoutesDep
       const promptId = String(req.params.id);
       const before = await prompts.remove(tenant, promptId);
       if (!before) throw notFoundPrompt(tenant, promptId);
-      await deps.audit(req, { action: 'golden_prompt.delete', entityType: 'golden_prompt', entityId: promptId, before, after: null });
+      await deps.audit(req, { action: 'golden_prompt.delete', entityType: 'golden_prompt', entityId: promptId, before: redactGoldenPromptForAudit(before), after: null });
       return { id: promptId, object: 'golden_prompt', deleted: true };
     }),
   );

@@ -1,6 +1,6 @@
 import type { Redactor } from '@weir/redaction';
-import type { EvalReport, EvalSide } from './eval-types';
-import { redactReport, WITHHELD_OUTPUT } from './redact-report';
+import type { EvalReport, EvalSide, GoldenPrompt } from './eval-types';
+import { redactGoldenPromptForAudit, redactReport, WITHHELD_OUTPUT, WITHHELD_TEXT } from './redact-report';
 
 const side = (output: string, error: EvalSide['error'] = null): EvalSide => ({ revision: 'r@1', output, error, ttft_ms: 1, total_ms: 2 });
 
@@ -28,5 +28,44 @@ describe('redactReport (the eval store holds redacted outputs)', () => {
     const out = redactReport(report(side('jane@example.com'), side('')), failing);
     expect(out.prompts[0].stable.output).toBe(WITHHELD_OUTPUT);
     expect(out.prompts[0].candidate.output).toBe('');
+  });
+});
+
+describe('redactGoldenPromptForAudit (the audit copy of a golden prompt)', () => {
+  const prompt: GoldenPrompt = {
+    id: 'gp_1',
+    tenant_id: 'acme',
+    use_case: 'support',
+    messages: [
+      { role: 'system', content: 'you help jane@example.com' },
+      { role: 'user', content: 'card 4111 1111 1111 1111' },
+    ],
+    max_tokens: 8,
+    output_schema: { type: 'object', properties: { to: { const: 'bob@example.org' } }, required: ['to'] },
+    expected: 'key AKIAIOSFODNN7EXAMPLE',
+    created_at: '2026-01-01T00:00:00.000Z',
+  };
+
+  it('redacts messages, expected and the schema’s string values; keeps ids, roles, keys and numbers', () => {
+    const out = redactGoldenPromptForAudit(prompt);
+    expect(out).toEqual({
+      ...prompt,
+      messages: [
+        { role: 'system', content: 'you help [REDACTED:EMAIL]' },
+        { role: 'user', content: 'card [REDACTED:CARD]' },
+      ],
+      output_schema: { type: 'object', properties: { to: { const: '[REDACTED:EMAIL]' } }, required: ['to'] },
+      expected: 'key [REDACTED:SECRET]',
+    });
+    // The prompt itself is untouched.
+    expect(prompt.messages[0].content).toBe('you help jane@example.com');
+  });
+
+  it('withholds texts whose redaction fails', () => {
+    const failing: Redactor = { profile: 'x', redact: () => ({ ok: false, reason: 'error' }), redactChunked: async () => ({ ok: false, reason: 'error' }) };
+    const out = redactGoldenPromptForAudit(prompt, failing);
+    expect(out.messages.map((m) => m.content)).toEqual([WITHHELD_TEXT, WITHHELD_TEXT]);
+    expect(out.expected).toBe(WITHHELD_TEXT);
+    expect(JSON.stringify(out)).not.toMatch(/jane@|4111|AKIA|bob@/);
   });
 });

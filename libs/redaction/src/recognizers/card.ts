@@ -1,5 +1,8 @@
 import type { Recognizer } from '../types';
-import { DASH, SPACE, codeAt, isDigit, numberMayEndAt, numberMayStartAt } from './chars';
+import { DASH, DOT, SPACE, codeAt, digitRunMayEndAt, digitRunMayStartAt, isBlank, isDigit } from './chars';
+
+/** Most blank characters (spaces, tabs, line breaks) between two groups. */
+const MAX_BLANKS = 3;
 
 /** Luhn (ISO/IEC 7812-1 check digit) over a string of digits. */
 export function luhnValid(digits: string): boolean {
@@ -40,11 +43,11 @@ export function knownIssuer(digits: string): boolean {
   }
 }
 
-/** Separator layouts cards are written in: groups of 4 (the last 1–4), or Amex/Diners 4-6-5 / 4-6-4. */
+/** Separator layouts cards are written in: groups of 4 (the last 1–4), or Amex/Diners 4-6-5 / 4-6-4 / 6-6-4. */
 function layoutOk(groups: number[]): boolean {
   if (groups.length === 1) return true;
   const shape = groups.join(',');
-  if (shape === '4,6,5' || shape === '4,6,4') return true;
+  if (shape === '4,6,5' || shape === '4,6,4' || shape === '6,6,4') return true;
   for (let i = 0; i < groups.length - 1; i++) if (groups[i] !== 4) return false;
   const last = groups[groups.length - 1];
   return last >= 1 && last <= 4;
@@ -52,9 +55,11 @@ function layoutOk(groups: number[]): boolean {
 
 /**
  * Payment card numbers: 13–19 digits, unseparated or in groups joined by one kind of separator
- * (space or `-`) in a card layout, from a known issuer prefix, with a valid Luhn check digit.
- * A Luhn-invalid number, an order number, a phone number or a date is not flagged. Linear:
- * each candidate stops after 19 digits.
+ * in a card layout — blanks (1–3 spaces, tabs or line breaks; the redactor scans Unicode spaces
+ * as spaces), `-` or `.` — from a known issuer prefix, with a valid Luhn check digit. Found on
+ * digit boundaries, so a number glued to letters (`x4111111111111111x`) is found too. A
+ * Luhn-invalid number, an order number, a phone number, a date or mixed separators are not
+ * flagged. Linear: each candidate stops after 19 digits.
  */
 export const cardRecognizer: Recognizer = {
   type: 'card',
@@ -62,7 +67,7 @@ export const cardRecognizer: Recognizer = {
   find(text, emit) {
     const n = text.length;
     for (let i = 0; i < n; i++) {
-      if (!isDigit(text.charCodeAt(i)) || !numberMayStartAt(text, i)) continue;
+      if (!isDigit(text.charCodeAt(i)) || !digitRunMayStartAt(text, i)) continue;
       let pos = i;
       let digits = '';
       const groups: number[] = [];
@@ -81,9 +86,19 @@ export const cardRecognizer: Recognizer = {
         digits += text.slice(g, pos);
         groups.push(pos - g);
         const s = codeAt(text, pos);
-        if ((s === SPACE || s === DASH) && (sep === -1 || sep === s) && isDigit(codeAt(text, pos + 1))) {
-          sep = s;
-          pos++;
+        let kind = -1;
+        let len = 0;
+        if (isBlank(s)) {
+          kind = SPACE;
+          len = 1;
+          while (len < MAX_BLANKS && isBlank(codeAt(text, pos + len))) len++;
+        } else if (s === DASH || s === DOT) {
+          kind = s;
+          len = 1;
+        }
+        if (kind !== -1 && (sep === -1 || sep === kind) && isDigit(codeAt(text, pos + len))) {
+          sep = kind;
+          pos += len;
         } else break;
       }
       if (tooLong) {
@@ -92,7 +107,7 @@ export const cardRecognizer: Recognizer = {
         i = pos - 1;
         continue;
       }
-      if (digits.length < 13 || !numberMayEndAt(text, pos) || !layoutOk(groups) || !knownIssuer(digits) || !luhnValid(digits)) continue;
+      if (digits.length < 13 || !digitRunMayEndAt(text, pos) || !layoutOk(groups) || !knownIssuer(digits) || !luhnValid(digits)) continue;
       emit(i, pos);
       i = pos - 1;
     }

@@ -19,6 +19,9 @@ export const codeAt = (text: string, i: number): number => (i >= 0 && i < text.l
 export const DOT = 46;
 export const DASH = 45;
 export const SPACE = 32;
+export const TAB = 9;
+export const LF = 10;
+export const CR = 13;
 export const UNDERSCORE = 95;
 export const PLUS = 43;
 export const SLASH = 47;
@@ -48,6 +51,34 @@ export function numberMayEndAt(text: string, end: number): boolean {
   const n = codeAt(text, end);
   if (n < 0) return true;
   if (isAlnum(n) || n === UNDERSCORE) return false;
+  if (n === DOT || n === DASH || n === SLASH || n === COLON || n === COMMA) return !isDigit(codeAt(text, end + 1));
+  return true;
+}
+
+/** Space, tab, carriage return or line feed (the scanned text has Unicode spaces as `' '`). */
+export const isBlank = (c: number): boolean => c === SPACE || c === TAB || c === LF || c === CR;
+
+/**
+ * True when a digit run may start at `i` on digit boundaries (letters and `_` before it are
+ * allowed: `acct4111…`): the character before is not a digit, nor a `.`, nor a `-`/`/`/`:`/`,`
+ * after a digit (the middle of another number).
+ */
+export function digitRunMayStartAt(text: string, i: number): boolean {
+  const p = codeAt(text, i - 1);
+  if (p < 0) return true;
+  if (isDigit(p) || p === DOT) return false;
+  if (p === DASH || p === SLASH || p === COLON || p === COMMA) return !isDigit(codeAt(text, i - 2));
+  return true;
+}
+
+/**
+ * True when a digit run may end at `end` (exclusive) on digit boundaries (letters after it are
+ * allowed): the next character is not a digit, nor a `.`/`-`/`/`/`:`/`,` followed by a digit.
+ */
+export function digitRunMayEndAt(text: string, end: number): boolean {
+  const n = codeAt(text, end);
+  if (n < 0) return true;
+  if (isDigit(n)) return false;
   if (n === DOT || n === DASH || n === SLASH || n === COLON || n === COMMA) return !isDigit(codeAt(text, end + 1));
   return true;
 }

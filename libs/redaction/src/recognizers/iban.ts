@@ -1,5 +1,5 @@
 import type { Recognizer } from '../types';
-import { SPACE, codeAt, isAlnum, isAlpha, isDigit, isLower } from './chars';
+import { DASH, SPACE, codeAt, isAlnum, isAlpha, isDigit, isLower } from './chars';
 
 /** IBAN length by country (SWIFT IBAN registry). A country not listed is not matched. */
 export const IBAN_LENGTHS: Readonly<Record<string, number>> = {
@@ -28,9 +28,11 @@ export function ibanChecksumValid(compact: string): boolean {
 
 /**
  * IBANs: a country code, two check digits and the country's number of alphanumerics
- * ({@link IBAN_LENGTHS}), unseparated or in groups separated by single spaces, passing the
- * mod-97 check. Letters may be lower case. Linear: each candidate reads at most 34 characters
- * plus its spaces.
+ * ({@link IBAN_LENGTHS}), unseparated or in groups separated by single spaces or single `-`
+ * (one kind per IBAN), passing the mod-97 check. Letters may be lower case. An IBAN glued to
+ * letters before it (`acctDE89…`) is found (the country code, check digits, length and mod-97
+ * make a chance match negligible); one glued to a digit before it, or to a letter or digit after
+ * it, is not. Linear: each candidate reads at most 34 characters plus its separators.
  */
 export const ibanRecognizer: Recognizer = {
   type: 'iban',
@@ -39,19 +41,22 @@ export const ibanRecognizer: Recognizer = {
     const n = text.length;
     for (let i = 0; i + 15 <= n; i++) {
       const c0 = text.charCodeAt(i);
-      if (!isAlpha(c0) || isAlnum(codeAt(text, i - 1))) continue;
+      if (!isAlpha(c0) || isDigit(codeAt(text, i - 1))) continue;
       if (!isAlpha(text.charCodeAt(i + 1)) || !isDigit(text.charCodeAt(i + 2)) || !isDigit(text.charCodeAt(i + 3))) continue;
       const length = IBAN_LENGTHS[text.slice(i, i + 2).toUpperCase()];
       if (length === undefined) continue;
       let pos = i;
       let compact = '';
+      let sep = -1;
       while (compact.length < length) {
         const c = codeAt(text, pos);
         if (isAlnum(c)) {
           compact += text[pos];
           pos++;
-        } else if (c === SPACE && compact.length >= 4 && isAlnum(codeAt(text, pos + 1))) pos++;
-        else break;
+        } else if ((c === SPACE || c === DASH) && (sep === -1 || sep === c) && compact.length >= 4 && isAlnum(codeAt(text, pos + 1))) {
+          sep = c;
+          pos++;
+        } else break;
       }
       if (compact.length !== length || isAlnum(codeAt(text, pos)) || !ibanChecksumValid(compact)) continue;
       emit(i, pos);
