@@ -1,9 +1,9 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { compileModerationPolicies, moderationPolicyProblems, runCheck } from './policies';
+import { checkWholeOutput, compileModerationPolicies, moderationPolicyProblems, runCheck } from './policies';
 import { createOpenAiModerationEngine } from './openai-engine';
 import { createRulesEngine, rulesProblems } from './rules-engine';
-import { createOutputWindow } from './window';
+import { createOutputWindow, cutAt, windowsOf } from './window';
 
 const signal = () => new AbortController().signal;
 
@@ -18,6 +18,27 @@ describe('rules engine (RE2)', () => {
     expect(r[0]).toMatchObject({ categories: { violence: true, custom: false }, category_scores: { violence: 1 }, reason: 'list:violence' });
     expect(r[3].reason).toBe('pattern:custom#0');
     expect(r[4].reason).toBeUndefined();
+  });
+
+  it('matches across Unicode spaces and zero-width characters, lists and patterns alike', async () => {
+    const texts = ['red\u00a0dragon', 'red\u2003dragon', 'red\u200bdragon', 'red\u3000dragon', 'RED\u2028DRAGON', 'dra\u00adgon red', 'red dra\u200bgon', 'red\u200d dragon', '\uff52\uff45\uff44 dragon', 'reddragon', 'red dragonfly'];
+    expect((await engine.check(texts, signal())).map((x) => x.flagged)).toEqual([true, true, true, true, true, false, true, true, true, false, false]);
+    // A pattern sees the same normalised text.
+    expect((await engine.check(['my secret\u200b-1234', 'my ｓｅｃｒｅｔ-１２３４'], signal())).map((x) => x.flagged)).toEqual([true, true]);
+    // A phrase written with Unicode spaces or format characters is normalised too; one of only format characters is blank.
+    const nb = createRulesEngine('rules', [{ lists: [{ category: 'violence', phrases: ['blue\u00a0whale'] }] }]);
+    expect((await nb.check(['a blue  whale'], signal()))[0].flagged).toBe(true);
+    expect(rulesProblems({ lists: [{ category: 'hate', phrases: ['\u200b\u00ad'] }] })).toEqual(['rules.lists[0].phrases[0]: a phrase must not be blank']);
+  });
+
+  it('refuses patterns that match the empty string, naming the field', () => {
+    for (const pattern of ['a*', 'x?', '^', '\\b', '(?m)$', 'a|', '\\B']) {
+      expect(rulesProblems({ patterns: [{ category: 'custom', pattern }] })).toEqual([
+        "rules.patterns[0].pattern: matches the empty string, so it would flag every text; it must match at least one character (e.g. 'a+' rather than 'a*', no bare anchors)",
+      ]);
+    }
+    expect(rulesProblems({ patterns: [{ category: 'custom', pattern: 'a+' }, { category: 'custom', pattern: '\\bkill\\b' }] })).toEqual([]);
+    expect(rulesProblems({ patterns: [{ category: 'custom', pattern: 'a{1000}b{1000}c{1000}d{1000}e{1000}' }] })[0]).toMatch(/rules\.patterns\[0\]\.pattern: too complex \(\d+ RE2 instructions, at most 4000\)/);
   });
 
   it('runs a catastrophic-backtracking pattern in linear time', async () => {
@@ -79,6 +100,30 @@ describe('output window', () => {
       expect(cut).toBe(true);
       expect(released.toLowerCase().includes(phrase)).toBe(false);
     }
+  });
+});
+
+describe('whole-text windows (a cached answer)', () => {
+  it('cuts a text into overlapping windows the relay would check', () => {
+    expect(windowsOf('', 10, 4)).toEqual([]);
+    expect(windowsOf('abcdefgh', 10, 4)).toEqual(['abcdefgh']);
+    expect(windowsOf('abcdefghijklmnop', 10, 4)).toEqual(['abcdefghij', 'ghijklmnop']);
+    expect(windowsOf('abcdefghijklmnopq', 10, 4)).toEqual(['abcdefghij', 'ghijklmnop', 'mnopq']);
+    expect(() => windowsOf('x', 4, 4)).toThrow(RangeError);
+    expect(cutAt('abc', 5)).toBe(3);
+    expect(cutAt('ab\ud83d\ude00c', 3)).toBe(2);
+    expect(cutAt('\ud83d\ude00c', 1)).toBe(2);
+  });
+
+  it('flags a phrase split across window boundaries (10,000 positions)', async () => {
+    const engine = createRulesEngine('rules', [{ lists: [{ category: 'violence', phrases: ['red dragon'] }] }]);
+    const plan = { engine, fail: 'closed' as const, timeoutMs: 1_000, windowChars: 16, overlapChars: 9 };
+    for (let pad = 0; pad < 200; pad++) {
+      const text = `${'x'.repeat(pad)} red dragon ${'y'.repeat(pad % 37)}`;
+      expect((await checkWholeOutput(plan, text, signal())).blocked).toBe(true);
+      expect((await checkWholeOutput(plan, text.replace('dragon', 'wagon'), signal())).blocked).toBe(false);
+    }
+    expect(await checkWholeOutput(plan, '', signal())).toEqual({ blocked: false, reason: 'pass', categories: [] });
   });
 });
 

@@ -7,6 +7,7 @@ import { type ModerationEngineSpec, type ModerationFailMode, type PlatformConfig
 import { createOpenAiModerationEngine } from './openai-engine';
 import { createRulesEngine, rulesProblems } from './rules-engine';
 import type { ModerationEngine, ModerationObserver, ModerationVerdict } from './types';
+import { windowsOf } from './window';
 
 /** The engine name every configuration has: the built-in rules engine over the tenant's own rules. */
 export const BUILTIN_RULES_ENGINE = 'rules';
@@ -144,6 +145,18 @@ export async function runCheck(stage: 'input' | 'output' | 'api', plan: StagePla
   }
   observer?.onCheck?.(stage, plan.engine.name, now() - started, verdict);
   return verdict;
+}
+
+/**
+ * Checks a whole answer under an output stage (a cached answer, before it is served): its text
+ * in the windows the relay would check it in as it streamed ({@link windowsOf}), all in one
+ * engine call. Blocked when any window is flagged (or the engine fails and the policy fails
+ * closed). An empty text passes without a call. Never throws.
+ */
+export async function checkWholeOutput(plan: OutputPlan, text: string, signal: AbortSignal, observer?: ModerationObserver): Promise<ModerationVerdict> {
+  const windows = windowsOf(text, plan.windowChars, plan.overlapChars);
+  if (windows.length === 0) return { blocked: false, reason: 'pass', categories: [] };
+  return runCheck('output', plan, windows, signal, observer);
 }
 
 /**
