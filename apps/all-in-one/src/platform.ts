@@ -27,6 +27,7 @@ import { type CacheTier, createGatewayResponseCache, createInMemorySemanticStore
 import type { Dispatcher } from 'undici';
 import { createEngine, createReplicaEngines, egressDispatcher, type LlamaCppEngine, remoteReplicas, replicaTokenCounter, replicaUnreachable, startReplicaHealthChecks } from '@weir/engines';
 import {
+  createCachedAnswerScreen,
   createGatewayApp,
   createGenerationPipeline,
   createJournaledIdempotencyStore,
@@ -428,6 +429,8 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
     countInputTokens: (revision, input, limit) => (counters.get(revision.id) as (input: GenerationInput, limit?: number) => Promise<number>)(input, limit),
     settlements: journal,
     cache: responseCache,
+    // A hit of a tenant with output moderation is checked before it is served (docs/caching.md).
+    screenCachedAnswer: createCachedAnswerScreen({ policies: () => moderation, observer: moderationMetrics, onBlock: (v) => moderationMetrics.onBlock('output', v) }),
     tenants: live.tenants,
     revisions: live.revisions,
     clock: systemClock,

@@ -41,7 +41,7 @@ import { createGatewayResponseCache } from '@weir/cache';
 import { createConfigSyncMetrics, openDataPlaneConfig } from '@weir/config-sync';
 import { type CancelMessage, type GenerationInput, newId, retiredInternalIds, systemClock } from '@weir/core';
 import { adapterTokenCounter, countInputWith, egressDispatcher, remoteReplicas, replicaTokenCounter, utf8TokenUpperBound } from '@weir/engines';
-import { createGatewayApp, createGenerationPipeline, createContentPolicies, contentPolicyOptionsFromEnv, createLiveConfig, redactionMetricsObserver, createMetricsObserver, createRevocations } from '@weir/gateway';
+import { createCachedAnswerScreen, createGatewayApp, createGenerationPipeline, createContentPolicies, contentPolicyOptionsFromEnv, createLiveConfig, redactionMetricsObserver, createMetricsObserver, createRevocations } from '@weir/gateway';
 import { cancelMessageCodec, connectNats, natsAuthFromEnv, createNatsTopic, createNatsSettlementJournal, ensureUsageStream, natsNames } from '@weir/messaging-nats';
 import { clientLimitsFromEnv, createClientGuard, envInt, envRequired, envString, opsSettingsFromEnv, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
 import {
@@ -189,6 +189,8 @@ runUntilSignal('gateway', logger, async () => {
     countInputTokens: (revision, input, limit) => (counters.get(revision.id) ?? upperBound)(input, limit),
     settlements,
     cache: responseCache,
+    // A hit of a tenant with output moderation is checked before it is served (docs/caching.md).
+    screenCachedAnswer: createCachedAnswerScreen({ policies: () => moderation, observer: moderationMetrics, onBlock: (v) => moderationMetrics.onBlock('output', v) }),
     tenants: live.tenants,
     revisions: live.revisions,
     clock: systemClock,

@@ -169,6 +169,15 @@ export interface GenerationPipelineDeps {
    * call to an admission instance, settled or released at that instance). Default none (no cache).
    */
   cache?: ResponseCache;
+  /**
+   * Output moderation of a cache hit (issue 15; docs/caching.md): resolves false when the
+   * tenant's output stage flags the cached answer (checked in the windows the relay would use,
+   * `checkWholeOutput` of `@weir/moderation`), and true when it passes or the tenant has no
+   * output stage (a map lookup: no call). A flagged hit is not served: its entry is dropped
+   * (`ResponseCache.forget`) and the request runs live as a miss, where the relay's windows cut
+   * it. Never rejects. Default none (hits are served unchecked: no tenant has output moderation).
+   */
+  screenCachedAnswer?: (caller: Caller, answer: CachedAnswer) => Promise<boolean>;
 }
 
 /** One request, as the routes hand it over. */
@@ -468,7 +477,9 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
     };
     if (decision.read) {
       const hit = await cache.lookup(policy, query);
-      if (hit) return { hit, query };
+      // A cached answer the tenant's output moderation now flags is never served: dropped, and run live.
+      if (hit && deps.screenCachedAnswer && !(await deps.screenCachedAnswer(caller, hit.answer))) cache.forget(policy, query, hit);
+      else if (hit) return { hit, query };
     }
     deps.observer?.onCache?.({ caller, revision, result: decision.read ? 'miss' : 'bypass', ...(decision.read ? {} : { reason: 'no_cache' as const }) });
     return { status: { status: decision.read ? 'miss' : 'bypass', ...(decision.store ? { remember } : {}) } };
