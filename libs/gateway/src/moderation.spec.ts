@@ -240,6 +240,51 @@ describe('output moderation', () => {
     await expectCut(text, stats, gw);
   });
 
+  /** An upstream that hands the relay every delta in one read (a fast upstream: many SSE events per chunk). */
+  function oneReadEngine(deltas: string[]): EngineAdapter {
+    return {
+      kind: 'fast',
+      capacity: { slots: 4, contextTokens: 4_096 },
+      countInputTokens: async () => 3,
+      generate(): AsyncIterable<EngineEvent> {
+        const all: EngineEvent[] = [...deltas.map((t): EngineEvent => ({ type: 'delta', text: t, tokens: 1 })), { type: 'end', reason: 'stop', usage: { inputTokens: 3, outputTokens: deltas.length, cachedInputTokens: 0 }, usageSource: 'reported' }];
+        let given = false;
+        return {
+          nextBatch: async () => (given ? undefined : ((given = true), all)),
+          async *[Symbol.asyncIterator]() {
+            yield* all;
+          },
+        } as AsyncIterable<EngineEvent>;
+      },
+      async close() {},
+    };
+  }
+
+  it.each([15, 50, 3_000])('holds back at most one window when a read brings many deltas (%i-character deltas): the clean text before the flagged window is released', async (size) => {
+    const clean = 'The girl played in the sunny garden with her dog. '.repeat(60);
+    const whole = `${clean}Then the red dragon came. And more after it.`;
+    const deltas: string[] = [];
+    for (let i = 0; i < whole.length; i += size) deltas.push(whole.slice(i, i + size));
+    const config = configWith({ output: { engine: 'rules', windowChars: 64, overlapChars: 16, fail: 'closed', timeoutMs: 2_000 }, rules: RULES });
+    gw = await startTestGateway({ config, engine: oneReadEngine(deltas), admission: createInMemoryAdmission({ tenants: config.tenants }), moderation: compileModerationPolicies(config) });
+    const chunks = await sseData(await gw.post('/v1/chat/completions', { ...chat(true), max_tokens: 256 }));
+    const text = chunks.map((c) => c.choices?.[0]?.delta?.content ?? '').join('');
+    expect(chunks.map((c) => c.choices?.[0]?.finish_reason).filter(Boolean)).toEqual(['content_filter']);
+    expect(text).not.toContain('dragon');
+    expect(whole.startsWith(text)).toBe(true);
+    // At most one window (64 characters) of the clean text is held back with the flagged one.
+    expect(text.length).toBeGreaterThanOrEqual(whole.indexOf('red dragon') + 'red dragon'.length - 64);
+    expect((await records(gw, 1))[0]).toMatchObject({ finishReason: 'content_filter' });
+  });
+
+  it('an answer cut at the output limit under output moderation releases its clean text and ends length', async () => {
+    const deltas = Array.from({ length: 300 }, (_, i) => `w${i} `);
+    const config = configWith({ output: { engine: 'rules', windowChars: 64, overlapChars: 16, fail: 'closed', timeoutMs: 2_000 }, rules: RULES });
+    gw = await startTestGateway({ config, engine: oneReadEngine(deltas), admission: createInMemoryAdmission({ tenants: config.tenants }), moderation: compileModerationPolicies(config) });
+    const body = (await (await gw.post('/v1/chat/completions', { ...chat(false), max_tokens: 100 })).json()) as Json;
+    expect(body.choices[0]).toMatchObject({ finish_reason: 'length', message: { content: deltas.slice(0, 100).join('') } });
+  });
+
   it('releases a clean answer whole (the held tail is checked at the end)', async () => {
     const clean = ['Once', ' upon', ' a', ' time', '.'];
     const { gw } = await start(clean, 1, policy);
