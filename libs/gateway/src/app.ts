@@ -1045,7 +1045,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     sendJson(res, 200, { object: 'list', data: (await deps.router.listAliases(caller)).map((a) => modelEntry(caller, a)) });
   });
   if (deps.usage) get('/v1/usage', usageHandler(deps.usage));
-  if (deps.moderation) post('/v1/moderations', moderationsHandler(deps.moderation.policies, deps.moderation.observer));
+  if (deps.moderation) post('/v1/moderations', moderationsHandler(deps.moderation.policies, deps.moderation.observer, (caller, id, ms) => pipeline.holdUnmetered(caller, id, ms)));
   get('/v1/models/:id', async (req, res) => {
     const { caller } = req;
     const alias = (await deps.router.listAliases(caller)).find((a) => a.name === req.params.id);

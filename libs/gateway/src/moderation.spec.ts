@@ -318,6 +318,59 @@ describe('POST /v1/moderations', () => {
     expect(gw.records).toHaveLength(0);
   });
 
+  it("is held to the tenant's requests per minute and concurrency: 429 with rate-limit headers, the engine not called, no usage row", async () => {
+    const moderation: TenantModeration = { input: { engine: 'rules', fail: 'closed', timeoutMs: 2_000 }, rules: RULES };
+    const base = configWith(moderation);
+    const limited = (limits: PlatformConfig['tenants'][number]['limits']): PlatformConfig => ({ ...base, tenants: base.tenants.map((t) => (t.id === 't' ? { ...t, limits } : t)) });
+    // Requests per minute: 2 pass, the 3rd is refused before the engine is called.
+    let config = limited({ maxConcurrent: 8, requestsPerMinute: 2 });
+    let calls = 0;
+    const counting = (p: ModerationPolicies): ModerationPolicies => ({
+      ...p,
+      of: (k) => {
+        const plan = p.of(k);
+        if (!plan) return plan;
+        const inner = plan.api;
+        return { ...plan, api: { name: inner.name, kind: inner.kind, check: (texts, signal) => (calls++, inner.check(texts, signal)) } };
+      },
+    });
+    gw = await startTestGateway({ config, engine: scriptedEngine([' a'], 1).engine, admission: createInMemoryAdmission({ tenants: config.tenants }), moderation: counting(compileModerationPolicies(config)) });
+    const statuses: number[] = [];
+    let last: Response | undefined;
+    for (let i = 0; i < 4; i++) {
+      last = await gw.post('/v1/moderations', { input: 'hello' });
+      statuses.push(last.status);
+      if (i < 3) await last.text();
+    }
+    expect(statuses).toEqual([200, 200, 429, 429]);
+    expect(((await (last as Response).json()) as Json).error.code).toBe('rate_limited');
+    expect((last as Response).headers.get('x-ratelimit-limit-requests')).toBe('2');
+    expect((last as Response).headers.get('retry-after')).toBeTruthy();
+    expect(calls).toBe(2);
+    expect(gw.records).toHaveLength(0);
+    await gw.close();
+
+    // Concurrency 1: with a slow engine, of 3 parallel calls 1 passes, 2 are refused; afterwards the slot is free again.
+    config = limited({ maxConcurrent: 1 });
+    calls = 0;
+    const counted = counting(compileModerationPolicies(config));
+    const slowPolicies: ModerationPolicies = {
+      ...counted,
+      of: (k) => {
+        const plan = counted.of(k);
+        return plan ? { ...plan, api: slow(plan.api, 150) } : plan;
+      },
+    };
+    gw = await startTestGateway({ config, engine: scriptedEngine([' a'], 1).engine, admission: createInMemoryAdmission({ tenants: config.tenants }), moderation: slowPolicies });
+    const parallel = await Promise.all([0, 1, 2].map(() => gw!.post('/v1/moderations', { input: 'hello' })));
+    const codes = await Promise.all(parallel.map(async (r) => (r.status === 200 ? 200 : `${r.status} ${((await r.json()) as Json).error.code}`)));
+    expect(codes.filter((c) => c === 200)).toHaveLength(1);
+    expect(codes.filter((c) => c === '429 concurrency_limited')).toHaveLength(2);
+    expect(calls).toBe(1);
+    expect((await gw.post('/v1/moderations', { input: 'hello' })).status).toBe(200);
+    expect(gw.records).toHaveLength(0);
+  });
+
   it('400 for a tenant without a policy, and for a bad body', async () => {
     const { gw } = await start([' a'], 1, { input: { engine: 'rules', fail: 'closed', timeoutMs: 2_000 }, rules: RULES });
     const other = await gw.post('/v1/moderations', { input: 'x' }, {}, gw.otherKey.plaintext);

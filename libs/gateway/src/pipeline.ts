@@ -332,6 +332,17 @@ export interface GenerationPipeline {
    * {@link GenerationPipelineDeps.pushbackMs}); those hold nothing and cost no token count.
    */
   admit(params: GenerationParams): Promise<AdmittedGeneration>;
+  /**
+   * Holds one request of `caller` against its tenant's and app's requests per minute and
+   * concurrency, for work that runs no model (`POST /v1/moderations`): one reservation of 0
+   * input tokens, 1 output token and $0 (one `Reserve` call in the split), released — never
+   * settled, so no usage row is written and no token stays counted; the request stays counted
+   * in the requests-per-minute window, and in flight until `release`. `holdMs`: how long the
+   * reservation may live before admission expires it (a crash). Throws
+   * {@link AdmissionRejectedError} (`rate_limited`, `concurrency_limited`, `budget_exhausted`)
+   * with the rate-limit status for the 429's headers.
+   */
+  holdUnmetered(caller: Caller, requestId: string, holdMs: number): Promise<{ rateLimits?: RateLimitStatus; release(): Promise<void> }>;
   /** The deadline a request of `caller` gets (ms from arrival): `requestedMs`, else the tenant's default, else 120,000. */
   deadlineMsFor(caller: Caller, requestedMs?: number): number;
   /**
@@ -596,6 +607,20 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
   return {
     deadlineMsFor,
     precheck,
+    async holdUnmetered(caller, requestId, holdMs) {
+      const reserved = await admitPort.reserve({
+        caller,
+        requestId,
+        generationId: requestId,
+        expiresAtMs: Date.now() + holdMs + (deps.reservationGraceMs ?? 60_000),
+        inputTokens: 0,
+        // At least 1, as every reservation asks; released, so never counted.
+        maxOutputTokens: 1,
+        worstCaseCostNanoUsd: 0,
+      });
+      if (!reserved.ok) return reject(caller, new AdmissionRejectedError(reserved.reason, reserved.message, reserved.retryAfterMs, reserved.rateLimits));
+      return { ...(reserved.rateLimits ? { rateLimits: reserved.rateLimits } : {}), release: () => reserved.release().catch(() => undefined) };
+    },
     async admit(params) {
       const { caller } = params;
       // Before routing, counting tokens and reserving: a caller admission just refused for good.
