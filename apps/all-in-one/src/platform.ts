@@ -64,7 +64,7 @@ import {
 import { type ClientLimits, createAuthThrottle, createClientGuard, DEFAULT_CLIENT_LIMITS, type OpsServer, type OpsSettings, startOpsServer } from '@weir/service-runtime';
 import { createRelay } from '@weir/streaming';
 import { createLogger, createModerationMetrics, createTelemetry, type WeirLogger } from '@weir/telemetry';
-import { compileModerationPolicies } from '@weir/moderation';
+import { compileModerationPolicies, logEngineFailures } from '@weir/moderation';
 import { type ConfigPlane, openConfigPlane } from './config-plane';
 import { lockDataDir } from './data-dir-lock';
 import { createSemanticCache } from './semantic-cache';
@@ -277,7 +277,8 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
   // Tenants and revisions as the latest snapshot has them; revocations on their fast path.
   const live = createLiveConfig(config);
   // Moderation policies, compiled when a snapshot is applied (never per request); openai engines go through the egress-checked dispatcher.
-  const moderationMetrics = createModerationMetrics(telemetry.meter);
+  // Metrics of checks, plus a warn line per engine failure or timeout (engine, error class, status; never text).
+  const moderationMetrics = logEngineFailures(createModerationMetrics(telemetry.meter), logger);
   const compileModeration = (c: PlatformConfig) => compileModerationPolicies(c, { dispatcher: egressDispatcher() });
   let moderation = compileModeration(config);
   // Content logging and upstream redaction per tenant: profiles compiled when a snapshot applies.

@@ -56,7 +56,7 @@ import {
   startKeyHolder,
 } from '@weir/store-pg';
 import { createLogger, createModerationMetrics, createTelemetry } from '@weir/telemetry';
-import { compileModerationPolicies, type ModerationPolicies } from '@weir/moderation';
+import { compileModerationPolicies, logEngineFailures, type ModerationPolicies } from '@weir/moderation';
 import { breakerOptionsFrom, breakerScopeOf, breakerTransitionRecorder, createBreakerRegistry, createRevisionHealth, createRouter, revisionProviderKey } from '@weir/routing';
 import { createServiceTlsAgent, serviceTlsFromEnv } from '@weir/service-tls';
 import { createAdmitGrpcClient, createRelayGrpcClient, createSchedulerGrpcClient, installTracing } from '@weir/transport-grpc';
@@ -136,7 +136,8 @@ runUntilSignal('gateway', logger, async () => {
   // Tenants and revisions as the latest configuration has them; revocations on their fast path.
   const live = createLiveConfig(config);
   // Input moderation and /v1/moderations: policies compiled when a snapshot is applied (output windows run on the relay).
-  const moderationMetrics = createModerationMetrics(telemetry.meter);
+  // Metrics of checks, plus a warn line per engine failure or timeout (engine, error class, status; never text).
+  const moderationMetrics = logEngineFailures(createModerationMetrics(telemetry.meter), logger);
   const moderationDispatcher = egressDispatcher();
   let moderation: ModerationPolicies = compileModerationPolicies(config, { dispatcher: moderationDispatcher });
   // Content logging and upstream redaction per tenant: profiles compiled when a snapshot applies.

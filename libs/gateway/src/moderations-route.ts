@@ -12,7 +12,7 @@
  */
 import type { ServerResponse } from 'node:http';
 import { WeirError, newId, tenantKeyOf } from '@weir/core';
-import type { ModerationEngine, ModerationObserver, ModerationPolicies } from '@weir/moderation';
+import { failureOf, type ModerationEngine, type ModerationObserver, type ModerationPolicies } from '@weir/moderation';
 import { type AuthedRequest, sendJson } from './edge';
 import { rateLimitHeaders } from './rate-limit-headers';
 import type { GenerationPipeline } from './pipeline';
@@ -68,10 +68,12 @@ async function judge(req: AuthedRequest, res: ServerResponse, engine: Moderation
   req.raw.once('close', () => ac.abort());
   // The engine is called directly: a caller of this route wants the verdicts, so an engine failure is a 503, never a fail-open pass.
   const started = performance.now();
+  const timedOut = AbortSignal.timeout(timeoutMs);
   let results;
   try {
-    results = await engine.check(texts, AbortSignal.any([ac.signal, AbortSignal.timeout(timeoutMs)]));
-  } catch {
+    results = await engine.check(texts, AbortSignal.any([ac.signal, timedOut]));
+  } catch (err) {
+    if (!ac.signal.aborted) observer?.onFailure?.('api', engine.name, failureOf(timedOut.aborted ? 'timeout' : 'engine_error', err));
     observer?.onCheck?.('api', engine.name, performance.now() - started, { blocked: false, reason: 'engine_error', categories: [] });
     throw new WeirError('upstream_unavailable', `The moderation engine '${engine.name}' failed or timed out; retry shortly.`, { retryable: true, retryAfterMs: 1_000 });
   }

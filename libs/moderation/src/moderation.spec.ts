@@ -1,6 +1,7 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { checkWholeOutput, compileModerationPolicies, moderationPolicyProblems, runCheck } from './policies';
+import { logEngineFailures } from './types';
 import { createOpenAiModerationEngine } from './openai-engine';
 import { createRulesEngine, rulesProblems } from './rules-engine';
 import { createOutputWindow, cutAt, windowsOf } from './window';
@@ -175,6 +176,21 @@ describe('OpenAI-compatible moderation upstream', () => {
     const err = await engine.check(['secret text'], signal()).catch((e: Error) => e);
     expect((err as Error).message).toMatch(/no answer within 100 ms/);
     expect((err as Error).message).not.toContain('secret');
+  });
+
+  it('reports an engine failure or timeout to the observer and a warn line (engine, class, status; never the text)', async () => {
+    const lines: { obj: object; msg: string }[] = [];
+    const observer = logEngineFailures({}, { warn: (obj, msg) => lines.push({ obj, msg }) });
+    reply = () => ({ status: 502, body: { error: 'secret text' } });
+    const failing = createOpenAiModerationEngine({ name: 'oa', baseUrl: url });
+    expect((await runCheck('input', { engine: failing, fail: 'closed', timeoutMs: 1_000 }, ['secret text'], signal(), observer)).reason).toBe('engine_error');
+    reply = () => ({ status: 200, body: { results: [{ flagged: false, categories: {} }] }, delayMs: 300 });
+    expect((await runCheck('output', { engine: failing, fail: 'open', timeoutMs: 50 }, ['secret text'], signal(), observer)).reason).toBe('failed_open');
+    expect(lines).toEqual([
+      { obj: { stage: 'input', engine: 'oa', reason: 'engine_error', errorClass: 'Error', status: 502 }, msg: 'moderation engine failed' },
+      { obj: { stage: 'output', engine: 'oa', reason: 'timeout', errorClass: expect.any(String) }, msg: 'moderation engine failed' },
+    ]);
+    expect(JSON.stringify(lines)).not.toContain('secret');
   });
 
   it('fails closed or open under a policy on a timeout', async () => {

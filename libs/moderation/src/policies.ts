@@ -6,7 +6,7 @@
 import { type ModerationEngineSpec, type ModerationFailMode, type PlatformConfig, type TenantModeration, type TenantSpec } from '@weir/core';
 import { createOpenAiModerationEngine } from './openai-engine';
 import { createRulesEngine, rulesProblems } from './rules-engine';
-import type { ModerationEngine, ModerationObserver, ModerationVerdict } from './types';
+import type { ModerationEngine, ModerationFailure, ModerationObserver, ModerationVerdict } from './types';
 import { windowsOf } from './window';
 
 /** The engine name every configuration has: the built-in rules engine over the tenant's own rules. */
@@ -139,12 +139,20 @@ export async function runCheck(stage: 'input' | 'output' | 'api', plan: StagePla
       if (hits.length === 0 && !plan.blockOn && Object.values(r.categories).every((v) => !v)) categories.add('unspecified');
     }
     verdict = { blocked: categories.size > 0, reason: categories.size > 0 ? 'flagged' : 'pass', categories: [...categories] };
-  } catch {
+  } catch (err) {
     const reason = timeout.aborted && !signal.aborted ? 'timeout' : 'engine_error';
+    // A stop of the request (its signal) is no engine failure.
+    if (!signal.aborted) observer?.onFailure?.(stage, plan.engine.name, failureOf(reason, err));
     verdict = plan.fail === 'open' ? { blocked: false, reason: 'failed_open', categories: [] } : { blocked: true, reason, categories: [] };
   }
   observer?.onCheck?.(stage, plan.engine.name, now() - started, verdict);
   return verdict;
+}
+
+/** A failure's class and HTTP status (never its message). */
+export function failureOf(reason: 'timeout' | 'engine_error', err: unknown): ModerationFailure {
+  const status = (err as { status?: unknown } | undefined)?.status;
+  return { reason, errorClass: err instanceof Error ? err.name : typeof err, ...(typeof status === 'number' ? { status } : {}) };
 }
 
 /**
