@@ -4,7 +4,8 @@
  * plus everything held, and is due once `windowChars − overlapChars` new characters are held.
  * So a phrase of up to `overlapChars + 1` characters split across deltas or across windows is
  * always seen whole by some check before its last character is released, and at most one
- * window's new text (plus the deltas of one engine read) is ever held back.
+ * window's new text is ever held back when the relay feeds a read's deltas in one at a time,
+ * split at {@link OutputWindow.room} (see `relay.ts`).
  */
 
 /** Options of {@link createOutputWindow}. */
