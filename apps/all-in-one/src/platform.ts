@@ -27,6 +27,7 @@ import { type CacheTier, createGatewayResponseCache, createInMemorySemanticStore
 import type { Dispatcher } from 'undici';
 import { createEngine, createReplicaEngines, egressDispatcher, type LlamaCppEngine, remoteReplicas, replicaTokenCounter, replicaUnreachable, startReplicaHealthChecks } from '@weir/engines';
 import {
+  createCachedAnswerScreen,
   createGatewayApp,
   createGenerationPipeline,
   createJournaledIdempotencyStore,
@@ -63,7 +64,7 @@ import {
 import { type ClientLimits, createAuthThrottle, createClientGuard, DEFAULT_CLIENT_LIMITS, type OpsServer, type OpsSettings, startOpsServer } from '@weir/service-runtime';
 import { createRelay } from '@weir/streaming';
 import { createLogger, createModerationMetrics, createTelemetry, type WeirLogger } from '@weir/telemetry';
-import { compileModerationPolicies } from '@weir/moderation';
+import { compileModerationPolicies, logEngineFailures } from '@weir/moderation';
 import { type ConfigPlane, openConfigPlane } from './config-plane';
 import { lockDataDir } from './data-dir-lock';
 import { createSemanticCache } from './semantic-cache';
@@ -276,7 +277,8 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
   // Tenants and revisions as the latest snapshot has them; revocations on their fast path.
   const live = createLiveConfig(config);
   // Moderation policies, compiled when a snapshot is applied (never per request); openai engines go through the egress-checked dispatcher.
-  const moderationMetrics = createModerationMetrics(telemetry.meter);
+  // Metrics of checks, plus a warn line per engine failure or timeout (engine, error class, status; never text).
+  const moderationMetrics = logEngineFailures(createModerationMetrics(telemetry.meter), logger);
   const compileModeration = (c: PlatformConfig) => compileModerationPolicies(c, { dispatcher: egressDispatcher() });
   let moderation = compileModeration(config);
   // Content logging and upstream redaction per tenant: profiles compiled when a snapshot applies.
@@ -428,6 +430,8 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
     countInputTokens: (revision, input, limit) => (counters.get(revision.id) as (input: GenerationInput, limit?: number) => Promise<number>)(input, limit),
     settlements: journal,
     cache: responseCache,
+    // A hit of a tenant with output moderation is checked before it is served (docs/caching.md).
+    screenCachedAnswer: createCachedAnswerScreen({ policies: () => moderation, observer: moderationMetrics, onBlock: (v) => moderationMetrics.onBlock('output', v) }),
     tenants: live.tenants,
     revisions: live.revisions,
     clock: systemClock,

@@ -41,7 +41,7 @@ import { createGatewayResponseCache } from '@weir/cache';
 import { createConfigSyncMetrics, openDataPlaneConfig } from '@weir/config-sync';
 import { type CancelMessage, type GenerationInput, newId, retiredInternalIds, systemClock } from '@weir/core';
 import { adapterTokenCounter, countInputWith, egressDispatcher, remoteReplicas, replicaTokenCounter, utf8TokenUpperBound } from '@weir/engines';
-import { createGatewayApp, createGenerationPipeline, createContentPolicies, contentPolicyOptionsFromEnv, createLiveConfig, redactionMetricsObserver, createMetricsObserver, createRevocations } from '@weir/gateway';
+import { createCachedAnswerScreen, createGatewayApp, createGenerationPipeline, createContentPolicies, contentPolicyOptionsFromEnv, createLiveConfig, redactionMetricsObserver, createMetricsObserver, createRevocations } from '@weir/gateway';
 import { cancelMessageCodec, connectNats, natsAuthFromEnv, createNatsTopic, createNatsSettlementJournal, ensureUsageStream, natsNames } from '@weir/messaging-nats';
 import { clientLimitsFromEnv, createClientGuard, envInt, envRequired, envString, opsSettingsFromEnv, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
 import {
@@ -56,7 +56,7 @@ import {
   startKeyHolder,
 } from '@weir/store-pg';
 import { createLogger, createModerationMetrics, createTelemetry } from '@weir/telemetry';
-import { compileModerationPolicies, type ModerationPolicies } from '@weir/moderation';
+import { compileModerationPolicies, logEngineFailures, type ModerationPolicies } from '@weir/moderation';
 import { breakerOptionsFrom, breakerScopeOf, breakerTransitionRecorder, createBreakerRegistry, createRevisionHealth, createRouter, revisionProviderKey } from '@weir/routing';
 import { createServiceTlsAgent, serviceTlsFromEnv } from '@weir/service-tls';
 import { createAdmitGrpcClient, createRelayGrpcClient, createSchedulerGrpcClient, installTracing } from '@weir/transport-grpc';
@@ -136,7 +136,8 @@ runUntilSignal('gateway', logger, async () => {
   // Tenants and revisions as the latest configuration has them; revocations on their fast path.
   const live = createLiveConfig(config);
   // Input moderation and /v1/moderations: policies compiled when a snapshot is applied (output windows run on the relay).
-  const moderationMetrics = createModerationMetrics(telemetry.meter);
+  // Metrics of checks, plus a warn line per engine failure or timeout (engine, error class, status; never text).
+  const moderationMetrics = logEngineFailures(createModerationMetrics(telemetry.meter), logger);
   const moderationDispatcher = egressDispatcher();
   let moderation: ModerationPolicies = compileModerationPolicies(config, { dispatcher: moderationDispatcher });
   // Content logging and upstream redaction per tenant: profiles compiled when a snapshot applies.
@@ -189,6 +190,8 @@ runUntilSignal('gateway', logger, async () => {
     countInputTokens: (revision, input, limit) => (counters.get(revision.id) ?? upperBound)(input, limit),
     settlements,
     cache: responseCache,
+    // A hit of a tenant with output moderation is checked before it is served (docs/caching.md).
+    screenCachedAnswer: createCachedAnswerScreen({ policies: () => moderation, observer: moderationMetrics, onBlock: (v) => moderationMetrics.onBlock('output', v) }),
     tenants: live.tenants,
     revisions: live.revisions,
     clock: systemClock,

@@ -33,7 +33,7 @@ import {
 import { envInt, envString, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
 import { createRelay } from '@weir/streaming';
 import { createLogger, createModerationMetrics, createTelemetry } from '@weir/telemetry';
-import { compileModerationPolicies, type ModerationPolicies } from '@weir/moderation';
+import { compileModerationPolicies, logEngineFailures, type ModerationPolicies } from '@weir/moderation';
 import { createServiceTlsAgent, serviceTlsFromEnv } from '@weir/service-tls';
 import { createRelayGrpcServer, installTracing, startGrpcServer } from '@weir/transport-grpc';
 
@@ -82,7 +82,8 @@ runUntilSignal('streaming-relay', logger, async () => {
   const cancels = createNatsTopic<CancelMessage>(nc, names.cancelSubject, cancelMessageCodec);
 
   // Output moderation: tenants' policies compiled when a snapshot is applied; a tenant without one costs a map lookup per generation.
-  const moderationMetrics = createModerationMetrics(telemetry.meter);
+  // Metrics of checks, plus a warn line per engine failure or timeout (engine, error class, status; never text).
+  const moderationMetrics = logEngineFailures(createModerationMetrics(telemetry.meter), logger);
   const moderationDispatcher = egressDispatcher();
   let moderation: ModerationPolicies = compileModerationPolicies(config, { dispatcher: moderationDispatcher });
   source.onChange((next, version) => {

@@ -60,4 +60,10 @@ export interface CacheTier {
   store(q: CacheQuery, answer: CachedAnswer, ttlMs: number): Promise<void>;
   /** Drops everything of a tenant (tenant deleted / policy turned off). */
   dropTenant(tenantKey: string): void;
+  /**
+   * Drops the one entry `q` hits (a cached answer output moderation now flags); fire-and-forget,
+   * never throws. Optional: a tier without it (the semantic tier) keeps the entry, and every hit
+   * on it is checked again before it could be served.
+   */
+  forget?(q: CacheQuery): void;
 }

@@ -87,6 +87,7 @@ export function createGatewayResponseCache(options: GatewayResponseCacheOptions 
     lookup: (policy, q) => cache.lookup(policy, q),
     store: (policy, q, answer) => cache.store(policy, q, answer),
     dropTenant: (tenantKey) => cache.dropTenant(tenantKey),
+    forget: (policy, q, hit) => cache.forget(policy, q, hit),
     applyTenants(before, after) {
       const drops = cacheDropsOf(before, after);
       for (const tenantKey of drops) cache.dropTenant(tenantKey);

@@ -135,6 +135,10 @@ export function createMemoryExactTier(options: MemoryExactTierOptions = {}): Mem
       t.bytes += size;
       bytes += size;
     },
+    forget(q: CacheQuery): void {
+      const e = all.get(q.exactKey);
+      if (e && samePartition(e.partition, q.partition)) remove(e);
+    },
     dropTenant(tenantKey: string): void {
       const t = byTenant.get(tenantKey);
       if (!t) return;

@@ -30,6 +30,23 @@ function fakeSemantic(behaviour: 'hit' | 'miss' | 'throw' | 'hang'): CacheTier &
 }
 
 describe('createResponseCache', () => {
+  it('forget drops the entry from the tier that answered only (the exact tier deletes it)', async () => {
+    const exact = createMemoryExactTier();
+    const semantic = fakeSemantic('hit');
+    const cache = createResponseCache({ tiers: [exact, semantic] });
+    const other: CacheQuery = { ...q, exactKey: 'k2' };
+    await exact.store(q, a, 5_000);
+    await exact.store(other, a, 5_000);
+    const hit = await cache.lookup(exactOnly, q);
+    expect(hit?.tier).toBe('exact');
+    cache.forget(exactOnly, q, hit as CacheHit);
+    await expect(cache.lookup(exactOnly, q)).resolves.toBeUndefined();
+    await expect(cache.lookup(exactOnly, other)).resolves.toMatchObject({ tier: 'exact' });
+    // A semantic hit: the exact tier is untouched, and a tier without forget is skipped without error.
+    cache.forget(exactOnly, other, { tier: 'semantic', answer: a });
+    await expect(cache.lookup(exactOnly, other)).resolves.toMatchObject({ tier: 'exact' });
+  });
+
   it('tries exact first, then the next tier; only tiers the policy turns on', async () => {
     const exact = createMemoryExactTier();
     const semantic = fakeSemantic('hit');

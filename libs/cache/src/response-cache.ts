@@ -31,6 +31,8 @@ export interface ResponseCache {
   store(policy: TenantCachePolicy, q: CacheQuery, answer: CachedAnswer): void;
   /** Drops a tenant's entries from every tier. */
   dropTenant(tenantKey: string): void;
+  /** Drops the entry `hit` came from (its tier's `forget`, when it has one), e.g. an answer output moderation flags. Never throws. */
+  forget(policy: TenantCachePolicy, q: CacheQuery, hit: CacheHit): void;
 }
 
 /** The TTL of `tier` under `policy` (ms), or undefined when the policy turns that tier off. */
@@ -86,6 +88,16 @@ export function createResponseCache(options: ResponseCacheOptions): ResponseCach
     },
     dropTenant(tenantKey) {
       for (const tier of tiers) tier.dropTenant(tenantKey);
+    },
+    forget(_policy, q, hit) {
+      for (const tier of tiers) {
+        if (tier.tier !== hit.tier) continue;
+        try {
+          tier.forget?.(q);
+        } catch (err) {
+          fault(tier.tier, 'store', err);
+        }
+      }
     },
   };
 }

@@ -35,4 +35,10 @@ describe('moderation in the configuration file', () => {
     expect(message).toContain('moderation.output.overlap_chars: 32 must be below window_chars (32)');
     expect(message).toMatch(/moderation\.rules\.patterns\[0\]\.pattern: does not compile with RE2/);
   });
+
+  it('refuses a pattern that matches the empty string (it would flag every text), naming the field', () => {
+    expect(() => parseConfig(JSON.stringify(base({ moderation: { input: { engine: 'rules' }, rules: { patterns: [{ category: 'violence', pattern: 'a*' }] } } })), 'c.json')).toThrow(
+      /moderation\.rules\.patterns\[0\]\.pattern: matches the empty string/,
+    );
+  });
 });

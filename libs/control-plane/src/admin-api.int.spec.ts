@@ -323,6 +323,9 @@ describe('the control plane admin API', () => {
     expect(bad.status).toBe(400);
     expect(bad.body.error.code).toBe('invalid_config');
     expect(bad.body.error.message).toMatch(/moderation\.rules\.patterns\[0\]\.pattern: does not compile with RE2/);
+    const everything = await call('PATCH', '/tenants/demo/policy', { moderation: { ...moderation, rules: { patterns: [{ category: 'violence', pattern: 'a*' }] } } });
+    expect(everything.status).toBe(400);
+    expect(everything.body.error.message).toMatch(/moderation\.rules\.patterns\[0\]\.pattern: matches the empty string/);
     const unknownEngine = await call('PATCH', '/tenants/demo/policy', { moderation: { input: { engine: 'nope' } } });
     expect(unknownEngine.status).toBe(400);
     expect(unknownEngine.body.error.message).toContain("moderation.input.engine: 'nope' is not a moderation engine");

@@ -640,7 +640,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
       if (!v.blocked) return;
       deps.moderation?.onBlock?.('input', v);
       if (live.handle) live.handle.stop('input_flagged');
-      else gone.abort(INPUT_FLAGGED_ABORT);
+      else if (!gone.signal.aborted) gone.abort(INPUT_FLAGGED_ABORT);
     });
     const transcript = createTranscript();
     const tracked: TrackedGeneration = {
@@ -680,6 +680,10 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     // A cache hit is answered at once, so it waits for the check too (its reservation is then
     // released and it ends `content_filter`, as a request blocked in the queue does).
     if (inputCheck && (retain || admitted.cache?.status === 'hit') && !inputCheck.verdict) await inputCheck.promise;
+    // A verdict known already (the rules engine decides synchronously, or the wait above) is
+    // applied now: the `then` above runs only in a later microtask, after `start` has looked at
+    // the signal — a blocked hit would be served, a blocked request dispatched.
+    if (inputCheck?.verdict?.blocked && !gone.signal.aborted) gone.abort(INPUT_FLAGGED_ABORT);
     // One content line per request, for a tenant that logs content (the output read from the transcript only then).
     const logContent = (outcome: GenerationOutcome, told: Transcript = transcript) => {
       if (policy?.logContent && contentLog) {
@@ -1063,7 +1067,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     sendJson(res, 200, { object: 'list', data: (await deps.router.listAliases(caller)).map((a) => modelEntry(caller, a)) });
   });
   if (deps.usage) get('/v1/usage', usageHandler(deps.usage));
-  if (deps.moderation) post('/v1/moderations', moderationsHandler(deps.moderation.policies, deps.moderation.observer));
+  if (deps.moderation) post('/v1/moderations', moderationsHandler(deps.moderation.policies, deps.moderation.observer, (caller, id, ms) => pipeline.holdUnmetered(caller, id, ms)));
   get('/v1/models/:id', async (req, res) => {
     const { caller } = req;
     const alias = (await deps.router.listAliases(caller)).find((a) => a.name === req.params.id);

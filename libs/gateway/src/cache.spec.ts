@@ -4,8 +4,9 @@
  * never reaches the engine, is admitted (reserved and settled), recorded as one usage row with
  * `cacheHit` at the tenant's cache price, and is answered with the same events as the miss.
  */
-import { type AdmissionService, type EngineAdapter, type EngineEvent, type EngineRequest, type PlatformConfig, type ReservationRequest, type TenantCachePolicy, type UsageRecord } from '@weir/core';
+import { type AdmissionService, type EngineAdapter, type EngineEvent, type EngineRequest, type PlatformConfig, type ReservationRequest, type TenantCachePolicy, type TenantModeration, type UsageRecord } from '@weir/core';
 import { createMemoryExactTier, createResponseCache, type MemoryExactTier } from '@weir/cache';
+import { compileModerationPolicies, type ModerationPolicies } from '@weir/moderation';
 import { priceUsage } from '@weir/ledger';
 import { createParser } from 'eventsource-parser';
 import type { CacheEvent } from './pipeline';
@@ -53,6 +54,7 @@ let harness: TestGateway;
 let engine: ReturnType<typeof countingEngine>;
 let reserves: ReservationRequest[];
 let settles: { id: string; cost: number }[];
+let releases: string[];
 let records: UsageRecord[];
 let now: number;
 let tier: MemoryExactTier;
@@ -60,11 +62,12 @@ let events: CacheEvent[];
 /** When set, the next reserve is refused with this (then cleared). */
 let refuseNext: 'budget_exhausted' | undefined;
 
-async function start(config: PlatformConfig) {
+async function start(config: PlatformConfig, moderation?: ModerationPolicies) {
   engine = countingEngine();
   reserves = [];
   refuseNext = undefined;
   settles = [];
+  releases = [];
   records = [];
   events = [];
   now = 1_000_000;
@@ -82,7 +85,9 @@ async function start(config: PlatformConfig) {
     async settle(id, s) {
       settles.push({ id, cost: s.costNanoUsd });
     },
-    async release() {},
+    async release(id) {
+      releases.push(id);
+    },
   };
   tier = createMemoryExactTier({ now: () => now });
   harness = await startTestGateway({
@@ -93,6 +98,7 @@ async function start(config: PlatformConfig) {
     idempotency: createMemoryIdempotencyStore(),
     cache: createResponseCache({ tiers: [tier] }),
     observer: { onCache: (e) => events.push(e) },
+    ...(moderation ? { moderation } : {}),
   });
 }
 
@@ -546,5 +552,86 @@ describe('a recent budget refusal and cache hits (breaker15 finding: a refusal b
     expect(body.error.message).toMatch(/^recently refused/);
     expect(reserves.length).toBe(reservesBefore + 1);
     expect(engine.started).toBe(1);
+  });
+});
+
+describe('moderation of cache hits (docs/caching.md "Moderation")', () => {
+  /** Tenant t's moderation, switchable between requests (as a policy change would). */
+  let current: TenantModeration | undefined;
+  const switchable = (base: PlatformConfig): ModerationPolicies => {
+    let compiledFor: TenantModeration | undefined;
+    let compiled = compileModerationPolicies(base);
+    const now = () => {
+      if (compiledFor !== current) {
+        compiledFor = current;
+        compiled = compileModerationPolicies({ ...base, tenants: base.tenants.map((t) => (t.id === 't' && current ? { ...t, moderation: current } : t)) });
+      }
+      return compiled;
+    };
+    return { of: (k) => now().of(k), get any() { return now().any; }, engine: (n) => now().engine(n) };
+  };
+
+  it.each([false, true])('input: a hit the rules engine blocks is 400 content_filter, its reservation released, nothing billed (stream %s)', async (stream) => {
+    current = undefined;
+    const config = configWith(POLICY);
+    await start(config, switchable(config));
+    expect((await harness.post('/v1/chat/completions', chat({ stream }))).status).toBe(200);
+    await until(() => tier.stats().entries === 1 && records.length === 1);
+    current = { input: { engine: 'rules', fail: 'closed', timeoutMs: 1_000 }, rules: { lists: [{ category: 'violence', phrases: ['hello'] }] } };
+    const res = await harness.post('/v1/chat/completions', chat({ stream }));
+    expect(res.status).toBe(400);
+    const body = (await res.json()) as { error: { code: string } };
+    expect(body.error.code).toBe('content_filter');
+    expect(JSON.stringify(body)).not.toContain('w0');
+    await until(() => records.length === 2);
+    expect(records[1]).toMatchObject({ finishReason: 'content_filter', outputTokens: 0, costNanoUsd: 0 });
+    expect(records[1].cacheHit).toBeUndefined();
+    expect(releases).toEqual(['rsv_2']);
+    expect(settles).toHaveLength(1);
+    expect(engine.started).toBe(1);
+  });
+
+  it('input: a keyed request and an unkeyed miss blocked by the rules engine never reach the engine', async () => {
+    current = { input: { engine: 'rules', fail: 'closed', timeoutMs: 1_000 }, rules: { lists: [{ category: 'violence', phrases: ['hello'] }] } };
+    const config = configWith(POLICY);
+    await start(config, switchable(config));
+    const unkeyed = await harness.post('/v1/chat/completions', chat());
+    expect(unkeyed.status).toBe(400);
+    const keyed = await harness.post('/v1/chat/completions', chat(), { 'idempotency-key': 'k-blocked-1' });
+    expect(keyed.status).toBe(400);
+    expect(((await keyed.json()) as { error: { code: string } }).error.code).toBe('content_filter');
+    await until(() => records.length === 2);
+    expect(records.map((r) => r.finishReason)).toEqual(['content_filter', 'content_filter']);
+    expect(engine.started).toBe(0);
+    expect(tier.stats().entries).toBe(0);
+  });
+
+  it('output: a cached answer the output policy now flags is not served: the entry is dropped and the request runs live, cut there', async () => {
+    current = undefined;
+    const config = configWith(POLICY);
+    await start(config, switchable(config));
+    const first = (await (await harness.post('/v1/chat/completions', chat())).json()) as { choices: { message: { content: string } }[] };
+    expect(first.choices[0].message.content).toBe('w0 w1 w2 w3 w4 ');
+    await until(() => tier.stats().entries === 1 && records.length === 1);
+    current = { output: { engine: 'rules', fail: 'closed', timeoutMs: 1_000, windowChars: 8, overlapChars: 4 }, rules: { lists: [{ category: 'violence', phrases: ['w3'] }] } };
+    const res = await harness.post('/v1/chat/completions', chat());
+    expect(res.status).toBe(200);
+    expect(res.headers.get('x-weir-cache')).toBe('miss');
+    const body = (await res.json()) as { choices: { message: { content: string }; finish_reason: string }[] };
+    expect(body.choices[0].finish_reason).toBe('content_filter');
+    expect(body.choices[0].message.content).not.toContain('w3');
+    expect(engine.started).toBe(2);
+    // Dropped, and the cut answer is not stored: the next request runs live again.
+    expect(tier.stats().entries).toBe(0);
+    await until(() => records.length === 2);
+    expect(records[1].cacheHit).toBeUndefined();
+    expect(events.map((e) => e.result)).toEqual(['miss', 'miss']);
+    // A clean output policy serves the hit.
+    current = { output: { engine: 'rules', fail: 'closed', timeoutMs: 1_000, windowChars: 8, overlapChars: 4 }, rules: { lists: [{ category: 'violence', phrases: ['w9'] }] } };
+    await (await harness.post('/v1/chat/completions', chat({ max_tokens: 9 }))).json();
+    await until(() => tier.stats().entries === 1);
+    const hit = await harness.post('/v1/chat/completions', chat({ max_tokens: 9 }));
+    expect(hit.headers.get('x-weir-cache')).toBe('hit');
+    expect(((await hit.json()) as typeof first).choices[0].message.content).toBe('w0 w1 w2 w3 w4 ');
   });
 });

@@ -18,3 +18,4 @@ export * from './live-config';
 export { parseJsonText } from './edge';
 export * from './content-policy';
 export * from './content-log';
+export * from './cache-moderation';

@@ -240,6 +240,51 @@ describe('output moderation', () => {
     await expectCut(text, stats, gw);
   });
 
+  /** An upstream that hands the relay every delta in one read (a fast upstream: many SSE events per chunk). */
+  function oneReadEngine(deltas: string[]): EngineAdapter {
+    return {
+      kind: 'fast',
+      capacity: { slots: 4, contextTokens: 4_096 },
+      countInputTokens: async () => 3,
+      generate(): AsyncIterable<EngineEvent> {
+        const all: EngineEvent[] = [...deltas.map((t): EngineEvent => ({ type: 'delta', text: t, tokens: 1 })), { type: 'end', reason: 'stop', usage: { inputTokens: 3, outputTokens: deltas.length, cachedInputTokens: 0 }, usageSource: 'reported' }];
+        let given = false;
+        return {
+          nextBatch: async () => (given ? undefined : ((given = true), all)),
+          async *[Symbol.asyncIterator]() {
+            yield* all;
+          },
+        } as AsyncIterable<EngineEvent>;
+      },
+      async close() {},
+    };
+  }
+
+  it.each([15, 50, 3_000])('holds back at most one window when a read brings many deltas (%i-character deltas): the clean text before the flagged window is released', async (size) => {
+    const clean = 'The girl played in the sunny garden with her dog. '.repeat(60);
+    const whole = `${clean}Then the red dragon came. And more after it.`;
+    const deltas: string[] = [];
+    for (let i = 0; i < whole.length; i += size) deltas.push(whole.slice(i, i + size));
+    const config = configWith({ output: { engine: 'rules', windowChars: 64, overlapChars: 16, fail: 'closed', timeoutMs: 2_000 }, rules: RULES });
+    gw = await startTestGateway({ config, engine: oneReadEngine(deltas), admission: createInMemoryAdmission({ tenants: config.tenants }), moderation: compileModerationPolicies(config) });
+    const chunks = await sseData(await gw.post('/v1/chat/completions', { ...chat(true), max_tokens: 256 }));
+    const text = chunks.map((c) => c.choices?.[0]?.delta?.content ?? '').join('');
+    expect(chunks.map((c) => c.choices?.[0]?.finish_reason).filter(Boolean)).toEqual(['content_filter']);
+    expect(text).not.toContain('dragon');
+    expect(whole.startsWith(text)).toBe(true);
+    // At most one window (64 characters) of the clean text is held back with the flagged one.
+    expect(text.length).toBeGreaterThanOrEqual(whole.indexOf('red dragon') + 'red dragon'.length - 64);
+    expect((await records(gw, 1))[0]).toMatchObject({ finishReason: 'content_filter' });
+  });
+
+  it('an answer cut at the output limit under output moderation releases its clean text and ends length', async () => {
+    const deltas = Array.from({ length: 300 }, (_, i) => `w${i} `);
+    const config = configWith({ output: { engine: 'rules', windowChars: 64, overlapChars: 16, fail: 'closed', timeoutMs: 2_000 }, rules: RULES });
+    gw = await startTestGateway({ config, engine: oneReadEngine(deltas), admission: createInMemoryAdmission({ tenants: config.tenants }), moderation: compileModerationPolicies(config) });
+    const body = (await (await gw.post('/v1/chat/completions', { ...chat(false), max_tokens: 100 })).json()) as Json;
+    expect(body.choices[0]).toMatchObject({ finish_reason: 'length', message: { content: deltas.slice(0, 100).join('') } });
+  });
+
   it('releases a clean answer whole (the held tail is checked at the end)', async () => {
     const clean = ['Once', ' upon', ' a', ' time', '.'];
     const { gw } = await start(clean, 1, policy);
@@ -270,6 +315,59 @@ describe('POST /v1/moderations', () => {
     expect(out.results[0].categories).toMatchObject({ violence: true });
     expect((out.results[2].categories as unknown as Record<string, boolean>).custom).toBe(true);
     expect(out.model).toBe('omni-moderation-latest');
+    expect(gw.records).toHaveLength(0);
+  });
+
+  it("is held to the tenant's requests per minute and concurrency: 429 with rate-limit headers, the engine not called, no usage row", async () => {
+    const moderation: TenantModeration = { input: { engine: 'rules', fail: 'closed', timeoutMs: 2_000 }, rules: RULES };
+    const base = configWith(moderation);
+    const limited = (limits: PlatformConfig['tenants'][number]['limits']): PlatformConfig => ({ ...base, tenants: base.tenants.map((t) => (t.id === 't' ? { ...t, limits } : t)) });
+    // Requests per minute: 2 pass, the 3rd is refused before the engine is called.
+    let config = limited({ maxConcurrent: 8, requestsPerMinute: 2 });
+    let calls = 0;
+    const counting = (p: ModerationPolicies): ModerationPolicies => ({
+      ...p,
+      of: (k) => {
+        const plan = p.of(k);
+        if (!plan) return plan;
+        const inner = plan.api;
+        return { ...plan, api: { name: inner.name, kind: inner.kind, check: (texts, signal) => (calls++, inner.check(texts, signal)) } };
+      },
+    });
+    gw = await startTestGateway({ config, engine: scriptedEngine([' a'], 1).engine, admission: createInMemoryAdmission({ tenants: config.tenants }), moderation: counting(compileModerationPolicies(config)) });
+    const statuses: number[] = [];
+    let last: Response | undefined;
+    for (let i = 0; i < 4; i++) {
+      last = await gw.post('/v1/moderations', { input: 'hello' });
+      statuses.push(last.status);
+      if (i < 3) await last.text();
+    }
+    expect(statuses).toEqual([200, 200, 429, 429]);
+    expect(((await (last as Response).json()) as Json).error.code).toBe('rate_limited');
+    expect((last as Response).headers.get('x-ratelimit-limit-requests')).toBe('2');
+    expect((last as Response).headers.get('retry-after')).toBeTruthy();
+    expect(calls).toBe(2);
+    expect(gw.records).toHaveLength(0);
+    await gw.close();
+
+    // Concurrency 1: with a slow engine, of 3 parallel calls 1 passes, 2 are refused; afterwards the slot is free again.
+    config = limited({ maxConcurrent: 1 });
+    calls = 0;
+    const counted = counting(compileModerationPolicies(config));
+    const slowPolicies: ModerationPolicies = {
+      ...counted,
+      of: (k) => {
+        const plan = counted.of(k);
+        return plan ? { ...plan, api: slow(plan.api, 150) } : plan;
+      },
+    };
+    gw = await startTestGateway({ config, engine: scriptedEngine([' a'], 1).engine, admission: createInMemoryAdmission({ tenants: config.tenants }), moderation: slowPolicies });
+    const parallel = await Promise.all([0, 1, 2].map(() => gw!.post('/v1/moderations', { input: 'hello' })));
+    const codes = await Promise.all(parallel.map(async (r) => (r.status === 200 ? 200 : `${r.status} ${((await r.json()) as Json).error.code}`)));
+    expect(codes.filter((c) => c === 200)).toHaveLength(1);
+    expect(codes.filter((c) => c === '429 concurrency_limited')).toHaveLength(2);
+    expect(calls).toBe(1);
+    expect((await gw.post('/v1/moderations', { input: 'hello' })).status).toBe(200);
     expect(gw.records).toHaveLength(0);
   });
 

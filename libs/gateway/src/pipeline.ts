@@ -169,6 +169,15 @@ export interface GenerationPipelineDeps {
    * call to an admission instance, settled or released at that instance). Default none (no cache).
    */
   cache?: ResponseCache;
+  /**
+   * Output moderation of a cache hit (issue 15; docs/caching.md): resolves false when the
+   * tenant's output stage flags the cached answer (checked in the windows the relay would use,
+   * `checkWholeOutput` of `@weir/moderation`), and true when it passes or the tenant has no
+   * output stage (a map lookup: no call). A flagged hit is not served: its entry is dropped
+   * (`ResponseCache.forget`) and the request runs live as a miss, where the relay's windows cut
+   * it. Never rejects. Default none (hits are served unchecked: no tenant has output moderation).
+   */
+  screenCachedAnswer?: (caller: Caller, answer: CachedAnswer) => Promise<boolean>;
 }
 
 /** One request, as the routes hand it over. */
@@ -323,6 +332,17 @@ export interface GenerationPipeline {
    * {@link GenerationPipelineDeps.pushbackMs}); those hold nothing and cost no token count.
    */
   admit(params: GenerationParams): Promise<AdmittedGeneration>;
+  /**
+   * Holds one request of `caller` against its tenant's and app's requests per minute and
+   * concurrency, for work that runs no model (`POST /v1/moderations`): one reservation of 0
+   * input tokens, 1 output token and $0 (one `Reserve` call in the split), released — never
+   * settled, so no usage row is written and no token stays counted; the request stays counted
+   * in the requests-per-minute window, and in flight until `release`. `holdMs`: how long the
+   * reservation may live before admission expires it (a crash). Throws
+   * {@link AdmissionRejectedError} (`rate_limited`, `concurrency_limited`, `budget_exhausted`)
+   * with the rate-limit status for the 429's headers.
+   */
+  holdUnmetered(caller: Caller, requestId: string, holdMs: number): Promise<{ rateLimits?: RateLimitStatus; release(): Promise<void> }>;
   /** The deadline a request of `caller` gets (ms from arrival): `requestedMs`, else the tenant's default, else 120,000. */
   deadlineMsFor(caller: Caller, requestedMs?: number): number;
   /**
@@ -480,7 +500,9 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
     };
     if (decision.read) {
       const hit = await cache.lookup(policy, query);
-      if (hit) return { hit, query };
+      // A cached answer the tenant's output moderation now flags is never served: dropped, and run live.
+      if (hit && deps.screenCachedAnswer && !(await deps.screenCachedAnswer(caller, hit.answer))) cache.forget(policy, query, hit);
+      else if (hit) return { hit, query };
     }
     deps.observer?.onCache?.({ caller, revision, result: decision.read ? 'miss' : 'bypass', ...(decision.read ? {} : { reason: 'no_cache' as const }) });
     return { status: { status: decision.read ? 'miss' : 'bypass', ...(decision.store ? { remember } : {}) } };
@@ -597,6 +619,20 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
   return {
     deadlineMsFor,
     precheck,
+    async holdUnmetered(caller, requestId, holdMs) {
+      const reserved = await admitPort.reserve({
+        caller,
+        requestId,
+        generationId: requestId,
+        expiresAtMs: Date.now() + holdMs + (deps.reservationGraceMs ?? 60_000),
+        inputTokens: 0,
+        // At least 1, as every reservation asks; released, so never counted.
+        maxOutputTokens: 1,
+        worstCaseCostNanoUsd: 0,
+      });
+      if (!reserved.ok) return reject(caller, new AdmissionRejectedError(reserved.reason, reserved.message, reserved.retryAfterMs, reserved.rateLimits));
+      return { ...(reserved.rateLimits ? { rateLimits: reserved.rateLimits } : {}), release: () => reserved.release().catch(() => undefined) };
+    },
     async admit(params) {
       const { caller } = params;
       // Before routing, counting tokens and reserving: a caller admission just refused for good

@@ -26,6 +26,7 @@ import { createStaticRouter } from '@weir/routing';
 import { createPoolScheduler, createSlotScheduler } from '@weir/scheduling';
 import { createRelay, type Relay } from '@weir/streaming';
 import type { ModerationPolicies } from '@weir/moderation';
+import { createCachedAnswerScreen } from './cache-moderation';
 import { createGatewayApp, type Gateway, type GatewayDeps, type GatewayLogger } from './app';
 import { createLiveConfig, type LiveConfig } from './live-config';
 import type { Revocations } from './revocations';
@@ -168,6 +169,7 @@ export async function startTestGateway(options: TestGatewayOptions): Promise<Tes
     revisions: liveConfig.revisions,
     ...(options.wallClock ? { wallClock: options.wallClock } : {}),
     ...(options.cache ? { cache: options.cache } : {}),
+    ...(options.cache && options.moderation ? { screenCachedAnswer: createCachedAnswerScreen({ policies: () => options.moderation as ModerationPolicies }) } : {}),
     ...(options.observer ? { observer: options.observer } : {}),
     clock,
   });

@@ -1,9 +1,10 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { compileModerationPolicies, moderationPolicyProblems, runCheck } from './policies';
+import { checkWholeOutput, compileModerationPolicies, moderationPolicyProblems, runCheck } from './policies';
+import { logEngineFailures } from './types';
 import { createOpenAiModerationEngine } from './openai-engine';
 import { createRulesEngine, rulesProblems } from './rules-engine';
-import { createOutputWindow } from './window';
+import { createOutputWindow, cutAt, windowsOf } from './window';
 
 const signal = () => new AbortController().signal;
 
@@ -18,6 +19,27 @@ describe('rules engine (RE2)', () => {
     expect(r[0]).toMatchObject({ categories: { violence: true, custom: false }, category_scores: { violence: 1 }, reason: 'list:violence' });
     expect(r[3].reason).toBe('pattern:custom#0');
     expect(r[4].reason).toBeUndefined();
+  });
+
+  it('matches across Unicode spaces and zero-width characters, lists and patterns alike', async () => {
+    const texts = ['red\u00a0dragon', 'red\u2003dragon', 'red\u200bdragon', 'red\u3000dragon', 'RED\u2028DRAGON', 'dra\u00adgon red', 'red dra\u200bgon', 'red\u200d dragon', '\uff52\uff45\uff44 dragon', 'reddragon', 'red dragonfly'];
+    expect((await engine.check(texts, signal())).map((x) => x.flagged)).toEqual([true, true, true, true, true, false, true, true, true, false, false]);
+    // A pattern sees the same normalised text.
+    expect((await engine.check(['my secret\u200b-1234', 'my ｓｅｃｒｅｔ-１２３４'], signal())).map((x) => x.flagged)).toEqual([true, true]);
+    // A phrase written with Unicode spaces or format characters is normalised too; one of only format characters is blank.
+    const nb = createRulesEngine('rules', [{ lists: [{ category: 'violence', phrases: ['blue\u00a0whale'] }] }]);
+    expect((await nb.check(['a blue  whale'], signal()))[0].flagged).toBe(true);
+    expect(rulesProblems({ lists: [{ category: 'hate', phrases: ['\u200b\u00ad'] }] })).toEqual(['rules.lists[0].phrases[0]: a phrase must not be blank']);
+  });
+
+  it('refuses patterns that match the empty string, naming the field', () => {
+    for (const pattern of ['a*', 'x?', '^', '\\b', '(?m)$', 'a|', '\\B']) {
+      expect(rulesProblems({ patterns: [{ category: 'custom', pattern }] })).toEqual([
+        "rules.patterns[0].pattern: matches the empty string, so it would flag every text; it must match at least one character (e.g. 'a+' rather than 'a*', no bare anchors)",
+      ]);
+    }
+    expect(rulesProblems({ patterns: [{ category: 'custom', pattern: 'a+' }, { category: 'custom', pattern: '\\bkill\\b' }] })).toEqual([]);
+    expect(rulesProblems({ patterns: [{ category: 'custom', pattern: 'a{1000}b{1000}c{1000}d{1000}e{1000}' }] })[0]).toMatch(/rules\.patterns\[0\]\.pattern: too complex \(\d+ RE2 instructions, at most 4000\)/);
   });
 
   it('runs a catastrophic-backtracking pattern in linear time', async () => {
@@ -82,6 +104,30 @@ describe('output window', () => {
   });
 });
 
+describe('whole-text windows (a cached answer)', () => {
+  it('cuts a text into overlapping windows the relay would check', () => {
+    expect(windowsOf('', 10, 4)).toEqual([]);
+    expect(windowsOf('abcdefgh', 10, 4)).toEqual(['abcdefgh']);
+    expect(windowsOf('abcdefghijklmnop', 10, 4)).toEqual(['abcdefghij', 'ghijklmnop']);
+    expect(windowsOf('abcdefghijklmnopq', 10, 4)).toEqual(['abcdefghij', 'ghijklmnop', 'mnopq']);
+    expect(() => windowsOf('x', 4, 4)).toThrow(RangeError);
+    expect(cutAt('abc', 5)).toBe(3);
+    expect(cutAt('ab\ud83d\ude00c', 3)).toBe(2);
+    expect(cutAt('\ud83d\ude00c', 1)).toBe(2);
+  });
+
+  it('flags a phrase split across window boundaries (10,000 positions)', async () => {
+    const engine = createRulesEngine('rules', [{ lists: [{ category: 'violence', phrases: ['red dragon'] }] }]);
+    const plan = { engine, fail: 'closed' as const, timeoutMs: 1_000, windowChars: 16, overlapChars: 9 };
+    for (let pad = 0; pad < 200; pad++) {
+      const text = `${'x'.repeat(pad)} red dragon ${'y'.repeat(pad % 37)}`;
+      expect((await checkWholeOutput(plan, text, signal())).blocked).toBe(true);
+      expect((await checkWholeOutput(plan, text.replace('dragon', 'wagon'), signal())).blocked).toBe(false);
+    }
+    expect(await checkWholeOutput(plan, '', signal())).toEqual({ blocked: false, reason: 'pass', categories: [] });
+  });
+});
+
 describe('OpenAI-compatible moderation upstream', () => {
   let server: Server;
   let url: string;
@@ -130,6 +176,21 @@ describe('OpenAI-compatible moderation upstream', () => {
     const err = await engine.check(['secret text'], signal()).catch((e: Error) => e);
     expect((err as Error).message).toMatch(/no answer within 100 ms/);
     expect((err as Error).message).not.toContain('secret');
+  });
+
+  it('reports an engine failure or timeout to the observer and a warn line (engine, class, status; never the text)', async () => {
+    const lines: { obj: object; msg: string }[] = [];
+    const observer = logEngineFailures({}, { warn: (obj, msg) => lines.push({ obj, msg }) });
+    reply = () => ({ status: 502, body: { error: 'secret text' } });
+    const failing = createOpenAiModerationEngine({ name: 'oa', baseUrl: url });
+    expect((await runCheck('input', { engine: failing, fail: 'closed', timeoutMs: 1_000 }, ['secret text'], signal(), observer)).reason).toBe('engine_error');
+    reply = () => ({ status: 200, body: { results: [{ flagged: false, categories: {} }] }, delayMs: 300 });
+    expect((await runCheck('output', { engine: failing, fail: 'open', timeoutMs: 50 }, ['secret text'], signal(), observer)).reason).toBe('failed_open');
+    expect(lines).toEqual([
+      { obj: { stage: 'input', engine: 'oa', reason: 'engine_error', errorClass: 'Error', status: 502 }, msg: 'moderation engine failed' },
+      { obj: { stage: 'output', engine: 'oa', reason: 'timeout', errorClass: expect.any(String) }, msg: 'moderation engine failed' },
+    ]);
+    expect(JSON.stringify(lines)).not.toContain('secret');
   });
 
   it('fails closed or open under a policy on a timeout', async () => {

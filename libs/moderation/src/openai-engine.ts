@@ -51,7 +51,7 @@ export function createOpenAiModerationEngine(options: OpenAiModerationOptions): 
       }
       if (!res.ok) {
         await res.body?.cancel().catch(() => undefined);
-        throw new Error(`moderation engine '${options.name}': the upstream answered HTTP ${res.status}`);
+        throw Object.assign(new Error(`moderation engine '${options.name}': the upstream answered HTTP ${res.status}`), { status: res.status });
       }
       let body: unknown;
       try {

@@ -6,7 +6,8 @@
 import { type ModerationEngineSpec, type ModerationFailMode, type PlatformConfig, type TenantModeration, type TenantSpec } from '@weir/core';
 import { createOpenAiModerationEngine } from './openai-engine';
 import { createRulesEngine, rulesProblems } from './rules-engine';
-import type { ModerationEngine, ModerationObserver, ModerationVerdict } from './types';
+import type { ModerationEngine, ModerationFailure, ModerationObserver, ModerationVerdict } from './types';
+import { windowsOf } from './window';
 
 /** The engine name every configuration has: the built-in rules engine over the tenant's own rules. */
 export const BUILTIN_RULES_ENGINE = 'rules';
@@ -138,12 +139,32 @@ export async function runCheck(stage: 'input' | 'output' | 'api', plan: StagePla
       if (hits.length === 0 && !plan.blockOn && Object.values(r.categories).every((v) => !v)) categories.add('unspecified');
     }
     verdict = { blocked: categories.size > 0, reason: categories.size > 0 ? 'flagged' : 'pass', categories: [...categories] };
-  } catch {
+  } catch (err) {
     const reason = timeout.aborted && !signal.aborted ? 'timeout' : 'engine_error';
+    // A stop of the request (its signal) is no engine failure.
+    if (!signal.aborted) observer?.onFailure?.(stage, plan.engine.name, failureOf(reason, err));
     verdict = plan.fail === 'open' ? { blocked: false, reason: 'failed_open', categories: [] } : { blocked: true, reason, categories: [] };
   }
   observer?.onCheck?.(stage, plan.engine.name, now() - started, verdict);
   return verdict;
+}
+
+/** A failure's class and HTTP status (never its message). */
+export function failureOf(reason: 'timeout' | 'engine_error', err: unknown): ModerationFailure {
+  const status = (err as { status?: unknown } | undefined)?.status;
+  return { reason, errorClass: err instanceof Error ? err.name : typeof err, ...(typeof status === 'number' ? { status } : {}) };
+}
+
+/**
+ * Checks a whole answer under an output stage (a cached answer, before it is served): its text
+ * in the windows the relay would check it in as it streamed ({@link windowsOf}), all in one
+ * engine call. Blocked when any window is flagged (or the engine fails and the policy fails
+ * closed). An empty text passes without a call. Never throws.
+ */
+export async function checkWholeOutput(plan: OutputPlan, text: string, signal: AbortSignal, observer?: ModerationObserver): Promise<ModerationVerdict> {
+  const windows = windowsOf(text, plan.windowChars, plan.overlapChars);
+  if (windows.length === 0) return { blocked: false, reason: 'pass', categories: [] };
+  return runCheck('output', plan, windows, signal, observer);
 }
 
 /**

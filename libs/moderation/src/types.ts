@@ -62,4 +62,31 @@ export interface ModerationVerdict {
 export interface ModerationObserver {
   /** A check ended: `stage` input|output, its engine, how long it took (ms) and its verdict. */
   onCheck?(stage: 'input' | 'output' | 'api', engine: string, ms: number, verdict: ModerationVerdict): void;
+  /** An engine failed or timed out (before `onCheck` reports the verdict the policy gave it). */
+  onFailure?(stage: 'input' | 'output' | 'api', engine: string, failure: ModerationFailure): void;
+}
+
+/** Why an engine call failed, without any text: what a warn log line carries. */
+export interface ModerationFailure {
+  /** `timeout` (the policy's timeout fired) or `engine_error`. */
+  reason: 'timeout' | 'engine_error';
+  /** The error's class (`Error`, `TypeError`, `AbortError`, ...). */
+  errorClass: string;
+  /** The upstream's HTTP status, when it answered one. */
+  status?: number;
+}
+
+/**
+ * `observer` plus one warn log line per engine failure or timeout: `{ stage, engine, reason,
+ * errorClass, status }` — never the texts, never the error message (it may quote an upstream).
+ */
+export function logEngineFailures<O extends ModerationObserver>(observer: O, logger: { warn(obj: object, msg: string): void }): O & Required<Pick<ModerationObserver, 'onFailure'>> {
+  return {
+    ...observer,
+    onCheck: observer.onCheck?.bind(observer),
+    onFailure(stage, engine, failure) {
+      observer.onFailure?.(stage, engine, failure);
+      logger.warn({ stage, engine, ...failure }, 'moderation engine failed');
+    },
+  };
 }

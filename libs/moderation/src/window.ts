@@ -4,7 +4,8 @@
  * plus everything held, and is due once `windowChars − overlapChars` new characters are held.
  * So a phrase of up to `overlapChars + 1` characters split across deltas or across windows is
  * always seen whole by some check before its last character is released, and at most one
- * window's new text (plus the deltas of one engine read) is ever held back.
+ * window's new text is ever held back when the relay feeds a read's deltas in one at a time,
+ * split at {@link OutputWindow.room} (see `relay.ts`).
  */
 
 /** Options of {@link createOutputWindow}. */
@@ -21,6 +22,8 @@ export interface OutputWindow<T> {
   push(item: T, text: string): void;
   /** Whether enough new text is held for a check. */
   due(): boolean;
+  /** Characters still to push before a check is due (`windowChars − overlapChars − heldChars`, at least 0). */
+  room(): number;
   /** Whether anything is held. */
   holding(): boolean;
   /** Characters held (not yet released). */
@@ -45,6 +48,7 @@ export function createOutputWindow<T>(options: OutputWindowOptions): OutputWindo
       heldText += text;
     },
     due: () => heldText.length >= fresh,
+    room: () => Math.max(0, fresh - heldText.length),
     holding: () => held.length > 0,
     heldChars: () => heldText.length,
     text: () => tail + heldText,
@@ -57,4 +61,34 @@ export function createOutputWindow<T>(options: OutputWindowOptions): OutputWindo
       return out;
     },
   };
+}
+
+/**
+ * A whole text cut into the windows the relay checks it in when it streams: `windowChars` each,
+ * every one after the first starting `overlapChars` before the previous one ended (so a phrase
+ * of up to `overlapChars + 1` characters lies whole in some window). `[]` for an empty text.
+ * Throws `RangeError` when `overlapChars` is not below `windowChars`.
+ */
+export function windowsOf(text: string, windowChars: number, overlapChars: number): string[] {
+  if (!(windowChars > 0) || !(overlapChars >= 0) || overlapChars >= windowChars) throw new RangeError('overlapChars must be at least 0 and below windowChars');
+  const out: string[] = [];
+  const step = windowChars - overlapChars;
+  for (let start = 0; start < text.length; start += step) {
+    out.push(text.slice(start, start + windowChars));
+    if (start + windowChars >= text.length) break;
+  }
+  return out;
+}
+
+/**
+ * Where to cut `text` so that its first part has at most `max` characters (at least 1) without
+ * splitting a UTF-16 surrogate pair: `max`, or `max − 1` when that would split one (or `max + 1`
+ * when `max` is 1 and the text starts with a pair).
+ */
+export function cutAt(text: string, max: number): number {
+  if (max >= text.length) return text.length;
+  const at = Math.max(1, max);
+  const c = text.charCodeAt(at - 1);
+  if (c >= 0xd800 && c <= 0xdbff) return at === 1 ? Math.min(text.length, 2) : at - 1;
+  return at;
 }

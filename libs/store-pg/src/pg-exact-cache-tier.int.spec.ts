@@ -70,6 +70,19 @@ describe.each([['pglite' as const], ['postgres' as const]])('pg exact cache tier
     await expect(t.lookup(query('other~2'))).resolves.toBeDefined();
   });
 
+  it('forget drops the one entry a query hits, and nothing else', async () => {
+    const t = tier();
+    await t.store(query('acme~1', 'f1'), answer('one'), 60_000);
+    await t.store(query('acme~1', 'f2'), answer('two'), 60_000);
+    t.forget?.(query('acme~1', 'f1'));
+    const until = Date.now() + 5_000;
+    while (await t.lookup(query('acme~1', 'f1'))) {
+      if (Date.now() > until) throw new Error('entry not forgotten');
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    await expect(t.lookup(query('acme~1', 'f2'))).resolves.toBeDefined();
+  });
+
   it('skips an answer larger than its entry limit', async () => {
     const t = createPgExactCacheTier(database.db, { now: () => now, maxEntryBytes: 100 });
     await t.store(query('acme~1'), answer('x'.repeat(200)), 60_000);

@@ -89,6 +89,13 @@ export function createPgExactCacheTier(db: Kysely<WeirSchema>, options: PgExactC
         fault('store', err);
       }
     },
+    forget(q: CacheQuery): void {
+      db.deleteFrom('response_cache')
+        .where('exact_key', '=', q.exactKey)
+        .where('tenant_key', '=', q.partition.tenantKey)
+        .execute()
+        .catch((err: unknown) => fault('drop', err));
+    },
     dropTenant(tenantKey: string): void {
       db.deleteFrom('response_cache')
         .where('tenant_key', '=', tenantKey)

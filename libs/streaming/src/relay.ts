@@ -33,7 +33,7 @@ import {
   toWeirError,
 } from '@weir/core';
 import { priceUsage, usageStatusFor } from '@weir/ledger';
-import { createOutputWindow, runCheck, type ModerationObserver, type OutputPlan } from '@weir/moderation';
+import { createOutputWindow, cutAt, runCheck, type ModerationObserver, type OutputPlan } from '@weir/moderation';
 import { judgeOutput, type LoadedOutputSchema, loadOutputSchema } from './output-schema';
 
 
@@ -162,6 +162,9 @@ export function createRelay(deps: RelayDeps): Relay {
     start(job) {
       const queue = createAsyncQueue<RelayEvent>();
       const abort = new AbortController();
+      // Fires on a stop (disconnect, cancel, deadline) only: output checks go on after the
+      // engine is stopped at the output limit, so the held tail is still checked and released.
+      const stopped = new AbortController();
       // Set once: the first reason to stop wins (a deadline that fires during the grace
       // period of a disconnect still reports `cancelled`, the earlier cause).
       let stopReason: 'cancelled' | 'deadline' | 'content_filter' | undefined;
@@ -174,8 +177,9 @@ export function createRelay(deps: RelayDeps): Relay {
         stopReason ??= reason;
         if (afterMs <= 0) {
           abort.abort();
+          stopped.abort();
         } else if (!graceTimer) {
-          graceTimer = setTimeout(() => abort.abort(), afterMs);
+          graceTimer = setTimeout(() => (abort.abort(), stopped.abort()), afterMs);
         }
       };
       const deadlineTimer = setTimeout(
@@ -207,16 +211,18 @@ export function createRelay(deps: RelayDeps): Relay {
         };
         const outputPlan = deps.moderation?.outputFor(job);
         const window = outputPlan ? createOutputWindow<Extract<RelayEvent, { type: 'delta' }>>(outputPlan) : undefined;
+        // Under output moderation, a read's deltas wait here until they are fed into the window.
+        const toWindow: Extract<RelayEvent, { type: 'delta' }>[] = [];
         // Checks the held text: releases it when clean; else stops the engine and drops it. False when cut.
         const checkWindow = async (): Promise<boolean> => {
           if (!window || !outputPlan || !window.holding()) return true;
-          const verdict = await runCheck('output', outputPlan, [window.text()], abort.signal, deps.moderation?.observer);
+          const verdict = await runCheck('output', outputPlan, [window.text()], stopped.signal, deps.moderation?.observer);
           if (!verdict.blocked) {
             for (const d of window.release()) emit(d);
             return true;
           }
           // A check aborted by a stop (disconnect, cancel, deadline) is that stop, not a cut.
-          if (!abort.signal.aborted) deps.moderation?.onCut?.(job, verdict.reason, verdict.categories);
+          if (!stopped.signal.aborted) deps.moderation?.onCut?.(job, verdict.reason, verdict.categories);
           return false;
         };
         // A long stream's progress, offered to the journal on every delta (it takes one at most
@@ -271,13 +277,35 @@ export function createRelay(deps: RelayDeps): Relay {
                 const toolCalls = ev.toolCalls !== undefined && ev.toolCalls.length > 0 ? ev.toolCalls : undefined;
                 if (ev.text.length > 0 || toolCalls) {
                   const d: Extract<RelayEvent, { type: 'delta' }> = toolCalls ? { type: 'delta', text: ev.text, tokens: ev.tokens, toolCalls } : { type: 'delta', text: ev.text, tokens: ev.tokens };
-                  if (window) window.push(d, ev.text);
+                  if (window) toWindow.push(d);
                   else emit(d);
                 }
                 if (ev.tokens > 0) deps.settlements.progress(job.generationId, progressMark);
               } else {
                 end = ev;
               }
+            }
+            return true;
+          };
+          /**
+           * Feeds the waiting deltas into the window, checking it each time it is due. A delta
+           * longer than the window's room is split there (never inside a surrogate pair): its
+           * leading pieces carry no tokens, its last piece its tokens and tool-call fragments.
+           * False when a window is flagged (what follows is dropped).
+           */
+          const feedWindow = async (): Promise<boolean> => {
+            if (!window) return true;
+            for (const d of toWindow.splice(0)) {
+              let rest = d;
+              while (rest.text.length > window.room()) {
+                const at = cutAt(rest.text, window.room());
+                const head: Extract<RelayEvent, { type: 'delta' }> = { type: 'delta', text: rest.text.slice(0, at), tokens: 0 };
+                window.push(head, head.text);
+                rest = { ...rest, text: rest.text.slice(at) };
+                if (window.due() && !(await checkWindow())) return false;
+              }
+              window.push(rest, rest.text);
+              if (window.due() && !(await checkWindow())) return false;
             }
             return true;
           };
@@ -291,8 +319,10 @@ export function createRelay(deps: RelayDeps): Relay {
             window
               ? async (batch) => {
                   const go = onBatch(batch);
-                  // A full window is checked before the next read: at most one window is held back.
-                  if (window.due() && !(await checkWindow())) {
+                  // A read's text is checked a window at a time, in order, each clean window
+                  // released before the next is checked: at most one window is ever held back,
+                  // however many deltas one read brings, and a flag cuts at its window.
+                  if (!(await feedWindow())) {
                     cut();
                     return false;
                   }

@@ -2,6 +2,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import express from 'express';
 import {
+  createModerationMetrics,
   createTelemetry,
   DURATION_BUCKETS_S,
   PROMETHEUS_SERIES,
@@ -321,6 +322,19 @@ describe('createTelemetry', () => {
     expect(find(samples, PROMETHEUS_SERIES.poolCapacityRatio, pool)[0]?.value).toBe(0.5);
     expect(find(samples, PROMETHEUS_SERIES.poolBrownout, pool)[0]?.value).toBe(1);
     expect(find(samples, PROMETHEUS_SERIES.poolQueueBound, pool)[0]?.value).toBe(128);
+  });
+
+  it('exports moderation check latency in seconds, with second buckets, as weir_moderation_check_duration_seconds', async () => {
+    const m = createModerationMetrics(telemetry.meter);
+    m.onCheck('input', 'rules', 3, { reason: 'pass' });
+    m.onCheck('input', 'rules', 2_000, { reason: 'timeout' });
+    const { samples, types } = parseExposition((await scrape(server)).text);
+    const name = 'weir_moderation_check_duration_seconds';
+    expect(types.get(name)).toBe('histogram');
+    expect(bucketBounds(samples, name, { stage: 'input', engine: 'rules' })).toEqual(asLe(QUEUE_BUCKETS_S));
+    expect(find(samples, `${name}_sum`, { stage: 'input', engine: 'rules' })[0]?.value).toBeCloseTo(2.003, 6);
+    expect(find(samples, `${name}_bucket`, { stage: 'input', engine: 'rules', le: '0.005' })[0]?.value).toBe(1);
+    expect(find(samples, `${name}_bucket`, { stage: 'input', engine: 'rules', le: '2.5' })[0]?.value).toBe(2);
   });
 
   it('exports circuit-breaker states, read at each scrape: 0 closed, 1 half-open, 2 open', async () => {
