@@ -131,7 +131,11 @@ describe('the semantic response cache on the real tiny model (all-in-one)', () =
     expect(negated.response.headers.get('x-weir-cache')).toBe('miss');
     expect(await engineTokens()).toBeGreaterThan(generated);
 
-    const usage = (await (await fetch(`${platform.url}/v1/usage?window=day`, { headers: { authorization: `Bearer ${DEMO_KEY}` } })).json()) as { cache_hits: number };
+    // Usage rows reach the ledger through the settlement journal's applier, a moment after the answers.
+    const usage = await until(
+      async () => (await (await fetch(`${platform.url}/v1/usage?window=day`, { headers: { authorization: `Bearer ${DEMO_KEY}` } })).json()) as { cache_hits: number },
+      (u) => u.cache_hits >= 1,
+    );
     expect(usage.cache_hits).toBeGreaterThanOrEqual(1);
 
     const metrics = await (await fetch(`${platform.opsUrl}/metrics`)).text();
