@@ -35,6 +35,7 @@ import {
   type ToolChoice,
   type ToolDefinition,
   type RetainSpec,
+  type ReservationRef,
   type SettlementJournal,
   type WeirErrorCode,
   DEFAULT_SCHEDULING,
@@ -387,6 +388,22 @@ function otherServingArm(alias: AliasSpec, revisions: ReadonlyMap<string, Revisi
 }
 
 /** `model_retired` for a request that resolved to a retired revision: names the retirement day and the replacement. */
+/**
+ * What the gateway's own settlement entries need of a request (the relay's carry the same):
+ * ids, route, caller, alias, use case and the reservation its row settles.
+ */
+function usageJobOf(params: GenerationParams, reservation: ReservationRef | undefined) {
+  return {
+    generationId: params.generationId,
+    requestId: params.requestId,
+    route: params.route,
+    caller: params.caller,
+    modelAlias: params.alias,
+    ...(params.useCase !== undefined ? { useCase: params.useCase } : {}),
+    ...(reservation ? { reservation } : {}),
+  };
+}
+
 function retiredError(alias: string, revision: RevisionSpec, pinned: boolean, param: string): WeirError {
   const d = revision.deprecation as RevisionDeprecation;
   const how = pinned ? `is pinned to revision '${revision.id}' for your tenant` : `routes only to revision '${revision.id}'`;
@@ -565,16 +582,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
             modelRevision: revision.id,
             timings: { queueMs: 0, ttftMs: null, totalMs: elapsedMs },
           };
-          const usageJob = {
-            generationId: params.generationId,
-            requestId: params.requestId,
-            route: params.route,
-            caller,
-            modelAlias: params.alias,
-            ...(params.useCase !== undefined ? { useCase: params.useCase } : {}),
-            ...(reserved.reservation ? { reservation: reserved.reservation } : {}),
-          };
-          await deps.settlements.append(settlementOf(usageJob, blocked, Date.now()));
+          await deps.settlements.append(settlementOf(usageJobOf(params, reserved.reservation), blocked, Date.now()));
           admissionMemo.noteEnded(tenantKeyOf(caller));
           deps.observer?.onFinished?.({ caller, route: params.route, alias: params.alias, revision, outcome: blocked });
           return { kind: 'ended', outcome: blocked };
@@ -587,16 +595,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
           timings: { queueMs: 0, ttftMs: elapsedMs, totalMs: elapsedMs },
           cacheHit: hit.tier,
         };
-        const job = {
-          generationId: params.generationId,
-          requestId: params.requestId,
-          route: params.route,
-          caller,
-          modelAlias: params.alias,
-          ...(params.useCase !== undefined ? { useCase: params.useCase } : {}),
-          ...(reserved.reservation ? { reservation: reserved.reservation } : {}),
-          ...(params.retain ? { retain: params.retain } : {}),
-        };
+        const job = { ...usageJobOf(params, reserved.reservation), ...(params.retain ? { retain: params.retain } : {}) };
         const toolCalls = hit.answer.deltaToolCalls ?? [];
         // The usage row (and a keyed request's result for its retries) before the answer goes out, as a relay does.
         try {
@@ -830,15 +829,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
       const admitted = reserved;
       const reservation = reserved.reservation;
       // What the gateway's own settlement entries need of the request (the relay's carry the same).
-      const usageJob = {
-        generationId: params.generationId,
-        requestId: params.requestId,
-        route: params.route,
-        caller,
-        modelAlias: params.alias,
-        ...(params.useCase !== undefined ? { useCase: params.useCase } : {}),
-        ...(reservation ? { reservation } : {}),
-      };
+      const usageJob = usageJobOf(params, reservation);
 
       const endedInQueue = async (reason: 'deadline' | 'cancelled' | 'content_filter', queueMs: number): Promise<GenerationOutcome> => {
         const outcome: GenerationOutcome = {
