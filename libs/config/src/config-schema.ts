@@ -212,7 +212,12 @@ const engine = z.discriminatedUnion('kind', [llamaCppEngine, openAICompatibleEng
 const pricing = strict({
   input_per_mtok: nonNegativeNumber(),
   output_per_mtok: nonNegativeNumber(),
+  /** Cache reads (input tokens read from a prompt cache). Default: `input_per_mtok`. */
   cached_input_per_mtok: nonNegativeNumber().optional(),
+  /** Cache writes (input tokens written to a prompt cache, Anthropic). Default: `input_per_mtok`. */
+  cache_write_input_per_mtok: nonNegativeNumber().optional(),
+  /** Reasoning output tokens (part of the output at OpenAI). Default: `output_per_mtok`. */
+  reasoning_per_mtok: nonNegativeNumber().optional(),
 });
 
 /** A remote replica of a revision (split topology): an OpenAI-compatible server such as apps/engine-llamacpp. */

@@ -558,6 +558,8 @@ function toPlatformConfig(file: ConfigFile, baseDir: string): PlatformConfig {
         inputPerMTok: r.pricing.input_per_mtok,
         outputPerMTok: r.pricing.output_per_mtok,
         cachedInputPerMTok: r.pricing.cached_input_per_mtok ?? r.pricing.input_per_mtok,
+        cacheWriteInputPerMTok: r.pricing.cache_write_input_per_mtok ?? r.pricing.input_per_mtok,
+        reasoningPerMTok: r.pricing.reasoning_per_mtok ?? r.pricing.output_per_mtok,
       },
       ...(r.replicas
         ? {

@@ -130,8 +130,18 @@ export interface TokenUsage {
   inputTokens: number;
   /** Output tokens produced by the engine, including any produced after a cancel. */
   outputTokens: number;
-  /** Of `inputTokens`, those served from a prompt cache (billed at the cached price). */
+  /** Of `inputTokens`, those read from a prompt cache (billed at the cache-read price). Default 0. */
   cachedInputTokens?: number;
+  /**
+   * Of `inputTokens`, those written to a prompt cache (Anthropic's `cache_creation_input_tokens`;
+   * billed at the cache-write price). `cachedInputTokens + cacheWriteInputTokens ≤ inputTokens`. Default 0.
+   */
+  cacheWriteInputTokens?: number;
+  /**
+   * Of `outputTokens`, reasoning tokens (OpenAI's `completion_tokens_details.reasoning_tokens`,
+   * which `completion_tokens` includes; billed at the reasoning price). Default 0.
+   */
+  reasoningTokens?: number;
 }
 
 /** What an engine adapter is asked to do. */

@@ -4,12 +4,27 @@
  * never re-parse it per request.
  */
 
-/** USD per million tokens. */
+/**
+ * A revision's prices, USD per million tokens, one per token class (docs/admin-api.md
+ * "Prices"; priced by `priceUsage` in `@weir/ledger`).
+ */
 export interface RevisionPricing {
+  /** Input tokens neither read from nor written to a prompt cache. */
   inputPerMTok: number;
+  /** Output tokens other than reasoning tokens. */
   outputPerMTok: number;
-  /** Price of cached input tokens; defaults to `inputPerMTok`. */
+  /** Input tokens read from a prompt cache (cache reads); `pricing.cached_input_per_mtok`, default `inputPerMTok`. */
   cachedInputPerMTok: number;
+  /**
+   * Input tokens written to a prompt cache (Anthropic's `cache_creation_input_tokens`);
+   * `pricing.cache_write_input_per_mtok`. Absent: `inputPerMTok`.
+   */
+  cacheWriteInputPerMTok?: number;
+  /**
+   * Reasoning output tokens (OpenAI's `completion_tokens_details.reasoning_tokens`, part of the
+   * output); `pricing.reasoning_per_mtok`. Absent: `outputPerMTok`.
+   */
+  reasoningPerMTok?: number;
 }
 
 /** The llama.cpp engine on a local GGUF file (node-llama-cpp). */

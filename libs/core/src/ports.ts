@@ -99,9 +99,16 @@ export interface UsageRecord {
   route: ApiRoute;
   modelAlias: string;
   modelRevision: string;
+  /** Input tokens in total, cache reads and writes included. */
   inputTokens: number;
+  /** Output tokens in total, reasoning tokens included. */
   outputTokens: number;
+  /** Of `inputTokens`, those read from a prompt cache. */
   cachedInputTokens: number;
+  /** Of `inputTokens`, those written to a prompt cache. Absent: 0. */
+  cacheWriteInputTokens?: number;
+  /** Of `outputTokens`, reasoning tokens. Absent: 0. */
+  reasoningTokens?: number;
   /** Cost in nano-USD (1e-9 USD), integer, from the answering revision's prices. */
   costNanoUsd: number;
   status: UsageStatus;
@@ -234,8 +241,12 @@ export type UsageWindow = 'day' | 'month';
 export interface UsageAggregate {
   inputTokens: number;
   outputTokens: number;
-  /** Of `inputTokens`, tokens served from a prompt cache. */
+  /** Of `inputTokens`, tokens read from a prompt cache. */
   cachedInputTokens: number;
+  /** Of `inputTokens`, tokens written to a prompt cache. */
+  cacheWriteInputTokens: number;
+  /** Of `outputTokens`, reasoning tokens. */
+  reasoningTokens: number;
   /** Total cost in nano-USD (1e-9 USD), exact (a bigint: no float ever touches it). */
   costNanoUsd: bigint;
   /** Usage records summed (one per generation, rejected requests have none). */

@@ -2,7 +2,7 @@ import { USE_CASE_PATTERN, type UsageRecord } from './ports';
 
 /**
  * Returns what is wrong with a usage record, or undefined when it can be carried and written:
- * ids non-empty strings; token counts and `costNanoUsd` non-negative safe integers; `queueMs`,
+ * ids non-empty strings; token counts (the optional `cacheWriteInputTokens` and `reasoningTokens` when present) and `costNanoUsd` non-negative safe integers; `queueMs`,
  * `totalMs` (and `ttftMs` unless null) finite non-negative ms; `startedAt`/`finishedAt` valid
  * `Date`s; `useCase`, when present, matches `USE_CASE_PATTERN`; `cacheHit`, when present, is `exact` or `semantic`. Every usage path (the ledger's batched sink, the in-process channel, the NATS
  * sink) refuses a record by these rules, so one bad record can never block a queue behind it.
@@ -17,6 +17,10 @@ export function usageRecordFault(r: UsageRecord): string | undefined {
   for (const field of ['inputTokens', 'outputTokens', 'cachedInputTokens', 'costNanoUsd'] as const) {
     const v = r[field];
     if (!Number.isSafeInteger(v) || v < 0) return `${field} must be a non-negative integer`;
+  }
+  for (const field of ['cacheWriteInputTokens', 'reasoningTokens'] as const) {
+    const v = r[field];
+    if (v !== undefined && (!Number.isSafeInteger(v) || v < 0)) return `${field} must be a non-negative integer when present`;
   }
   for (const field of ['queueMs', 'totalMs', 'ttftMs'] as const) {
     const v = r[field];

@@ -45,7 +45,7 @@ import {
   tenantKeyOf,
 } from '@weir/core';
 import { type CachedAnswer, type CacheHit, type CacheKeyMaterial, type CacheQuery, type CacheRequestFacts, type ResponseCache, cacheEnabled, cacheQueryOf, checkTemplate, decideCache, type CacheBypassReason } from '@weir/cache';
-import { priceUsage } from '@weir/ledger';
+import { priceUsage, worstCaseNanoUsd } from '@weir/ledger';
 import { pickWeighted } from '@weir/routing';
 import { type Relay, type RelayHandle, settlementOf } from '@weir/streaming';
 import { isRetired } from './deprecation';
@@ -361,11 +361,12 @@ export interface GenerationPipeline {
 /**
  * The most a request can cost (nano-USD): `inputTokens` plus the whole output limit, priced at
  * whichever candidate revision (the routed one and its fallback chain) charges most for them —
- * ledger pricing (`priceUsage`), no cached-input discount. 0 for an empty chain.
+ * ledger pricing (`worstCaseNanoUsd`: each token at its revision's dearest class, so no split
+ * into cache reads, cache writes or reasoning can cost more). 0 for an empty chain.
  */
 export function worstCaseCostNanoUsd(candidates: readonly RevisionSpec[], inputTokens: number, maxOutputTokens: number): number {
   let worst = 0;
-  for (const c of candidates) worst = Math.max(worst, priceUsage(c.pricing, { inputTokens, outputTokens: maxOutputTokens }));
+  for (const c of candidates) worst = Math.max(worst, worstCaseNanoUsd(c.pricing, inputTokens, maxOutputTokens));
   return worst;
 }
 

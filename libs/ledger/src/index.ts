@@ -1,4 +1,4 @@
-export { priceUsage, formatUsd, microUsdPerMTok } from './pricing';
+export { priceUsage, worstCaseNanoUsd, formatUsd, microUsdPerMTok } from './pricing';
 export { usageStatusFor } from './usage-status';
 export { evaluateBurnRate, debounceBurnRate, HOUR_MS, type BurnRateSettings, type BurnRateVerdict, type BurnRateDebounceState } from './burn-rate';
 export {

@@ -33,31 +33,86 @@ export function microUsdPerMTok(pricePerMTok: number): number {
 
 /**
  * The cost of one generation in nano-USD (1e-9 USD), an exact integer (see the module
- * comment for the arithmetic).
+ * comment for the arithmetic). Each token is billed once, in exactly one class:
  *
- * - input tokens not served from cache (`inputTokens − cachedInputTokens`) at `inputPerMTok`;
- * - cached input tokens (`cachedInputTokens`, default 0) at `cachedInputPerMTok`;
- * - output tokens at `outputPerMTok`.
+ * - uncached input (`inputTokens − cachedInputTokens − cacheWriteInputTokens`) at `inputPerMTok`;
+ * - cache reads (`cachedInputTokens`, default 0) at `cachedInputPerMTok`;
+ * - cache writes (`cacheWriteInputTokens`, default 0) at `cacheWriteInputPerMTok` (default `inputPerMTok`);
+ * - output other than reasoning (`outputTokens − reasoningTokens`) at `outputPerMTok`;
+ * - reasoning (`reasoningTokens`, default 0) at `reasoningPerMTok` (default `outputPerMTok`).
+ *
+ * Source of the classes: OpenAI's usage object counts cached tokens inside `prompt_tokens` and
+ * reasoning tokens inside `completion_tokens` (openai-node `CompletionUsage`), and bills
+ * reasoning as output; Anthropic reports cache reads and writes beside `input_tokens` and prices
+ * them apart (docs.anthropic.com "Prompt caching" pricing: writes 1.25× base input for the 5-minute
+ * cache, reads 0.1×) — the engine adapters fold them into `inputTokens` so one formula serves both.
  *
  * @throws RangeError when a token count is not a non-negative integer, when
- *   `cachedInputTokens > inputTokens`, or when a price is invalid ({@link microUsdPerMTok}).
+ *   `cachedInputTokens + cacheWriteInputTokens > inputTokens` or `reasoningTokens > outputTokens`,
+ *   or when a price is invalid ({@link microUsdPerMTok}).
  */
 export function priceUsage(pricing: RevisionPricing, usage: TokenUsage): number {
   const cached = usage.cachedInputTokens ?? 0;
+  const cacheWrite = usage.cacheWriteInputTokens ?? 0;
+  const reasoning = usage.reasoningTokens ?? 0;
   for (const [name, value] of [
     ['inputTokens', usage.inputTokens],
     ['outputTokens', usage.outputTokens],
     ['cachedInputTokens', cached],
+    ['cacheWriteInputTokens', cacheWrite],
+    ['reasoningTokens', reasoning],
   ] as const) {
     if (!Number.isSafeInteger(value) || value < 0) throw new RangeError(`${name} must be a non-negative integer, got ${value}`);
   }
-  if (cached > usage.inputTokens) {
-    throw new RangeError(`cachedInputTokens (${cached}) cannot exceed inputTokens (${usage.inputTokens})`);
+  if (cached + cacheWrite > usage.inputTokens) {
+    throw new RangeError(`cachedInputTokens (${cached}) + cacheWriteInputTokens (${cacheWrite}) cannot exceed inputTokens (${usage.inputTokens})`);
   }
+  if (reasoning > usage.outputTokens) {
+    throw new RangeError(`reasoningTokens (${reasoning}) cannot exceed outputTokens (${usage.outputTokens})`);
+  }
+  const p = classPrices(pricing);
   const pico =
-    BigInt(usage.inputTokens - cached) * BigInt(microUsdPerMTok(pricing.inputPerMTok)) +
-    BigInt(cached) * BigInt(microUsdPerMTok(pricing.cachedInputPerMTok)) +
-    BigInt(usage.outputTokens) * BigInt(microUsdPerMTok(pricing.outputPerMTok));
+    BigInt(usage.inputTokens - cached - cacheWrite) * p.input +
+    BigInt(cached) * p.cacheRead +
+    BigInt(cacheWrite) * p.cacheWrite +
+    BigInt(usage.outputTokens - reasoning) * p.output +
+    BigInt(reasoning) * p.reasoning;
+  return toNano(pico);
+}
+
+/**
+ * The most one generation can cost at these prices, in nano-USD: `inputTokens` at the highest
+ * input-class price (uncached, cache read, cache write) plus `maxOutputTokens` at the highest
+ * output-class price (output, reasoning). It bounds {@link priceUsage} of every usage with at
+ * most that many input and output tokens, however the upstream splits them into classes, so a
+ * reservation of it is a hard cap (docs/architecture.md §2).
+ * @throws RangeError as {@link priceUsage}.
+ */
+export function worstCaseNanoUsd(pricing: RevisionPricing, inputTokens: number, maxOutputTokens: number): number {
+  for (const [name, value] of [
+    ['inputTokens', inputTokens],
+    ['maxOutputTokens', maxOutputTokens],
+  ] as const) {
+    if (!Number.isSafeInteger(value) || value < 0) throw new RangeError(`${name} must be a non-negative integer, got ${value}`);
+  }
+  const p = classPrices(pricing);
+  const maxOf = (...v: bigint[]): bigint => v.reduce((a, b) => (b > a ? b : a));
+  return toNano(BigInt(inputTokens) * maxOf(p.input, p.cacheRead, p.cacheWrite) + BigInt(maxOutputTokens) * maxOf(p.output, p.reasoning));
+}
+
+/** The five class prices as integer micro-USD per MTok, defaults applied. */
+function classPrices(pricing: RevisionPricing): { input: bigint; cacheRead: bigint; cacheWrite: bigint; output: bigint; reasoning: bigint } {
+  return {
+    input: BigInt(microUsdPerMTok(pricing.inputPerMTok)),
+    cacheRead: BigInt(microUsdPerMTok(pricing.cachedInputPerMTok)),
+    cacheWrite: BigInt(microUsdPerMTok(pricing.cacheWriteInputPerMTok ?? pricing.inputPerMTok)),
+    output: BigInt(microUsdPerMTok(pricing.outputPerMTok)),
+    reasoning: BigInt(microUsdPerMTok(pricing.reasoningPerMTok ?? pricing.outputPerMTok)),
+  };
+}
+
+/** Pico-USD → nano-USD, rounding half up. @throws RangeError past `Number.MAX_SAFE_INTEGER`. */
+function toNano(pico: bigint): number {
   const nano = (pico + 500n) / 1000n;
   if (nano > BigInt(Number.MAX_SAFE_INTEGER)) throw new RangeError('cost exceeds Number.MAX_SAFE_INTEGER nano-USD');
   return Number(nano);

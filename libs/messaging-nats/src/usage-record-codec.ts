@@ -97,6 +97,8 @@ export function decodeUsageRecord(data: Uint8Array): DecodeUsageRecordResult {
   if (o.tenantUid !== undefined) record.tenantUid = o.tenantUid as string;
   if (o.appUid !== undefined) record.appUid = o.appUid as string;
   if (o.cacheHit !== undefined) record.cacheHit = o.cacheHit as UsageRecord['cacheHit'];
+  if (o.cacheWriteInputTokens !== undefined) record.cacheWriteInputTokens = o.cacheWriteInputTokens as number;
+  if (o.reasoningTokens !== undefined) record.reasoningTokens = o.reasoningTokens as number;
   const fault = usageRecordFault(record);
   return fault ? { ok: false, reason: fault } : { ok: true, record };
 }

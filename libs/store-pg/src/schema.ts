@@ -62,6 +62,10 @@ export interface UsageLedgerTable {
   input_tokens: number;
   output_tokens: number;
   cached_input_tokens: number;
+  /** Of `input_tokens`, those written to a prompt cache (migration 0017; 0 on older rows). */
+  cache_write_input_tokens: ColumnType<number, number | undefined, number>;
+  /** Of `output_tokens`, reasoning tokens (migration 0017; 0 on older rows). */
+  reasoning_tokens: ColumnType<number, number | undefined, number>;
   /** USD, `numeric(20,9)`: exact, written from the record's integer nano-USD. */
   cost_usd: ColumnType<string, string, string>;
   status: string;

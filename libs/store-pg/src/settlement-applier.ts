@@ -166,15 +166,16 @@ function planBatch(entries: readonly SettlementEntry[], interrupted: readonly Id
  * `json_populate_recordset` of keyed objects).
  */
 const INSERT_USAGE = {
-  name: 'weir_settle_usage_v3',
+  name: 'weir_settle_usage_v4',
   text: `INSERT INTO usage_ledger (generation_id, request_id, tenant_id, app_id, api_key_id, route, model_alias, model_revision,
       input_tokens, output_tokens, cached_input_tokens, cost_usd, status, finish_reason, error_code, queue_ms, ttft_ms, total_ms,
       started_at, finished_at, uncertain, use_case, usage_source, reservation_id, lease_ids, budget_month, budget_day, attempts,
-      tenant_uid, app_uid, cache_hit)
+      tenant_uid, app_uid, cache_hit, cache_write_input_tokens, reasoning_tokens)
     SELECT r->>0, coalesce(r->>1, r->>0), r->>2, r->>3, r->>4, r->>5, r->>6, r->>7,
       (r->>8)::int, (r->>9)::int, (r->>10)::int, (r->>11)::numeric * 0.000000001, r->>12, r->>13, r->>14, (r->>15)::int, (r->>16)::int, (r->>17)::int,
       to_timestamp((r->>18)::float8 / 1000), to_timestamp((r->>19)::float8 / 1000), (r->>20)::boolean, r->>21, r->>22, r->>23, (r->>24)::text[],
-      (r->>25)::date, (r->>26)::date, nullif(r->27, 'null'::jsonb), r->>28, r->>29, r->>30
+      (r->>25)::date, (r->>26)::date, nullif(r->27, 'null'::jsonb), r->>28, r->>29, r->>30,
+      (r->>31)::int, (r->>32)::int
     FROM jsonb_array_elements($1::jsonb) AS r`,
 };
 
@@ -184,7 +185,7 @@ const INSERT_USAGE = {
  * (integer nano-USD), status, finish reason, error code, queue ms, ttft ms, total ms, started
  * (epoch ms), finished (epoch ms), uncertain, use case, usage source, reservation id, lease ids
  * (a Postgres array literal), budget month, budget day, attempts, tenant internal id, app internal
- * id, cache tier (null for a live answer)]` (the internal ids null when the record names none: then the slugs are the internal ids). Timings are rounded to whole
+ * id, cache tier (null for a live answer), cache-write input tokens, reasoning tokens]` (the internal ids null when the record names none: then the slugs are the internal ids). Timings are rounded to whole
  * ms; the budget periods are the ones the charge used.
  */
 function usageRow(u: UsageRecord, charge: SettlementCharge): unknown[] {
@@ -222,6 +223,8 @@ function usageRow(u: UsageRecord, charge: SettlementCharge): unknown[] {
     u.tenantUid ?? null,
     u.appUid ?? null,
     u.cacheHit ?? null,
+    u.cacheWriteInputTokens ?? 0,
+    u.reasoningTokens ?? 0,
   ];
 }
 

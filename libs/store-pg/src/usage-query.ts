@@ -16,6 +16,8 @@ interface AggregateRow {
   input: string;
   output: string;
   cached_input: string;
+  cache_write_input: string;
+  reasoning: string;
   cost_nano: string;
   requests: string;
   cache_hits: string;
@@ -50,6 +52,8 @@ export function createUsageQueries(db: Kysely<WeirSchema>): UsageQueries {
           sql<string>`coalesce(sum(input_tokens), 0)`.as('input'),
           sql<string>`coalesce(sum(output_tokens), 0)`.as('output'),
           sql<string>`coalesce(sum(cached_input_tokens), 0)`.as('cached_input'),
+          sql<string>`coalesce(sum(cache_write_input_tokens), 0)`.as('cache_write_input'),
+          sql<string>`coalesce(sum(reasoning_tokens), 0)`.as('reasoning'),
           // Exact: a sum of numeric(20,9) × 1e9 is an integer.
           sql<string>`(coalesce(sum(cost_usd), 0) * 1000000000)::bigint`.as('cost_nano'),
           sql<string>`count(*)`.as('requests'),
@@ -107,7 +111,7 @@ export function createUsageQueries(db: Kysely<WeirSchema>): UsageQueries {
 }
 
 function emptyAggregate(): UsageAggregate {
-  return { inputTokens: 0, outputTokens: 0, cachedInputTokens: 0, costNanoUsd: 0n, requests: 0, cacheHits: 0 };
+  return { inputTokens: 0, outputTokens: 0, cachedInputTokens: 0, cacheWriteInputTokens: 0, reasoningTokens: 0, costNanoUsd: 0n, requests: 0, cacheHits: 0 };
 }
 
 function toAggregate(row: AggregateRow): UsageAggregate {
@@ -115,6 +119,8 @@ function toAggregate(row: AggregateRow): UsageAggregate {
     inputTokens: toSafeInteger(row.input, 'input token sum'),
     outputTokens: toSafeInteger(row.output, 'output token sum'),
     cachedInputTokens: toSafeInteger(row.cached_input, 'cached input token sum'),
+    cacheWriteInputTokens: toSafeInteger(row.cache_write_input, 'cache-write input token sum'),
+    reasoningTokens: toSafeInteger(row.reasoning, 'reasoning token sum'),
     costNanoUsd: BigInt(row.cost_nano),
     requests: toSafeInteger(row.requests, 'request count'),
     cacheHits: toSafeInteger(row.cache_hits, 'cache hit count'),

@@ -8,12 +8,17 @@ import type { FinishReason, TokenUsage, ToolCall, ToolCallDelta } from '@weir/co
 /** OpenAI's finish reasons (do not invent others: clients map unknown values to `other`). */
 export type OpenAiFinishReason = 'stop' | 'length' | 'content_filter' | 'tool_calls';
 
-/** OpenAI's usage object. `cached_tokens` is part of `prompt_tokens`, not extra. */
+/**
+ * OpenAI's usage object. `cached_tokens` (cache reads) is part of `prompt_tokens` and
+ * `reasoning_tokens` part of `completion_tokens`, not extra. `cache_write_tokens` (input written
+ * to a prompt cache, part of `prompt_tokens`; OpenAI has no such field, OpenRouter's name) is
+ * sent only when the upstream reported some.
+ */
 export interface OpenAiUsage {
   prompt_tokens: number;
   completion_tokens: number;
   total_tokens: number;
-  prompt_tokens_details: { cached_tokens: number };
+  prompt_tokens_details: { cached_tokens: number; cache_write_tokens?: number };
   completion_tokens_details: { reasoning_tokens: number };
 }
 
@@ -68,8 +73,11 @@ export function toOpenAiUsage(usage: TokenUsage): OpenAiUsage {
     prompt_tokens: usage.inputTokens,
     completion_tokens: usage.outputTokens,
     total_tokens: usage.inputTokens + usage.outputTokens,
-    prompt_tokens_details: { cached_tokens: usage.cachedInputTokens ?? 0 },
-    completion_tokens_details: { reasoning_tokens: 0 },
+    prompt_tokens_details: {
+      cached_tokens: usage.cachedInputTokens ?? 0,
+      ...(usage.cacheWriteInputTokens ? { cache_write_tokens: usage.cacheWriteInputTokens } : {}),
+    },
+    completion_tokens_details: { reasoning_tokens: usage.reasoningTokens ?? 0 },
   };
 }
 

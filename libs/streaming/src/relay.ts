@@ -102,6 +102,8 @@ export function buildUsageRecord(
     inputTokens: outcome.usage.inputTokens,
     outputTokens: outcome.usage.outputTokens,
     cachedInputTokens: outcome.usage.cachedInputTokens ?? 0,
+    ...(outcome.usage.cacheWriteInputTokens ? { cacheWriteInputTokens: outcome.usage.cacheWriteInputTokens } : {}),
+    ...(outcome.usage.reasoningTokens ? { reasoningTokens: outcome.usage.reasoningTokens } : {}),
     costNanoUsd: outcome.costNanoUsd,
     status: usageStatusFor(outcome.finishReason),
     finishReason: outcome.finishReason,
@@ -126,8 +128,8 @@ const NOTHING: TokenUsage = { inputTokens: 0, outputTokens: 0, cachedInputTokens
  * What a generation bills from what its engine produced (issue 13): nothing for a failure
  * before any output (`reported`: zero is exact, whatever the upstream counted — that count stays
  * on the attempt record); otherwise the engine's count, never above the reservation — output at
- * most `maxOutputTokens`, input (and cached input) at most the `reservedInputTokens` admission
- * reserved for.
+ * most `maxOutputTokens`, input at most the `reservedInputTokens` admission reserved for, and
+ * each class within its total (cache reads + cache writes ≤ input, reasoning ≤ output).
  */
 export function billedUsage(
   produced: ProducedUsage,
@@ -136,13 +138,20 @@ export function billedUsage(
 ): ProducedUsage {
   if (failedBeforeOutput) return { usage: NOTHING, source: 'reported' };
   // Whatever an adapter hands over, only non-negative whole counts are billed and priced.
-  const u = { inputTokens: wholeCount(produced.usage.inputTokens), outputTokens: wholeCount(produced.usage.outputTokens), ...(produced.usage.cachedInputTokens !== undefined ? { cachedInputTokens: wholeCount(produced.usage.cachedInputTokens) } : {}) };
-  const inputTokens = Math.min(u.inputTokens, limits.reservedInputTokens);
+  const p = produced.usage;
+  const inputTokens = Math.min(wholeCount(p.inputTokens), limits.reservedInputTokens);
+  const outputTokens = Math.min(wholeCount(p.outputTokens), limits.maxOutputTokens);
+  // The classes are parts of the totals: capped so they never add up to more than the billed totals.
+  const cached = p.cachedInputTokens !== undefined ? Math.min(wholeCount(p.cachedInputTokens), inputTokens) : undefined;
+  const cacheWrite = p.cacheWriteInputTokens !== undefined ? Math.min(wholeCount(p.cacheWriteInputTokens), inputTokens - (cached ?? 0)) : undefined;
+  const reasoning = p.reasoningTokens !== undefined ? Math.min(wholeCount(p.reasoningTokens), outputTokens) : undefined;
   return {
     usage: {
       inputTokens,
-      outputTokens: Math.min(u.outputTokens, limits.maxOutputTokens),
-      ...(u.cachedInputTokens !== undefined ? { cachedInputTokens: Math.min(u.cachedInputTokens, inputTokens) } : {}),
+      outputTokens,
+      ...(cached !== undefined ? { cachedInputTokens: cached } : {}),
+      ...(cacheWrite !== undefined ? { cacheWriteInputTokens: cacheWrite } : {}),
+      ...(reasoning !== undefined ? { reasoningTokens: reasoning } : {}),
     },
     source: produced.source,
   };

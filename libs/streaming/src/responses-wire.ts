@@ -15,10 +15,14 @@ import type { TokenUsage } from '@weir/core';
 import type { WeirExtension } from './openai-wire';
 import type { WeirEndData } from './weir-events';
 
-/** OpenAI's `ResponseUsage`. `cached_tokens` is part of `input_tokens`, not extra. */
+/**
+ * OpenAI's `ResponseUsage`. `cached_tokens` is part of `input_tokens` and `reasoning_tokens` part
+ * of `output_tokens`, not extra; `cache_write_tokens` (part of `input_tokens`, Weir's addition as
+ * on the chat wire) only when the upstream reported some.
+ */
 export interface ResponsesUsage {
   input_tokens: number;
-  input_tokens_details: { cached_tokens: number };
+  input_tokens_details: { cached_tokens: number; cache_write_tokens?: number };
   output_tokens: number;
   output_tokens_details: { reasoning_tokens: number };
   total_tokens: number;
@@ -28,9 +32,12 @@ export interface ResponsesUsage {
 export function toResponsesUsage(usage: TokenUsage): ResponsesUsage {
   return {
     input_tokens: usage.inputTokens,
-    input_tokens_details: { cached_tokens: usage.cachedInputTokens ?? 0 },
+    input_tokens_details: {
+      cached_tokens: usage.cachedInputTokens ?? 0,
+      ...(usage.cacheWriteInputTokens ? { cache_write_tokens: usage.cacheWriteInputTokens } : {}),
+    },
     output_tokens: usage.outputTokens,
-    output_tokens_details: { reasoning_tokens: 0 },
+    output_tokens_details: { reasoning_tokens: usage.reasoningTokens ?? 0 },
     total_tokens: usage.inputTokens + usage.outputTokens,
   };
 }

@@ -220,6 +220,8 @@ export function revisionToWire(revision: RevisionSpec): MessageInitShape<typeof 
       inputUsdPerMtok: revision.pricing.inputPerMTok,
       outputUsdPerMtok: revision.pricing.outputPerMTok,
       cachedInputUsdPerMtok: revision.pricing.cachedInputPerMTok,
+      cacheWriteInputUsdPerMtok: revision.pricing.cacheWriteInputPerMTok,
+      reasoningUsdPerMtok: revision.pricing.reasoningPerMTok,
     },
     replicas: (revision.replicas ?? []).map((r) => ({ id: r.id, baseUrl: r.baseUrl, slots: r.slots })),
     ...(revision.capabilities ? { capabilities: { ...revision.capabilities } } : {}),
@@ -237,11 +239,13 @@ export function revisionFromWire(revision: commonV1.Revision | undefined, what =
     contextWindow: r.contextWindow,
     maxOutputTokens: r.maxOutputTokens,
     defaultOutputTokens: r.defaultOutputTokens,
-    pricing: {
+    pricing: defined({
       inputPerMTok: pricing.inputUsdPerMtok,
       outputPerMTok: pricing.outputUsdPerMtok,
       cachedInputPerMTok: pricing.cachedInputUsdPerMtok,
-    },
+      cacheWriteInputPerMTok: pricing.cacheWriteInputUsdPerMtok,
+      reasoningPerMTok: pricing.reasoningUsdPerMtok,
+    }),
     ...(r.replicas.length > 0 ? { replicas: r.replicas.map((e) => ({ id: e.id, baseUrl: e.baseUrl, slots: e.slots })) } : {}),
     ...(r.capabilities ? { capabilities: { streaming: r.capabilities.streaming, tools: r.capabilities.tools, jsonOutput: r.capabilities.jsonOutput } } : {}),
   };
@@ -267,12 +271,24 @@ export function aliasFromWire(alias: commonV1.Alias | undefined): AliasSpec {
 }
 
 export function usageToWire(usage: TokenUsage): MessageInitShape<typeof commonV1.TokenUsageSchema> {
-  return { inputTokens: usage.inputTokens, outputTokens: usage.outputTokens, cachedInputTokens: usage.cachedInputTokens };
+  return {
+    inputTokens: usage.inputTokens,
+    outputTokens: usage.outputTokens,
+    cachedInputTokens: usage.cachedInputTokens,
+    cacheWriteInputTokens: usage.cacheWriteInputTokens,
+    reasoningTokens: usage.reasoningTokens,
+  };
 }
 
 export function usageFromWire(usage: commonV1.TokenUsage | undefined): TokenUsage {
   const u = required(usage, 'usage');
-  return defined({ inputTokens: u.inputTokens, outputTokens: u.outputTokens, cachedInputTokens: u.cachedInputTokens });
+  return defined({
+    inputTokens: u.inputTokens,
+    outputTokens: u.outputTokens,
+    cachedInputTokens: u.cachedInputTokens,
+    cacheWriteInputTokens: u.cacheWriteInputTokens,
+    reasoningTokens: u.reasoningTokens,
+  });
 }
 
 const FINISH_REASONS: Record<FinishReason, commonV1.FinishReason> = {

@@ -71,7 +71,8 @@ export interface AnthropicStreamDecoder {
    * final `output_tokens` (`message_delta`), else undefined. `inputTokens` = `input_tokens` +
    * `cache_creation_input_tokens` + `cache_read_input_tokens` (the API reports cache reads and
    * writes apart from `input_tokens`); `cachedInputTokens` = `cache_read_input_tokens` when
-   * sent. `message_delta` counts are cumulative totals and overwrite earlier ones.
+   * sent, `cacheWriteInputTokens` = `cache_creation_input_tokens` when positive (no reasoning
+   * class: Anthropic counts thinking inside `output_tokens` and reports no split). `message_delta` counts are cumulative totals and overwrite earlier ones.
    */
   reportedUsage(): TokenUsage | undefined;
   /** The input part of the usage ({@link reportedUsage}'s rules) once `message_start` sent it. */
@@ -122,6 +123,7 @@ export function createAnthropicStreamDecoder(): AnthropicStreamDecoder {
       : {
           inputTokens: input + (cacheRead ?? 0) + (cacheCreation ?? 0),
           ...(cacheRead !== undefined ? { cachedInputTokens: cacheRead } : {}),
+          ...(cacheCreation !== undefined && cacheCreation > 0 ? { cacheWriteInputTokens: cacheCreation } : {}),
         };
 
   const none: AnthropicPiece = { text: '' };
@@ -221,7 +223,7 @@ export function createAnthropicStreamDecoder(): AnthropicStreamDecoder {
     reportedUsage() {
       const inputPart = reportedInput();
       if (!inputPart || output === undefined) return undefined;
-      return { inputTokens: inputPart.inputTokens, outputTokens: output, ...(inputPart.cachedInputTokens !== undefined ? { cachedInputTokens: inputPart.cachedInputTokens } : {}) };
+      return { ...inputPart, outputTokens: output };
     },
     reportedInput,
   };

@@ -100,6 +100,9 @@ export interface OpenAICompatibleEngineDeps {
  * the revision's tokenizer (`spec.tokenizer` or `deps.countTokens`) over the prompt and all the
  * text received (`counted`; output never fewer than the content deltas, each of which carries at
  * least one token), else content deltas counted and the prompt's UTF-8 byte bound (`estimated`).
+ * Token classes of a reported usage: `prompt_tokens_details.cached_tokens` → `cachedInputTokens`
+ * and `completion_tokens_details.reasoning_tokens` → `reasoningTokens`, each already inside its
+ * total (capped at it, never added to it).
  *
  * Abort: the request's signal aborts the HTTP call; no further deltas are yielded and the
  * stream ends with `aborted` and usage as above, over all the text received, delivered or not.
@@ -585,12 +588,17 @@ function parseUsage(value: unknown): TokenUsage | undefined {
   // Counts must be non-negative whole numbers: an upstream's negative, fractional or non-finite
   // "usage" is ignored (Weir counts instead), never billed, priced or allowed to fault the relay.
   if (!isTokenCount(u.prompt_tokens) || !isTokenCount(u.completion_tokens)) return undefined;
+  // OpenAI counts both classes inside the totals (openai-node `CompletionUsage`): cached tokens
+  // are part of `prompt_tokens`, reasoning tokens part of `completion_tokens` — never added.
   const details = u.prompt_tokens_details as Record<string, unknown> | null | undefined;
   const cached = isTokenCount(details?.cached_tokens) ? Math.min(details.cached_tokens, u.prompt_tokens) : undefined;
+  const outDetails = u.completion_tokens_details as Record<string, unknown> | null | undefined;
+  const reasoning = isTokenCount(outDetails?.reasoning_tokens) ? Math.min(outDetails.reasoning_tokens, u.completion_tokens) : undefined;
   return {
     inputTokens: u.prompt_tokens,
     outputTokens: u.completion_tokens,
     ...(cached !== undefined ? { cachedInputTokens: cached } : {}),
+    ...(reasoning !== undefined && reasoning > 0 ? { reasoningTokens: reasoning } : {}),
   };
 }
 
