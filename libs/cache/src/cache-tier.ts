@@ -38,7 +38,7 @@ export interface CachedAnswer {
   deltaToolCalls?: (ToolCallDelta[] | null)[];
   /** `stop` or `length` (only complete answers are stored; `tool_calls` is stored as the relay reports it: `stop`). */
   finishReason: string;
-  usage: { inputTokens: number; outputTokens: number; cachedInputTokens: number };
+  usage: { inputTokens: number; outputTokens: number; cachedInputTokens: number; cacheWriteInputTokens?: number; reasoningTokens?: number };
   storedAtMs: number;
   /** How long the original answer took, arrival to end (ms): what a hit saves. Optional. */
   originalTotalMs?: number;

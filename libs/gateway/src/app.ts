@@ -58,6 +58,7 @@ import {
 import type { ClientGuard } from '@weir/service-runtime';
 import { type CacheRoute, cacheDirectivesOf, keyMaterialOf, TEMPLATE_HEADER, templateOf } from '@weir/cache';
 import { type ModerationObserver, type ModerationPolicies, type ModerationVerdict, type StagePlan, runCheck } from '@weir/moderation';
+import { type CostMeter, createCostMeter } from './cost-report';
 import { type AuthedRequest, createEdgeRouter, type EdgeRequest, type EdgeRoute, edgeRequest, readJsonBody, sendJson } from './edge';
 import { createGenerationRegistry, type GenerationRegistry, type GenerationRegistryOptions, statusOf, type TrackedGeneration } from './generation-registry';
 import { createMemoryIdempotencyStore, requestBodySha256 } from './idempotency';
@@ -220,6 +221,8 @@ interface Answer {
   replayed: boolean;
   /** It ended in the queue (deadline or cancel) and never reached an engine. */
   endedInQueue: boolean;
+  /** Reports cost and overhead (`x-weir-cost-usd`, …); absent on a replay, which bills nothing new. */
+  cost?: CostMeter;
 }
 
 /** The gateway: its HTTP handler plus lifecycle controls. */
@@ -673,7 +676,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
       for (const [name, value] of Object.entries(countdownHeaders(countdown))) res.setHeader(name, value);
       announcer.note(admitted.revision, countdown, wallNow);
     }
-    const answer: Answer = { generationId, requestId, modelRevision: admitted.revision.id, createdS, transcript, replayed: false, endedInQueue: false };
+    const answer: Answer = { generationId, requestId, modelRevision: admitted.revision.id, createdS, transcript, replayed: false, endedInQueue: false, cost: createCostMeter(clock, arrivedAt) };
     // A keyed request's check overlaps routing, counting and admission but not dispatch: its
     // relay leaves the result for retries when it ends, which must never hold an answer a block
     // withheld from the client (an unkeyed request's check also overlaps dispatch).
@@ -769,7 +772,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
           deltas: [...transcript.deltas],
           ...(transcript.deltaToolCalls.some((c) => c !== null) ? { deltaToolCalls: [...transcript.deltaToolCalls] } : {}),
           finishReason: outcome.finishReason,
-          usage: { inputTokens: outcome.usage.inputTokens, outputTokens: outcome.usage.outputTokens, cachedInputTokens: outcome.usage.cachedInputTokens ?? 0 },
+          usage: { ...outcome.usage, cachedInputTokens: outcome.usage.cachedInputTokens ?? 0 },
           storedAtMs: Date.now(),
           originalTotalMs: outcome.timings.totalMs,
           originalTtftMs: outcome.timings.ttftMs,
@@ -893,7 +896,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     const text = g.transcript.text();
     if ((outcome.finishReason === 'error' && outcome.usage.outputTokens === 0) || blockedBeforeOutput(outcome)) throw outcomeError(outcome);
     if (g.endedInQueue && outcome.finishReason === 'deadline') throw deadlineInQueue();
-    answeredBy(res, outcome);
+    answeredBy(res, outcome, g);
     sendJson(res, 200, {
       generation_id: g.generationId,
       request_id: g.requestId,
@@ -1152,14 +1155,15 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
       const toolCallDeltas = g.transcript.deltaToolCalls.filter((c): c is ToolCallDelta[] => c !== null);
       if (outcome.finishReason === 'error' || blockedBeforeOutput(outcome)) throw outcomeError(outcome);
       if (outcome.finishReason === 'deadline' && g.transcript.deltas.length === 0) throw deadlineBeforeOutput();
-      answeredBy(res, outcome);
+      answeredBy(res, outcome, g);
       const finish = toOpenAiFinishReason(outcome.finishReason);
+      const ext = { ...weir(outcome), ...g.cost?.report(outcome) };
       sendJson(
         res,
         200,
         kind === 'chat'
-          ? chatCompletion(meta, text, finish, toOpenAiUsage(outcome.usage), weir(outcome), accumulateToolCalls(toolCallDeltas))
-          : textCompletion(meta, text, finish, toOpenAiUsage(outcome.usage), weir(outcome)),
+          ? chatCompletion(meta, text, finish, toOpenAiUsage(outcome.usage), ext, accumulateToolCalls(toolCallDeltas))
+          : textCompletion(meta, text, finish, toOpenAiUsage(outcome.usage), ext),
       );
       return;
     }
@@ -1202,8 +1206,10 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
           : textCompletionChunk(meta, { text: '', finishReason: finish }, { weir: weir(o) }),
       );
       if (includeUsage) {
+        // The usage chunk closes the answer: its `weir` object says what it cost and Weir's overhead.
         const usage = toOpenAiUsage(o.usage);
-        await send(kind === 'chat' ? chatCompletionChunk(meta, null, { usage }) : textCompletionChunk(meta, null, { usage }));
+        const ext = g.cost ? { weir: { ...weir(o), ...g.cost.report(o) } } : {};
+        await send(kind === 'chat' ? chatCompletionChunk(meta, null, { usage, ...ext }) : textCompletionChunk(meta, null, { usage, ...ext }));
       }
       await sse.write(SSE_DONE);
     };
@@ -1379,12 +1385,14 @@ async function followFromFirstEvent(events: AsyncIterable<TranscriptEvent>): Pro
 /**
  * On a response whose headers are still unsent: the revision that answered
  * (`x-weir-model-revision`, which before the answer named the first choice) and, after a
- * fallback, why (`x-weir-fallback-reason`).
+ * fallback, why (`x-weir-fallback-reason`); with the answer `g` of a live request, its cost and
+ * Weir's overhead (`x-weir-cost-usd`, `x-weir-overhead-ms`: cost-report.ts).
  */
-function answeredBy(res: ServerResponse, o: GenerationOutcome): void {
+function answeredBy(res: ServerResponse, o: GenerationOutcome, g?: { cost?: CostMeter }): void {
   if (res.headersSent) return;
   res.setHeader('x-weir-model-revision', o.modelRevision);
   if (o.fallback) res.setHeader('x-weir-fallback-reason', o.fallback.reason);
+  g?.cost?.setHeaders(res, o);
 }
 
 /** The `end` event's data on Weir's stream and the tail of its JSON response. */

@@ -11,6 +11,7 @@
 import type { ServerResponse } from 'node:http';
 import { type EmbeddingInput, type EmbeddingItem, type GenerationInput, type GenerationOutcome, MAX_EMBEDDING_INPUTS, type SamplingParams, WeirError, decodeEmbeddingDeltas } from '@weir/core';
 import { z } from 'zod';
+import type { CostMeter } from './cost-report';
 import { type AuthedRequest, type EdgeRequest, sendJson } from './edge';
 import type { ParamNames } from './pipeline';
 import { parseBody, refuseUnknownFields } from './schemas';
@@ -47,8 +48,9 @@ export interface EmbeddingsRouteContext {
     input: GenerationInput,
     sampling: SamplingParams,
     limits: { paramNames: ParamNames; requestId?: string; keyParam?: string },
-  ): Promise<{ transcript: Transcript; endedInQueue: boolean }>;
-  answeredBy(res: ServerResponse, o: GenerationOutcome): void;
+  ): Promise<{ transcript: Transcript; endedInQueue: boolean; cost?: CostMeter }>;
+  /** Names the answering revision, and with `g` sets the cost headers (cost-report.ts). */
+  answeredBy(res: ServerResponse, o: GenerationOutcome, g?: { cost?: CostMeter }): void;
   outcomeError(o: GenerationOutcome): WeirError;
   deadlineOrCancel(o: GenerationOutcome): WeirError;
   idempotencyKeyHeader(req: EdgeRequest): string | undefined;
@@ -99,7 +101,7 @@ export function registerEmbeddingsRoute(ctx: EmbeddingsRouteContext): void {
     if (input.dimensions !== undefined && vectors.some((v) => v.length !== input.dimensions)) {
       throw new WeirError('upstream_error', `the engine returned embeddings of another size than the ${input.dimensions} dimensions asked for`);
     }
-    ctx.answeredBy(res, outcome);
+    ctx.answeredBy(res, outcome, g);
     const format = body.encoding_format ?? 'float';
     sendJson(res, 200, {
       object: 'list',

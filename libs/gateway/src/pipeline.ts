@@ -32,6 +32,7 @@ import {
   type Settlement,
   type TenantCachePolicy,
   type TenantSpec,
+  type TokenUsage,
   type ToolChoice,
   type ToolDefinition,
   type RetainSpec,
@@ -541,7 +542,15 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
     deadlineAt: number,
   ): Promise<AdmittedGeneration> => {
     const { caller } = params;
-    const usage = { inputTokens: hit.answer.usage.inputTokens, outputTokens: hit.answer.usage.outputTokens, cachedInputTokens: hit.answer.usage.cachedInputTokens };
+    const u = hit.answer.usage;
+    // The cached answer's token classes too: a hit is billed the policy's share of what it cost.
+    const usage: TokenUsage = {
+      inputTokens: u.inputTokens,
+      outputTokens: u.outputTokens,
+      cachedInputTokens: u.cachedInputTokens,
+      ...(u.cacheWriteInputTokens ? { cacheWriteInputTokens: u.cacheWriteInputTokens } : {}),
+      ...(u.reasoningTokens ? { reasoningTokens: u.reasoningTokens } : {}),
+    };
     const fullNanoUsd = priceUsage(revision.pricing, usage);
     const billedNanoUsd = Math.round(fullNanoUsd * policy.hitPriceFraction);
     // A reservation without a scheduler slot (the split: one `Reserve` call, bound to its instance).

@@ -52,6 +52,7 @@ import { type AuthedRequest, type EdgeRequest, sendJson } from './edge';
 import type { ParamNames } from './pipeline';
 import { refuseIncapableRoutes, type RouteCheck } from './tools';
 import { parseBody, refuseUnknownFields, RESPONSES_OPENAI_FIELDS, responsesOpenAiBody, responsesWeirBody, toChatInput, toResponsesChatInput } from './schemas';
+import type { CostMeter } from './cost-report';
 import { openSse } from './sse-writer';
 import { blockedBeforeOutput, type Transcript, type TranscriptEvent } from './transcript';
 
@@ -64,6 +65,8 @@ export interface ResponsesAnswer {
   createdS: number;
   transcript: Transcript;
   endedInQueue: boolean;
+  /** Reports cost and overhead (cost-report.ts); absent on a replay. */
+  cost?: CostMeter;
 }
 
 /** The limits `begin` takes (the subset this route uses). */
@@ -91,7 +94,8 @@ export interface ResponsesRouteContext {
   /** How long a stream's client may stop reading before the stream is ended (ms; `openSse`'s `stallMs`). */
   sseStallMs?: number;
   firstEventOrThrow(events: AsyncIterable<TranscriptEvent>): Promise<AsyncIterable<TranscriptEvent>>;
-  answeredBy(res: ServerResponse, o: GenerationOutcome): void;
+  /** Names the answering revision, and with `g` sets the cost headers (cost-report.ts). */
+  answeredBy(res: ServerResponse, o: GenerationOutcome, g?: { cost?: CostMeter }): void;
   outcomeError(o: GenerationOutcome): WeirError;
   deadlineOrCancel(o: GenerationOutcome): WeirError;
   generationsKey(req: EdgeRequest, bodyKey: string | undefined): { requestId?: string; keyParam: string };
@@ -257,7 +261,7 @@ async function answerWeirShape(ctx: ResponsesRouteContext, req: Authed, res: Ser
     const { text, outcome } = await collect(g);
     const judged = await judgeOutput(outcome, text, schema);
     if (judged.outcome.finishReason === 'error' || blockedBeforeOutput(judged.outcome)) throw failure(ctx, res, judged.outcome);
-    ctx.answeredBy(res, outcome);
+    ctx.answeredBy(res, outcome, g);
     const end = weirResponsesEnd(judged.outcome, undefined);
     sendJson(res, 200, {
       object: 'weir.response',
@@ -331,7 +335,7 @@ async function answerOpenAiShape(ctx: ResponsesRouteContext, req: Authed, res: S
   };
   /** The final state of the response for an outcome that is not an error. */
   const finalState = (o: GenerationOutcome, text: string): ResponseState => {
-    const weir = { finish_reason: o.finishReason, model_revision: o.modelRevision, ...(o.fallback ? { fallback_reason: o.fallback.reason } : {}) };
+    const weir = { finish_reason: o.finishReason, model_revision: o.modelRevision, ...(o.fallback ? { fallback_reason: o.fallback.reason } : {}), ...g.cost?.report(o) };
     const usage = toResponsesUsage(o.usage);
     if (o.finishReason === 'length' || o.finishReason === 'deadline') return { status: 'incomplete', text, usage, incompleteReason: 'max_output_tokens', weir };
     if (o.finishReason === 'content_filter') return { status: 'incomplete', text, usage, incompleteReason: 'content_filter', weir };
@@ -343,7 +347,7 @@ async function answerOpenAiShape(ctx: ResponsesRouteContext, req: Authed, res: S
     const judged = await judgeOutput(outcome, text, schema);
     if (judged.outcome.finishReason === 'error' || blockedBeforeOutput(judged.outcome)) throw failure(ctx, res, judged.outcome);
     if (outcome.finishReason === 'cancelled') throw new WeirError('invalid_request', 'The generation was cancelled (POST /v1/generations/{id}/cancel); the answer is incomplete.');
-    ctx.answeredBy(res, outcome);
+    ctx.answeredBy(res, outcome, g);
     sendJson(res, 200, responseObject(meta, finalState(outcome, text)));
     return;
   }
@@ -378,7 +382,7 @@ async function answerOpenAiShape(ctx: ResponsesRouteContext, req: Authed, res: S
           ? { code: 'cancelled', message: 'The generation was cancelled (POST /v1/generations/{id}/cancel); the answer is incomplete.' }
           : { code: o.error?.code ?? 'internal', message: o.error?.message ?? 'the generation failed' };
       await send('error', { code: error.code, message: error.message, param: null });
-      const weir = { finish_reason: o.finishReason, model_revision: o.modelRevision, ...(o.fallback ? { fallback_reason: o.fallback.reason } : {}) };
+      const weir = { finish_reason: o.finishReason, model_revision: o.modelRevision, ...(o.fallback ? { fallback_reason: o.fallback.reason } : {}), ...g.cost?.report(o) };
       await send('response.failed', { response: responseObject(meta, { status: 'failed', text, usage: toResponsesUsage(o.usage), error, weir }) });
       break;
     }

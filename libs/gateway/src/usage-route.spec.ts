@@ -34,6 +34,8 @@ function memoryUsageReader(records: UsageRecord[]): UsageReader & { queries: { t
     inputTokens: rs.reduce((n, r) => n + r.inputTokens, 0),
     outputTokens: rs.reduce((n, r) => n + r.outputTokens, 0),
     cachedInputTokens: rs.reduce((n, r) => n + r.cachedInputTokens, 0),
+    cacheWriteInputTokens: rs.reduce((n, r) => n + (r.cacheWriteInputTokens ?? 0), 0),
+    reasoningTokens: rs.reduce((n, r) => n + (r.reasoningTokens ?? 0), 0),
     costNanoUsd: rs.reduce((n, r) => n + BigInt(r.costNanoUsd), 0n),
     requests: rs.length,
     cacheHits: rs.filter((r) => r.cacheHit !== undefined).length,
@@ -186,7 +188,7 @@ describe('usage body', () => {
     [123_456_789_012_345n, '123456.789012345'],
     [999_999_999_999_999n, '999999.999999999'],
   ])('serialises %s nano-USD exactly: cost_usd reads back as %s, cost_nano_usd as the integer', (nano, usd) => {
-    const agg: UsageAggregate = { inputTokens: 1, outputTokens: 2, cachedInputTokens: 0, costNanoUsd: nano, requests: 1, cacheHits: 0 };
+    const agg: UsageAggregate = { inputTokens: 1, outputTokens: 2, cachedInputTokens: 0, cacheWriteInputTokens: 0, reasoningTokens: 0, costNanoUsd: nano, requests: 1, cacheHits: 0 };
     const wire = JSON.parse(JSON.stringify(usageBody('t', 'month', { start: new Date(0), end: new Date(1) }, { ...agg, byModel: [], byApp: [], byUseCase: [] })));
     expect(wire.cost_usd.toFixed(9)).toBe(usd);
     expect(wire.cost_usd).toBe(Number(usd));

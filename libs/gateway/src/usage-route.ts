@@ -15,8 +15,14 @@ export interface UsageSumsBody {
   tokens: {
     input: number;
     output: number;
-    /** Of `input`, tokens served from a prompt cache. */
+    /** Of `input`, tokens read from a prompt cache (cache reads). */
     cached_input: number;
+    /** Of `input`, tokens written to a prompt cache (cache writes). */
+    cache_write_input: number;
+    /** Of `input`, tokens neither read from nor written to a prompt cache: `input − cached_input − cache_write_input`. */
+    uncached_input: number;
+    /** Of `output`, reasoning tokens. */
+    reasoning: number;
     /** `input + output`. */
     total: number;
   };
@@ -89,7 +95,15 @@ export function usageBody(tenantId: string, window: UsageWindow, period: { start
 
 function sums(a: UsageAggregate): UsageSumsBody {
   return {
-    tokens: { input: a.inputTokens, output: a.outputTokens, cached_input: a.cachedInputTokens, total: a.inputTokens + a.outputTokens },
+    tokens: {
+      input: a.inputTokens,
+      output: a.outputTokens,
+      cached_input: a.cachedInputTokens,
+      cache_write_input: a.cacheWriteInputTokens,
+      uncached_input: a.inputTokens - a.cachedInputTokens - a.cacheWriteInputTokens,
+      reasoning: a.reasoningTokens,
+      total: a.inputTokens + a.outputTokens,
+    },
     // Number() of the exact 9-decimal string: JSON then prints the shortest decimal that
     // round-trips, which is that string without trailing zeros (exact below 1e6 USD).
     cost_usd: Number(nanoUsdToDecimal(a.costNanoUsd)),

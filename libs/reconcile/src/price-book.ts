@@ -43,7 +43,11 @@ function isPriceBook(lookup: PriceLookup): lookup is PriceBook {
 }
 
 const samePrices = (a: RevisionPricing, b: RevisionPricing) =>
-  a.inputPerMTok === b.inputPerMTok && a.outputPerMTok === b.outputPerMTok && a.cachedInputPerMTok === b.cachedInputPerMTok;
+  a.inputPerMTok === b.inputPerMTok &&
+  a.outputPerMTok === b.outputPerMTok &&
+  a.cachedInputPerMTok === b.cachedInputPerMTok &&
+  (a.cacheWriteInputPerMTok ?? a.inputPerMTok) === (b.cacheWriteInputPerMTok ?? b.inputPerMTok) &&
+  (a.reasoningPerMTok ?? a.outputPerMTok) === (b.reasoningPerMTok ?? b.outputPerMTok);
 
 /**
  * Builds a {@link PriceBook} from snapshots in any order (sorted by version). Consecutive
@@ -81,8 +85,9 @@ const price = (v: unknown): number | undefined => (typeof v === 'number' && Numb
 
 /**
  * The prices of a stored snapshot's `revisions` section (the configuration file's snake_case
- * shape: `{id, pricing: {input_per_mtok, output_per_mtok, cached_input_per_mtok?}}`; cached
- * input defaults to input, as `parseConfig` has it). Entries that are not such objects are
+ * shape: `{id, pricing: {input_per_mtok, output_per_mtok, cached_input_per_mtok?,
+ * cache_write_input_per_mtok?, reasoning_per_mtok?}}`; cache reads and writes default to input,
+ * reasoning to output, as `parseConfig` has it). Entries that are not such objects are
  * skipped and counted: every stored snapshot was validated when it was written, so a skip
  * means a snapshot from a different schema.
  */
@@ -91,15 +96,21 @@ export function pricesOfStoredRevisions(revisions: unknown): { pricing: Map<stri
   let skipped = 0;
   if (!Array.isArray(revisions)) return { pricing, skipped };
   for (const r of revisions as unknown[]) {
-    const rev = r as { id?: unknown; pricing?: { input_per_mtok?: unknown; output_per_mtok?: unknown; cached_input_per_mtok?: unknown } } | null;
+    const rev = r as {
+      id?: unknown;
+      pricing?: { input_per_mtok?: unknown; output_per_mtok?: unknown; cached_input_per_mtok?: unknown; cache_write_input_per_mtok?: unknown; reasoning_per_mtok?: unknown };
+    } | null;
     const input = price(rev?.pricing?.input_per_mtok);
     const output = price(rev?.pricing?.output_per_mtok);
-    const cached = rev?.pricing?.cached_input_per_mtok === undefined || rev?.pricing?.cached_input_per_mtok === null ? input : price(rev.pricing.cached_input_per_mtok);
-    if (typeof rev?.id !== 'string' || input === undefined || output === undefined || cached === undefined) {
+    const orDefault = (v: unknown, fallback: number | undefined) => (v === undefined || v === null ? fallback : price(v));
+    const cached = orDefault(rev?.pricing?.cached_input_per_mtok, input);
+    const cacheWrite = orDefault(rev?.pricing?.cache_write_input_per_mtok, input);
+    const reasoning = orDefault(rev?.pricing?.reasoning_per_mtok, output);
+    if (typeof rev?.id !== 'string' || input === undefined || output === undefined || cached === undefined || cacheWrite === undefined || reasoning === undefined) {
       skipped++;
       continue;
     }
-    pricing.set(rev.id, { inputPerMTok: input, outputPerMTok: output, cachedInputPerMTok: cached });
+    pricing.set(rev.id, { inputPerMTok: input, outputPerMTok: output, cachedInputPerMTok: cached, cacheWriteInputPerMTok: cacheWrite, reasoningPerMTok: reasoning });
   }
   return { pricing, skipped };
 }

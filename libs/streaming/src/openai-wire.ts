@@ -43,6 +43,10 @@ export interface WeirExtension {
   model_revision: string;
   /** Why the first choice did not answer (`upstream_unavailable`, `circuit_open`, …); absent when it did. */
   fallback_reason?: string;
+  /** What the request cost (USD; the ledger's figure). Absent on a replay and on a stream's finish chunk. */
+  cost_usd?: number;
+  /** Weir's own time (ms), upstream attempts excluded (docs/api.md "Cost and overhead"). Absent as `cost_usd`. */
+  overhead_ms?: number;
 }
 
 /**

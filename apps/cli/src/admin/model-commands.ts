@@ -32,10 +32,35 @@ export interface AliasView {
   updated_at: string;
 }
 
+/** A revision's `pricing` as the file spells it (USD per million tokens). */
+interface PricingSpec {
+  input_per_mtok?: number;
+  output_per_mtok?: number;
+  cached_input_per_mtok?: number;
+  cache_write_input_per_mtok?: number;
+  reasoning_per_mtok?: number;
+}
+
+/**
+ * A revision's prices in one cell, USD per million tokens: `in 3 / out 15`, then each class price
+ * the revision sets (`cache read 0.3`, `cache write 3.75`, `reasoning 15`); classes left out
+ * take their defaults (cache reads and writes the input price, reasoning the output price).
+ */
+export function formatPrices(pricing: unknown): string {
+  if (typeof pricing !== 'object' || pricing === null) return '-';
+  const p = pricing as PricingSpec;
+  const parts = [`in ${String(p.input_per_mtok ?? '?')} / out ${String(p.output_per_mtok ?? '?')}`];
+  if (p.cached_input_per_mtok !== undefined) parts.push(`cache read ${String(p.cached_input_per_mtok)}`);
+  if (p.cache_write_input_per_mtok !== undefined) parts.push(`cache write ${String(p.cache_write_input_per_mtok)}`);
+  if (p.reasoning_per_mtok !== undefined) parts.push(`reasoning ${String(p.reasoning_per_mtok)}`);
+  return parts.join(', ');
+}
+
 export const REVISION_COLUMNS: readonly Column<RevisionView>[] = [
   ['ID', (r) => r.id],
   ['MODEL', (r) => orDash(r.spec.model)],
   ['ENGINE', (r) => orDash(r.spec.engine?.kind)],
+  ['PRICES $/MTOK', (r) => formatPrices(r.spec.pricing)],
   ['DEPRECATION', (r) => (r.deprecation ? `retires ${r.deprecation.retires_on} → ${r.deprecation.replacement}` : '-')],
   ['CREATED', (r) => time(r.created_at)],
 ];

@@ -47,7 +47,7 @@ export interface CapacityDecisionView {
 
 /** A usage sum (the data plane's `GET /v1/usage`). */
 interface UsageSums {
-  tokens: { input: number; output: number; cached_input: number; total: number };
+  tokens: { input: number; output: number; cached_input: number; cache_write_input?: number; reasoning?: number; total: number };
   cost_usd: number;
   requests: number;
 }
@@ -126,10 +126,14 @@ export const ADMIN_USAGE_COLUMNS: readonly Column<AdminUsageRow>[] = [
   ['COST', (r) => usd(r.cost_usd)],
 ];
 
+/** The token classes a report names beside `cached` when it has any: `, 200 cache-write, 50 reasoning`. */
+const classes = (t: UsageSums['tokens']): string =>
+  (t.cache_write_input ? `, ${n(t.cache_write_input)} cache-write` : '') + (t.reasoning ? `, ${n(t.reasoning)} reasoning` : '');
+
 /** The usage report: totals, then by model and by app. */
 export function formatUsage(u: UsageBody): string {
   return [
-    `tenant ${u.tenant_id}, ${u.window} ${time(u.period_start)} → ${time(u.period_end)}: ${n(u.requests)} requests, ${n(u.tokens.input)} input + ${n(u.tokens.output)} output tokens (${n(u.tokens.cached_input)} cached), ${usd(u.cost_usd)}`,
+    `tenant ${u.tenant_id}, ${u.window} ${time(u.period_start)} → ${time(u.period_end)}: ${n(u.requests)} requests, ${n(u.tokens.input)} input + ${n(u.tokens.output)} output tokens (${n(u.tokens.cached_input)} cached${classes(u.tokens)}), ${usd(u.cost_usd)}`,
     '',
     formatTable(u.by_model, [['ALIAS', (m) => m.model_alias], ['REVISION', (m) => m.model_revision], ...usageCells<UsageBody['by_model'][number]>()], '(no requests)'),
     formatTable(u.by_app, [['APP', (a) => a.app_id], ...usageCells<UsageBody['by_app'][number]>()], '(no requests)'),

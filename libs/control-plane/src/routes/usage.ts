@@ -56,6 +56,8 @@ export function registerUsageRoutes(router: Router, { cp }: RouteContext): void 
           sql<string>`coalesce(sum(input_tokens), 0)`.as('input'),
           sql<string>`coalesce(sum(output_tokens), 0)`.as('output'),
           sql<string>`coalesce(sum(cached_input_tokens), 0)`.as('cached_input'),
+          sql<string>`coalesce(sum(cache_write_input_tokens), 0)`.as('cache_write_input'),
+          sql<string>`coalesce(sum(reasoning_tokens), 0)`.as('reasoning'),
           sql<string>`(coalesce(sum(cost_usd), 0) * 1000000000)::bigint`.as('cost_nano'),
         ])
         .where('tenant_id', '=', q.tenant)
@@ -76,7 +78,8 @@ export function registerUsageRoutes(router: Router, { cp }: RouteContext): void 
           requests: Number(r.requests),
           // Of `requests`, those answered from the response cache (docs/caching.md).
           cache_hits: Number(r.cache_hits),
-          tokens: { input: Number(r.input), output: Number(r.output), cached_input: Number(r.cached_input) },
+          // Token classes as on GET /v1/usage: cache reads and writes are parts of `input`, reasoning of `output`.
+          tokens: { input: Number(r.input), output: Number(r.output), cached_input: Number(r.cached_input), cache_write_input: Number(r.cache_write_input), reasoning: Number(r.reasoning) },
           cost_usd: Number(nanoUsdToDecimal(BigInt(r.cost_nano))),
           cost_nano_usd: r.cost_nano,
         })),
