@@ -56,7 +56,7 @@ export function defaultConfig(options: DefaultConfigOptions = {}): PlatformConfi
         contextWindow: 512,
         maxOutputTokens: 256,
         defaultOutputTokens: 128,
-        pricing: { inputPerMTok: 0.1, outputPerMTok: 0.2, cachedInputPerMTok: 0.1 },
+        pricing: { inputPerMTok: 0.1, outputPerMTok: 0.2, cachedInputPerMTok: 0.1, cacheWriteInputPerMTok: 0.1, reasoningPerMTok: 0.2 },
       },
       {
         id: 'stories260k-embed@1',
@@ -76,7 +76,7 @@ export function defaultConfig(options: DefaultConfigOptions = {}): PlatformConfi
         contextWindow: 512,
         maxOutputTokens: 1,
         defaultOutputTokens: 1,
-        pricing: { inputPerMTok: 0.02, outputPerMTok: 0, cachedInputPerMTok: 0.02 },
+        pricing: { inputPerMTok: 0.02, outputPerMTok: 0, cachedInputPerMTok: 0.02, cacheWriteInputPerMTok: 0.02, reasoningPerMTok: 0 },
       },
     ],
     aliases: [

@@ -64,7 +64,8 @@ describe('parseConfig: valid documents', () => {
       contextSize: 512,
       testTokenDelayMs: 0,
     });
-    expect(tiny.pricing).toEqual({ inputPerMTok: 0.1, outputPerMTok: 0.2, cachedInputPerMTok: 0.1 });
+    // Class prices default: cache reads and writes to the input price, reasoning to the output price.
+    expect(tiny.pricing).toEqual({ inputPerMTok: 0.1, outputPerMTok: 0.2, cachedInputPerMTok: 0.1, cacheWriteInputPerMTok: 0.1, reasoningPerMTok: 0.2 });
     expect(gpt.engine).toEqual({
       kind: 'openai-compatible',
       baseUrl: 'http://127.0.0.1:8000/v1',
@@ -75,7 +76,7 @@ describe('parseConfig: valid documents', () => {
       idleTimeoutMs: 30_000,
       maxConcurrency: 16,
     });
-    expect(gpt.pricing.cachedInputPerMTok).toBe(0.5);
+    expect(gpt.pricing).toEqual({ inputPerMTok: 1, outputPerMTok: 2, cachedInputPerMTok: 0.5, cacheWriteInputPerMTok: 1, reasoningPerMTok: 2 });
     expect(fromYaml.aliases).toEqual([
       { name: 'tiny', targets: [{ revision: 'tiny@1', weight: 1 }] },
       { name: 'canary', targets: [{ revision: 'tiny@1', weight: 9 }, { revision: 'gpt@1', weight: 1 }] },

@@ -1,7 +1,13 @@
 import type { RevisionPricing } from '@weir/core';
 import { createPriceBook, priceOf, pricesOfStoredRevisions } from './price-book';
 
-const p = (input: number, output = 1, cached = input): RevisionPricing => ({ inputPerMTok: input, outputPerMTok: output, cachedInputPerMTok: cached });
+const p = (input: number, output = 1, cached = input, cacheWrite = input, reasoning = output): RevisionPricing => ({
+  inputPerMTok: input,
+  outputPerMTok: output,
+  cachedInputPerMTok: cached,
+  cacheWriteInputPerMTok: cacheWrite,
+  reasoningPerMTok: reasoning,
+});
 const at = (min: number) => new Date(Date.UTC(2026, 0, 1, 0, min));
 
 describe('price book', () => {
@@ -36,16 +42,25 @@ describe('price book', () => {
     expect(priceOf(book, 'a@1', at(15))).toEqual(p(0.1));
   });
 
-  it('reads stored revisions in the file shape, cached input defaulting to input, skipping what is not a priced revision', () => {
+  it('reads stored revisions in the file shape, cache reads and writes defaulting to input and reasoning to output, skipping what is not a priced revision', () => {
     expect(
       pricesOfStoredRevisions([
         { id: 'a@1', model: 'm', pricing: { input_per_mtok: 0.1, output_per_mtok: 0.2 } },
         { id: 'b@1', pricing: { input_per_mtok: 1, output_per_mtok: 2, cached_input_per_mtok: 0.5 } },
+        { id: 'd@1', pricing: { input_per_mtok: 3, output_per_mtok: 15, cached_input_per_mtok: 0.3, cache_write_input_per_mtok: 3.75, reasoning_per_mtok: 20 } },
         { id: 'c@1', pricing: { input_per_mtok: -1, output_per_mtok: 2 } },
+        { id: 'e@1', pricing: { input_per_mtok: 1, output_per_mtok: 2, reasoning_per_mtok: -1 } },
         { pricing: { input_per_mtok: 1, output_per_mtok: 2 } },
         'nonsense',
       ]),
-    ).toEqual({ pricing: new Map([['a@1', p(0.1, 0.2)], ['b@1', p(1, 2, 0.5)]]), skipped: 3 });
+    ).toEqual({
+      pricing: new Map([
+        ['a@1', p(0.1, 0.2)],
+        ['b@1', p(1, 2, 0.5)],
+        ['d@1', p(3, 15, 0.3, 3.75, 20)],
+      ]),
+      skipped: 4,
+    });
     expect(pricesOfStoredRevisions(null)).toEqual({ pricing: new Map(), skipped: 0 });
   });
 });

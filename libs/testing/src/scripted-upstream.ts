@@ -168,12 +168,23 @@ function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
+/**
+ * An OpenAI usage object as an upstream sends it: the totals, and optionally the token-class
+ * details (`cached_tokens` inside `prompt_tokens`, `reasoning_tokens` inside `completion_tokens`).
+ */
+export interface ScriptedUsage {
+  prompt_tokens: number;
+  completion_tokens: number;
+  prompt_tokens_details?: { cached_tokens?: number };
+  completion_tokens_details?: { reasoning_tokens?: number };
+}
+
 /** Options of the stream builders. */
 export interface StreamEventsOptions {
   /** `finish_reason` of the finish chunk; default `stop`. `null` omits the finish chunk. */
   finishReason?: string | null;
   /** The usage chunk's counts; `false` omits the chunk. Default: 5 prompt tokens, one completion token per piece. */
-  usage?: { prompt_tokens: number; completion_tokens: number } | false;
+  usage?: ScriptedUsage | false;
   /** End with `data: [DONE]`; default true. */
   done?: boolean;
   /** Line ending inside events; default `\n`. */
@@ -257,7 +268,7 @@ function withTail(events: string[], meta: object, pieces: number, options: Strea
 /** A non-stream `chat.completion` body. */
 export function chatCompletionBody(
   text: string,
-  options: { finishReason?: string; usage?: { prompt_tokens: number; completion_tokens: number } } = {},
+  options: { finishReason?: string; usage?: ScriptedUsage } = {},
 ): Record<string, unknown> {
   const usage = options.usage ?? { prompt_tokens: 5, completion_tokens: 1 };
   return {

@@ -36,7 +36,7 @@ const FIXTURES: Array<[file: string, expected: Expected]> = [
     {
       deltas: ['1. Flour', '\n2. Sugar'],
       // Cache writes are input too: 30 + 2,048.
-      end: { type: 'end', reason: 'stop', usage: { inputTokens: 2078, outputTokens: 9, cachedInputTokens: 0 }, usageSource: 'reported' },
+      end: { type: 'end', reason: 'stop', usage: { inputTokens: 2078, outputTokens: 9, cachedInputTokens: 0, cacheWriteInputTokens: 2048 }, usageSource: 'reported' },
     },
   ],
   [

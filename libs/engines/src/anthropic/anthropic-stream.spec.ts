@@ -47,19 +47,20 @@ describe('createAnthropicStreamDecoder', () => {
     expect(d.reportedUsage()).toEqual({ inputTokens: 3, outputTokens: 9 });
   });
 
-  it('sums cache reads and writes into the input, reports cache reads as cached, and lets message_delta totals overwrite', () => {
+  it('sums cache reads and writes into the input, reports cache reads as cached and cache writes apart, and lets message_delta totals overwrite', () => {
     const d = createAnthropicStreamDecoder();
     d.apply(
       message('message_start', {
         message: { usage: { input_tokens: 10, cache_creation_input_tokens: 5, cache_read_input_tokens: 100, output_tokens: 1 } },
       }),
     );
-    expect(d.reportedInput()).toEqual({ inputTokens: 115, cachedInputTokens: 100 });
+    expect(d.reportedInput()).toEqual({ inputTokens: 115, cachedInputTokens: 100, cacheWriteInputTokens: 5 });
     // `message_start`'s output count is provisional: no reported usage until message_delta.
     expect(d.reportedUsage()).toBeUndefined();
     d.apply(message('message_delta', { delta: { stop_reason: 'end_turn' }, usage: { input_tokens: 12, cache_read_input_tokens: 100, output_tokens: 4 } }));
     d.apply(message('message_delta', { delta: {}, usage: { output_tokens: 6 } }));
-    expect(d.reportedUsage()).toEqual({ inputTokens: 117, outputTokens: 6, cachedInputTokens: 100 });
+    // The cache write of message_start stands (message_delta did not re-send it): 12 + 5 + 100.
+    expect(d.reportedUsage()).toEqual({ inputTokens: 117, outputTokens: 6, cachedInputTokens: 100, cacheWriteInputTokens: 5 });
   });
 
   it('dispatches on data.type when the event has no name', () => {

@@ -252,6 +252,40 @@ describe('createOpenAICompatibleEngine (scripted upstream)', () => {
     expect(endOf(events)).toMatchObject({ reason: 'stop', usage: { inputTokens: 3, outputTokens: 2 }, usageSource: 'reported' });
   });
 
+  // OpenAI's token classes sit inside the totals (openai-node CompletionUsage): cached tokens in
+  // prompt_tokens, reasoning tokens in completion_tokens. They are mapped, never added.
+  const classUsage = { prompt_tokens: 1_200, completion_tokens: 300, prompt_tokens_details: { cached_tokens: 1_024 }, completion_tokens_details: { reasoning_tokens: 256 } };
+  it.each([
+    ['streamed (the usage chunk)', () => sseReply(chatStreamEvents(['Hi'], { usage: classUsage }))],
+    ['not streamed (a JSON body)', () => ({ kind: 'json' as const, body: chatCompletionBody('Hi', { usage: classUsage }) })],
+  ])('maps prompt_tokens_details.cached_tokens and completion_tokens_details.reasoning_tokens, %s', async (_name, reply) => {
+    upstream.setScript(reply);
+    const engine = createOpenAICompatibleEngine(specFor(upstream.url));
+    const { events } = await collectEngineEvents(engine, engineRequest(chat, { maxOutputTokens: 400 }));
+    expect(endOf(events)).toEqual({
+      type: 'end',
+      reason: 'stop',
+      usage: { inputTokens: 1_200, outputTokens: 300, cachedInputTokens: 1_024, reasoningTokens: 256 },
+      usageSource: 'reported',
+    });
+  });
+
+  it('caps class counts at their totals and ignores malformed details', async () => {
+    upstream.setScript(() =>
+      sseReply(chatStreamEvents(['Hi'], { usage: { prompt_tokens: 10, completion_tokens: 4, prompt_tokens_details: { cached_tokens: 50 }, completion_tokens_details: { reasoning_tokens: 9 } } })),
+    );
+    const engine = createOpenAICompatibleEngine(specFor(upstream.url));
+    expect(endOf((await collectEngineEvents(engine, engineRequest(chat))).events).usage).toEqual({ inputTokens: 10, outputTokens: 4, cachedInputTokens: 10, reasoningTokens: 4 });
+    upstream.setScript(() =>
+      sseReply(
+        chatStreamEvents(['Hi'], {
+          usage: { prompt_tokens: 10, completion_tokens: 4, prompt_tokens_details: { cached_tokens: -3 }, completion_tokens_details: { reasoning_tokens: 1.5 } },
+        }),
+      ),
+    );
+    expect(endOf((await collectEngineEvents(engine, engineRequest(chat))).events).usage).toEqual({ inputTokens: 10, outputTokens: 4 });
+  });
+
   it('maps an in-band error frame to upstream_error after delivering earlier deltas', async () => {
     const head = chatStreamEvents(['partial'], { finishReason: null, usage: false, done: false });
     upstream.setScript(() => sseReply([...head, sseEvent({ error: { message: 'boom', type: 'server_error', code: 'overloaded' } })]));
