@@ -114,6 +114,17 @@ describe('createAnthropicStreamDecoder', () => {
     expect(d.finished).toBe(true);
     expect(d.reportedUsage()).toEqual({ inputTokens: 4, outputTokens: 2 });
   });
+
+  it("maps a non-stream message's cache creation and cache read counts (beside input_tokens, so added to it)", () => {
+    const d = createAnthropicStreamDecoder();
+    d.applyMessage({
+      type: 'message',
+      content: [{ type: 'text', text: 'ok' }],
+      stop_reason: 'end_turn',
+      usage: { input_tokens: 12, cache_creation_input_tokens: 1_500, cache_read_input_tokens: 3_000, output_tokens: 40 },
+    });
+    expect(d.reportedUsage()).toEqual({ inputTokens: 4_512, outputTokens: 40, cachedInputTokens: 3_000, cacheWriteInputTokens: 1_500 });
+  });
 });
 
 describe('createAnthropicStreamDecoder: tool calls', () => {
