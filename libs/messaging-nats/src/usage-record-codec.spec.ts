@@ -12,6 +12,7 @@ describe('usage record codec', () => {
       buildUsageRecord(7, { cacheHit: 'exact' }),
       buildUsageRecord(8, { cacheHit: 'semantic' }),
       buildUsageRecord(9, { route: 'embeddings', outputTokens: 0 }),
+      buildUsageRecord(10, { inputTokens: 3_100, cachedInputTokens: 2_000, cacheWriteInputTokens: 1_000, outputTokens: 500, reasoningTokens: 400 }),
     ]) {
       const data = encodeUsageRecord(r);
       const wire = JSON.parse(new TextDecoder().decode(data));

@@ -22,6 +22,16 @@ describe('OpenAI wire shapes', () => {
     });
   });
 
+  it('reports reasoning tokens inside completion tokens, and cache writes (inside prompt tokens) only when there are some', () => {
+    expect(toOpenAiUsage({ inputTokens: 3_100, outputTokens: 500, cachedInputTokens: 2_000, cacheWriteInputTokens: 1_000, reasoningTokens: 400 })).toEqual({
+      prompt_tokens: 3_100,
+      completion_tokens: 500,
+      total_tokens: 3_600,
+      prompt_tokens_details: { cached_tokens: 2_000, cache_write_tokens: 1_000 },
+      completion_tokens_details: { reasoning_tokens: 400 },
+    });
+  });
+
   it('always sends choices as an array and usage null except on the usage chunk', () => {
     const meta = { id: 'chatcmpl-1', created: 1, model: 'm' };
     expect(chatCompletionChunk(meta, { delta: { content: 'x' }, finishReason: null })).toMatchObject({ object: 'chat.completion.chunk', choices: [{ index: 0, delta: { content: 'x' }, finish_reason: null }], usage: null });

@@ -337,6 +337,18 @@ describe('createRelay', () => {
     ['caps the input at the reserved count and the output at the limit', { usage: { inputTokens: 50, outputTokens: 90, cachedInputTokens: 40 }, source: 'reported' as const }, false, { inputTokens: 20, outputTokens: 64, cachedInputTokens: 20 }],
     ['keeps a count within the reservation', { usage: { inputTokens: 12, outputTokens: 5 }, source: 'counted' as const }, false, { inputTokens: 12, outputTokens: 5 }],
     ['bills nothing for a failure before any output', { usage: { inputTokens: 12, outputTokens: 0 }, source: 'reported' as const }, true, { inputTokens: 0, outputTokens: 0, cachedInputTokens: 0 }],
+    [
+      'keeps token classes within their billed totals',
+      { usage: { inputTokens: 18, outputTokens: 10, cachedInputTokens: 8, cacheWriteInputTokens: 6, reasoningTokens: 7 }, source: 'reported' as const },
+      false,
+      { inputTokens: 18, outputTokens: 10, cachedInputTokens: 8, cacheWriteInputTokens: 6, reasoningTokens: 7 },
+    ],
+    [
+      'caps cache reads + writes at the capped input and reasoning at the capped output',
+      { usage: { inputTokens: 50, outputTokens: 90, cachedInputTokens: 15, cacheWriteInputTokens: 30, reasoningTokens: 80 }, source: 'reported' as const },
+      false,
+      { inputTokens: 20, outputTokens: 64, cachedInputTokens: 15, cacheWriteInputTokens: 5, reasoningTokens: 64 },
+    ],
   ])('billedUsage %s', (_name, produced, failedBeforeOutput, expected) => {
     expect(billedUsage(produced, { reservedInputTokens: 20, maxOutputTokens: 64 }, failedBeforeOutput).usage).toEqual(expected);
   });

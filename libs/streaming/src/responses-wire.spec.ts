@@ -13,6 +13,16 @@ describe('responses wire', () => {
     });
   });
 
+  it('maps token classes: reasoning inside output, cache writes inside input only when there are some', () => {
+    expect(toResponsesUsage({ inputTokens: 30, outputTokens: 20, cachedInputTokens: 10, cacheWriteInputTokens: 5, reasoningTokens: 12 })).toEqual({
+      input_tokens: 30,
+      input_tokens_details: { cached_tokens: 10, cache_write_tokens: 5 },
+      output_tokens: 20,
+      output_tokens_details: { reasoning_tokens: 12 },
+      total_tokens: 50,
+    });
+  });
+
   it('builds a response: no output item before any text, one assistant message after', () => {
     expect(responseObject(meta, { status: 'in_progress' })).toMatchObject({ id: 'resp_1', object: 'response', created_at: 1700000000, status: 'in_progress', output: [], usage: null, error: null, incomplete_details: null, model: 'tiny', max_output_tokens: 16, text: { format: { type: 'text' } } });
     const done = responseObject(meta, { status: 'incomplete', text: 'Hi', incompleteReason: 'max_output_tokens', weir: { finish_reason: 'deadline', model_revision: 'r@1' } });

@@ -17,6 +17,22 @@ describe('wire translation', () => {
     expect(viaWire(commonV1.RevisionSchema, revisionToWire, revisionFromWire, revision)).toEqual(revision);
   });
 
+  it('carries the class prices of a revision, and leaves absent ones absent (their defaults apply where priced)', () => {
+    const base = contractPlatformConfig().revisions[0];
+    const priced = { ...base, pricing: { inputPerMTok: 3, outputPerMTok: 15, cachedInputPerMTok: 0.3, cacheWriteInputPerMTok: 3.75, reasoningPerMTok: 20 } };
+    expect(viaWire(commonV1.RevisionSchema, revisionToWire, revisionFromWire, priced).pricing).toEqual(priced.pricing);
+    const plain = { ...base, pricing: { inputPerMTok: 1, outputPerMTok: 2, cachedInputPerMTok: 1 } };
+    expect(viaWire(commonV1.RevisionSchema, revisionToWire, revisionFromWire, plain).pricing).toEqual(plain.pricing);
+  });
+
+  it('carries every token class of an outcome, absent classes staying absent', () => {
+    const outcome = (usage: GenerationOutcome['usage']): GenerationOutcome => ({ finishReason: 'stop', usage, costNanoUsd: 123, modelRevision: 'r@1', timings: { queueMs: 1, ttftMs: 2, totalMs: 3 } });
+    const full = outcome({ inputTokens: 3_100, outputTokens: 500, cachedInputTokens: 2_000, cacheWriteInputTokens: 1_000, reasoningTokens: 400 });
+    expect(viaWire(commonV1.GenerationOutcomeSchema, outcomeToWire, outcomeFromWire, full).usage).toEqual(full.usage);
+    const bare = outcome({ inputTokens: 3, outputTokens: 4 });
+    expect(viaWire(commonV1.GenerationOutcomeSchema, outcomeToWire, outcomeFromWire, bare).usage).toEqual(bare.usage);
+  });
+
   it('carries the caller’s internal ids (split topology: admission and the relay file state under them, issue 14 §4), absent ones staying absent', () => {
     const withIds = { tenantId: 'acme', appId: 'web', apiKeyId: 'key_1', tenantUid: 'acme~0123456789abcdef', appUid: 'web~fedcba9876543210' };
     expect(viaWire(commonV1.CallerSchema, callerToWire, callerFromWire, withIds)).toEqual(withIds);
