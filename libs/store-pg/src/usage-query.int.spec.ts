@@ -104,9 +104,9 @@ describe.each<['pglite' | 'postgres']>([['pglite'], ['postgres']])('usage querie
     it('breaks down by model revision, app and use case (null: none named), highest cost first', async () => {
       const s = await createUsageQueries(database.db).summarize({ tenantId, since, until });
       expect(s.byModel).toEqual([
-        { modelAlias: 'big', modelRevision: 'big@1', inputTokens: 1000, outputTokens: 10, cachedInputTokens: 0, costNanoUsd: 3_000_000_000n, requests: 1, cacheHits: 0 },
-        { modelAlias: 'tiny', modelRevision: 'tiny@1', inputTokens: 106, outputTokens: 56, cachedInputTokens: 40, costNanoUsd: 2_500_000_001n, requests: 3, cacheHits: 0 },
-        { modelAlias: 'tiny', modelRevision: 'tiny@2', inputTokens: 1, outputTokens: 2, cachedInputTokens: 0, costNanoUsd: 7n, requests: 1, cacheHits: 1 },
+        { modelAlias: 'big', modelRevision: 'big@1', inputTokens: 1000, outputTokens: 10, cachedInputTokens: 0, cacheWriteInputTokens: 0, reasoningTokens: 0, costNanoUsd: 3_000_000_000n, requests: 1, cacheHits: 0 },
+        { modelAlias: 'tiny', modelRevision: 'tiny@1', inputTokens: 106, outputTokens: 56, cachedInputTokens: 40, cacheWriteInputTokens: 0, reasoningTokens: 0, costNanoUsd: 2_500_000_001n, requests: 3, cacheHits: 0 },
+        { modelAlias: 'tiny', modelRevision: 'tiny@2', inputTokens: 1, outputTokens: 2, cachedInputTokens: 0, cacheWriteInputTokens: 0, reasoningTokens: 0, costNanoUsd: 7n, requests: 1, cacheHits: 1 },
       ]);
       expect(s.byApp.map((a) => [a.appId, a.costNanoUsd, a.requests])).toEqual([
         ['batch', 3_999_999_999n, 2],
@@ -123,6 +123,8 @@ describe.each<['pglite' | 'postgres']>([['pglite'], ['postgres']])('usage querie
         inputTokens: 0,
         outputTokens: 0,
         cachedInputTokens: 0,
+        cacheWriteInputTokens: 0,
+        reasoningTokens: 0,
         costNanoUsd: 0n,
         requests: 0,
         cacheHits: 0,

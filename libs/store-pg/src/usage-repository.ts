@@ -70,11 +70,12 @@ export interface UsageLedgerRepository extends UsageRepository {
 }
 
 /**
- * Rows per INSERT statement. Postgres binds at most 65,535 parameters per statement and a
- * ledger row takes 27 (migration 0010's five columns made it 27: 2,500 rows would be 67,500),
- * so 2,000 rows (54,000 parameters) stay inside the limit with room for a few more columns.
+ * Rows per INSERT statement. Postgres binds at most 65,535 parameters per statement (a count
+ * above it wraps and the statement fails) and a ledger row takes 33 (migration 0017's two token
+ * classes made it 33: 2,000 rows would be 66,000), so 1,500 rows (49,500 parameters) stay inside
+ * the limit with room for a few more columns.
  */
-export const MAX_ROWS_PER_INSERT = 2000;
+export const MAX_ROWS_PER_INSERT = 1500;
 
 /** Creates the usage ledger repository over an open database. */
 export function createUsageRepository(db: Kysely<WeirSchema>): UsageLedgerRepository {
