@@ -37,6 +37,15 @@ function countingEngine(): EngineAdapter & { started: number } {
 }
 
 const POLICY: TenantCachePolicy = { exact: { enabled: true, ttlMs: 60_000 }, deterministicOnly: true, allowOptIn: true, hitPriceFraction: 0.25 };
+
+/** Events or bodies without the `weir` object's `cost_usd` and `overhead_ms` (what differs between a miss, its hit and a replay). */
+function withoutCost(events: unknown[]): unknown[] {
+  return events.map((e) => {
+    if (typeof e !== 'object' || e === null || !('weir' in e)) return e;
+    const { cost_usd: _c, overhead_ms: _o, ...weir } = (e as { weir: Record<string, unknown> }).weir;
+    return { ...e, weir };
+  });
+}
 const PRICING = { inputPerMTok: 2_000, outputPerMTok: 8_000, cachedInputPerMTok: 1_000 };
 
 function configWith(policyT: TenantCachePolicy | undefined, policyU: TenantCachePolicy | undefined = policyT): PlatformConfig {
@@ -181,7 +190,10 @@ describe('the exact cache on /v1/chat/completions', () => {
     expect(hitRes.headers.get('x-weir-cache')).toBe('hit');
     expect(hitRes.headers.get('content-type')).toMatch(/text\/event-stream/);
     const hit = await sseEvents(hitRes);
-    expect(hit).toEqual(miss);
+    // The same events but for what each cost and Weir's overhead: the hit reports its policy price.
+    const costOf = (events: unknown[]) => (events.at(-2) as { weir: { cost_usd: number } }).weir.cost_usd;
+    expect(costOf(hit)).toBeCloseTo(costOf(miss) * 0.25, 12);
+    expect(withoutCost(hit)).toEqual(withoutCost(miss));
     expect(hit.at(-1)).toBe('[DONE]');
     expect(hit.at(-2)).toMatchObject({ choices: [], usage: { completion_tokens: 5 } });
     expect(engine.started).toBe(1);
@@ -374,7 +386,9 @@ describe('the exact cache on /v1/chat/completions', () => {
     const a = await hit.json();
     const replay = await harness.post('/v1/chat/completions', chat(), { 'idempotency-key': 'k-2' });
     expect(replay.headers.get('idempotent-replayed')).toBe('true');
-    expect(await replay.json()).toEqual(a);
+    // A replay bills nothing new: no cost or overhead, the rest the same.
+    expect(replay.headers.get('x-weir-cost-usd')).toBeNull();
+    expect(await replay.json()).toEqual(withoutCost([a])[0]);
     await until(() => records.length === 2);
     expect(engine.started).toBe(1);
   });
@@ -389,7 +403,11 @@ describe('the exact cache on the other routes', () => {
     await start(configWith(POLICY));
     const strip = (o: Record<string, unknown>) => {
       const { id: _id, created: _c, created_at: _ca, generation_id: _g, request_id: _r, ...rest } = o;
-      return JSON.stringify(rest).replace(/(gen|resp|msg)_[A-Za-z0-9_-]+/g, '<id>').replace(/"cost_usd":[0-9.e-]+/g, '"cost_usd":0');
+      // The cost (the hit is billed at the cache price) and Weir's overhead differ by design.
+      return JSON.stringify(rest)
+        .replace(/(gen|resp|msg)_[A-Za-z0-9_-]+/g, '<id>')
+        .replace(/"cost_usd":[0-9.e-]+/g, '"cost_usd":0')
+        .replace(/"overhead_ms":[0-9.e-]+/g, '"overhead_ms":0');
     };
     const first = await harness.post(path, body);
     expect(first.status).toBe(200);

@@ -272,7 +272,11 @@ describe('the semantic cache on the request path', () => {
     expect(hitRes.headers.get('x-weir-cache')).toBe('hit');
     expect(hitRes.headers.get('x-weir-cache-tier')).toBe('semantic');
     const hit = await sseEvents(hitRes);
-    expect(hit).toEqual(miss);
+    // The same events but for the usage chunk's cost (the hit's is its policy price) and Weir's overhead.
+    const strip = (events: unknown[]) =>
+      events.map((e) => (typeof e === 'object' && e !== null && 'weir' in e ? { ...e, weir: { ...(e as { weir: object }).weir, cost_usd: 0, overhead_ms: 0 } } : e));
+    expect(strip(hit)).toEqual(strip(miss));
+    expect((hit.at(-2) as { weir: { cost_usd: number } }).weir.cost_usd).toBeLessThan((miss.at(-2) as { weir: { cost_usd: number } }).weir.cost_usd);
     expect(hit.at(-1)).toBe('[DONE]');
     expect(hit.at(-2)).toMatchObject({ choices: [], usage: { completion_tokens: 5 } });
     expect(engine.started).toBe(1);

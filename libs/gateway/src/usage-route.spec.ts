@@ -127,7 +127,7 @@ describe('GET /v1/usage', () => {
     const body = (await res.json()) as Json;
     const now = new Date();
     const usd = ['0', '0.8', '1.6', '2.4'];
-    const sums = (n: number) => ({ tokens: { input: 2 * n, output: 3 * n, cached_input: 0, total: 5 * n }, cost_usd: Number(usd[n]), cost_nano_usd: String(800_000_000 * n), requests: n, cache_hits: 0 });
+    const sums = (n: number) => ({ tokens: { input: 2 * n, output: 3 * n, cached_input: 0, cache_write_input: 0, uncached_input: 2 * n, reasoning: 0, total: 5 * n }, cost_usd: Number(usd[n]), cost_nano_usd: String(800_000_000 * n), requests: n, cache_hits: 0 });
     expect(body).toEqual({
       object: 'usage',
       tenant_id: 't',
