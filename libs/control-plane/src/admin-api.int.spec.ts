@@ -720,3 +720,30 @@ describe('the control plane admin API', () => {
     expect((await call('POST', `/admin-tokens/${viewer.id}/revoke`, {}, second.body.token)).status).toBe(200);
   });
 });
+
+describe('revision prices per token class (issue 16 §4)', () => {
+  // The suite above ends by revoking its admin token: this one registers its own.
+  const token = mintAdminToken().plaintext;
+  beforeAll(async () => {
+    expect(await registerBootstrapAdminToken(database.db, token)).toBe('registered');
+  });
+  const revision = (id: string, pricing: Json) => ({ id, model: 'tiny', engine: { kind: 'simulated' }, context_window: 1024, max_output_tokens: 256, default_output_tokens: 64, pricing });
+
+  it('creates a revision with its class prices, and publishes them in the snapshot', async () => {
+    const pricing = { input_per_mtok: 3, output_per_mtok: 15, cached_input_per_mtok: 0.3, cache_write_input_per_mtok: 3.75, reasoning_per_mtok: 20 };
+    const created = await call('POST', '/revisions', revision('priced@1', pricing), token);
+    expect(created.status).toBe(201);
+    expect(created.body.spec.pricing).toEqual(pricing);
+    expect((await call('GET', '/revisions/priced@1', undefined, token)).body.spec.pricing).toEqual(pricing);
+    const published = sink.snapshots.at(-1)?.config as Json;
+    expect(published.revisions.find((r: Json) => r.id === 'priced@1').pricing).toEqual(pricing);
+  });
+
+  it('refuses a negative class price with invalid_config naming it, and creates nothing', async () => {
+    const refused = await call('POST', '/revisions', revision('priced@2', { input_per_mtok: 3, output_per_mtok: 15, reasoning_per_mtok: -1 }), token);
+    expect(refused.status).toBe(400);
+    expect(refused.body.error.code).toBe('invalid_config');
+    expect(refused.body.error.message).toContain('pricing.reasoning_per_mtok');
+    expect((await call('GET', '/revisions/priced@2', undefined, token)).status).toBe(404);
+  });
+});

@@ -71,6 +71,19 @@ describe('reconcileUsage', () => {
     expect(result.differences.join('\n')).toMatch(message);
   });
 
+  it('prices a row by its token classes (cache writes, reasoning): the classes billed agree, the same row priced without them does not', () => {
+    const classes: RevisionPricing = { inputPerMTok: 3, outputPerMTok: 15, cachedInputPerMTok: 0.3, cacheWriteInputPerMTok: 3.75, reasoningPerMTok: 20 };
+    const tokens = { inputTokens: 4_512, outputTokens: 300, cachedInputTokens: 3_000, cacheWriteInputTokens: 1_500, reasoningTokens: 256 };
+    const billed: LedgerUsageRow = { generationId: 'c1', tenantId: 'a', modelRevision: 'rc', ...tokens, costNanoUsd: priceUsage(classes, tokens), uncertain: false };
+    const prices = new Map([['rc', classes]]);
+    expect(reconcileUsage({ ledger: [billed], pricing: prices }).ok).toBe(true);
+    // A row that lost its classes (as read before 0017's columns) no longer matches its cost.
+    const { cacheWriteInputTokens: _w, reasoningTokens: _r, ...withoutClasses } = billed;
+    const result = reconcileUsage({ ledger: [withoutClasses], pricing: prices });
+    expect(result.ok).toBe(false);
+    expect(result.cost.mismatches.count).toBe(1);
+  });
+
   it('reports rows of a revision without prices', () => {
     const result = reconcileUsage({ ledger: [row('x', 'a', 'gone@1', 1, 1)], pricing });
     expect(result.differences).toEqual(['ledger rows of revision gone@1, which has no prices in the configuration']);

@@ -37,6 +37,10 @@ export interface LedgerUsageRow extends RecordCounts {
   uncertain: boolean;
   /** How the tokens were counted (`usage_source`). */
   usageSource?: UsageSource;
+  /** Of `inputTokens`, those written to a prompt cache (`cache_write_input_tokens`, migration 0017); absent: 0. Priced by (d). */
+  cacheWriteInputTokens?: number;
+  /** Of `outputTokens`, reasoning tokens (`reasoning_tokens`, migration 0017); absent: 0. Priced by (d). */
+  reasoningTokens?: number;
   /** When the generation finished: the row's prices are the revision's at that time. */
   finishedAt?: Date;
   /**

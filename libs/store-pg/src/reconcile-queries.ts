@@ -220,6 +220,8 @@ export function createReconcileQueries(db: Kysely<WeirSchema>, options: { now?: 
             'u.input_tokens',
             'u.output_tokens',
             'u.cached_input_tokens',
+            'u.cache_write_input_tokens',
+            'u.reasoning_tokens',
             'u.uncertain',
             'u.usage_source',
             'u.finished_at',
@@ -244,6 +246,9 @@ export function createReconcileQueries(db: Kysely<WeirSchema>, options: { now?: 
             inputTokens: r.input_tokens,
             outputTokens: r.output_tokens,
             cachedInputTokens: r.cached_input_tokens,
+            // The classes (migration 0017) price the row in check (d); 0 is left out, as absent.
+            ...(r.cache_write_input_tokens > 0 ? { cacheWriteInputTokens: r.cache_write_input_tokens } : {}),
+            ...(r.reasoning_tokens > 0 ? { reasoningTokens: r.reasoning_tokens } : {}),
             costNanoUsd: toSafeInteger(r.cost_nano, 'cost (nano-USD)'),
             uncertain: r.uncertain,
             usageSource: r.usage_source,

@@ -8,6 +8,7 @@ import { newId, type SettlementItem, type UsageRecord } from '@weir/core';
 import { buildSettlementEntry, uniqueTag } from '@weir/testing';
 import { openDatabase, type WeirDatabase } from './database';
 import { migrationProvider } from './migrations';
+import { createReconcileQueries } from './reconcile-queries';
 import { createPgSettlementApplier } from './settlement-applier';
 import { createTemporaryPostgresDatabase, createTestDatabase, type TestDatabase } from './testing';
 import { createUsageQueries } from './usage-query';
@@ -114,6 +115,19 @@ describe.each<['pglite' | 'postgres']>([['pglite'], ['postgres']])('token classe
         { generation_id: entry.usage.generationId, input_tokens: 1_200, cached_input_tokens: 1_024, cache_write_input_tokens: 0, output_tokens: 300, reasoning_tokens: 256 },
         { generation_id: anthropic.usage.generationId, input_tokens: 4_512, cached_input_tokens: 3_000, cache_write_input_tokens: 1_500, output_tokens: 40, reasoning_tokens: 0 },
       ]);
+    });
+
+    it('reconciliation reads each row with its classes, so its cost check prices them', async () => {
+      const tenantId = newId('t');
+      const finished = T0 + 5 * 60_000;
+      const r = record({ tenantId, inputTokens: 4_512, cachedInputTokens: 3_000, cacheWriteInputTokens: 1_500, outputTokens: 300, reasoningTokens: 256, finishedAt: new Date(finished), startedAt: new Date(finished - 10) });
+      const plain = record({ tenantId, finishedAt: new Date(finished), startedAt: new Date(finished - 10) });
+      await createUsageRepository(database.db).insertMany([r, plain]);
+      const rows = (await createReconcileQueries(database.db).ledgerRows({ since: new Date(finished), until: new Date(finished + 1) })).filter((x) => x.tenantId === tenantId);
+      expect(rows.find((x) => x.generationId === r.generationId)).toMatchObject({ inputTokens: 4_512, cachedInputTokens: 3_000, cacheWriteInputTokens: 1_500, outputTokens: 300, reasoningTokens: 256 });
+      const other = rows.find((x) => x.generationId === plain.generationId);
+      expect(other?.cacheWriteInputTokens).toBeUndefined();
+      expect(other?.reasoningTokens).toBeUndefined();
     });
 
     it('usage sums split by class, in total and in each breakdown', async () => {
