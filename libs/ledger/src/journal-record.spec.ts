@@ -19,6 +19,10 @@ describe('journal records', () => {
   const records: [string, JournalRecord][] = [
     ['settle', { kind: 'settle', entry }],
     ['settle (a cache hit)', { kind: 'settle', entry: buildSettlementEntry(4, { cacheHit: 'exact' }) }],
+    [
+      'settle (token classes)',
+      { kind: 'settle', entry: buildSettlementEntry(5, { inputTokens: 4_512, cachedInputTokens: 3_000, cacheWriteInputTokens: 1_500, outputTokens: 300, reasoningTokens: 256 }) },
+    ],
     ['interrupted', { kind: 'interrupted', idempotency: { tenantId: 't', key: 'k', outcome: { kind: 'interrupted', generationId: 'g', message: 'm' }, retainUntilMs: 5, bodySha256: 'x', route: 'completions' } }],
     ['progress', { kind: 'progress', mark: buildProgressMark(2, { reservation: buildReservationRef('gen_test_2') }) }],
     ['claim', { kind: 'claim', claim: buildClaimMark(3) }],
@@ -55,7 +59,7 @@ describe('journal records', () => {
   });
 
   it('names the generation of every kind', () => {
-    expect(records.map(([, r]) => journalRecordGeneration(r))).toEqual(['gen_test_1', 'gen_test_4', 'g', 'gen_test_2', 'gen_test_3', 'gen_x']);
+    expect(records.map(([, r]) => journalRecordGeneration(r))).toEqual(['gen_test_1', 'gen_test_4', 'gen_test_5', 'g', 'gen_test_2', 'gen_test_3', 'gen_x']);
   });
 
   it.each([
@@ -63,6 +67,8 @@ describe('journal records', () => {
     ['an attempt with fractional tokens', buildSettlementEntry(1, { attempts: [{ ...attempt(), outputTokens: 0.5 }] }), 'usage: attempts: outputTokens must be a non-negative integer'],
     ['a reservation with a bad period', buildSettlementEntry(1, { reservation: buildReservationRef('g', [], { dayStartsOn: '1 Jan' }) }), 'usage: reservation: monthStartsOn and dayStartsOn must be YYYY-MM-DD'],
     ['an unknown finish reason', buildSettlementEntry(1, { finishReason: 'done' as never }), 'usage: finishReason is not a known reason'],
+    ['negative reasoning tokens', buildSettlementEntry(1, { reasoningTokens: -1 }), 'usage: reasoningTokens must be a non-negative integer when present'],
+    ['fractional cache writes', buildSettlementEntry(1, { cacheWriteInputTokens: 1.5 }), 'usage: cacheWriteInputTokens must be a non-negative integer when present'],
     ['a key without a generation', buildSettlementEntry(1, {}, 'test', { idempotency: { tenantId: 't', key: 'k', outcome: { kind: 'result', result: {} as never }, retainUntilMs: 1 } }), 'idempotency: outcome.result must name its generation'],
   ])('finds a fault in %s before it reaches the applier', (_what, entry, fault) => {
     expect(settlementEntryFault(entry)).toBe(fault);
