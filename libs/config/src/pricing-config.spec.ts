@@ -43,7 +43,7 @@ describe('parseConfig: prices per token class', () => {
     ['reasoning_per_mtok', 'cheap'],
     ['reasoning_per_mtok', -0.5],
   ])('refuses %s = %p, naming the field', (field, value) => {
-    let problems: { path: string }[] = [];
+    let problems: readonly { path: string }[] = [];
     try {
       parseConfig(file({ input_per_mtok: 3, output_per_mtok: 15, [field]: value }), 'weir.yaml');
     } catch (err) {
