@@ -86,6 +86,9 @@ const reasoningItem = z
   })
   .strict();
 
+/** A field accepted only when absent or null; anything else is refused with `message`. */
+const onlyNull = (message: string) => z.unknown().refine((v) => v === null || v === undefined, { message }).optional();
+
 const ITEM_TYPES = 'use `message`, `function_call`, `function_call_output` or `reasoning` items (Weir stores no responses, so `item_reference` items cannot be resolved: send the item itself; built-in tool items are not supported)';
 
 /** One Responses API input item; a message may omit `type`. */
@@ -127,10 +130,10 @@ export const responsesOpenAiBody = z
     tool_choice: responsesToolChoice.nullish(),
     parallel_tool_calls: z.boolean().nullish(),
     store: z.literal(false, { message: 'Weir does not store responses: send `store: false`, or omit it (a tool loop sends the whole conversation, its `function_call` and `function_call_output` items included, in `input`)' }).nullish(),
-    previous_response_id: z.null({ message: 'Weir does not store responses, so it cannot continue one: send the whole conversation (earlier output items included) in `input`, and remove `previous_response_id`' }).optional(),
+    previous_response_id: onlyNull('Weir does not store responses, so it cannot continue one: send the whole conversation (earlier output items included) in `input`, and remove `previous_response_id`'),
     // Only what Weir can honour by sending nothing extra: it returns no reasoning items, so there is no encrypted reasoning to include.
     include: z.array(z.literal('reasoning.encrypted_content', { message: 'no extra output data can be included (only "reasoning.encrypted_content" is accepted, and ignored: Weir returns no reasoning items)' })).nullish(),
-    reasoning: z.null({ message: 'reasoning options are not supported by these models; remove `reasoning`' }).optional(),
+    reasoning: onlyNull('`reasoning` is not supported: reasoning options are not supported by these models; remove `reasoning`'),
     service_tier: z.enum(['auto', 'default', 'flex']).nullish(),
     user: z.string().nullish(),
     stream_options: z.object({ include_obfuscation: z.boolean().nullish() }).strict().nullish(),
