@@ -103,7 +103,7 @@ const responsesFunctionTool = z
     type: z.literal('function', { message: "only function tools are supported ({type: 'function', name, parameters}); built-in tools (web_search, file_search, computer use, MCP, …) and custom tools are not" }),
     name: toolName,
     description: z.string().nullish(),
-    parameters: z.record(z.string(), z.unknown(), { message: 'expected a JSON Schema object' }).nullish(),
+    parameters: z.custom<Record<string, unknown>>((v) => v !== null && typeof v === 'object' && !Array.isArray(v), { message: 'expected a JSON Schema object (`{type: "object", properties: …}`)' }).nullish(),
     strict: z.boolean().nullish(),
   })
   .strict();
