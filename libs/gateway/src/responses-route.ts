@@ -357,8 +357,8 @@ async function answerOpenAiShape(ctx: ResponsesRouteContext, req: Authed, res: S
 
   if (!body.stream) {
     const outcome = await g.transcript.ended();
-    const { deltas, deltaToolCalls } = g.transcript;
-    for (let i = 0; i < deltas.length; i++) output.delta(deltas[i], deltaToolCalls[i] ?? undefined);
+    const { deltas, deltaToolCalls, deltaReasoning } = g.transcript;
+    for (let i = 0; i < deltas.length; i++) output.delta(deltas[i], deltaToolCalls[i] ?? undefined, deltaReasoning[i] ?? undefined);
     const judged = await judgeOutput(outcome, output.text(), schema);
     if (judged.outcome.finishReason === 'error' || blockedBeforeOutput(judged.outcome)) throw failure(ctx, res, judged.outcome);
     if (outcome.finishReason === 'cancelled') throw new WeirError('invalid_request', 'The generation was cancelled (POST /v1/generations/{id}/cancel); the answer is incomplete.');
@@ -383,7 +383,7 @@ async function answerOpenAiShape(ctx: ResponsesRouteContext, req: Authed, res: S
   await send('response.in_progress', { response: responseObject(meta, { status: 'in_progress' }) });
   for await (const ev of events) {
     if (ev.type === 'delta') {
-      await sendAll(output.delta(ev.text, ev.toolCalls));
+      await sendAll(output.delta(ev.text, ev.toolCalls, ev.reasoning));
       continue;
     }
     const judged = await judgeOutput(ev.outcome, output.text(), schema);
