@@ -3,12 +3,15 @@
  * HTTP: the test gateway (real router, admission, scheduler, relay) and the real
  * OpenAI-compatible adapter on a scripted upstream that streams chat-completions tool calls.
  * Raw HTTP for the exact items, events and refusals; the official `openai` SDK
- * (`responses.create`, `responses.stream` + `finalResponse()`) for what clients assemble.
+ * (`responses.create`, `responses.stream` + `finalResponse()`) for what clients assemble; and
+ * an upstream's `reasoning_content` as reasoning items, in-process and across the split's relay gRPC.
  */
 import { createInMemoryAdmission } from '@weir/admission';
 import type { AdmissionService, EngineSpec, RevisionSpec } from '@weir/core';
 import { createOpenAICompatibleEngine } from '@weir/engines';
-import { chatStreamEvents, chatToolCallStreamEvents, type RecordedRequest, type ScriptedUpstream, sseReply, startScriptedUpstream } from '@weir/testing';
+import type { Relay } from '@weir/streaming';
+import { chatStreamEvents, chatToolCallStreamEvents, type RecordedRequest, type ScriptedUpstream, sseEvent, sseReply, startScriptedUpstream } from '@weir/testing';
+import { createRelayGrpcClient, createRelayGrpcServer, startGrpcServer } from '@weir/transport-grpc';
 import { createParser, type EventSourceMessage } from 'eventsource-parser';
 import OpenAI from 'openai';
 import { startTestGateway, type TestGateway, twoTenantConfig } from './test-support';
@@ -291,5 +294,100 @@ describe('POST /v1/responses with function tools through the official openai SDK
     expect(final.status).toBe('incomplete');
     expect(final.incomplete_details).toEqual({ reason: 'max_output_tokens' });
     expect(final.output).toEqual([expect.objectContaining({ type: 'function_call', status: 'incomplete', arguments: '{"ci' })]);
+  });
+});
+
+/** A chat stream whose model reasons (`reasoning_content`), answers and calls `get_weather`, as DeepSeek/vLLM stream it. */
+function reasoningStream(): string[] {
+  const meta = { id: 'chatcmpl-r', object: 'chat.completion.chunk', created: 1, model: 'm' };
+  const chunk = (delta: object, finish: string | null = null) => sseEvent({ ...meta, choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }] });
+  return [
+    chunk({ role: 'assistant', content: null, reasoning_content: 'The user ' }),
+    chunk({ content: null, reasoning_content: 'wants weather.' }),
+    chunk({ content: 'Checking.', reasoning_content: null }),
+    chunk({ tool_calls: [{ index: 0, id: 'call_w', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } }] }),
+    chunk({}, 'tool_calls'),
+    sseEvent({ ...meta, choices: [], usage: { prompt_tokens: 5, completion_tokens: 4, total_tokens: 9 } }),
+    sseEvent('[DONE]'),
+  ];
+}
+
+describe('POST /v1/responses passes an upstream’s reasoning on as a reasoning item', () => {
+  beforeEach(() => upstream.setScript(() => sseReply(reasoningStream())));
+
+  it('not streamed: a reasoning item (its text as a reasoning_text part) before the message and the call; output_text is the answer only', async () => {
+    const body = (await (await respond({})).json()) as { output: Record<string, unknown>[] };
+    expect(body.output).toEqual([
+      { id: expect.stringMatching(/^rs_/), type: 'reasoning', status: 'completed', summary: [], content: [{ type: 'reasoning_text', text: 'The user wants weather.' }] },
+      expect.objectContaining({ type: 'message', content: [expect.objectContaining({ text: 'Checking.' })] }),
+      expect.objectContaining({ type: 'function_call', call_id: 'call_w', arguments: '{"city":"Paris"}' }),
+    ]);
+  });
+
+  it('streamed: reasoning_text deltas inside their own item, then the message and the call', async () => {
+    const events = await sseEvents(await respond({ stream: true }));
+    expect(events.map((e) => `${e.event?.replace('response.', '')}${typeof e.data.output_index === 'number' ? `@${e.data.output_index}` : ''}`)).toEqual([
+      'created',
+      'in_progress',
+      'output_item.added@0',
+      'content_part.added@0',
+      'reasoning_text.delta@0',
+      'reasoning_text.delta@0',
+      'reasoning_text.done@0',
+      'content_part.done@0',
+      'output_item.done@0',
+      'output_item.added@1',
+      'content_part.added@1',
+      'output_text.delta@1',
+      'output_text.done@1',
+      'content_part.done@1',
+      'output_item.done@1',
+      'output_item.added@2',
+      'function_call_arguments.delta@2',
+      'function_call_arguments.done@2',
+      'output_item.done@2',
+      'completed',
+    ]);
+    expect(events[3].data.part).toEqual({ type: 'reasoning_text', text: '' });
+    expect(events[6].data).toMatchObject({ content_index: 0, text: 'The user wants weather.' });
+  });
+
+  it('the SDK’s stream helper assembles the reasoning item; output_text leaves it out', async () => {
+    const client = new OpenAI({ baseURL: `${gw.url}/v1`, apiKey: gw.key.plaintext, maxRetries: 0 });
+    const deltas: string[] = [];
+    const stream = client.responses.stream({ model: 'tooly', input: 'Weather?', tools: [{ type: 'function', name: 'get_weather', parameters: WEATHER.parameters, strict: true }] });
+    stream.on('response.reasoning_text.delta', (e) => deltas.push(e.delta));
+    const final = await stream.finalResponse();
+    expect(deltas).toEqual(['The user ', 'wants weather.']);
+    expect(final.output_text).toBe('Checking.');
+    expect(final.output[0]).toMatchObject({ type: 'reasoning', content: [{ type: 'reasoning_text', text: 'The user wants weather.' }] });
+    expect(final.output.map((i) => i.type)).toEqual(['reasoning', 'message', 'function_call']);
+  });
+
+  it('crosses the split’s relay gRPC service (Delta.reasoning) the same', async () => {
+    const parts: Array<() => Promise<void> | void> = [];
+    const tooly = revision(upstream.url, true);
+    const config = twoTenantConfig(tooly);
+    const split = await startTestGateway({
+      config: { ...config, aliases: [{ name: 'tooly', targets: [{ revision: tooly.id, weight: 1 }] }], defaults: { ...config.defaults, maxBodyBytes: 65_536 } },
+      engine: createOpenAICompatibleEngine(tooly.engine as Extract<EngineSpec, { kind: 'openai-compatible' }>, { env: {} }),
+      admission: createInMemoryAdmission({ tenants: config.tenants }),
+      relayVia: async (relay: Relay) => {
+        const server = await startGrpcServer({ services: [createRelayGrpcServer(relay)] });
+        const client = createRelayGrpcClient({ address: server.address });
+        parts.push(() => client.close(), () => server.close());
+        return client;
+      },
+    });
+    try {
+      const res = await split.post('/v1/responses', { model: 'tooly', input: 'Weather?', tools: [WEATHER], stream: true });
+      const events = await sseEvents(res);
+      const completed = events.at(-1)?.data.response as { output: Record<string, unknown>[] };
+      expect(completed.output[0]).toMatchObject({ type: 'reasoning', content: [{ type: 'reasoning_text', text: 'The user wants weather.' }] });
+      expect(events.filter((e) => e.event === 'response.reasoning_text.delta').map((e) => e.data.delta)).toEqual(['The user ', 'wants weather.']);
+    } finally {
+      await split.close();
+      for (const stop of parts) await stop();
+    }
   });
 });
