@@ -31,7 +31,7 @@ async function sseEvents(res: Response): Promise<{ event: string | undefined; da
   const events: EventSourceMessage[] = [];
   const parser = createParser({ onEvent: (e) => events.push(e) });
   parser.feed(await res.text());
-  return events.map((e) => ({ event: e.event, data: JSON.parse(e.data) as Record<string, unknown> }));
+  return events.filter((e) => e.data !== '[DONE]').map((e) => ({ event: e.event, data: JSON.parse(e.data) as Record<string, unknown> }));
 }
 
 let upstream: ScriptedUpstream;
@@ -389,5 +389,21 @@ describe('POST /v1/responses passes an upstream’s reasoning on as a reasoning 
       await split.close();
       for (const stop of parts) await stop();
     }
+  });
+});
+
+describe('POST /v1/chat/completions passes an upstream’s reasoning on as reasoning_content', () => {
+  beforeEach(() => upstream.setScript(() => sseReply(reasoningStream())));
+  const chat = (stream: boolean) => gw.post('/v1/chat/completions', { model: 'tooly', messages: [{ role: 'user', content: 'Weather?' }], tools: [{ type: 'function', function: { name: 'get_weather' } }], stream });
+
+  it('streamed: chunks of reasoning_content (no content) before the answer and the call', async () => {
+    const chunks = (await sseEvents(await chat(true))).map((e) => (e.data as { choices?: { delta?: Record<string, unknown> }[] }).choices?.[0]?.delta);
+    expect(chunks.filter((d) => d?.reasoning_content !== undefined)).toEqual([{ reasoning_content: 'The user ' }, { reasoning_content: 'wants weather.' }]);
+    expect(chunks.some((d) => d?.content === 'Checking.')).toBe(true);
+  });
+
+  it('not streamed: the message carries reasoning_content beside content and tool_calls', async () => {
+    const body = (await (await chat(false)).json()) as { choices: { message: Record<string, unknown> }[] };
+    expect(body.choices[0].message).toMatchObject({ content: 'Checking.', reasoning_content: 'The user wants weather.', tool_calls: [expect.objectContaining({ id: 'call_w' })] });
   });
 });
