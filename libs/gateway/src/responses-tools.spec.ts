@@ -253,8 +253,8 @@ describe('POST /v1/responses with function tools through the official openai SDK
       ['call_t', 'get_time', {}],
     ]);
 
-    // What the SDK's docs show: the output items go back as input (function calls here) with their outputs.
-    input.push(...calls, ...calls.map((c) => ({ type: 'function_call_output' as const, call_id: c.call_id, output: c.name === 'get_weather' ? 'sunny' : '12:00' })));
+    // As the SDK's docs show: the output items go back as input, with the calls' outputs.
+    input.push(...(first.output as OpenAI.Responses.ResponseInputItem[]), ...calls.map((c) => ({ type: 'function_call_output' as const, call_id: c.call_id, output: c.name === 'get_weather' ? 'sunny' : '12:00' })));
     const second = await client.responses.create({ model: 'tooly', input, tools });
     expect(second.output_text).toBe('Sunny at noon.');
     expect(sent(1).messages).toEqual([
