@@ -178,6 +178,12 @@ export type EngineEvent =
       tokens: number;
       /** Tool-call fragments of this delta, in the upstream's order; absent when none. */
       toolCalls?: ToolCallDelta[];
+      /**
+       * Reasoning text of this delta (an upstream's `reasoning_content` / `reasoning`), shown
+       * apart from the answer: never part of `text`, never checked by an output schema. Absent
+       * when none. Its tokens are output tokens, counted in `tokens` like the text's.
+       */
+      reasoning?: string;
     }
   | {
       type: 'end';

@@ -341,7 +341,7 @@ export interface RelayJob {
 
 /** Events the relay streams back; exactly one `end`, always last. */
 export type RelayEvent =
-  | { type: 'delta'; text: string; tokens: number; toolCalls?: ToolCallDelta[] }
+  | { type: 'delta'; text: string; tokens: number; toolCalls?: ToolCallDelta[]; /** Reasoning text (`EngineEvent` delta's `reasoning`); absent when none. */ reasoning?: string }
   | { type: 'end'; outcome: GenerationOutcome };
 
 /** How a generation ended, with what it measured and what it cost. */

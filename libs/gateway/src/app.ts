@@ -1158,7 +1158,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
         res,
         200,
         kind === 'chat'
-          ? chatCompletion(meta, text, finish, toOpenAiUsage(outcome.usage), weir(outcome), accumulateToolCalls(toolCallDeltas))
+          ? chatCompletion(meta, text, finish, toOpenAiUsage(outcome.usage), weir(outcome), accumulateToolCalls(toolCallDeltas), g.transcript.deltaReasoning.join(''))
           : textCompletion(meta, text, finish, toOpenAiUsage(outcome.usage), weir(outcome)),
       );
       return;
@@ -1175,10 +1175,11 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     const t = g.transcript;
     const outcome = await readTranscript(t, 0, (i) => {
       const calls = kind === 'chat' ? t.deltaToolCalls[i] : undefined;
-      if (!calls) return sse.write(formatSseJson(contentChunk(t.deltas[i])));
-      // A delta of tool calls only has no `content`, as OpenAI streams it.
+      const reasoning = kind === 'chat' ? t.deltaReasoning[i] : undefined;
+      if (!calls && !reasoning) return sse.write(formatSseJson(contentChunk(t.deltas[i])));
+      // A delta of tool calls (or reasoning, as `reasoning_content`) only has no `content`, as OpenAI streams it.
       const text = t.deltas[i];
-      const delta = { ...(text !== '' ? { content: text } : {}), tool_calls: toOpenAiToolCallChunks(calls) };
+      const delta = { ...(text !== '' ? { content: text } : {}), ...(reasoning ? { reasoning_content: reasoning } : {}), ...(calls ? { tool_calls: toOpenAiToolCallChunks(calls) } : {}) };
       return send(chatCompletionChunk(meta, { delta, finishReason: null }));
     });
     /** The end of the stream: an in-band error, or the finish chunk, the usage chunk and [DONE]. */

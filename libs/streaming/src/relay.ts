@@ -273,10 +273,15 @@ export function createRelay(deps: RelayDeps): Relay {
                   firstTokenAt = deps.clock.now();
                   ttftMs = firstTokenAt - job.arrivedAt;
                 }
-                // A delta may carry text, tool-call fragments, or both; one with neither is dropped.
+                // A delta may carry text, tool-call fragments, reasoning, or several; one with none is dropped.
                 const toolCalls = ev.toolCalls !== undefined && ev.toolCalls.length > 0 ? ev.toolCalls : undefined;
-                if (ev.text.length > 0 || toolCalls) {
-                  const d: Extract<RelayEvent, { type: 'delta' }> = toolCalls ? { type: 'delta', text: ev.text, tokens: ev.tokens, toolCalls } : { type: 'delta', text: ev.text, tokens: ev.tokens };
+                // Output moderation checks the answer's text only: reasoning it has not seen is not passed on.
+                const reasoning = window || ev.reasoning === undefined || ev.reasoning.length === 0 ? undefined : ev.reasoning;
+                if (ev.text.length > 0 || toolCalls || reasoning) {
+                  const d: Extract<RelayEvent, { type: 'delta' }> =
+                    toolCalls || reasoning
+                      ? { type: 'delta', text: ev.text, tokens: ev.tokens, ...(toolCalls ? { toolCalls } : {}), ...(reasoning ? { reasoning } : {}) }
+                      : { type: 'delta', text: ev.text, tokens: ev.tokens };
                   if (window) toWindow.push(d);
                   else emit(d);
                 }

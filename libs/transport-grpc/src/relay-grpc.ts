@@ -279,15 +279,16 @@ export function jobFromWire(wire: relayV1.RelayJob | undefined, clock: Clock): R
 
 /** A relay delta from the wire; tool-call fragments keep their order. */
 export function deltaFromWire(d: relayV1.Delta): Extract<RelayEvent, { type: 'delta' }> {
-  if (d.toolCalls.length === 0) return { type: 'delta', text: d.text, tokens: d.tokens };
+  const reasoning = d.reasoning !== undefined && d.reasoning.length > 0 ? d.reasoning : undefined;
+  if (d.toolCalls.length === 0) return reasoning ? { type: 'delta', text: d.text, tokens: d.tokens, reasoning } : { type: 'delta', text: d.text, tokens: d.tokens };
   const toolCalls: ToolCallDelta[] = d.toolCalls.map((c) => defined({ index: c.index, id: c.id, name: c.name, argumentsDelta: c.argumentsDelta }));
-  return { type: 'delta', text: d.text, tokens: d.tokens, toolCalls };
+  return { type: 'delta', text: d.text, tokens: d.tokens, toolCalls, ...(reasoning ? { reasoning } : {}) };
 }
 
-/** A delta → wire (a plain message object unless it carries tool-call fragments). */
+/** A delta → wire (a plain message object unless it carries tool-call fragments or reasoning). */
 function deltaToWire(event: Extract<RelayEvent, { type: 'delta' }>): relayV1.Delta {
-  if (!event.toolCalls || event.toolCalls.length === 0) return plainDelta(event.text, event.tokens);
-  return create(relayV1.DeltaSchema, { text: event.text, tokens: event.tokens, toolCalls: event.toolCalls });
+  if ((!event.toolCalls || event.toolCalls.length === 0) && !event.reasoning) return plainDelta(event.text, event.tokens);
+  return create(relayV1.DeltaSchema, { text: event.text, tokens: event.tokens, toolCalls: event.toolCalls ?? [], ...(event.reasoning ? { reasoning: event.reasoning } : {}) });
 }
 
 /** Encodes a relay event for the Generate stream (one delta, or the end). */

@@ -125,6 +125,46 @@ describe('createOpenAICompatibleEngine (scripted upstream)', () => {
     });
   });
 
+  it('passes reasoning_content / reasoning on as delta.reasoning (never as text), counts it as output, and never learns a reasoning chunk as a content template', async () => {
+    const meta = { id: 'chatcmpl-r', object: 'chat.completion.chunk', created: 1, model: 'm' };
+    const chunk = (delta: object) => sseEvent({ ...meta, choices: [{ index: 0, delta, logprobs: null, finish_reason: null }] });
+    upstream.setScript(() =>
+      sseReply([
+        chunk({ role: 'assistant', content: '' }),
+        chunk({ content: null, reasoning_content: 'Think' }),
+        chunk({ content: null, reasoning_content: 'ing.' }),
+        chunk({ reasoning: ' More.' }),
+        chunk({ content: 'Hi', reasoning_content: null }),
+        // The same shape as the content chunk before, with reasoning: read in full, not as content.
+        chunk({ content: 'Hi', reasoning_content: 'late' }),
+        chunk({ content: ' there', reasoning_content: null }),
+        sseEvent({ ...meta, choices: [{ index: 0, delta: {}, logprobs: null, finish_reason: 'stop' }] }),
+        sseEvent('[DONE]'),
+      ]),
+    );
+    const engine = createOpenAICompatibleEngine(specFor(upstream.url));
+    const { events, error } = await collectEngineEvents(engine, engineRequest(chat));
+    expect(error).toBeUndefined();
+    expect(events.slice(0, -1)).toEqual([
+      { type: 'delta', text: '', tokens: 1, reasoning: 'Think' },
+      { type: 'delta', text: '', tokens: 1, reasoning: 'ing.' },
+      { type: 'delta', text: '', tokens: 1, reasoning: ' More.' },
+      { type: 'delta', text: 'Hi', tokens: 1 },
+      { type: 'delta', text: 'Hi', tokens: 1, reasoning: 'late' },
+      { type: 'delta', text: ' there', tokens: 1 },
+    ]);
+    // No usage chunk: every delta that carried something is an output token, reasoning included.
+    expect(endOf(events)).toMatchObject({ reason: 'stop', usage: { outputTokens: 6 }, usageSource: 'estimated' });
+  });
+
+  it('reads message.reasoning_content of a non-stream answer', async () => {
+    const body = chatCompletionBody('Hi');
+    (body.choices as Array<{ message: Record<string, unknown> }>)[0].message.reasoning_content = 'Because.';
+    upstream.setScript(() => ({ kind: 'json', body }));
+    const { events } = await collectEngineEvents(createOpenAICompatibleEngine(specFor(upstream.url)), engineRequest(chat));
+    expect(events[0]).toEqual({ type: 'delta', text: 'Hi', tokens: 1, reasoning: 'Because.' });
+  });
+
   it('parses message.tool_calls of a non-stream answer; sends no tool fields without tools', async () => {
     const body = chatCompletionBody('', { finishReason: 'tool_calls' });
     (body.choices as Array<{ message: Record<string, unknown> }>)[0].message = {

@@ -329,10 +329,13 @@ export function createOpenAICompatibleEngine(
       const delta = (choice.delta ?? choice.message) as Record<string, unknown> | undefined;
       const text = spec.api === 'completions' ? choice.text : delta?.content;
       const toolCalls = spec.api === 'chat' ? parseToolCallDeltas(delta?.tool_calls) : undefined;
-      return { text: typeof text === 'string' ? text : '', ...(toolCalls ? { toolCalls } : {}) };
+      const reasoning = spec.api === 'chat' ? reasoningOf(delta) : undefined;
+      return { text: typeof text === 'string' ? text : '', ...(toolCalls ? { toolCalls } : {}), ...(reasoning ? { reasoning } : {}) };
     };
-    // Tool-call arguments count as output text (for the token estimate without upstream usage).
-    const producedText = (p: Piece): string => p.text + (p.toolCalls ?? []).map((c) => (c.name ?? '') + (c.argumentsDelta ?? '')).join('');
+    // Tool-call arguments and reasoning count as output text (for the token estimate without upstream usage).
+    const producedText = (p: Piece): string => (p.reasoning ?? '') + p.text + (p.toolCalls ?? []).map((c) => (c.name ?? '') + (c.argumentsDelta ?? '')).join('');
+    /** The engine delta of a piece that carries something. */
+    const deltaOf = (p: Piece, tokens: number): EngineEvent => ({ type: 'delta', text: p.text, tokens, ...(p.toolCalls ? { toolCalls: p.toolCalls } : {}), ...(p.reasoning ? { reasoning: p.reasoning } : {}) });
 
     try {
       if (request.signal.aborted) {
@@ -384,10 +387,10 @@ export function createOpenAICompatibleEngine(
         } catch (error) {
           throw await fail(error);
         }
-        if (piece.text.length > 0 || piece.toolCalls) {
+        if (piece.text.length > 0 || piece.toolCalls || piece.reasoning) {
           outputText += producedText(piece);
           deltas += 1;
-          yield [{ type: 'delta', text: piece.text, tokens: 1, ...(piece.toolCalls ? { toolCalls: piece.toolCalls } : {}) }];
+          yield [deltaOf(piece, 1)];
         }
         doneSeen = true;
       } else {
@@ -442,10 +445,10 @@ export function createOpenAICompatibleEngine(
             try {
               const parsed: unknown = JSON.parse(data);
               const piece = apply(parsed);
-              if (piece.text.length > 0 && !piece.toolCalls && plainContentOf(parsed, spec.api) === piece.text) chunks.learn(data, piece.text, plainTextOfJson);
-              if (piece.text.length > 0 || piece.toolCalls) {
-                outputText += piece.toolCalls ? producedText(piece) : piece.text;
-                pieces.push(piece.toolCalls ? { type: 'delta', text: piece.text, tokens: tokensSoFar(), toolCalls: piece.toolCalls } : { type: 'delta', text: piece.text, tokens: tokensSoFar() });
+              if (piece.text.length > 0 && !piece.toolCalls && !piece.reasoning && plainContentOf(parsed, spec.api) === piece.text) chunks.learn(data, piece.text, plainTextOfJson);
+              if (piece.text.length > 0 || piece.toolCalls || piece.reasoning) {
+                outputText += piece.toolCalls || piece.reasoning ? producedText(piece) : piece.text;
+                pieces.push(piece.toolCalls || piece.reasoning ? deltaOf(piece, tokensSoFar()) : { type: 'delta', text: piece.text, tokens: tokensSoFar() });
               }
             } catch (error) {
               frameError =
@@ -532,8 +535,17 @@ function plainContentOf(payload: unknown, api: OpenAICompatibleEngineSpec['api']
   if (typeof c !== 'object' || c === null || (c.index ?? 0) !== 0 || (c.finish_reason !== undefined && c.finish_reason !== null)) return undefined;
   if (api === 'completions') return typeof c.text === 'string' ? c.text : undefined;
   const d = c.delta as Record<string, unknown> | null | undefined;
-  if (typeof d !== 'object' || d === null || (d.tool_calls !== undefined && d.tool_calls !== null)) return undefined;
+  if (typeof d !== 'object' || d === null || (d.tool_calls !== undefined && d.tool_calls !== null) || reasoningOf(d) !== undefined) return undefined;
   return typeof d.content === 'string' ? d.content : undefined;
+}
+
+/**
+ * The reasoning text of a chat delta or message: `reasoning_content` (DeepSeek, vLLM, llama.cpp
+ * server, Qwen) or `reasoning` (OpenRouter, newer vLLM); undefined when neither is a non-empty string.
+ */
+function reasoningOf(delta: Record<string, unknown> | undefined): string | undefined {
+  const r = delta?.reasoning_content ?? delta?.reasoning;
+  return typeof r === 'string' && r.length > 0 ? r : undefined;
 }
 
 /** Cuts one upstream call (what the watchdog and `close()` call). */
@@ -545,6 +557,8 @@ interface Cutter {
 interface Piece {
   text: string;
   toolCalls?: ToolCallDelta[];
+  /** Reasoning text (`reasoningOf`). */
+  reasoning?: string;
 }
 
 /** A Weir chat message as OpenAI's chat API takes it (assistant `tool_calls`, a tool message's `tool_call_id`). */
