@@ -37,11 +37,11 @@
  */
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { createGatewayResponseCache } from '@weir/cache';
+import { createGatewayResponseCache, createInMemorySemanticStore, createSemanticCacheMetrics, createTenantSemanticCache } from '@weir/cache';
 import { createConfigSyncMetrics, openDataPlaneConfig } from '@weir/config-sync';
-import { type CancelMessage, type GenerationInput, newId, retiredInternalIds, systemClock } from '@weir/core';
+import { type CancelMessage, DEFAULT_CACHE, type GenerationInput, newId, retiredInternalIds, SEMANTIC_LOOKUP_TIMEOUT_DEFAULT_MS, systemClock } from '@weir/core';
 import { adapterTokenCounter, countInputWith, egressDispatcher, remoteReplicas, replicaTokenCounter, utf8TokenUpperBound } from '@weir/engines';
-import { createCachedAnswerScreen, createGatewayApp, createGenerationPipeline, createContentPolicies, contentPolicyOptionsFromEnv, createLiveConfig, redactionMetricsObserver, createMetricsObserver, createRevocations } from '@weir/gateway';
+import { createCachedAnswerScreen, createGatewayApp, relayEmbeddersOf, createGenerationPipeline, createContentPolicies, contentPolicyOptionsFromEnv, createLiveConfig, redactionMetricsObserver, createMetricsObserver, createRevocations } from '@weir/gateway';
 import { cancelMessageCodec, connectNats, natsAuthFromEnv, createNatsTopic, createNatsSettlementJournal, ensureUsageStream, natsNames } from '@weir/messaging-nats';
 import { clientLimitsFromEnv, createClientGuard, envInt, envRequired, envString, opsSettingsFromEnv, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
 import {
@@ -50,9 +50,11 @@ import {
   createCachedApiKeyStore,
   createPgExactCacheTier,
   createPgIdempotencyStore,
+  createPgSemanticStore,
   createUsageQueries,
   createUsageRepository,
   openDatabase,
+  purgeExpiredSemanticEntries,
   startKeyHolder,
 } from '@weir/store-pg';
 import { createLogger, createModerationMetrics, createTelemetry } from '@weir/telemetry';
@@ -149,13 +151,35 @@ runUntilSignal('gateway', logger, async () => {
   const revocations = createRevocations({ keyCache: apiKeys });
   revocations.applyConfig(config.tenants);
   // The response cache (docs/caching.md), for tenants whose policy is on: the exact tier in this
-  // process, or the Postgres one every gateway of the fleet shares (`defaults.cache.exact_store`).
+  // process, or the Postgres one every gateway of the fleet shares (`defaults.cache.exact_store`),
+  // then the semantic tier (tried after an exact miss, for tenants whose policy turns it on):
+  // prompts embedded through the relay on the embedding revisions' replicas (internal jobs: no
+  // usage row, no scheduler slot, bounded by `semantic_lookup_timeout_ms`), entries in this process
+  // or in the Postgres store the fleet shares (`defaults.cache.semantic_store`, default as the exact store).
   // A hit is admitted by one `Reserve` (no scheduler slot) and settled at the instance that reserved.
-  const responseCache = createGatewayResponseCache({
-    ...(config.defaults.cache ? { settings: config.defaults.cache } : {}),
-    sharedExactTier: (onFault, bounds) => createPgExactCacheTier(database.db, { onFault, ...bounds }),
-    onFault: (tier, op, err) => logger.warn({ err, tier, op }, 'response cache fault (taken as a miss)'),
+  const cacheDefaults = config.defaults.cache ?? DEFAULT_CACHE;
+  const cacheFault = (tier: string, op: string, err: unknown) => logger.warn({ err, tier, op }, 'response cache fault (taken as a miss)');
+  const semanticOnPg = (cacheDefaults.semanticStore ?? cacheDefaults.exactStore) === 'postgres';
+  const semanticCache = createTenantSemanticCache({
+    embedders: relayEmbeddersOf({
+      relay,
+      revisions: config.revisions,
+      replicas: remoteReplicas(config.revisions),
+      timeoutMs: cacheDefaults.semanticLookupTimeoutMs ?? SEMANTIC_LOOKUP_TIMEOUT_DEFAULT_MS,
+    }),
+    tenants: config.tenants,
+    store: semanticOnPg ? createPgSemanticStore(database.db) : createInMemorySemanticStore(),
+    metrics: createSemanticCacheMetrics(telemetry.meter),
+    logger,
   });
+  const responseCache = createGatewayResponseCache({
+    settings: cacheDefaults,
+    sharedExactTier: (onFault, bounds) => createPgExactCacheTier(database.db, { onFault, ...bounds }),
+    moreTiers: [semanticCache.tier],
+    onFault: cacheFault,
+  });
+  const semanticPurge = semanticOnPg ? setInterval(() => void purgeExpiredSemanticEntries(database.db, Date.now()).catch((err: unknown) => cacheFault('semantic', 'purge', err)), 60_000) : undefined;
+  semanticPurge?.unref();
   let applied = config;
   // Set once the gateway exists.
   const retiring: { drop?: (retired: ReadonlySet<string>) => number } = {};
@@ -164,6 +188,7 @@ runUntilSignal('gateway', logger, async () => {
     const retired = retiredInternalIds(applied.tenants, next.tenants);
     // A tenant whose cache policy was turned off, or that was deleted, leaves nothing cached.
     responseCache.applyTenants(applied.tenants, next.tenants);
+    semanticCache.update(next.tenants);
     applied = next;
     router.update(next);
     live.update(next);
@@ -251,6 +276,7 @@ runUntilSignal('gateway', logger, async () => {
       server.closeIdleConnections();
       await settlements.close();
       responseCache.close();
+      if (semanticPurge) clearInterval(semanticPurge);
       await source.stop();
       holder.stop();
       admit.close();
