@@ -13,6 +13,10 @@
  * whose policy is on: a hit takes no scheduler slot and reaches no relay — it is admitted by one
  * `Reserve` call (instead of `Admit`), its usage row (`cache_hit`) goes to JetStream like the
  * gateway's other own settlement entries, and it is settled at the instance that reserved.
+ * The semantic tier (tenants whose `cache.semantic` is on) embeds prompts through the relay
+ * (`internal` embedding jobs on the embedding revision's replicas: no slot, no usage row), within
+ * `semantic_lookup_timeout_ms`; its entries live in Postgres, shared by the fleet, when
+ * `defaults.cache.semantic_store` (else `exact_store`) is `postgres`, else in this process.
  *
  * Idempotency keys are claimed in Postgres under this process's holder id, kept alive by a
  * heartbeat (`key_holders`), so a retry on another gateway after this one died is answered from
