@@ -78,7 +78,10 @@ async function until<T>(read: () => Promise<T>, ok: (v: T) => boolean, ms = 30_0
   }
 }
 
-describe('the semantic response cache on the split topology (two gateways, a shared Postgres store, embeddings through the relay)', () => {
+describe.each([
+  ['signed snapshots from the control plane', true],
+  ['every service reading the file (tenants without internal ids: the gateway takes them from their rows)', false],
+])('the semantic response cache on the split topology (two gateways, a shared Postgres store, embeddings through the relay), %s', (_mode, withControlPlane) => {
   let split: SplitTopology | undefined;
   let workDir: string;
   let pg: Awaited<ReturnType<typeof createTemporaryPostgresDatabase>>;
@@ -97,9 +100,9 @@ describe('the semantic response cache on the split topology (two gateways, a sha
       deleteNatsStreamOnStop: true,
       enginesPerRevision: 1,
       env: { WEIR_DEMO_API_KEY: DEMO_KEY },
-      // As `npm run split` runs by default: signed snapshots carry the tenants' internal ids, which
-      // the semantic policies are keyed by (like the callers the API keys name).
-      controlPlane: { adminToken: `wa_semsplt1_${'A'.repeat(43)}`, heartbeatMs: 1_000 },
+      // `npm run split` runs the control plane by default (its snapshots carry the tenants' internal
+      // ids); SPLIT_CONTROL_PLANE=0 has every service read the file.
+      ...(withControlPlane ? { controlPlane: { adminToken: `wa_semsplt1_${'A'.repeat(43)}`, heartbeatMs: 1_000 } } : {}),
     });
   });
   afterAll(async () => {

@@ -66,6 +66,7 @@ import { compileModerationPolicies, logEngineFailures, type ModerationPolicies }
 import { breakerOptionsFrom, breakerScopeOf, breakerTransitionRecorder, createBreakerRegistry, createRevisionHealth, createRouter, revisionProviderKey } from '@weir/routing';
 import { createServiceTlsAgent, serviceTlsFromEnv } from '@weir/service-tls';
 import { createAdmitGrpcClient, createRelayGrpcClient, createSchedulerGrpcClient, installTracing } from '@weir/transport-grpc';
+import { loadTenantUids, withTenantUids } from './tenant-uids';
 
 const env = readEnv({
   WEIR_CONFIG: envString(''),
@@ -164,6 +165,9 @@ runUntilSignal('gateway', logger, async () => {
   const cacheDefaults = config.defaults.cache ?? DEFAULT_CACHE;
   const cacheFault = (tier: string, op: string, err: unknown) => logger.warn({ err, tier, op }, 'response cache fault (taken as a miss)');
   const semanticOnPg = (cacheDefaults.semanticStore ?? cacheDefaults.exactStore) === 'postgres';
+  // Tenants of a file carry no internal id; callers do (from their key's row): key the cache's per-tenant state alike.
+  const tenantUids = await loadTenantUids(database.db);
+  const keyed = (tenants: typeof config.tenants) => withTenantUids(tenants, tenantUids);
   const semanticCache = createTenantSemanticCache({
     embedders: relayEmbeddersOf({
       relay,
@@ -171,7 +175,7 @@ runUntilSignal('gateway', logger, async () => {
       replicas: remoteReplicas(config.revisions),
       timeoutMs: cacheDefaults.semanticLookupTimeoutMs ?? SEMANTIC_LOOKUP_TIMEOUT_DEFAULT_MS,
     }),
-    tenants: config.tenants,
+    tenants: keyed(config.tenants),
     store: semanticOnPg ? createPgSemanticStore(database.db) : createInMemorySemanticStore(),
     metrics: createSemanticCacheMetrics(telemetry.meter),
     logger,
@@ -191,8 +195,8 @@ runUntilSignal('gateway', logger, async () => {
     // Internal ids the snapshot retires (deleted tenants and apps, issue 14 §4): their retained generations go.
     const retired = retiredInternalIds(applied.tenants, next.tenants);
     // A tenant whose cache policy was turned off, or that was deleted, leaves nothing cached.
-    responseCache.applyTenants(applied.tenants, next.tenants);
-    semanticCache.update(next.tenants);
+    responseCache.applyTenants(keyed(applied.tenants), keyed(next.tenants));
+    semanticCache.update(keyed(next.tenants));
     applied = next;
     router.update(next);
     live.update(next);
