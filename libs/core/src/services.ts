@@ -337,6 +337,14 @@ export interface RelayJob {
    * leaves the result (or that it was interrupted) for retries (ADR 0002 §2). Default none.
    */
   retain?: RetainSpec;
+  /**
+   * A call the gateway makes for itself, not for the caller (the semantic cache embedding a
+   * prompt, docs/caching.md): platform overhead, like the all-in-one's in-process embeddings.
+   * Honoured only for an embedding input: the relay appends no settlement entry (no usage row,
+   * nothing billed, nothing retained), applies no output moderation, and ends with
+   * `outcome.unrecorded` set. Default false.
+   */
+  internal?: boolean;
 }
 
 /** Events the relay streams back; exactly one `end`, always last. */
@@ -390,7 +398,8 @@ export interface GenerationOutcome {
   cacheHit?: CacheTierName;
   /**
    * Set by the relay when the job allowed a retry (`RelayJob.retryBeforeFirstToken`) and the
-   * attempt failed retryably before any output token: no usage was recorded for it.
+   * attempt failed retryably before any output token, or the job was `internal`: no usage was
+   * recorded for it.
    */
   unrecorded?: boolean;
   /**

@@ -209,7 +209,9 @@ export function createRelay(deps: RelayDeps): Relay {
             if (d.toolCalls) retained.anyToolCalls = true;
           }
         };
-        const outputPlan = deps.moderation?.outputFor(job);
+        // The gateway's own embedding of a prompt (`job.internal`): platform overhead, never billed.
+        const internal = job.internal === true && job.engineRequest.input.kind === 'embedding';
+        const outputPlan = internal ? undefined : deps.moderation?.outputFor(job);
         const window = outputPlan ? createOutputWindow<Extract<RelayEvent, { type: 'delta' }>>(outputPlan) : undefined;
         // Under output moderation, a read's deltas wait here until they are fed into the window.
         const toWindow: Extract<RelayEvent, { type: 'delta' }>[] = [];
@@ -431,6 +433,13 @@ export function createRelay(deps: RelayDeps): Relay {
         // `output_invalid` in the usage record, the end event and every replay alike.
         const judged = (await judgeOutput(measured, text, schema)).outcome;
         let outcome: GenerationOutcome = { ...judged, attempts: attempts(judged.error?.code) };
+        if (internal) {
+          outcome = { ...outcome, unrecorded: true };
+          deps.onOutcome?.(job, outcome);
+          queue.push({ type: 'end', outcome });
+          queue.end();
+          return outcome;
+        }
         try {
           await deps.settlements.append(settlementOf(job, outcome, wall(), inputFlagged ? { deltas: [], toolCalls: [], anyToolCalls: false } : retained));
         } catch (err) {

@@ -186,6 +186,7 @@ export function jobToWire(job: RelayJob, clock: Clock): MessageInitShape<typeof 
     inputTokens: job.inputTokens,
     ...(job.useCase !== undefined ? { useCase: job.useCase } : {}),
     retryBeforeFirstToken: job.retryBeforeFirstToken === true,
+    internal: job.internal === true,
     priorAttempts: (job.priorAttempts ?? []).map(attemptToWire),
     ...(job.reservation ? { reservation: reservationToWire(job.reservation) } : {}),
     ...(job.retain
@@ -269,6 +270,7 @@ export function jobFromWire(wire: relayV1.RelayJob | undefined, clock: Clock): R
     inputTokens: job.inputTokens,
     ...(job.useCase !== undefined ? { useCase: job.useCase } : {}),
     ...(job.retryBeforeFirstToken ? { retryBeforeFirstToken: true } : {}),
+    ...(job.internal ? { internal: true } : {}),
     ...(job.priorAttempts.length > 0 ? { priorAttempts: job.priorAttempts.map(attemptFromWire) } : {}),
     ...(job.reservation ? { reservation: reservationFromWire(job.reservation) } : {}),
     ...(job.retain

@@ -195,6 +195,14 @@ describe('wire translation', () => {
     expect(roundTrip(relayJob({ tokens: 1 }))).not.toHaveProperty('retryBeforeFirstToken');
   });
 
+  it('carries the internal flag (the semantic cache\'s own embeddings) when set, and nothing when not', () => {
+    const clock = { now: () => 0 };
+    const roundTrip = (job: ReturnType<typeof relayJob>) =>
+      jobFromWire(fromBinary(relayV1.RelayJobSchema, toBinary(relayV1.RelayJobSchema, create(relayV1.RelayJobSchema, jobToWire(job, clock)))), clock);
+    expect(roundTrip(relayJob({ tokens: 1 }, { internal: true })).internal).toBe(true);
+    expect(roundTrip(relayJob({ tokens: 1 }))).not.toHaveProperty('internal');
+  });
+
   it('rejects a job with no engine request as invalid_request', () => {
     const wire = create(relayV1.RelayJobSchema, { ...jobToWire(relayJob({ tokens: 1 }), { now: () => 0 }), engineRequest: undefined });
     expect(() => jobFromWire(wire, { now: () => 0 })).toThrow(expect.objectContaining({ code: 'invalid_request' }));
