@@ -70,7 +70,8 @@ export interface SchemaWorkerOptions {
 export interface SchemaWorker {
   /**
    * Compiles `key` (a schema's compact JSON text) after checking it against the meta-schema of
-   * the draft its `$schema` declares (draft-07, 2019-09 or 2020-12, the default); `paramName` names the schema in the meta-schema's messages. `tenant` (the
+   * the draft its `$schema` declares (draft-07, 2019-09, or 2020-12 when absent), with that
+   * draft's ajv class; `paramName` names the schema in the meta-schema's messages. `tenant` (the
    * caller's internal id, `tenantKeyOf`; default `''`) picks the queue the job waits in; with
    * `capped` (default true) a tenant over its cap gets `{ok: false, busy: true}` at once. Never rejects.
    */
