@@ -185,6 +185,28 @@ describe('each draft on the schema worker', () => {
     });
   });
 
+  it('caches by the schema text, $schema included: the same body in two drafts compiles twice, each with its own semantics', async () => {
+    const body = { type: 'array', items: [{ type: 'string' }] };
+    const d7 = await loadOutputSchema({ $schema: D7, ...body }, 'output_schema', { worker });
+    expect(await d7.check('["a", 1]')).toMatchObject({ ok: true });
+    await expect(loadOutputSchema(body, 'output_schema', { worker })).rejects.toMatchObject({ message: expect.stringMatching(/items must be object,boolean/) });
+    expect(await d7.check('[1]')).toMatchObject({ ok: false, message: expect.stringMatching(/`\/0` must be string/) });
+  });
+
+  it('stops a draft-07 check that runs past its time limit, as for any draft', async () => {
+    const slow = createSchemaWorker({ checkTimeoutMs: 300 });
+    try {
+      // RE2 matches in linear time, but this program defeats its DFA: 200 strings of 16 KiB take seconds.
+      let seed = 1;
+      const ab = () => Array.from({ length: 16_384 }, () => ((seed = (seed * 1_103_515_245 + 12_345) % 2_147_483_648) % 1_024 < 512 ? 'a' : 'b')).join('');
+      const schema = { $schema: D7, type: 'array', items: { type: 'string', pattern: '(a|b)*a(a|b){200}$' } };
+      const loaded = await loadOutputSchema(schema, 'output_schema', { worker: slow });
+      expect(await loaded.check(JSON.stringify(Array.from({ length: 200 }, ab)))).toEqual({ ok: false, message: 'checking the output against its schema took longer than 300 ms' });
+    } finally {
+      await slow.close();
+    }
+  });
+
   it('guards a compile job that bypassed the gateway screen (an unknown $schema reaching the worker)', async () => {
     expect(await worker.compile(JSON.stringify({ $schema: 'https://example.com/meta', type: 'string' }), 'output_schema')).toEqual({ ok: false, message: expect.stringMatching(/names no supported draft; use one of/) });
   });
