@@ -95,6 +95,23 @@ describe('structured output from the client libraries on the real tiny model (al
     expect(Pet.safeParse(value).success).toBe(true);
   });
 
+  it('a recursive zod schema (draft-07 definitions + a $ref cycle) becomes a recursive grammar: the model writes a matching tree', async () => {
+    interface Part {
+      name: string;
+      parts: Part[];
+    }
+    const PartSchema: z.ZodType<Part> = z.object({ name: z.string().max(8), get parts() {
+      return z.array(PartSchema).max(1);
+    } });
+    const format = zodResponseFormat(z.object({ root: PartSchema }), 'tree');
+    expect(JSON.stringify(format.json_schema.schema)).toContain('"$ref":"#/definitions/');
+    const client = new OpenAI({ baseURL: baseURL(), apiKey: DEMO_KEY, maxRetries: 0 });
+    const completion = await client.chat.completions.parse({ model: 'tiny-stories', messages: [{ role: 'user', content: 'A toy had parts.' }], max_tokens: 96, temperature: 0, response_format: format });
+    const parsed = completion.choices[0].message.parsed as { root: Part } | null;
+    expect(typeof parsed?.root.name).toBe('string');
+    expect(Array.isArray(parsed?.root.parts)).toBe(true);
+  });
+
   it('AI SDK generateObject and streamObject (chat wire)', async () => {
     const provider = createOpenAI({ baseURL: baseURL(), apiKey: DEMO_KEY });
     const { object } = await generateObject({ model: provider.chat('tiny-stories'), schema: Pet, prompt: 'A girl had a pet.', maxOutputTokens: 64, temperature: 0, maxRetries: 0 });
