@@ -145,7 +145,7 @@ export interface EngineRequest {
   /** Weir's generation id, for upstream correlation headers and logs. */
   generationId: string;
   /**
-   * A JSON Schema (draft 2020-12; already validated by the gateway, at most 64 KiB) the output
+   * A JSON Schema (draft-07, 2019-09 or 2020-12 as its `$schema` says; already validated by the gateway, at most 64 KiB) the output
    * must be a JSON document of (`output_schema` on `POST /v1/responses`). An engine that can
    * constrain generation does so (llama.cpp: a JSON-schema grammar; OpenAI-compatible upstreams:
    * `response_format: {type: "json_schema"}`); the gateway validates the final output against

@@ -1508,7 +1508,8 @@ export function sendError(res: ServerResponse, error: WeirError): void {
   // request cannot help (a spent budget, a key used for another request, a request larger
   // than a rate limit's whole window).
   // A kill switch is a 503 that only an operator lifts: the clients' automatic retries would only add load.
-  if (error.code === 'kill_switch' || (!error.retryable && (mapping.status === 409 || mapping.status === 429))) res.setHeader('x-should-retry', 'false');
+  // An `output_invalid` (502) was generated and billed: a blind retry pays again (the caller decides).
+  if (error.code === 'kill_switch' || error.code === 'output_invalid' || (!error.retryable && (mapping.status === 409 || mapping.status === 429))) res.setHeader('x-should-retry', 'false');
   if (error instanceof AdmissionRejectedError) {
     for (const [name, value] of Object.entries(rateLimitHeaders(error.rateLimits))) res.setHeader(name, value);
   }

@@ -217,7 +217,7 @@ describe('POST /v1/responses', () => {
       ['an invalid schema', { output_schema: { type: 'objec' } }, 'output_schema', /output_schema\/type must be equal to one of the allowed values/],
       ['an unknown keyword in the schema', { output_schema: { type: 'object', requried: ['a'] } }, 'output_schema', /unknown keyword: "requried"/],
       ['a schema that is not an object', { output_schema: 'json' }, 'output_schema', /must be a JSON Schema object/],
-      ['another dialect', { output_schema: { $schema: 'http://json-schema.org/draft-07/schema#', type: 'object' } }, 'output_schema', /draft 2020-12/],
+      ['an unsupported dialect (draft-04)', { output_schema: { $schema: 'http://json-schema.org/draft-04/schema#', type: 'object' } }, 'output_schema', /names no supported draft; use one of "http:\/\/json-schema.org\/draft-07\/schema#"/],
       ['an unresolvable $ref', { output_schema: { $ref: 'https://example.com/s.json' } }, 'output_schema', /can't resolve reference/],
     ])('refuses %s with a 400 naming the field, before any reservation or engine work', async (_name, patch, param, message) => {
       const before = h.reserves();
