@@ -344,6 +344,12 @@ export interface GenerationPipeline {
    * with the rate-limit status for the 429's headers.
    */
   holdUnmetered(caller: Caller, requestId: string, holdMs: number): Promise<{ rateLimits?: RateLimitStatus; release(): Promise<void> }>;
+  /**
+   * Counts `input`'s tokens with `revision`'s tokenizer, as admission counts them (the
+   * {@link GenerationPipelineDeps.countInputTokens} it was built with; no limit): for routes
+   * that answer a count (`POST /v1/messages/count_tokens`). Reserves nothing.
+   */
+  countInputTokens(revision: RevisionSpec, input: GenerationInput): Promise<number>;
   /** The deadline a request of `caller` gets (ms from arrival): `requestedMs`, else the tenant's default, else 120,000. */
   deadlineMsFor(caller: Caller, requestedMs?: number): number;
   /**
@@ -618,6 +624,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
   return {
     deadlineMsFor,
     precheck,
+    countInputTokens: (revision, input) => deps.countInputTokens(revision, input),
     async holdUnmetered(caller, requestId, holdMs) {
       const reserved = await admitPort.reserve({
         caller,
