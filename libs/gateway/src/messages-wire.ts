@@ -83,7 +83,8 @@ function describeIssue(issue: z.core.$ZodIssue): string {
 const message = z
   .object({
     role: z.enum(['user', 'assistant'], { message: 'use "user" or "assistant" (the system prompt goes in the top-level `system` field)' }),
-    content: z.union([z.string(), z.array(contentBlock)], { error: 'send a string or an array of content blocks' }),
+    // A string is one text block.
+    content: z.preprocess((v) => (typeof v === 'string' ? [{ type: 'text', text: v }] : v), z.array(contentBlock, { error: 'send a string or an array of content blocks' })),
   })
   .strict();
 
@@ -175,7 +176,7 @@ export function checkConversation(body: Pick<MessagesBody, 'messages' | 'tools' 
   }
   let open = new Set<string>();
   for (const [i, m] of body.messages.entries()) {
-    const blocks = typeof m.content === 'string' ? [] : m.content;
+    const blocks = m.content;
     const calls = new Set<string>();
     for (const [j, b] of blocks.entries()) {
       if (b.type === 'tool_use' && m.role !== 'assistant') throw new WeirError('invalid_request', `Invalid request: \`messages[${i}].content[${j}]\`: tool_use blocks belong in "assistant" turns.`, { param: `messages[${i}].content[${j}]` });
@@ -228,10 +229,6 @@ export function toMessagesInput(body: Pick<MessagesBody, 'messages' | 'system'>)
   const system = systemText(body.system);
   if (system !== undefined) out.push({ role: 'system', content: system });
   for (const m of body.messages) {
-    if (typeof m.content === 'string') {
-      out.push({ role: m.role, content: m.content });
-      continue;
-    }
     let text = '';
     const calls: ToolCall[] = [];
     for (const b of m.content) {
