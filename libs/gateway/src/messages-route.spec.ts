@@ -140,6 +140,32 @@ describe('POST /v1/messages (Anthropic Messages API inbound)', () => {
     expect(engine.requests[0].input).toEqual({ kind: 'chat', messages: [{ role: 'system', content: 'Rule one.\n\nRule two.' }, { role: 'user', content: 'Go' }] });
   });
 
+  it('accepts what a coding agent sends (cache_control, thinking, output_config.effort, speed, tool runtime hints) and ignores what changes nothing here', async () => {
+    const res = await post(
+      '/v1/messages',
+      {
+        model: 'fake',
+        max_tokens: 64,
+        stream: true,
+        cache_control: { type: 'ephemeral' },
+        system: [{ type: 'text', text: 'You are a coding agent.', cache_control: { type: 'ephemeral', ttl: '1h' } }],
+        metadata: { user_id: 'session-1' },
+        thinking: { type: 'adaptive' },
+        output_config: { effort: 'high' },
+        speed: 'standard',
+        tools: [{ ...WEATHER, strict: true, eager_input_streaming: true, defer_loading: false, input_examples: [{ city: 'Oslo' }] }],
+        messages: [{ role: 'user', content: [{ type: 'text', text: 'Hi', cache_control: { type: 'ephemeral' } }] }],
+      },
+      { 'anthropic-beta': 'interleaved-thinking-2025-05-14' },
+    );
+    expect(res.status).toBe(200);
+    expect(sseEvents(await res.text()).at(-1)?.event).toBe('message_stop');
+    expect(engine.requests[0].tools?.[0].function).toEqual({ name: 'get_weather', description: WEATHER.description, parameters: WEATHER.input_schema, strict: true });
+    const format = await post('/v1/messages', { model: 'fake', max_tokens: 5, output_config: { format: { type: 'json_schema', schema: {} } }, messages: [{ role: 'user', content: 'x' }] });
+    expect(format.status).toBe(400);
+    expect(((await format.json()) as { error: { message: string } }).error.message).toMatch(/output_config.format/);
+  });
+
   it.each([
     ['length', 'max_tokens'],
     ['tool_calls', 'tool_use'],

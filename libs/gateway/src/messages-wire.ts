@@ -11,6 +11,7 @@
 import { z } from 'zod';
 import { type ChatMessage, type GenerationInput, type GenerationOutcome, type SamplingParams, type TokenUsage, type ToolCall, WeirError, type WeirErrorCode } from '@weir/core';
 import { HTTP_ERRORS } from '@weir/streaming';
+import { cacheFields } from './schemas';
 import type { ChatTools } from './tools';
 
 const positiveInt = z.number().int().positive();
@@ -30,6 +31,9 @@ const toolUseBlock = z
     name: z.string().min(1),
     input: z.record(z.string(), z.unknown(), { message: 'expected the tool call’s arguments as a JSON object' }),
     cache_control: cacheControl,
+    // Who called the tool and from which tool set: bookkeeping of Anthropic's server tools, ignored.
+    caller: z.unknown().optional(),
+    toolset_name: z.string().nullish(),
   })
   .strict();
 
@@ -40,6 +44,7 @@ const toolResultBlock = z
     content: z.union([z.string(), z.array(textBlock, { message: 'send the result as a string or text blocks (images in tool results are not supported)' })]).optional(),
     is_error: z.boolean().optional(),
     cache_control: cacheControl,
+    toolset_name: z.string().nullish(),
   })
   .strict();
 
@@ -88,14 +93,24 @@ const message = z
   })
   .strict();
 
-/** A client tool: `{name, description?, input_schema}`; server tools (a `type` such as `web_search_20250305`) are refused. */
+/**
+ * A client tool: `{name, description?, input_schema, strict?}`; server tools (a `type` such as
+ * `web_search_20250305`) are refused. `strict` is passed on (OpenAI's `function.strict`); the
+ * hints of Anthropic's own tool runtime (`allowed_callers`, `defer_loading`,
+ * `eager_input_streaming`, `input_examples`) are accepted and ignored.
+ */
 const tool = z
   .object({
     type: z.literal('custom', { message: 'server tools (web search, bash, text editor, computer use, …) are not supported: send client tools with `name` and `input_schema`' }).nullish(),
     name: toolName,
     description: z.string().optional(),
     input_schema: z.record(z.string(), z.unknown(), { message: 'expected a JSON Schema object' }),
+    strict: z.boolean().optional(),
     cache_control: cacheControl,
+    allowed_callers: z.array(z.string()).optional(),
+    defer_loading: z.boolean().optional(),
+    eager_input_streaming: z.boolean().nullish(),
+    input_examples: z.array(z.unknown()).optional(),
   })
   .strict();
 
@@ -112,9 +127,11 @@ const toolChoice = z.discriminatedUnion(
 
 /**
  * `POST /v1/messages` (Anthropic's `MessageCreateParams`, the fields Weir serves). `max_tokens`
- * is required, as Anthropic requires it. `thinking` and `service_tier` are accepted and ignored
- * (Weir's revisions do no extended thinking; Weir has its own priority, `x-weir-priority`).
- * Fields this schema does not list are refused by the route, by name ({@link MESSAGES_HINTS}).
+ * is required, as Anthropic requires it. Accepted and ignored, because they change nothing a
+ * Weir revision does: `thinking` (no extended thinking), `output_config.effort`, `speed`,
+ * `service_tier` (Weir's own priority is `x-weir-priority`) and a top-level `cache_control`
+ * (Weir's cache is its own). Fields this schema does not list are refused by the route, by name
+ * ({@link MESSAGES_HINTS}).
  */
 export const messagesBody = z
   .object({
@@ -129,8 +146,21 @@ export const messagesBody = z
     tools: z.array(tool).max(128, { message: 'at most 128 tools' }).optional(),
     tool_choice: toolChoice.optional(),
     stream: z.boolean().optional(),
-    thinking: z.object({ type: z.enum(['enabled', 'disabled']), budget_tokens: z.number().int().optional() }).strict().optional(),
+    thinking: z
+      .object({ type: z.enum(['enabled', 'disabled', 'adaptive', 'between_tools']), budget_tokens: z.number().int().optional(), display: z.enum(['summarized', 'omitted']).nullish() })
+      .strict()
+      .optional(),
+    output_config: z
+      .object({
+        effort: z.enum(['low', 'medium', 'high', 'xhigh', 'max']).nullish(),
+        format: z.null({ message: 'structured output on /v1/messages is not supported: use POST /v1/chat/completions with `response_format`, or remove `output_config.format`' }).optional(),
+      })
+      .strict()
+      .optional(),
+    speed: z.enum(['standard', 'fast']).nullish(),
     service_tier: z.enum(['auto', 'standard_only']).optional(),
+    cache_control: cacheControl,
+    ...cacheFields,
   })
   .strict();
 
@@ -146,6 +176,8 @@ export const countTokensBody = z
     tools: messagesBody.shape.tools,
     tool_choice: messagesBody.shape.tool_choice,
     thinking: messagesBody.shape.thinking,
+    output_config: messagesBody.shape.output_config,
+    cache_control: cacheControl,
   })
   .strict();
 
@@ -162,6 +194,10 @@ export const MESSAGES_HINTS: Readonly<Record<string, string>> = {
   context_management: 'context management is not supported: send the whole conversation',
   output_format: 'structured output on /v1/messages is not supported: use POST /v1/chat/completions with `response_format`',
   citations: 'citations are not supported',
+  inference_geo: 'Weir does not choose an inference region per request: its revisions run where the platform team deployed them',
+  diagnostics: 'prompt-cache diagnostics are not supported',
+  user_profile_id: 'user profiles are not supported: name the end user in `metadata.user_id`',
+  workspace_id: 'Weir has no workspaces: the API key names the tenant and app',
 };
 
 /**
@@ -254,7 +290,10 @@ export function toMessagesTools(body: Pick<MessagesBody, 'tools' | 'tool_choice'
   const c = body.tool_choice;
   const toolChoice = c === undefined ? undefined : c.type === 'auto' ? 'auto' : c.type === 'any' ? 'required' : c.type === 'none' ? 'none' : { type: 'function' as const, function: { name: c.name } };
   return {
-    tools: tools.map((t) => ({ type: 'function' as const, function: { name: t.name, ...(t.description !== undefined ? { description: t.description } : {}), parameters: t.input_schema } })),
+    tools: tools.map((t) => ({
+      type: 'function' as const,
+      function: { name: t.name, ...(t.description !== undefined ? { description: t.description } : {}), parameters: t.input_schema, ...(t.strict !== undefined ? { strict: t.strict } : {}) },
+    })),
     ...(toolChoice !== undefined ? { toolChoice } : {}),
     ...(c !== undefined && c.type !== 'none' && c.disable_parallel_tool_use === true ? { parallelToolCalls: false } : {}),
   };
