@@ -163,6 +163,12 @@ export interface EngineRequest {
   toolChoice?: ToolChoice;
   /** OpenAI's `parallel_tool_calls`; only with `tools`. Default: the upstream's. */
   parallelToolCalls?: boolean;
+  /**
+   * Anthropic's beta flags the client sent in `anthropic-beta` (`POST /v1/messages`), each
+   * 1–128 of `[A-Za-z0-9._-]`. Only the Anthropic engine uses them (its upstream call's
+   * `anthropic-beta` header); the other engines ignore them. Default none.
+   */
+  anthropicBeta?: string[];
 }
 
 /**

@@ -554,6 +554,8 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
       tools?: ChatTools;
       /** The end user a wire names elsewhere than OpenAI's `user` (Anthropic's `metadata.user_id`): a sticky key, and personalised for the cache. */
       endUser?: string;
+      /** Anthropic's beta flags from `anthropic-beta` (`EngineRequest.anthropicBeta`). */
+      anthropicBeta?: string[];
       /** Runs before the idempotency claim and admission, with the request's sticky key (the end user, else the request id); throws to refuse the request while it holds nothing. */
       beforeAdmit?: (requestId: string, useCase: string | undefined) => Promise<void>;
     },
@@ -631,6 +633,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
         ...(priority !== undefined ? { priority } : {}),
         ...(limits.outputSchema !== undefined ? { outputSchema: limits.outputSchema } : {}),
         ...(limits.tools !== undefined ? limits.tools : {}),
+        ...(limits.anthropicBeta !== undefined ? { anthropicBeta: limits.anthropicBeta } : {}),
         ...(endUser !== undefined ? { endUser } : {}),
         ...(retain ? { retain } : {}),
         ...(cache ? { cache } : {}),

@@ -161,6 +161,11 @@ describe('POST /v1/messages (Anthropic Messages API inbound)', () => {
     expect(res.status).toBe(200);
     expect(sseEvents(await res.text()).at(-1)?.event).toBe('message_stop');
     expect(engine.requests[0].tools?.[0].function).toEqual({ name: 'get_weather', description: WEATHER.description, parameters: WEATHER.input_schema, strict: true });
+    // `anthropic-beta` reaches the engine (only the Anthropic engine sends it upstream).
+    expect(engine.requests[0].anthropicBeta).toEqual(['interleaved-thinking-2025-05-14']);
+    const badBeta = await post('/v1/messages', { model: 'fake', max_tokens: 5, messages: [{ role: 'user', content: 'x' }] }, { 'anthropic-beta': 'ok-1, bad flag' });
+    expect(badBeta.status).toBe(400);
+    expect(((await badBeta.json()) as { error: { message: string } }).error.message).toMatch(/anthropic-beta/);
     const format = await post('/v1/messages', { model: 'fake', max_tokens: 5, output_config: { format: { type: 'json_schema', schema: {} } }, messages: [{ role: 'user', content: 'x' }] });
     expect(format.status).toBe(400);
     expect(((await format.json()) as { error: { message: string } }).error.message).toMatch(/output_config.format/);

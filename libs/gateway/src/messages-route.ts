@@ -22,6 +22,7 @@ import { accumulateToolCalls, formatSseEvent } from '@weir/streaming';
 import { type AuthedRequest, type EdgeRequest, sendJson } from './edge';
 import {
   type AnthropicStreamEvent,
+  anthropicBetaOf,
   anthropicErrorBody,
   anthropicErrorOf,
   anthropicMessage,
@@ -64,6 +65,7 @@ export interface MessagesBeginLimits {
   paramNames: ParamNames;
   tools?: ChatTools;
   endUser?: string;
+  anthropicBeta?: string[];
   beforeAdmit?: (stickyKey: string, useCase: string | undefined) => Promise<void>;
 }
 
@@ -120,6 +122,8 @@ async function createMessage(ctx: MessagesRouteContext, req: AuthedRequest, res:
   checkConversation(body);
   const tools = toMessagesTools(body);
   const endUser = body.metadata?.user_id ?? undefined;
+  // Passed to Anthropic upstreams only (the other engines ignore them).
+  const anthropicBeta = anthropicBetaOf(req.header('anthropic-beta'));
   const g = await ctx.begin(req, res, 'chat.completions', body.model, toMessagesInput(body), toMessagesSampling(body), {
     maxOutputTokens: body.max_tokens,
     requestId: ctx.idempotencyKeyHeader(req),
@@ -127,6 +131,7 @@ async function createMessage(ctx: MessagesRouteContext, req: AuthedRequest, res:
     paramNames: PARAMS,
     ...(tools ? { tools, beforeAdmit: refuseIncapableRoutes(ctx.router, req.caller, body.model, [toolsCheck]) } : {}),
     ...(endUser ? { endUser } : {}),
+    ...(anthropicBeta ? { anthropicBeta } : {}),
   });
   if (g.endedInQueue && g.transcript.outcome) throw ctx.deadlineOrCancel(g.transcript.outcome);
   const meta: MessageMeta = { id: `msg_${g.generationId.slice(4)}`, model: body.model };

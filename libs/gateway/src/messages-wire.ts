@@ -308,6 +308,26 @@ export function toMessagesSampling(body: Pick<MessagesBody, 'temperature' | 'top
   };
 }
 
+/** One beta flag of `anthropic-beta` (Anthropic's are like `context-1m-2025-08-07`). */
+const BETA_FLAG = /^[A-Za-z0-9._-]{1,128}$/;
+
+/**
+ * The flags of an `anthropic-beta` header (comma-separated, spaces around them ignored, empty
+ * items skipped, at most 32), for Anthropic upstreams only; undefined when absent or empty.
+ * @throws WeirError `invalid_request` (`param: anthropic-beta`) for a malformed flag or too many.
+ */
+export function anthropicBetaOf(header: string | undefined): string[] | undefined {
+  if (header === undefined) return undefined;
+  const flags = header
+    .split(',')
+    .map((f) => f.trim())
+    .filter((f) => f.length > 0);
+  if (flags.length > 32) throw new WeirError('invalid_request', '`anthropic-beta` names more than 32 beta flags; send the ones you use.', { param: 'anthropic-beta' });
+  const bad = flags.find((f) => !BETA_FLAG.test(f));
+  if (bad !== undefined) throw new WeirError('invalid_request', `\`anthropic-beta\`: '${bad.slice(0, 64)}' is not a beta flag (1-128 letters, digits, . _ and -, separated by commas).`, { param: 'anthropic-beta' });
+  return flags.length > 0 ? flags : undefined;
+}
+
 // ---- answers ---------------------------------------------------------------------------
 
 /** Anthropic's `stop_reason`. */

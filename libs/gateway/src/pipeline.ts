@@ -215,6 +215,8 @@ export interface GenerationParams {
   toolChoice?: ToolChoice;
   /** OpenAI's `parallel_tool_calls` (`EngineRequest.parallelToolCalls`); only with `tools`. Default none. */
   parallelToolCalls?: boolean;
+  /** Anthropic's beta flags (`EngineRequest.anthropicBeta`): for Anthropic upstreams only. Default none. */
+  anthropicBeta?: string[];
   /** The request claimed an idempotency key: its settlement leaves the result for retries (`RelayJob.retain`). Default none. */
   retain?: RetainSpec;
   /** The request's cache inputs, read only when its tenant's cache policy is on. Default none (never cached). */
@@ -943,6 +945,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
                   ...(params.tools !== undefined ? { tools: params.tools } : {}),
                   ...(params.toolChoice !== undefined ? { toolChoice: params.toolChoice } : {}),
                   ...(params.parallelToolCalls !== undefined ? { parallelToolCalls: params.parallelToolCalls } : {}),
+                  ...(params.anthropicBeta !== undefined ? { anthropicBeta: params.anthropicBeta } : {}),
                 },
                 arrivedAt: params.arrivedAt,
                 deadlineAt,

@@ -217,7 +217,7 @@ export function createAnthropicEngine(options: AnthropicEngineOptions, deps: Ant
       try {
         response = await undiciRequest(url, {
           method: 'POST',
-          headers: buildAnthropicHeaders(options.apiKeyEnv ? env[options.apiKeyEnv] : undefined),
+          headers: buildAnthropicHeaders(options.apiKeyEnv ? env[options.apiKeyEnv] : undefined, request.anthropicBeta),
           body: JSON.stringify(buildAnthropicBody(options.upstreamModel, request)),
           signal: controller.signal,
           dispatcher,
