@@ -99,7 +99,7 @@ describe('paramsKeyOf', () => {
   it('the route is part of the key (the wire shape differs)', () => {
     const body = { model: 'm', temperature: 0 };
     const keys = new Set((Object.keys(ROUTES) as CacheRoute[]).map((r) => paramsKeyOf(r, body)));
-    expect(keys.size).toBe(4);
+    expect(keys.size).toBe(Object.keys(ROUTES).length);
   });
 
   it('an unknown future field changes the key by default', () => {
