@@ -8,7 +8,8 @@
  */
 import Anthropic from '@anthropic-ai/sdk';
 import { createInMemoryAdmission } from '@weir/admission';
-import type { EngineSpec, PlatformConfig, Relay, RevisionSpec } from '@weir/core';
+import type { EngineSpec, PlatformConfig, RevisionSpec } from '@weir/core';
+import type { Relay } from '@weir/streaming';
 import { createAnthropicEngine } from '@weir/engines';
 import { anthropicSseEvent, type ScriptedUpstream, startScriptedUpstream } from '@weir/testing';
 import { createRelayGrpcClient, createRelayGrpcServer, startGrpcServer } from '@weir/transport-grpc';
