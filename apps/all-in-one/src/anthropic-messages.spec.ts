@@ -83,6 +83,22 @@ describe('Anthropic Messages API on the real tiny model (all-in-one, official SD
     expect(final.usage.input_tokens).toBe(whole.usage.input_tokens);
   });
 
+  it('stop_sequences: the tiny model stops at one, and the answer says stop_reason stop_sequence and which', async () => {
+    const base = { model: 'tiny-stories', max_tokens: 48, temperature: 0, messages: ASK };
+    const free = await client.messages.create(base);
+    const text = (free.content[0] as Anthropic.TextBlock).text;
+    // A word the model writes after its first few: at temperature 0 it writes the same again and stops there.
+    const stopWord = text.trim().split(/\s+/).find((w, i) => i >= 3 && /^[A-Za-z]{3,}$/.test(w)) as string;
+    expect(stopWord).toBeDefined();
+    const stopped = await client.messages.create({ ...base, stop_sequences: [stopWord] });
+    expect(stopped.stop_reason).toBe('stop_sequence');
+    expect(stopped.stop_sequence).toBe(stopWord);
+    const cut = stopped.content.length > 0 ? (stopped.content[0] as Anthropic.TextBlock).text : '';
+    expect(text.startsWith(cut)).toBe(true);
+    expect(cut).not.toContain(stopWord);
+    expect(free.stop_sequence).toBeNull();
+  });
+
   it('surfaces errors as the SDK’s typed errors: an unknown model (NotFoundError), tools on a revision that cannot call them and a bad key', async () => {
     const unknown = client.messages.create({ model: 'no-such-model', max_tokens: 8, messages: ASK });
     await expect(unknown).rejects.toBeInstanceOf(Anthropic.NotFoundError);

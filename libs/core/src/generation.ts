@@ -198,6 +198,12 @@ export type EngineEvent =
        * deltas counted, an upper bound for the input).
        */
       usageSource: UsageSource;
+      /**
+       * The stop sequence (one of `sampling.stop`) that ended the generation, when `reason` is
+       * `stop` and the engine knows it matched one (Anthropic's `stop_sequence`, vLLM's
+       * `stop_reason`, llama.cpp's stop trigger). Absent: a natural end, or not known.
+       */
+      stopSequence?: string;
     };
 
 /** Per-generation timing measured by the relay (ms). */

@@ -113,6 +113,27 @@ describe.each(['all-in-one', 'split'] as const)('POST /v1/messages to an Anthrop
     });
   });
 
+  it('passes the upstream’s stop_sequence stop back (over the relay wire too)', async () => {
+    upstream.setScript(() => ({
+      kind: 'sse',
+      steps: [
+        anthropicSseEvent('message_start', { message: { id: 'msg_up2', type: 'message', role: 'assistant', content: [], model: 'claude-up', stop_reason: null, stop_sequence: null, usage: { input_tokens: 5, output_tokens: 1 } } }),
+        anthropicSseEvent('content_block_start', { index: 0, content_block: { type: 'text', text: '' } }),
+        anthropicSseEvent('content_block_delta', { index: 0, delta: { type: 'text_delta', text: 'one two' } }),
+        anthropicSseEvent('content_block_stop', { index: 0 }),
+        anthropicSseEvent('message_delta', { delta: { stop_reason: 'stop_sequence', stop_sequence: 'three' }, usage: { output_tokens: 2 } }),
+        anthropicSseEvent('message_stop'),
+      ].map((data) => ({ data })),
+    }));
+    try {
+      const client = new Anthropic({ apiKey: gw.key.plaintext, baseURL: gw.url, maxRetries: 0 });
+      const message = await client.messages.create({ model: 'claude', max_tokens: 20, stop_sequences: ['three'], messages: [{ role: 'user', content: 'count' }] });
+      expect(message).toMatchObject({ stop_reason: 'stop_sequence', stop_sequence: 'three', content: [{ type: 'text', text: 'one two' }] });
+    } finally {
+      upstream.setScript(() => ({ kind: 'sse', steps: toolUseStream().map((data) => ({ data })) }));
+    }
+  });
+
   it('answers a non-streamed message with the same blocks, and sends no anthropic-beta when the client sent none', async () => {
     const before = upstream.requests.length;
     const res = await gw.post('/v1/messages', { model: 'claude', max_tokens: 50, tools: [WEATHER], messages: [{ role: 'user', content: 'Weather in Paris?' }] });

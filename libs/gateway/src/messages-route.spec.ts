@@ -184,6 +184,18 @@ describe('POST /v1/messages (Anthropic Messages API inbound)', () => {
     expect(((await res.json()) as { stop_reason: string }).stop_reason).toBe(stopReason);
   });
 
+  it('reports stop_reason stop_sequence and the sequence when the engine says one matched, streamed and not', async () => {
+    engine.script = async function* () {
+      yield { type: 'delta', text: 'Once upon', tokens: 2 };
+      yield { type: 'end', reason: 'stop', usage: { inputTokens: 2, outputTokens: 2 }, usageSource: 'reported', stopSequence: ' a time' };
+    };
+    const body = { model: 'fake', max_tokens: 20, stop_sequences: [' a time'], messages: [{ role: 'user', content: 'x' }] };
+    const whole = (await (await post('/v1/messages', body)).json()) as { stop_reason: string; stop_sequence: string | null };
+    expect(whole).toMatchObject({ stop_reason: 'stop_sequence', stop_sequence: ' a time' });
+    const events = sseEvents(await (await post('/v1/messages', { ...body, stream: true })).text());
+    expect(events.find((e) => e.event === 'message_delta')?.data).toMatchObject({ delta: { stop_reason: 'stop_sequence', stop_sequence: ' a time' } });
+  });
+
   it('round-trips tools: input_schema and tool_choice reach the engine, tool_use comes back parsed, and tool_use/tool_result go back in', async () => {
     engine.script = toolScript;
     const first = await post('/v1/messages', { model: 'fake', max_tokens: 100, tools: [WEATHER], tool_choice: { type: 'any', disable_parallel_tool_use: true }, messages: [{ role: 'user', content: 'Weather in Paris?' }] });

@@ -334,13 +334,14 @@ export function anthropicBetaOf(header: string | undefined): string[] | undefine
 export type AnthropicStopReason = 'end_turn' | 'max_tokens' | 'stop_sequence' | 'tool_use' | 'refusal';
 
 /**
- * Weir's finish reason as Anthropic's `stop_reason`: `stop` → `end_turn` (Weir's outcome does
- * not say whether a stop sequence matched, so `stop_sequence` is never reported), `length` and
- * `deadline` → `max_tokens`, `tool_calls` → `tool_use`, `content_filter` → `refusal`. `error`
- * and `cancelled` have none (they are answered as errors).
+ * An outcome's `stop_reason`: `stop` → `stop_sequence` when the engine said which stop sequence
+ * matched (`outcome.stopSequence`), else `end_turn`; `length` and `deadline` → `max_tokens`,
+ * `tool_calls` → `tool_use`, `content_filter` → `refusal`. `error` and `cancelled` have none
+ * (they are answered as errors).
  */
-export function toAnthropicStopReason(reason: GenerationOutcome['finishReason']): AnthropicStopReason {
-  switch (reason) {
+export function toAnthropicStopReason(o: Pick<GenerationOutcome, 'finishReason' | 'stopSequence'>): AnthropicStopReason {
+  if (o.finishReason === 'stop' && o.stopSequence !== undefined) return 'stop_sequence';
+  switch (o.finishReason) {
     case 'length':
     case 'deadline':
       return 'max_tokens';
@@ -394,6 +395,11 @@ export interface MessageMeta {
   model: string;
 }
 
+/** The matched stop sequence, or null. */
+function stopSequenceOf(o: GenerationOutcome): string | null {
+  return o.finishReason === 'stop' && o.stopSequence !== undefined ? o.stopSequence : null;
+}
+
 /** Weir's extension on answers (ignored by the SDK): its own finish reason and the revision that answered. */
 function weirOf(o: GenerationOutcome) {
   return { finish_reason: o.finishReason, model_revision: o.modelRevision, ...(o.fallback ? { fallback_reason: o.fallback.reason } : {}) };
@@ -407,8 +413,8 @@ export function anthropicMessage(meta: MessageMeta, content: AnthropicAnswerBloc
     role: 'assistant',
     model: meta.model,
     content,
-    stop_reason: toAnthropicStopReason(o.finishReason),
-    stop_sequence: null,
+    stop_reason: toAnthropicStopReason(o),
+    stop_sequence: stopSequenceOf(o),
     usage: toAnthropicUsage(o.usage),
     weir: weirOf(o),
   };
@@ -433,7 +439,7 @@ export function messageStart(meta: MessageMeta, inputTokens: number) {
 
 /** `message_delta`: the stop reason and the final, cumulative usage (it overrides `message_start`'s). */
 export function messageDelta(o: GenerationOutcome) {
-  return { type: 'message_delta', delta: { stop_reason: toAnthropicStopReason(o.finishReason), stop_sequence: null }, usage: toAnthropicUsage(o.usage), weir: weirOf(o) };
+  return { type: 'message_delta', delta: { stop_reason: toAnthropicStopReason(o), stop_sequence: stopSequenceOf(o) }, usage: toAnthropicUsage(o.usage), weir: weirOf(o) };
 }
 
 /** One event of a Messages stream, `event:` name = `data.type`. */

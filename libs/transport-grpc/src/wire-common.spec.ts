@@ -77,6 +77,7 @@ describe('wire translation', () => {
         modelRevision: 'hosted@1',
       },
     ],
+    ['a stop at a stop sequence', { finishReason: 'stop', stopSequence: 'END', usage: { inputTokens: 3, outputTokens: 2 }, costNanoUsd: 5, timings: { queueMs: 0, ttftMs: 1, totalMs: 2 }, modelRevision: 'r@1' }],
     [
       'a fallback that answered, with its usage source and every attempt',
       {
