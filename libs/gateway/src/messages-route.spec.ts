@@ -140,7 +140,7 @@ describe('POST /v1/messages (Anthropic Messages API inbound)', () => {
     expect(engine.requests[0].input).toEqual({ kind: 'chat', messages: [{ role: 'system', content: 'Rule one.\n\nRule two.' }, { role: 'user', content: 'Go' }] });
   });
 
-  it('accepts what a coding agent sends (cache_control, thinking, output_config.effort, speed, tool runtime hints) and ignores what changes nothing here', async () => {
+  it('accepts what a coding agent sends (cache_control, thinking and earlier thinking blocks, output_config.effort, speed, context_management, tool runtime hints) and ignores what changes nothing here', async () => {
     const res = await post(
       '/v1/messages',
       {
@@ -154,12 +154,27 @@ describe('POST /v1/messages (Anthropic Messages API inbound)', () => {
         output_config: { effort: 'high' },
         speed: 'standard',
         tools: [{ ...WEATHER, strict: true, eager_input_streaming: true, defer_loading: false, input_examples: [{ city: 'Oslo' }] }],
-        messages: [{ role: 'user', content: [{ type: 'text', text: 'Hi', cache_control: { type: 'ephemeral' } }] }],
+        context_management: { edits: [{ type: 'clear_tool_uses_20250919' }] },
+        messages: [
+          { role: 'user', content: [{ type: 'text', text: 'Hi', cache_control: { type: 'ephemeral' } }] },
+          { role: 'assistant', content: [{ type: 'thinking', thinking: 'Greet back.', signature: 'sig' }, { type: 'redacted_thinking', data: 'opaque' }, { type: 'text', text: 'Hello!' }] },
+          { role: 'user', content: 'Weather?' },
+        ],
       },
       { 'anthropic-beta': 'interleaved-thinking-2025-05-14' },
     );
     expect(res.status).toBe(200);
     expect(sseEvents(await res.text()).at(-1)?.event).toBe('message_stop');
+    // An earlier turn's thinking is left out of what the model is sent.
+    expect(engine.requests[0].input).toEqual({
+      kind: 'chat',
+      messages: [
+        { role: 'system', content: 'You are a coding agent.' },
+        { role: 'user', content: 'Hi' },
+        { role: 'assistant', content: 'Hello!' },
+        { role: 'user', content: 'Weather?' },
+      ],
+    });
     expect(engine.requests[0].tools?.[0].function).toEqual({ name: 'get_weather', description: WEATHER.description, parameters: WEATHER.input_schema, strict: true });
     // `anthropic-beta` reaches the engine (only the Anthropic engine sends it upstream).
     expect(engine.requests[0].anthropicBeta).toEqual(['interleaved-thinking-2025-05-14']);

@@ -52,18 +52,24 @@ const toolResultBlock = z
 const UNSUPPORTED_BLOCKS: Readonly<Record<string, string>> = {
   image: 'image blocks are not supported: Weir’s revisions take text only; send text',
   document: 'document blocks are not supported: send the document’s text as a text block',
-  thinking: 'thinking blocks are not supported: Weir’s revisions produce no extended thinking; remove them from the history',
-  redacted_thinking: 'redacted_thinking blocks are not supported: remove them from the history',
   search_result: 'search_result blocks are not supported: send the text as a text block',
   server_tool_use: 'server tools are not supported: send client tools (with `input_schema`) only',
   web_search_tool_result: 'server tools are not supported: send client tools (with `input_schema`) only',
   container_upload: 'containers are not supported',
 };
 
-/** One content block of a turn: text, tool_use (assistant) or tool_result (user). */
+/**
+ * A thinking block of an earlier assistant turn (a conversation begun on Anthropic's API):
+ * accepted and left out of what the model is sent — Weir's revisions do no extended thinking,
+ * and Anthropic itself drops earlier turns' thinking from the context.
+ */
+const thinkingBlock = z.object({ type: z.enum(['thinking', 'redacted_thinking']), thinking: z.string().optional(), signature: z.string().optional(), data: z.string().optional() }).strict();
+
+/** One content block of a turn: text, tool_use (assistant), tool_result (user), or an earlier turn's thinking (dropped). */
 const contentBlock = z.unknown().transform((v, ctx) => {
   const type = typeof v === 'object' && v !== null && !Array.isArray(v) ? (v as { type?: unknown }).type : undefined;
-  const schema = type === 'text' ? textBlock : type === 'tool_use' ? toolUseBlock : type === 'tool_result' ? toolResultBlock : undefined;
+  const schema =
+    type === 'text' ? textBlock : type === 'tool_use' ? toolUseBlock : type === 'tool_result' ? toolResultBlock : type === 'thinking' || type === 'redacted_thinking' ? thinkingBlock : undefined;
   if (!schema) {
     const hint = typeof type === 'string' ? UNSUPPORTED_BLOCKS[type] : undefined;
     ctx.addIssue({ code: 'custom', message: hint ?? (typeof type === 'string' ? `content block type '${type}' is not supported; send text, tool_use or tool_result blocks` : 'expected a content block with a `type` (text, tool_use or tool_result)') });
@@ -76,7 +82,7 @@ const contentBlock = z.unknown().transform((v, ctx) => {
     ctx.addIssue({ code: 'custom', message: describeIssue(issue), path: param });
     return z.NEVER;
   }
-  return r.data as z.infer<typeof textBlock> | z.infer<typeof toolUseBlock> | z.infer<typeof toolResultBlock>;
+  return r.data as z.infer<typeof textBlock> | z.infer<typeof toolUseBlock> | z.infer<typeof toolResultBlock> | z.infer<typeof thinkingBlock>;
 });
 
 function describeIssue(issue: z.core.$ZodIssue): string {
@@ -129,8 +135,9 @@ const toolChoice = z.discriminatedUnion(
  * `POST /v1/messages` (Anthropic's `MessageCreateParams`, the fields Weir serves). `max_tokens`
  * is required, as Anthropic requires it. Accepted and ignored, because they change nothing a
  * Weir revision does: `thinking` (no extended thinking), `output_config.effort`, `speed`,
- * `service_tier` (Weir's own priority is `x-weir-priority`) and a top-level `cache_control`
- * (Weir's cache is its own). Fields this schema does not list are refused by the route, by name
+ * `service_tier` (Weir's own priority is `x-weir-priority`), a top-level `cache_control`
+ * (Weir's cache is its own) and `context_management` (the whole conversation is sent; one too
+ * long for the context window is a 400 `context_length_exceeded`). Fields this schema does not list are refused by the route, by name
  * ({@link MESSAGES_HINTS}).
  */
 export const messagesBody = z
@@ -142,7 +149,7 @@ export const messagesBody = z
     stop_sequences: z.array(z.string().min(1)).max(4, { message: 'at most 4 stop sequences' }).optional(),
     temperature: z.number().min(0).max(1).optional(),
     top_p: z.number().gt(0).max(1).optional(),
-    metadata: z.object({ user_id: z.string().max(256).nullish() }).strict().optional(),
+    metadata: z.object({ user_id: z.string().nullish() }).strict().optional(),
     tools: z.array(tool).max(128, { message: 'at most 128 tools' }).optional(),
     tool_choice: toolChoice.optional(),
     stream: z.boolean().optional(),
@@ -160,6 +167,7 @@ export const messagesBody = z
     speed: z.enum(['standard', 'fast']).nullish(),
     service_tier: z.enum(['auto', 'standard_only']).optional(),
     cache_control: cacheControl,
+    context_management: z.record(z.string(), z.unknown(), { message: 'expected an object' }).nullish(),
     ...cacheFields,
   })
   .strict();
@@ -191,7 +199,6 @@ export const MESSAGES_HINTS: Readonly<Record<string, string>> = {
   top_k: '`top_k` is not supported: Weir’s revisions sample with `temperature` and `top_p` only',
   container: 'containers (code execution) are not supported',
   mcp_servers: 'MCP servers are not supported: send client tools with `input_schema`',
-  context_management: 'context management is not supported: send the whole conversation',
   output_format: 'structured output on /v1/messages is not supported: use POST /v1/chat/completions with `response_format`',
   citations: 'citations are not supported',
   inference_geo: 'Weir does not choose an inference region per request: its revisions run where the platform team deployed them',
@@ -215,6 +222,9 @@ export function checkConversation(body: Pick<MessagesBody, 'messages' | 'tools' 
     const blocks = m.content;
     const calls = new Set<string>();
     for (const [j, b] of blocks.entries()) {
+      if ((b.type === 'thinking' || b.type === 'redacted_thinking') && m.role !== 'assistant') {
+        throw new WeirError('invalid_request', `Invalid request: \`messages[${i}].content[${j}]\`: ${b.type} blocks belong in "assistant" turns.`, { param: `messages[${i}].content[${j}]` });
+      }
       if (b.type === 'tool_use' && m.role !== 'assistant') throw new WeirError('invalid_request', `Invalid request: \`messages[${i}].content[${j}]\`: tool_use blocks belong in "assistant" turns.`, { param: `messages[${i}].content[${j}]` });
       if (b.type === 'tool_result') {
         if (m.role !== 'user') throw new WeirError('invalid_request', `Invalid request: \`messages[${i}].content[${j}]\`: tool_result blocks belong in "user" turns.`, { param: `messages[${i}].content[${j}]` });
@@ -270,6 +280,7 @@ export function toMessagesInput(body: Pick<MessagesBody, 'messages' | 'system'>)
     for (const b of m.content) {
       if (b.type === 'text') text += b.text;
       else if (b.type === 'tool_use') calls.push({ id: b.id, name: b.name, arguments: JSON.stringify(b.input) });
+      else if (b.type === 'thinking' || b.type === 'redacted_thinking') continue;
       else out.push({ role: 'tool', content: resultText(b), toolCallId: b.tool_use_id });
     }
     if (m.role === 'assistant') out.push({ role: 'assistant', content: text, ...(calls.length > 0 ? { toolCalls: calls } : {}) });
