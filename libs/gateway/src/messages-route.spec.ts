@@ -313,6 +313,12 @@ describe('POST /v1/messages (Anthropic Messages API inbound)', () => {
     expect(((await withTools.json()) as { input_tokens: number }).input_tokens).toBeGreaterThan(4);
     expect(engine.requests).toHaveLength(0);
     expect(gw.records).toHaveLength(0);
+    // Held to the caller's limits like /v1/moderations: refused by admission, it is a 429 in Anthropic's shape.
+    refuseReserve = { reason: 'budget_exhausted', message: 'monthly budget spent' };
+    const refused = await post('/v1/messages/count_tokens', { model: 'fake', messages: [{ role: 'user', content: 'a' }] });
+    expect(refused.status).toBe(429);
+    expect(await refused.json()).toMatchObject({ type: 'error', error: { type: 'rate_limit_error' } });
+    refuseReserve = undefined;
     const unknown = await post('/v1/messages/count_tokens', { model: 'nope', messages: [{ role: 'user', content: 'x' }] });
     expect(unknown.status).toBe(404);
     expect(await unknown.json()).toMatchObject({ type: 'error', error: { type: 'not_found_error' } });
