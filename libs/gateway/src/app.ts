@@ -1134,6 +1134,9 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
       if (path === '/healthz') return sendJson(res, 200, { status: 'ok' });
       return readyz(res);
     }
+    // Matched first (a map lookup), so even the refusals below answer in the route's own error shape.
+    const match = router.match(method, path);
+    const errors = match?.route.handler.errors;
     try {
       if (clients) {
         const refusal = clients.enter(raw, res);
@@ -1142,13 +1145,12 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
       // Fail closed on a stale snapshot: every route below (the API, and unknown paths) is refused.
       const state = deps.configState?.();
       if (state?.stale) throw configStaleError(state);
-      const match = router.match(method, path);
       if (!match) return unrouted(req, res);
       req.params = match.params;
       req.routePath = match.route.pattern;
-      run(match.route, req, res).catch((err: unknown) => onError(err, req, res, match.route.handler.errors));
+      run(match.route, req, res).catch((err: unknown) => onError(err, req, res, errors));
     } catch (err) {
-      onError(err, req, res);
+      onError(err, req, res, errors);
     }
   };
 

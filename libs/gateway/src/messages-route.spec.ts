@@ -358,6 +358,16 @@ describe('POST /v1/messages (Anthropic Messages API inbound)', () => {
     expect(((await missing.json()) as { error: { message: string } }).error.message).toMatch(/x-api-key/);
   });
 
+  it('answers a refusal made before the route runs (a stale configuration snapshot) in Anthropic’s shape too', async () => {
+    await gw.close();
+    const config = twoTenantConfig(revision);
+    gw = await startTestGateway({ config, engine, admission: createInMemoryAdmission({ tenants: config.tenants }), configState: () => ({ ageMs: 120_000, stale: true, maxAgeMs: 60_000 }) });
+    const res = await post('/v1/messages', { model: 'fake', max_tokens: 5, messages: [{ role: 'user', content: 'x' }] });
+    expect(res.status).toBe(503);
+    expect(res.headers.get('retry-after')).toBe('5');
+    expect(await res.json()).toMatchObject({ type: 'error', error: { type: 'api_error', message: expect.stringContaining('configuration snapshot') } });
+  });
+
   it('answers a spent budget with 429 rate_limit_error and x-should-retry: false; the SDK raises RateLimitError without retrying', async () => {
     refuseReserve = { reason: 'budget_exhausted', message: 'monthly budget spent' };
     const res = await post('/v1/messages', { model: 'fake', max_tokens: 5, messages: [{ role: 'user', content: 'x' }] });
