@@ -280,8 +280,8 @@ export function toMessagesInput(body: Pick<MessagesBody, 'messages' | 'system'>)
     for (const b of m.content) {
       if (b.type === 'text') text += b.text;
       else if (b.type === 'tool_use') calls.push({ id: b.id, name: b.name, arguments: JSON.stringify(b.input) });
-      else if (b.type === 'thinking' || b.type === 'redacted_thinking') continue;
-      else out.push({ role: 'tool', content: resultText(b), toolCallId: b.tool_use_id });
+      // An earlier turn's thinking (`thinking`, `redacted_thinking`) is left out.
+      else if (b.type === 'tool_result') out.push({ role: 'tool', content: resultText(b), toolCallId: b.tool_use_id });
     }
     if (m.role === 'assistant') out.push({ role: 'assistant', content: text, ...(calls.length > 0 ? { toolCalls: calls } : {}) });
     else if (text.length > 0 || !m.content.some((b) => b.type === 'tool_result')) out.push({ role: 'user', content: text });
