@@ -163,6 +163,12 @@ export interface EngineRequest {
   toolChoice?: ToolChoice;
   /** OpenAI's `parallel_tool_calls`; only with `tools`. Default: the upstream's. */
   parallelToolCalls?: boolean;
+  /**
+   * Anthropic's beta flags the client sent in `anthropic-beta` (`POST /v1/messages`), each
+   * 1–128 of `[A-Za-z0-9._-]`. Only the Anthropic engine uses them (its upstream call's
+   * `anthropic-beta` header); the other engines ignore them. Default none.
+   */
+  anthropicBeta?: string[];
 }
 
 /**
@@ -198,6 +204,12 @@ export type EngineEvent =
        * deltas counted, an upper bound for the input).
        */
       usageSource: UsageSource;
+      /**
+       * The stop sequence (one of `sampling.stop`) that ended the generation, when `reason` is
+       * `stop` and the engine knows it matched one (Anthropic's `stop_sequence`, vLLM's
+       * `stop_reason`, llama.cpp's stop trigger). Absent: a natural end, or not known.
+       */
+      stopSequence?: string;
     };
 
 /** Per-generation timing measured by the relay (ms). */

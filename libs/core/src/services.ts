@@ -391,6 +391,8 @@ export interface GenerationOutcome {
    * records it, marked uncertain, for reconciliation against the engines' counters.
    */
   relayLost?: boolean;
+  /** With `finishReason` `stop`: the stop sequence that ended it, when the engine said (`EngineEvent` end's `stopSequence`). */
+  stopSequence?: string;
   /**
    * The answer came from the response cache (docs/caching.md): which tier. No upstream ran; the
    * usage is the cached answer's, billed at the tenant's cache price. Absent: a live answer.

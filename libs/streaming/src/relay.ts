@@ -411,6 +411,7 @@ export function createRelay(deps: RelayDeps): Relay {
         }
         const measured: GenerationOutcome = {
           finishReason,
+          ...(finishReason === 'stop' && end?.stopSequence !== undefined ? { stopSequence: end.stopSequence } : {}),
           usage,
           costNanoUsd: priceUsage(job.revision.pricing, usage),
           modelRevision: job.revision.id,

@@ -48,6 +48,23 @@ describe('createOpenAICompatibleEngine (scripted upstream)', () => {
     upstream.requests.length = 0;
   });
 
+  it('reports the stop sequence vLLM names in `stop_reason` (one of the request’s), and none for a stop token id or an unknown string', async () => {
+    const stopChunk = (stopReason: unknown) =>
+      sseReply([
+        ...chatStreamEvents(['Once'], { finishReason: null }).slice(0, 2),
+        `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'm', choices: [{ index: 0, delta: {}, finish_reason: 'stop', stop_reason: stopReason }], usage: { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 } })}\n\n`,
+        'data: [DONE]\n\n',
+      ]);
+    const engine = createOpenAICompatibleEngine(specFor(upstream.url), { env: {} });
+    const request = () => engineRequest(chat, { maxOutputTokens: 12, sampling: { stop: ['END', '\n\n'] } });
+    upstream.setScript(() => stopChunk('END'));
+    expect(endOf((await collectEngineEvents(engine, request())).events)).toMatchObject({ reason: 'stop', stopSequence: 'END' });
+    for (const other of [2, 'NOT-ASKED', null]) {
+      upstream.setScript(() => stopChunk(other));
+      expect(endOf((await collectEngineEvents(engine, request())).events)).not.toHaveProperty('stopSequence');
+    }
+  });
+
   it('streams deltas and takes usage from the usage chunk; sends the OpenAI request', async () => {
     upstream.setScript(() => sseReply(chatStreamEvents(['Hello', ' world'], { usage: { prompt_tokens: 7, completion_tokens: 2 } })));
     const engine = createOpenAICompatibleEngine(specFor(upstream.url, { apiKeyEnv: 'WEIR_UPSTREAM_UP_KEY' }), { env: { WEIR_UPSTREAM_UP_KEY: 'sk-test' } });

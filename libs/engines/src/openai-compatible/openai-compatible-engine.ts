@@ -259,6 +259,8 @@ export function createOpenAICompatibleEngine(
     let deltas = 0;
     let firstSeen = false;
     let finishReason: string | undefined;
+    // vLLM's `stop_reason` on the choice: the stop string that matched (a number is a stop token id).
+    let stopSequence: string | undefined;
     let reported: TokenUsage | undefined;
     let doneSeen = false;
 
@@ -326,6 +328,7 @@ export function createOpenAICompatibleEngine(
       const choice = choices.find((c) => (c.index ?? 0) === 0);
       if (!choice) return { text: '' };
       if (typeof choice.finish_reason === 'string') finishReason = choice.finish_reason;
+      if (typeof choice.stop_reason === 'string' && choice.stop_reason.length > 0) stopSequence = choice.stop_reason;
       const delta = (choice.delta ?? choice.message) as Record<string, unknown> | undefined;
       const text = spec.api === 'completions' ? choice.text : delta?.content;
       const toolCalls = spec.api === 'chat' ? parseToolCallDeltas(delta?.tool_calls) : undefined;
@@ -493,7 +496,8 @@ export function createOpenAICompatibleEngine(
         );
       }
       const reason = finishReason === 'length' || finishReason === 'content_filter' || finishReason === 'tool_calls' ? finishReason : 'stop';
-      yield [reported ? { type: 'end', reason, usage: reported, usageSource: 'reported' } : await countedEnd(reason)];
+      const end: EngineEvent = reported ? { type: 'end', reason, usage: reported, usageSource: 'reported' } : await countedEnd(reason);
+      yield [reason === 'stop' && stopSequence !== undefined && (request.sampling.stop ?? []).includes(stopSequence) && end.type === 'end' ? { ...end, stopSequence } : end];
     } finally {
       watchdog.clear();
       if (stopTimer) clearTimeout(stopTimer);
