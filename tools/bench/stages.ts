@@ -17,7 +17,7 @@
  * and, streaming, p50 TTFT (first non-empty content chunk). The all-in-one is pinned to CPU 1,
  * the mock and this driver to CPU 0, as in `run.ts`. The mock answers 50 tokens.
  *
- *   node --import tsx tools/bench/stages.ts [--stages off,cache-miss,exact-hit,semantic-hit,moderation] [--measure-ms 3000] [--out FILE.md]
+ *   node --import tsx tools/bench/stages.ts [--stages off,cache-miss,exact-hit,semantic-hit,moderation] [--measure-ms 3000] [--omit-temperature] [--out FILE.md]
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -42,6 +42,8 @@ for (const s of STAGES) if (!ALL_STAGES.includes(s)) throw new Error(`--stages t
 const WARMUP_MS = Number(value('--warmup-ms') ?? 1500);
 const MEASURE_MS = Number(value('--measure-ms') ?? 3000);
 const TOKENS = 50;
+/** `--omit-temperature`: send no `temperature` (the engine's default applies), as most clients do. */
+const OMIT_TEMPERATURE = argv.includes('--omit-temperature');
 const CELLS: { stream: boolean; concurrency: number }[] = [
   { stream: false, concurrency: 1 },
   { stream: false, concurrency: 16 },
@@ -150,7 +152,7 @@ async function runCell(url: string, pid: number, stage: Stage, stream: boolean, 
   let firstError: string | undefined;
   const cacheHeaders: Record<string, number> = {};
   const once = async () => {
-    const body = JSON.stringify({ model: 'mock', messages: [{ role: 'user', content: promptOf(stage, counter.i++) }], max_tokens: 64, temperature: 0, ...(stream ? { stream: true, stream_options: { include_usage: true } } : {}) });
+    const body = JSON.stringify({ model: 'mock', messages: [{ role: 'user', content: promptOf(stage, counter.i++) }], max_tokens: 64, ...(OMIT_TEMPERATURE ? {} : { temperature: 0 }), ...(stream ? { stream: true, stream_options: { include_usage: true } } : {}) });
     const start = performance.now();
     let ttft = -1;
     try {

@@ -156,6 +156,16 @@ describe('POST /v1/responses with an output schema on the real tiny model (all-i
     expect(error.message).toMatch(/sim@1 \(engine simulated\) does not offer JSON-schema output/);
   });
 
+  it('Responses tools on the real llama.cpp and simulated revisions (no capabilities.tools): a 400 naming tools, before anything is held', async () => {
+    for (const model of ['tiny-stories', 'sim']) {
+      const res = await post({ model, input: 'What time is it?', max_output_tokens: 4, tools: [{ type: 'function', name: 'get_time', parameters: { type: 'object', properties: {} } }] });
+      expect(res.status).toBe(400);
+      const { error } = (await res.json()) as { error: { param: string; type: string; message: string } };
+      expect(error).toMatchObject({ param: 'tools', type: 'invalid_request_error' });
+      expect(error.message).toMatch(new RegExp(`Model '${model}' cannot call tools: revision \\S+ \\(engine (llamacpp|simulated)\\)`));
+    }
+  });
+
   it('a repetition llama.cpp would refuse (minLength 3000) is a specific 400 naming output_schema, the keyword and the limit, before any grammar is built (issue 14)', async () => {
     // llama.cpp refuses repetitions above 2000 and prints the whole grammar (this property name
     // too) to stderr from native code; Weir refuses the schema before a grammar exists.

@@ -2,7 +2,7 @@
  * The semantic cache tier of a gateway process (docs/caching.md "Semantic cache"), composed from
  * the process's engines and the live configuration.
  */
-import { createSemanticTier, type PromptEmbedder, type SemanticCacheMetrics, type SemanticCachePolicy, type SemanticStore, type SemanticTier, semanticEmbeddingRevisionsOf, semanticPoliciesOf } from '@weir/cache';
+import { createTenantSemanticCache, type PromptEmbedder, type SemanticCacheMetrics, type SemanticStore, type TenantSemanticCache } from '@weir/cache';
 import { type EngineAdapter, type RevisionSpec, revisionKindOf, type TenantSpec } from '@weir/core';
 import { createEngineEmbedder } from '@weir/engines';
 
@@ -25,16 +25,8 @@ export interface SemanticCacheOptions {
   clock?: () => number;
 }
 
-/** The semantic tier plus the hook that recompiles its policies when a snapshot applies. */
-export interface SemanticCache {
-  tier: SemanticTier;
-  /**
-   * Recompiles the per-tenant policies from a new snapshot's tenants (never per request); drops
-   * the entries of tenants whose semantic tier was turned off or moved to another embedding
-   * revision; warns once about embedding revisions this process cannot embed with.
-   */
-  update(tenants: readonly TenantSpec[]): void;
-}
+/** The semantic tier plus the hook that recompiles its policies when a snapshot applies (`TenantSemanticCache` of `@weir/cache`). */
+export type SemanticCache = TenantSemanticCache;
 
 /**
  * Builds the semantic tier: `embedderFor(revisionId)` is a `createEngineEmbedder` over the
@@ -50,24 +42,12 @@ export function createSemanticCache(options: SemanticCacheOptions): SemanticCach
     const engine = options.engineFor(r.id);
     if (engine) embedders.set(r.id, createEngineEmbedder(engine, r.id));
   }
-  let policies = new Map<string, SemanticCachePolicy>();
-  const tier = createSemanticTier({
+  return createTenantSemanticCache({
+    embedders,
+    tenants: options.tenants,
     store: options.store,
-    embedderFor: (id) => embedders.get(id),
-    policyFor: (tenantKey) => policies.get(tenantKey),
-    ...(options.clock ? { clock: options.clock } : {}),
     metrics: options.metrics,
     logger: options.logger,
+    ...(options.clock ? { clock: options.clock } : {}),
   });
-  const update = (tenants: readonly TenantSpec[]) => {
-    const before = policies;
-    policies = semanticPoliciesOf(tenants);
-    // Entries nobody can read any more go at once: the tier turned off (or the tenant gone), or
-    // moved to another embedding revision (a new, empty index; the old vectors are not comparable).
-    for (const [key, p] of before) if (policies.get(key)?.embeddingRevision !== p.embeddingRevision) tier.dropTenant(key);
-    const missing = [...semanticEmbeddingRevisionsOf(tenants)].filter((id) => !embedders.has(id));
-    if (missing.length > 0) options.logger.warn({ embeddingRevisions: missing }, 'semantic cache: tenant policies name embedding revisions this process does not serve (they apply after a restart); their lookups are misses');
-  };
-  update(options.tenants);
-  return { tier, update };
 }

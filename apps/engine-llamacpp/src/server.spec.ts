@@ -126,6 +126,15 @@ describe('engine-llamacpp server (real tiny model, in-process)', () => {
     expect(usage.usage).toMatchObject({ prompt_tokens: 5, completion_tokens: 6, total_tokens: 11 });
   });
 
+  it('names the stop sequence that ended a stream in the finish chunk’s `stop_reason`, as vLLM does', async () => {
+    const res = await post(`${s.url}/v1/chat/completions`, { model: 'stories260k', messages: [{ role: 'user', content: 'Once upon a time' }], max_completion_tokens: 12, temperature: 0, stop: ['little', 'zebra'], stream: true });
+    const chunks = dataEvents(await res.text())
+      .slice(0, -1)
+      .map((e) => JSON.parse(e) as OpenAiJson & { choices: Array<{ stop_reason?: unknown }> });
+    expect(chunks.map((c) => c.choices[0]?.delta?.content ?? '').join('')).toBe(', there was a');
+    expect(chunks[chunks.length - 1].choices[0]).toMatchObject({ finish_reason: 'stop', stop_reason: 'little' });
+  });
+
   it('puts cumulative usage on every content chunk when asked (vLLM continuous_usage_stats)', async () => {
     const res = await post(`${s.url}/v1/chat/completions`, {
       model: 'stories260k',

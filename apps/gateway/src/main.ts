@@ -13,6 +13,10 @@
  * whose policy is on: a hit takes no scheduler slot and reaches no relay — it is admitted by one
  * `Reserve` call (instead of `Admit`), its usage row (`cache_hit`) goes to JetStream like the
  * gateway's other own settlement entries, and it is settled at the instance that reserved.
+ * The semantic tier (tenants whose `cache.semantic` is on) embeds prompts through the relay
+ * (`internal` embedding jobs on the embedding revision's replicas: no slot, no usage row), within
+ * `semantic_lookup_timeout_ms`; its entries live in Postgres, shared by the fleet, when
+ * `defaults.cache.semantic_store` (else `exact_store`) is `postgres`, else in this process.
  *
  * Idempotency keys are claimed in Postgres under this process's holder id, kept alive by a
  * heartbeat (`key_holders`), so a retry on another gateway after this one died is answered from
@@ -37,11 +41,11 @@
  */
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { createGatewayResponseCache } from '@weir/cache';
+import { createGatewayResponseCache, createInMemorySemanticStore, createSemanticCacheMetrics, createTenantSemanticCache } from '@weir/cache';
 import { createConfigSyncMetrics, openDataPlaneConfig } from '@weir/config-sync';
-import { type CancelMessage, type GenerationInput, newId, retiredInternalIds, systemClock } from '@weir/core';
+import { type CancelMessage, DEFAULT_CACHE, type GenerationInput, newId, retiredInternalIds, SEMANTIC_LOOKUP_TIMEOUT_DEFAULT_MS, systemClock } from '@weir/core';
 import { adapterTokenCounter, countInputWith, egressDispatcher, remoteReplicas, replicaTokenCounter, utf8TokenUpperBound } from '@weir/engines';
-import { createCachedAnswerScreen, createGatewayApp, createGenerationPipeline, createContentPolicies, contentPolicyOptionsFromEnv, createLiveConfig, redactionMetricsObserver, createMetricsObserver, createRevocations } from '@weir/gateway';
+import { createCachedAnswerScreen, createGatewayApp, relayEmbeddersOf, createGenerationPipeline, createContentPolicies, contentPolicyOptionsFromEnv, createLiveConfig, redactionMetricsObserver, createMetricsObserver, createRevocations } from '@weir/gateway';
 import { cancelMessageCodec, connectNats, natsAuthFromEnv, createNatsTopic, createNatsSettlementJournal, ensureUsageStream, natsNames } from '@weir/messaging-nats';
 import { clientLimitsFromEnv, createClientGuard, envInt, envRequired, envString, opsSettingsFromEnv, readEnv, runUntilSignal, startOpsServer } from '@weir/service-runtime';
 import {
@@ -50,9 +54,11 @@ import {
   createCachedApiKeyStore,
   createPgExactCacheTier,
   createPgIdempotencyStore,
+  createPgSemanticStore,
   createUsageQueries,
   createUsageRepository,
   openDatabase,
+  purgeExpiredSemanticEntries,
   startKeyHolder,
 } from '@weir/store-pg';
 import { createLogger, createModerationMetrics, createTelemetry } from '@weir/telemetry';
@@ -60,6 +66,7 @@ import { compileModerationPolicies, logEngineFailures, type ModerationPolicies }
 import { breakerOptionsFrom, breakerScopeOf, breakerTransitionRecorder, createBreakerRegistry, createRevisionHealth, createRouter, revisionProviderKey } from '@weir/routing';
 import { createServiceTlsAgent, serviceTlsFromEnv } from '@weir/service-tls';
 import { createAdmitGrpcClient, createRelayGrpcClient, createSchedulerGrpcClient, installTracing } from '@weir/transport-grpc';
+import { loadTenantUids, withTenantUids } from './tenant-uids';
 
 const env = readEnv({
   WEIR_CONFIG: envString(''),
@@ -149,13 +156,38 @@ runUntilSignal('gateway', logger, async () => {
   const revocations = createRevocations({ keyCache: apiKeys });
   revocations.applyConfig(config.tenants);
   // The response cache (docs/caching.md), for tenants whose policy is on: the exact tier in this
-  // process, or the Postgres one every gateway of the fleet shares (`defaults.cache.exact_store`).
+  // process, or the Postgres one every gateway of the fleet shares (`defaults.cache.exact_store`),
+  // then the semantic tier (tried after an exact miss, for tenants whose policy turns it on):
+  // prompts embedded through the relay on the embedding revisions' replicas (internal jobs: no
+  // usage row, no scheduler slot, bounded by `semantic_lookup_timeout_ms`), entries in this process
+  // or in the Postgres store the fleet shares (`defaults.cache.semantic_store`, default as the exact store).
   // A hit is admitted by one `Reserve` (no scheduler slot) and settled at the instance that reserved.
-  const responseCache = createGatewayResponseCache({
-    ...(config.defaults.cache ? { settings: config.defaults.cache } : {}),
-    sharedExactTier: (onFault, bounds) => createPgExactCacheTier(database.db, { onFault, ...bounds }),
-    onFault: (tier, op, err) => logger.warn({ err, tier, op }, 'response cache fault (taken as a miss)'),
+  const cacheDefaults = config.defaults.cache ?? DEFAULT_CACHE;
+  const cacheFault = (tier: string, op: string, err: unknown) => logger.warn({ err, tier, op }, 'response cache fault (taken as a miss)');
+  const semanticOnPg = (cacheDefaults.semanticStore ?? cacheDefaults.exactStore) === 'postgres';
+  // Tenants of a file carry no internal id; callers do (from their key's row): key the cache's per-tenant state alike.
+  const tenantUids = await loadTenantUids(database.db);
+  const keyed = (tenants: typeof config.tenants) => withTenantUids(tenants, tenantUids);
+  const semanticCache = createTenantSemanticCache({
+    embedders: relayEmbeddersOf({
+      relay,
+      revisions: config.revisions,
+      replicas: remoteReplicas(config.revisions),
+      timeoutMs: cacheDefaults.semanticLookupTimeoutMs ?? SEMANTIC_LOOKUP_TIMEOUT_DEFAULT_MS,
+    }),
+    tenants: keyed(config.tenants),
+    store: semanticOnPg ? createPgSemanticStore(database.db) : createInMemorySemanticStore(),
+    metrics: createSemanticCacheMetrics(telemetry.meter),
+    logger,
   });
+  const responseCache = createGatewayResponseCache({
+    settings: cacheDefaults,
+    sharedExactTier: (onFault, bounds) => createPgExactCacheTier(database.db, { onFault, ...bounds }),
+    moreTiers: [semanticCache.tier],
+    onFault: cacheFault,
+  });
+  const semanticPurge = semanticOnPg ? setInterval(() => void purgeExpiredSemanticEntries(database.db, Date.now()).catch((err: unknown) => cacheFault('semantic', 'purge', err)), 60_000) : undefined;
+  semanticPurge?.unref();
   let applied = config;
   // Set once the gateway exists.
   const retiring: { drop?: (retired: ReadonlySet<string>) => number } = {};
@@ -163,7 +195,8 @@ runUntilSignal('gateway', logger, async () => {
     // Internal ids the snapshot retires (deleted tenants and apps, issue 14 §4): their retained generations go.
     const retired = retiredInternalIds(applied.tenants, next.tenants);
     // A tenant whose cache policy was turned off, or that was deleted, leaves nothing cached.
-    responseCache.applyTenants(applied.tenants, next.tenants);
+    responseCache.applyTenants(keyed(applied.tenants), keyed(next.tenants));
+    semanticCache.update(keyed(next.tenants));
     applied = next;
     router.update(next);
     live.update(next);
@@ -251,6 +284,7 @@ runUntilSignal('gateway', logger, async () => {
       server.closeIdleConnections();
       await settlements.close();
       responseCache.close();
+      if (semanticPurge) clearInterval(semanticPurge);
       await source.stop();
       holder.stop();
       admit.close();

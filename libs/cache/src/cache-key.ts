@@ -10,7 +10,7 @@ import type { GenerationInput } from '@weir/core';
 import type { CachePartition, CacheQuery } from './cache-tier';
 
 /** The public routes whose answers are cached (the wire shape differs, so the route is part of the key). */
-export type CacheRoute = '/v1/chat/completions' | '/v1/completions' | '/v1/generations' | '/v1/responses';
+export type CacheRoute = '/v1/chat/completions' | '/v1/completions' | '/v1/generations' | '/v1/responses' | '/v1/messages';
 
 /** The body fields that hold the prompt, per route: they make the exact key, not `paramsKey`. */
 export const PROMPT_FIELDS: Readonly<Record<CacheRoute, readonly string[]>> = {
@@ -19,6 +19,8 @@ export const PROMPT_FIELDS: Readonly<Record<CacheRoute, readonly string[]>> = {
   '/v1/generations': ['input'],
   // OpenAI's shape (`input`, `instructions`) and Weir's (`messages`).
   '/v1/responses': ['input', 'instructions', 'messages'],
+  // Anthropic's Messages API: the turns and the system prompt.
+  '/v1/messages': ['messages', 'system'],
 };
 
 /**

@@ -155,7 +155,7 @@ export interface EngineRequest {
   /** Weir's generation id, for upstream correlation headers and logs. */
   generationId: string;
   /**
-   * A JSON Schema (draft 2020-12; already validated by the gateway, at most 64 KiB) the output
+   * A JSON Schema (draft-07, 2019-09 or 2020-12 as its `$schema` says; already validated by the gateway, at most 64 KiB) the output
    * must be a JSON document of (`output_schema` on `POST /v1/responses`). An engine that can
    * constrain generation does so (llama.cpp: a JSON-schema grammar; OpenAI-compatible upstreams:
    * `response_format: {type: "json_schema"}`); the gateway validates the final output against
@@ -173,6 +173,12 @@ export interface EngineRequest {
   toolChoice?: ToolChoice;
   /** OpenAI's `parallel_tool_calls`; only with `tools`. Default: the upstream's. */
   parallelToolCalls?: boolean;
+  /**
+   * Anthropic's beta flags the client sent in `anthropic-beta` (`POST /v1/messages`), each
+   * 1–128 of `[A-Za-z0-9._-]`. Only the Anthropic engine uses them (its upstream call's
+   * `anthropic-beta` header); the other engines ignore them. Default none.
+   */
+  anthropicBeta?: string[];
 }
 
 /**
@@ -188,6 +194,12 @@ export type EngineEvent =
       tokens: number;
       /** Tool-call fragments of this delta, in the upstream's order; absent when none. */
       toolCalls?: ToolCallDelta[];
+      /**
+       * Reasoning text of this delta (an upstream's `reasoning_content` / `reasoning`), shown
+       * apart from the answer: never part of `text`, never checked by an output schema. Absent
+       * when none. Its tokens are output tokens, counted in `tokens` like the text's.
+       */
+      reasoning?: string;
     }
   | {
       type: 'end';
@@ -202,6 +214,12 @@ export type EngineEvent =
        * deltas counted, an upper bound for the input).
        */
       usageSource: UsageSource;
+      /**
+       * The stop sequence (one of `sampling.stop`) that ended the generation, when `reason` is
+       * `stop` and the engine knows it matched one (Anthropic's `stop_sequence`, vLLM's
+       * `stop_reason`, llama.cpp's stop trigger). Absent: a natural end, or not known.
+       */
+      stopSequence?: string;
     };
 
 /** Per-generation timing measured by the relay (ms). */

@@ -337,11 +337,19 @@ export interface RelayJob {
    * leaves the result (or that it was interrupted) for retries (ADR 0002 §2). Default none.
    */
   retain?: RetainSpec;
+  /**
+   * A call the gateway makes for itself, not for the caller (the semantic cache embedding a
+   * prompt, docs/caching.md): platform overhead, like the all-in-one's in-process embeddings.
+   * Honoured only for an embedding input: the relay appends no settlement entry (no usage row,
+   * nothing billed, nothing retained), applies no output moderation, and ends with
+   * `outcome.unrecorded` set. Default false.
+   */
+  internal?: boolean;
 }
 
 /** Events the relay streams back; exactly one `end`, always last. */
 export type RelayEvent =
-  | { type: 'delta'; text: string; tokens: number; toolCalls?: ToolCallDelta[] }
+  | { type: 'delta'; text: string; tokens: number; toolCalls?: ToolCallDelta[]; /** Reasoning text (`EngineEvent` delta's `reasoning`); absent when none. */ reasoning?: string }
   | { type: 'end'; outcome: GenerationOutcome };
 
 /** How a generation ended, with what it measured and what it cost. */
@@ -383,6 +391,8 @@ export interface GenerationOutcome {
    * records it, marked uncertain, for reconciliation against the engines' counters.
    */
   relayLost?: boolean;
+  /** With `finishReason` `stop`: the stop sequence that ended it, when the engine said (`EngineEvent` end's `stopSequence`). */
+  stopSequence?: string;
   /**
    * The answer came from the response cache (docs/caching.md): which tier. No upstream ran; the
    * usage is the cached answer's, billed at the tenant's cache price. Absent: a live answer.
@@ -390,7 +400,8 @@ export interface GenerationOutcome {
   cacheHit?: CacheTierName;
   /**
    * Set by the relay when the job allowed a retry (`RelayJob.retryBeforeFirstToken`) and the
-   * attempt failed retryably before any output token: no usage was recorded for it.
+   * attempt failed retryably before any output token, or the job was `internal`: no usage was
+   * recorded for it.
    */
   unrecorded?: boolean;
   /**

@@ -528,14 +528,10 @@ async function streamResponse(
       continue;
     }
     const finishReason = toFinishReason(event.reason);
-    await write(
-      res,
-      data(
-        route === 'chat'
-          ? chatCompletionChunk(meta, { delta: {}, finishReason })
-          : textCompletionChunk(meta, { text: '', finishReason }),
-      ),
-    );
+    const finish = route === 'chat' ? chatCompletionChunk(meta, { delta: {}, finishReason }) : textCompletionChunk(meta, { text: '', finishReason });
+    // The stop sequence that matched, as vLLM names it (`stop_reason` on the choice): Weir's OpenAI-compatible adapter reads it back.
+    if (event.stopSequence !== undefined) (finish.choices as Record<string, unknown>[])[0].stop_reason = event.stopSequence;
+    await write(res, data(finish));
     if (includeUsage) {
       const usage = toOpenAiUsage(event.usage);
       await write(res, data(route === 'chat' ? chatCompletionChunk(meta, null, { usage }) : textCompletionChunk(meta, null, { usage })));

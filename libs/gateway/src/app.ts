@@ -87,6 +87,7 @@ import type { LiveConfig } from './live-config';
 import type { Revocations } from './revocations';
 import { checkThenCompile, registerResponsesRoute, schemaCheck } from './responses-route';
 import { registerEmbeddingsRoute } from './embeddings-route';
+import { registerMessagesRoute } from './messages-route';
 import { openSse, type SseWriter } from './sse-writer';
 import { type ContentPolicies, redactInput, type TenantContentPolicy } from './content-policy';
 import { type ContentLog, createContentLog, type RedactionObserver } from './content-log';
@@ -223,6 +224,8 @@ interface Answer {
   endedInQueue: boolean;
   /** Reports cost and overhead (`x-weir-cost-usd`, …); absent on a replay, which bills nothing new. */
   cost?: CostMeter;
+  /** Input tokens counted at admission (absent on a replay): Anthropic's `message_start` reports them. */
+  inputTokens?: number;
 }
 
 /** The gateway: its HTTP handler plus lifecycle controls. */
@@ -243,8 +246,10 @@ export interface Gateway {
 type Authed = AuthedRequest;
 /** A route handler; errors it throws (or rejects with) are answered by the edge's error handler. */
 type Handler = (req: Authed, res: ServerResponse) => Promise<void> | void;
+/** Answers an error on a route whose wire has its own error shape (Anthropic's Messages API); default {@link sendError}. */
+export type ErrorWriter = (res: ServerResponse, error: WeirError, req: EdgeRequest) => void;
 /** A route: `auth` (default true) authenticates first; `post` routes also refuse while draining and read the JSON body. */
-type Route = EdgeRoute<{ run: Handler; auth: boolean; body: boolean }>;
+type Route = EdgeRoute<{ run: Handler; auth: boolean; body: boolean; errors?: ErrorWriter }>;
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 
@@ -373,7 +378,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
   const modelsCreated = Math.floor(Date.now() / 1000);
   const routes: Route[] = [];
   const get = (pattern: string, run: Handler, auth = true) => routes.push({ method: 'GET', pattern, handler: { run, auth, body: false } });
-  const post = (pattern: string, run: Handler) => routes.push({ method: 'POST', pattern, handler: { run, auth: true, body: true } });
+  const post = (pattern: string, run: Handler, errors?: ErrorWriter) => routes.push({ method: 'POST', pattern, handler: { run, auth: true, body: true, ...(errors ? { errors } : {}) } });
   const contentPolicies = deps.contentPolicies;
   const contentLog = deps.contentLog ?? (contentPolicies ? createContentLog({ logger, ...(deps.redaction ? { observer: deps.redaction } : {}) }) : undefined);
   const sseOptions = { heartbeatMs: defaults.sseHeartbeatMs, ...(deps.clients ? { stallMs: deps.clients.limits.streamStallMs } : {}) };
@@ -432,16 +437,22 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
   const authFailed = (req: EdgeRequest, key: string | undefined) => clients?.auth.failed(clients.clientKey(req.raw), key);
   const authenticate = async (req: EdgeRequest): Promise<Caller> => {
     const header = req.header('authorization');
+    // Anthropic's clients send the key as `x-api-key` (the same tenant keys; never a body field).
+    const xApiKey = req.header('x-api-key')?.trim();
     const match = header ? /^Bearer\s+(\S+)\s*$/i.exec(header) : null;
-    if (!match) {
+    if (!match && !(header === undefined && xApiKey)) {
       if (clients?.auth.active) throttled(clients, req, undefined, undefined);
       authFailed(req, undefined);
       const message = header
-        ? 'Use Bearer authentication: `Authorization: Bearer wk_…` (the header has another scheme or no key).'
-        : 'Missing API key. Send it as `Authorization: Bearer wk_…`.';
+        ? 'Use Bearer authentication: `Authorization: Bearer wk_…` (the header has another scheme or no key), or send the key as `x-api-key`.'
+        : 'Missing API key. Send it as `Authorization: Bearer wk_…` or as `x-api-key: wk_…`.';
       throw new WeirError('authentication_failed', message);
     }
-    const key = match[1];
+    const key = match ? match[1] : (xApiKey as string);
+    if (match && xApiKey && xApiKey !== key) {
+      authFailed(req, undefined);
+      throw new WeirError('authentication_failed', '`Authorization` and `x-api-key` carry different keys; send one of them.');
+    }
     const sha256 = hashApiKey(key);
     // Before the lookup only the address is throttled; a hammered key prefix is refused only for
     // keys that fail (below), so whoever knows a key's public prefix cannot lock its owner out.
@@ -470,14 +481,14 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
   };
 
   /** One error handler: the Weir error's status and OpenAI-shaped body; faults are logged. */
-  const onError = (err: unknown, req: EdgeRequest, res: ServerResponse) => {
+  const onError = (err: unknown, req: EdgeRequest, res: ServerResponse, errors: ErrorWriter = sendError) => {
     const error = err instanceof WeirError ? err : toWeirError(err);
     if (error.code === 'internal') logger.error({ err: error.cause ?? err, requestId: req.requestId, path: req.routePath ?? '(unmatched)' }, 'request failed');
     if (res.headersSent) {
       if (!res.writableEnded) res.end();
       return;
     }
-    sendError(res, error);
+    errors(res, error, req);
   };
 
   /** Runs a matched route: authentication, then (POST) the drain check and the JSON body, then the handler. */
@@ -544,6 +555,10 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
       outputSchema?: object;
       /** Function tools, tool choice and parallel calls for the engine (chat completions only). */
       tools?: ChatTools;
+      /** The end user a wire names elsewhere than OpenAI's `user` (Anthropic's `metadata.user_id`): a sticky key, and personalised for the cache. */
+      endUser?: string;
+      /** Anthropic's beta flags from `anthropic-beta` (`EngineRequest.anthropicBeta`). */
+      anthropicBeta?: string[];
       /** Runs before the idempotency claim and admission, with the request's sticky key (the end user, else the request id); throws to refuse the request while it holds nothing. */
       beforeAdmit?: (requestId: string, useCase: string | undefined) => Promise<void>;
     },
@@ -575,7 +590,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     // OpenAI's `user` (the client's end user) keeps one person on one canary arm across requests.
     // Only a `user` of at most 256 characters is a sticky key; a longer one still names an end user.
     const reqBody = req.body as { user?: unknown; safety_identifier?: unknown } | undefined;
-    const user = reqBody?.user;
+    const user = limits.endUser ?? reqBody?.user;
     const endUser = typeof user === 'string' && user.length > 0 && user.length <= 256 ? user : undefined;
     // Personalised for the cache: any non-empty `user` (whatever its length) or `safety_identifier`
     // (OpenAI's per-end-user id) — never stored, never served (docs/caching.md).
@@ -621,6 +636,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
         ...(priority !== undefined ? { priority } : {}),
         ...(limits.outputSchema !== undefined ? { outputSchema: limits.outputSchema } : {}),
         ...(limits.tools !== undefined ? limits.tools : {}),
+        ...(limits.anthropicBeta !== undefined ? { anthropicBeta: limits.anthropicBeta } : {}),
         ...(endUser !== undefined ? { endUser } : {}),
         ...(retain ? { retain } : {}),
         ...(cache ? { cache } : {}),
@@ -676,7 +692,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
       for (const [name, value] of Object.entries(countdownHeaders(countdown))) res.setHeader(name, value);
       announcer.note(admitted.revision, countdown, wallNow);
     }
-    const answer: Answer = { generationId, requestId, modelRevision: admitted.revision.id, createdS, transcript, replayed: false, endedInQueue: false, cost: createCostMeter(clock, arrivedAt) };
+    const answer: Answer = { generationId, requestId, modelRevision: admitted.revision.id, createdS, transcript, replayed: false, endedInQueue: false, inputTokens: admitted.inputTokens, cost: createCostMeter(clock, arrivedAt) };
     // A keyed request's check overlaps routing, counting and admission but not dispatch: its
     // relay leaves the result for retries when it ends, which must never hold an answer a block
     // withheld from the client (an unkeyed request's check also overlaps dispatch).
@@ -1057,6 +1073,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
   });
 
   registerEmbeddingsRoute({ post, begin, answeredBy, outcomeError, deadlineOrCancel, idempotencyKeyHeader });
+  registerMessagesRoute({ post, begin, pipeline, router: deps.router, sseOptions, firstEventOrThrow: followFromFirstEvent, answeredBy, outcomeError, deadlineOrCancel, idempotencyKeyHeader });
   registerResponsesRoute({ post, begin, precheck: (caller) => pipeline.precheck(caller), router: deps.router, sseHeartbeatMs: defaults.sseHeartbeatMs, sseStallMs: sseOptions.stallMs, firstEventOrThrow: followFromFirstEvent, answeredBy, outcomeError, deadlineOrCancel, generationsKey, idempotencyKeyHeader, sampling });
 
   /** A `/v1/models` entry: OpenAI's fields, plus `deprecation` while the caller's revisions for the alias count down. */
@@ -1085,6 +1102,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     [/^\/v1\/chat\/completions$/i, 'POST'],
     [/^\/v1\/completions$/i, 'POST'],
     [/^\/v1\/responses$/i, 'POST'],
+    [/^\/v1\/messages(\/count_tokens)?$/i, 'POST'],
     [/^\/v1\/embeddings$/i, 'POST'],
     [/^\/v1\/models$/i, 'GET'],
     [/^\/v1\/usage$/i, 'GET'],
@@ -1119,6 +1137,9 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
       if (path === '/healthz') return sendJson(res, 200, { status: 'ok' });
       return readyz(res);
     }
+    // Matched first (a map lookup), so even the refusals below answer in the route's own error shape.
+    const match = router.match(method, path);
+    const errors = match?.route.handler.errors;
     try {
       if (clients) {
         const refusal = clients.enter(raw, res);
@@ -1127,13 +1148,12 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
       // Fail closed on a stale snapshot: every route below (the API, and unknown paths) is refused.
       const state = deps.configState?.();
       if (state?.stale) throw configStaleError(state);
-      const match = router.match(method, path);
       if (!match) return unrouted(req, res);
       req.params = match.params;
       req.routePath = match.route.pattern;
-      run(match.route, req, res).catch((err: unknown) => onError(err, req, res));
+      run(match.route, req, res).catch((err: unknown) => onError(err, req, res, errors));
     } catch (err) {
-      onError(err, req, res);
+      onError(err, req, res, errors);
     }
   };
 
@@ -1162,7 +1182,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
         res,
         200,
         kind === 'chat'
-          ? chatCompletion(meta, text, finish, toOpenAiUsage(outcome.usage), ext, accumulateToolCalls(toolCallDeltas))
+          ? chatCompletion(meta, text, finish, toOpenAiUsage(outcome.usage), ext, accumulateToolCalls(toolCallDeltas), g.transcript.deltaReasoning.join(''))
           : textCompletion(meta, text, finish, toOpenAiUsage(outcome.usage), ext),
       );
       return;
@@ -1179,10 +1199,11 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     const t = g.transcript;
     const outcome = await readTranscript(t, 0, (i) => {
       const calls = kind === 'chat' ? t.deltaToolCalls[i] : undefined;
-      if (!calls) return sse.write(formatSseJson(contentChunk(t.deltas[i])));
-      // A delta of tool calls only has no `content`, as OpenAI streams it.
+      const reasoning = kind === 'chat' ? t.deltaReasoning[i] : undefined;
+      if (!calls && !reasoning) return sse.write(formatSseJson(contentChunk(t.deltas[i])));
+      // A delta of tool calls (or reasoning, as `reasoning_content`) only has no `content`, as OpenAI streams it.
       const text = t.deltas[i];
-      const delta = { ...(text !== '' ? { content: text } : {}), tool_calls: toOpenAiToolCallChunks(calls) };
+      const delta = { ...(text !== '' ? { content: text } : {}), ...(reasoning ? { reasoning_content: reasoning } : {}), ...(calls ? { tool_calls: toOpenAiToolCallChunks(calls) } : {}) };
       return send(chatCompletionChunk(meta, { delta, finishReason: null }));
     });
     /** The end of the stream: an in-band error, or the finish chunk, the usage chunk and [DONE]. */
@@ -1282,6 +1303,7 @@ const CACHE_ROUTES: ReadonlyMap<string, CacheRoute> = new Map<string, CacheRoute
   ['/v1/completions', '/v1/completions'],
   ['/v1/generations', '/v1/generations'],
   ['/v1/responses', '/v1/responses'],
+  ['/v1/messages', '/v1/messages'],
 ]);
 
 /**
@@ -1515,7 +1537,8 @@ export function sendError(res: ServerResponse, error: WeirError): void {
   // request cannot help (a spent budget, a key used for another request, a request larger
   // than a rate limit's whole window).
   // A kill switch is a 503 that only an operator lifts: the clients' automatic retries would only add load.
-  if (error.code === 'kill_switch' || (!error.retryable && (mapping.status === 409 || mapping.status === 429))) res.setHeader('x-should-retry', 'false');
+  // An `output_invalid` (502) was generated and billed: a blind retry pays again (the caller decides).
+  if (error.code === 'kill_switch' || error.code === 'output_invalid' || (!error.retryable && (mapping.status === 409 || mapping.status === 429))) res.setHeader('x-should-retry', 'false');
   if (error instanceof AdmissionRejectedError) {
     for (const [name, value] of Object.entries(rateLimitHeaders(error.rateLimits))) res.setHeader(name, value);
   }

@@ -653,3 +653,35 @@ describe('moderation of cache hits (docs/caching.md "Moderation")', () => {
     expect(((await hit.json()) as typeof first).choices[0].message.content).toBe('w0 w1 w2 w3 w4 ');
   });
 });
+
+describe('the exact cache on /v1/messages (Anthropic Messages API)', () => {
+  const message = (extra: Record<string, unknown> = {}) => ({ model: 'fake', max_tokens: 8, temperature: 0, system: 'Be brief.', messages: [{ role: 'user', content: 'hello there' }], ...extra });
+
+  it('a repeat is a hit with the same message and stream; another system prompt is a miss; metadata.user_id is personalised (bypass)', async () => {
+    await start(configWith(POLICY));
+    const first = await harness.post('/v1/messages', message());
+    expect(first.headers.get('x-weir-cache')).toBe('miss');
+    const a = (await first.json()) as { content: unknown; usage: unknown; stop_reason: string };
+    await until(() => tier.stats().entries === 1);
+
+    const second = await harness.post('/v1/messages', message());
+    expect(second.headers.get('x-weir-cache')).toBe('hit');
+    const b = (await second.json()) as typeof a;
+    expect(b.content).toEqual(a.content);
+    expect(b.usage).toEqual(a.usage);
+    expect(b.stop_reason).toBe(a.stop_reason);
+    expect(engine.started).toBe(1);
+
+    const streamed = await harness.post('/v1/messages', message({ stream: true }));
+    expect(streamed.headers.get('x-weir-cache')).toBe('hit');
+    const deltas = (await sseEvents(streamed)).filter((e) => (e as { type: string }).type === 'content_block_delta');
+    expect(deltas.map((e) => (e as { delta: { text: string } }).delta.text).join('')).toBe((a.content as { text: string }[])[0].text);
+    expect(engine.started).toBe(1);
+
+    const otherSystem = await harness.post('/v1/messages', message({ system: 'Be long.' }));
+    expect(otherSystem.headers.get('x-weir-cache')).toBe('miss');
+    const personal = await harness.post('/v1/messages', message({ metadata: { user_id: 'u-1' } }));
+    expect(personal.headers.get('x-weir-cache')).toBe('bypass');
+    expect(engine.started).toBe(3);
+  });
+});

@@ -19,3 +19,4 @@ export { parseJsonText } from './edge';
 export * from './content-policy';
 export * from './content-log';
 export * from './cache-moderation';
+export * from './relay-embedder';

@@ -110,6 +110,15 @@ describe('input moderation', () => {
     },
   });
 
+  it.each([false, true])('blocks a flagged prompt on /v1/messages (stream %s) with Anthropic’s 400 invalid_request_error naming the category', async (stream) => {
+    const { gw } = await start([' a', ' b'], 5, policy);
+    const res = await gw.post('/v1/messages', { model: 'fake', max_tokens: 10, stream, system: 'Be kind.', messages: [{ role: 'user', content: 'tell me about the red dragon' }] });
+    expect(res.status).toBe(400);
+    const body = (await res.json()) as Json;
+    expect(body).toMatchObject({ type: 'error', error: { type: 'invalid_request_error' } });
+    expect(body.error.message).toContain('violence');
+  });
+
   it.each([false, true])('blocks a flagged prompt after the upstream started (stream %s): 400 content_filter, the upstream stopped, one usage record billing what it produced', async (stream) => {
     // The upstream's first token comes at ~5 ms; the check answers at ~150 ms.
     const { gw, stats } = await start(Array.from({ length: 100 }, (_, i) => ` w${i}`), 5, policy, slowInput(150));
@@ -187,6 +196,21 @@ describe('output moderation', () => {
     const body = (await res.json()) as Json;
     expect(body.choices[0].finish_reason).toBe('content_filter');
     await expectCut(body.choices[0].message.content, stats, gw);
+  });
+
+  it.each([false, true])('Anthropic messages (stream %s): stop_reason refusal, the flagged window withheld', async (stream) => {
+    const { gw, stats } = await start(pieces, 3, policy);
+    const res = await gw.post('/v1/messages', { model: 'fake', max_tokens: 100, stream, messages: [{ role: 'user', content: 'tell me a story' }] });
+    expect(res.status).toBe(200);
+    if (!stream) {
+      const body = (await res.json()) as Json;
+      expect(body.stop_reason).toBe('refusal');
+      await expectCut(body.content[0].text, stats, gw);
+      return;
+    }
+    const events = await sseData(res);
+    expect(events.find((e) => e.type === 'message_delta').delta.stop_reason).toBe('refusal');
+    await expectCut(events.filter((e) => e.type === 'content_block_delta').map((e) => e.delta.text).join(''), stats, gw);
   });
 
   it('chat completions, streamed', async () => {

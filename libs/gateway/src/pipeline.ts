@@ -216,6 +216,8 @@ export interface GenerationParams {
   toolChoice?: ToolChoice;
   /** OpenAI's `parallel_tool_calls` (`EngineRequest.parallelToolCalls`); only with `tools`. Default none. */
   parallelToolCalls?: boolean;
+  /** Anthropic's beta flags (`EngineRequest.anthropicBeta`): for Anthropic upstreams only. Default none. */
+  anthropicBeta?: string[];
   /** The request claimed an idempotency key: its settlement leaves the result for retries (`RelayJob.retain`). Default none. */
   retain?: RetainSpec;
   /** The request's cache inputs, read only when its tenant's cache policy is on. Default none (never cached). */
@@ -345,6 +347,12 @@ export interface GenerationPipeline {
    * with the rate-limit status for the 429's headers.
    */
   holdUnmetered(caller: Caller, requestId: string, holdMs: number): Promise<{ rateLimits?: RateLimitStatus; release(): Promise<void> }>;
+  /**
+   * Counts `input`'s tokens with `revision`'s tokenizer, as admission counts them (the
+   * {@link GenerationPipelineDeps.countInputTokens} it was built with; no limit): for routes
+   * that answer a count (`POST /v1/messages/count_tokens`). Reserves nothing.
+   */
+  countInputTokens(revision: RevisionSpec, input: GenerationInput): Promise<number>;
   /** The deadline a request of `caller` gets (ms from arrival): `requestedMs`, else the tenant's default, else 120,000. */
   deadlineMsFor(caller: Caller, requestedMs?: number): number;
   /**
@@ -628,6 +636,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
   return {
     deadlineMsFor,
     precheck,
+    countInputTokens: (revision, input) => deps.countInputTokens(revision, input),
     async holdUnmetered(caller, requestId, holdMs) {
       const reserved = await admitPort.reserve({
         caller,
@@ -946,6 +955,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
                   ...(params.tools !== undefined ? { tools: params.tools } : {}),
                   ...(params.toolChoice !== undefined ? { toolChoice: params.toolChoice } : {}),
                   ...(params.parallelToolCalls !== undefined ? { parallelToolCalls: params.parallelToolCalls } : {}),
+                  ...(params.anthropicBeta !== undefined ? { anthropicBeta: params.anthropicBeta } : {}),
                 },
                 arrivedAt: params.arrivedAt,
                 deadlineAt,

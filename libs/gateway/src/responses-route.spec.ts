@@ -217,7 +217,7 @@ describe('POST /v1/responses', () => {
       ['an invalid schema', { output_schema: { type: 'objec' } }, 'output_schema', /output_schema\/type must be equal to one of the allowed values/],
       ['an unknown keyword in the schema', { output_schema: { type: 'object', requried: ['a'] } }, 'output_schema', /unknown keyword: "requried"/],
       ['a schema that is not an object', { output_schema: 'json' }, 'output_schema', /must be a JSON Schema object/],
-      ['another dialect', { output_schema: { $schema: 'http://json-schema.org/draft-07/schema#', type: 'object' } }, 'output_schema', /draft 2020-12/],
+      ['an unsupported dialect (draft-04)', { output_schema: { $schema: 'http://json-schema.org/draft-04/schema#', type: 'object' } }, 'output_schema', /names no supported draft; use one of "http:\/\/json-schema.org\/draft-07\/schema#"/],
       ['an unresolvable $ref', { output_schema: { $ref: 'https://example.com/s.json' } }, 'output_schema', /can't resolve reference/],
     ])('refuses %s with a 400 naming the field, before any reservation or engine work', async (_name, patch, param, message) => {
       const before = h.reserves();
@@ -287,13 +287,14 @@ describe('POST /v1/responses', () => {
     });
 
     it.each<[string, Record<string, unknown>, string, RegExp]>([
-      ['tools', { tools: [{ type: 'function', name: 'f' }] }, 'tools', /`tools` is not supported/],
+      ['tools on a revision without capabilities.tools', { tools: [{ type: 'function', name: 'f' }] }, 'tools', /cannot call tools: revision fake@1/],
       ['previous_response_id', { previous_response_id: 'resp_1' }, 'previous_response_id', /does not store responses/],
       ['reasoning', { reasoning: { effort: 'low' } }, 'reasoning', /`reasoning` is not supported/],
+      ['include of anything but encrypted reasoning', { include: ['message.output_text.logprobs'] }, 'include[0]', /no extra output data can be included/],
       ['an unknown field', { frobnicate: 1 }, 'frobnicate', /unknown field `frobnicate`/],
       ["Weir's messages beside input", { messages: [] }, 'messages', /Weir’s shape/],
       ['an image part', { input: [{ role: 'user', content: [{ type: 'input_image', image_url: 'x' }] }] }, 'input[0].content[0].type', /only `input_text` parts/],
-      ['a function call output item', { input: [{ type: 'function_call_output', call_id: 'c', output: 'x' }] }, 'input[0].type', /only message items/],
+      ['a function call output answering no call', { input: [{ type: 'function_call_output', call_id: 'c', output: 'x' }] }, 'input[0].call_id', /no earlier `function_call` item has the call_id 'c'/],
       ['store: true', { store: true }, 'store', /does not store responses/],
       ['json_object format', { text: { format: { type: 'json_object' } } }, 'text.format.type', /json_object is not supported/],
       ['a json_schema format without a schema', { text: { format: { type: 'json_schema', name: 'p' } } }, 'text.format.schema', /required/],

@@ -5,10 +5,12 @@
  *   output_schema?}` plus `/v1/generations`' optional controls. Answers `{id, output_text |
  *   output, model_used, usage, cost_usd, cached, fallback, fallback_reason?}`; streams Weir's
  *   `start`/`delta`/`end` events, the `end` carrying the same fields.
- * - **OpenAI's Responses API** (text only; a body with `input`): `{model, input, instructions?,
- *   max_output_tokens?, stream?, temperature?, top_p?, text?: {format}}`, so the official
- *   SDKs' `client.responses.create` works; answers a `response` object or OpenAI's Responses
- *   streaming events (`responses-wire.ts`). Any other field is refused by name.
+ * - **OpenAI's Responses API** (a body with `input`; `responses-body.ts`): `{model, input,
+ *   instructions?, max_output_tokens?, stream?, temperature?, top_p?, text?: {format}, tools?,
+ *   tool_choice?, parallel_tool_calls?}`, so the official SDKs' `client.responses.create` and
+ *   `stream` work, function calling included; answers a `response` object whose output items
+ *   are messages and `function_call`s, or OpenAI's Responses streaming events
+ *   (`responses-output.ts`, `responses-wire.ts`). Any other field is refused by name.
  *
  * With `output_schema` (or `text.format: {type: "json_schema"}`) the schema is checked when
  * the request arrives (`output-schema.ts`), revisions that cannot constrain output are refused
@@ -34,8 +36,6 @@ import {
 import {
   formatSseEvent,
   HTTP_ERRORS,
-  outputText,
-  responseMessage,
   responseObject,
   responsesEvents,
   type ResponsesMeta,
@@ -50,8 +50,10 @@ import {
 import { toGrammarSchema, UnsupportedSchemaError } from '@weir/engines';
 import { type AuthedRequest, type EdgeRequest, sendJson } from './edge';
 import type { ParamNames } from './pipeline';
-import { refuseIncapableRoutes, type RouteCheck } from './tools';
-import { parseBody, refuseUnknownFields, RESPONSES_OPENAI_FIELDS, responsesOpenAiBody, responsesWeirBody, toChatInput, toResponsesChatInput } from './schemas';
+import { type ChatTools, refuseIncapableRoutes, type RouteCheck, toolsCheck } from './tools';
+import { parseBody, refuseUnknownFields, responsesWeirBody, toChatInput } from './schemas';
+import { RESPONSES_OPENAI_FIELDS, responsesOpenAiBody, responsesToolsOf, toResponsesChatInput } from './responses-body';
+import { createResponsesOutput, type ResponsesOutputEvent } from './responses-output';
 import type { CostMeter } from './cost-report';
 import { openSse } from './sse-writer';
 import { blockedBeforeOutput, type Transcript, type TranscriptEvent } from './transcript';
@@ -79,6 +81,8 @@ export interface ResponsesBeginLimits {
   useCase?: string;
   priority?: 'interactive' | 'batch';
   outputSchema?: object;
+  /** Function tools, tool choice and parallel calls for the engine (OpenAI's shape of this route). */
+  tools?: ChatTools;
   beforeAdmit?: (requestId: string, useCase: string | undefined) => Promise<void>;
 }
 
@@ -107,15 +111,11 @@ export interface ResponsesRouteContext {
 
 /** Hints for OpenAI Responses fields Weir does not support (the rest get a generic one). */
 const UNSUPPORTED_HINTS: Record<string, string> = {
-  tools: 'tools (function calling, built-in tools) are not supported on Weir’s /v1/responses (text only)',
-  tool_choice: 'tools are not supported on Weir’s /v1/responses (text only)',
-  parallel_tool_calls: 'tools are not supported on Weir’s /v1/responses (text only)',
-  previous_response_id: 'Weir does not store responses: send the whole conversation in `input`',
   conversation: 'Weir does not store conversations: send the whole conversation in `input`',
-  reasoning: 'reasoning options are not supported by these models',
   background: 'background responses are not supported; use stream: true, or POST /v1/batches',
-  include: 'no extra output data can be included',
   prompt: 'stored prompt templates are not supported; send `instructions` and `input`',
+  truncation: 'Weir does not truncate input: send what fits the model’s context window',
+  max_tool_calls: 'a cap on tool calls is not supported; stop your tool loop after the calls you allow',
   messages: '`messages` is Weir’s shape; with `input` (OpenAI’s shape) send the conversation in `input` only',
   output_schema: '`output_schema` is Weir’s shape; with `input` (OpenAI’s shape) use `text: {format: {type: "json_schema", name, schema}}`',
 };
@@ -302,6 +302,8 @@ async function answerWeirShape(ctx: ResponsesRouteContext, req: Authed, res: Ser
 async function answerOpenAiShape(ctx: ResponsesRouteContext, req: Authed, res: ServerResponse, raw: Record<string, unknown>): Promise<void> {
   refuseUnknownFields(raw, RESPONSES_OPENAI_FIELDS, UNSUPPORTED_HINTS, 'Weir’s /v1/responses');
   const body = parseBody(responsesOpenAiBody, raw);
+  const tools = responsesToolsOf(body);
+  const input = toResponsesChatInput(body.input, body.instructions);
   const format = body.text?.format;
   let rawSchema: object | undefined;
   if (format?.type === 'json_schema') {
@@ -311,20 +313,25 @@ async function answerOpenAiShape(ctx: ResponsesRouteContext, req: Authed, res: S
     // The cheap checks now; the compilation after the route's capability checks (beforeAdmit).
     rawSchema = screenOutputSchema(format.schema, 'text.format.schema');
   }
-  const compiling = rawSchema ? checkThenCompile(ctx.router, req.caller, body.model, [schemaCheck('text.format', rawSchema)], rawSchema, 'text.format.schema') : undefined;
-  const g = await ctx.begin(req, res, 'generations', body.model, toResponsesChatInput(body.input, body.instructions), ctx.sampling(body), {
+  // One route resolution checks both (tools, schema), before any claim or reservation.
+  const checks = [...(tools ? [toolsCheck] : []), ...(rawSchema ? [schemaCheck('text.format', rawSchema)] : [])];
+  const compiling = checks.length > 0 ? checkThenCompile(ctx.router, req.caller, body.model, checks, rawSchema, 'text.format.schema') : undefined;
+  const g = await ctx.begin(req, res, 'generations', body.model, input, ctx.sampling(body), {
     maxOutputTokens: body.max_output_tokens ?? undefined,
     requestId: ctx.idempotencyKeyHeader(req),
     keyParam: 'Idempotency-Key',
     paramNames: OPENAI_PARAMS,
-    ...(rawSchema && compiling ? { outputSchema: rawSchema, beforeAdmit: compiling.beforeAdmit } : {}),
+    ...(tools ? { tools } : {}),
+    ...(rawSchema ? { outputSchema: rawSchema } : {}),
+    ...(compiling ? { beforeAdmit: compiling.beforeAdmit } : {}),
   });
   if (g.endedInQueue && g.transcript.outcome) throw ctx.deadlineOrCancel(g.transcript.outcome);
   const schema = await compiling?.loaded();
 
+  const stem = g.generationId.slice(4);
   const meta: ResponsesMeta = {
-    id: `resp_${g.generationId.slice(4)}`,
-    messageId: `msg_${g.generationId.slice(4)}`,
+    id: `resp_${stem}`,
+    messageId: `msg_${stem}`,
     createdAt: g.createdS,
     model: body.model,
     instructions: body.instructions ?? null,
@@ -332,23 +339,37 @@ async function answerOpenAiShape(ctx: ResponsesRouteContext, req: Authed, res: S
     temperature: body.temperature ?? null,
     topP: body.top_p ?? null,
     textFormat: format ? { ...format } : { type: 'text' },
+    // Echoed as sent (OpenAI echoes its defaults: strict true, and so on — Weir passes what it was given).
+    ...(body.tools && body.tools.length > 0 ? { tools: body.tools.map((t) => ({ ...t, description: t.description ?? null, parameters: t.parameters ?? null, strict: t.strict ?? null })) } : {}),
+    ...(body.tool_choice != null ? { toolChoice: body.tool_choice } : {}),
+    ...(body.parallel_tool_calls != null ? { parallelToolCalls: body.parallel_tool_calls } : {}),
   };
-  /** The final state of the response for an outcome that is not an error. */
-  const finalState = (o: GenerationOutcome, text: string): ResponseState => {
-    const weir = { finish_reason: o.finishReason, model_revision: o.modelRevision, ...(o.fallback ? { fallback_reason: o.fallback.reason } : {}), ...g.cost?.report(o) };
-    const usage = toResponsesUsage(o.usage);
-    if (o.finishReason === 'length' || o.finishReason === 'deadline') return { status: 'incomplete', text, usage, incompleteReason: 'max_output_tokens', weir };
-    if (o.finishReason === 'content_filter') return { status: 'incomplete', text, usage, incompleteReason: 'content_filter', weir };
-    return { status: 'completed', text, usage, weir };
+  const output = createResponsesOutput({ messageId: meta.messageId, stem });
+  // With the request's cost and Weir's overhead (cost-report.ts) on a live answer.
+  const weirOf = (o: GenerationOutcome) => ({ finish_reason: o.finishReason, model_revision: o.modelRevision, ...(o.fallback ? { fallback_reason: o.fallback.reason } : {}), ...g.cost?.report(o) });
+  /** How an outcome that is not an error ends the response. */
+  const ending = (o: GenerationOutcome): { status: 'completed' | 'incomplete'; incompleteReason?: 'max_output_tokens' | 'content_filter' } =>
+    o.finishReason === 'length' || o.finishReason === 'deadline'
+      ? { status: 'incomplete', incompleteReason: 'max_output_tokens' }
+      : o.finishReason === 'content_filter'
+        ? { status: 'incomplete', incompleteReason: 'content_filter' }
+        : { status: 'completed' };
+  /** The final state of the response (after `output.finish`). */
+  const finalState = (o: GenerationOutcome): ResponseState => {
+    const end = ending(o);
+    return { status: end.status, output: output.items(), usage: toResponsesUsage(o.usage), ...(end.incompleteReason ? { incompleteReason: end.incompleteReason } : {}), weir: weirOf(o) };
   };
 
   if (!body.stream) {
-    const { text, outcome } = await collect(g);
-    const judged = await judgeOutput(outcome, text, schema);
+    const outcome = await g.transcript.ended();
+    const { deltas, deltaToolCalls, deltaReasoning } = g.transcript;
+    for (let i = 0; i < deltas.length; i++) output.delta(deltas[i], deltaToolCalls[i] ?? undefined, deltaReasoning[i] ?? undefined);
+    const judged = await judgeOutput(outcome, output.text(), schema);
     if (judged.outcome.finishReason === 'error' || blockedBeforeOutput(judged.outcome)) throw failure(ctx, res, judged.outcome);
     if (outcome.finishReason === 'cancelled') throw new WeirError('invalid_request', 'The generation was cancelled (POST /v1/generations/{id}/cancel); the answer is incomplete.');
     ctx.answeredBy(res, outcome, g);
-    sendJson(res, 200, responseObject(meta, finalState(outcome, text)));
+    output.finish(ending(outcome).status);
+    sendJson(res, 200, responseObject(meta, finalState(outcome)));
     return;
   }
 
@@ -360,20 +381,17 @@ async function answerOpenAiShape(ctx: ResponsesRouteContext, req: Authed, res: S
     const ev = seq.event(type, fields);
     return sse.write(formatSseEvent({ event: ev.type, data: JSON.stringify(ev.data) }));
   };
-  const at = { item_id: meta.messageId, output_index: 0, content_index: 0 };
+  const sendAll = async (list: readonly ResponsesOutputEvent[]) => {
+    for (const ev of list) await send(ev.type, ev.fields);
+  };
   await send('response.created', { response: responseObject(meta, { status: 'in_progress' }) });
   await send('response.in_progress', { response: responseObject(meta, { status: 'in_progress' }) });
-  await send('response.output_item.added', { output_index: 0, item: responseMessage(meta, '', 'in_progress') });
-  await send('response.content_part.added', { ...at, part: outputText('') });
-  let text = '';
   for await (const ev of events) {
     if (ev.type === 'delta') {
-      if (ev.text === '') continue;
-      text += ev.text;
-      await send('response.output_text.delta', { ...at, delta: ev.text, logprobs: [] });
+      await sendAll(output.delta(ev.text, ev.toolCalls, ev.reasoning));
       continue;
     }
-    const judged = await judgeOutput(ev.outcome, text, schema);
+    const judged = await judgeOutput(ev.outcome, output.text(), schema);
     const o = judged.outcome;
     if (o.finishReason === 'error' || o.finishReason === 'cancelled') {
       // After the headers, a failure can only be reported in-band: `error`, then `response.failed`.
@@ -382,15 +400,11 @@ async function answerOpenAiShape(ctx: ResponsesRouteContext, req: Authed, res: S
           ? { code: 'cancelled', message: 'The generation was cancelled (POST /v1/generations/{id}/cancel); the answer is incomplete.' }
           : { code: o.error?.code ?? 'internal', message: o.error?.message ?? 'the generation failed' };
       await send('error', { code: error.code, message: error.message, param: null });
-      const weir = { finish_reason: o.finishReason, model_revision: o.modelRevision, ...(o.fallback ? { fallback_reason: o.fallback.reason } : {}), ...g.cost?.report(o) };
-      await send('response.failed', { response: responseObject(meta, { status: 'failed', text, usage: toResponsesUsage(o.usage), error, weir }) });
+      await send('response.failed', { response: responseObject(meta, { status: 'failed', output: output.items(), usage: toResponsesUsage(o.usage), error, weir: weirOf(o) }) });
       break;
     }
-    const state = finalState(o, text);
-    const status = state.status === 'completed' ? 'completed' : 'incomplete';
-    await send('response.output_text.done', { ...at, text, logprobs: [] });
-    await send('response.content_part.done', { ...at, part: outputText(text) });
-    await send('response.output_item.done', { output_index: 0, item: responseMessage(meta, text, status) });
+    await sendAll(output.finish(ending(o).status));
+    const state = finalState(o);
     await send(state.status === 'completed' ? 'response.completed' : 'response.incomplete', { response: responseObject(meta, state) });
   }
   sse.end();

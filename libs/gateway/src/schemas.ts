@@ -6,10 +6,13 @@ import { z } from 'zod';
 import { type ChatMessage, type GenerationInput, USE_CASE_PATTERN, WeirError } from '@weir/core';
 
 const stop = z.union([z.string().min(1), z.array(z.string().min(1)).max(4)]).nullish();
-const temperature = z.number().min(0).max(2).nullish();
-const topP = z.number().gt(0).max(1).nullish();
+/** OpenAI's `temperature` (0–2). */
+export const temperature = z.number().min(0).max(2).nullish();
+/** OpenAI's `top_p` (0, 1]. */
+export const topP = z.number().gt(0).max(1).nullish();
 const seed = z.number().int().nullish();
-const positiveInt = z.number().int().positive();
+/** A token count or limit (an integer ≥ 1). */
+export const positiveInt = z.number().int().positive();
 
 const textPart = z.object({ type: z.literal('text'), text: z.string() });
 const messageContent = z.union([
@@ -129,7 +132,7 @@ const emptyLogitBias = z
  * `prompt_cache_retention`, `safety_identifier`), and predicted outputs (`prediction`, a latency
  * hint). Types are checked as OpenAI checks them.
  */
-const ignoredOpenAiFields = {
+export const ignoredOpenAiFields = {
   store: z.boolean().nullish(),
   metadata: z.record(z.string(), z.string(), { message: 'expected an object of string values' }).nullish(),
   prompt_cache_key: z.string().nullish(),
@@ -277,72 +280,7 @@ export const responsesWeirBody = z.object({
   ...cacheFields,
 }).strict();
 
-/** One content part of a Responses API input message (text only). */
-const responsesPart = z.object({
-  type: z.enum(['input_text', 'output_text'], { message: 'only `input_text` parts (and `output_text` in assistant messages) are supported; images, files and audio are not' }),
-  text: z.string(),
-  annotations: z.array(z.unknown()).optional(),
-}).strict();
-
-/** One Responses API input item: a message (`type: "message"` or no type). */
-const responsesInputItem = z.object({
-  type: z.literal('message', { message: 'only message items are supported (function calls, tool outputs and item references are not)' }).optional(),
-  role: z.enum(['user', 'assistant', 'system', 'developer']),
-  // A string is one input_text part.
-  content: z.preprocess((v) => (typeof v === 'string' ? [{ type: 'input_text', text: v }] : v), z.array(responsesPart)),
-  id: z.string().optional(),
-  status: z.string().optional(),
-}).strict();
-
-/**
- * `POST /v1/responses` in OpenAI's Responses API shape, text only (openai-node v6.49.0
- * `ResponseCreateParamsBase`). A string `input` is one user message. `text.format` may ask
- * for `json_schema` output (Weir's `output_schema`). Fields this shape does not list are
- * refused by the route, by name, before this schema runs.
- */
-export const responsesOpenAiBody = z.object({
-  model: z.string().min(1),
-  input: z.preprocess((v) => (typeof v === 'string' ? [{ role: 'user', content: v }] : v), z.array(responsesInputItem).min(1)),
-  instructions: z.string().nullish(),
-  max_output_tokens: positiveInt.nullish(),
-  stream: z.boolean().nullish(),
-  temperature,
-  top_p: topP,
-  store: z.literal(false, { message: 'Weir does not store responses: send `store: false`, or omit it' }).nullish(),
-  service_tier: z.enum(['auto', 'default', 'flex']).nullish(),
-  user: z.string().nullish(),
-  stream_options: z.object({ include_obfuscation: z.boolean().nullish() }).strict().nullish(),
-  metadata: ignoredOpenAiFields.metadata,
-  prompt_cache_key: ignoredOpenAiFields.prompt_cache_key,
-  prompt_cache_retention: ignoredOpenAiFields.prompt_cache_retention,
-  safety_identifier: ignoredOpenAiFields.safety_identifier,
-  ...cacheFields,
-  text: z
-    .object({
-      format: z
-        .object({
-          type: z.enum(['text', 'json_schema'], { message: "use `{type: 'text'}` or `{type: 'json_schema', name, schema}` (json_object is not supported: give a schema)" }),
-          name: z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, 'use 1-64 letters, digits, _ and -').optional(),
-          schema: z.unknown().optional(),
-          strict: z.boolean().nullish(),
-          description: z.string().optional(),
-        })
-        .strict()
-        .optional(),
-    })
-    .strict()
-    .nullish(),
-}).strict();
-
-/** The top-level fields {@link responsesOpenAiBody} accepts. */
-export const RESPONSES_OPENAI_FIELDS: ReadonlySet<string> = new Set(Object.keys(responsesOpenAiBody.shape));
-
-/** Flattens Responses API input items (and `instructions`, first, as a system message) to Weir's chat input. */
-export function toResponsesChatInput(items: z.infer<typeof responsesOpenAiBody>['input'], instructions?: string | null): GenerationInput {
-  const messages: ChatMessage[] = items.map((m) => ({ role: m.role, content: m.content.map((p) => p.text).join('') }));
-  if (instructions) messages.unshift({ role: 'system', content: instructions });
-  return { kind: 'chat', messages };
-}
+// OpenAI's Responses API body (`input`, tools, items): responses-body.ts.
 
 /**
  * The request's use case: `fromBody` (the validated `use_case` of `/v1/generations`) when

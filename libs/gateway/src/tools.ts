@@ -1,5 +1,5 @@
 /**
- * Tools on `POST /v1/chat/completions` (issue 6): the checks zod cannot make on its own
+ * Tools on `POST /v1/chat/completions` (issue 6) and `POST /v1/responses`: the checks zod cannot make on its own
  * (unique tool names, a `tool_choice` naming one of the tools) and the capability check that
  * refuses tools for a model whose revisions cannot call them, before anything is held.
  */
@@ -24,9 +24,9 @@ export interface ChatToolFields {
  * `tool_choice: "none" | "auto"` and `parallel_tool_calls` mean nothing and are dropped).
  * @throws WeirError `invalid_request` with `param` `tools[i].function.name` for a name used
  *   twice, and `tool_choice` for a choice naming no tool, or `"required"`/a named function
- *   without tools.
+ *   without tools. `nameParam(i)` names tool `i`'s name field (Responses' flat tools: `tools[i].name`).
  */
-export function chatToolsOf(body: ChatToolFields): ChatTools | undefined {
+export function chatToolsOf(body: ChatToolFields, nameParam: (i: number) => string = (i) => `tools[${i}].function.name`): ChatTools | undefined {
   const tools = body.tools ?? [];
   const choice = body.tool_choice ?? undefined;
   if (tools.length === 0) {
@@ -38,7 +38,7 @@ export function chatToolsOf(body: ChatToolFields): ChatTools | undefined {
   const seen = new Set<string>();
   for (const [i, t] of tools.entries()) {
     if (seen.has(t.function.name)) {
-      throw new WeirError('invalid_request', `Invalid request: \`tools[${i}].function.name\`: the tool name '${t.function.name}' is used twice; tool names must be unique.`, { param: `tools[${i}].function.name` });
+      throw new WeirError('invalid_request', `Invalid request: \`${nameParam(i)}\`: the tool name '${t.function.name}' is used twice; tool names must be unique.`, { param: nameParam(i) });
     }
     seen.add(t.function.name);
   }

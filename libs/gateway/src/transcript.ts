@@ -12,7 +12,7 @@ import { forEachBatch, type GenerationOutcome, type RelayEvent, type ToolCallDel
 
 /** An event read from a transcript, with its position. */
 export type TranscriptEvent =
-  | { type: 'delta'; index: number; text: string; tokens: number; toolCalls?: ToolCallDelta[] }
+  | { type: 'delta'; index: number; text: string; tokens: number; toolCalls?: ToolCallDelta[]; reasoning?: string }
   | { type: 'end'; outcome: GenerationOutcome };
 
 /** The transcript of one generation. */
@@ -21,12 +21,14 @@ export interface Transcript {
   readonly deltas: readonly string[];
   /** The tool-call fragments of delta `i` at index `i` (null for a delta without); empty when no delta had any. */
   readonly deltaToolCalls: readonly (ToolCallDelta[] | null)[];
+  /** The reasoning text of delta `i` at index `i` (null for a delta without); empty when no delta had any. */
+  readonly deltaReasoning: readonly (string | null)[];
   /** Set once the generation ended. */
   readonly outcome: GenerationOutcome | undefined;
   /** Total UTF-16 length of the deltas (a bound on the memory they hold). */
   readonly size: number;
-  /** Appends a delta (text, tool-call fragments, or both). Ignored once ended. */
-  push(text: string, tokens?: number, toolCalls?: ToolCallDelta[]): void;
+  /** Appends a delta (text, tool-call fragments, reasoning, or several). Ignored once ended. */
+  push(text: string, tokens?: number, toolCalls?: ToolCallDelta[], reasoning?: string): void;
   /** Ends it (first call wins). */
   end(outcome: GenerationOutcome): void;
   /**
@@ -57,6 +59,8 @@ export function createTranscript(finished?: { deltas: readonly string[]; deltaTo
   const tokens: number[] = deltas.map(() => 0);
   // Kept empty until a delta has tool calls (most generations have none).
   const toolCalls: (ToolCallDelta[] | null)[] = finished?.deltaToolCalls ? [...finished.deltaToolCalls] : [];
+  // Likewise until a delta has reasoning (retained and cached answers keep none).
+  const reasoning: (string | null)[] = [];
   let outcome: GenerationOutcome | undefined = finished?.outcome;
   let size = deltas.reduce((n, d) => n + d.length, 0);
   let waiters: (() => void)[] = [];
@@ -85,14 +89,22 @@ export function createTranscript(finished?: { deltas: readonly string[]; deltaTo
     get deltaToolCalls() {
       return toolCalls;
     },
+    get deltaReasoning() {
+      return reasoning;
+    },
     get outcome() {
       return outcome;
     },
     get size() {
       return size;
     },
-    push(text, n = 0, calls) {
+    push(text, n = 0, calls, thought) {
       if (outcome) return;
+      if (thought !== undefined && thought.length > 0) {
+        while (reasoning.length < deltas.length) reasoning.push(null);
+        reasoning.push(thought);
+        size += thought.length;
+      }
       if (calls !== undefined && calls.length > 0) {
         while (toolCalls.length < deltas.length) toolCalls.push(null);
         toolCalls.push(calls);
@@ -136,7 +148,9 @@ export function createTranscript(finished?: { deltas: readonly string[]; deltaTo
             if (signal?.aborted) return;
             if (i < deltas.length) {
               const calls = toolCalls[i];
-              yield calls ? { type: 'delta', index: i, text: deltas[i], tokens: tokens[i], toolCalls: calls } : { type: 'delta', index: i, text: deltas[i], tokens: tokens[i] };
+              const thought = reasoning[i];
+              if (thought) yield { type: 'delta', index: i, text: deltas[i], tokens: tokens[i], ...(calls ? { toolCalls: calls } : {}), reasoning: thought };
+              else yield calls ? { type: 'delta', index: i, text: deltas[i], tokens: tokens[i], toolCalls: calls } : { type: 'delta', index: i, text: deltas[i], tokens: tokens[i] };
               i++;
               continue;
             }
@@ -155,7 +169,7 @@ export function createTranscript(finished?: { deltas: readonly string[]; deltaTo
         async *[Symbol.asyncIterator]() {
           for await (const ev of events) {
             if (ev.type === 'end') yield { type: 'end', outcome: ev.outcome };
-            else yield ev.toolCalls ? { type: 'delta', text: ev.text, tokens: ev.tokens, toolCalls: ev.toolCalls } : { type: 'delta', text: ev.text, tokens: ev.tokens };
+            else yield { type: 'delta', text: ev.text, tokens: ev.tokens, ...(ev.toolCalls ? { toolCalls: ev.toolCalls } : {}), ...(ev.reasoning ? { reasoning: ev.reasoning } : {}) };
           }
         },
       };
@@ -220,7 +234,7 @@ export async function pumpInto(
         if (ev.type === 'delta') {
           if (first) onFirstDelta?.();
           first = false;
-          transcript.push(ev.text, ev.tokens, ev.toolCalls);
+          transcript.push(ev.text, ev.tokens, ev.toolCalls, ev.reasoning);
         } else transcript.end(finalOutcome(ev.outcome));
       }
     });

@@ -65,7 +65,10 @@ const cases: [string, Recognizer, [text: string, expected: string[]][]][] = [
       ['plain 4242424242424242.', ['4242424242424242']],
       ['luhn-invalid 4111 1111 1111 1112 and 4242424242424241', []],
       ['order 1234567812345670 and 9999999999999995 (Luhn-valid, no issuer)', []],
-      ['mixed separators 4111 1111-1111 1111', []],
+      ['mixed separators 4111 1111-1111 1111 and 4111-1111 1111-1111.', ['4111 1111-1111 1111', '4111-1111 1111-1111']],
+      ['mixed, amex 3782-822463 10005 and tabs 5555\t5555-5555\t4444', ['3782-822463 10005', '5555\t5555-5555\t4444']],
+      ['mixed but luhn-invalid 4111 1111-1111 1112, odd groups 4111-11 111111 1111', []],
+      ['dots never mix: 4111.1111-1111 1111 and 4111 1111.1111.1111', []],
       ['too long 41111111111111111111111', []],
       ['odd groups 41 1111 1111 1111 11', []],
       ['dots 4111.1111.1111.1111, tabs 4111\t1111\t1111\t1111', ['4111.1111.1111.1111', '4111\t1111\t1111\t1111']],
@@ -162,6 +165,13 @@ describe.each(cases)('the %s recognizer', (_name, recognizer, table) => {
 });
 
 describe('checks', () => {
+  it('cards with mixed separators: a long run of separated digit groups is scanned once per position (no backtracking), every card in it found', () => {
+    // 20,000 groups alternating blank and hyphen with no card layout in them, then one card:
+    // each start position looks at most 19 digits ahead, so this stays linear in the text.
+    const noise = Array.from({ length: 20_000 }, (_, i) => `${i % 2 === 0 ? '1234' : '98'}${i % 3 === 0 ? '-' : ' '}`).join('');
+    const text = `${noise}x 4111-1111 1111-1111 y ${noise}z 5555 5555-5555 4444`;
+    expect(found(cardRecognizer, text)).toEqual(['4111-1111 1111-1111', '5555 5555-5555 4444']);
+  });
   it('Luhn accepts valid numbers and refuses a changed digit', () => {
     expect(luhnValid('4111111111111111')).toBe(true);
     expect(luhnValid('79927398713')).toBe(true);

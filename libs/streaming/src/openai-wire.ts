@@ -189,7 +189,8 @@ export function textCompletionChunk(
 
 /**
  * A non-stream `chat.completion`. With `toolCalls`, the message carries `tool_calls` and its
- * `content` is null when the model wrote no text (as OpenAI answers).
+ * `content` is null when the model wrote no text (as OpenAI answers). A non-empty `reasoning`
+ * (the upstream's) is the message's `reasoning_content`.
  */
 export function chatCompletion(
   meta: OpenAiResponseMeta,
@@ -198,8 +199,9 @@ export function chatCompletion(
   usage: OpenAiUsage,
   weir?: WeirExtension,
   toolCalls: readonly ToolCall[] = [],
+  reasoning = '',
 ): Record<string, unknown> {
-  const message =
+  const message: Record<string, unknown> =
     toolCalls.length === 0
       ? { role: 'assistant', content: text, refusal: null }
       : {
@@ -208,6 +210,8 @@ export function chatCompletion(
           refusal: null,
           tool_calls: toolCalls.map((c): OpenAiToolCall => ({ id: c.id, type: 'function', function: { name: c.name, arguments: c.arguments } })),
         };
+  // The upstream's reasoning, under the name DeepSeek, vLLM and llama.cpp server give it (OpenAI's own chat API has none).
+  if (reasoning !== '') message.reasoning_content = reasoning;
   const choice = { index: 0, message, logprobs: null, finish_reason: finishReason };
   return envelope(meta, 'chat.completion', [choice], { usage, weir });
 }

@@ -63,7 +63,7 @@ describe('compileOutputSchema', () => {
     ['null', null, /must be a JSON Schema object/],
     ['a meta-schema failure', { type: 'objec' }, /`my_schema` is not a usable JSON Schema: my_schema\/type must be equal to one of the allowed values/],
     ['an unknown keyword (a typo)', { type: 'object', requried: ['a'] }, /unknown keyword: "requried"/],
-    ['another dialect', { $schema: 'http://json-schema.org/draft-07/schema#' }, /only draft 2020-12/],
+    ['an unsupported dialect (draft-04)', { $schema: 'http://json-schema.org/draft-04/schema#' }, /names no supported draft; use one of "http:\/\/json-schema.org\/draft-07\/schema#"/],
     ['a bad pattern', { type: 'string', pattern: '((' }, /the pattern "\(\(" is not supported: error parsing regexp: missing closing \)/],
     ['an unresolvable $ref', { $ref: '#/$defs/missing' }, /can't resolve reference/],
     ['a schema over the size cap', { type: 'string', description: 'x'.repeat(MAX_OUTPUT_SCHEMA_BYTES) }, /is 655\d\d bytes; at most 65536 are accepted/],

@@ -1,11 +1,13 @@
 /**
  * `output_schema` on `POST /v1/responses`: the JSON Schema a request's output must match,
- * checked with ajv (draft 2020-12) when the request arrives, and every final output validated
+ * checked with ajv when the request arrives — with the draft its `$schema` declares (draft-07,
+ * 2019-09 or 2020-12, the default; see `schema-dialects.ts`) — and every final output validated
  * against it. A tenant's schema is compiled and checked on the schema worker
  * (`schema-worker.ts`, issue 14), never on the thread that serves requests. An output that is not JSON, or does not match, is never passed on as a success:
  * it ends as `output_invalid` with the failing paths summarised (never the output text).
  */
 import { type GenerationOutcome, WeirError } from '@weir/core';
+import { ACCEPTED_DIALECTS_TEXT, DEFAULT_SCHEMA_DIALECT, SCHEMA_DIALECT_URIS, schemaDialectOf } from './schema-dialects';
 import { localSchemaEngine, type SchemaCheckResult, type SchemaWorker, schemaWorker } from './schema-worker';
 
 /** Largest accepted `output_schema`, as compact JSON (bytes). */
@@ -26,8 +28,8 @@ function depthOf(value: unknown, limit: number, depth = 0): number {
   return deepest;
 }
 
-/** The one dialect accepted in `$schema` (an absent `$schema` means this one). */
-export const OUTPUT_SCHEMA_DIALECT = 'https://json-schema.org/draft/2020-12/schema';
+/** The dialect of a schema without `$schema` (draft 2020-12); draft-07 and 2019-09 are accepted too (`SCHEMA_DIALECT_URIS`). */
+export const OUTPUT_SCHEMA_DIALECT = SCHEMA_DIALECT_URIS[DEFAULT_SCHEMA_DIALECT];
 
 /** Compiled schemas kept (by their JSON text), most recently used last. */
 const CACHE_SIZE = 256;
@@ -60,8 +62,8 @@ export interface LoadedOutputSchema {
 
 /**
  * The checks that cost little and need no compiler: a JSON object, at most
- * {@link MAX_OUTPUT_SCHEMA_DEPTH} deep and {@link MAX_OUTPUT_SCHEMA_BYTES} long, of the one
- * dialect. Returns the schema's compact JSON text (the key of every cache).
+ * {@link MAX_OUTPUT_SCHEMA_DEPTH} deep and {@link MAX_OUTPUT_SCHEMA_BYTES} long, of a
+ * supported dialect. Returns the schema's compact JSON text (the key of every cache).
  */
 function screen(schema: unknown, bad: (why: string) => WeirError): string {
   if (schema === null || typeof schema !== 'object' || Array.isArray(schema)) throw bad('it must be a JSON Schema object, e.g. {"type": "object", "properties": {…}}.');
@@ -70,9 +72,10 @@ function screen(schema: unknown, bad: (why: string) => WeirError): string {
   const key = JSON.stringify(schema);
   const bytes = Buffer.byteLength(key);
   if (bytes > MAX_OUTPUT_SCHEMA_BYTES) throw bad(`it is ${bytes} bytes; at most ${MAX_OUTPUT_SCHEMA_BYTES} are accepted.`);
-  const dialect = (schema as { $schema?: unknown }).$schema;
-  if (dialect !== undefined && String(dialect).replace(/#$/, '') !== OUTPUT_SCHEMA_DIALECT) {
-    throw bad(`only draft 2020-12 is supported; remove \`$schema\` or set it to "${OUTPUT_SCHEMA_DIALECT}".`);
+  if (schemaDialectOf(schema) === undefined) {
+    const declared = (schema as { $schema?: unknown }).$schema;
+    const shown = typeof declared === 'string' ? JSON.stringify(declared.length > 100 ? `${declared.slice(0, 100)}…` : declared) : `a ${declared === null ? 'null' : typeof declared}`;
+    throw bad(`its \`$schema\` (${shown}) names no supported draft; use one of ${ACCEPTED_DIALECTS_TEXT}, or remove \`$schema\` (2020-12).`);
   }
   return key;
 }
@@ -95,7 +98,7 @@ export interface LoadOutputSchemaOptions {
 /**
  * The cheap checks of a tenant's schema (no compiler, on the calling thread, linear in its
  * size): a JSON object, at most {@link MAX_OUTPUT_SCHEMA_DEPTH} deep and
- * {@link MAX_OUTPUT_SCHEMA_BYTES} long, of the one dialect. Run it before anything that walks
+ * {@link MAX_OUTPUT_SCHEMA_BYTES} long, of a supported dialect (draft-07, 2019-09 or 2020-12). Run it before anything that walks
  * the schema (the llama.cpp grammar check) and before {@link loadOutputSchema}.
  * @throws WeirError `invalid_request` (`param`: `paramName`) saying what to fix.
  */
@@ -107,14 +110,15 @@ export function screenOutputSchema(schema: unknown, paramName = 'output_schema')
 /**
  * Validates a tenant's `output_schema` and compiles it on the schema worker, so that no schema
  * holds the event loop (compiled schemas are cached by their JSON text, {@link CACHE_SIZE} of
- * them; each compiles in its own ajv instance, so a `$id` in one schema never clashes with
+ * them; each compiles in its own ajv instance of its draft's class, so a `$id` in one schema never clashes with
  * another's). `pattern` and `patternProperties` run on RE2 (linear time). The compilation and
  * the output checks wait in the tenant's own queue on the worker (`options.tenant`). Callers
  * run the capability checks of the route (what its engine can constrain) before this, so a
  * schema that would be refused anyway costs no compilation.
  * @throws WeirError `invalid_request` (`param`: `paramName`) when it is not a JSON object, is
  *   larger than {@link MAX_OUTPUT_SCHEMA_BYTES} or deeper than {@link MAX_OUTPUT_SCHEMA_DEPTH},
- *   names another `$schema` dialect, fails the 2020-12 meta-schema, cannot be compiled (an
+ *   names a `$schema` other than draft-07, 2019-09 or 2020-12 (an absent one means 2020-12),
+ *   fails its draft's meta-schema, cannot be compiled (an
  *   unknown keyword, an unresolvable `$ref`, a pattern RE2 cannot run: lookaround,
  *   backreferences, over `MAX_PATTERN_PROGRAM` instructions), or takes longer than the worker's
  *   compile limit (2 s); the message carries the reason.

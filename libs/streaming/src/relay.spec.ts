@@ -1,6 +1,7 @@
 import { type EngineAdapter, type EngineEvent, type EngineRequest, type RelayJob, type RevisionSpec, type UsageRecord, WeirError } from '@weir/core';
 import { billedUsage, createRelay } from './relay';
 import { createRecordingSettlements } from '@weir/testing';
+import { compileModerationPolicies } from '@weir/moderation';
 
 /** A hand-written engine: emits `tokens` one-token deltas `delayMs` apart, honours abort, optionally fails after `failAfter`. */
 function fakeEngine(options: { tokens: number; delayMs?: number; failAfter?: number; reportUsage?: boolean; failRetryable?: boolean }): EngineAdapter & { produced: number } {
@@ -114,6 +115,38 @@ describe('createRelay', () => {
     ]);
     expect(await handle.done).toMatchObject({ finishReason: 'tool_calls', usage: { outputTokens: 4 } });
     expect(records[0]).toMatchObject({ status: 'completed', finishReason: 'tool_calls' });
+  });
+
+  it('passes reasoning on beside text and tool calls, billing its tokens; under output moderation (which checks the text only) it is not passed on', async () => {
+    const script: EngineEvent[] = [
+      { type: 'delta', text: '', tokens: 1, reasoning: 'Think.' },
+      { type: 'delta', text: '', tokens: 1, reasoning: '' },
+      { type: 'delta', text: 'Hi', tokens: 1, reasoning: ' Done.' },
+      { type: 'end', reason: 'stop', usage: { inputTokens: 3, outputTokens: 3 }, usageSource: 'reported' },
+    ];
+    const engine: EngineAdapter = {
+      kind: 'fake',
+      capacity: { slots: 1, contextTokens: 512 },
+      countInputTokens: async () => 3,
+      async *generate() {
+        yield* script;
+      },
+      close: async () => {},
+    };
+    const { relay, records } = setup(engine);
+    const events = await collect(relay.start(job()).events);
+    expect(events.slice(0, -1)).toEqual([
+      { type: 'delta', text: '', tokens: 1, reasoning: 'Think.' },
+      { type: 'delta', text: 'Hi', tokens: 1, reasoning: ' Done.' },
+    ]);
+    expect(records[0]).toMatchObject({ outputTokens: 3 });
+
+    const config = { tenants: [{ id: 't', name: 'T', apps: [], allowedAliases: ['*'], limits: {}, moderation: { output: { engine: 'rules', windowChars: 64, overlapChars: 16, fail: 'closed' as const, timeoutMs: 2_000 }, rules: { lists: [{ category: 'violence', phrases: ['red dragon'] }] } } }] };
+    const plans = compileModerationPolicies(config as unknown as Parameters<typeof compileModerationPolicies>[0]);
+    const moderated = createRelay({ engineFor: () => engine, settlements: createRecordingSettlements([]), clock, cancelGraceMs: 50, moderation: { outputFor: () => plans.of('t')?.output } });
+    expect(plans.of('t')?.output).toBeDefined();
+    const checked = await collect(moderated.start(job()).events);
+    expect(checked.slice(0, -1)).toEqual([{ type: 'delta', text: 'Hi', tokens: 1 }]);
   });
 
   it('carries the use case into the usage record, and leaves it out when none was named', async () => {

@@ -218,7 +218,9 @@ export function createRelay(deps: RelayDeps): Relay {
             if (d.toolCalls) retained.anyToolCalls = true;
           }
         };
-        const outputPlan = deps.moderation?.outputFor(job);
+        // The gateway's own embedding of a prompt (`job.internal`): platform overhead, never billed.
+        const internal = job.internal === true && job.engineRequest.input.kind === 'embedding';
+        const outputPlan = internal ? undefined : deps.moderation?.outputFor(job);
         const window = outputPlan ? createOutputWindow<Extract<RelayEvent, { type: 'delta' }>>(outputPlan) : undefined;
         // Under output moderation, a read's deltas wait here until they are fed into the window.
         const toWindow: Extract<RelayEvent, { type: 'delta' }>[] = [];
@@ -282,10 +284,15 @@ export function createRelay(deps: RelayDeps): Relay {
                   firstTokenAt = deps.clock.now();
                   ttftMs = firstTokenAt - job.arrivedAt;
                 }
-                // A delta may carry text, tool-call fragments, or both; one with neither is dropped.
+                // A delta may carry text, tool-call fragments, reasoning, or several; one with none is dropped.
                 const toolCalls = ev.toolCalls !== undefined && ev.toolCalls.length > 0 ? ev.toolCalls : undefined;
-                if (ev.text.length > 0 || toolCalls) {
-                  const d: Extract<RelayEvent, { type: 'delta' }> = toolCalls ? { type: 'delta', text: ev.text, tokens: ev.tokens, toolCalls } : { type: 'delta', text: ev.text, tokens: ev.tokens };
+                // Output moderation checks the answer's text only: reasoning it has not seen is not passed on.
+                const reasoning = window || ev.reasoning === undefined || ev.reasoning.length === 0 ? undefined : ev.reasoning;
+                if (ev.text.length > 0 || toolCalls || reasoning) {
+                  const d: Extract<RelayEvent, { type: 'delta' }> =
+                    toolCalls || reasoning
+                      ? { type: 'delta', text: ev.text, tokens: ev.tokens, ...(toolCalls ? { toolCalls } : {}), ...(reasoning ? { reasoning } : {}) }
+                      : { type: 'delta', text: ev.text, tokens: ev.tokens };
                   if (window) toWindow.push(d);
                   else emit(d);
                 }
@@ -413,6 +420,7 @@ export function createRelay(deps: RelayDeps): Relay {
         }
         const measured: GenerationOutcome = {
           finishReason,
+          ...(finishReason === 'stop' && end?.stopSequence !== undefined ? { stopSequence: end.stopSequence } : {}),
           usage,
           costNanoUsd: priceUsage(job.revision.pricing, usage),
           modelRevision: job.revision.id,
@@ -435,6 +443,13 @@ export function createRelay(deps: RelayDeps): Relay {
         // `output_invalid` in the usage record, the end event and every replay alike.
         const judged = (await judgeOutput(measured, text, schema)).outcome;
         let outcome: GenerationOutcome = { ...judged, attempts: attempts(judged.error?.code) };
+        if (internal) {
+          outcome = { ...outcome, unrecorded: true };
+          deps.onOutcome?.(job, outcome);
+          queue.push({ type: 'end', outcome });
+          queue.end();
+          return outcome;
+        }
         try {
           await deps.settlements.append(settlementOf(job, outcome, wall(), inputFlagged ? { deltas: [], toolCalls: [], anyToolCalls: false } : retained));
         } catch (err) {

@@ -1,8 +1,9 @@
 /**
  * The wire shapes of `POST /v1/responses`: OpenAI's Responses API objects and streaming events
- * (text output only), as openai-node v6.49.0 types them (`resources/responses/responses.ts`:
- * `Response`, `ResponseStreamEvent`), and the tail of Weir's own stream on that route. Pure
- * builders: no I/O.
+ * (text and function-call output), as openai-node v6.49.0 types them
+ * (`resources/responses/responses.ts`: `Response`, `ResponseStreamEvent`,
+ * `ResponseFunctionToolCall`), and the tail of Weir's own stream on that route. Pure builders:
+ * no I/O. The order of events for answers with function calls is `responses-output.ts`'s (gateway).
  *
  * OpenAI's stream for one text answer, each event framed as `event: <type>` + `data: <json>`
  * with `sequence_number` 0, 1, 2, … and no `[DONE]`: `response.created`,
@@ -59,6 +60,12 @@ export interface ResponsesMeta {
   topP: number | null;
   /** `text.format` echoed: `{type: "text"}` or the request's `json_schema` format. */
   textFormat: Record<string, unknown>;
+  /** The request's function tools, echoed in Responses' shape. Default `[]`. */
+  tools?: readonly unknown[];
+  /** The request's `tool_choice`, echoed. Default `"none"` without tools, `"auto"` with. */
+  toolChoice?: unknown;
+  /** The request's `parallel_tool_calls`, echoed. Default true with tools, false without. */
+  parallelToolCalls?: boolean;
 }
 
 /** A `Response`'s state. */
@@ -67,8 +74,10 @@ export type ResponseStatus = 'in_progress' | 'completed' | 'incomplete' | 'faile
 /** The output so far and how the answer ended. */
 export interface ResponseState {
   status: ResponseStatus;
-  /** The output text; undefined while nothing is known (no output item yet). */
+  /** The output text; undefined while nothing is known (no output item yet). Ignored when `output` is given. */
   text?: string;
+  /** The output items (messages, function calls) in order; takes the place of `text`. */
+  output?: readonly Record<string, unknown>[];
   usage?: ResponsesUsage;
   /** `incomplete`: why (`max_output_tokens` also stands for Weir's deadline). */
   incompleteReason?: 'max_output_tokens' | 'content_filter';
@@ -86,6 +95,18 @@ export function responseMessage(meta: ResponsesMeta, text: string, status: 'in_p
 /** One `output_text` content part. */
 export function outputText(text: string): Record<string, unknown> {
   return { type: 'output_text', text, annotations: [], logprobs: [] };
+}
+
+/** A function call output item's state. */
+export type FunctionCallStatus = 'in_progress' | 'completed' | 'incomplete';
+
+/**
+ * A `function_call` output item (`ResponseFunctionToolCall`): `id` is the item's (`fc_…`),
+ * `call_id` the one a `function_call_output` input item answers; `arguments` is JSON text as
+ * the model wrote it (not parsed, possibly incomplete while `in_progress`).
+ */
+export function functionCallItem(call: { id: string; callId: string; name: string; arguments: string }, status: FunctionCallStatus): Record<string, unknown> {
+  return { id: call.id, type: 'function_call', status, arguments: call.arguments, call_id: call.callId, name: call.name };
 }
 
 /**
@@ -106,15 +127,15 @@ export function responseObject(meta: ResponsesMeta, state: ResponseState): Recor
     max_output_tokens: meta.maxOutputTokens,
     metadata: {},
     model: meta.model,
-    output: state.text === undefined ? [] : [responseMessage(meta, state.text, messageStatus)],
-    parallel_tool_calls: false,
+    output: state.output ? [...state.output] : state.text === undefined ? [] : [responseMessage(meta, state.text, messageStatus)],
+    parallel_tool_calls: meta.parallelToolCalls ?? (meta.tools !== undefined && meta.tools.length > 0),
     previous_response_id: null,
     reasoning: { effort: null, summary: null },
     store: false,
     temperature: meta.temperature,
     text: { format: meta.textFormat },
-    tool_choice: 'none',
-    tools: [],
+    tool_choice: meta.toolChoice ?? (meta.tools !== undefined && meta.tools.length > 0 ? 'auto' : 'none'),
+    tools: meta.tools ? [...meta.tools] : [],
     top_p: meta.topP,
     truncation: 'disabled',
     usage: state.usage ?? null,

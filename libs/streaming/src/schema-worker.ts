@@ -16,6 +16,7 @@
  * `pattern` and `patternProperties` run on RE2 (re2js), as {@link schemaEngine} says.
  */
 import { Worker } from 'node:worker_threads';
+import { ACCEPTED_DIALECTS_TEXT, SCHEMA_DIALECT_KEYS, type SchemaDialect } from './schema-dialects';
 
 /** Time (ms) a schema's compilation may take on the worker before the request gets a 400. */
 export const DEFAULT_COMPILE_TIMEOUT_MS = 2_000;
@@ -68,8 +69,9 @@ export interface SchemaWorkerOptions {
 /** Compiles and checks schemas off the main thread. */
 export interface SchemaWorker {
   /**
-   * Compiles `key` (a schema's compact JSON text) after checking it against the 2020-12
-   * meta-schema; `paramName` names the schema in the meta-schema's messages. `tenant` (the
+   * Compiles `key` (a schema's compact JSON text) after checking it against the meta-schema of
+   * the draft its `$schema` declares (draft-07, 2019-09, or 2020-12 when absent), with that
+   * draft's ajv class; `paramName` names the schema in the meta-schema's messages. `tenant` (the
    * caller's internal id, `tenantKeyOf`; default `''`) picks the queue the job waits in; with
    * `capped` (default true) a tenant over its cap gets `{ok: false, busy: true}` at once. Never rejects.
    */
@@ -82,7 +84,12 @@ export interface SchemaWorker {
 
 /** What the worker needs to know (passed as `workerData`). */
 interface WorkerData {
-  ajvPath: string;
+  /** The module of ajv's class for each draft (`ajv` is draft-07, `ajv/dist/2019`, `ajv/dist/2020`). */
+  ajvPaths: Record<SchemaDialect, string>;
+  /** The dialect of each accepted `$schema`, keyed as `dialectKeyOf` says (scheme and trailing `#` dropped). */
+  dialectKeys: Readonly<Record<string, SchemaDialect>>;
+  /** The accepted `$schema` values, for the message refusing another. */
+  acceptedDialects: string;
   re2Path: string;
   maxPatternProgram: number;
   cacheSize: number;
@@ -107,7 +114,20 @@ export interface SchemaEngine {
 function schemaEngine(load: (id: string) => unknown, data: WorkerData): SchemaEngine {
   type Validate = ((value: unknown) => boolean) & { errors?: { instancePath: string; message?: string; keyword: string }[] | null };
   type AjvLike = { validateSchema(schema: unknown): boolean; errors?: unknown; errorsText(errors: unknown, options: { dataVar: string }): string; compile(schema: unknown): Validate };
-  const Ajv2020 = (load(data.ajvPath) as { default: new (options: object) => AjvLike }).default;
+  type AjvClass = new (options: object) => AjvLike;
+  const classes: Partial<Record<SchemaDialect, AjvClass>> = {};
+  const classOf = (dialect: SchemaDialect): AjvClass => (classes[dialect] ??= (load(data.ajvPaths[dialect]) as { default: AjvClass }).default);
+  // The draft a schema declares (2020-12 without `$schema`); the gateway refuses others before
+  // sending them here, so this only guards a job that bypassed it.
+  const dialectOf = (schema: Record<string, unknown>): SchemaDialect => {
+    const declared = schema.$schema;
+    if (declared === undefined) return '2020-12';
+    const key = typeof declared === 'string' ? declared.replace(/^https?:\/\//, '').replace(/#$/, '') : undefined;
+    if (key === undefined || !Object.hasOwn(data.dialectKeys, key)) {
+      throw new Error(`its \`$schema\` names no supported draft; use one of ${data.acceptedDialects}, or omit it (2020-12)`);
+    }
+    return data.dialectKeys[key];
+  };
   const { RE2JS } = load(data.re2Path) as {
     RE2JS: { compile(pattern: string): { test(text: string): boolean; programSize(): number }; translateRegExp(pattern: string): string };
   };
@@ -134,8 +154,8 @@ function schemaEngine(load: (id: string) => unknown, data: WorkerData): SchemaEn
     { code: 're2js' },
   );
   // Unknown keywords are errors (a typo such as `requried` would otherwise constrain nothing);
-  // `format` is an annotation, as draft 2020-12 says by default (no format's own regular
-  // expression ever runs); every error is collected so the message can list the paths.
+  // `format` is an annotation in every draft (as 2019-09 and 2020-12 say by default; no format's
+  // own regular expression ever runs); every error is collected so the message can list the paths.
   const options = {
     strict: true,
     strictTypes: false,
@@ -146,7 +166,8 @@ function schemaEngine(load: (id: string) => unknown, data: WorkerData): SchemaEn
     logger: false,
     code: { regExp: re2RegExp },
   };
-  let meta: AjvLike | undefined;
+  // One meta-schema checker per draft, made on first use.
+  const metas: Partial<Record<SchemaDialect, AjvLike>> = {};
   const compiled = new Map<string, Validate>();
   const compile = (key: string, paramName: string): Validate => {
     const known = compiled.get(key);
@@ -155,9 +176,15 @@ function schemaEngine(load: (id: string) => unknown, data: WorkerData): SchemaEn
       compiled.set(key, known);
       return known;
     }
-    const schema = JSON.parse(key) as unknown;
+    const parsed = JSON.parse(key) as Record<string, unknown>;
     if (data.compileDelayMs) Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, data.compileDelayMs);
-    meta ??= new Ajv2020(options);
+    const dialect = dialectOf(parsed);
+    const Ajv = classOf(dialect);
+    // The class is the draft: ajv would look the declared URI up as written, and knows each
+    // draft's meta-schema under one spelling only (the clients' http/https and `#` vary).
+    const schema = { ...parsed };
+    delete schema.$schema;
+    const meta = (metas[dialect] ??= new Ajv(options));
     let valid: boolean;
     try {
       valid = meta.validateSchema(schema);
@@ -166,7 +193,7 @@ function schemaEngine(load: (id: string) => unknown, data: WorkerData): SchemaEn
     }
     if (!valid) throw new Error(meta.errorsText(meta.errors, { dataVar: paramName }));
     // Each schema in its own instance, so a `$id` in one never clashes with another's.
-    const validate = new Ajv2020({ ...options, validateSchema: false }).compile(schema);
+    const validate = new Ajv({ ...options, validateSchema: false }).compile(schema);
     compiled.set(key, validate);
     if (compiled.size > data.cacheSize) compiled.delete(compiled.keys().next().value as string);
     return validate;
@@ -214,7 +241,9 @@ const WORKER_SOURCE = [
 /** What the worker (and {@link localSchemaEngine}) is told: where its modules are and its limits. */
 function workerData(): WorkerData {
   return {
-    ajvPath: require.resolve('ajv/dist/2020'),
+    ajvPaths: { 'draft-07': require.resolve('ajv'), '2019-09': require.resolve('ajv/dist/2019'), '2020-12': require.resolve('ajv/dist/2020') },
+    dialectKeys: SCHEMA_DIALECT_KEYS,
+    acceptedDialects: ACCEPTED_DIALECTS_TEXT,
     re2Path: require.resolve('re2js'),
     maxPatternProgram: MAX_PATTERN_PROGRAM,
     cacheSize: WORKER_CACHE_SIZE,

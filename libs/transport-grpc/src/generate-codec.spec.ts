@@ -42,6 +42,17 @@ describe('GenerateResponse codec', () => {
     expect(decodeGenerateResponse(withUnknown)).toEqual(fromBinary(relayV1.GenerateResponseSchema, withUnknown));
   });
 
+  it('leaves reasoning to protobuf-es: it crosses the wire whole, alone or beside text and plain deltas', () => {
+    const thought = create(relayV1.DeltaSchema, { text: '', tokens: 1, reasoning: 'Let me think… 🤔' });
+    const both = create(relayV1.DeltaSchema, { text: 'Hi', tokens: 1, reasoning: 'ok' });
+    for (const message of [response({ case: 'delta', value: thought }), response({ case: 'deltas', value: { deltas: [plainDelta('a', 1), thought, both] } })]) {
+      expectSameAsProtobufEs(message);
+      expect(decodeGenerateResponse(encodeGenerateResponse(message))).toEqual(fromBinary(relayV1.GenerateResponseSchema, toBinary(relayV1.GenerateResponseSchema, message)));
+    }
+    const decoded = decodeGenerateResponse(encodeGenerateResponse(response({ case: 'deltas', value: { deltas: [plainDelta('a', 1), thought, both] } })));
+    expect(decoded.event.case === 'deltas' && decoded.event.value.deltas.map((d) => [d.text, d.reasoning])).toEqual([['a', undefined], ['', 'Let me think… 🤔'], ['Hi', 'ok']]);
+  });
+
   it('rejects malformed bytes as protobuf-es does', () => {
     const whole = encodeGenerateResponse(response({ case: 'delta', value: plainDelta('hello', 3) }));
     const truncated = whole.subarray(0, whole.length - 2);

@@ -1,9 +1,9 @@
 /**
  * Hand-written protobuf codec for the hottest message of the split, the relay's
- * `GenerateResponse` frames of deltas (`delta` / `deltas` without tool-call fragments): the
+ * `GenerateResponse` frames of deltas (`delta` / `deltas` without tool-call fragments or reasoning): the
  * same bytes protobuf-es writes, without its reflection (`create`, `toBinary`, `fromBinary`
  * cost more than the text they carry). Anything else — the end event, tool-call fragments,
- * unknown fields — goes through protobuf-es as before, so the wire format is unchanged and
+ * reasoning, unknown fields — goes through protobuf-es as before, so the wire format is unchanged and
  * either side may use either codec.
  */
 import { fromBinary, toBinary } from '@bufbuild/protobuf';
@@ -49,7 +49,7 @@ function writeDelta(buf: Buffer, at: number, d: relayV1.Delta, textBytes: number
   return at;
 }
 
-const plain = (d: relayV1.Delta) => d.toolCalls.length === 0 && (d.tokens >>> 0) === d.tokens;
+const plain = (d: relayV1.Delta) => d.toolCalls.length === 0 && d.reasoning === undefined && (d.tokens >>> 0) === d.tokens;
 
 /** `GenerateResponse` → bytes (identical to `toBinary`). */
 export function encodeGenerateResponse(message: relayV1.GenerateResponse): Buffer {
@@ -111,7 +111,7 @@ function readDelta(buf: Buffer, pos: { at: number }, end: number): relayV1.Delta
       pos.at += len;
     } else if (tag === 0x10) {
       tokens = readVarint(buf, pos, end) % 0x100000000;
-    } else throw SLOW; // tool calls or unknown fields
+    } else throw SLOW; // tool calls, reasoning or unknown fields
   }
   return { $typeName: DELTA_TYPE, text, tokens, toolCalls: [] } as relayV1.Delta;
 }

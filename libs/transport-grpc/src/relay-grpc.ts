@@ -179,6 +179,7 @@ export function jobToWire(job: RelayJob, clock: Clock): MessageInitShape<typeof 
       ...(job.engineRequest.tools !== undefined ? { toolsJson: JSON.stringify(job.engineRequest.tools) } : {}),
       ...(job.engineRequest.toolChoice !== undefined ? { toolChoiceJson: JSON.stringify(job.engineRequest.toolChoice) } : {}),
       ...(job.engineRequest.parallelToolCalls !== undefined ? { parallelToolCalls: job.engineRequest.parallelToolCalls } : {}),
+      ...(job.engineRequest.anthropicBeta !== undefined ? { anthropicBeta: job.engineRequest.anthropicBeta } : {}),
     },
     arrivedMsAgo: Math.max(0, now - job.arrivedAt),
     deadlineInMs: Math.max(0, job.deadlineAt - now),
@@ -186,6 +187,7 @@ export function jobToWire(job: RelayJob, clock: Clock): MessageInitShape<typeof 
     inputTokens: job.inputTokens,
     ...(job.useCase !== undefined ? { useCase: job.useCase } : {}),
     retryBeforeFirstToken: job.retryBeforeFirstToken === true,
+    internal: job.internal === true,
     priorAttempts: (job.priorAttempts ?? []).map(attemptToWire),
     ...(job.reservation ? { reservation: reservationToWire(job.reservation) } : {}),
     ...(job.retain
@@ -262,6 +264,7 @@ export function jobFromWire(wire: relayV1.RelayJob | undefined, clock: Clock): R
       ...(engineRequest.toolsJson !== undefined ? { tools: toolsFromWire(engineRequest.toolsJson) } : {}),
       ...(engineRequest.toolChoiceJson !== undefined ? { toolChoice: toolChoiceFromWire(engineRequest.toolChoiceJson) } : {}),
       ...(engineRequest.parallelToolCalls !== undefined ? { parallelToolCalls: engineRequest.parallelToolCalls } : {}),
+      ...(engineRequest.anthropicBeta.length > 0 ? { anthropicBeta: [...engineRequest.anthropicBeta] } : {}),
     },
     arrivedAt: now - job.arrivedMsAgo,
     deadlineAt: now + job.deadlineInMs,
@@ -269,6 +272,7 @@ export function jobFromWire(wire: relayV1.RelayJob | undefined, clock: Clock): R
     inputTokens: job.inputTokens,
     ...(job.useCase !== undefined ? { useCase: job.useCase } : {}),
     ...(job.retryBeforeFirstToken ? { retryBeforeFirstToken: true } : {}),
+    ...(job.internal ? { internal: true } : {}),
     ...(job.priorAttempts.length > 0 ? { priorAttempts: job.priorAttempts.map(attemptFromWire) } : {}),
     ...(job.reservation ? { reservation: reservationFromWire(job.reservation) } : {}),
     ...(job.retain
@@ -279,15 +283,16 @@ export function jobFromWire(wire: relayV1.RelayJob | undefined, clock: Clock): R
 
 /** A relay delta from the wire; tool-call fragments keep their order. */
 export function deltaFromWire(d: relayV1.Delta): Extract<RelayEvent, { type: 'delta' }> {
-  if (d.toolCalls.length === 0) return { type: 'delta', text: d.text, tokens: d.tokens };
+  const reasoning = d.reasoning !== undefined && d.reasoning.length > 0 ? d.reasoning : undefined;
+  if (d.toolCalls.length === 0) return reasoning ? { type: 'delta', text: d.text, tokens: d.tokens, reasoning } : { type: 'delta', text: d.text, tokens: d.tokens };
   const toolCalls: ToolCallDelta[] = d.toolCalls.map((c) => defined({ index: c.index, id: c.id, name: c.name, argumentsDelta: c.argumentsDelta }));
-  return { type: 'delta', text: d.text, tokens: d.tokens, toolCalls };
+  return { type: 'delta', text: d.text, tokens: d.tokens, toolCalls, ...(reasoning ? { reasoning } : {}) };
 }
 
-/** A delta → wire (a plain message object unless it carries tool-call fragments). */
+/** A delta → wire (a plain message object unless it carries tool-call fragments or reasoning). */
 function deltaToWire(event: Extract<RelayEvent, { type: 'delta' }>): relayV1.Delta {
-  if (!event.toolCalls || event.toolCalls.length === 0) return plainDelta(event.text, event.tokens);
-  return create(relayV1.DeltaSchema, { text: event.text, tokens: event.tokens, toolCalls: event.toolCalls });
+  if ((!event.toolCalls || event.toolCalls.length === 0) && !event.reasoning) return plainDelta(event.text, event.tokens);
+  return create(relayV1.DeltaSchema, { text: event.text, tokens: event.tokens, toolCalls: event.toolCalls ?? [], ...(event.reasoning ? { reasoning: event.reasoning } : {}) });
 }
 
 /** Encodes a relay event for the Generate stream (one delta, or the end). */

@@ -93,6 +93,7 @@ describe('wire translation', () => {
         modelRevision: 'hosted@1',
       },
     ],
+    ['a stop at a stop sequence', { finishReason: 'stop', stopSequence: 'END', usage: { inputTokens: 3, outputTokens: 2 }, costNanoUsd: 5, timings: { queueMs: 0, ttftMs: 1, totalMs: 2 }, modelRevision: 'r@1' }],
     [
       'a fallback that answered, with its usage source and every attempt',
       {
@@ -161,14 +162,15 @@ describe('wire translation', () => {
       { role: 'assistant' as const, content: '', toolCalls: [{ id: 'call_1', name: 'get_weather', arguments: '{"city":"Paris"}' }] },
       { role: 'tool' as const, content: '{"temp":21}', toolCallId: 'call_1' },
     ];
-    const withTools = { ...job, engineRequest: { ...job.engineRequest, input: { kind: 'chat' as const, messages }, tools, toolChoice: { type: 'function' as const, function: { name: 'get_weather' } }, parallelToolCalls: false } };
+    const withTools = { ...job, engineRequest: { ...job.engineRequest, input: { kind: 'chat' as const, messages }, tools, toolChoice: { type: 'function' as const, function: { name: 'get_weather' } }, parallelToolCalls: false, anthropicBeta: ['context-1m-2025-08-07', 'fine-grained-tool-streaming-2025-05-14'] } };
     const back = jobFromWire(fromBinary(relayV1.RelayJobSchema, toBinary(relayV1.RelayJobSchema, create(relayV1.RelayJobSchema, jobToWire(withTools, clock)))), clock);
-    expect(back.engineRequest).toMatchObject({ input: { kind: 'chat', messages }, tools, toolChoice: { type: 'function', function: { name: 'get_weather' } }, parallelToolCalls: false });
+    expect(back.engineRequest).toMatchObject({ input: { kind: 'chat', messages }, tools, toolChoice: { type: 'function', function: { name: 'get_weather' } }, parallelToolCalls: false, anthropicBeta: ['context-1m-2025-08-07', 'fine-grained-tool-streaming-2025-05-14'] });
     expect(back.engineRequest.input).toEqual({ kind: 'chat', messages });
     const plain = jobFromWire(create(relayV1.RelayJobSchema, jobToWire(job, clock)), clock).engineRequest;
     expect(plain).not.toHaveProperty('tools');
     expect(plain).not.toHaveProperty('toolChoice');
     expect(plain).not.toHaveProperty('parallelToolCalls');
+    expect(plain).not.toHaveProperty('anthropicBeta');
     for (const [field, value] of [['toolsJson', '{"type":"function"}'], ['toolsJson', 'not json'], ['toolChoiceJson', '"sometimes"']] as const) {
       const bad = create(relayV1.RelayJobSchema, jobToWire(job, clock));
       if (bad.engineRequest) bad.engineRequest[field] = value;
@@ -209,6 +211,14 @@ describe('wire translation', () => {
       jobFromWire(fromBinary(relayV1.RelayJobSchema, toBinary(relayV1.RelayJobSchema, create(relayV1.RelayJobSchema, jobToWire(job, clock)))), clock);
     expect(roundTrip(relayJob({ tokens: 1 }, { retryBeforeFirstToken: true })).retryBeforeFirstToken).toBe(true);
     expect(roundTrip(relayJob({ tokens: 1 }))).not.toHaveProperty('retryBeforeFirstToken');
+  });
+
+  it('carries the internal flag (the semantic cache\'s own embeddings) when set, and nothing when not', () => {
+    const clock = { now: () => 0 };
+    const roundTrip = (job: ReturnType<typeof relayJob>) =>
+      jobFromWire(fromBinary(relayV1.RelayJobSchema, toBinary(relayV1.RelayJobSchema, create(relayV1.RelayJobSchema, jobToWire(job, clock)))), clock);
+    expect(roundTrip(relayJob({ tokens: 1 }, { internal: true })).internal).toBe(true);
+    expect(roundTrip(relayJob({ tokens: 1 }))).not.toHaveProperty('internal');
   });
 
   it('rejects a job with no engine request as invalid_request', () => {

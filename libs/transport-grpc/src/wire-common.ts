@@ -329,6 +329,7 @@ export function outcomeToWire(outcome: GenerationOutcome): MessageInitShape<type
     unrecorded: outcome.unrecorded === true,
     usageSource: outcome.usageSource !== undefined ? USAGE_SOURCES[outcome.usageSource] : commonV1.UsageSource.UNSPECIFIED,
     attempts: (outcome.attempts ?? []).map(attemptToWire),
+    ...(outcome.stopSequence !== undefined ? { stopSequence: outcome.stopSequence } : {}),
   };
 }
 
@@ -398,5 +399,6 @@ export function outcomeFromWire(outcome: commonV1.GenerationOutcome | undefined)
     // An older relay sends no source: its counts were the engine's or the byte bound, as before.
     ...(o.usageSource !== commonV1.UsageSource.UNSPECIFIED ? { usageSource: enumFromWire(USAGE_SOURCES, o.usageSource, 'outcome.usage_source') } : {}),
     ...(o.attempts.length > 0 ? { attempts: o.attempts.map(attemptFromWire) } : {}),
+    ...(o.stopSequence !== undefined ? { stopSequence: o.stopSequence } : {}),
   };
 }

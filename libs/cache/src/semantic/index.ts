@@ -17,3 +17,4 @@ export type { SemanticCandidate, SemanticEntry, SemanticStore } from './semantic
 export { createSemanticTier, type SemanticTier, type SemanticTierLogger, type SemanticTierOptions } from './semantic-tier';
 export { cosineSimilarity, dot, normalised } from './vector';
 export { semanticEmbeddingRevisionsOf, semanticPoliciesOf } from './tenant-policies';
+export { createTenantSemanticCache, type TenantSemanticCache, type TenantSemanticCacheOptions } from './tenant-semantic-cache';

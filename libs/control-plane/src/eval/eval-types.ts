@@ -20,7 +20,7 @@ export interface GoldenPrompt {
   messages: GoldenMessage[];
   /** Output token cap for each replay (≥ 1). */
   max_tokens: number;
-  /** A JSON Schema (draft 2020-12) the output must match; also passed to the engine to constrain decoding. */
+  /** A JSON Schema (draft-07, 2019-09 or 2020-12) the output must match; also passed to the engine to constrain decoding. */
   output_schema: object | null;
   /** A reviewed answer; the reference when the stable revision fails on this prompt. */
   expected: string | null;

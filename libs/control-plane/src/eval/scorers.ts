@@ -6,7 +6,7 @@
  * - `exact`: 1 when the candidate equals the reference after whitespace normalisation (runs of
  *   whitespace become one space, ends trimmed; case and punctuation count), else 0.
  * - `json_schema`: 1 when the candidate is a JSON document valid against the golden prompt's
- *   `output_schema` (draft 2020-12, checked with ajv exactly as the gateway checks
+ *   `output_schema` (draft-07, 2019-09 or 2020-12, checked with ajv exactly as the gateway checks
  *   `output_schema`), else 0. Needs no reference.
  * - `similarity`: a string similarity with the reference ({@link stringSimilarity}:
  *   `token_jaccard`, default, or `char_trigram_cosine`). Embedding similarity is not offered:

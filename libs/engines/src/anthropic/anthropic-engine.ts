@@ -217,7 +217,7 @@ export function createAnthropicEngine(options: AnthropicEngineOptions, deps: Ant
       try {
         response = await undiciRequest(url, {
           method: 'POST',
-          headers: buildAnthropicHeaders(options.apiKeyEnv ? env[options.apiKeyEnv] : undefined),
+          headers: buildAnthropicHeaders(options.apiKeyEnv ? env[options.apiKeyEnv] : undefined, request.anthropicBeta),
           body: JSON.stringify(buildAnthropicBody(options.upstreamModel, request)),
           signal: controller.signal,
           dispatcher,
@@ -341,7 +341,9 @@ export function createAnthropicEngine(options: AnthropicEngineOptions, deps: Ant
       done = true;
       const reason = mapAnthropicStopReason(stopReason);
       const reported = decoder.reportedUsage();
-      yield reported ? { type: 'end', reason, usage: reported, usageSource: 'reported' } : await countedEnd(reason);
+      const end: EngineEvent = reported ? { type: 'end', reason, usage: reported, usageSource: 'reported' } : await countedEnd(reason);
+      // Which stop sequence matched, for clients that ask (Anthropic's own `stop_sequence`).
+      yield stopReason === 'stop_sequence' && decoder.stopSequence !== undefined && end.type === 'end' ? { ...end, stopSequence: decoder.stopSequence } : end;
     } finally {
       watchdog.clear();
       request.signal.removeEventListener('abort', onAbort);

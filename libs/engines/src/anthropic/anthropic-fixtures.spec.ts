@@ -35,8 +35,8 @@ const FIXTURES: Array<[file: string, expected: Expected]> = [
     'stop-sequence.sse',
     {
       deltas: ['1. Flour', '\n2. Sugar'],
-      // Cache writes are input too: 30 + 2,048.
-      end: { type: 'end', reason: 'stop', usage: { inputTokens: 2078, outputTokens: 9, cachedInputTokens: 0, cacheWriteInputTokens: 2048 }, usageSource: 'reported' },
+      // Cache writes are input too: 30 + 2,048. The matched stop sequence is kept (`stop_sequence`).
+      end: { type: 'end', reason: 'stop', usage: { inputTokens: 2078, outputTokens: 9, cachedInputTokens: 0, cacheWriteInputTokens: 2048 }, usageSource: 'reported', stopSequence: '\n3.' },
     },
   ],
   [

@@ -101,6 +101,11 @@ describe('buildAnthropicHeaders', () => {
     expect(buildAnthropicHeaders(undefined)).not.toHaveProperty('x-api-key');
     expect(ANTHROPIC_VERSION).toBe('2023-06-01');
   });
+
+  it('passes the client’s beta flags as one anthropic-beta header, and none without', () => {
+    expect(buildAnthropicHeaders('k', ['context-1m-2025-08-07', 'interleaved-thinking-2025-05-14'])['anthropic-beta']).toBe('context-1m-2025-08-07,interleaved-thinking-2025-05-14');
+    expect(buildAnthropicHeaders('k', [])).not.toHaveProperty('anthropic-beta');
+  });
 });
 
 describe('tools on the Messages API', () => {

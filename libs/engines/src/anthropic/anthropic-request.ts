@@ -168,15 +168,18 @@ export function buildAnthropicBody(model: string, request: EngineRequest): Recor
 }
 
 /**
- * Request headers: JSON in, SSE out, `anthropic-version`, and `x-api-key` when a key is given
- * (Weir's own credential, resolved by name; a caller's credentials are never forwarded).
+ * Request headers: JSON in, SSE out, `anthropic-version`, `x-api-key` when a key is given
+ * (Weir's own credential, resolved by name; a caller's credentials are never forwarded), and
+ * `anthropic-beta` (the flags joined with commas) when the client asked for betas
+ * (`EngineRequest.anthropicBeta`).
  */
-export function buildAnthropicHeaders(apiKey: string | undefined): Record<string, string> {
+export function buildAnthropicHeaders(apiKey: string | undefined, betas: readonly string[] = []): Record<string, string> {
   const headers: Record<string, string> = {
     'content-type': 'application/json',
     accept: 'text/event-stream',
     'anthropic-version': ANTHROPIC_VERSION,
   };
   if (apiKey) headers['x-api-key'] = apiKey;
+  if (betas.length > 0) headers['anthropic-beta'] = betas.join(',');
   return headers;
 }

@@ -62,6 +62,8 @@ export interface AnthropicStreamDecoder {
   applyMessage(message: unknown): string;
   /** `message_delta.delta.stop_reason` (or the message's), once sent. */
   readonly stopReason: string | undefined;
+  /** `message_delta.delta.stop_sequence` (or the message's): the stop sequence that matched, when one did. */
+  readonly stopSequence: string | undefined;
   /** True once `message_stop` arrived. */
   readonly finished: boolean;
   /** True once any output text or tool call arrived. */
@@ -92,6 +94,7 @@ const KNOWN_EVENTS = new Set([
 /** Creates a decoder for one stream. */
 export function createAnthropicStreamDecoder(): AnthropicStreamDecoder {
   let stopReason: string | undefined;
+  let stopSequence: string | undefined;
   let finished = false;
   let textStarted = false;
   let input: number | undefined;
@@ -172,6 +175,7 @@ export function createAnthropicStreamDecoder(): AnthropicStreamDecoder {
       case 'message_delta': {
         const delta = data.delta as Record<string, unknown> | undefined;
         if (typeof delta?.stop_reason === 'string') stopReason = delta.stop_reason;
+        if (typeof delta?.stop_sequence === 'string') stopSequence = delta.stop_sequence;
         applyUsage(data.usage, true);
         return none;
       }
@@ -201,6 +205,7 @@ export function createAnthropicStreamDecoder(): AnthropicStreamDecoder {
       .map((b, index) => ({ index, id: b.id as string, name: b.name as string, argumentsDelta: JSON.stringify(b.input ?? {}) }));
     if (toolCalls.length > 0) textStarted = true;
     if (typeof m.stop_reason === 'string') stopReason = m.stop_reason;
+    if (typeof m.stop_sequence === 'string') stopSequence = m.stop_sequence;
     applyUsage(m.usage, true);
     finished = true;
     return { text: body, ...(toolCalls.length > 0 ? { toolCalls } : {}) };
@@ -213,6 +218,9 @@ export function createAnthropicStreamDecoder(): AnthropicStreamDecoder {
     applyMessage: (message) => decodeMessage(message).text,
     get stopReason() {
       return stopReason;
+    },
+    get stopSequence() {
+      return stopSequence;
     },
     get finished() {
       return finished;

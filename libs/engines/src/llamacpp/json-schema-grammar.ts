@@ -1,6 +1,6 @@
 /**
- * From a request's JSON Schema (`EngineRequest.outputSchema`, draft 2020-12, already validated
- * by the gateway) to the schema node-llama-cpp 3.21.1 turns into a GBNF grammar
+ * From a request's JSON Schema (`EngineRequest.outputSchema`, draft-07, 2019-09 or 2020-12,
+ * already validated by the gateway with the draft it declares) to the schema node-llama-cpp 3.21.1 turns into a GBNF grammar
  * (`llama.createGrammarForJsonSchema`, its `GbnfJsonSchema` subset). Pure: no I/O.
  *
  * node-llama-cpp reads a node by its first matching form — `$ref` (`#/$defs/…` only), `oneOf`,
@@ -15,14 +15,20 @@
  *   `properties` without `type` → `type: "object"`, `items`/`prefixItems` without `type` →
  *   `type: "array"`; a `type` list naming `object` or `array` → `oneOf` of one node per type;
  *   `$defs` on a node that node-llama-cpp would not read them from (a string or number node)
- *   are lifted to the root; the annotations `title`, `$schema`, `$id`, `$comment`, `examples`,
+ *   are lifted to the root; draft-07's `definitions` are read as `$defs` and its
+ *   `#/definitions/<name>` references as `#/$defs/<name>` (the form the openai SDK's zod helpers
+ *   and the AI SDK send); the array form of `items` (draft-07 and 2019-09 tuples) becomes
+ *   `prefixItems`, its `additionalItems` schema the `items` after them (`false`: no more items
+ *   than the tuple's), and `additionalItems` beside a single `items` schema (which it does not
+ *   constrain) is dropped; the annotations `title`, `$schema`, `$recursiveAnchor`, `$id`, `$comment`, `examples`,
  *   `default`, `deprecated`, `readOnly`, `writeOnly` are dropped; `required` is dropped (the
  *   grammar always writes every property, which satisfies any `required`).
  * - refused ({@link UnsupportedSchemaError} with the JSON Pointer of the node): keywords the
  *   grammar cannot express — `allOf`, `not`, `if`/`then`/`else`, `dependentSchemas`,
  *   `dependentRequired`, `patternProperties`, `propertyNames`, `unevaluatedProperties`,
- *   `unevaluatedItems`, `contains`, `$dynamicRef`, `$anchor` — a `$ref` that is not
- *   `#/$defs/<name>`, and a node that accepts any value (`{}`, `true`, or no `type`/`const`/
+ *   `unevaluatedItems`, `contains`, `$dynamicRef`, `$anchor`, `$recursiveRef` (2019-09) and
+ *   `dependencies` (draft-07) — a `$ref` that is not `#/$defs/<name>` (or
+ *   `#/definitions/<name>`), `$defs` and `definitions` on one node naming the same definition, and a node that accepts any value (`{}`, `true`, or no `type`/`const`/
  *   `enum`/`oneOf`/`anyOf`/`$ref`), which the grammar would read as `null`.
  * - refused too: a length, item or property bound above {@link MAX_GRAMMAR_REPETITION}.
  * - kept but not enforced by the grammar (the gateway's validation catches an output that
@@ -59,8 +65,9 @@ const REFUSED = [
   '$dynamicAnchor',
   '$anchor',
   '$recursiveRef',
+  'dependencies',
 ];
-const DROPPED = new Set(['title', '$schema', '$id', '$comment', 'examples', 'default', 'deprecated', 'readOnly', 'writeOnly', 'required', 'contentMediaType', 'contentEncoding']);
+const DROPPED = new Set(['title', '$schema', '$recursiveAnchor', '$id', '$comment', 'examples', 'default', 'deprecated', 'readOnly', 'writeOnly', 'required', 'contentMediaType', 'contentEncoding']);
 const GRAMMAR_FORMATS = new Set(['date', 'time', 'date-time']);
 /** Keywords that hold one subschema. */
 const ONE = ['additionalProperties', 'items'];
@@ -79,6 +86,8 @@ type Node = Record<string, unknown>;
  */
 export const MAX_GRAMMAR_REPETITION = 1_000;
 const BOUNDS = ['minLength', 'maxLength', 'minItems', 'maxItems', 'minProperties', 'maxProperties'];
+
+const isObject = (v: unknown): v is Node => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 const escape = (key: string) => key.replace(/~/g, '~0').replace(/\//g, '~1');
 
@@ -103,8 +112,12 @@ function rewrite(value: unknown, at: string, lifted: Record<string, unknown>, is
   for (const k of REFUSED) {
     if (k in node) throw new UnsupportedSchemaError(at, `\`${k}\` cannot be expressed by the llama.cpp grammar`);
   }
-  if (typeof node.$ref === 'string' && !/^#\/\$defs\/[^/]+$/.test(node.$ref)) {
-    throw new UnsupportedSchemaError(at, `\`$ref\` must point at \`#/$defs/<name>\` for the llama.cpp grammar (got another form)`);
+  if (typeof node.$ref === 'string' && !/^#\/(\$defs|definitions)\/[^/]+$/.test(node.$ref)) {
+    throw new UnsupportedSchemaError(at, `\`$ref\` must point at \`#/$defs/<name>\` (or \`#/definitions/<name>\`) for the llama.cpp grammar (got another form)`);
+  }
+  if (isObject(node.$defs) && isObject(node.definitions)) {
+    const both = Object.keys(node.definitions).find((name) => Object.hasOwn(node.$defs as Node, name));
+    if (both !== undefined) throw new UnsupportedSchemaError(at, `\`$defs\` and \`definitions\` both define \`${both}\`; keep one`);
   }
 
   for (const k of BOUNDS) {
@@ -117,7 +130,20 @@ function rewrite(value: unknown, at: string, lifted: Record<string, unknown>, is
   const out: Node = {};
   for (const [k, v] of Object.entries(node)) {
     if (DROPPED.has(k)) continue;
-    if (k === 'anyOf') {
+    if (k === '$ref' && typeof v === 'string') {
+      out.$ref = v.replace(/^#\/definitions\//, '#/$defs/');
+    } else if (k === 'items' && Array.isArray(v)) {
+      // A draft-07 / 2019-09 tuple: its items, then `additionalItems` (any item when absent).
+      out.prefixItems = v.map((s, i) => rewrite(s, `${at}/items/${i}`, lifted));
+      const more = node.additionalItems;
+      if (more === false) out.maxItems = Math.min(typeof node.maxItems === 'number' ? node.maxItems : v.length, v.length);
+      else if (more !== undefined && more !== true) out.items = rewrite(more, `${at}/additionalItems`, lifted);
+    } else if (k === 'additionalItems' || (k === 'maxItems' && Array.isArray(node.items) && node.additionalItems === false)) {
+      continue; // read with the tuple above; beside a single `items` schema it constrains nothing
+    } else if (k === 'definitions' || k === '$defs') {
+      const defs = Object.fromEntries(Object.entries(v as Node).map(([name, s]) => [name, rewrite(s, `${at}/${k}/${escape(name)}`, lifted)]));
+      out.$defs = { ...((out.$defs as Node | undefined) ?? {}), ...defs };
+    } else if (k === 'anyOf') {
       out.oneOf = (v as unknown[]).map((s, i) => rewrite(s, `${at}/anyOf/${i}`, lifted));
     } else if (MANY.includes(k)) {
       out[k] = (v as unknown[]).map((s, i) => rewrite(s, `${at}/${k}/${i}`, lifted));
@@ -126,8 +152,6 @@ function rewrite(value: unknown, at: string, lifted: Record<string, unknown>, is
       out[k] = typeof v === 'boolean' && k === 'additionalProperties' ? v : rewrite(v, `${at}/${k}`, lifted);
     } else if (k === 'properties') {
       out.properties = Object.fromEntries(Object.entries(v as Node).map(([name, s]) => [name, rewrite(s, `${at}/properties/${escape(name)}`, lifted)]));
-    } else if (k === '$defs') {
-      out.$defs = Object.fromEntries(Object.entries(v as Node).map(([name, s]) => [name, rewrite(s, `${at}/$defs/${escape(name)}`, lifted)]));
     } else if (k === 'format' && !GRAMMAR_FORMATS.has(String(v))) {
       continue; // validated afterwards; the grammar would otherwise read the node as a bare string
     } else {

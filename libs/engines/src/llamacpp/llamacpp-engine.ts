@@ -357,9 +357,13 @@ export async function createLlamaCppEngine(
             queue.push({ type: 'delta', text, tokens: tokens.length });
           },
         });
-        const stopReason = result.metadata.stopReason;
+        const meta = result.metadata;
+        const stopReason = meta.stopReason;
         const reason = stopReason === 'abort' ? 'aborted' : stopReason === 'maxTokens' ? 'length' : 'stop';
-        queue.push({ type: 'end', reason, usage: { inputTokens, outputTokens }, usageSource: 'reported' });
+        // The stop sequence that matched: node-llama-cpp hands back the trigger as given (a string here).
+        const trigger = meta.stopReason === 'customStopTrigger' ? meta.customStopTrigger.filter((p): p is string => typeof p === 'string').join('') : '';
+        const stopSequence = stop.includes(trigger) ? trigger : undefined;
+        queue.push({ type: 'end', reason, usage: { inputTokens, outputTokens }, usageSource: 'reported', ...(stopSequence !== undefined ? { stopSequence } : {}) });
         queue.end();
       } catch (error) {
         if (abort.signal.aborted) {

@@ -48,6 +48,23 @@ describe('createOpenAICompatibleEngine (scripted upstream)', () => {
     upstream.requests.length = 0;
   });
 
+  it('reports the stop sequence vLLM names in `stop_reason` (one of the request’s), and none for a stop token id or an unknown string', async () => {
+    const stopChunk = (stopReason: unknown) =>
+      sseReply([
+        ...chatStreamEvents(['Once'], { finishReason: null }).slice(0, 2),
+        `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'm', choices: [{ index: 0, delta: {}, finish_reason: 'stop', stop_reason: stopReason }], usage: { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 } })}\n\n`,
+        'data: [DONE]\n\n',
+      ]);
+    const engine = createOpenAICompatibleEngine(specFor(upstream.url), { env: {} });
+    const request = () => engineRequest(chat, { maxOutputTokens: 12, sampling: { stop: ['END', '\n\n'] } });
+    upstream.setScript(() => stopChunk('END'));
+    expect(endOf((await collectEngineEvents(engine, request())).events)).toMatchObject({ reason: 'stop', stopSequence: 'END' });
+    for (const other of [2, 'NOT-ASKED', null]) {
+      upstream.setScript(() => stopChunk(other));
+      expect(endOf((await collectEngineEvents(engine, request())).events)).not.toHaveProperty('stopSequence');
+    }
+  });
+
   it('streams deltas and takes usage from the usage chunk; sends the OpenAI request', async () => {
     upstream.setScript(() => sseReply(chatStreamEvents(['Hello', ' world'], { usage: { prompt_tokens: 7, completion_tokens: 2 } })));
     const engine = createOpenAICompatibleEngine(specFor(upstream.url, { apiKeyEnv: 'WEIR_UPSTREAM_UP_KEY' }), { env: { WEIR_UPSTREAM_UP_KEY: 'sk-test' } });
@@ -123,6 +140,46 @@ describe('createOpenAICompatibleEngine (scripted upstream)', () => {
       tool_choice: { type: 'function', function: { name: 'get_weather' } },
       parallel_tool_calls: true,
     });
+  });
+
+  it('passes reasoning_content / reasoning on as delta.reasoning (never as text), counts it as output, and never learns a reasoning chunk as a content template', async () => {
+    const meta = { id: 'chatcmpl-r', object: 'chat.completion.chunk', created: 1, model: 'm' };
+    const chunk = (delta: object) => sseEvent({ ...meta, choices: [{ index: 0, delta, logprobs: null, finish_reason: null }] });
+    upstream.setScript(() =>
+      sseReply([
+        chunk({ role: 'assistant', content: '' }),
+        chunk({ content: null, reasoning_content: 'Think' }),
+        chunk({ content: null, reasoning_content: 'ing.' }),
+        chunk({ reasoning: ' More.' }),
+        chunk({ content: 'Hi', reasoning_content: null }),
+        // The same shape as the content chunk before, with reasoning: read in full, not as content.
+        chunk({ content: 'Hi', reasoning_content: 'late' }),
+        chunk({ content: ' there', reasoning_content: null }),
+        sseEvent({ ...meta, choices: [{ index: 0, delta: {}, logprobs: null, finish_reason: 'stop' }] }),
+        sseEvent('[DONE]'),
+      ]),
+    );
+    const engine = createOpenAICompatibleEngine(specFor(upstream.url));
+    const { events, error } = await collectEngineEvents(engine, engineRequest(chat));
+    expect(error).toBeUndefined();
+    expect(events.slice(0, -1)).toEqual([
+      { type: 'delta', text: '', tokens: 1, reasoning: 'Think' },
+      { type: 'delta', text: '', tokens: 1, reasoning: 'ing.' },
+      { type: 'delta', text: '', tokens: 1, reasoning: ' More.' },
+      { type: 'delta', text: 'Hi', tokens: 1 },
+      { type: 'delta', text: 'Hi', tokens: 1, reasoning: 'late' },
+      { type: 'delta', text: ' there', tokens: 1 },
+    ]);
+    // No usage chunk: every delta that carried something is an output token, reasoning included.
+    expect(endOf(events)).toMatchObject({ reason: 'stop', usage: { outputTokens: 6 }, usageSource: 'estimated' });
+  });
+
+  it('reads message.reasoning_content of a non-stream answer', async () => {
+    const body = chatCompletionBody('Hi');
+    (body.choices as Array<{ message: Record<string, unknown> }>)[0].message.reasoning_content = 'Because.';
+    upstream.setScript(() => ({ kind: 'json', body }));
+    const { events } = await collectEngineEvents(createOpenAICompatibleEngine(specFor(upstream.url)), engineRequest(chat));
+    expect(events[0]).toEqual({ type: 'delta', text: 'Hi', tokens: 1, reasoning: 'Because.' });
   });
 
   it('parses message.tool_calls of a non-stream answer; sends no tool fields without tools', async () => {

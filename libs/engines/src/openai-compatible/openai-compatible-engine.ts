@@ -262,6 +262,8 @@ export function createOpenAICompatibleEngine(
     let deltas = 0;
     let firstSeen = false;
     let finishReason: string | undefined;
+    // vLLM's `stop_reason` on the choice: the stop string that matched (a number is a stop token id).
+    let stopSequence: string | undefined;
     let reported: TokenUsage | undefined;
     let doneSeen = false;
 
@@ -329,13 +331,17 @@ export function createOpenAICompatibleEngine(
       const choice = choices.find((c) => (c.index ?? 0) === 0);
       if (!choice) return { text: '' };
       if (typeof choice.finish_reason === 'string') finishReason = choice.finish_reason;
+      if (typeof choice.stop_reason === 'string' && choice.stop_reason.length > 0) stopSequence = choice.stop_reason;
       const delta = (choice.delta ?? choice.message) as Record<string, unknown> | undefined;
       const text = spec.api === 'completions' ? choice.text : delta?.content;
       const toolCalls = spec.api === 'chat' ? parseToolCallDeltas(delta?.tool_calls) : undefined;
-      return { text: typeof text === 'string' ? text : '', ...(toolCalls ? { toolCalls } : {}) };
+      const reasoning = spec.api === 'chat' ? reasoningOf(delta) : undefined;
+      return { text: typeof text === 'string' ? text : '', ...(toolCalls ? { toolCalls } : {}), ...(reasoning ? { reasoning } : {}) };
     };
-    // Tool-call arguments count as output text (for the token estimate without upstream usage).
-    const producedText = (p: Piece): string => p.text + (p.toolCalls ?? []).map((c) => (c.name ?? '') + (c.argumentsDelta ?? '')).join('');
+    // Tool-call arguments and reasoning count as output text (for the token estimate without upstream usage).
+    const producedText = (p: Piece): string => (p.reasoning ?? '') + p.text + (p.toolCalls ?? []).map((c) => (c.name ?? '') + (c.argumentsDelta ?? '')).join('');
+    /** The engine delta of a piece that carries something. */
+    const deltaOf = (p: Piece, tokens: number): EngineEvent => ({ type: 'delta', text: p.text, tokens, ...(p.toolCalls ? { toolCalls: p.toolCalls } : {}), ...(p.reasoning ? { reasoning: p.reasoning } : {}) });
 
     try {
       if (request.signal.aborted) {
@@ -387,10 +393,10 @@ export function createOpenAICompatibleEngine(
         } catch (error) {
           throw await fail(error);
         }
-        if (piece.text.length > 0 || piece.toolCalls) {
+        if (piece.text.length > 0 || piece.toolCalls || piece.reasoning) {
           outputText += producedText(piece);
           deltas += 1;
-          yield [{ type: 'delta', text: piece.text, tokens: 1, ...(piece.toolCalls ? { toolCalls: piece.toolCalls } : {}) }];
+          yield [deltaOf(piece, 1)];
         }
         doneSeen = true;
       } else {
@@ -445,10 +451,10 @@ export function createOpenAICompatibleEngine(
             try {
               const parsed: unknown = JSON.parse(data);
               const piece = apply(parsed);
-              if (piece.text.length > 0 && !piece.toolCalls && plainContentOf(parsed, spec.api) === piece.text) chunks.learn(data, piece.text, plainTextOfJson);
-              if (piece.text.length > 0 || piece.toolCalls) {
-                outputText += piece.toolCalls ? producedText(piece) : piece.text;
-                pieces.push(piece.toolCalls ? { type: 'delta', text: piece.text, tokens: tokensSoFar(), toolCalls: piece.toolCalls } : { type: 'delta', text: piece.text, tokens: tokensSoFar() });
+              if (piece.text.length > 0 && !piece.toolCalls && !piece.reasoning && plainContentOf(parsed, spec.api) === piece.text) chunks.learn(data, piece.text, plainTextOfJson);
+              if (piece.text.length > 0 || piece.toolCalls || piece.reasoning) {
+                outputText += piece.toolCalls || piece.reasoning ? producedText(piece) : piece.text;
+                pieces.push(piece.toolCalls || piece.reasoning ? deltaOf(piece, tokensSoFar()) : { type: 'delta', text: piece.text, tokens: tokensSoFar() });
               }
             } catch (error) {
               frameError =
@@ -493,7 +499,8 @@ export function createOpenAICompatibleEngine(
         );
       }
       const reason = finishReason === 'length' || finishReason === 'content_filter' || finishReason === 'tool_calls' ? finishReason : 'stop';
-      yield [reported ? { type: 'end', reason, usage: reported, usageSource: 'reported' } : await countedEnd(reason)];
+      const end: EngineEvent = reported ? { type: 'end', reason, usage: reported, usageSource: 'reported' } : await countedEnd(reason);
+      yield [reason === 'stop' && stopSequence !== undefined && (request.sampling.stop ?? []).includes(stopSequence) && end.type === 'end' ? { ...end, stopSequence } : end];
     } finally {
       watchdog.clear();
       if (stopTimer) clearTimeout(stopTimer);
@@ -535,8 +542,17 @@ function plainContentOf(payload: unknown, api: OpenAICompatibleEngineSpec['api']
   if (typeof c !== 'object' || c === null || (c.index ?? 0) !== 0 || (c.finish_reason !== undefined && c.finish_reason !== null)) return undefined;
   if (api === 'completions') return typeof c.text === 'string' ? c.text : undefined;
   const d = c.delta as Record<string, unknown> | null | undefined;
-  if (typeof d !== 'object' || d === null || (d.tool_calls !== undefined && d.tool_calls !== null)) return undefined;
+  if (typeof d !== 'object' || d === null || (d.tool_calls !== undefined && d.tool_calls !== null) || reasoningOf(d) !== undefined) return undefined;
   return typeof d.content === 'string' ? d.content : undefined;
+}
+
+/**
+ * The reasoning text of a chat delta or message: `reasoning_content` (DeepSeek, vLLM, llama.cpp
+ * server, Qwen) or `reasoning` (OpenRouter, newer vLLM); undefined when neither is a non-empty string.
+ */
+function reasoningOf(delta: Record<string, unknown> | undefined): string | undefined {
+  const r = delta?.reasoning_content ?? delta?.reasoning;
+  return typeof r === 'string' && r.length > 0 ? r : undefined;
 }
 
 /** Cuts one upstream call (what the watchdog and `close()` call). */
@@ -548,6 +564,8 @@ interface Cutter {
 interface Piece {
   text: string;
   toolCalls?: ToolCallDelta[];
+  /** Reasoning text (`reasoningOf`). */
+  reasoning?: string;
 }
 
 /** A Weir chat message as OpenAI's chat API takes it (assistant `tool_calls`, a tool message's `tool_call_id`). */

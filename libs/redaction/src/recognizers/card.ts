@@ -54,12 +54,23 @@ function layoutOk(groups: number[]): boolean {
 }
 
 /**
- * Payment card numbers: 13–19 digits, unseparated or in groups joined by one kind of separator
- * in a card layout — blanks (1–3 spaces, tabs or line breaks; the redactor scans Unicode spaces
- * as spaces), `-` or `.` — from a known issuer prefix, with a valid Luhn check digit. Found on
- * digit boundaries, so a number glued to letters (`x4111111111111111x`) is found too. A
- * Luhn-invalid number, an order number, a phone number, a date or mixed separators are not
- * flagged. Linear: each candidate stops after 19 digits.
+ * Whether a group separator of `kind` may follow the number's earlier ones (`sep`, -1 before the
+ * first): blanks and hyphens mix (`4111 1111-1111 1111`, as people type them), dots only go with
+ * dots (dates and versions are dotted: `2024.01.15`, `4.1.1111.1111`).
+ */
+function separatorFits(sep: number, kind: number): boolean {
+  if (sep === -1 || sep === kind) return true;
+  return sep !== DOT && kind !== DOT;
+}
+
+/**
+ * Payment card numbers: 13–19 digits, unseparated or in groups in a card layout joined by
+ * blanks (1–3 spaces, tabs or line breaks; the redactor scans Unicode spaces as spaces) and `-`,
+ * mixed or not (`4111 1111-1111 1111`), or by `.` alone — from a known issuer prefix, with a
+ * valid Luhn check digit. Found on digit boundaries, so a number glued to letters
+ * (`x4111111111111111x`) is found too. A Luhn-invalid number, an order number, a phone number, a
+ * date, or dots mixed with other separators are not flagged. Linear: each candidate stops after
+ * 19 digits (and at most 3 blanks or one `-` or `.` between two groups).
  */
 export const cardRecognizer: Recognizer = {
   type: 'card',
@@ -96,7 +107,7 @@ export const cardRecognizer: Recognizer = {
           kind = s;
           len = 1;
         }
-        if (kind !== -1 && (sep === -1 || sep === kind) && isDigit(codeAt(text, pos + len))) {
+        if (kind !== -1 && separatorFits(sep, kind) && isDigit(codeAt(text, pos + len))) {
           sep = kind;
           pos += len;
         } else break;
