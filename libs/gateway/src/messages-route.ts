@@ -19,6 +19,7 @@
 import type { ServerResponse } from 'node:http';
 import { type GenerationInput, type GenerationOutcome, type RouterService, type SamplingParams, type ToolCallDelta, WeirError, newId } from '@weir/core';
 import { accumulateToolCalls, formatSseEvent } from '@weir/streaming';
+import type { CostMeter } from './cost-report';
 import { type AuthedRequest, type EdgeRequest, sendJson } from './edge';
 import {
   type AnthropicStreamEvent,
@@ -55,6 +56,8 @@ export interface MessagesAnswer {
   endedInQueue: boolean;
   /** Input tokens counted at admission (absent on an idempotent replay). */
   inputTokens?: number;
+  /** Reports cost and overhead (cost-report.ts); absent on a replay. */
+  cost?: CostMeter;
 }
 
 /** The limits `begin` takes (the subset this route uses). */
@@ -78,7 +81,8 @@ export interface MessagesRouteContext {
   router: RouterService;
   sseOptions: SseWriterOptions;
   firstEventOrThrow(events: AsyncIterable<TranscriptEvent>): Promise<AsyncIterable<TranscriptEvent>>;
-  answeredBy(res: ServerResponse, o: GenerationOutcome): void;
+  /** Names the answering revision, and with `g` sets the cost headers (cost-report.ts). */
+  answeredBy(res: ServerResponse, o: GenerationOutcome, g?: { cost?: CostMeter }): void;
   outcomeError(o: GenerationOutcome): WeirError;
   deadlineOrCancel(o: GenerationOutcome): WeirError;
   idempotencyKeyHeader(req: EdgeRequest): string | undefined;
@@ -155,7 +159,7 @@ async function wholeMessage(ctx: MessagesRouteContext, res: ServerResponse, g: M
   const outcome = await g.transcript.ended();
   const refusal = refusalOf(ctx, outcome, g.transcript.deltas.length > 0);
   if (refusal) throw refusal;
-  ctx.answeredBy(res, outcome);
+  ctx.answeredBy(res, outcome, g);
   const text = g.transcript.text();
   const calls = accumulateToolCalls(g.transcript.deltaToolCalls.filter((c): c is ToolCallDelta[] => c !== null));
   const content = [

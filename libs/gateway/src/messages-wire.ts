@@ -365,7 +365,7 @@ export function toAnthropicStopReason(o: Pick<GenerationOutcome, 'finishReason' 
   }
 }
 
-/** Anthropic's `usage`: `input_tokens` excludes cache reads, which are `cache_read_input_tokens`. */
+/** Anthropic's `usage`: `input_tokens` excludes cache reads and writes, which are `cache_read_input_tokens` and `cache_creation_input_tokens`. */
 export interface AnthropicUsage {
   input_tokens: number;
   output_tokens: number;
@@ -373,10 +373,16 @@ export interface AnthropicUsage {
   cache_read_input_tokens: number;
 }
 
-/** Weir's usage as Anthropic's (input tokens read from a prompt cache are reported apart, as Anthropic does). */
+/**
+ * Weir's usage as Anthropic's: input tokens read from and written to a prompt cache are reported
+ * apart, as Anthropic does (Weir's `inputTokens` includes both), so `input_tokens +
+ * cache_creation_input_tokens + cache_read_input_tokens` is the whole prompt. Reasoning tokens stay
+ * inside `output_tokens` (Anthropic reports no split).
+ */
 export function toAnthropicUsage(u: TokenUsage): AnthropicUsage {
   const cached = u.cachedInputTokens ?? 0;
-  return { input_tokens: Math.max(0, u.inputTokens - cached), output_tokens: u.outputTokens, cache_creation_input_tokens: 0, cache_read_input_tokens: cached };
+  const written = u.cacheWriteInputTokens ?? 0;
+  return { input_tokens: Math.max(0, u.inputTokens - cached - written), output_tokens: u.outputTokens, cache_creation_input_tokens: written, cache_read_input_tokens: cached };
 }
 
 /** A content block of an answer. */

@@ -230,6 +230,31 @@ describe.each<['all-in-one' | 'split']>([['all-in-one'], ['split']])('token clas
   });
 });
 
+describe('/v1/messages (Anthropic inbound) reports the classes in Anthropic\'s wire', () => {
+  let gw: TestGateway;
+  beforeAll(async () => {
+    gw = await gatewayFor('all-in-one');
+  });
+  afterAll(() => gw.close());
+
+  it.each(['openai', 'anthropic'] as Shape[])('%s usage shape: cache reads and writes apart from input_tokens, the cost header, the ledger row', async (shape) => {
+    const s = SHAPES[shape];
+    const res = await gw.post('/v1/messages', { model: s.alias, max_tokens: 400, messages: [{ role: 'user', content: PROMPT }] }, { 'anthropic-version': '2023-06-01' });
+    expect(res.status).toBe(200);
+    expect(res.headers.get('x-weir-cost-usd')).toBe(s.costHeader);
+    const body = (await res.json()) as { usage: Record<string, number> };
+    const r = s.record;
+    expect(body.usage).toMatchObject({
+      input_tokens: r.inputTokens - r.cachedInputTokens - (r.cacheWriteInputTokens ?? 0),
+      cache_read_input_tokens: r.cachedInputTokens,
+      cache_creation_input_tokens: r.cacheWriteInputTokens ?? 0,
+      output_tokens: r.outputTokens,
+    });
+    const record = await recordOf(gw, res.headers.get('x-weir-generation-id') as string);
+    expect(record.costNanoUsd).toBe(s.costNano);
+  });
+});
+
 describe('the final chunk of a chat stream without include_usage', () => {
   let gw: TestGateway;
   beforeAll(async () => {
