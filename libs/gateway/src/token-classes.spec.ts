@@ -230,6 +230,32 @@ describe.each<['all-in-one' | 'split']>([['all-in-one'], ['split']])('token clas
   });
 });
 
+describe('x-weir-overhead-ms leaves out the upstream\'s time', () => {
+  let gw: TestGateway;
+  beforeAll(async () => {
+    gw = await gatewayFor('all-in-one');
+  });
+  afterAll(async () => {
+    openaiUpstream.setScript(() => sseReply(chatStreamEvents(['Once', ' upon'], { usage: SHAPES.openai.wire })));
+    await gw.close();
+  });
+
+  it('a slow upstream (≥ 500 ms) is not Weir\'s overhead', async () => {
+    // 6 SSE steps, 100 ms apart: the upstream attempt lasts at least 500 ms.
+    openaiUpstream.setScript(() => sseReply(chatStreamEvents(['Once', ' upon'], { usage: SHAPES.openai.wire }), { delayMs: 100 }));
+    const started = performance.now();
+    const res = await gw.post('/v1/chat/completions', { model: 'oai', messages: [{ role: 'user', content: PROMPT }], max_tokens: 400 });
+    expect(res.status).toBe(200);
+    await res.json();
+    const elapsed = performance.now() - started;
+    const overhead = Number(res.headers.get('x-weir-overhead-ms'));
+    expect(elapsed).toBeGreaterThanOrEqual(500);
+    // The whole request took the upstream's ≥ 500 ms and more; Weir's share excludes them (a
+    // generous 100 ms margin for the relay's whole-ms rounding).
+    expect(overhead).toBeLessThanOrEqual(elapsed - 400);
+  });
+});
+
 describe('/v1/messages (Anthropic inbound) reports the classes in Anthropic\'s wire', () => {
   let gw: TestGateway;
   beforeAll(async () => {
