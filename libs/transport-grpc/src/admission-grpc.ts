@@ -60,6 +60,7 @@ function reserveRequestFromWire(request: admissionV1.ReserveRequest): Reservatio
     inputTokens: request.inputTokens,
     maxOutputTokens: request.maxOutputTokens,
     worstCaseCostNanoUsd: Number(request.worstCaseCostNanoUsd),
+    ...(request.useCase !== undefined ? { useCase: request.useCase } : {}),
   };
 }
 
@@ -72,6 +73,7 @@ function reserveRequestToWire(request: ReservationRequest): MessageInitShape<typ
     inputTokens: request.inputTokens,
     maxOutputTokens: request.maxOutputTokens,
     worstCaseCostNanoUsd: toNanoUsd(request.worstCaseCostNanoUsd),
+    ...(request.useCase !== undefined ? { useCase: request.useCase } : {}),
   };
 }
 
