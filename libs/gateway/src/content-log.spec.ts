@@ -202,7 +202,7 @@ describe('a failing redactor fails closed', () => {
       ...(real.forTenant('t') as TenantContentPolicy),
       logRedactor: { profile: 'default', redact: () => ({ ok: false, reason: 'error', error: new Error(`fault quoting ${EMAIL}`) }), redactChunked: async () => ({ ok: false, reason: 'error' }) },
     };
-    const policies: ContentPolicies = { active: true, forTenant: (id) => (id === 't' ? broken : undefined), update() {} };
+    const policies: ContentPolicies = { active: true, forTenant: (id) => (id === 't' ? broken : undefined), forRequest: (id) => (id === 't' ? broken : undefined), update() {} };
     const metrics = counter();
     const { gw, log } = await start(cfg, policies, metrics);
     try {

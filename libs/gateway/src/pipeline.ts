@@ -32,6 +32,8 @@ import {
   type Settlement,
   type TenantCachePolicy,
   type TenantSpec,
+  type UseCasePolicy,
+  useCasePolicyOf,
   type ToolChoice,
   type ToolDefinition,
   type RetainSpec,
@@ -356,6 +358,11 @@ export interface GenerationPipeline {
    * far smaller than the refused request's): `admit` applies it after the cache lookup, on a miss.
    */
   precheck(caller: Caller): void;
+  /**
+   * The use cases the caller's tenant defines (model chain, limits, redaction profile) in the
+   * current snapshot; empty when none. No I/O.
+   */
+  useCases(caller: Caller): readonly UseCasePolicy[];
 }
 
 /**
@@ -371,6 +378,9 @@ export function worstCaseCostNanoUsd(candidates: readonly RevisionSpec[], inputT
 
 /** The revision a tenant route pins for `alias` (the use case's route first, then the alias's own), if any. */
 function pinOf(tenant: TenantSpec | undefined, alias: string, useCase: string | undefined): string | undefined {
+  // A use case's own chain is its most specific route (as the router takes it).
+  const uc = useCasePolicyOf(tenant, useCase);
+  if (uc && uc.model === alias) return uc.pin;
   const routes = tenant?.routes;
   if (!routes) return undefined;
   const route = (useCase !== undefined ? routes.find((r) => r.alias === alias && r.useCase === useCase) : undefined) ?? routes.find((r) => r.alias === alias && r.useCase === undefined);
@@ -553,9 +563,10 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
       // At least 1, as every reservation asks (an empty cached answer still settles to 0).
       maxOutputTokens: Math.max(1, usage.outputTokens),
       worstCaseCostNanoUsd: billedNanoUsd,
+      ...(params.useCase !== undefined ? { useCase: params.useCase } : {}),
     });
     if (!reserved.ok) {
-      admissionMemo.noteRefusal(caller, reserved, clock.now());
+      if (!hasUseCaseScope(params)) admissionMemo.noteRefusal(caller, reserved, clock.now());
       return reject(caller, new AdmissionRejectedError(reserved.reason, reserved.message, reserved.retryAfterMs, reserved.rateLimits));
     }
     let started = false;
@@ -615,9 +626,13 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
     };
   };
 
+  /** Whether admission checks a use-case scope for this request (its tenant defines the use case it names). */
+  const hasUseCaseScope = (params: GenerationParams) => params.useCase !== undefined && useCasePolicyOf(tenants().get(params.caller.tenantId), params.useCase) !== undefined;
+
   return {
     deadlineMsFor,
     precheck,
+    useCases: (caller) => tenants().get(caller.tenantId)?.useCases ?? [],
     async holdUnmetered(caller, requestId, holdMs) {
       const reserved = await admitPort.reserve({
         caller,
@@ -814,6 +829,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
             inputTokens,
             maxOutputTokens,
             worstCaseCostNanoUsd: worstCase,
+            ...(params.useCase !== undefined ? { useCase: params.useCase } : {}),
           },
           schedule: slotSpec(),
         });
@@ -823,7 +839,8 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
       }
       if (!reserved.ok) {
         giveBackProbe();
-        admissionMemo.noteRefusal(caller, reserved, clock.now());
+        // A refusal of a use case's scope holds only for that use case: not remembered for the caller.
+        if (!hasUseCaseScope(params)) admissionMemo.noteRefusal(caller, reserved, clock.now());
         return reject(caller, new AdmissionRejectedError(reserved.reason, reserved.message, reserved.retryAfterMs, reserved.rateLimits));
       }
       const admitted = reserved;
