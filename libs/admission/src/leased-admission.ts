@@ -825,7 +825,8 @@ export function createLeasedAdmission(options: LeasedAdmissionOptions, deps: Lea
       worstCaseNano: worst,
       expiresAtMs: request.expiresAtMs,
     });
-    const reservation: ReservationRef = { reservationId: id, worstCaseNano: worst, monthStartsOn: p.starts.month, dayStartsOn: p.starts.day, leaseIds };
+    const useCase = p.scopes[2]?.name;
+    const reservation: ReservationRef = { reservationId: id, worstCaseNano: worst, monthStartsOn: p.starts.month, dayStartsOn: p.starts.day, leaseIds, ...(useCase !== undefined ? { useCase } : {}) };
     return { ok: true, reservationId: id, rateLimits: decision.rateLimits, reservation };
   };
 
