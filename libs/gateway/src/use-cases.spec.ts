@@ -43,7 +43,6 @@ function downEngine(): EngineAdapter & { calls: number } {
     async countInputTokens() {
       return 7;
     },
-    // eslint-disable-next-line require-yield -- fails before yielding anything
     async *generate() {
       engine.calls++;
       throw new WeirError('upstream_unavailable', 'the scripted upstream is down', { retryable: true });
