@@ -339,7 +339,20 @@ const limitFields = {
   daily_budget_usd: nonNegativeNumber().optional(),
 };
 
-const appLimits = strict({ max_concurrent: int(1).optional(), ...limitFields });
+/** A use case's limits: an app's without the session caps. */
+const scopeLimits = strict({ max_concurrent: int(1).optional(), ...limitFields });
+
+/**
+ * An app's limits, with its session caps (`x-weir-session-id`): an app that sets
+ * `session_max_tokens` or `session_budget_usd` allows sessions.
+ */
+const appLimits = strict({
+  max_concurrent: int(1).optional(),
+  ...limitFields,
+  session_max_tokens: int(1).optional(),
+  session_budget_usd: nonNegativeNumber().optional(),
+  session_idle_ttl_ms: int(1_000, 7 * 24 * 3_600_000).optional(),
+});
 
 const app = strict({
   id: id(),
@@ -451,7 +464,7 @@ const useCasePolicy = strict({
   pin: id().optional(),
   /** Fallback revisions, in order. */
   fallbacks: list(id(), 'revision ids').optional(),
-  limits: section(appLimits.prefault({})),
+  limits: section(scopeLimits.prefault({})),
   /** The PII redaction profile of this use case's content (default: the tenant's). */
   redaction_profile: id().optional(),
 });

@@ -737,6 +737,9 @@ function toLimits(l: ConfigFile['tenants'][number]['apps'][number]['limits']): A
   if (l.output_tokens_per_minute !== undefined) out.outputTokensPerMinute = l.output_tokens_per_minute;
   if (l.monthly_budget_usd !== undefined) out.monthlyBudgetUsd = l.monthly_budget_usd;
   if (l.daily_budget_usd !== undefined) out.dailyBudgetUsd = l.daily_budget_usd;
+  if (l.session_max_tokens !== undefined) out.sessionMaxTokens = l.session_max_tokens;
+  if (l.session_budget_usd !== undefined) out.sessionBudgetUsd = l.session_budget_usd;
+  if (l.session_idle_ttl_ms !== undefined) out.sessionIdleTtlMs = l.session_idle_ttl_ms;
   return out;
 }
 

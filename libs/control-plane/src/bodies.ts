@@ -23,6 +23,10 @@ export const limitsBody = z.strictObject({
   output_tokens_per_minute: posInt().optional(),
   monthly_budget_usd: money().optional(),
   daily_budget_usd: money().optional(),
+  /** Apps only (the configuration check refuses them elsewhere): session caps (`x-weir-session-id`). */
+  session_max_tokens: posInt().optional(),
+  session_budget_usd: money().optional(),
+  session_idle_ttl_ms: posInt().optional(),
 });
 
 /** A tenant route: a pin and/or a fallback chain for one alias (optionally one use case). */

@@ -305,6 +305,16 @@ export interface AdmissionLimits {
   monthlyBudgetUsd?: number;
   /** Hard budget per calendar day (UTC), USD. */
   dailyBudgetUsd?: number;
+  /**
+   * Apps only: the most tokens (input + output) one session may use over its life (the
+   * `x-weir-session-id` header; an agent run). An app that sets this or
+   * {@link sessionBudgetUsd} allows sessions; otherwise the header is ignored.
+   */
+  sessionMaxTokens?: number;
+  /** Apps only: the most one session may spend over its life, USD. */
+  sessionBudgetUsd?: number;
+  /** Apps only: a session idle this long (ms) is forgotten, its usage with it. Default 3,600,000 (1 h). */
+  sessionIdleTtlMs?: number;
 }
 
 /** An app of a tenant; API keys belong to an app. */

@@ -70,6 +70,12 @@ export interface ReservationRequest {
    * and settled like the others. Absent, or not defined by the tenant: no use-case scope.
    */
   useCase?: string;
+  /**
+   * The client's session or agent-run id (`x-weir-session-id`). Taken only when the caller's
+   * app allows sessions (`AdmissionLimits.sessionMaxTokens` / `sessionBudgetUsd`): the session's
+   * token and dollar caps then hold too (`withSessionBudgets`). Otherwise ignored.
+   */
+  sessionId?: string;
 }
 
 /**

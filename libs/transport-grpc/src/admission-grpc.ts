@@ -61,6 +61,7 @@ function reserveRequestFromWire(request: admissionV1.ReserveRequest): Reservatio
     maxOutputTokens: request.maxOutputTokens,
     worstCaseCostNanoUsd: Number(request.worstCaseCostNanoUsd),
     ...(request.useCase !== undefined ? { useCase: request.useCase } : {}),
+    ...(request.sessionId !== undefined ? { sessionId: request.sessionId } : {}),
   };
 }
 
@@ -74,6 +75,7 @@ function reserveRequestToWire(request: ReservationRequest): MessageInitShape<typ
     maxOutputTokens: request.maxOutputTokens,
     worstCaseCostNanoUsd: toNanoUsd(request.worstCaseCostNanoUsd),
     ...(request.useCase !== undefined ? { useCase: request.useCase } : {}),
+    ...(request.sessionId !== undefined ? { sessionId: request.sessionId } : {}),
   };
 }
 
