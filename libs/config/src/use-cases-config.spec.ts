@@ -79,4 +79,15 @@ describe('use cases in a tenant policy', () => {
     mutate(doc);
     expect(problems(doc)).toMatch(expected);
   });
+
+  it('reads an app’s session caps; a use case or a tenant cannot have them', () => {
+    const doc = file();
+    doc.tenants[0].apps = [{ id: 'agents', name: 'Agents', limits: { session_max_tokens: 200_000, session_budget_usd: 5, session_idle_ttl_ms: 600_000 } }];
+    expect(parseConfig(JSON.stringify(doc), 'w.json').tenants[0].apps[0].limits).toEqual({ sessionMaxTokens: 200_000, sessionBudgetUsd: 5, sessionIdleTtlMs: 600_000 });
+    doc.tenants[0].use_cases[0].limits.session_max_tokens = 5;
+    doc.tenants[0].limits = { session_budget_usd: 1 };
+    const message = problems(doc);
+    expect(message).toMatch(/tenants\[0\]\.use_cases\[0\]\.limits\.session_max_tokens: unknown key/);
+    expect(message).toMatch(/tenants\[0\]\.limits\.session_budget_usd: unknown key/);
+  });
 });

@@ -85,7 +85,7 @@ import { aliasDeprecation, countdownHeaders, countdownOf, createDeprecationAnnou
 import type { LiveConfig } from './live-config';
 import type { Revocations } from './revocations';
 import { checkThenCompile, registerResponsesRoute, schemaCheck } from './responses-route';
-import { modelOrUseCase } from './use-cases';
+import { modelOrUseCase, sessionIdOf } from './use-cases';
 import { registerEmbeddingsRoute } from './embeddings-route';
 import { openSse, type SseWriter } from './sse-writer';
 import { type ContentPolicies, redactInput, type TenantContentPolicy } from './content-policy';
@@ -550,6 +550,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     pipeline.precheck(req.caller);
     const arrivedAt = clock.now();
     const useCase = useCaseOf(req.header('x-weir-use-case'), limits.useCase);
+    const sessionId = sessionIdOf(req.header('x-weir-session-id'));
     // The tenant's content policy (its use case's, when that names its own redaction profile):
     // a map lookup or two, none while no tenant has one.
     const policy: TenantContentPolicy | undefined = contentPolicies?.active ? contentPolicies.forRequest(req.caller.tenantId, useCase) : undefined;
@@ -617,6 +618,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
         arrivedAt,
         paramNames: limits.paramNames,
         ...(useCase !== undefined ? { useCase } : {}),
+        ...(sessionId !== undefined ? { sessionId } : {}),
         ...(priority !== undefined ? { priority } : {}),
         ...(limits.outputSchema !== undefined ? { outputSchema: limits.outputSchema } : {}),
         ...(limits.tools !== undefined ? limits.tools : {}),

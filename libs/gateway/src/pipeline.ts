@@ -205,6 +205,8 @@ export interface GenerationParams {
   paramNames?: ParamNames;
   /** The caller's use case (validated: `USE_CASE_PATTERN`), carried into the usage record. Default none. */
   useCase?: string;
+  /** The client's session or agent-run id (`x-weir-session-id`, validated): admission caps it when the app allows sessions. Default none. */
+  sessionId?: string;
   /** Scheduling class (`batch` runs after interactive work, on the batch pool if any, shed first). Default `interactive`. */
   priority?: RequestPriority;
   /** The client's end-user id (OpenAI's `user`), used as the canary's sticky key when given. Default none (the request id). */
@@ -564,9 +566,10 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
       maxOutputTokens: Math.max(1, usage.outputTokens),
       worstCaseCostNanoUsd: billedNanoUsd,
       ...(params.useCase !== undefined ? { useCase: params.useCase } : {}),
+      ...(params.sessionId !== undefined ? { sessionId: params.sessionId } : {}),
     });
     if (!reserved.ok) {
-      if (!hasUseCaseScope(params)) admissionMemo.noteRefusal(caller, reserved, clock.now());
+      if (!hasOwnScope(params)) admissionMemo.noteRefusal(caller, reserved, clock.now());
       return reject(caller, new AdmissionRejectedError(reserved.reason, reserved.message, reserved.retryAfterMs, reserved.rateLimits));
     }
     let started = false;
@@ -626,8 +629,13 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
     };
   };
 
-  /** Whether admission checks a use-case scope for this request (its tenant defines the use case it names). */
-  const hasUseCaseScope = (params: GenerationParams) => params.useCase !== undefined && useCasePolicyOf(tenants().get(params.caller.tenantId), params.useCase) !== undefined;
+  /**
+   * Whether admission may have refused this request on a scope of its own — its use case's (one
+   * its tenant defines) or its session's — rather than one every request of the caller shares:
+   * such a refusal is not remembered for the caller (admission pushback).
+   */
+  const hasOwnScope = (params: GenerationParams) =>
+    params.sessionId !== undefined || (params.useCase !== undefined && useCasePolicyOf(tenants().get(params.caller.tenantId), params.useCase) !== undefined);
 
   return {
     deadlineMsFor,
@@ -830,6 +838,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
             maxOutputTokens,
             worstCaseCostNanoUsd: worstCase,
             ...(params.useCase !== undefined ? { useCase: params.useCase } : {}),
+            ...(params.sessionId !== undefined ? { sessionId: params.sessionId } : {}),
           },
           schedule: slotSpec(),
         });
@@ -840,7 +849,7 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
       if (!reserved.ok) {
         giveBackProbe();
         // A refusal of a use case's scope holds only for that use case: not remembered for the caller.
-        if (!hasUseCaseScope(params)) admissionMemo.noteRefusal(caller, reserved, clock.now());
+        if (!hasOwnScope(params)) admissionMemo.noteRefusal(caller, reserved, clock.now());
         return reject(caller, new AdmissionRejectedError(reserved.reason, reserved.message, reserved.retryAfterMs, reserved.rateLimits));
       }
       const admitted = reserved;

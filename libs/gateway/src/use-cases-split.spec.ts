@@ -4,9 +4,10 @@
  * the scheduler and the relay behind theirs, and the gateway's gRPC clients — as `apps/gateway`,
  * `apps/admission` and `apps/scheduler` wire them. The use case crosses the `Admit` wire, so the
  * admission service holds the use case's scope; the reservation's `use_case` comes back and rides
- * the relay's job to the usage record, so the ledger charges the use case's budget rows.
+ * the relay's job to the usage record, so the ledger charges the use case's budget rows. A
+ * session id (`x-weir-session-id`) crosses the same wire to the admission service's session budgets.
  */
-import { createInMemoryLeaseStore, createLeasedAdmission, type LeasedAdmission } from '@weir/admission';
+import { createInMemoryLeaseStore, createLeasedAdmission, createSessionBudgets, type LeasedAdmission } from '@weir/admission';
 import type { AdmissionService, EngineAdapter, EngineEvent, EngineRequest, PlatformConfig, SchedulerService, UsageRecord, UseCasePolicy } from '@weir/core';
 import type { Relay } from '@weir/streaming';
 import { createAdmissionGrpcServer, createAdmitGrpcClient, createRelayGrpcClient, createRelayGrpcServer, createSchedulerGrpcClient, createSchedulerGrpcServer, startGrpcServer } from '@weir/transport-grpc';
@@ -43,7 +44,8 @@ function config(): PlatformConfig {
     ...base,
     revisions: [MAIN, PINNED],
     aliases: [{ name: 'chat', targets: [{ revision: 'main@1', weight: 1 }] }],
-    tenants: base.tenants.map((t) => (t.id === 't' ? { ...t, useCases: USE_CASES } : t)),
+    // App `a` caps sessions at 24 tokens: a request holds 4 + 8 = 12 and settles at 4 + 5 = 9.
+    tenants: base.tenants.map((t) => (t.id === 't' ? { ...t, useCases: USE_CASES, apps: [{ id: 'a', name: 'A', limits: { sessionMaxTokens: 24 } }] } : t)),
   };
 }
 
@@ -56,6 +58,8 @@ async function start() {
   const c = config();
   records = [];
   admission = createLeasedAdmission({ tenants: c.tenants, mode: 'shared' }, { store: createInMemoryLeaseStore() });
+  // The admission service wraps its engine in session budgets (apps/admission's main).
+  const served = createSessionBudgets({ tenants: c.tenants }).wrap(admission);
   const admitVia = async (impl: AdmissionService, scheduler: SchedulerService) => {
     const schedulerServer = await startGrpcServer({ services: [createSchedulerGrpcServer(scheduler)] });
     const admissionsScheduler = createSchedulerGrpcClient({ address: schedulerServer.address });
@@ -80,7 +84,7 @@ async function start() {
     );
     return client;
   };
-  harness = await startTestGateway({ config: c, engine: fiveWords(), admission, records, admitVia, relayVia });
+  harness = await startTestGateway({ config: c, engine: fiveWords(), admission: served, records, admitVia, relayVia });
 }
 
 afterEach(async () => {
@@ -129,5 +133,18 @@ describe('use cases in the split (admission, scheduler and relay over gRPC)', ()
     // The use case's month lease at the admission service: the settled cost counted under it.
     const lease = admission.snapshot().budgetLeases.find((l) => l.key.scope === 'usecase:t/capped' && l.key.period === 'month');
     expect(lease?.settledNano).toBe(9_000);
+  });
+
+  it('a session id crosses the Admit wire: the admission service caps the session (429 naming it) while another session runs', async () => {
+    await start();
+    const run = { 'x-weir-session-id': 'run-1' };
+    expect((await harness.post('/v1/responses', body('pinned'), run)).status).toBe(200);
+    await until(() => admission.snapshot().held === 0);
+    expect((await harness.post('/v1/responses', body('pinned'), run)).status).toBe(200);
+    await until(() => admission.snapshot().held === 0);
+    const refused = await harness.post('/v1/responses', body('pinned'), run);
+    expect(refused.status).toBe(429);
+    expect((await json(refused)).error.message).toMatch(/^Session 'run-1' has reached its cap of 24 tokens: 18 used/);
+    expect((await harness.post('/v1/responses', body('pinned'), { 'x-weir-session-id': 'run-2' })).status).toBe(200);
   });
 });

@@ -6,6 +6,20 @@
  */
 import { type UseCasePolicy, WeirError } from '@weir/core';
 
+const SESSION_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+
+/**
+ * The request's session or agent-run id: the `x-weir-session-id` header, or undefined. Its caps
+ * apply only when the caller's app allows sessions (admission's `withSessionBudgets`).
+ * @throws WeirError `invalid_request` (`param: x-weir-session-id`) for a value that is not 1–128
+ *   characters of `[A-Za-z0-9._:-]`.
+ */
+export function sessionIdOf(header: string | undefined): string | undefined {
+  if (header === undefined) return undefined;
+  if (!SESSION_ID.test(header)) throw new WeirError('invalid_request', '`x-weir-session-id` must be 1-128 letters, digits and . _ : - (for example run-2026-12-07.42).', { param: 'x-weir-session-id' });
+  return header;
+}
+
 /** Most use-case names quoted in a refusal. */
 const LISTED = 10;
 
