@@ -131,4 +131,11 @@ describe('weir use-cases against a running control plane', () => {
     expect(gone.err).toBe('error: No use case "drafts"; list the tenant\'s use cases with GET /admin/v1/tenants/acme/use-cases.\n');
     expect(published('acme')?.useCases?.map((u) => u.name)).toEqual(['support.summaries']);
   });
+
+  it('creates an app that allows sessions (its session caps travel in its limits to the snapshot)', async () => {
+    expect(await ok('apps', 'create', 'acme', 'agents', '--name', 'Agents', '--session-max-tokens', '200000', '--session-budget-usd', '5')).toBe('created app agents (Agents) of tenant acme\n');
+    expect(published('acme')?.apps.find((a) => a.id === 'agents')?.limits).toEqual({ sessionMaxTokens: 200_000, sessionBudgetUsd: 5 });
+    const bad = await weir(['apps', 'create', 'acme', 'bots', '--name', 'Bots', '--session-max-tokens', '0']);
+    expect(bad.status).toBe(2);
+  });
 });
