@@ -197,3 +197,33 @@ describe('a use case’s redaction profile', () => {
     expect(sent).toEqual(['mail [REDACTED:EMAIL] card 4111 1111 1111 1111', 'mail [REDACTED:EMAIL] card [REDACTED:CARD]']);
   });
 });
+
+describe('a pinned use case’s version countdown', () => {
+  const NOW = Date.UTC(2026, 11, 1);
+  const deprecated = (retiresOn: string) => (c: PlatformConfig): PlatformConfig => ({
+    ...c,
+    revisions: c.revisions.map((r) => (r.id === 'backup@1' ? { ...r, deprecation: { retiresOn, replacement: 'main@1' } } : r)),
+  });
+
+  it('carries the pinned revision’s countdown while it is deprecated', async () => {
+    const c = deprecated('2026-12-11')(config(USE_CASES));
+    engine = createScriptedEngine();
+    gw = await startTestGateway({ config: c, engine, admission: createInMemoryAdmission({ tenants: c.tenants }), wallClock: () => NOW });
+    const res = await gw.post('/v1/responses', { use_case: 'drafts', messages: MESSAGES, max_tokens: 8 });
+    expect(res.status).toBe(200);
+    expect(res.headers.get('x-weir-retires-in-days')).toBe('10');
+    expect(res.headers.get('sunset')).toBe(new Date(Date.UTC(2026, 11, 11)).toUTCString());
+  });
+
+  it('once retired, refuses the pinned use case naming the pin and its replacement (no silent switch)', async () => {
+    const c = deprecated('2026-11-30')(config(USE_CASES));
+    engine = createScriptedEngine();
+    gw = await startTestGateway({ config: c, engine, admission: createInMemoryAdmission({ tenants: c.tenants }), wallClock: () => NOW });
+    const res = await gw.post('/v1/responses', { use_case: 'drafts', messages: MESSAGES, max_tokens: 8 });
+    expect(res.status).toBe(404);
+    const { error } = await json(res);
+    expect(error.code).toBe('model_retired');
+    expect(error.message).toMatch(/is pinned to revision 'backup@1' for your tenant, which was retired on 2026-11-30.*replacement is revision 'main@1'/);
+    expect(engine.requests).toHaveLength(0);
+  });
+});
