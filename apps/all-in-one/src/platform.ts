@@ -18,7 +18,7 @@ import path from 'node:path';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import express from 'express';
-import { createAdmission, createLeasedAdmission, withStoreFaultsAsUnavailable } from '@weir/admission';
+import { createAdmission, createLeasedAdmission, createSessionBudgets, withStoreFaultsAsUnavailable } from '@weir/admission';
 import { type AllInOneEnv, replicaPlacement, resolveModelFile } from '@weir/config';
 import { type ConfigBucket, createConfigSyncMetrics } from '@weir/config-sync';
 import { createAdminRouter } from '@weir/control-plane';
@@ -273,6 +273,8 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
     },
   );
   await admission.start();
+  // Session budgets (`x-weir-session-id`, for apps that allow them): held and settled around admission, in memory.
+  const sessionBudgets = createSessionBudgets({ tenants: config.tenants });
   const router = createRouter(config);
   // Tenants and revisions as the latest snapshot has them; revocations on their fast path.
   const live = createLiveConfig(config);
@@ -338,6 +340,7 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
     }
     contentPolicies.update(nextServed);
     admission.updateTenants(nextServed.tenants);
+    sessionBudgets.updateTenants(nextServed.tenants);
     revocations.applyConfig(nextServed.tenants);
     if (retired.size > 0) logger.info({ version, retired: retired.size, dropped: retiring.drop?.(retired) ?? 0 }, 'deleted tenants or apps: their retained state dropped');
     const needsRestart = restartOnlyChanges({ before: served, after: nextServed, previousFull: latest, full: next, servedIds, scheduled: config.tenants });
@@ -424,7 +427,7 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
   const pipeline = createGenerationPipeline({
     router,
     health: createRevisionHealth(breakers, (id) => providerKeys.get(id)),
-    admission: withStoreFaultsAsUnavailable(admission, (err, call) => logger.warn({ err, call }, 'budget lease store unreachable')),
+    admission: withStoreFaultsAsUnavailable(sessionBudgets.wrap(admission), (err, call) => logger.warn({ err, call }, 'budget lease store unreachable')),
     scheduler,
     relay,
     countInputTokens: (revision, input, limit) => (counters.get(revision.id) as (input: GenerationInput, limit?: number) => Promise<number>)(input, limit),

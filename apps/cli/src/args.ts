@@ -109,6 +109,8 @@ the control plane's admin API (WEIR_ADMIN_URL, default http://127.0.0.1:8090; WE
   apps          list, get, create, delete (a tenant's apps)
   keys          list, create (the key is printed once), revoke
   policy        get, set (from a JSON/YAML file, or limit and policy flags)
+  use-cases     list, get, set, delete (a tenant's use cases: model chain, version pin,
+                limits and budget, redaction profile)
   revisions     list, get, create (from a file), deprecate, undeprecate (also: weir models …)
   aliases       list, get, create, set-weights, rollback
   pools         list

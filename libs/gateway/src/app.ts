@@ -85,6 +85,7 @@ import { aliasDeprecation, countdownHeaders, countdownOf, createDeprecationAnnou
 import type { LiveConfig } from './live-config';
 import type { Revocations } from './revocations';
 import { checkThenCompile, registerResponsesRoute, schemaCheck } from './responses-route';
+import { modelOrUseCase, sessionIdOf } from './use-cases';
 import { registerEmbeddingsRoute } from './embeddings-route';
 import { registerMessagesRoute } from './messages-route';
 import { openSse, type SseWriter } from './sse-writer';
@@ -563,8 +564,11 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     // A caller admission refused moments ago for every request: before hashing the body and claiming its key.
     pipeline.precheck(req.caller);
     const arrivedAt = clock.now();
-    // The tenant's content policy: one map lookup, none while no tenant has one.
-    const policy: TenantContentPolicy | undefined = contentPolicies?.active ? contentPolicies.forTenant(req.caller.tenantId) : undefined;
+    const useCase = useCaseOf(req.header('x-weir-use-case'), limits.useCase);
+    const sessionId = sessionIdOf(req.header('x-weir-session-id'));
+    // The tenant's content policy (its use case's, when that names its own redaction profile):
+    // a map lookup or two, none while no tenant has one.
+    const policy: TenantContentPolicy | undefined = contentPolicies?.active ? contentPolicies.forRequest(req.caller.tenantId, useCase) : undefined;
     // Redacted before moderation, the key claim, the token count and anything reserved: no
     // upstream (model or moderation engine) sees, and the tenant is billed for, the redacted
     // prompt. A failure sends nothing.
@@ -580,7 +584,6 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     const key = limits.requestId;
     const requestId = key ?? generationId;
     const deadlineMs = limits.deadlineMs ?? deadlineHeader(req);
-    const useCase = useCaseOf(req.header('x-weir-use-case'), limits.useCase);
     const priority = priorityOf(req.header('x-weir-priority'), limits.priority, (req.body as { service_tier?: unknown } | undefined)?.service_tier);
     // The tenant's internal id: its idempotency keys and generations are filed under it (issue 14 §4).
     const tenantId = tenantKeyOf(req.caller);
@@ -630,6 +633,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
         arrivedAt,
         paramNames: limits.paramNames,
         ...(useCase !== undefined ? { useCase } : {}),
+        ...(sessionId !== undefined ? { sessionId } : {}),
         ...(priority !== undefined ? { priority } : {}),
         ...(limits.outputSchema !== undefined ? { outputSchema: limits.outputSchema } : {}),
         ...(limits.tools !== undefined ? limits.tools : {}),
@@ -1027,6 +1031,8 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
   post('/v1/chat/completions', async (req, res) => {
     refuseUnknownFields(req.body, CHAT_COMPLETIONS_FIELDS, CHAT_UNSUPPORTED_HINTS, 'POST /v1/chat/completions');
     const body = parseBody(chatCompletionsBody, req.body);
+    // Without `model`, the use case's model chain routes the request (use-cases.ts).
+    const model = modelOrUseCase(body.model, useCaseOf(req.header('x-weir-use-case'), body.use_case), pipeline.useCases(req.caller), { model: 'model', useCase: 'use_case' });
     const tools = chatToolsOf(body);
     // response_format json_schema / json_object: the revision constrains its output (grammar or
     // upstream structured output) and the relay validates every output against the schema.
@@ -1043,16 +1049,17 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     // One route resolution checks both, before any claim or reservation.
     const checks = [...(tools ? [toolsCheck] : []), ...(raw ? [schemaCheck('response_format', raw)] : [])];
     const schemaParam = format?.type === 'json_schema' ? 'response_format.json_schema.schema' : 'response_format';
-    const g = await begin(req, res, 'chat.completions', body.model, toChatInput(body.messages), sampling(body), {
+    const g = await begin(req, res, 'chat.completions', model, toChatInput(body.messages), sampling(body), {
       maxOutputTokens: body.max_completion_tokens ?? body.max_tokens ?? undefined,
       requestId: idempotencyKeyHeader(req),
       keyParam: 'Idempotency-Key',
+      useCase: body.use_case,
       paramNames: { model: 'model', input: 'messages', maxOutputTokens: body.max_completion_tokens != null ? 'max_completion_tokens' : 'max_tokens' },
       ...(tools ? { tools } : {}),
       ...(raw ? { outputSchema: raw } : {}),
-      ...(checks.length > 0 ? { beforeAdmit: checkThenCompile(deps.router, req.caller, body.model, checks, raw, schemaParam).beforeAdmit } : {}),
+      ...(checks.length > 0 ? { beforeAdmit: checkThenCompile(deps.router, req.caller, model, checks, raw, schemaParam).beforeAdmit } : {}),
     });
-    await answerOpenAi(res, g, body.model, 'chat', body.stream === true, body.stream_options?.include_usage === true);
+    await answerOpenAi(res, g, model, 'chat', body.stream === true, body.stream_options?.include_usage === true);
   });
 
   post('/v1/completions', async (req, res) => {
@@ -1071,7 +1078,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
 
   registerEmbeddingsRoute({ post, begin, answeredBy, outcomeError, deadlineOrCancel, idempotencyKeyHeader });
   registerMessagesRoute({ post, begin, pipeline, router: deps.router, sseOptions, firstEventOrThrow: followFromFirstEvent, answeredBy, outcomeError, deadlineOrCancel, idempotencyKeyHeader });
-  registerResponsesRoute({ post, begin, precheck: (caller) => pipeline.precheck(caller), router: deps.router, sseHeartbeatMs: defaults.sseHeartbeatMs, sseStallMs: sseOptions.stallMs, firstEventOrThrow: followFromFirstEvent, answeredBy, outcomeError, deadlineOrCancel, generationsKey, idempotencyKeyHeader, sampling });
+  registerResponsesRoute({ post, begin, precheck: (caller) => pipeline.precheck(caller), useCases: (caller) => pipeline.useCases(caller), router: deps.router, sseHeartbeatMs: defaults.sseHeartbeatMs, sseStallMs: sseOptions.stallMs, firstEventOrThrow: followFromFirstEvent, answeredBy, outcomeError, deadlineOrCancel, generationsKey, idempotencyKeyHeader, sampling });
 
   /** A `/v1/models` entry: OpenAI's fields, plus `deprecation` while the caller's revisions for the alias count down. */
   const modelEntry = (caller: Caller, alias: AliasSpec) => {
