@@ -14,6 +14,7 @@ import { responseCache } from './0013-response-cache';
 import { semanticCache } from './0014-semantic-cache';
 import { redactionProfiles } from './0015-redaction-profiles';
 import { responseCacheBounds } from './0016-response-cache-bounds';
+import { batches } from './0020-batches';
 
 /**
  * Weir's one migration history, for PGlite and Postgres alike. Names sort in the order they
@@ -37,6 +38,7 @@ export const MIGRATIONS: Readonly<Record<string, Migration>> = Object.freeze({
   '0014_semantic_cache': semanticCache,
   '0015_redaction_profiles': redactionProfiles,
   '0016_response_cache_bounds': responseCacheBounds,
+  '0020_batches': batches,
 });
 
 /** An in-code kysely {@link MigrationProvider} over {@link MIGRATIONS} (no filesystem scan). */
