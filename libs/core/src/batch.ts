@@ -99,6 +99,12 @@ export interface LeasedItem {
   body: unknown;
   /** Runs so far, this one included. */
   attempts: number;
+  /** Whom it runs as: the batch's creator. */
+  caller: Caller;
+  /** The batch's endpoint (`/v1/chat/completions`, ...). */
+  endpoint: string;
+  /** The batch was paused (its pause has ended): the first success lifts the pause. */
+  batchPaused: boolean;
   /** The lease's fencing token: only its holder may complete or release the item. */
   token: string;
   leaseUntilMs: number;
@@ -151,8 +157,8 @@ export interface BatchStore {
   renewItem(item: LeasedItem, nowMs: number, leaseMs: number): Promise<boolean>;
   /** Writes an item's result under its lease (fenced by the token); false when the lease was lost (the result is dropped). */
   completeItem(item: LeasedItem, result: ItemResult): Promise<boolean>;
-  /** Gives an item back to the queue, runnable from `notBeforeMs`, without counting the attempt. */
-  releaseItem(item: LeasedItem, notBeforeMs: number): Promise<boolean>;
+  /** Gives an item back to the queue, runnable from `notBeforeMs`; the attempt is not counted unless `countAttempt` (default false). */
+  releaseItem(item: LeasedItem, notBeforeMs: number, countAttempt?: boolean): Promise<boolean>;
   /** Holds a running batch until `untilMs` (e.g. its tenant's budget is spent); null clears it. */
   pauseBatch(batchId: string, paused: { reason: string; message: string; untilMs: number } | null): Promise<void>;
   /**

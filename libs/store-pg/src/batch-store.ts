@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { type Kysely, sql } from 'kysely';
-import { type BatchFilePurpose, type BatchInputError, type BatchStatus, type BatchStore, type Caller, type FileWriter, type ItemResult, type LeasedItem, newId, type Page, type StoredBatch, type StoredFile } from '@weir/core';
+import { type BatchFilePurpose, type BatchInputError, type BatchStatus, type BatchStore, type Caller, type FileWriter, newId, type Page, type StoredBatch, type StoredFile } from '@weir/core';
 import type { WeirSchema } from './schema';
 
 /** Options of {@link createPgBatchStore}. */
@@ -218,9 +218,23 @@ export function createPgBatchStore(db: Kysely<WeirSchema>, options: PgBatchStore
           FOR UPDATE OF i SKIP LOCKED)
         UPDATE batch_items i SET state = 'running', attempts = i.attempts + 1, lease_owner = ${owner}, lease_token = ${token}, lease_until_ms = ${until}
         FROM picked p WHERE i.batch_id = p.batch_id AND i.idx = p.idx
-        RETURNING i.batch_id, i.idx, i.custom_id, i.body, i.attempts`);
+        RETURNING i.batch_id, i.idx, i.custom_id, i.body, i.attempts, (SELECT row_to_json(x) FROM (SELECT b.caller, b.endpoint, b.paused_reason FROM batches b WHERE b.id = i.batch_id) x) AS batch`);
       return found
-        .map((r) => ({ batchId: r.batch_id as string, index: num(r.idx), customId: r.custom_id as string, body: json<unknown>(r.body), attempts: num(r.attempts), token, leaseUntilMs: until }))
+        .map((r) => {
+          const b = json<{ caller: unknown; endpoint: string; paused_reason: string | null }>(r.batch);
+          return {
+            batchId: r.batch_id as string,
+            index: num(r.idx),
+            customId: r.custom_id as string,
+            body: json<unknown>(r.body),
+            attempts: num(r.attempts),
+            caller: json<Caller>(b.caller),
+            endpoint: b.endpoint,
+            batchPaused: b.paused_reason !== null,
+            token,
+            leaseUntilMs: until,
+          };
+        })
         .sort((a, b) => (a.batchId === b.batchId ? a.index - b.index : a.batchId < b.batchId ? -1 : 1));
     },
 
@@ -248,8 +262,8 @@ export function createPgBatchStore(db: Kysely<WeirSchema>, options: PgBatchStore
       return r.length > 0;
     },
 
-    async releaseItem(item, notBeforeMs) {
-      const r = await rows(sql`UPDATE batch_items SET state = 'pending', attempts = GREATEST(attempts - 1, 0), not_before_ms = ${notBeforeMs}, lease_owner = NULL, lease_token = NULL, lease_until_ms = NULL
+    async releaseItem(item, notBeforeMs, countAttempt = false) {
+      const r = await rows(sql`UPDATE batch_items SET state = 'pending', attempts = ${countAttempt ? sql`attempts` : sql`GREATEST(attempts - 1, 0)`}, not_before_ms = ${notBeforeMs}, lease_owner = NULL, lease_token = NULL, lease_until_ms = NULL
         WHERE batch_id = ${item.batchId} AND idx = ${item.index} AND state = 'running' AND lease_token = ${item.token} RETURNING idx`);
       return r.length > 0;
     },
