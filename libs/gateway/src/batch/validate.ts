@@ -95,7 +95,7 @@ export async function validateBatchInput(
     bytes += chunk.length;
     if (bytes > limits.maxFileBytes) {
       fail({ code: 'file_too_large', message: `The input file is larger than ${limits.maxFileBytes} bytes, the limit of one batch.`, param: null, line: null });
-      break;
+      return { ok: false, errors };
     }
     let start = 0;
     for (let nl = chunk.indexOf(10, start); nl >= 0; nl = chunk.indexOf(10, start)) {
