@@ -455,9 +455,9 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
   // The Batch API: files, batches and items in the database; the runner runs items in-process.
   const batchStore = createPgBatchStore(database.db);
   const batchLimits: BatchLimits = { ...batchLimitsFromEnv(process.env, config.defaults.maxBodyBytes), ...options.batch?.limits };
-  let batchRunner: BatchRunner | undefined;
+  const batch: { runner?: BatchRunner } = {};
   const gateway: Gateway = createGatewayApp({
-    batches: { store: batchStore, limits: batchLimits, onChange: () => batchRunner?.poke() },
+    batches: { store: batchStore, limits: batchLimits, onChange: () => batch.runner?.poke() },
     pipeline,
     router,
     apiKeys,
@@ -533,7 +533,7 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
   const opsUrl = ops ? `http://${opsSettings.host.includes(':') ? `[${opsSettings.host}]` : opsSettings.host}:${ops.port}` : undefined;
 
   configPlane.watchConfigFile();
-  batchRunner = startBatchRunner({ store: batchStore, dispatch: (caller, request) => gateway.dispatch(caller, request), logger, limits: batchLimits, ...options.batch?.runner });
+  batch.runner = startBatchRunner({ store: batchStore, dispatch: (caller, request) => gateway.dispatch(caller, request), logger, limits: batchLimits, ...options.batch?.runner });
 
   let stopping: Promise<void> | undefined;
   return {
@@ -551,7 +551,7 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
     stop(graceMs = settings.shutdownGraceMs) {
       stopping ??= (async () => {
         // Batch items in flight finish first (what is left runs again after a restart, never billed twice).
-        await batchRunner?.stop(graceMs);
+        await batch.runner?.stop(graceMs);
         // Keep listening while draining: /healthz stays 200, /readyz and new generations 503.
         await gateway.drain(graceMs);
         const closed = new Promise<void>((resolve) => server.close(() => resolve()));
