@@ -101,7 +101,7 @@ describe('batch runner', () => {
     await harness.close();
   });
 
-  const start = (dispatch: (c: Caller, r: InternalRequest) => Promise<InternalResponse>, extra: { leaseMs?: number; budgetPauseMs?: number } = {}) =>
+  const start = (dispatch: (c: Caller, r: InternalRequest) => Promise<InternalResponse>, extra: { leaseMs?: number; budgetPauseMs?: number; concurrency?: number } = {}) =>
     (runner = startBatchRunner({ store, dispatch, logger: silent, limits: DEFAULT_BATCH_LIMITS, pollMs: 20, ...extra }));
 
   it('runs every item through the gateway at batch priority, one usage record each, filed under the batch and line', async () => {
@@ -196,5 +196,29 @@ describe('batch runner', () => {
     const [line] = (await readAll(store, done.errorFileId as string)).map((l) => JSON.parse(l));
     expect(line).toMatchObject({ custom_id: 'x', response: { status_code: 404, body: { error: { code: 'model_not_found' } } }, error: null });
     expect(records).toHaveLength(0);
+  });
+
+  it('expires a batch at its window: done items in the output, the rest as batch_expired errors', async () => {
+    const id = await createBatch(store, 3);
+    let reserves = 0;
+    // The first item is admitted; then the budget is spent and the batch is held.
+    nextReserve = () => (++reserves > 1 ? { ok: false, reason: 'budget_exhausted', message: 'Monthly budget is spent.' } : undefined);
+    start((c, r) => harness.gateway.dispatch(c, r), { budgetPauseMs: 60_000, concurrency: 1 });
+    await eventually(async () => ((await store.getBatch('t', id))?.paused ? true : undefined), 'the batch pausing');
+    await sql`UPDATE batches SET expires_at_s = ${Math.floor(Date.now() / 1000) - 1} WHERE id = ${id}`.execute(database.db);
+    runner?.poke();
+    const done = await eventually(async () => {
+      const b = await store.getBatch('t', id);
+      return b?.status === 'expired' ? b : undefined;
+    }, 'the batch expiring');
+    expect(done).toMatchObject({ total: 3, completed: 1, failed: 2, paused: null });
+    expect(typeof done.expiredAtS).toBe('number');
+    expect((await readAll(store, done.outputFileId as string)).map((l) => JSON.parse(l).custom_id)).toEqual(['c0']);
+    const errors = (await readAll(store, done.errorFileId as string)).map((l) => JSON.parse(l));
+    expect(errors.map((e) => [e.custom_id, e.response, e.error.code])).toEqual([
+      ['c1', null, 'batch_expired'],
+      ['c2', null, 'batch_expired'],
+    ]);
+    expect(records).toHaveLength(1);
   });
 });
