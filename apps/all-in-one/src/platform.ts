@@ -39,6 +39,7 @@ import {
   createRevocations,
   type Gateway,
   batchLimitsFromEnv,
+  batchRunnerOptionsFromEnv,
   type BatchLimits,
   type BatchRunner,
   type BatchRunnerOptions,
@@ -533,7 +534,7 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
   const opsUrl = ops ? `http://${opsSettings.host.includes(':') ? `[${opsSettings.host}]` : opsSettings.host}:${ops.port}` : undefined;
 
   configPlane.watchConfigFile();
-  batch.runner = startBatchRunner({ store: batchStore, dispatch: (caller, request) => gateway.dispatch(caller, request), logger, limits: batchLimits, ...options.batch?.runner });
+  batch.runner = startBatchRunner({ store: batchStore, dispatch: (caller, request) => gateway.dispatch(caller, request), logger, limits: batchLimits, ...batchRunnerOptionsFromEnv(process.env), ...options.batch?.runner });
 
   let stopping: Promise<void> | undefined;
   return {

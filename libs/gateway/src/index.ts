@@ -22,4 +22,4 @@ export * from './cache-moderation';
 export { type InternalRequest, type InternalResponse } from './internal-dispatch';
 export { type BatchApi, batchObject, fileObject } from './batch/routes';
 export { BATCH_ENDPOINTS, type BatchLimits, batchLimitsFromEnv, DEFAULT_BATCH_LIMITS, validateBatchInput, type ValidationResult } from './batch/validate';
-export { type BatchRunner, type BatchRunnerOptions, startBatchRunner } from './batch/runner';
+export { type BatchRunner, batchRunnerOptionsFromEnv, type BatchRunnerOptions, startBatchRunner } from './batch/runner';

@@ -207,3 +207,24 @@ export function startBatchRunner(options: BatchRunnerOptions): BatchRunner {
     },
   };
 }
+
+/**
+ * The runner's settings from the environment: `WEIR_BATCH_CONCURRENCY` (items at once, default
+ * 4) and `WEIR_BATCH_LEASE_MS` (an item's lease, default 120,000; a runner that died leaves its
+ * items to others after this long). Throws naming the variable when a value is not a positive
+ * whole number.
+ */
+export function batchRunnerOptionsFromEnv(env: Record<string, string | undefined>): Pick<BatchRunnerOptions, 'concurrency' | 'leaseMs'> {
+  const out: Pick<BatchRunnerOptions, 'concurrency' | 'leaseMs'> = {};
+  for (const [name, key] of [
+    ['WEIR_BATCH_CONCURRENCY', 'concurrency'],
+    ['WEIR_BATCH_LEASE_MS', 'leaseMs'],
+  ] as const) {
+    const v = env[name];
+    if (v === undefined || v.trim() === '') continue;
+    const n = Number(v.trim());
+    if (!Number.isSafeInteger(n) || n <= 0) throw new Error(`${name} must be a positive whole number (got '${v}')`);
+    out[key] = n;
+  }
+  return out;
+}
