@@ -221,4 +221,23 @@ describe('batch runner', () => {
     ]);
     expect(records).toHaveLength(1);
   });
+
+  it('gives an item up with an error line after repeated runs that never recorded a result', async () => {
+    const id = await createBatch(store, 1);
+    start(
+      async () => {
+        throw new Error('the runner dies on this item every time');
+      },
+      { leaseMs: 50 },
+    );
+    const done = await eventually(async () => {
+      const b = await store.getBatch('t', id);
+      return b?.status === 'completed' ? b : undefined;
+    }, 'the batch completing');
+    expect(done).toMatchObject({ completed: 0, failed: 1 });
+    const [line] = (await readAll(store, done.errorFileId as string)).map((l) => JSON.parse(l));
+    expect(line).toMatchObject({ custom_id: 'c0', response: null, error: { code: 'batch_item_failed' } });
+    const [row] = (await sql<{ attempts: number }>`SELECT attempts FROM batch_items WHERE batch_id = ${id}`.execute(database.db)).rows;
+    expect(Number(row.attempts)).toBe(9);
+  });
 });

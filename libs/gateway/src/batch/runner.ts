@@ -58,6 +58,9 @@ function usageOf(body: unknown): ItemResult['usage'] {
   return { inputTokens: n(u.prompt_tokens ?? u.input_tokens), outputTokens: n(u.completion_tokens ?? u.output_tokens), cachedTokens: n(details?.cached_tokens) };
 }
 
+/** Leases beyond `maxAttempts` an item may take when its runners die before writing a result. */
+const CRASH_ALLOWANCE = 3;
+
 /** Starts a runner; it polls until stopped. */
 export function startBatchRunner(options: BatchRunnerOptions): BatchRunner {
   const { store, dispatch, logger, limits } = options;
@@ -152,6 +155,13 @@ export function startBatchRunner(options: BatchRunnerOptions): BatchRunner {
 
   const runItem = async (item: LeasedItem) => {
     const meta = { caller: item.caller, endpoint: item.endpoint };
+    // Leased again and again without a result (its runners keep dying on it): give it an error
+    // line rather than loop. Replays are safe, so the bound is generous.
+    if (item.attempts > maxAttempts + CRASH_ALLOWANCE) {
+      await store.completeItem(item, { ok: false, line: outputLine(item, null, { code: 'batch_item_failed', message: `This request was started ${item.attempts - 1} times without a result being recorded; it was not run again.` }) });
+      logger.warn({ batchId: item.batchId, index: item.index, attempts: item.attempts }, 'batch item given up after repeated runs without a result');
+      return;
+    }
     const renew = setInterval(() => void store.renewItem(item, now(), leaseMs).catch(() => undefined), Math.max(1_000, Math.floor(leaseMs / 3)));
     renew.unref();
     let r: InternalResponse;
