@@ -246,6 +246,10 @@ describe('the Batch API on the all-in-one (official openai client, real tiny mod
     await expect(client.batches.create({ input_file_id: file.id, endpoint: '/v1/moderations', completion_window: '24h' })).rejects.toMatchObject({ status: 400, param: 'endpoint' });
     await expect(client.batches.create({ input_file_id: file.id, endpoint: '/v1/chat/completions', completion_window: '1h' as '24h' })).rejects.toMatchObject({ status: 400, param: 'completion_window' });
     await expect(client.batches.create({ input_file_id: 'file_nope', endpoint: '/v1/chat/completions', completion_window: '24h' })).rejects.toBeInstanceOf(NotFoundError);
+    // Another method: 405 naming every method the path takes.
+    const put = await fetch(`${platform.url}/v1/files/${file.id}`, { method: 'PUT', headers: { authorization: `Bearer ${DEMO_KEY}` } });
+    expect(put.status).toBe(405);
+    expect(put.headers.get('allow')).toBe('GET, DELETE');
   });
 
   it('enforces the file limits at upload with clear errors, keeping nothing', async () => {

@@ -1130,7 +1130,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
   /** A path no route takes with this method: 405 with `Allow` for a known path, else 404. */
   const unrouted = (req: EdgeRequest, res: ServerResponse) => {
     const path = req.path.length > 1 && req.path.endsWith('/') ? req.path.slice(0, -1) : req.path;
-    const allowed = router.allowed(path)[0] ?? knownPaths.find(([re]) => re.test(path))?.[1];
+    const allowed = router.allowed(path).join(', ') || knownPaths.find(([re]) => re.test(path))?.[1];
     if (allowed) {
       res.setHeader('allow', allowed);
       throw new WeirError('method_not_allowed', `${req.method} is not allowed on ${req.path}; use ${allowed}.`);

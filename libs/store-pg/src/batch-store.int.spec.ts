@@ -145,6 +145,23 @@ describe.each([['pglite' as const], ['postgres' as const]])('pg batch store on %
     expect(await s.leaseItems('r', 1, 50_000, 1_000)).toHaveLength(1);
   });
 
+  it('takes a validation run again (its first runner died) without duplicating items', async () => {
+    const f = await s.createFile(A, 'batch', 'in.jsonl');
+    await f.commit(1, 2);
+    await s.createBatch({ id: 'batch_again', tenantKey: A, caller, endpoint: '/v1/embeddings', inputFileId: f.id, completionWindow: '24h', metadata: null, createdAtS: 1, expiresAtS: 99_999_999_999 });
+    expect((await s.leaseBatch('validate', 'dead', 1_000, 1_000))?.id).toBe('batch_again');
+    await s.addItems('batch_again', [{ index: 0, customId: 'a', body: {} }]);
+    expect(await s.leaseBatch('validate', 'v2', 1_500, 1_000)).toBeUndefined();
+    expect((await s.leaseBatch('validate', 'v2', 2_001, 1_000))?.id).toBe('batch_again');
+    await s.addItems('batch_again', [
+      { index: 0, customId: 'a', body: {} },
+      { index: 1, customId: 'b', body: {} },
+    ]);
+    await s.finishValidation('batch_again', { total: 2, model: null }, 3);
+    expect(await s.getBatch(A, 'batch_again')).toMatchObject({ status: 'in_progress', total: 2 });
+    expect((await s.leaseItems('r', 5, 3_000, 1_000)).map((i) => i.customId)).toEqual(['a', 'b']);
+  });
+
   it('fails a batch with its validation errors and runs none of its items', async () => {
     const f = await s.createFile(A, 'batch', 'in.jsonl');
     await f.commit(1, 1);

@@ -180,7 +180,9 @@ export function createPgBatchStore(db: Kysely<WeirSchema>, options: PgBatchStore
     async addItems(batchId, items) {
       if (items.length === 0) return;
       const values = items.map((it) => sql`(${batchId}, ${it.index}, ${it.customId}, ${JSON.stringify(it.body)})`);
-      await sql`INSERT INTO batch_items (batch_id, idx, custom_id, body) VALUES ${sql.join(values)}`.execute(db);
+      // A validation run again (its runner died, or its lease ran out) writes the same rows again.
+      await sql`INSERT INTO batch_items (batch_id, idx, custom_id, body) VALUES ${sql.join(values)}
+        ON CONFLICT (batch_id, idx) DO UPDATE SET custom_id = EXCLUDED.custom_id, body = EXCLUDED.body WHERE batch_items.state = 'pending'`.execute(db);
     },
 
     async finishValidation(batchId, outcome, nowS) {
