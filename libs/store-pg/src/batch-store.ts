@@ -111,12 +111,12 @@ export function createPgBatchStore(db: Kysely<WeirSchema>, options: PgBatchStore
     async listFiles(tenantKey, { after, limit, order, purpose }) {
       const cursor = after
         ? order === 'desc'
-          ? sql`AND (created_at_s, id) < (SELECT created_at_s, id FROM batch_files WHERE id = ${after} AND tenant_key = ${tenantKey})`
-          : sql`AND (created_at_s, id) > (SELECT created_at_s, id FROM batch_files WHERE id = ${after} AND tenant_key = ${tenantKey})`
+          ? sql`AND ord < (SELECT ord FROM batch_files WHERE id = ${after} AND tenant_key = ${tenantKey})`
+          : sql`AND ord > (SELECT ord FROM batch_files WHERE id = ${after} AND tenant_key = ${tenantKey})`
         : sql``;
       const byPurpose = purpose ? sql`AND purpose = ${purpose}` : sql``;
       const dir = order === 'desc' ? sql`DESC` : sql`ASC`;
-      const found = await rows(sql`SELECT * FROM batch_files WHERE tenant_key = ${tenantKey} AND committed ${byPurpose} ${cursor} ORDER BY created_at_s ${dir}, id ${dir} LIMIT ${limit + 1}`);
+      const found = await rows(sql`SELECT * FROM batch_files WHERE tenant_key = ${tenantKey} AND committed ${byPurpose} ${cursor} ORDER BY ord ${dir} LIMIT ${limit + 1}`);
       return page(found, limit, toFile);
     },
 
@@ -148,8 +148,8 @@ export function createPgBatchStore(db: Kysely<WeirSchema>, options: PgBatchStore
     },
 
     async listBatches(tenantKey, { after, limit }) {
-      const cursor = after ? sql`AND (created_at_s, id) < (SELECT created_at_s, id FROM batches WHERE id = ${after} AND tenant_key = ${tenantKey})` : sql``;
-      const found = await rows(sql`SELECT * FROM batches WHERE tenant_key = ${tenantKey} ${cursor} ORDER BY created_at_s DESC, id DESC LIMIT ${limit + 1}`);
+      const cursor = after ? sql`AND ord < (SELECT ord FROM batches WHERE id = ${after} AND tenant_key = ${tenantKey})` : sql``;
+      const found = await rows(sql`SELECT * FROM batches WHERE tenant_key = ${tenantKey} ${cursor} ORDER BY ord DESC LIMIT ${limit + 1}`);
       return page(found, limit, toBatch);
     },
 
@@ -172,7 +172,7 @@ export function createPgBatchStore(db: Kysely<WeirSchema>, options: PgBatchStore
           ? sql`status = 'validating'`
           : sql`status IN ('finalizing', 'cancelling') AND NOT EXISTS (SELECT 1 FROM batch_items i WHERE i.batch_id = b.id AND i.state = 'running' AND i.lease_until_ms >= ${nowMs})`;
       const [r] = await rows(sql`UPDATE batches SET lease_owner = ${owner}, lease_until_ms = ${nowMs + ms}
-        WHERE id = (SELECT id FROM batches b WHERE ${which} AND (b.lease_until_ms IS NULL OR b.lease_until_ms < ${nowMs}) ORDER BY created_at_s, id LIMIT 1 FOR UPDATE SKIP LOCKED)
+        WHERE id = (SELECT id FROM batches b WHERE ${which} AND (b.lease_until_ms IS NULL OR b.lease_until_ms < ${nowMs}) ORDER BY ord LIMIT 1 FOR UPDATE SKIP LOCKED)
         RETURNING *`);
       return r ? toBatch(r) : undefined;
     },
@@ -215,7 +215,7 @@ export function createPgBatchStore(db: Kysely<WeirSchema>, options: PgBatchStore
           SELECT i.batch_id, i.idx FROM batch_items i JOIN batches b ON b.id = i.batch_id
           WHERE b.status = 'in_progress' AND (b.paused_until_ms IS NULL OR b.paused_until_ms <= ${nowMs})
             AND ((i.state = 'pending' AND i.not_before_ms <= ${nowMs}) OR (i.state = 'running' AND i.lease_until_ms < ${nowMs}))
-          ORDER BY b.created_at_s, b.id, i.idx
+          ORDER BY b.ord, i.idx
           LIMIT ${n}
           FOR UPDATE OF i SKIP LOCKED)
         UPDATE batch_items i SET state = 'running', attempts = i.attempts + 1, lease_owner = ${owner}, lease_token = ${token}, lease_until_ms = ${until}

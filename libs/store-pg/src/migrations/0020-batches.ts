@@ -6,6 +6,7 @@ import { type Kysely, type Migration, sql } from 'kysely';
  * - `batch_files` / `batch_file_chunks`: a file's metadata and its bytes in ordered chunks
  *   (`bytea`, a few hundred KiB each), so no file is ever held whole in memory; a file is
  *   visible only once `committed`.
+ *   `ord` (both tables) is the creation order lists page by (newest first), finer than seconds.
  * - `batches`: one row per batch, with its counts, usage, pause and the lease a runner holds
  *   while it validates or finalizes it.
  * - `batch_items`: one row per input line, the work queue: runners lease items with
@@ -22,9 +23,10 @@ export const batches: Migration = {
       bytes bigint NOT NULL DEFAULT 0,
       lines integer NOT NULL DEFAULT 0,
       committed boolean NOT NULL DEFAULT false,
-      created_at_s bigint NOT NULL
+      created_at_s bigint NOT NULL,
+      ord bigserial NOT NULL
     )`.execute(db);
-    await sql`CREATE INDEX batch_files_tenant_idx ON batch_files (tenant_key, created_at_s, id)`.execute(db);
+    await sql`CREATE INDEX batch_files_tenant_idx ON batch_files (tenant_key, ord)`.execute(db);
     await sql`CREATE TABLE batch_file_chunks (
       file_id text NOT NULL REFERENCES batch_files (id) ON DELETE CASCADE,
       seq integer NOT NULL,
@@ -64,9 +66,10 @@ export const batches: Migration = {
       failed_at_s bigint,
       expired_at_s bigint,
       cancelling_at_s bigint,
-      cancelled_at_s bigint
+      cancelled_at_s bigint,
+      ord bigserial NOT NULL
     )`.execute(db);
-    await sql`CREATE INDEX batches_tenant_idx ON batches (tenant_key, created_at_s, id)`.execute(db);
+    await sql`CREATE INDEX batches_tenant_idx ON batches (tenant_key, ord)`.execute(db);
     await sql`CREATE INDEX batches_status_idx ON batches (status)`.execute(db);
     await sql`CREATE TABLE batch_items (
       batch_id text NOT NULL REFERENCES batches (id) ON DELETE CASCADE,
