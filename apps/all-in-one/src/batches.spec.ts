@@ -266,7 +266,7 @@ describe('the Batch API on the all-in-one (official openai client, real tiny mod
   it('cancels a batch: it ends cancelled, every line accounted for in the output or error file', async () => {
     const file = await upload(
       client,
-      Array.from({ length: 200 }, (_, i) => chatLine(i, 'tiny-stories', 16)),
+      Array.from({ length: MAX_LINES }, (_, i) => chatLine(i, 'tiny-stories', 48)),
     );
     const b = await client.batches.create({ input_file_id: file.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
     await eventually(async () => ((await client.batches.retrieve(b.id)).status === 'in_progress' ? true : undefined), 'the batch running');
@@ -278,10 +278,10 @@ describe('the Batch API on the all-in-one (official openai client, real tiny mod
     expect(typeof ended.cancelled_at).toBe('number');
     const out = ended.output_file_id ? await contentLines(client, ended.output_file_id) : [];
     const err = ended.error_file_id ? await contentLines(client, ended.error_file_id) : [];
-    expect(out.length + err.length).toBe(200);
+    expect(out.length + err.length).toBe(MAX_LINES);
     expect(err.length).toBeGreaterThan(0);
     expect(err[0].error).toEqual({ code: 'batch_cancelled', message: expect.any(String) });
-    expect(ended.request_counts).toEqual({ total: 200, completed: out.length, failed: err.length });
+    expect(ended.request_counts).toEqual({ total: MAX_LINES, completed: out.length, failed: err.length });
     await expect(client.batches.cancel(done.id)).rejects.toMatchObject({ status: 409 });
   });
 
