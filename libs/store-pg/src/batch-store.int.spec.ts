@@ -117,6 +117,21 @@ describe.each([['pglite' as const], ['postgres' as const]])('pg batch store on %
     expect(Number(chunks.rows[0].n)).toBeGreaterThan(1);
   });
 
+  it('shares the runners between running batches, round-robin, oldest first', async () => {
+    const older = await runningBatch(s, 3);
+    const newer = await runningBatch(s, 3, B);
+    const got = await s.leaseItems('r', 4, 10_000, 5_000);
+    expect(got.map((i) => [i.batchId, i.index])).toEqual(
+      [
+        [older, 0],
+        [older, 1],
+        [newer, 0],
+        [newer, 1],
+      ].sort((a, b) => (a[0] === b[0] ? (a[1] as number) - (b[1] as number) : a[0] < b[0] ? -1 : 1)),
+    );
+    expect(got.find((i) => i.batchId === newer)?.caller).toEqual(caller);
+  });
+
   it('retries an item whose lease expired, and drops the late result of the runner that lost it', async () => {
     const id = await runningBatch(s, 1);
     const [first] = await s.leaseItems('dead', 1, 10_000, 1_000);

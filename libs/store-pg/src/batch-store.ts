@@ -211,13 +211,20 @@ export function createPgBatchStore(db: Kysely<WeirSchema>, options: PgBatchStore
       if (n <= 0) return [];
       const token = `${owner}:${randomBytes(8).toString('hex')}`;
       const until = nowMs + leaseMs;
-      const found = await rows(sql`WITH picked AS (
-          SELECT i.batch_id, i.idx FROM batch_items i JOIN batches b ON b.id = i.batch_id
-          WHERE b.status = 'in_progress' AND (b.paused_until_ms IS NULL OR b.paused_until_ms <= ${nowMs})
-            AND ((i.state = 'pending' AND i.not_before_ms <= ${nowMs}) OR (i.state = 'running' AND i.lease_until_ms < ${nowMs}))
-          ORDER BY b.ord, i.idx
-          LIMIT ${n}
-          FOR UPDATE OF i SKIP LOCKED)
+      // Fair between batches: up to `n` candidates of each running batch (oldest 64 batches),
+      // taken round-robin (each batch's first, then each one's second, ...).
+      const found = await rows(sql`WITH candidates AS (
+          SELECT x.batch_id, x.idx, b.ord FROM (
+            SELECT id, ord FROM batches WHERE status = 'in_progress' AND (paused_until_ms IS NULL OR paused_until_ms <= ${nowMs}) ORDER BY ord LIMIT 64
+          ) b CROSS JOIN LATERAL (
+            SELECT i.batch_id, i.idx FROM batch_items i
+            WHERE i.batch_id = b.id AND ((i.state = 'pending' AND i.not_before_ms <= ${nowMs}) OR (i.state = 'running' AND i.lease_until_ms < ${nowMs}))
+            ORDER BY i.idx LIMIT ${n}
+            FOR UPDATE SKIP LOCKED
+          ) x),
+        picked AS (
+          SELECT batch_id, idx FROM (SELECT batch_id, idx, ord, row_number() OVER (PARTITION BY batch_id ORDER BY idx) AS turn FROM candidates) c
+          ORDER BY turn, ord LIMIT ${n})
         UPDATE batch_items i SET state = 'running', attempts = i.attempts + 1, lease_owner = ${owner}, lease_token = ${token}, lease_until_ms = ${until}
         FROM picked p WHERE i.batch_id = p.batch_id AND i.idx = p.idx
         RETURNING i.batch_id, i.idx, i.custom_id, i.body, i.attempts, (SELECT row_to_json(x) FROM (SELECT b.caller, b.endpoint, b.paused_reason FROM batches b WHERE b.id = i.batch_id) x) AS batch`);
