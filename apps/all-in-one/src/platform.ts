@@ -38,6 +38,12 @@ import {
   createMetricsObserver,
   createRevocations,
   type Gateway,
+  batchLimitsFromEnv,
+  batchRunnerOptionsFromEnv,
+  type BatchLimits,
+  type BatchRunner,
+  type BatchRunnerOptions,
+  startBatchRunner,
 } from '@weir/gateway';
 import { createBurnRateMonitor } from '@weir/ledger';
 import { createInProcessTopic } from '@weir/messaging';
@@ -48,6 +54,7 @@ import {
   createApiKeyRepository,
   createCachedApiKeyStore,
   createPgAdmissionStore,
+  createPgBatchStore,
   createPgExactCacheTier,
   createPgIdempotencyStore,
   createPgLeaseStore,
@@ -99,6 +106,12 @@ export interface PlatformOptions {
    * tenants whose policy turns them on. Default none.
    */
   cacheTiers?: readonly CacheTier[];
+  /**
+   * The Batch API (docs/batch.md): input limits (default `WEIR_BATCH_MAX_FILE_BYTES` /
+   * `WEIR_BATCH_MAX_LINES`, else 200 MiB and 50,000 lines) and the in-process runner's settings
+   * (concurrency, leases, polling, budget pause).
+   */
+  batch?: { limits?: Partial<BatchLimits>; runner?: Pick<BatchRunnerOptions, 'concurrency' | 'leaseMs' | 'pollMs' | 'budgetPauseMs' | 'maxAttempts'> };
 }
 
 
@@ -443,7 +456,12 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
     observer: createMetricsObserver(telemetry.metrics, (revisionId) => providerOf.get(revisionId) ?? 'unknown', (id) => poolOfReplica.get(id)),
   });
   const clients = createClientGuard(options.clientLimits ?? DEFAULT_CLIENT_LIMITS);
+  // The Batch API: files, batches and items in the database; the runner runs items in-process.
+  const batchStore = createPgBatchStore(database.db);
+  const batchLimits: BatchLimits = { ...batchLimitsFromEnv(process.env, config.defaults.maxBodyBytes), ...options.batch?.limits };
+  const batch: { runner?: BatchRunner } = {};
   const gateway: Gateway = createGatewayApp({
+    batches: { store: batchStore, limits: batchLimits, onChange: () => batch.runner?.poke() },
     pipeline,
     router,
     apiKeys,
@@ -519,6 +537,7 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
   const opsUrl = ops ? `http://${opsSettings.host.includes(':') ? `[${opsSettings.host}]` : opsSettings.host}:${ops.port}` : undefined;
 
   configPlane.watchConfigFile();
+  batch.runner = startBatchRunner({ store: batchStore, dispatch: (caller, request) => gateway.dispatch(caller, request), logger, limits: batchLimits, ...batchRunnerOptionsFromEnv(process.env), ...options.batch?.runner });
 
   let stopping: Promise<void> | undefined;
   return {
@@ -535,6 +554,8 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
     burnRateAlerts,
     stop(graceMs = settings.shutdownGraceMs) {
       stopping ??= (async () => {
+        // Batch items in flight finish first (what is left runs again after a restart, never billed twice).
+        await batch.runner?.stop(graceMs);
         // Keep listening while draining: /healthz stays 200, /readyz and new generations 503.
         await gateway.drain(graceMs);
         const closed = new Promise<void>((resolve) => server.close(() => resolve()));

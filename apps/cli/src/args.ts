@@ -123,6 +123,7 @@ the control plane's admin API (WEIR_ADMIN_URL, default http://127.0.0.1:8090; WE
 
 the data plane (WEIR_API_URL, default http://127.0.0.1:8080; WEIR_API_KEY):
   usage         a tenant's tokens and cost this day or month
+  batches       list, get, cancel, watch (a progress bar until the batch ends)
 
 flags:
   -h, --help  show help (also: weir <command> --help, weir <resource> --help)

@@ -91,6 +91,8 @@ import { registerMessagesRoute } from './messages-route';
 import { openSse, type SseWriter } from './sse-writer';
 import { type ContentPolicies, redactInput, type TenantContentPolicy } from './content-policy';
 import { type ContentLog, createContentLog, type RedactionObserver } from './content-log';
+import { dispatchInternal, type InternalRequest, type InternalResponse } from './internal-dispatch';
+import { type BatchApi, registerBatchRoutes } from './batch/routes';
 
 /** A minimal structured logger (pino satisfies it). Never pass prompt or output text. */
 export interface GatewayLogger {
@@ -186,6 +188,8 @@ export interface GatewayDeps {
   contentLog?: ContentLog;
   /** Redaction metrics (`weir_redactions_total{type}`, `weir_redaction_failures_total`). Default none. */
   redaction?: RedactionObserver;
+  /** OpenAI's Files and Batch API (docs/batch.md) on this store; without it, `/v1/files` and `/v1/batches` are 404. */
+  batches?: BatchApi;
 }
 
 /** The freshness of the configuration snapshot a service runs on (see {@link GatewayDeps.configState}). */
@@ -237,6 +241,13 @@ export interface Gateway {
    */
   ops: (req: IncomingMessage, res: ServerResponse) => boolean;
   registry: GenerationRegistry;
+  /**
+   * Runs a request in-process as `caller` (already authenticated: its key and tenant are still
+   * checked against revocations) through the same route as one from the network: validation,
+   * moderation, idempotency, admission, scheduling and the ledger. Resolves with the answer
+   * (errors as their HTTP status and OpenAI body); the batch runner's way in (docs/batch.md).
+   */
+  dispatch(caller: Caller, request: InternalRequest): Promise<InternalResponse>;
   /** Stops admitting (503 `shutting_down`, not ready) and waits up to `graceMs` for in-flight generations; then stops the rest (billed as cancelled). */
   drain(graceMs: number): Promise<void>;
 }
@@ -1115,12 +1126,36 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     [/^\/v1\/generations\/[^/]+\/cancel$/i, 'POST'],
     [/^\/v1\/models\/[^/]+$/i, 'GET'],
   ];
+  if (deps.batches) {
+    registerBatchRoutes(
+      { route: (method, pattern, handler, body) => routes.push({ method, pattern, handler: { run: handler, auth: true, body } }), refuseWhileDraining },
+      deps.batches,
+    );
+  }
   const router = createEdgeRouter(routes);
+
+  const dispatch = (caller: Caller, request: InternalRequest): Promise<InternalResponse> =>
+    dispatchInternal(caller, request, newId('req'), (req, res) => {
+      const answer = async () => {
+        if (revocations?.isKeyRevoked({ keyId: caller.apiKeyId })) throw new WeirError('authentication_failed', 'The API key that created this batch was revoked.');
+        const refusal = revocations?.tenantRefusal(caller.tenantId);
+        if (refusal) throw new WeirError(refusal.code, refusal.message);
+        const state = deps.configState?.();
+        if (state?.stale) throw configStaleError(state);
+        const match = router.match(request.method, request.path);
+        if (!match) throw new WeirError('not_found', `Unknown route ${request.method} ${request.path}.`);
+        req.params = match.params;
+        req.routePath = match.route.pattern;
+        if (match.route.handler.body) refuseWhileDraining();
+        await match.route.handler.run(req, res);
+      };
+      answer().catch((err: unknown) => onError(err, req, res));
+    });
 
   /** A path no route takes with this method: 405 with `Allow` for a known path, else 404. */
   const unrouted = (req: EdgeRequest, res: ServerResponse) => {
     const path = req.path.length > 1 && req.path.endsWith('/') ? req.path.slice(0, -1) : req.path;
-    const allowed = router.allowed(path)[0] ?? knownPaths.find(([re]) => re.test(path))?.[1];
+    const allowed = router.allowed(path).join(', ') || knownPaths.find(([re]) => re.test(path))?.[1];
     if (allowed) {
       res.setHeader('allow', allowed);
       throw new WeirError('method_not_allowed', `${req.method} is not allowed on ${req.path}; use ${allowed}.`);
@@ -1254,6 +1289,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     app,
     ops,
     registry,
+    dispatch,
     async drain(graceMs) {
       draining = true;
       const until = Date.now() + graceMs;
