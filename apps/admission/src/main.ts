@@ -25,7 +25,7 @@
  * LOG_LEVEL, WEIR_TLS_CA / WEIR_TLS_CERT / WEIR_TLS_KEY (mutual TLS; callers: `gateway`, or
  * WEIR_TLS_ALLOWED_PEERS; docs/security.md §8).
  */
-import { createLeasedAdmission, withStoreFaultsAsUnavailable } from '@weir/admission';
+import { createLeasedAdmission, createSessionBudgets, withStoreFaultsAsUnavailable } from '@weir/admission';
 import type { NatsConnection } from '@nats-io/transport-node';
 import { createConfigSyncMetrics, openDataPlaneConfig } from '@weir/config-sync';
 import { connectNats, natsAuthFromEnv } from '@weir/messaging-nats';
@@ -84,15 +84,18 @@ runUntilSignal('admission', logger, async () => {
   // Registers the holder; leases are drawn on the first requests and kept filled from then on.
   await admission.start();
   // A new snapshot's limits and budgets apply to the next reservation.
+  // Session budgets (`x-weir-session-id`, for apps that allow them): this instance's, in memory.
+  const sessionBudgets = createSessionBudgets({ tenants: config.tenants });
   source.onChange((next, version) => {
     admission.updateTenants(next.tenants);
+    sessionBudgets.updateTenants(next.tenants);
     logger.info({ version }, 'configuration applied: tenant limits and budgets updated');
   });
   const onBackgroundError = (error: Error, call: string) => logger.warn({ err: error, call }, 'background gRPC call failed');
   const scheduler = createSchedulerGrpcClient({ address: env.SCHEDULER_ADDR, onBackgroundError, ...(tls ? { tls } : {}) });
   // A database fault of a synchronous draw (the edge of a budget, a scope's first request) is a
   // retryable 503 (the gateway may fail over to another instance), not a 500.
-  const served = withStoreFaultsAsUnavailable(admission, (err, call) => logger.warn({ err, call }, 'admission lease store call failed'));
+  const served = withStoreFaultsAsUnavailable(sessionBudgets.wrap(admission), (err, call) => logger.warn({ err, call }, 'admission lease store call failed'));
   const grpc = await startGrpcServer({ host: env.HOST, port: env.GRPC_PORT, services: [createAdmissionGrpcServer(served, { scheduler })], ...(tls ? { tls } : {}) });
   let draining = false;
   const ops = await startOpsServer({

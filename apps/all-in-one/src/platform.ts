@@ -18,7 +18,7 @@ import path from 'node:path';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import express from 'express';
-import { createAdmission, createLeasedAdmission, withStoreFaultsAsUnavailable } from '@weir/admission';
+import { createAdmission, createLeasedAdmission, createSessionBudgets, withStoreFaultsAsUnavailable } from '@weir/admission';
 import { type AllInOneEnv, replicaPlacement, resolveModelFile } from '@weir/config';
 import { type ConfigBucket, createConfigSyncMetrics } from '@weir/config-sync';
 import { createAdminRouter } from '@weir/control-plane';
@@ -38,6 +38,12 @@ import {
   createMetricsObserver,
   createRevocations,
   type Gateway,
+  batchLimitsFromEnv,
+  batchRunnerOptionsFromEnv,
+  type BatchLimits,
+  type BatchRunner,
+  type BatchRunnerOptions,
+  startBatchRunner,
 } from '@weir/gateway';
 import { createBurnRateMonitor } from '@weir/ledger';
 import { createInProcessTopic } from '@weir/messaging';
@@ -48,6 +54,7 @@ import {
   createApiKeyRepository,
   createCachedApiKeyStore,
   createPgAdmissionStore,
+  createPgBatchStore,
   createPgExactCacheTier,
   createPgIdempotencyStore,
   createPgLeaseStore,
@@ -99,6 +106,12 @@ export interface PlatformOptions {
    * tenants whose policy turns them on. Default none.
    */
   cacheTiers?: readonly CacheTier[];
+  /**
+   * The Batch API (docs/batch.md): input limits (default `WEIR_BATCH_MAX_FILE_BYTES` /
+   * `WEIR_BATCH_MAX_LINES`, else 200 MiB and 50,000 lines) and the in-process runner's settings
+   * (concurrency, leases, polling, budget pause).
+   */
+  batch?: { limits?: Partial<BatchLimits>; runner?: Pick<BatchRunnerOptions, 'concurrency' | 'leaseMs' | 'pollMs' | 'budgetPauseMs' | 'maxAttempts'> };
 }
 
 
@@ -273,6 +286,8 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
     },
   );
   await admission.start();
+  // Session budgets (`x-weir-session-id`, for apps that allow them): held and settled around admission, in memory.
+  const sessionBudgets = createSessionBudgets({ tenants: config.tenants });
   const router = createRouter(config);
   // Tenants and revisions as the latest snapshot has them; revocations on their fast path.
   const live = createLiveConfig(config);
@@ -338,6 +353,7 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
     }
     contentPolicies.update(nextServed);
     admission.updateTenants(nextServed.tenants);
+    sessionBudgets.updateTenants(nextServed.tenants);
     revocations.applyConfig(nextServed.tenants);
     if (retired.size > 0) logger.info({ version, retired: retired.size, dropped: retiring.drop?.(retired) ?? 0 }, 'deleted tenants or apps: their retained state dropped');
     const needsRestart = restartOnlyChanges({ before: served, after: nextServed, previousFull: latest, full: next, servedIds, scheduled: config.tenants });
@@ -424,7 +440,7 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
   const pipeline = createGenerationPipeline({
     router,
     health: createRevisionHealth(breakers, (id) => providerKeys.get(id)),
-    admission: withStoreFaultsAsUnavailable(admission, (err, call) => logger.warn({ err, call }, 'budget lease store unreachable')),
+    admission: withStoreFaultsAsUnavailable(sessionBudgets.wrap(admission), (err, call) => logger.warn({ err, call }, 'budget lease store unreachable')),
     scheduler,
     relay,
     countInputTokens: (revision, input, limit) => (counters.get(revision.id) as (input: GenerationInput, limit?: number) => Promise<number>)(input, limit),
@@ -440,7 +456,12 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
     observer: createMetricsObserver(telemetry.metrics, (revisionId) => providerOf.get(revisionId) ?? 'unknown', (id) => poolOfReplica.get(id)),
   });
   const clients = createClientGuard(options.clientLimits ?? DEFAULT_CLIENT_LIMITS);
+  // The Batch API: files, batches and items in the database; the runner runs items in-process.
+  const batchStore = createPgBatchStore(database.db);
+  const batchLimits: BatchLimits = { ...batchLimitsFromEnv(process.env, config.defaults.maxBodyBytes), ...options.batch?.limits };
+  const batch: { runner?: BatchRunner } = {};
   const gateway: Gateway = createGatewayApp({
+    batches: { store: batchStore, limits: batchLimits, onChange: () => batch.runner?.poke() },
     pipeline,
     router,
     apiKeys,
@@ -516,6 +537,7 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
   const opsUrl = ops ? `http://${opsSettings.host.includes(':') ? `[${opsSettings.host}]` : opsSettings.host}:${ops.port}` : undefined;
 
   configPlane.watchConfigFile();
+  batch.runner = startBatchRunner({ store: batchStore, dispatch: (caller, request) => gateway.dispatch(caller, request), logger, limits: batchLimits, ...batchRunnerOptionsFromEnv(process.env), ...options.batch?.runner });
 
   let stopping: Promise<void> | undefined;
   return {
@@ -532,6 +554,8 @@ export async function startPlatform(settings: AllInOneEnv, logger: WeirLogger = 
     burnRateAlerts,
     stop(graceMs = settings.shutdownGraceMs) {
       stopping ??= (async () => {
+        // Batch items in flight finish first (what is left runs again after a restart, never billed twice).
+        await batch.runner?.stop(graceMs);
         // Keep listening while draining: /healthz stays 200, /readyz and new generations 503.
         await gateway.drain(graceMs);
         const closed = new Promise<void>((resolve) => server.close(() => resolve()));

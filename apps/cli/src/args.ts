@@ -109,6 +109,8 @@ the control plane's admin API (WEIR_ADMIN_URL, default http://127.0.0.1:8090; WE
   apps          list, get, create, delete (a tenant's apps)
   keys          list, create (the key is printed once), revoke
   policy        get, set (from a JSON/YAML file, or limit and policy flags)
+  use-cases     list, get, set, delete (a tenant's use cases: model chain, version pin,
+                limits and budget, redaction profile)
   revisions     list, get, create (from a file), deprecate, undeprecate (also: weir models …)
   aliases       list, get, create, set-weights, rollback
   pools         list
@@ -121,6 +123,7 @@ the control plane's admin API (WEIR_ADMIN_URL, default http://127.0.0.1:8090; WE
 
 the data plane (WEIR_API_URL, default http://127.0.0.1:8080; WEIR_API_KEY):
   usage         a tenant's tokens and cost this day or month
+  batches       list, get, cancel, watch (a progress bar until the batch ends)
 
 flags:
   -h, --help  show help (also: weir <command> --help, weir <resource> --help)

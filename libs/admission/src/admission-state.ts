@@ -4,7 +4,7 @@
  * UTC calendar period, one {@link ReservationRecord} per admitted request. Stores persist
  * these; the pure functions in `decide.ts` compute the next state from the locked one.
  */
-import { type AdmissionLimits, type Caller, type TenantSpec, appKeyOf, slugOfInternalId, tenantKeyOf } from '@weir/core';
+import { type AdmissionLimits, type Caller, type TenantSpec, appKeyOf, slugOfInternalId, tenantKeyOf, useCasePolicyOf } from '@weir/core';
 
 /** 1 USD in nano-USD: money is integer nano-USD everywhere in admission. */
 export const NANO_PER_USD = 1_000_000_000;
@@ -27,6 +27,15 @@ export function appScope(tenantKey: string, appKey: string): string {
 }
 
 /**
+ * The scope key of a use case of a tenant: `usecase:<tenant key>/<name>` (the tenant's internal
+ * id, as {@link tenantScope}; a use-case name never contains `/`). Only use cases the tenant's
+ * policy defines have a scope.
+ */
+export function useCaseScope(tenantKey: string, name: string): string {
+  return `usecase:${tenantKey}/${name}`;
+}
+
+/**
  * Whether `key` (an internal id, or a bare slug) names the configured incarnation `spec` of its
  * slug: its own internal id, or the slug itself (state of callers that carry no internal id:
  * tenants older than migration 0012, processes of an earlier version during an upgrade), or any
@@ -37,8 +46,9 @@ function isLiveKey(spec: { id: string; uid?: string }, key: string): boolean {
 }
 
 /**
- * The configured limits of a scope key (see {@link tenantScope}, {@link appScope}) in
- * `tenants` (by tenant id): the tenant's, or its app's (`{}` when the app has none). Undefined
+ * The configured limits of a scope key (see {@link tenantScope}, {@link appScope},
+ * {@link useCaseScope}) in `tenants` (by tenant id): the tenant's, its app's (`{}` when the app
+ * has none), or its use case's. Undefined
  * when the tenant or app is not configured, or when the configuration gives it another internal
  * id than the scope's: the scope belongs to a deleted tenant or app, and its state is dropped
  * (leases given back, nothing admitted on it).
@@ -48,6 +58,15 @@ export function scopeLimits(tenants: ReadonlyMap<string, TenantSpec>, scope: str
     const key = scope.slice('tenant:'.length);
     const tenant = tenants.get(slugOfInternalId(key));
     return tenant && isLiveKey(tenant, key) ? tenant.limits : undefined;
+  }
+  if (scope.startsWith('usecase:')) {
+    const rest = scope.slice('usecase:'.length);
+    const slash = rest.indexOf('/');
+    if (slash < 0) return undefined;
+    const tenantKey = rest.slice(0, slash);
+    const tenant = tenants.get(slugOfInternalId(tenantKey));
+    if (!tenant || !isLiveKey(tenant, tenantKey)) return undefined;
+    return useCasePolicyOf(tenant, rest.slice(slash + 1))?.limits;
   }
   const rest = scope.slice('app:'.length);
   const slash = rest.indexOf('/');
@@ -134,7 +153,7 @@ export function periodStarts(epochMs: number): { month: string; day: string } {
   return { month: `${day.slice(0, 8)}01`, day };
 }
 
-/** What one reservation (or a reserve attempt) locks: its two scopes and their four budget rows, sorted. */
+/** What one reservation (or a reserve attempt) locks: its scopes (tenant, app, and its use case's when it has one) and their budget rows, sorted. */
 export interface LockKeys {
   /** Scope keys, sorted. */
   scopes: string[];
@@ -142,9 +161,12 @@ export interface LockKeys {
   budgets: BudgetKey[];
 }
 
-/** The rows of a tenant/app pair for the month and day starting on the given dates, sorted for locking. */
-export function lockKeys(tenantId: string, appId: string, monthStartsOn: string, dayStartsOn: string): LockKeys {
-  const scopes = [tenantScope(tenantId), appScope(tenantId, appId)].sort();
+/**
+ * The rows of a tenant/app pair (and of the tenant's use case `useCase`, when given: a use case
+ * the tenant defines) for the month and day starting on the given dates, sorted for locking.
+ */
+export function lockKeys(tenantId: string, appId: string, monthStartsOn: string, dayStartsOn: string, useCase?: string): LockKeys {
+  const scopes = [tenantScope(tenantId), appScope(tenantId, appId), ...(useCase !== undefined ? [useCaseScope(tenantId, useCase)] : [])].sort();
   const budgets = scopes
     .flatMap((scope) => [
       { scope, period: 'month' as const, startsOn: monthStartsOn },
@@ -156,7 +178,7 @@ export function lockKeys(tenantId: string, appId: string, monthStartsOn: string,
 
 /** The rows a reservation touches (the periods recorded on it, so a reservation made on the 31st settles in that month). */
 export function reservationLockKeys(r: ReservationRecord): LockKeys {
-  return lockKeys(r.tenantId, r.appId, r.monthStartsOn, r.dayStartsOn);
+  return lockKeys(r.tenantId, r.appId, r.monthStartsOn, r.dayStartsOn, r.useCase);
 }
 
 function compare(a: string, b: string): number {
@@ -174,6 +196,8 @@ export interface ReservationRecord {
   id: string;
   tenantId: string;
   appId: string;
+  /** The use case whose scope it holds too (one its tenant defined when it was reserved); absent: none. */
+  useCase?: string;
   requestId: string;
   generationId: string;
   state: ReservationState;

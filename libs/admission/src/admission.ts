@@ -6,7 +6,7 @@
  * share one truth: a budget is a hard cap and rate limits do not multiply with replicas
  * (ADR 0001).
  */
-import { type AdmissionService, type ReserveResult, type ReservationRequest, type Settlement, type TenantSpec, WeirError, newId } from '@weir/core';
+import { type AdmissionService, type ReserveResult, type ReservationRequest, type Settlement, type TenantSpec, WeirError, newId, useCasePolicyOf } from '@weir/core';
 import {
   type BudgetKey,
   type LockKeys,
@@ -18,6 +18,7 @@ import {
   lockKeys,
   periodStarts,
   tenantScope,
+  useCaseScope,
 } from './admission-state';
 import type { AdmissionStore, FinishTransition } from './admission-store';
 import { type FinishOutcome, type ReserveDecision, type ScopeCheck, budgetsOf, correctBudgets, decideReservation, finishReservation } from './decide';
@@ -183,7 +184,9 @@ export function createAdmission(options: AdmissionOptions, deps: AdmissionDeps):
     const tenant = tenants.get(tenantId) as TenantSpec;
     const nowMs = clock.now();
     const starts = periodStarts(nowMs);
-    const keys = mergeLockKeys(requests.map((r) => lockKeys(tenantId, r.caller.appId, starts.month, starts.day)));
+    // A use case has a scope only when the tenant's policy defines it.
+    const useCaseOf = (r: ReservationRequest) => useCasePolicyOf(tenant, r.useCase);
+    const keys = mergeLockKeys(requests.map((r) => lockKeys(tenantId, r.caller.appId, starts.month, starts.day, useCaseOf(r)?.name)));
     return store.reserve(keys, (lockedRows) => {
       // A working copy: each decision sees the holds of the ones before it.
       const locked = { scopes: new Map(lockedRows.scopes), budgets: new Map(lockedRows.budgets) };
@@ -191,8 +194,9 @@ export function createAdmission(options: AdmissionOptions, deps: AdmissionDeps):
       const inserts: ReservationRecord[] = [];
       for (const request of requests) {
         const { appId } = request.caller;
-        const check = (kind: 'tenant' | 'app', scope: string, limits: ScopeCheck['limits']): ScopeCheck => ({
+        const check = (kind: ScopeCheck['kind'], scope: string, limits: ScopeCheck['limits'], name?: string): ScopeCheck => ({
           kind,
+          ...(name !== undefined ? { name } : {}),
           limits,
           state: scopeOf(locked, scope),
           budgets: {
@@ -201,9 +205,14 @@ export function createAdmission(options: AdmissionOptions, deps: AdmissionDeps):
           },
         });
         const appLimits = tenant.apps.find((a) => a.id === appId)?.limits ?? {};
+        const uc = useCaseOf(request);
         const decision = decideReservation({
           request,
-          scopes: [check('tenant', tenantScope(tenantId), tenant.limits), check('app', appScope(tenantId, appId), appLimits)],
+          scopes: [
+            check('tenant', tenantScope(tenantId), tenant.limits),
+            check('app', appScope(tenantId, appId), appLimits),
+            ...(uc ? [check('use_case', useCaseScope(tenantId, uc.name), uc.limits, uc.name)] : []),
+          ],
           nowMs,
           concurrencyRetryAfterMs,
         });
@@ -217,6 +226,7 @@ export function createAdmission(options: AdmissionOptions, deps: AdmissionDeps):
           id,
           tenantId,
           appId,
+          ...(uc ? { useCase: uc.name } : {}),
           requestId: request.requestId,
           generationId: request.generationId,
           state: 'held',
@@ -396,7 +406,7 @@ function mergeLockKeys(all: readonly LockKeys[]): LockKeys {
 }
 
 function lockKeysOf(r: ReservationRecord) {
-  return lockKeys(r.tenantId, r.appId, r.monthStartsOn, r.dayStartsOn);
+  return lockKeys(r.tenantId, r.appId, r.monthStartsOn, r.dayStartsOn, r.useCase);
 }
 
 function scopeOf(locked: LockedState, scope: string): ScopeState {

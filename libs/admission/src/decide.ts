@@ -51,7 +51,9 @@ const PERIODS: readonly { period: BudgetPeriod; limit: 'monthlyBudgetUsd' | 'dai
 
 /** One scope a request is checked against: its kind (for messages), limits and locked state. */
 export interface ScopeCheck {
-  kind: 'tenant' | 'app';
+  kind: 'tenant' | 'app' | 'use_case';
+  /** The use case's name (kind `use_case`), quoted in messages so a 429 says which use case is spent. */
+  name?: string;
   limits: AdmissionLimits;
   state: ScopeState;
   /** This scope's locked budget rows for the request's month and day. */
@@ -88,7 +90,7 @@ export interface ScopeLeaseView {
 /** Input of {@link decideReservation}. */
 export interface ReserveDecisionInput {
   request: Pick<ReservationRequest, 'inputTokens' | 'maxOutputTokens' | 'worstCaseCostNanoUsd'>;
-  /** The tenant scope, then the app scope. */
+  /** The tenant scope, then the app scope, then (when the request names a use case its tenant defines) the use-case scope. */
   scopes: readonly ScopeCheck[];
   /** The decision time (epoch ms). */
   nowMs: number;
@@ -157,7 +159,7 @@ export function decideReservation(input: ReserveDecisionInput): ReserveDecision 
           ok: false,
           reason: 'budget_exhausted',
           message:
-            `The ${s.kind === 'tenant' ? "tenant's" : "app's"} ${p.noun} budget of ${formatUsd(budgetNano)} is exhausted: ` +
+            `The ${whose(s)} ${p.noun} budget of ${formatUsd(budgetNano)} is exhausted: ` +
             `${formatUsd(left)} remains and this request may cost up to ${formatUsd(worst)}. ` +
             `Lower max_tokens or the input, or ask for a higher budget.`,
           rateLimits: before,
@@ -177,7 +179,7 @@ export function decideReservation(input: ReserveDecisionInput): ReserveDecision 
         return {
           ok: false,
           reason: 'rate_limited',
-          message: `This request needs ${need} ${b.window === 'requests' ? 'requests' : 'tokens'} but the ${s.kind}'s limit is ${limit} ${b.noun}, so it can never pass; lower max_tokens or shorten the input.`,
+          message: `This request needs ${need} ${b.window === 'requests' ? 'requests' : 'tokens'} but the ${whose(s)} limit is ${limit} ${b.noun}, so it can never pass; lower max_tokens or shorten the input.`,
           rateLimits: before,
         };
       }
@@ -187,7 +189,7 @@ export function decideReservation(input: ReserveDecisionInput): ReserveDecision 
       const wait = need > capacity ? Math.max(1, Math.ceil((need * MINUTE_MS) / limit)) : retryAfterMsFor(drained[i][b.level], need, capacity);
       if (wait > waitMs) {
         waitMs = wait;
-        waitMessage = `Rate limit reached: the ${s.kind}'s limit of ${limit} ${b.noun}; retry in ${Math.ceil(wait / 1000)} s.`;
+        waitMessage = `Rate limit reached: the ${whose(s)} limit of ${limit} ${b.noun}; retry in ${Math.ceil(wait / 1000)} s.`;
       }
     }
   }
@@ -203,7 +205,7 @@ export function decideReservation(input: ReserveDecisionInput): ReserveDecision 
       return {
         ok: false,
         reason: 'concurrency_limited',
-        message: `The ${s.kind} already has ${inFlight} requests in flight, its limit of ${max}; retry when one finishes.`,
+        message: `The ${s.kind === 'use_case' ? `'${s.name ?? ''}' use case` : s.kind} already has ${inFlight} requests in flight, its limit of ${max}; retry when one finishes.`,
         retryAfterMs: input.concurrencyRetryAfterMs,
         rateLimits: before,
       };
@@ -217,6 +219,11 @@ export function decideReservation(input: ReserveDecisionInput): ReserveDecision 
   });
   const budgets = input.scopes.flatMap((s) => [s.budgets.month, s.budgets.day].map((row) => ({ ...row, reservedNano: row.reservedNano + worst })));
   return { ok: true, scopes, budgets, rateLimits: rateLimitStatus(input.scopes, scopes) };
+}
+
+/** How a scope is named in messages: `tenant's`, `app's`, `'support' use case's`. */
+function whose(s: Pick<ScopeCheck, 'kind' | 'name'>): string {
+  return s.kind === 'use_case' ? `'${s.name ?? ''}' use case's` : `${s.kind}'s`;
 }
 
 /** A bucket's capacity and refill per minute: the limit, or this holder's share of it (leases). */

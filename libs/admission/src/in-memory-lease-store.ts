@@ -4,7 +4,7 @@
  * reference the lease store contract checks both against. Every call completes in one
  * synchronous step, as one transaction would.
  */
-import { appScope, type BudgetKey, budgetKeyString, tenantScope } from './admission-state';
+import { appScope, type BudgetKey, budgetKeyString, tenantScope, useCaseScope } from './admission-state';
 import {
   type BudgetLeaseRow,
   type BudgetRowMoney,
@@ -238,7 +238,7 @@ export function createInMemoryLeaseStore(): InMemoryLeaseStore {
     applySettlements(items) {
       for (const it of items) {
         const { reservation: ref } = it;
-        for (const scope of [tenantScope(it.tenantId), appScope(it.tenantId, it.appId)]) {
+        for (const scope of [tenantScope(it.tenantId), appScope(it.tenantId, it.appId), ...(ref.useCase !== undefined ? [useCaseScope(it.tenantId, ref.useCase)] : [])]) {
           row({ scope, period: 'month', startsOn: ref.monthStartsOn }).settledNano += it.costNano;
           row({ scope, period: 'day', startsOn: ref.dayStartsOn }).settledNano += it.costNano;
         }

@@ -9,3 +9,4 @@ export * from './lease-store';
 export * from './lease-sizing';
 export * from './in-memory-lease-store';
 export * from './leased-admission';
+export * from './session-budgets';

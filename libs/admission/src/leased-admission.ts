@@ -37,6 +37,7 @@ import {
   appKeyOf,
   newId,
   tenantKeyOf,
+  useCasePolicyOf,
 } from '@weir/core';
 import {
   type BudgetKey,
@@ -52,6 +53,7 @@ import {
   periodStarts,
   scopeLimits,
   tenantScope,
+  useCaseScope,
 } from './admission-state';
 import { BUCKETS, type FinishOutcome, MINUTE_MS, type ReserveDecision, type ScopeCheck, decideReservation, drainedLevel, finishReservation, formatUsd } from './decide';
 import {
@@ -320,7 +322,9 @@ interface RateLease {
 
 interface LocalScope {
   scope: string;
-  kind: 'tenant' | 'app';
+  kind: 'tenant' | 'app' | 'use_case';
+  /** The use case's name (kind `use_case`), for messages. */
+  name?: string;
   /** Levels in this holder's buckets (capacity = its shares), in flight here. */
   state: ScopeState;
   rate?: RateLease;
@@ -332,7 +336,8 @@ interface Held {
   id: string;
   tenantId: string;
   appId: string;
-  scopes: [LocalScope, LocalScope];
+  /** Tenant, app, and the use case's scope when the request named one its tenant defines. */
+  scopes: LocalScope[];
   leases: BudgetLease[];
   inputTokens: number;
   maxOutputTokens: number;
@@ -451,12 +456,13 @@ export function createLeasedAdmission(options: LeasedAdmissionOptions, deps: Lea
 
   // ---- Local objects ----
 
-  const scopeOf = (scope: string, kind: 'tenant' | 'app'): LocalScope => {
+  const scopeOf = (scope: string, kind: LocalScope['kind'], name?: string): LocalScope => {
     let s = scopes.get(scope);
     if (!s) {
       s = {
         scope,
         kind,
+        ...(name !== undefined ? { name } : {}),
         state: emptyScope(scope),
         use: { requestsPerMinute: emptyRecent(), tokensPerMinute: emptyRecent(), inputTokensPerMinute: emptyRecent(), outputTokensPerMinute: emptyRecent(), maxConcurrent: emptyRecent() },
         lastUsedMs: 0,
@@ -536,14 +542,15 @@ export function createLeasedAdmission(options: LeasedAdmissionOptions, deps: Lea
   interface Plan {
     tenantId: string;
     appId: string;
-    scopes: [LocalScope, LocalScope];
-    limits: [AppLimits, AppLimits];
+    /** Tenant, app, then the use case (when the request names one its tenant defines). */
+    scopes: LocalScope[];
+    limits: AppLimits[];
     /** Budget leases of configured budgets, with their period and scope index. */
     leases: { lease: BudgetLease; scopeIndex: number; period: BudgetPeriod; budgetNano: number }[];
     starts: { month: string; day: string };
   }
 
-  const plan = (tenant: TenantSpec, caller: Caller, nowMs: number): Plan => {
+  const plan = (tenant: TenantSpec, caller: Caller, useCase: string | undefined, nowMs: number): Plan => {
     const starts = startsAt(nowMs);
     const appId = caller.appId;
     const appLimits = tenant.apps.find((a) => a.id === appId)?.limits ?? {};
@@ -552,16 +559,23 @@ export function createLeasedAdmission(options: LeasedAdmissionOptions, deps: Lea
     const tenantKey = tenantKeyOf(caller);
     const tScope = scopeOf(tenantScope(tenantKey), 'tenant');
     const aScope = scopeOf(appScope(tenantKey, appKeyOf(caller)), 'app');
-    const limits: [AppLimits, AppLimits] = [tenant.limits, appLimits];
+    const planned: LocalScope[] = [tScope, aScope];
+    const limits: AppLimits[] = [tenant.limits, appLimits];
+    // The use case's scope, as the app's: only for a use case the tenant's policy defines.
+    const uc = useCasePolicyOf(tenant, useCase);
+    if (uc) {
+      planned.push(scopeOf(useCaseScope(tenantKey, uc.name), 'use_case', uc.name));
+      limits.push(uc.limits);
+    }
     const leases: Plan['leases'] = [];
-    [tScope, aScope].forEach((s, i) => {
+    planned.forEach((s, i) => {
       for (const p of PERIODS) {
         const budgetNano = configuredBudgetNano(limits[i], p.period);
         if (budgetNano === undefined) continue;
         leases.push({ lease: budgetLeaseFor({ scope: s.scope, period: p.period, startsOn: starts[p.period] }, nowMs), scopeIndex: i, period: p.period, budgetNano });
       }
     });
-    return { tenantId: tenant.id, appId, scopes: [tScope, aScope], limits, leases, starts };
+    return { tenantId: tenant.id, appId, scopes: planned, limits, leases, starts };
   };
 
   const checks = (p: Plan): ScopeCheck[] =>
@@ -576,6 +590,7 @@ export function createLeasedAdmission(options: LeasedAdmissionOptions, deps: Lea
       const rate = s.rate && s.rate.status === 'active' ? s.rate.shares : undefined;
       return {
         kind: s.kind,
+        ...(s.name !== undefined ? { name: s.name } : {}),
         limits: p.limits[i],
         state: s.state,
         budgets,
@@ -774,7 +789,11 @@ export function createLeasedAdmission(options: LeasedAdmissionOptions, deps: Lea
     );
   };
 
-  const whose = (l: BudgetLease) => (l.scope.startsWith('tenant:') ? "tenant's" : "app's");
+  const whose = (l: BudgetLease) => {
+    if (l.scope.startsWith('tenant:')) return "tenant's";
+    if (l.scope.startsWith('usecase:')) return `'${l.scope.slice(l.scope.indexOf('/') + 1)}' use case's`;
+    return "app's";
+  };
 
   const commit = (p: Plan, decision: Extract<ReserveDecision, { ok: true }>, request: ReservationRequest, nowMs: number): ReserveResult => {
     const id = idPrefix + (idCounter++).toString(36);
@@ -806,7 +825,8 @@ export function createLeasedAdmission(options: LeasedAdmissionOptions, deps: Lea
       worstCaseNano: worst,
       expiresAtMs: request.expiresAtMs,
     });
-    const reservation: ReservationRef = { reservationId: id, worstCaseNano: worst, monthStartsOn: p.starts.month, dayStartsOn: p.starts.day, leaseIds };
+    const useCase = p.scopes[2]?.name;
+    const reservation: ReservationRef = { reservationId: id, worstCaseNano: worst, monthStartsOn: p.starts.month, dayStartsOn: p.starts.day, leaseIds, ...(useCase !== undefined ? { useCase } : {}) };
     return { ok: true, reservationId: id, rateLimits: decision.rateLimits, reservation };
   };
 
@@ -1197,7 +1217,7 @@ export function createLeasedAdmission(options: LeasedAdmissionOptions, deps: Lea
           return { ok: false, reason: 'concurrency_limited', message: `Tenant ${tenantId} has no admission policy; ask the platform team to configure it.` };
         }
         const nowMs = clock.now();
-        const p = plan(tenant, request.caller, nowMs);
+        const p = plan(tenant, request.caller, request.useCase, nowMs);
         const decision = decideReservation({ request, scopes: checks(p), nowMs, concurrencyRetryAfterMs });
         if (decision.ok) {
           const ids = uncovered(p, request.expiresAtMs);

@@ -344,7 +344,20 @@ const limitFields = {
   daily_budget_usd: nonNegativeNumber().optional(),
 };
 
-const appLimits = strict({ max_concurrent: int(1).optional(), ...limitFields });
+/** A use case's limits: an app's without the session caps. */
+const scopeLimits = strict({ max_concurrent: int(1).optional(), ...limitFields });
+
+/**
+ * An app's limits, with its session caps (`x-weir-session-id`): an app that sets
+ * `session_max_tokens` or `session_budget_usd` allows sessions.
+ */
+const appLimits = strict({
+  max_concurrent: int(1).optional(),
+  ...limitFields,
+  session_max_tokens: int(1).optional(),
+  session_budget_usd: nonNegativeNumber().optional(),
+  session_idle_ttl_ms: int(1_000, 7 * 24 * 3_600_000).optional(),
+});
 
 const app = strict({
   id: id(),
@@ -443,6 +456,24 @@ const tenantCache = strict({
   personalised_use_cases: list(useCase(), 'use cases').optional(),
 });
 
+/**
+ * A use case of a tenant (the gateway seed's `TeamPolicy`): model chain, version policy, limits
+ * and budget, redaction profile. Cross-checks (alias, revisions, capabilities, profile, unique
+ * names) are in parse-config.ts.
+ */
+const useCasePolicy = strict({
+  name: useCase(),
+  /** The primary model: an alias the tenant may use. */
+  model: id(),
+  /** Version policy: pinned to this revision; absent = follow the alias (its canary split). */
+  pin: id().optional(),
+  /** Fallback revisions, in order. */
+  fallbacks: list(id(), 'revision ids').optional(),
+  limits: section(scopeLimits.prefault({})),
+  /** The PII redaction profile of this use case's content (default: the tenant's). */
+  redaction_profile: id().optional(),
+});
+
 const tenant = strict({
   id: id(),
   /** The tenant's internal id (control-plane snapshots only): what its state is filed under. */
@@ -470,6 +501,8 @@ const tenant = strict({
   redact_upstream: z.boolean({ error: expecting('true or false') }).default(false),
   /** The response cache (docs/caching.md). */
   cache: section(tenantCache.optional()),
+  /** The tenant's use cases: a request naming one may omit `model` (docs/api.md "Use cases"). */
+  use_cases: section(list(useCasePolicy, 'use cases').default([])),
 });
 
 /** A custom RE2 pattern of a redaction profile (compiled and checked in parse-config.ts). */

@@ -417,6 +417,24 @@ function crossCheck(file: ConfigFile): ConfigProblem[] {
       if (r.fallbacks) checkChain(r.fallbacks, r.pin !== undefined ? [r.pin] : targetsOf(alias), [...at, 'fallbacks']);
       if (r.fallbacks && r.pin !== undefined) r.fallbacks.forEach((rev, k) => rev === r.pin && add([...at, 'fallbacks', k], `revision ${describeValue(rev)} is the pinned revision; a fallback must be another revision`));
     });
+    // Use cases: unique names; the model an alias the tenant may use; the pin and fallbacks
+    // revisions, held to the same capability rule as a route's chain; no route for the same
+    // alias and use case (the use case's chain would silently replace it).
+    const seenUseCases = new Map<string, number>();
+    t.use_cases.forEach((u, j) => {
+      const at = ['tenants', i, 'use_cases', j];
+      const first = seenUseCases.get(u.name);
+      if (first !== undefined) add([...at, 'name'], `duplicate use case ${describeValue(u.name)} (also tenants[${i}].use_cases[${first}])`);
+      else seenUseCases.set(u.name, j);
+      const alias = aliasByName.get(u.model);
+      if (!alias) return add([...at, 'model'], `unknown alias ${describeValue(u.model)}${known(aliasNames)}`);
+      if (!t.allowed_aliases.includes('*') && !t.allowed_aliases.includes(u.model)) add([...at, 'model'], `alias ${describeValue(u.model)} is not in this tenant's allowed_aliases`);
+      const route = seenRoutes.get(`${u.model}\u0000${u.name}`);
+      if (route !== undefined) add(at, `tenants[${i}].routes[${route}] also routes alias ${describeValue(u.model)} for use case ${describeValue(u.name)}; keep the pin and fallbacks on the use case only`);
+      if (u.pin !== undefined && !revisionIds.has(u.pin)) add([...at, 'pin'], `unknown revision ${describeValue(u.pin)}${known(revisionIds)}`);
+      if (u.fallbacks) checkChain(u.fallbacks, u.pin !== undefined ? [u.pin] : targetsOf(alias), [...at, 'fallbacks']);
+      if (u.fallbacks && u.pin !== undefined) u.fallbacks.forEach((rev, k) => rev === u.pin && add([...at, 'fallbacks', k], `revision ${describeValue(rev)} is the pinned revision; a fallback must be another revision`));
+    });
   });
 
   // The semantic cache: the semantic lib's own rules (threshold floor, an existing embedding
@@ -539,6 +557,11 @@ function redactionProblems(file: ConfigFile): ConfigProblem[] {
       add(['tenants', i, 'redaction_profile'], `unknown redaction profile ${describeValue(t.redaction_profile)}; use one of ${[...names].join(', ')} (or define it under redaction_profiles)`);
     }
     if (t.redact_upstream && t.redaction_profile === undefined) add(['tenants', i, 'redact_upstream'], 'needs redaction_profile: the profile that redacts prompts before they are sent upstream');
+    t.use_cases.forEach((u, j) => {
+      if (u.redaction_profile !== undefined && !names.has(u.redaction_profile)) {
+        add(['tenants', i, 'use_cases', j, 'redaction_profile'], `unknown redaction profile ${describeValue(u.redaction_profile)}; use one of ${[...names].join(', ')} (or define it under redaction_profiles)`);
+      }
+    });
   });
   return problems;
 }
@@ -608,6 +631,18 @@ function toPlatformConfig(file: ConfigFile, baseDir: string): PlatformConfig {
       ...(t.moderation !== undefined ? { moderation: toModeration(t.moderation) } : {}),
       ...(t.redact_upstream ? { redactUpstream: true } : {}),
       ...cachePolicyOf(t.cache),
+      ...(t.use_cases.length > 0
+        ? {
+            useCases: t.use_cases.map((u) => ({
+              name: u.name,
+              model: u.model,
+              ...(u.pin !== undefined ? { pin: u.pin } : {}),
+              ...(u.fallbacks !== undefined ? { fallbacks: [...u.fallbacks] } : {}),
+              limits: toLimits(u.limits),
+              ...(u.redaction_profile !== undefined ? { redactionProfile: u.redaction_profile } : {}),
+            })),
+          }
+        : {}),
       ...(t.routes.length > 0
         ? {
             routes: t.routes.map((r) => ({
@@ -704,6 +739,9 @@ function toLimits(l: ConfigFile['tenants'][number]['apps'][number]['limits']): A
   if (l.output_tokens_per_minute !== undefined) out.outputTokensPerMinute = l.output_tokens_per_minute;
   if (l.monthly_budget_usd !== undefined) out.monthlyBudgetUsd = l.monthly_budget_usd;
   if (l.daily_budget_usd !== undefined) out.dailyBudgetUsd = l.daily_budget_usd;
+  if (l.session_max_tokens !== undefined) out.sessionMaxTokens = l.session_max_tokens;
+  if (l.session_budget_usd !== undefined) out.sessionBudgetUsd = l.session_budget_usd;
+  if (l.session_idle_ttl_ms !== undefined) out.sessionIdleTtlMs = l.session_idle_ttl_ms;
   return out;
 }
 

@@ -10,6 +10,7 @@ import { registerModelRoutes } from './routes/models';
 import { registerRedactionRoutes } from './routes/redaction';
 import { registerSystemRoutes } from './routes/system';
 import { registerTenantRoutes } from './routes/tenants';
+import { registerUseCaseRoutes } from './routes/use-cases';
 import { registerUsageRoutes } from './routes/usage';
 
 /** Options of {@link createAdminRouter}. */
@@ -108,6 +109,7 @@ export function createAdminRouter(options: AdminRouterOptions, deps: AdminRouter
   router.use((req, _res, next) => next(unstorableInput(req)));
 
   registerTenantRoutes(router, { cp, logger });
+  registerUseCaseRoutes(router, { cp, logger });
   registerModelRoutes(router, { cp, logger });
   registerRedactionRoutes(router, { cp, logger });
   registerSystemRoutes(router, { cp, logger });

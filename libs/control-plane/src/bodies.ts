@@ -23,6 +23,10 @@ export const limitsBody = z.strictObject({
   output_tokens_per_minute: posInt().optional(),
   monthly_budget_usd: money().optional(),
   daily_budget_usd: money().optional(),
+  /** Apps only (the configuration check refuses them elsewhere): session caps (`x-weir-session-id`). */
+  session_max_tokens: posInt().optional(),
+  session_budget_usd: money().optional(),
+  session_idle_ttl_ms: posInt().optional(),
 });
 
 /** A tenant route: a pin and/or a fallback chain for one alias (optionally one use case). */
@@ -32,6 +36,24 @@ const routeBody = z.strictObject({
   pin: id().optional(),
   fallbacks: z.array(id()).optional(),
 });
+
+/**
+ * A use case's policy without its name (`PUT /tenants/{id}/use-cases/{name}`): its model chain
+ * (`model` alias, `pin` for a pinned version, `fallbacks`), limits and budget, redaction
+ * profile. Aliases, revisions and profiles are cross-checked by `parseConfig`.
+ */
+function useCaseShape() {
+  return {
+    model: id(),
+    pin: id().optional(),
+    fallbacks: z.array(id()).optional(),
+    limits: limitsBody.optional(),
+    redaction_profile: id().optional(),
+  };
+}
+
+/** A use case's policy (`PUT /tenants/{id}/use-cases/{name}`; the name is in the path). */
+export const useCaseBody = z.strictObject(useCaseShape());
 
 const policyShape = {
   allowed_aliases: z.array(z.string()).optional(),
@@ -49,6 +71,8 @@ const policyShape = {
   cache: z.record(z.string(), z.unknown(), { message: 'expected an object (the cache policy: exact, semantic, deterministic_only, allow_opt_in, templates, hit_price_fraction, personalised_use_cases)' }).optional(),
   kill_switch: z.boolean().optional(),
   disabled: z.boolean().optional(),
+  /** The tenant's use cases (the file's `tenants[].use_cases`): each checked here, cross-checked by `parseConfig`. */
+  use_cases: z.array(z.strictObject({ name: z.string().regex(/^[A-Za-z0-9._:-]{1,64}$/, 'expected a use case of 1 to 64 letters, digits or . _ : -') }).extend(useCaseShape())).optional(),
 };
 
 /** A tenant's whole policy (PUT). */

@@ -46,6 +46,14 @@ describe('dueAnnouncements', () => {
     ]);
   });
 
+  it('a use case pinned to the revision (or falling back to it) reaches its tenant as a pin does', () => {
+    const withUseCase = {
+      ...config,
+      tenants: [{ id: 'elsewhere', allowed_aliases: ['other'], use_cases: [{ name: 'drafts', model: 'other', fallbacks: ['m@1'] }] }],
+    } as unknown as ConfigFileObject;
+    expect(dueAnnouncements(withUseCase, '2026-12-01', new Set(['m@0|2026-12-10']))[0].tenants).toEqual([{ id: 'elsewhere', via: 'pin' }]);
+  });
+
   it('a deprecation without announced_on is announced from the day it was set; nothing after retirement or twice', () => {
     expect(dueAnnouncements(config, '2026-12-05', new Set(), new Map([['m@0', '2026-12-04']]))).toEqual(
       expect.arrayContaining([expect.objectContaining({ revision: 'm@0', announced_on: '2026-12-04', days_left: 6 })]),

@@ -57,6 +57,8 @@ interface TenantRow {
   id?: unknown;
   allowed_aliases?: unknown[];
   routes?: { alias?: unknown; pin?: unknown; fallbacks?: unknown[] }[];
+  /** A use case's pin and fallbacks reach a revision as a route's do. */
+  use_cases?: { pin?: unknown; fallbacks?: unknown[] }[];
 }
 
 /**
@@ -85,7 +87,7 @@ export function dueAnnouncements(config: ConfigFileObject, today: string, done: 
     const reached: { id: string; via: DeprecationReach }[] = [];
     for (const t of tenants) {
       if (typeof t.id !== 'string') continue;
-      const routes = t.routes ?? [];
+      const routes = [...(t.routes ?? []), ...(Array.isArray(t.use_cases) ? t.use_cases : [])];
       if (routes.some((route) => route.pin === id || (route.fallbacks ?? []).includes(id))) {
         reached.push({ id: t.id, via: 'pin' });
         continue;

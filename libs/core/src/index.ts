@@ -12,3 +12,4 @@ export * from './idempotency';
 export * from './settlement';
 export * from './json-guard';
 export * from './internal-ids';
+export * from './batch';

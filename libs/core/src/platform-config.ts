@@ -320,6 +320,16 @@ export interface AdmissionLimits {
   monthlyBudgetUsd?: number;
   /** Hard budget per calendar day (UTC), USD. */
   dailyBudgetUsd?: number;
+  /**
+   * Apps only: the most tokens (input + output) one session may use over its life (the
+   * `x-weir-session-id` header; an agent run). An app that sets this or
+   * {@link sessionBudgetUsd} allows sessions; otherwise the header is ignored.
+   */
+  sessionMaxTokens?: number;
+  /** Apps only: the most one session may spend over its life, USD. */
+  sessionBudgetUsd?: number;
+  /** Apps only: a session idle this long (ms) is forgotten, its usage with it. Default 3,600,000 (1 h). */
+  sessionIdleTtlMs?: number;
 }
 
 /** An app of a tenant; API keys belong to an app. */
@@ -406,6 +416,43 @@ export interface TenantSpec {
    * then pays nothing for it (one property read). Set only when a tier is enabled.
    */
   cache?: TenantCachePolicy;
+  /**
+   * The tenant's use cases (the gateway seed's `TeamPolicy`; docs/api.md "Use cases"): each
+   * with its model chain, version policy, limits, budget and redaction profile. A request naming
+   * one of these (body `use_case` or `x-weir-use-case`) may omit `model`; its limits hold as a
+   * third admission scope (tenant → app → use case). Names are unique. Default none.
+   */
+  useCases?: UseCasePolicy[];
+}
+
+/**
+ * One use case of a tenant (the gateway seed's `TeamPolicy` row): its model chain (`model`,
+ * then `fallbacks`), version policy (`pin`: pinned to a revision, whose deprecation countdown
+ * the responses carry; absent: follow the alias's canary split, which moves behind the eval
+ * gate), its admission limits and monthly budget (a scope of its own under the tenant and the
+ * app, same reserve-then-settle rules), and the PII redaction profile its traffic's content
+ * goes through (instead of the tenant's).
+ */
+export interface UseCasePolicy {
+  /** The use case's name: 1–64 of `[A-Za-z0-9._:-]`, as requests send it. */
+  name: string;
+  /** The primary model: an alias the tenant may use. */
+  model: string;
+  /** Pinned version: every request of the use case goes to this revision (no canary). Default: follow the alias. */
+  pin?: string;
+  /** Revisions tried in order when the chosen one fails before its first token (replacing the alias's). */
+  fallbacks?: string[];
+  /** Limits and budgets of the use case's scope (absent fields: no limit there). */
+  limits: AdmissionLimits;
+  /** The redaction profile of this use case's content (a built-in one or one of `redactionProfiles`). Default: the tenant's. */
+  redactionProfile?: string;
+}
+
+/** The use case `name` of `tenant`, or undefined (a tenant has a handful: a scan beats building an index per snapshot). */
+export function useCasePolicyOf(tenant: Pick<TenantSpec, 'useCases'> | undefined, name: string | undefined): UseCasePolicy | undefined {
+  if (name === undefined || !tenant?.useCases) return undefined;
+  for (const u of tenant.useCases) if (u.name === name) return u;
+  return undefined;
 }
 
 /**

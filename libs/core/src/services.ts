@@ -64,6 +64,18 @@ export interface ReservationRequest {
    * the ledger or releases it.
    */
   expiresAtMs: number;
+  /**
+   * The request's use case. When the caller's tenant defines it (`TenantSpec.useCases`), its
+   * limits and budget are a third scope the request must fit (tenant → app → use case), reserved
+   * and settled like the others. Absent, or not defined by the tenant: no use-case scope.
+   */
+  useCase?: string;
+  /**
+   * The client's session or agent-run id (`x-weir-session-id`). Taken only when the caller's
+   * app allows sessions (`AdmissionLimits.sessionMaxTokens` / `sessionBudgetUsd`): the session's
+   * token and dollar caps then hold too (`withSessionBudgets`). Otherwise ignored.
+   */
+  sessionId?: string;
 }
 
 /**

@@ -62,6 +62,11 @@ export interface ReservationRef {
   dayStartsOn: string;
   /** Lease ids that held the worst case, one per budgeted row (absent rows had no budget). */
   leaseIds: string[];
+  /**
+   * The use case whose scope the reservation held too (one its tenant defines): the ledger then
+   * charges that use case's budget rows as well as the tenant's and the app's. Absent: none.
+   */
+  useCase?: string;
 }
 
 /**

@@ -86,11 +86,14 @@ import { aliasDeprecation, countdownHeaders, countdownOf, createDeprecationAnnou
 import type { LiveConfig } from './live-config';
 import type { Revocations } from './revocations';
 import { checkThenCompile, registerResponsesRoute, schemaCheck } from './responses-route';
+import { modelOrUseCase, sessionIdOf } from './use-cases';
 import { registerEmbeddingsRoute } from './embeddings-route';
 import { registerMessagesRoute } from './messages-route';
 import { openSse, type SseWriter } from './sse-writer';
 import { type ContentPolicies, redactInput, type TenantContentPolicy } from './content-policy';
 import { type ContentLog, createContentLog, type RedactionObserver } from './content-log';
+import { dispatchInternal, type InternalRequest, type InternalResponse } from './internal-dispatch';
+import { type BatchApi, registerBatchRoutes } from './batch/routes';
 
 /** A minimal structured logger (pino satisfies it). Never pass prompt or output text. */
 export interface GatewayLogger {
@@ -186,6 +189,8 @@ export interface GatewayDeps {
   contentLog?: ContentLog;
   /** Redaction metrics (`weir_redactions_total{type}`, `weir_redaction_failures_total`). Default none. */
   redaction?: RedactionObserver;
+  /** OpenAI's Files and Batch API (docs/batch.md) on this store; without it, `/v1/files` and `/v1/batches` are 404. */
+  batches?: BatchApi;
 }
 
 /** The freshness of the configuration snapshot a service runs on (see {@link GatewayDeps.configState}). */
@@ -239,6 +244,13 @@ export interface Gateway {
    */
   ops: (req: IncomingMessage, res: ServerResponse) => boolean;
   registry: GenerationRegistry;
+  /**
+   * Runs a request in-process as `caller` (already authenticated: its key and tenant are still
+   * checked against revocations) through the same route as one from the network: validation,
+   * moderation, idempotency, admission, scheduling and the ledger. Resolves with the answer
+   * (errors as their HTTP status and OpenAI body); the batch runner's way in (docs/batch.md).
+   */
+  dispatch(caller: Caller, request: InternalRequest): Promise<InternalResponse>;
   /** Stops admitting (503 `shutting_down`, not ready) and waits up to `graceMs` for in-flight generations; then stops the rest (billed as cancelled). */
   drain(graceMs: number): Promise<void>;
 }
@@ -566,8 +578,11 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     // A caller admission refused moments ago for every request: before hashing the body and claiming its key.
     pipeline.precheck(req.caller);
     const arrivedAt = clock.now();
-    // The tenant's content policy: one map lookup, none while no tenant has one.
-    const policy: TenantContentPolicy | undefined = contentPolicies?.active ? contentPolicies.forTenant(req.caller.tenantId) : undefined;
+    const useCase = useCaseOf(req.header('x-weir-use-case'), limits.useCase);
+    const sessionId = sessionIdOf(req.header('x-weir-session-id'));
+    // The tenant's content policy (its use case's, when that names its own redaction profile):
+    // a map lookup or two, none while no tenant has one.
+    const policy: TenantContentPolicy | undefined = contentPolicies?.active ? contentPolicies.forRequest(req.caller.tenantId, useCase) : undefined;
     // Redacted before moderation, the key claim, the token count and anything reserved: no
     // upstream (model or moderation engine) sees, and the tenant is billed for, the redacted
     // prompt. A failure sends nothing.
@@ -583,7 +598,6 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     const key = limits.requestId;
     const requestId = key ?? generationId;
     const deadlineMs = limits.deadlineMs ?? deadlineHeader(req);
-    const useCase = useCaseOf(req.header('x-weir-use-case'), limits.useCase);
     const priority = priorityOf(req.header('x-weir-priority'), limits.priority, (req.body as { service_tier?: unknown } | undefined)?.service_tier);
     // The tenant's internal id: its idempotency keys and generations are filed under it (issue 14 §4).
     const tenantId = tenantKeyOf(req.caller);
@@ -633,6 +647,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
         arrivedAt,
         paramNames: limits.paramNames,
         ...(useCase !== undefined ? { useCase } : {}),
+        ...(sessionId !== undefined ? { sessionId } : {}),
         ...(priority !== undefined ? { priority } : {}),
         ...(limits.outputSchema !== undefined ? { outputSchema: limits.outputSchema } : {}),
         ...(limits.tools !== undefined ? limits.tools : {}),
@@ -1030,6 +1045,8 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
   post('/v1/chat/completions', async (req, res) => {
     refuseUnknownFields(req.body, CHAT_COMPLETIONS_FIELDS, CHAT_UNSUPPORTED_HINTS, 'POST /v1/chat/completions');
     const body = parseBody(chatCompletionsBody, req.body);
+    // Without `model`, the use case's model chain routes the request (use-cases.ts).
+    const model = modelOrUseCase(body.model, useCaseOf(req.header('x-weir-use-case'), body.use_case), pipeline.useCases(req.caller), { model: 'model', useCase: 'use_case' });
     const tools = chatToolsOf(body);
     // response_format json_schema / json_object: the revision constrains its output (grammar or
     // upstream structured output) and the relay validates every output against the schema.
@@ -1046,16 +1063,17 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     // One route resolution checks both, before any claim or reservation.
     const checks = [...(tools ? [toolsCheck] : []), ...(raw ? [schemaCheck('response_format', raw)] : [])];
     const schemaParam = format?.type === 'json_schema' ? 'response_format.json_schema.schema' : 'response_format';
-    const g = await begin(req, res, 'chat.completions', body.model, toChatInput(body.messages), sampling(body), {
+    const g = await begin(req, res, 'chat.completions', model, toChatInput(body.messages), sampling(body), {
       maxOutputTokens: body.max_completion_tokens ?? body.max_tokens ?? undefined,
       requestId: idempotencyKeyHeader(req),
       keyParam: 'Idempotency-Key',
+      useCase: body.use_case,
       paramNames: { model: 'model', input: 'messages', maxOutputTokens: body.max_completion_tokens != null ? 'max_completion_tokens' : 'max_tokens' },
       ...(tools ? { tools } : {}),
       ...(raw ? { outputSchema: raw } : {}),
-      ...(checks.length > 0 ? { beforeAdmit: checkThenCompile(deps.router, req.caller, body.model, checks, raw, schemaParam).beforeAdmit } : {}),
+      ...(checks.length > 0 ? { beforeAdmit: checkThenCompile(deps.router, req.caller, model, checks, raw, schemaParam).beforeAdmit } : {}),
     });
-    await answerOpenAi(res, g, body.model, 'chat', body.stream === true, body.stream_options?.include_usage === true);
+    await answerOpenAi(res, g, model, 'chat', body.stream === true, body.stream_options?.include_usage === true);
   });
 
   post('/v1/completions', async (req, res) => {
@@ -1074,7 +1092,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
 
   registerEmbeddingsRoute({ post, begin, answeredBy, outcomeError, deadlineOrCancel, idempotencyKeyHeader });
   registerMessagesRoute({ post, begin, pipeline, router: deps.router, sseOptions, firstEventOrThrow: followFromFirstEvent, answeredBy, outcomeError, deadlineOrCancel, idempotencyKeyHeader });
-  registerResponsesRoute({ post, begin, precheck: (caller) => pipeline.precheck(caller), router: deps.router, sseHeartbeatMs: defaults.sseHeartbeatMs, sseStallMs: sseOptions.stallMs, firstEventOrThrow: followFromFirstEvent, answeredBy, outcomeError, deadlineOrCancel, generationsKey, idempotencyKeyHeader, sampling });
+  registerResponsesRoute({ post, begin, precheck: (caller) => pipeline.precheck(caller), useCases: (caller) => pipeline.useCases(caller), router: deps.router, sseHeartbeatMs: defaults.sseHeartbeatMs, sseStallMs: sseOptions.stallMs, firstEventOrThrow: followFromFirstEvent, answeredBy, outcomeError, deadlineOrCancel, generationsKey, idempotencyKeyHeader, sampling });
 
   /** A `/v1/models` entry: OpenAI's fields, plus `deprecation` while the caller's revisions for the alias count down. */
   const modelEntry = (caller: Caller, alias: AliasSpec) => {
@@ -1111,12 +1129,36 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     [/^\/v1\/generations\/[^/]+\/cancel$/i, 'POST'],
     [/^\/v1\/models\/[^/]+$/i, 'GET'],
   ];
+  if (deps.batches) {
+    registerBatchRoutes(
+      { route: (method, pattern, handler, body) => routes.push({ method, pattern, handler: { run: handler, auth: true, body } }), refuseWhileDraining },
+      deps.batches,
+    );
+  }
   const router = createEdgeRouter(routes);
+
+  const dispatch = (caller: Caller, request: InternalRequest): Promise<InternalResponse> =>
+    dispatchInternal(caller, request, newId('req'), (req, res) => {
+      const answer = async () => {
+        if (revocations?.isKeyRevoked({ keyId: caller.apiKeyId })) throw new WeirError('authentication_failed', 'The API key that created this batch was revoked.');
+        const refusal = revocations?.tenantRefusal(caller.tenantId);
+        if (refusal) throw new WeirError(refusal.code, refusal.message);
+        const state = deps.configState?.();
+        if (state?.stale) throw configStaleError(state);
+        const match = router.match(request.method, request.path);
+        if (!match) throw new WeirError('not_found', `Unknown route ${request.method} ${request.path}.`);
+        req.params = match.params;
+        req.routePath = match.route.pattern;
+        if (match.route.handler.body) refuseWhileDraining();
+        await match.route.handler.run(req, res);
+      };
+      answer().catch((err: unknown) => onError(err, req, res));
+    });
 
   /** A path no route takes with this method: 405 with `Allow` for a known path, else 404. */
   const unrouted = (req: EdgeRequest, res: ServerResponse) => {
     const path = req.path.length > 1 && req.path.endsWith('/') ? req.path.slice(0, -1) : req.path;
-    const allowed = router.allowed(path)[0] ?? knownPaths.find(([re]) => re.test(path))?.[1];
+    const allowed = router.allowed(path).join(', ') || knownPaths.find(([re]) => re.test(path))?.[1];
     if (allowed) {
       res.setHeader('allow', allowed);
       throw new WeirError('method_not_allowed', `${req.method} is not allowed on ${req.path}; use ${allowed}.`);
@@ -1253,6 +1295,7 @@ export function createGatewayApp(deps: GatewayDeps): Gateway {
     app,
     ops,
     registry,
+    dispatch,
     async drain(graceMs) {
       draining = true;
       const until = Date.now() + graceMs;

@@ -202,7 +202,7 @@ describe('a failing redactor fails closed', () => {
       ...(real.forTenant('t') as TenantContentPolicy),
       logRedactor: { profile: 'default', redact: () => ({ ok: false, reason: 'error', error: new Error(`fault quoting ${EMAIL}`) }), redactChunked: async () => ({ ok: false, reason: 'error' }) },
     };
-    const policies: ContentPolicies = { active: true, forTenant: (id) => (id === 't' ? broken : undefined), update() {} };
+    const policies: ContentPolicies = { active: true, forTenant: (id) => (id === 't' ? broken : undefined), forRequest: (id) => (id === 't' ? broken : undefined), update() {} };
     const metrics = counter();
     const { gw, log } = await start(cfg, policies, metrics);
     try {
@@ -224,7 +224,7 @@ describe('a failing redactor fails closed', () => {
     const real = createContentPolicies(cfg);
     const slow: TenantContentPolicy = { ...(real.forTenant('t') as TenantContentPolicy), upstreamRedactor: { profile: 'default', redact: () => ({ ok: true, text: '', counts: {}, truncatedChars: 0 }), redactChunked: async () => ({ ok: false, reason: 'timeout' }) } };
     const metrics = counter();
-    const { gw, log, engine } = await start(cfg, { active: true, forTenant: (id) => (id === 't' ? slow : undefined), update() {} }, metrics);
+    const { gw, log, engine } = await start(cfg, { active: true, forTenant: (id) => (id === 't' ? slow : undefined), forRequest: (id) => (id === 't' ? slow : undefined), update() {} }, metrics);
     try {
       const r = await gw.post('/v1/chat/completions', { model: 'fake', messages: [{ role: 'user', content: PROMPT }] });
       expect(r.status).toBe(500);

@@ -23,12 +23,18 @@ export interface TenantContentPolicy {
   upstreamRedactor: Redactor;
 }
 
-/** Content policies by tenant id, replaced atomically by {@link ContentPolicies.update}. */
+/** Content policies by tenant id (and by tenant and use case), replaced atomically by {@link ContentPolicies.update}. */
 export interface ContentPolicies {
   /** True when some tenant logs content or redacts upstream (false: skip every lookup). */
   readonly active: boolean;
   /** The policy of tenant `tenantId` (the configuration's tenant id), or undefined when it has none. */
   forTenant(tenantId: string): TenantContentPolicy | undefined;
+  /**
+   * The policy of a request of tenant `tenantId` naming `useCase`: the use case's own when the
+   * tenant defines it with a `redactionProfile` (the tenant's logging and upstream flags, the use
+   * case's profile), else the tenant's ({@link forTenant}).
+   */
+  forRequest(tenantId: string, useCase: string | undefined): TenantContentPolicy | undefined;
   /**
    * Rebuilds the policies from a snapshot (which `parseConfig` validated: profiles compile and
    * tenants name known ones). A tenant naming a profile that does not compile gets no policy and
@@ -51,6 +57,10 @@ export interface ContentPolicyOptions {
 }
 
 const wants = (t: TenantSpec) => t.redactionProfile !== undefined && (t.contentLogging === true || t.redactUpstream === true);
+/** A tenant some of whose use cases name their own profile, and that logs content or redacts upstream. */
+const wantsUseCases = (t: TenantSpec) => (t.contentLogging === true || t.redactUpstream === true) && (t.useCases ?? []).some((u) => u.redactionProfile !== undefined);
+/** The key of a use case's policy. */
+const useCaseKey = (tenantId: string, useCase: string) => `${tenantId}\u0000${useCase}`;
 
 /** Creates the policies of `config`'s tenants. */
 export function createContentPolicies(config: Pick<PlatformConfig, 'tenants' | 'redactionProfiles'>, options: ContentPolicyOptions = {}): ContentPolicies {
@@ -63,26 +73,44 @@ export function createContentPolicies(config: Pick<PlatformConfig, 'tenants' | '
   const build = (c: Pick<PlatformConfig, 'tenants' | 'redactionProfiles'>) => {
     const next = new Map<string, TenantContentPolicy>();
     const tenants = c.tenants.filter(wants);
-    if (tenants.length === 0) return next;
+    const withUseCases = c.tenants.filter(wantsUseCases);
+    if (tenants.length === 0 && withUseCases.length === 0) return next;
     const compiled = compileProfiles((c.redactionProfiles ?? []).map((p) => ({ ...p })));
     // A bad profile leaves only the tenants naming it without a policy; the rest compile alone.
     const profiles = compiled.ok ? compiled.profiles : undefined;
-    for (const t of tenants) {
-      const name = t.redactionProfile as string;
+    const profileOf = (owner: string, name: string) => {
       let profile = profiles?.get(name);
       if (!profile && !compiled.ok) {
         const alone = compileProfiles((c.redactionProfiles ?? []).filter((p) => p.name === name));
         profile = alone.ok ? alone.profiles.get(name) : undefined;
-        if (!profile) options.onInvalid?.(t.id, alone.ok ? [`unknown redaction profile '${name}'`] : alone.errors);
-      } else if (!profile) options.onInvalid?.(t.id, [`unknown redaction profile '${name}'`]);
-      if (!profile) continue;
-      next.set(t.id, {
+        if (!profile) options.onInvalid?.(owner, alone.ok ? [`unknown redaction profile '${name}'`] : alone.errors);
+      } else if (!profile) options.onInvalid?.(owner, [`unknown redaction profile '${name}'`]);
+      return profile;
+    };
+    const policyOf = (t: TenantSpec, name: string, owner: string): TenantContentPolicy | undefined => {
+      const profile = profileOf(owner, name);
+      if (!profile) return undefined;
+      return {
         profile: name,
         logContent: t.contentLogging === true,
         redactUpstream: t.redactUpstream === true,
         logRedactor: createRedactor(profile, logOptions),
         upstreamRedactor: createRedactor(profile, upstreamOptions),
-      });
+      };
+    };
+    for (const t of tenants) {
+      const policy = policyOf(t, t.redactionProfile as string, t.id);
+      if (policy) next.set(t.id, policy);
+    }
+    // A use case's own profile replaces the tenant's for its traffic. One that does not compile
+    // (reported through onInvalid) leaves the use case on the tenant's policy: a tenant that
+    // redacts upstream has a profile of its own (parse-config), so its prompts are never sent raw.
+    for (const t of withUseCases) {
+      for (const u of t.useCases ?? []) {
+        if (u.redactionProfile === undefined) continue;
+        const policy = policyOf(t, u.redactionProfile, `${t.id}/${u.name}`);
+        if (policy) next.set(useCaseKey(t.id, u.name), policy);
+      }
     }
     return next;
   };
@@ -92,6 +120,10 @@ export function createContentPolicies(config: Pick<PlatformConfig, 'tenants' | '
       return byTenant.size > 0;
     },
     forTenant: (tenantId) => (byTenant.size === 0 ? undefined : byTenant.get(tenantId)),
+    forRequest(tenantId, useCase) {
+      if (byTenant.size === 0) return undefined;
+      return (useCase === undefined ? undefined : byTenant.get(useCaseKey(tenantId, useCase))) ?? byTenant.get(tenantId);
+    },
     update(c) {
       byTenant = build(c);
     },

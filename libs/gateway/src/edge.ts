@@ -234,7 +234,7 @@ function readAll(req: IncomingMessage, source: Readable, limit: number, declared
 
 /** A route of the edge. */
 export interface EdgeRoute<H> {
-  method: 'GET' | 'POST';
+  method: 'GET' | 'POST' | 'DELETE';
   /** `/v1/generations/:id`: literal segments and `:name` parameters. */
   pattern: string;
   handler: H;
@@ -299,7 +299,7 @@ export function createEdgeRouter<H>(routes: readonly EdgeRoute<H>[]): EdgeRouter
     allowed(rawPath) {
       const path = normal(rawPath);
       const out: string[] = [];
-      for (const method of ['GET', 'POST'] as const) if (fixed.has(`${method} ${path.toLowerCase()}`) || matchParams(method, path)) out.push(method);
+      for (const method of ['GET', 'POST', 'DELETE'] as const) if (fixed.has(`${method} ${path.toLowerCase()}`) || matchParams(method, path)) out.push(method);
       return out;
     },
   };

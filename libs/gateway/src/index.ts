@@ -20,3 +20,7 @@ export * from './content-policy';
 export * from './content-log';
 export * from './cache-moderation';
 export * from './relay-embedder';
+export { type InternalRequest, type InternalResponse } from './internal-dispatch';
+export { type BatchApi, batchObject, fileObject } from './batch/routes';
+export { BATCH_ENDPOINTS, type BatchLimits, batchLimitsFromEnv, DEFAULT_BATCH_LIMITS, validateBatchInput, type ValidationResult } from './batch/validate';
+export { type BatchRunner, batchRunnerOptionsFromEnv, type BatchRunnerOptions, startBatchRunner } from './batch/runner';

@@ -33,6 +33,8 @@ import {
   type TenantCachePolicy,
   type TenantSpec,
   type TokenUsage,
+  type UseCasePolicy,
+  useCasePolicyOf,
   type ToolChoice,
   type ToolDefinition,
   type RetainSpec,
@@ -204,6 +206,8 @@ export interface GenerationParams {
   paramNames?: ParamNames;
   /** The caller's use case (validated: `USE_CASE_PATTERN`), carried into the usage record. Default none. */
   useCase?: string;
+  /** The client's session or agent-run id (`x-weir-session-id`, validated): admission caps it when the app allows sessions. Default none. */
+  sessionId?: string;
   /** Scheduling class (`batch` runs after interactive work, on the batch pool if any, shed first). Default `interactive`. */
   priority?: RequestPriority;
   /** The client's end-user id (OpenAI's `user`), used as the canary's sticky key when given. Default none (the request id). */
@@ -365,6 +369,11 @@ export interface GenerationPipeline {
    * far smaller than the refused request's): `admit` applies it after the cache lookup, on a miss.
    */
   precheck(caller: Caller): void;
+  /**
+   * The use cases the caller's tenant defines (model chain, limits, redaction profile) in the
+   * current snapshot; empty when none. No I/O.
+   */
+  useCases(caller: Caller): readonly UseCasePolicy[];
 }
 
 /**
@@ -381,6 +390,9 @@ export function worstCaseCostNanoUsd(candidates: readonly RevisionSpec[], inputT
 
 /** The revision a tenant route pins for `alias` (the use case's route first, then the alias's own), if any. */
 function pinOf(tenant: TenantSpec | undefined, alias: string, useCase: string | undefined): string | undefined {
+  // A use case's own chain is its most specific route (as the router takes it).
+  const uc = useCasePolicyOf(tenant, useCase);
+  if (uc && uc.model === alias) return uc.pin;
   const routes = tenant?.routes;
   if (!routes) return undefined;
   const route = (useCase !== undefined ? routes.find((r) => r.alias === alias && r.useCase === useCase) : undefined) ?? routes.find((r) => r.alias === alias && r.useCase === undefined);
@@ -571,9 +583,11 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
       // At least 1, as every reservation asks (an empty cached answer still settles to 0).
       maxOutputTokens: Math.max(1, usage.outputTokens),
       worstCaseCostNanoUsd: billedNanoUsd,
+      ...(params.useCase !== undefined ? { useCase: params.useCase } : {}),
+      ...(params.sessionId !== undefined ? { sessionId: params.sessionId } : {}),
     });
     if (!reserved.ok) {
-      admissionMemo.noteRefusal(caller, reserved, clock.now());
+      if (!hasOwnScope(params)) admissionMemo.noteRefusal(caller, reserved, clock.now());
       return reject(caller, new AdmissionRejectedError(reserved.reason, reserved.message, reserved.retryAfterMs, reserved.rateLimits));
     }
     let started = false;
@@ -633,10 +647,19 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
     };
   };
 
+  /**
+   * Whether admission may have refused this request on a scope of its own — its use case's (one
+   * its tenant defines) or its session's — rather than one every request of the caller shares:
+   * such a refusal is not remembered for the caller (admission pushback).
+   */
+  const hasOwnScope = (params: GenerationParams) =>
+    params.sessionId !== undefined || (params.useCase !== undefined && useCasePolicyOf(tenants().get(params.caller.tenantId), params.useCase) !== undefined);
+
   return {
     deadlineMsFor,
     precheck,
     countInputTokens: (revision, input) => deps.countInputTokens(revision, input),
+    useCases: (caller) => tenants().get(caller.tenantId)?.useCases ?? [],
     async holdUnmetered(caller, requestId, holdMs) {
       const reserved = await admitPort.reserve({
         caller,
@@ -833,6 +856,8 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
             inputTokens,
             maxOutputTokens,
             worstCaseCostNanoUsd: worstCase,
+            ...(params.useCase !== undefined ? { useCase: params.useCase } : {}),
+            ...(params.sessionId !== undefined ? { sessionId: params.sessionId } : {}),
           },
           schedule: slotSpec(),
         });
@@ -842,7 +867,8 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
       }
       if (!reserved.ok) {
         giveBackProbe();
-        admissionMemo.noteRefusal(caller, reserved, clock.now());
+        // A refusal of a use case's scope holds only for that use case: not remembered for the caller.
+        if (!hasOwnScope(params)) admissionMemo.noteRefusal(caller, reserved, clock.now());
         return reject(caller, new AdmissionRejectedError(reserved.reason, reserved.message, reserved.retryAfterMs, reserved.rateLimits));
       }
       const admitted = reserved;

@@ -209,7 +209,7 @@ describe('POST /v1/responses', () => {
     });
 
     it.each<[string, Record<string, unknown>, string, RegExp]>([
-      ['no model', { model: undefined }, 'model', /`model` is required/],
+      ['no model, with a use case the tenant does not define', { model: undefined }, 'use_case', /is not defined in your tenant's policy \(it defines none\).*send `model`/],
       ['no use_case', { use_case: undefined }, 'use_case', /use_case/],
       ['no max_tokens', { max_tokens: undefined }, 'max_tokens', /max_tokens/],
       ['no messages', { messages: undefined }, 'messages', /messages/],

@@ -31,6 +31,7 @@ import {
   type RouterService,
   type SamplingParams,
   tenantKeyOf,
+  type UseCasePolicy,
   WeirError,
 } from '@weir/core';
 import {
@@ -57,6 +58,7 @@ import { createResponsesOutput, type ResponsesOutputEvent } from './responses-ou
 import type { CostMeter } from './cost-report';
 import { openSse } from './sse-writer';
 import { blockedBeforeOutput, type Transcript, type TranscriptEvent } from './transcript';
+import { modelOrUseCase } from './use-cases';
 
 /** A generation being answered, as app.ts's `begin` returns it. */
 export interface ResponsesAnswer {
@@ -107,6 +109,8 @@ export interface ResponsesRouteContext {
   sampling(body: { temperature?: number | null; top_p?: number | null; seed?: number | null; stop?: string | string[] | null }): SamplingParams;
   /** Throws admission's remembered refusal of `caller` (see `GenerationPipeline.precheck`): called before compiling a schema. */
   precheck(caller: Caller): void;
+  /** The use cases the caller's tenant defines (`GenerationPipeline.useCases`): a body without `model` is routed by its use case's chain. */
+  useCases(caller: Caller): readonly UseCasePolicy[];
 }
 
 /** Hints for OpenAI Responses fields Weir does not support (the rest get a generic one). */
@@ -233,19 +237,14 @@ function weirResponsesEnd(o: GenerationOutcome, value: unknown): WeirResponsesEn
 
 async function answerWeirShape(ctx: ResponsesRouteContext, req: Authed, res: ServerResponse): Promise<void> {
   const body = parseBody(responsesWeirBody, req.body);
-  if (body.model === undefined) {
-    throw new WeirError(
-      'invalid_request',
-      'Invalid request: `model` is required: name the model alias to use (GET /v1/models lists yours). Weir routes a use case through the alias it names; it has no default model per use case.',
-      { param: 'model' },
-    );
-  }
+  // Without `model`, the use case's model chain (a use case the tenant's policy defines).
+  const model = modelOrUseCase(body.model, body.use_case, ctx.useCases(req.caller), { model: 'model', useCase: 'use_case' });
   // A caller admission refused moments ago is refused before its schema is compiled.
   if (body.output_schema !== undefined) ctx.precheck(req.caller);
   // The cheap checks now; the compilation after the route's capability checks (beforeAdmit).
   const raw = body.output_schema === undefined ? undefined : screenOutputSchema(body.output_schema, 'output_schema');
-  const compiling = raw ? checkThenCompile(ctx.router, req.caller, body.model, [schemaCheck('output_schema', raw)], raw, 'output_schema') : undefined;
-  const g = await ctx.begin(req, res, 'generations', body.model, toChatInput(body.messages), ctx.sampling(body), {
+  const compiling = raw ? checkThenCompile(ctx.router, req.caller, model, [schemaCheck('output_schema', raw)], raw, 'output_schema') : undefined;
+  const g = await ctx.begin(req, res, 'generations', model, toChatInput(body.messages), ctx.sampling(body), {
     maxOutputTokens: body.max_tokens,
     deadlineMs: body.deadline_ms,
     ...ctx.generationsKey(req, body.request_id),

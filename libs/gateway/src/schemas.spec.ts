@@ -15,7 +15,8 @@ const chat = { model: 'm', messages: [{ role: 'user', content: 'hi' }] };
 
 describe('parseBody', () => {
   it.each([
-    ['a missing field', { messages: chat.messages }, 'model', '`model`: is required (expected a string)'],
+    // `model` may be absent (a use case's chain routes the request: use-cases.ts); `messages` may not.
+    ['a missing field', { model: 'm' }, 'messages', '`messages`: is required'],
     ['a fractional integer', { ...chat, max_tokens: 1.5 }, 'max_tokens', '`max_tokens`: expected an integer, got the number 1.5'],
     ['a string for a number', { ...chat, temperature: '0.5' }, 'temperature', '`temperature`: expected a number, got a string'],
     ['a string for a boolean', { ...chat, stream: 'yes' }, 'stream', '`stream`: expected a boolean, got a string'],

@@ -152,7 +152,10 @@ export const cacheFields = {
 
 /** `POST /v1/chat/completions` (CONVENTIONS.md §1). Unknown fields are refused by the route, by name, before this schema runs ({@link refuseUnknownFields}). */
 export const chatCompletionsBody = z.object({
-  model: z.string().min(1),
+  /** Optional only with a `use_case` (or `x-weir-use-case`) the tenant's policy defines: its model chain is used (`use-cases.ts`). */
+  model: z.string().min(1).optional(),
+  /** Weir's extension: the request's use case (its limits, budget, redaction profile; its model chain when `model` is absent). */
+  use_case: z.string().regex(USE_CASE_PATTERN, 'use 1-64 letters, digits and . _ : - only').optional(),
   messages: z.array(chatCompletionsMessage).min(1),
   stream: z.boolean().nullish(),
   stream_options: streamOptions,
@@ -260,8 +263,8 @@ export const generationsBody = z.object({
 /**
  * `POST /v1/responses` in Weir's shape (the gateway seed): `use_case`, `messages`,
  * `max_tokens`, `stream`, `output_schema`, plus `/v1/generations`' optional controls. `model`
- * is optional here only so the route can say why it is needed (Weir has no default model per
- * use case). `output_schema` is checked by `compileOutputSchema`, not here.
+ * is optional: without it the use case's model chain routes the request (a use case the
+ * tenant's policy defines; `use-cases.ts`). `output_schema` is checked by `compileOutputSchema`, not here.
  */
 export const responsesWeirBody = z.object({
   model: z.string().min(1).optional(),

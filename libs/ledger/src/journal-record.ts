@@ -174,6 +174,7 @@ function reservationFault(v: unknown): string | undefined {
   if (!Number.isSafeInteger(v.worstCaseNano)) return 'worstCaseNano must be an integer';
   if (!isDate(v.monthStartsOn) || !isDate(v.dayStartsOn)) return 'monthStartsOn and dayStartsOn must be YYYY-MM-DD';
   if (!Array.isArray(v.leaseIds) || v.leaseIds.some((l) => typeof l !== 'string')) return 'leaseIds must be strings';
+  if (v.useCase !== undefined && typeof v.useCase !== 'string') return 'useCase must be a string';
   return undefined;
 }
 

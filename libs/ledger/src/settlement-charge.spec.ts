@@ -25,6 +25,22 @@ describe('settlementCharge', () => {
     });
   });
 
+  it("charges the use case's rows too when the reservation held its scope, and only then", () => {
+    const ref = buildReservationRef('g', ['l1'], { monthStartsOn: '2026-02-01', dayStartsOn: '2026-02-28' });
+    const held = settlementCharge(buildUsageRecord(1, { tenantId: 'acme', appId: 'web', useCase: 'drafts', reservation: { ...ref, useCase: 'drafts' } }));
+    expect(held.budgets.map((b) => `${b.scope}|${b.period}`)).toEqual([
+      'app:acme/web|day',
+      'app:acme/web|month',
+      'tenant:acme|day',
+      'tenant:acme|month',
+      'usecase:acme/drafts|day',
+      'usecase:acme/drafts|month',
+    ]);
+    // A use case only as a label (the tenant did not define it): no rows of its own.
+    const label = settlementCharge(buildUsageRecord(2, { tenantId: 'acme', appId: 'web', useCase: 'drafts', reservation: ref }));
+    expect(label.budgets).toHaveLength(4);
+  });
+
   it('charges the finish time’s periods when nothing was reserved (UTC)', () => {
     const c = settlementCharge(buildUsageRecord(1, { finishedAt: new Date('2026-11-30T23:59:59.999Z') }));
     expect([c.monthStartsOn, c.dayStartsOn, c.leaseIds]).toEqual(['2026-11-01', '2026-11-30', []]);

@@ -4,7 +4,8 @@ import type { UsageRecord } from '@weir/core';
 /**
  * What settling one usage record moves (ADR 0002 §2): its cost onto the settled spend of the
  * four budget rows — tenant and app × the month and the day of its reservation's periods (of its
- * finish time when nothing was reserved) — and off the leases that held it.
+ * finish time when nothing was reserved), and the use case's two when the reservation held its
+ * scope (`ReservationRef.useCase`) — and off the leases that held it.
  */
 export interface SettlementCharge {
   generationId: string;
@@ -13,7 +14,7 @@ export interface SettlementCharge {
   /** First day (`YYYY-MM-DD`, UTC) of the month and the day charged. */
   monthStartsOn: string;
   dayStartsOn: string;
-  /** The four budget rows, sorted the way stores lock them (shared between charges of the same rows: never mutate). */
+  /** The four (six with a use case) budget rows, sorted the way stores lock them (shared between charges of the same rows: never mutate). */
   budgets: readonly BudgetKey[];
   /** The budget leases that covered the reservation (none when nothing was reserved). */
   leaseIds: string[];
@@ -29,7 +30,7 @@ export function settlementCharge(usage: UsageRecord): SettlementCharge {
     monthStartsOn: periods.month,
     dayStartsOn: periods.day,
     // Budget rows are filed under the internal ids (issue 14 §4), as admission reserved them.
-    budgets: budgetRows(usage.tenantUid ?? usage.tenantId, usage.appUid ?? usage.appId, periods.month, periods.day),
+    budgets: budgetRows(usage.tenantUid ?? usage.tenantId, usage.appUid ?? usage.appId, periods.month, periods.day, r?.useCase),
     leaseIds: r ? distinct(r.leaseIds) : [],
   };
 }
@@ -40,12 +41,12 @@ export function settlementCharge(usage: UsageRecord): SettlementCharge {
  * so a charge costs one map look-up instead of building and sorting four keys. At most
  * {@link BUDGET_ROWS_CACHED} sets are kept; the cache starts over when full.
  */
-function budgetRows(tenantId: string, appId: string, month: string, day: string): readonly BudgetKey[] {
-  const key = `${tenantId}\u0000${appId}\u0000${month}\u0000${day}`;
+function budgetRows(tenantId: string, appId: string, month: string, day: string, useCase: string | undefined): readonly BudgetKey[] {
+  const key = `${tenantId}\u0000${appId}\u0000${month}\u0000${day}\u0000${useCase ?? ''}`;
   let rows = budgetRowsCache.get(key);
   if (!rows) {
     if (budgetRowsCache.size >= BUDGET_ROWS_CACHED) budgetRowsCache.clear();
-    rows = Object.freeze(lockKeys(tenantId, appId, month, day).budgets.map((b) => Object.freeze(b)));
+    rows = Object.freeze(lockKeys(tenantId, appId, month, day, useCase).budgets.map((b) => Object.freeze(b)));
     budgetRowsCache.set(key, rows);
   }
   return rows;

@@ -157,3 +157,43 @@ describe('a canary arm falls back to the stable arm', () => {
     expect(pinned.ok && pinned.route.fallbacks).toEqual([]);
   });
 });
+
+describe('a use case’s chain', () => {
+  const withUseCases: PlatformConfig = {
+    ...config,
+    tenants: [
+      {
+        ...config.tenants[0],
+        routes: [{ alias: 'chat', useCase: 'other', pin: 'm@1' }],
+        useCases: [
+          { name: 'pinned', model: 'chat', pin: 'm@2', fallbacks: ['m@1'], limits: {} },
+          { name: 'auto', model: 'chat', fallbacks: ['m@2'], limits: {} },
+        ],
+      },
+      config.tenants[1],
+    ],
+  };
+  const router = createStaticRouter(withUseCases);
+
+  it('pins every request of a pinned use case, with its fallbacks; a use case following the alias gets the canary split and its own chain', async () => {
+    for (let i = 0; i < 20; i++) {
+      const r = await router.resolve(callerA, 'chat', `req-${i}`, 'pinned');
+      expect(r.ok && [r.route.revision.id, r.route.fallbacks.map((f) => f.id)]).toEqual(['m@2', ['m@1']]);
+    }
+    const arms = new Set<string>();
+    for (let i = 0; i < 200; i++) {
+      const r = await router.resolve(callerA, 'chat', `req-${i}`, 'auto');
+      if (!r.ok) throw new Error(r.message);
+      arms.add(r.route.revision.id);
+      if (r.route.revision.id === 'm@1') expect(r.route.fallbacks.map((f) => f.id)).toEqual(['m@2']);
+    }
+    expect(arms).toEqual(new Set(['m@1', 'm@2']));
+  });
+
+  it('applies only to its own model, and leaves other use cases and requests without one to the routes and the alias', async () => {
+    const other = await router.resolve(callerA, 'chat', 'req-1', 'other');
+    expect(other.ok && other.route.revision.id).toBe('m@1');
+    const viaPrivate = await router.resolve(callerA, 'private', 'req-1', 'pinned');
+    expect(viaPrivate.ok && [viaPrivate.route.revision.id, viaPrivate.route.fallbacks]).toEqual(['m@2', []]);
+  });
+});

@@ -36,8 +36,21 @@ function indexOf(config: RoutingConfig): Index {
         return [t.id, set.has('*') ? () => true : (alias: string) => set.has(alias)];
       }),
     ),
-    routes: new Map(config.tenants.map((t) => [t.id, new Map((t.routes ?? []).map((r) => [`${r.alias}\u0000${r.useCase ?? ''}`, r]))])),
+    routes: new Map(config.tenants.map((t) => [t.id, routesOf(t)])),
   };
+}
+
+/**
+ * A tenant's routes by `alias\0useCase` (or `alias\0`): its `routes`, then each use case's chain
+ * (`model`, `pin`, `fallbacks`) as the route of its model and name — the most specific route of
+ * a request naming the use case. (parse-config refuses a route and a use case for the same pair.)
+ */
+function routesOf(t: RoutingConfig['tenants'][number]): Map<string, TenantRoute> {
+  const out = new Map((t.routes ?? []).map((r) => [`${r.alias}\u0000${r.useCase ?? ''}`, r]));
+  for (const u of t.useCases ?? []) {
+    out.set(`${u.model}\u0000${u.name}`, { alias: u.model, useCase: u.name, ...(u.pin !== undefined ? { pin: u.pin } : {}), ...(u.fallbacks !== undefined ? { fallbacks: u.fallbacks } : {}) });
+  }
+  return out;
 }
 
 /**
@@ -45,8 +58,9 @@ function indexOf(config: RoutingConfig): Index {
  *
  * - **Access**: only aliases the caller's tenant may use; an unknown alias and a forbidden one
  *   answer the same `model_not_found`, so aliases are not disclosed across tenants.
- * - **Pins**: a tenant route for the alias (the one naming the request's use case first, else
- *   the one for the alias alone) may pin a revision: every matching request goes there.
+ * - **Pins**: a tenant route for the alias (the one naming the request's use case first — a
+ *   use case's own chain is such a route — else the one for the alias alone) may pin a
+ *   revision: every matching request goes there.
  * - **Canary**: otherwise the alias's weighted targets, the arm chosen by a hash of `stickyKey`
  *   (`pickWeighted`): the same key always lands on the same arm while the weights stand.
  * - **Fallbacks**: the route's chain, else the alias's, without the chosen revision and without

@@ -53,6 +53,7 @@ interface ReservationRow {
   id: string;
   tenant_id: string;
   app_id: string;
+  use_case: string | null;
   request_id: string;
   generation_id: string;
   state: ReservationRecord['state'];
@@ -79,7 +80,7 @@ interface LedgerRow {
 }
 
 /** The columns of a {@link ReservationRow}, qualified by the table alias `r`. */
-const RESERVATION_COLUMNS = sql`r.id, r.tenant_id, r.app_id, r.request_id, r.generation_id, r.state, r.input_tokens, r.max_output_tokens,
+const RESERVATION_COLUMNS = sql`r.id, r.tenant_id, r.app_id, r.use_case, r.request_id, r.generation_id, r.state, r.input_tokens, r.max_output_tokens,
   r.worst_case_nano::text AS worst_case_nano, r.month_starts_on::text AS month_starts_on, r.day_starts_on::text AS day_starts_on,
   r.created_at, r.expires_at, r.settled_nano::text AS settled_nano, r.settled_input_tokens, r.settled_output_tokens, r.finished_at, r.finished_by`;
 
@@ -268,6 +269,7 @@ async function insertReservations(trx: Db, records: readonly ReservationRecord[]
       id: r.id,
       tenant_id: r.tenantId,
       app_id: r.appId,
+      use_case: r.useCase ?? null,
       request_id: r.requestId,
       generation_id: r.generationId,
       state: r.state,
@@ -309,6 +311,7 @@ function toRecord(r: ReservationRow): ReservationRecord {
     id: r.id,
     tenantId: r.tenant_id,
     appId: r.app_id,
+    ...(r.use_case !== null && r.use_case !== undefined ? { useCase: r.use_case } : {}),
     requestId: r.request_id,
     generationId: r.generation_id,
     state: r.state,

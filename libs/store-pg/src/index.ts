@@ -72,3 +72,4 @@ export { applyIsolating, isDataError, type RejectedSettlement } from './settleme
 export { ensurePrivateDir, preparePrivateDataDir, privatizeTree, PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, restrictUmask } from './private-data-dir';
 export { createPgExactCacheTier, type PgExactCacheTier, type PgExactCacheTierOptions } from './pg-exact-cache-tier';
 export { createPgSemanticStore, purgeExpiredSemanticEntries, type PgSemanticStoreOptions } from './semantic-store';
+export { createPgBatchStore, type PgBatchStoreOptions } from './batch-store';

@@ -426,13 +426,13 @@ function toRateLease(r: LeaseRowDb): RateLeaseRow {
 export async function applyLeaseSettlements(trx: Transaction<WeirSchema>, items: readonly LeaseSettlement[]): Promise<void> {
   const charges = items.map((it, i): SettlementCharge => {
     if (!Number.isSafeInteger(it.costNano) || it.costNano < 0) throw new RangeError(`settlement cost must be a non-negative safe integer of nano-USD, got ${it.costNano}`);
-    const { monthStartsOn, dayStartsOn, leaseIds } = it.reservation;
+    const { monthStartsOn, dayStartsOn, leaseIds, useCase } = it.reservation;
     return {
       generationId: `lease-settlement-${i}`,
       costNano: it.costNano,
       monthStartsOn,
       dayStartsOn,
-      budgets: lockKeys(it.tenantId, it.appId, monthStartsOn, dayStartsOn).budgets,
+      budgets: lockKeys(it.tenantId, it.appId, monthStartsOn, dayStartsOn, useCase).budgets,
       leaseIds: [...new Set(leaseIds)],
     };
   });

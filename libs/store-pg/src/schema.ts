@@ -196,6 +196,8 @@ export interface ReservationsTable {
   id: string;
   tenant_id: string;
   app_id: string;
+  /** The use case whose admission scope it holds too (migration 0018); null: none. */
+  use_case: ColumnType<string | null, string | null | undefined, string | null>;
   request_id: string;
   generation_id: string;
   state: 'held' | 'settled' | 'released' | 'expired';

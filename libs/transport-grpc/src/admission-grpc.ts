@@ -60,6 +60,8 @@ function reserveRequestFromWire(request: admissionV1.ReserveRequest): Reservatio
     inputTokens: request.inputTokens,
     maxOutputTokens: request.maxOutputTokens,
     worstCaseCostNanoUsd: Number(request.worstCaseCostNanoUsd),
+    ...(request.useCase !== undefined ? { useCase: request.useCase } : {}),
+    ...(request.sessionId !== undefined ? { sessionId: request.sessionId } : {}),
   };
 }
 
@@ -72,6 +74,8 @@ function reserveRequestToWire(request: ReservationRequest): MessageInitShape<typ
     inputTokens: request.inputTokens,
     maxOutputTokens: request.maxOutputTokens,
     worstCaseCostNanoUsd: toNanoUsd(request.worstCaseCostNanoUsd),
+    ...(request.useCase !== undefined ? { useCase: request.useCase } : {}),
+    ...(request.sessionId !== undefined ? { sessionId: request.sessionId } : {}),
   };
 }
 

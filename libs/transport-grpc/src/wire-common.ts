@@ -57,6 +57,7 @@ export function reservationToWire(ref: ReservationRef): MessageInitShape<typeof 
     monthStartsOn: ref.monthStartsOn,
     dayStartsOn: ref.dayStartsOn,
     leaseIds: [...ref.leaseIds],
+    ...(ref.useCase !== undefined ? { useCase: ref.useCase } : {}),
   };
 }
 
@@ -69,6 +70,7 @@ export function reservationFromWire(ref: commonV1.ReservationRef): ReservationRe
     monthStartsOn: ref.monthStartsOn,
     dayStartsOn: ref.dayStartsOn,
     leaseIds: [...ref.leaseIds],
+    ...(ref.useCase !== undefined ? { useCase: ref.useCase } : {}),
   };
 }
 

@@ -120,6 +120,21 @@ export const LIMIT_FLAGS: Readonly<Record<string, { field: string; integer: bool
   'monthly-budget-usd': { field: 'monthly_budget_usd', integer: false, help: 'USD per UTC month' },
 };
 
+/**
+ * An app's session caps (`x-weir-session-id`; apps only): an app that sets either cap allows
+ * sessions. {@link limitsFromFlags} reads them too.
+ */
+export const SESSION_LIMIT_FLAGS: Readonly<Record<string, { field: string; integer: boolean; help: string }>> = {
+  'session-max-tokens': { field: 'session_max_tokens', integer: true, help: 'tokens one session (x-weir-session-id) may use over its life' },
+  'session-budget-usd': { field: 'session_budget_usd', integer: false, help: 'USD one session may spend over its life' },
+  'session-idle-ttl-ms': { field: 'session_idle_ttl_ms', integer: true, help: 'ms after which an idle session is forgotten (default 3600000)' },
+};
+
+/** {@link SESSION_LIMIT_FLAGS} as flag specs (`apps create`). */
+export const SESSION_LIMIT_FLAG_SPECS: Readonly<Record<string, FlagSpec>> = Object.fromEntries(
+  Object.entries(SESSION_LIMIT_FLAGS).map(([flag, l]) => [flag, { value: 'N', help: `session cap: ${l.help} (${l.integer ? 'integer ≥ 1' : 'number ≥ 0'})` }]),
+);
+
 /** {@link LIMIT_FLAGS} as flag specs, for a command's `flags`. */
 export const LIMIT_FLAG_SPECS: Readonly<Record<string, FlagSpec>> = Object.fromEntries(
   Object.entries(LIMIT_FLAGS).map(([flag, l]) => [flag, { value: 'N', help: `limit: ${l.help} (${l.integer ? 'integer ≥ 1' : 'number ≥ 0'}; none removes it)` }]),
@@ -133,7 +148,7 @@ export const LIMIT_FLAG_SPECS: Readonly<Record<string, FlagSpec>> = Object.fromE
 export function limitsFromFlags(flags: Readonly<Record<string, string | boolean | undefined>>): { set: Record<string, number>; remove: string[] } {
   const set: Record<string, number> = {};
   const remove: string[] = [];
-  for (const [flag, l] of Object.entries(LIMIT_FLAGS)) {
+  for (const [flag, l] of [...Object.entries(LIMIT_FLAGS), ...Object.entries(SESSION_LIMIT_FLAGS)]) {
     const raw = flags[flag];
     if (typeof raw !== 'string') continue;
     if (raw === 'none') remove.push(l.field);

@@ -8,14 +8,16 @@
 import { parseArgs } from 'node:util';
 import { UsageError } from '../args';
 import type { CommandSpec, CommandTarget, FlagSpec } from './command';
+import { BATCH_COMMANDS } from './batch-commands';
 import { EVAL_COMMANDS } from './eval-commands';
 import { MODEL_COMMANDS } from './model-commands';
 import { REDACTION_COMMANDS } from './redaction-commands';
 import { SYSTEM_COMMANDS } from './system-commands';
 import { TENANT_COMMANDS } from './tenant-commands';
+import { USE_CASE_COMMANDS } from './use-case-commands';
 
 /** Every admin command, in help order. */
-export const ADMIN_COMMANDS: readonly CommandSpec[] = [...TENANT_COMMANDS, ...MODEL_COMMANDS, ...REDACTION_COMMANDS, ...EVAL_COMMANDS, ...SYSTEM_COMMANDS];
+export const ADMIN_COMMANDS: readonly CommandSpec[] = [...TENANT_COMMANDS, ...USE_CASE_COMMANDS, ...MODEL_COMMANDS, ...REDACTION_COMMANDS, ...EVAL_COMMANDS, ...SYSTEM_COMMANDS, ...BATCH_COMMANDS];
 
 /** The admin API's default address (the control plane's default port). */
 export const DEFAULT_ADMIN_URL = 'http://127.0.0.1:8090';

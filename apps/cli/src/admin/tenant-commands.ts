@@ -8,6 +8,7 @@ import {
   type CommandSpec,
   LIMIT_FLAG_SPECS,
   limitsFromFlags,
+  SESSION_LIMIT_FLAG_SPECS,
   parseList,
   parseOnOff,
   readObjectFile,
@@ -301,8 +302,8 @@ export const TENANT_COMMANDS: readonly CommandSpec[] = [
     resource: 'apps',
     verb: 'create',
     args: ['tenant', 'app'],
-    flags: { name: { value: 'NAME', help: 'display name', required: true }, ...LIMIT_FLAG_SPECS },
-    summary: 'create an app of a tenant, optionally with its own limits',
+    flags: { name: { value: 'NAME', help: 'display name', required: true }, ...LIMIT_FLAG_SPECS, ...SESSION_LIMIT_FLAG_SPECS },
+    summary: 'create an app of a tenant, optionally with its own limits and session caps',
     async run(ctx) {
       const limits = limitsFromFlags(ctx.flags);
       const body = { id: ctx.args.app, name: stringFlag(ctx, 'name'), ...(Object.keys(limits.set).length > 0 ? { limits: limits.set } : {}) };

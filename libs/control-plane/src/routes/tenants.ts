@@ -9,6 +9,7 @@ import type { RevocationRequest } from '../control-plane';
 import { assertPinGate } from '../eval/pin-gate';
 import { apiKeyView, appView, tenantView } from '../views';
 import { actorOf, handle, type RouteContext, withVersion } from './context';
+import { gatedRoutesOf } from './use-case-pins';
 
 /** Loads a tenant with its apps and policy, or undefined. */
 async function loadTenant(db: Kysely<WeirSchema>, id: string) {
@@ -23,7 +24,8 @@ async function loadPolicy(db: Kysely<WeirSchema>, tenantId: string): Promise<Jso
   return row?.policy ?? {};
 }
 
-async function requireTenant(db: Kysely<WeirSchema>, id: string) {
+/** The tenant `id` with its apps and policy. @throws WeirError `not_found` naming how to list tenants. */
+export async function requireTenant(db: Kysely<WeirSchema>, id: string) {
   const t = await loadTenant(db, id);
   if (!t) throw notFound('tenant', id, 'list tenants with GET /admin/v1/tenants');
   return t;
@@ -36,7 +38,8 @@ async function requireApp(db: Kysely<WeirSchema>, tenantId: string, appId: strin
   return appView(a);
 }
 
-async function savePolicy(db: Kysely<WeirSchema>, tenantId: string, policy: JsonObject): Promise<void> {
+/** Writes a tenant's whole policy (insert or replace). */
+export async function savePolicy(db: Kysely<WeirSchema>, tenantId: string, policy: JsonObject): Promise<void> {
   const json = JSON.stringify(policy);
   await db
     .insertInto('tenant_policies')
@@ -98,7 +101,7 @@ export function registerTenantRoutes(router: Router, { cp }: RouteContext): void
         if (await trx.selectFrom('tenants').select('id').where('id', '=', body.id).executeTakeFirst()) {
           throw new WeirError('conflict', `Tenant ${JSON.stringify(body.id)} already exists; change it with PATCH /admin/v1/tenants/${body.id}.`, { param: 'id' });
         }
-        const pinGate = await assertPinGate({ db: trx, beforeRoutes: undefined, afterRoutes: body.policy?.routes });
+        const pinGate = await assertPinGate({ db: trx, beforeRoutes: undefined, afterRoutes: gatedRoutesOf(body.policy ?? {}) });
         await trx.insertInto('tenants').values({ id: body.id, name: body.name }).execute();
         await savePolicy(trx, body.id, body.policy ?? {});
         const after = await requireTenant(trx, body.id);
@@ -309,7 +312,7 @@ export function registerTenantRoutes(router: Router, { cp }: RouteContext): void
         const before = (await requireTenant(trx, tenantId)).policy;
         const after = next(before, req.body);
         // A new pin to a revision the alias never had as its stable arm needs a passing eval (409).
-        const pinGate = await assertPinGate({ db: trx, beforeRoutes: before.routes, afterRoutes: after.routes });
+        const pinGate = await assertPinGate({ db: trx, beforeRoutes: gatedRoutesOf(before), afterRoutes: gatedRoutesOf(after) });
         await savePolicy(trx, tenantId, after);
         return { before, after: pinGate.length > 0 ? { ...after, pin_gate: pinGate } : after, result: after, revocations: policyRevocations(tenantId, before, after) };
       });

@@ -15,6 +15,8 @@ import { semanticCache } from './0014-semantic-cache';
 import { redactionProfiles } from './0015-redaction-profiles';
 import { responseCacheBounds } from './0016-response-cache-bounds';
 import { tokenClasses } from './0017-token-classes';
+import { useCaseScopes } from './0018-use-case-scopes';
+import { batches } from './0020-batches';
 
 /**
  * Weir's one migration history, for PGlite and Postgres alike. Names sort in the order they
@@ -39,6 +41,8 @@ export const MIGRATIONS: Readonly<Record<string, Migration>> = Object.freeze({
   '0015_redaction_profiles': redactionProfiles,
   '0016_response_cache_bounds': responseCacheBounds,
   '0017_token_classes': tokenClasses,
+  '0018_use_case_scopes': useCaseScopes,
+  '0020_batches': batches,
 });
 
 /** An in-code kysely {@link MigrationProvider} over {@link MIGRATIONS} (no filesystem scan). */
