@@ -37,6 +37,17 @@ describe('validateBatchInput', () => {
     expect(items[0].body).toEqual({ model: 'm', messages: [{ role: 'user', content: 'hi' }] });
   });
 
+  it('takes a line that names a use case instead of a model (its policy routes it), and refuses one naming neither', async () => {
+    const byUseCase = JSON.stringify({ custom_id: 'uc', method: 'POST', url: '/v1/chat/completions', body: { use_case: 'support', messages: [{ role: 'user', content: 'hi' }] } });
+    const neither = JSON.stringify({ custom_id: 'n', method: 'POST', url: '/v1/chat/completions', body: { messages: [{ role: 'user', content: 'hi' }] } });
+    const accepted = await run(byUseCase);
+    expect(accepted.result).toEqual({ ok: true, total: 1, model: null });
+    const refused = await run(neither);
+    expect(refused.result.ok).toBe(false);
+    if (refused.result.ok) return;
+    expect(refused.result.errors.map((e) => [e.line, e.code, e.param])).toEqual([[1, 'invalid_body', 'body.model']]);
+  });
+
   it('reports every bad line with its number, code and param, and stores nothing', async () => {
     const lines = [
       chat('a'),

@@ -169,6 +169,12 @@ function checkLine(text: string, line: number, endpoint: string, seen: Set<strin
   if (b.stream === true) bad('invalid_body', 'body.stream', '`body.stream` must not be true: batch requests are answered whole.');
   // The body is judged by the route its line names (a line naming another route has said what is wrong).
   const schema = urlOk ? SCHEMAS[endpoint] : undefined;
+  // A line runs with no request around it to fall back on: it names its model (as OpenAI
+  // requires) or a use case its tenant's policy routes (a body may omit `model` for that).
+  if (schema && typeof b.model !== 'string' && typeof b.use_case !== 'string') {
+    bad('invalid_body', 'body.model', '`body.model` is required: name the model alias (or a `use_case` your policy defines) on every line.');
+    return undefined;
+  }
   if (schema) {
     try {
       refuseUnknownFields(b, schema.fields, schema.hints, endpoint);
