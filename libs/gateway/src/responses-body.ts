@@ -17,7 +17,7 @@
  * Fields this shape does not list are refused by the route, by name, before this schema runs.
  */
 import { z } from 'zod';
-import { type ChatMessage, type GenerationInput, WeirError } from '@weir/core';
+import { type ChatMessage, type GenerationInput, USE_CASE_PATTERN, WeirError } from '@weir/core';
 import { cacheFields, ignoredOpenAiFields, positiveInt, TOOL_NAME_PATTERN, temperature, topP } from './schemas';
 import { type ChatTools, chatToolsOf } from './tools';
 
@@ -119,7 +119,10 @@ const responsesToolChoice = z.union([z.enum(['none', 'auto', 'required']), z.obj
  */
 export const responsesOpenAiBody = z
   .object({
-    model: z.string().min(1),
+    /** Optional only with a `use_case` (or `x-weir-use-case`) the tenant's policy defines: its model chain is used (`use-cases.ts`). */
+    model: z.string().min(1).optional(),
+    /** Weir's extension, as on chat completions: the use case (its limits, budget, redaction profile and, without `model`, its model chain). */
+    use_case: z.string().regex(USE_CASE_PATTERN, 'use 1-64 letters, digits and . _ : - only').optional(),
     input: z.preprocess((v) => (typeof v === 'string' ? [{ role: 'user', content: v }] : v), z.array(responsesInputItem).min(1)),
     instructions: z.string().nullish(),
     max_output_tokens: positiveInt.nullish(),

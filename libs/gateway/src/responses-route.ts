@@ -52,7 +52,7 @@ import { toGrammarSchema, UnsupportedSchemaError } from '@weir/engines';
 import { type AuthedRequest, type EdgeRequest, sendJson } from './edge';
 import type { ParamNames } from './pipeline';
 import { type ChatTools, refuseIncapableRoutes, type RouteCheck, toolsCheck } from './tools';
-import { parseBody, refuseUnknownFields, responsesWeirBody, toChatInput } from './schemas';
+import { parseBody, refuseUnknownFields, responsesWeirBody, toChatInput, useCaseOf } from './schemas';
 import { RESPONSES_OPENAI_FIELDS, responsesOpenAiBody, responsesToolsOf, toResponsesChatInput } from './responses-body';
 import { createResponsesOutput, type ResponsesOutputEvent } from './responses-output';
 import type { CostMeter } from './cost-report';
@@ -301,6 +301,9 @@ async function answerWeirShape(ctx: ResponsesRouteContext, req: Authed, res: Ser
 async function answerOpenAiShape(ctx: ResponsesRouteContext, req: Authed, res: ServerResponse, raw: Record<string, unknown>): Promise<void> {
   refuseUnknownFields(raw, RESPONSES_OPENAI_FIELDS, UNSUPPORTED_HINTS, 'Weir’s /v1/responses');
   const body = parseBody(responsesOpenAiBody, raw);
+  // Without `model`, the use case's model chain (body `use_case`, else `x-weir-use-case`).
+  const useCase = useCaseOf(req.header('x-weir-use-case'), body.use_case);
+  const model = modelOrUseCase(body.model, useCase, ctx.useCases(req.caller), { model: 'model', useCase: 'use_case' });
   const tools = responsesToolsOf(body);
   const input = toResponsesChatInput(body.input, body.instructions);
   const format = body.text?.format;
@@ -314,9 +317,10 @@ async function answerOpenAiShape(ctx: ResponsesRouteContext, req: Authed, res: S
   }
   // One route resolution checks both (tools, schema), before any claim or reservation.
   const checks = [...(tools ? [toolsCheck] : []), ...(rawSchema ? [schemaCheck('text.format', rawSchema)] : [])];
-  const compiling = checks.length > 0 ? checkThenCompile(ctx.router, req.caller, body.model, checks, rawSchema, 'text.format.schema') : undefined;
-  const g = await ctx.begin(req, res, 'generations', body.model, input, ctx.sampling(body), {
+  const compiling = checks.length > 0 ? checkThenCompile(ctx.router, req.caller, model, checks, rawSchema, 'text.format.schema') : undefined;
+  const g = await ctx.begin(req, res, 'generations', model, input, ctx.sampling(body), {
     maxOutputTokens: body.max_output_tokens ?? undefined,
+    ...(body.use_case !== undefined ? { useCase: body.use_case } : {}),
     requestId: ctx.idempotencyKeyHeader(req),
     keyParam: 'Idempotency-Key',
     paramNames: OPENAI_PARAMS,
@@ -332,7 +336,7 @@ async function answerOpenAiShape(ctx: ResponsesRouteContext, req: Authed, res: S
     id: `resp_${stem}`,
     messageId: `msg_${stem}`,
     createdAt: g.createdS,
-    model: body.model,
+    model,
     instructions: body.instructions ?? null,
     maxOutputTokens: body.max_output_tokens ?? null,
     temperature: body.temperature ?? null,

@@ -154,6 +154,32 @@ describe('POST /v1/chat/completions by use case', () => {
   });
 });
 
+describe('POST /v1/responses in OpenAI’s shape ({input}) by use case', () => {
+  it('takes `use_case` in the body or `x-weir-use-case` without a model, routes by its chain and records it', async () => {
+    const g = await start();
+    const a = await g.post('/v1/responses', { use_case: 'drafts', input: 'Summarise the ticket.', max_output_tokens: 8 });
+    expect(a.status).toBe(200);
+    expect(a.headers.get('x-weir-model-revision')).toBe('backup@1');
+    const body = await json(a);
+    expect(body).toMatchObject({ object: 'response', model: 'chat', status: 'completed' });
+    const b = await g.post('/v1/responses', { input: 'Summarise the ticket.', max_output_tokens: 8 }, { 'x-weir-use-case': 'summaries' });
+    expect(b.status).toBe(200);
+    expect(b.headers.get('x-weir-model-revision')).toBe('main@1');
+    expect(g.records.map((r) => r.useCase)).toEqual(['drafts', 'summaries']);
+  });
+
+  it('without a model or a defined use case is a 400 naming the field; nothing reaches the upstream', async () => {
+    const g = await start();
+    const none = await g.post('/v1/responses', { input: 'hi' });
+    expect(none.status).toBe(400);
+    expect((await json(none)).error.param).toBe('model');
+    const unknown = await g.post('/v1/responses', { input: 'hi', use_case: 'nope' });
+    expect(unknown.status).toBe(400);
+    expect((await json(unknown)).error.param).toBe('use_case');
+    expect(engine.requests).toHaveLength(0);
+  });
+});
+
 describe('a use case’s limits', () => {
   it('a spent monthly budget refuses the use case with a 429 naming it, while the tenant’s other use cases still run', async () => {
     const g = await start();
