@@ -6,7 +6,8 @@
  *   decimal with 9 fractional digits) and `x-weir-overhead-ms` (Weir's own time, below).
  * - Streams carry the same two figures as `cost_usd` and `overhead_ms` in the `weir` object of
  *   their final event (the chat and completions usage chunk when `stream_options.include_usage`
- *   asked for it; `response.completed`/`response.incomplete` on `/v1/responses`).
+ *   asked for it; `response.completed`/`response.incomplete` on `/v1/responses`; `message_delta`
+ *   on `/v1/messages`).
  *
  * Overhead: the time from the request's arrival at the gateway to the moment the figure is
  * written (the response's headers, or the final event), minus the wall time of every upstream

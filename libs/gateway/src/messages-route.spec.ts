@@ -285,6 +285,13 @@ describe('POST /v1/messages (Anthropic Messages API inbound)', () => {
     expect(events[6].data).toMatchObject({ index: 1, delta: { type: 'input_json_delta' } });
     expect(events[9].data).toEqual({ type: 'content_block_stop', index: 1 });
     expect(events[10].data).toMatchObject({ type: 'message_delta', delta: { stop_reason: 'tool_use', stop_sequence: null }, usage: { input_tokens: 3, output_tokens: 7 } });
+    // Cost you can read: the stream's last usage carries what the ledger bills and Weir's own time.
+    const weir = events[10].data.weir as { cost_usd: number; overhead_ms: number };
+    for (let i = 0; i < 100 && gw.records.length === 0; i++) await new Promise((r) => setTimeout(r, 20));
+    expect(gw.records).toHaveLength(1);
+    expect(weir.cost_usd).toBe(gw.records[0].costNanoUsd / 1e9);
+    expect(weir.cost_usd).toBeGreaterThan(0);
+    expect(weir.overhead_ms).toBeGreaterThanOrEqual(0);
   });
 
   it('works with the official SDK: messages.create, messages.stream().finalMessage() with a tool call, and countTokens', async () => {

@@ -194,7 +194,7 @@ async function streamMessage(ctx: MessagesRouteContext, res: ServerResponse, g: 
       break;
     }
     for (const e of blocks.close()) await send(e);
-    await send(messageDelta(o));
+    await send(messageDelta(o, g.cost?.report(o)));
     await send({ type: 'message_stop' });
   }
   sse.end();

@@ -454,9 +454,13 @@ export function messageStart(meta: MessageMeta, inputTokens: number) {
   };
 }
 
-/** `message_delta`: the stop reason and the final, cumulative usage (it overrides `message_start`'s). */
-export function messageDelta(o: GenerationOutcome) {
-  return { type: 'message_delta', delta: { stop_reason: toAnthropicStopReason(o), stop_sequence: stopSequenceOf(o) }, usage: toAnthropicUsage(o.usage), weir: weirOf(o) };
+/**
+ * `message_delta`: the stop reason and the final, cumulative usage (it overrides `message_start`'s);
+ * its `weir` object carries the request's `cost_usd` and `overhead_ms` when `cost` is given
+ * (cost-report.ts; absent on a replay, which bills nothing new).
+ */
+export function messageDelta(o: GenerationOutcome, cost?: { cost_usd: number; overhead_ms: number }) {
+  return { type: 'message_delta', delta: { stop_reason: toAnthropicStopReason(o), stop_sequence: stopSequenceOf(o) }, usage: toAnthropicUsage(o.usage), weir: { ...weirOf(o), ...(cost ?? {}) } };
 }
 
 /** One event of a Messages stream, `event:` name = `data.type`. */
