@@ -191,7 +191,7 @@ describe('weir against a running control plane', () => {
 
   it('creates a revision from a YAML file, needs a passing eval to raise it as a canary, then sets weights and rolls them back', async () => {
     expect(await ok('revisions', 'create', '--file', path.join(dir, 'tiny-2.yaml'))).toBe('created revision tiny@2\n');
-    expect(await ok('models', 'list')).toMatch(/\ntiny@2 +tiny +simulated +- /);
+    expect(await ok('models', 'list')).toMatch(/\ntiny@2 +tiny +simulated +in 0\.1 \/ out 0\.2 +- /);
     const gated = await weir(['aliases', 'set-weights', 'tiny', '--weights', 'tiny@1=90,tiny@2=10']);
     expect(gated.status).toBe(1);
     expect(gated.err).toMatch(/^error: Raising canary revision tiny@2 on alias tiny .* needs a passing eval/);
@@ -218,7 +218,7 @@ describe('weir against a running control plane', () => {
 
   it('deprecates a revision with a retirement day and a replacement', async () => {
     expect(await ok('revisions', 'deprecate', 'tiny@1', '--retires-on', '2031-06-30', '--replacement', 'tiny@2')).toBe('revision tiny@1 deprecated: retires 2031-06-30, replacement tiny@2\n');
-    expect(await ok('revisions', 'list')).toMatch(/\ntiny@1 +tiny +simulated +retires 2031-06-30 → tiny@2 /);
+    expect(await ok('revisions', 'list')).toMatch(/\ntiny@1 +tiny +simulated +in 0\.1 \/ out 0\.2 +retires 2031-06-30 → tiny@2 /);
   });
 
   it('lists every change in the audit log, newest first, with filters', async () => {
