@@ -132,7 +132,7 @@ const options = (over: Partial<RunReconciliationOptions> = {}): RunReconciliatio
   ...over,
 });
 /** 200 and 400 nano-USD a token. */
-const hosted = { inputPerMTok: 0.2, outputPerMTok: 0.4, cachedInputPerMTok: 0.2 };
+const hosted = { inputPerMTok: 0.2, outputPerMTok: 0.4, cachedInputPerMTok: 0.2, cacheWriteInputPerMTok: 0.2, reasoningPerMTok: 0.4 };
 const row = (i: number, over: Partial<UsageRecord>): UsageRecord => {
   const r = buildUsageRecord(i, { modelRevision: 'hosted@2', cachedInputTokens: 0, finishedAt: new Date(NOW - 60_000), startedAt: new Date(NOW - 61_000), ...over }, 'money');
   return { ...r, costNanoUsd: priceUsage(hosted, r) };
@@ -143,7 +143,7 @@ it('reads the configuration from the control plane’s store, not from the file,
   expect(cfg.config.revisions.map((r) => r.id)).toEqual(['hosted@2']);
   expect(cfg.prices.priceAt('hosted@2')).toEqual(hosted);
   // Removed by the import at T2, still priced for rows of its time.
-  expect(cfg.prices.priceAt('old@1', new Date(T1 + 60_000))).toEqual({ inputPerMTok: 0.05, outputPerMTok: 0.07, cachedInputPerMTok: 0.05 });
+  expect(cfg.prices.priceAt('old@1', new Date(T1 + 60_000))).toEqual({ inputPerMTok: 0.05, outputPerMTok: 0.07, cachedInputPerMTok: 0.05, cacheWriteInputPerMTok: 0.05, reasoningPerMTok: 0.07 });
 });
 
 it('a killed relay’s reservation held past expiry: reported, then settled from its row by --fix, and the tenant is admitted again', async () => {
