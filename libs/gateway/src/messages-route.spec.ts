@@ -276,7 +276,8 @@ describe('POST /v1/messages (Anthropic Messages API inbound)', () => {
       'message_delta',
       'message_stop',
     ]);
-    expect(events[0].data).toMatchObject({ message: { type: 'message', role: 'assistant', model: 'fake', content: [], stop_reason: null, usage: { input_tokens: 3, output_tokens: 0 } } });
+    // Input: the messages (3) and the tool definition (5, as its JSON): tools are prompt text too.
+    expect(events[0].data).toMatchObject({ message: { type: 'message', role: 'assistant', model: 'fake', content: [], stop_reason: null, usage: { input_tokens: 8, output_tokens: 0 } } });
     expect(events[2].data).toEqual({ type: 'content_block_start', index: 0, content_block: { type: 'text', text: '' } });
     expect(events[3].data).toEqual({ type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: 'Let me check.' } });
     expect(events[4].data).toEqual({ type: 'content_block_stop', index: 0 });
@@ -284,7 +285,7 @@ describe('POST /v1/messages (Anthropic Messages API inbound)', () => {
     expect(events.slice(6, 9).map((e) => (e.data.delta as { partial_json: string }).partial_json).join('')).toBe(ARGS);
     expect(events[6].data).toMatchObject({ index: 1, delta: { type: 'input_json_delta' } });
     expect(events[9].data).toEqual({ type: 'content_block_stop', index: 1 });
-    expect(events[10].data).toMatchObject({ type: 'message_delta', delta: { stop_reason: 'tool_use', stop_sequence: null }, usage: { input_tokens: 3, output_tokens: 7 } });
+    expect(events[10].data).toMatchObject({ type: 'message_delta', delta: { stop_reason: 'tool_use', stop_sequence: null }, usage: { input_tokens: 8, output_tokens: 7 } });
     // Cost you can read: the stream's last usage carries what the ledger bills and Weir's own time.
     const weir = events[10].data.weir as { cost_usd: number; overhead_ms: number };
     for (let i = 0; i < 100 && gw.records.length === 0; i++) await new Promise((r) => setTimeout(r, 20));
@@ -307,7 +308,7 @@ describe('POST /v1/messages (Anthropic Messages API inbound)', () => {
     expect(texts.join('')).toBe('Let me check.');
     expect(final.stop_reason).toBe('tool_use');
     expect(final.content[1]).toMatchObject({ type: 'tool_use', id: 'toolu_01', name: 'get_weather', input: { city: 'Paris' } });
-    expect(final.usage).toMatchObject({ input_tokens: 3, output_tokens: 7 });
+    expect(final.usage).toMatchObject({ input_tokens: 8, output_tokens: 7 });
 
     const counted = await client.messages.countTokens({ model: 'fake', system: 'Be brief.', messages: [{ role: 'user', content: 'one two three' }] });
     expect(counted).toEqual({ input_tokens: 5 });

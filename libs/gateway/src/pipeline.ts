@@ -229,6 +229,18 @@ export interface GenerationParams {
 }
 
 /**
+ * The JSON text of what a request adds to the model's prompt besides its messages: its tool
+ * definitions (with `tool_choice`) and, when `schemaInPrompt`, its output schema; undefined when
+ * it has neither.
+ */
+function promptExtrasText(params: Pick<GenerationParams, 'tools' | 'toolChoice' | 'outputSchema'>, schemaInPrompt: boolean): string | undefined {
+  const hasTools = params.tools !== undefined && params.tools.length > 0;
+  const schema = schemaInPrompt ? params.outputSchema : undefined;
+  if (!hasTools && schema === undefined) return undefined;
+  return JSON.stringify([hasTools ? params.tools : null, hasTools ? (params.toolChoice ?? null) : null, schema ?? null]);
+}
+
+/**
  * The abort reason the gateway gives `AdmittedGeneration.start`'s signal when input moderation
  * blocked the request while it waited for a slot: the request then ends in the queue as
  * `content_filter` (one zero-token usage record) rather than `cancelled`.
@@ -769,7 +781,15 @@ export function createGenerationPipeline(deps: GenerationPipelineDeps): Generati
           inputTokens += n;
           kvTokens = Math.max(kvTokens, n);
         }
-      } else inputTokens = await deps.countInputTokens(revision, params.input, revision.contextWindow);
+      } else {
+        inputTokens = await deps.countInputTokens(revision, params.input, revision.contextWindow);
+        // Tool definitions and an output schema reach a hosted model as prompt text too, and the
+        // providers bill them as input: counted (as their JSON) into what admission reserves, so
+        // the billed input — never above the reservation — covers them. (llama.cpp turns a schema
+        // into a grammar, outside the prompt.)
+        const extra = promptExtrasText(params, revision.engine.kind !== 'llamacpp');
+        if (extra !== undefined) inputTokens += await deps.countInputTokens(revision, { kind: 'text', text: extra }, revision.contextWindow);
+      }
       if (!embedding && inputTokens >= revision.contextWindow) {
         return reject(
           caller,

@@ -246,3 +246,44 @@ describe('POST /v1/chat/completions with tools on a revision that cannot call th
     expect(ok.choices[0].message.content).toBe('Sunny.');
   });
 });
+
+describe('tool definitions are input: admission reserves for them, so the upstream’s count is billed', () => {
+  /** Counts a text as one token per 4 characters (messages: 5); reports the messages plus the tools’ JSON as input, as providers do. */
+  function countingEngine(): EngineAdapter & { reported: number[] } {
+    const reported: number[] = [];
+    return {
+      kind: 'counting',
+      capacity: { slots: 4, contextTokens: 8192 },
+      reported,
+      async countInputTokens(input) {
+        return input.kind === 'text' ? Math.ceil(input.text.length / 4) : 5;
+      },
+      async *generate(request: EngineRequest): AsyncIterable<EngineEvent> {
+        const inputTokens = 5 + Math.ceil(JSON.stringify(request.tools ?? []).length / 4);
+        reported.push(inputTokens);
+        yield { type: 'delta', text: 'Sunny.', tokens: 2 };
+        yield { type: 'end', reason: 'stop', usage: { inputTokens, outputTokens: 2, cachedInputTokens: 0 }, usageSource: 'reported' };
+      },
+      async close() {},
+    };
+  }
+
+  it('bills every input token the upstream reports for a request with a long tool definition (none capped, none turned into cache reads)', async () => {
+    const revision: RevisionSpec = { ...fakeRevision(), contextWindow: 8192, capabilities: { streaming: true, tools: true, jsonOutput: false } };
+    const config = twoTenantConfig(revision);
+    const engine = countingEngine();
+    const gw = await startTestGateway({ config, engine, admission: createInMemoryAdmission({ tenants: config.tenants }) });
+    try {
+      const tool = { type: 'function', function: { name: 'lookup', description: 'word '.repeat(400), parameters: { type: 'object', properties: {} } } };
+      const res = await gw.post('/v1/chat/completions', { model: 'fake', messages: [{ role: 'user', content: 'x' }], tools: [tool], max_tokens: 8 });
+      expect(res.status).toBe(200);
+      const body = (await res.json()) as { usage: { prompt_tokens: number } };
+      await until(() => gw.records.length === 1);
+      expect(engine.reported[0]).toBeGreaterThan(500);
+      expect(body.usage.prompt_tokens).toBe(engine.reported[0]);
+      expect(gw.records[0]).toMatchObject({ inputTokens: engine.reported[0], cachedInputTokens: 0 });
+    } finally {
+      await gw.close();
+    }
+  });
+});

@@ -367,7 +367,8 @@ describe('createRelay', () => {
   });
 
   it.each([
-    ['caps the input at the reserved count and the output at the limit', { usage: { inputTokens: 50, outputTokens: 90, cachedInputTokens: 40 }, source: 'reported' as const }, false, { inputTokens: 20, outputTokens: 64, cachedInputTokens: 20 }],
+    ['caps the input at the reserved count (its uncached part first) and the output at the limit', { usage: { inputTokens: 50, outputTokens: 90, cachedInputTokens: 40 }, source: 'reported' as const }, false, { inputTokens: 20, outputTokens: 64, cachedInputTokens: 10 }],
+    ['never turns capped full-price input into cache reads', { usage: { inputTokens: 100, outputTokens: 5, cachedInputTokens: 40 }, source: 'reported' as const }, false, { inputTokens: 20, outputTokens: 5, cachedInputTokens: 0 }],
     ['keeps a count within the reservation', { usage: { inputTokens: 12, outputTokens: 5 }, source: 'counted' as const }, false, { inputTokens: 12, outputTokens: 5 }],
     ['bills nothing for a failure before any output', { usage: { inputTokens: 12, outputTokens: 0 }, source: 'reported' as const }, true, { inputTokens: 0, outputTokens: 0, cachedInputTokens: 0 }],
     [
@@ -377,10 +378,10 @@ describe('createRelay', () => {
       { inputTokens: 18, outputTokens: 10, cachedInputTokens: 8, cacheWriteInputTokens: 6, reasoningTokens: 7 },
     ],
     [
-      'caps cache reads + writes at the capped input and reasoning at the capped output',
+      'caps the input uncached first, then cache writes, then reads, and reasoning at the capped output',
       { usage: { inputTokens: 50, outputTokens: 90, cachedInputTokens: 15, cacheWriteInputTokens: 30, reasoningTokens: 80 }, source: 'reported' as const },
       false,
-      { inputTokens: 20, outputTokens: 64, cachedInputTokens: 15, cacheWriteInputTokens: 5, reasoningTokens: 64 },
+      { inputTokens: 20, outputTokens: 64, cachedInputTokens: 0, cacheWriteInputTokens: 15, reasoningTokens: 64 },
     ],
   ])('billedUsage %s', (_name, produced, failedBeforeOutput, expected) => {
     expect(billedUsage(produced, { reservedInputTokens: 20, maxOutputTokens: 64 }, failedBeforeOutput).usage).toEqual(expected);

@@ -139,11 +139,18 @@ export function billedUsage(
   if (failedBeforeOutput) return { usage: NOTHING, source: 'reported' };
   // Whatever an adapter hands over, only non-negative whole counts are billed and priced.
   const p = produced.usage;
-  const inputTokens = Math.min(wholeCount(p.inputTokens), limits.reservedInputTokens);
+  const reportedInput = wholeCount(p.inputTokens);
+  const inputTokens = Math.min(reportedInput, limits.reservedInputTokens);
   const outputTokens = Math.min(wholeCount(p.outputTokens), limits.maxOutputTokens);
-  // The classes are parts of the totals: capped so they never add up to more than the billed totals.
-  const cached = p.cachedInputTokens !== undefined ? Math.min(wholeCount(p.cachedInputTokens), inputTokens) : undefined;
-  const cacheWrite = p.cacheWriteInputTokens !== undefined ? Math.min(wholeCount(p.cacheWriteInputTokens), inputTokens - (cached ?? 0)) : undefined;
+  // The classes are parts of the totals: capped so they never add up to more than the billed
+  // totals. When the input is capped, the uncached part is billed first, then cache writes, and
+  // cache reads get what is left of the cap: a cap never turns full-price tokens into cheaper
+  // cache reads.
+  const reportedRead = wholeCount(p.cachedInputTokens ?? 0);
+  const reportedWrite = wholeCount(p.cacheWriteInputTokens ?? 0);
+  const uncached = Math.min(Math.max(0, reportedInput - reportedRead - reportedWrite), inputTokens);
+  const cacheWrite = p.cacheWriteInputTokens !== undefined ? Math.min(reportedWrite, inputTokens - uncached) : undefined;
+  const cached = p.cachedInputTokens !== undefined ? Math.min(reportedRead, inputTokens - uncached - (cacheWrite ?? 0)) : undefined;
   const reasoning = p.reasoningTokens !== undefined ? Math.min(wholeCount(p.reasoningTokens), outputTokens) : undefined;
   return {
     usage: {
