@@ -342,6 +342,7 @@ function crossCheck(file: ConfigFile): ConfigProblem[] {
   // Fallback chains: known revisions, each with every capability of the revisions it stands in
   // for (a request that may land on any of them must be servable by the fallback).
   const capsById = new Map(file.revisions.map((r) => [r.id, capabilitiesFromFile(r)]));
+  const kindById = new Map(file.revisions.map((r) => [r.id, r.kind ?? 'generation']));
   const targetsOf = (a: ConfigFile['aliases'][number]) => (a.revision !== undefined ? [a.revision] : (a.targets ?? []).map((t) => t.revision));
 
   // Pools that replicas serve, placed as serving-replicas.ts's replicaPlacement does: a
@@ -382,6 +383,10 @@ function crossCheck(file: ConfigFile): ConfigProblem[] {
       if (!revisionIds.has(rev)) return add([...at, j], `unknown revision ${describeValue(rev)}${known(revisionIds)}`);
       if (seen.has(rev)) return add([...at, j], `revision ${describeValue(rev)} is listed twice`);
       seen.add(rev);
+      // A fallback serves the same kind as what it stands in for (an embedding revision cannot answer a chat, nor the reverse).
+      const kind = kindById.get(rev);
+      const other = primaries.find((primary) => kindById.has(primary) && kindById.get(primary) !== kind);
+      if (other !== undefined) return add([...at, j], `revision ${describeValue(rev)} is ${kind === 'embedding' ? 'an embedding' : 'a generation'} revision, but ${describeValue(other)} is ${kind === 'embedding' ? 'a generation' : 'an embedding'} revision: a fallback must serve the same kind`);
       const caps = capsById.get(rev) as RevisionCapabilities;
       for (const primary of primaries) {
         const need = capsById.get(primary);

@@ -64,6 +64,14 @@ describe('use cases in a tenant policy', () => {
     ['an unknown pinned revision', (d: any) => (d.tenants[0].use_cases[0].pin = 'chat@9'), /use_cases\[0\]\.pin: unknown revision "chat@9"/],
     ['a fallback lacking a capability of the primary', (d: any) => (d.tenants[0].use_cases[0].fallbacks = ['small@1']), /use_cases\[0\]\.fallbacks\[0\]: revision "small@1" lacks json_output/],
     ['the pin as its own fallback', (d: any) => (d.tenants[0].use_cases[0].fallbacks = ['chat@1']), /use_cases\[0\]\.fallbacks\[0\]: revision "chat@1" is the pinned revision/],
+    [
+      'an embedding revision as a fallback of a generation chain',
+      (d: any) => {
+        d.revisions.push({ ...hosted('embed@1'), kind: 'embedding', embedding: { dimensions: 8 } });
+        d.tenants[0].use_cases[1].fallbacks = ['embed@1'];
+      },
+      /use_cases\[1\]\.fallbacks\[0\]: revision "embed@1" is an embedding revision, but "small@1" is a generation revision: a fallback must serve the same kind/,
+    ],
     ['a duplicate name', (d: any) => (d.tenants[0].use_cases[1].name = 'support.summaries'), /use_cases\[1\]\.name: duplicate use case "support.summaries"/],
     ['a bad name', (d: any) => (d.tenants[0].use_cases[1].name = 'has space'), /use_cases\[1\]\.name: .*use case of 1 to 64/],
     ['an unknown redaction profile', (d: any) => (d.tenants[0].use_cases[0].redaction_profile = 'nope'), /use_cases\[0\]\.redaction_profile: unknown redaction profile "nope"/],

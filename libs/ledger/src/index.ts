@@ -50,6 +50,7 @@ export {
   settleAbandoned,
   estimatedUsage,
   INTERRUPTED_ERROR_CODE,
+  UNBILLED_INTERRUPTION_MARK,
   type OpenGeneration,
   type OpenGenerations,
   type SettleAbandonedOptions,

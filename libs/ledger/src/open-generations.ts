@@ -58,6 +58,13 @@ export interface SettleAbandonedOptions {
 export const INTERRUPTED_ERROR_CODE = 'interrupted';
 
 /**
+ * The words every "interrupted before any output was recorded" message carries: a run under such
+ * a key billed nothing, so a caller that owns the work (the batch runner) may run it again under a
+ * new key without charging twice.
+ */
+export const UNBILLED_INTERRUPTION_MARK = 'nothing was billed';
+
+/**
  * What recovery writes for generations whose process died before they settled (ADR 0002 §3):
  *
  * - with a progress mark: one usage row from the last mark — its tokens, its cost (computed at
@@ -77,7 +84,7 @@ export function settleAbandoned(open: readonly OpenGeneration[], nowMs: number, 
   for (const g of open) {
     const { claim, progress: mark } = g;
     if (!mark) {
-      if (claim) out.push({ kind: 'interrupted', idempotency: interruptedKey(claim, g.generationId, 'the process running it stopped before any of its output was recorded, so nothing was billed; send a new key to run it again') });
+      if (claim) out.push({ kind: 'interrupted', idempotency: interruptedKey(claim, g.generationId, `the process running it stopped before any of its output was recorded, so ${UNBILLED_INTERRUPTION_MARK}; send a new key to run it again`) });
       continue;
     }
     const usage = estimatedUsage(mark);

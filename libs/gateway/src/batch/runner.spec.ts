@@ -7,6 +7,7 @@
  * (in progress, with the reason) and resumes; results are fenced by the lease.
  */
 import { type AdmissionService, type BatchStore, type Caller, type EngineAdapter, type EngineEvent, type EngineRequest, type ReserveResult, type UsageRecord } from '@weir/core';
+import { UNBILLED_INTERRUPTION_MARK } from '@weir/ledger';
 import { createPgBatchStore, createTestDatabase, type TestDatabase } from '@weir/store-pg';
 import { sql } from 'kysely';
 import { createMemoryIdempotencyStore } from '../idempotency';
@@ -156,6 +157,47 @@ describe('batch runner', () => {
     expect(lines[1].response.body.id).toBe((first.body as { id: string }).id);
     const [row] = (await sql<{ attempts: number }>`SELECT attempts FROM batch_items WHERE batch_id = ${id} AND idx = 1`.execute(database.db)).rows;
     expect(Number(row.attempts)).toBe(2);
+  });
+
+  it('runs an item again under its next key when its key’s run was interrupted before any output (billed nothing): one result, one usage record', async () => {
+    const id = await createBatch(store, 3);
+    const keys: string[] = [];
+    start(async (c, r) => {
+      const key = (r.headers ?? {})['idempotency-key'] as string;
+      keys.push(key);
+      // What the gateway answers for a key whose process died before recording any output
+      // (recovery marked it interrupted; open-generations.ts).
+      if (key === `${id}-1`) {
+        return { status: 409, headers: {}, body: { error: { code: 'conflict', message: `The generation for this key was interrupted: the process running it stopped before any of its output was recorded, so ${UNBILLED_INTERRUPTION_MARK}; send a new key to run it again` } } };
+      }
+      return harness.gateway.dispatch(c, r);
+    });
+    const done = await eventually(async () => {
+      const b = await store.getBatch('t', id);
+      return b?.status === 'completed' ? b : undefined;
+    }, 'the batch completing');
+    expect(done).toMatchObject({ total: 3, completed: 3, failed: 0 });
+    expect(keys.filter((k) => k.startsWith(`${id}-1`))).toEqual([`${id}-1`, `${id}-1-r1`]);
+    expect(records.map((r) => r.requestId).sort()).toEqual([`${id}-0`, `${id}-1-r1`, `${id}-2`].sort());
+    const lines = (await readAll(store, done.outputFileId as string)).map((l) => JSON.parse(l));
+    expect(lines.find((l) => l.custom_id === 'c1').response.status_code).toBe(200);
+  });
+
+  it('keeps a 409 for a key whose interrupted run was billed (no second run, an error line)', async () => {
+    const id = await createBatch(store, 2);
+    const keys: string[] = [];
+    start(async (c, r) => {
+      const key = (r.headers ?? {})['idempotency-key'] as string;
+      keys.push(key);
+      if (key === `${id}-0`) return { status: 409, headers: {}, body: { error: { code: 'conflict', message: 'The generation for this idempotency key failed after producing 4 tokens, which were billed; send a new key to run it again.' } } };
+      return harness.gateway.dispatch(c, r);
+    });
+    const done = await eventually(async () => {
+      const b = await store.getBatch('t', id);
+      return b?.status === 'completed' ? b : undefined;
+    }, 'the batch completing');
+    expect(done).toMatchObject({ total: 2, completed: 1, failed: 1 });
+    expect(keys.filter((k) => k.startsWith(`${id}-0`))).toEqual([`${id}-0`]);
   });
 
   it('pauses the batch while its tenant’s budget is refused, then resumes it', async () => {

@@ -10,7 +10,18 @@ import { randomBytes } from 'node:crypto';
 import type { BatchStore, Caller, ItemResult, LeasedItem, StoredBatch } from '@weir/core';
 import type { InternalRequest, InternalResponse } from '../internal-dispatch';
 import type { GatewayLogger } from '../app';
+import { UNBILLED_INTERRUPTION_MARK } from '@weir/ledger';
 import { type BatchLimits, validateBatchInput } from './validate';
+
+/** Keys an item may move on to after runs interrupted before any output (each billed nothing). */
+const MAX_UNBILLED_RERUNS = 8;
+
+/** A 409 saying the key's run was interrupted before any output was recorded (so billed nothing). */
+function interruptedUnbilled(r: InternalResponse): boolean {
+  if (r.status !== 409) return false;
+  const message = (r.body as { error?: { message?: unknown } } | undefined)?.error?.message;
+  return typeof message === 'string' && message.includes(UNBILLED_INTERRUPTION_MARK);
+}
 
 /** Options of {@link startBatchRunner}. */
 export interface BatchRunnerOptions {
@@ -166,18 +177,23 @@ export function startBatchRunner(options: BatchRunnerOptions): BatchRunner {
     renew.unref();
     let r: InternalResponse;
     try {
-      r = await dispatch(meta.caller, {
-        method: 'POST',
-        path: meta.endpoint,
-        body: item.body,
-        headers: {
-          'content-type': 'application/json',
-          // One key per item: a run after a crash replays the first run's result (or is told it
-          // was interrupted) — never a second generation, never a second charge.
-          'idempotency-key': `${item.batchId}-${item.index}`,
-          'x-weir-priority': 'batch',
-        },
-      });
+      // One key per item: a run after a crash replays the first run's result (or is told it was
+      // interrupted) — never a second generation, never a second charge. A key whose run was
+      // interrupted before any output was recorded billed nothing: the item runs again under the
+      // next key of its sequence (`-r1`, `-r2`, …), itself replayed or told of after another crash.
+      for (let k = 0; ; k++) {
+        r = await dispatch(meta.caller, {
+          method: 'POST',
+          path: meta.endpoint,
+          body: item.body,
+          headers: {
+            'content-type': 'application/json',
+            'idempotency-key': k === 0 ? `${item.batchId}-${item.index}` : `${item.batchId}-${item.index}-r${k}`,
+            'x-weir-priority': 'batch',
+          },
+        });
+        if (k >= MAX_UNBILLED_RERUNS || !interruptedUnbilled(r)) break;
+      }
     } finally {
       clearInterval(renew);
     }
