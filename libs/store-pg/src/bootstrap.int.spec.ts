@@ -34,6 +34,23 @@ describe('bootstrapTenants (real Postgres)', () => {
     await expect(bootstrapTenants(database.db, config, clash)).rejects.toThrow(/already uses the prefix/);
   });
 
+  it('names the demo key on a restart, not a key created later for another app of the tenant', async () => {
+    const config = defaultConfig();
+    const db = await createTestDatabase();
+    try {
+      const first = await bootstrapTenants(db.db, config, undefined);
+      // A platform engineer later creates a key of the demo tenant (newer than the demo key).
+      await new Promise((r) => setTimeout(r, 5));
+      const later = mintApiKey();
+      await createApiKeyRepository(db.db).insertKey({ id: 'key_later', prefix: later.prefix, sha256: later.sha256, tenantId: 'demo', appId: 'demo-app', label: 'laptop' });
+      const again = await bootstrapTenants(db.db, config, undefined);
+      expect(again.demoKeyPrefix).toBe(first.demoKeyPrefix);
+      expect(again.demoKeyPrefix).not.toBe(later.prefix);
+    } finally {
+      await db.close();
+    }
+  });
+
   it('does not mint a new demo key when every key of the tenant was revoked', async () => {
     const config = defaultConfig();
     const keys = createApiKeyRepository(database.db);

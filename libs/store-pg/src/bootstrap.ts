@@ -59,11 +59,14 @@ export async function bootstrapTenants(db: Kysely<WeirSchema>, config: PlatformC
   }
   const existing = await db
     .selectFrom('api_keys')
-    .select(['prefix', 'revoked_at'])
+    .select(['prefix', 'revoked_at', 'label'])
     .where('tenant_id', '=', demo.id)
     .orderBy('created_at', 'desc')
     .execute();
-  if (existing.length > 0) return { demoKeyPrefix: existing.find((k) => k.revoked_at === null)?.prefix };
+  // The demo key this bootstrap made (or registered), else the newest active key of the tenant:
+  // never a key a platform engineer created later for another app.
+  const active = existing.filter((k) => k.revoked_at === null);
+  if (existing.length > 0) return { demoKeyPrefix: (active.find((k) => k.label?.startsWith('demo (')) ?? active[0])?.prefix };
   const minted = mintApiKey();
   await keys.insertKey({ id: newId('key'), prefix: minted.prefix, sha256: minted.sha256, tenantId: demo.id, appId: app.id, label: 'demo (generated)' });
   logger?.info({ tenant: demo.id, app: app.id, prefix: minted.prefix }, 'demo API key created');
