@@ -338,7 +338,8 @@ describe('POST /v1/messages (Anthropic Messages API inbound)', () => {
     ['a system role in messages', { model: 'fake', max_tokens: 5, messages: [{ role: 'system', content: 'x' }] }, /top-level `system`/],
     ['an image block', { model: 'fake', max_tokens: 5, messages: [{ role: 'user', content: [{ type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'AA==' } }] }] }, /image blocks are not supported/],
     ['a tool_result answering no tool_use', { model: 'fake', max_tokens: 5, messages: [{ role: 'user', content: [{ type: 'tool_result', tool_use_id: 'toolu_x', content: 'r' }] }] }, /answers no tool_use block/],
-    ['top_k', { model: 'fake', max_tokens: 5, top_k: 5, messages: [{ role: 'user', content: 'x' }] }, /`top_k` is not supported/],
+    ['top_k (said once)', { model: 'fake', max_tokens: 5, top_k: 5, messages: [{ role: 'user', content: 'x' }] }, /^Invalid request: `top_k` is not supported: Weir’s revisions sample with `temperature` and `top_p` only; remove `top_k`\.$/],
+    ['an unknown field (pointing at the Messages page)', { model: 'fake', max_tokens: 5, frobnicate: 1, messages: [{ role: 'user', content: 'x' }] }, /unknown field `frobnicate`: POST \/v1\/messages does not take it \(docs\/api-anthropic\.md lists/],
     ['a server tool', { model: 'fake', max_tokens: 5, tools: [{ type: 'web_search_20250305', name: 'web_search' }], messages: [{ role: 'user', content: 'x' }] }, /server tools/],
     ['tool_choice naming no tool', { model: 'fake', max_tokens: 5, tools: [WEATHER], tool_choice: { type: 'tool', name: 'other' }, messages: [{ role: 'user', content: 'x' }] }, /'other' is not one of `tools`/],
   ])('refuses %s with a 400 invalid_request_error that says what to fix, before anything reaches the engine', async (_name, body, message) => {
@@ -394,6 +395,7 @@ describe('POST /v1/messages (Anthropic Messages API inbound)', () => {
     };
     const before = await post('/v1/messages', { model: 'fake', max_tokens: 5, stream: true, messages: [{ role: 'user', content: 'x' }] });
     expect(before.status).toBe(529);
+    expect(before.statusText).toBe('Overloaded');
     expect(before.headers.get('retry-after')).toBeTruthy();
     expect(await before.json()).toMatchObject({ type: 'error', error: { type: 'overloaded_error' } });
 

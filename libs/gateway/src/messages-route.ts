@@ -110,6 +110,8 @@ export function sendAnthropicError(res: ServerResponse, error: WeirError, req: E
     for (const [name, value] of Object.entries(rateLimitHeaders(error.rateLimits))) res.setHeader(name, value);
   }
   res.setHeader('request-id', req.requestId);
+  // Node has no reason phrase for 529 (Anthropic's "overloaded"): name it rather than "unknown".
+  if (status === 529) res.statusMessage = 'Overloaded';
   sendJson(res, status, anthropicErrorBody(type, error.message, req.requestId));
 }
 
@@ -121,7 +123,7 @@ export function registerMessagesRoute(ctx: MessagesRouteContext): void {
 
 async function createMessage(ctx: MessagesRouteContext, req: AuthedRequest, res: ServerResponse): Promise<void> {
   res.setHeader('request-id', req.requestId);
-  refuseUnknownFields(req.body, MESSAGES_FIELDS, MESSAGES_HINTS, 'POST /v1/messages');
+  refuseUnknownFields(req.body, MESSAGES_FIELDS, MESSAGES_HINTS, 'POST /v1/messages', 'docs/api-anthropic.md');
   const body = parseBody(messagesBody, req.body);
   checkConversation(body);
   const tools = toMessagesTools(body);
@@ -202,7 +204,7 @@ async function streamMessage(ctx: MessagesRouteContext, res: ServerResponse, g: 
 
 async function countTokens(ctx: MessagesRouteContext, req: AuthedRequest, res: ServerResponse): Promise<void> {
   res.setHeader('request-id', req.requestId);
-  refuseUnknownFields(req.body, COUNT_TOKENS_FIELDS, MESSAGES_HINTS, 'POST /v1/messages/count_tokens');
+  refuseUnknownFields(req.body, COUNT_TOKENS_FIELDS, MESSAGES_HINTS, 'POST /v1/messages/count_tokens', 'docs/api-anthropic.md');
   const body = parseBody(countTokensBody, req.body);
   checkConversation(body);
   const routed = await ctx.router.resolve(req.caller, body.model, req.requestId, useCaseOf(req.header('x-weir-use-case')));

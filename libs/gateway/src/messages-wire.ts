@@ -196,7 +196,7 @@ export const COUNT_TOKENS_FIELDS: ReadonlySet<string> = new Set(Object.keys(coun
 
 /** Hints for Messages API fields Weir does not serve (any other unknown field gets a generic refusal). */
 export const MESSAGES_HINTS: Readonly<Record<string, string>> = {
-  top_k: '`top_k` is not supported: Weir’s revisions sample with `temperature` and `top_p` only',
+  top_k: 'Weir’s revisions sample with `temperature` and `top_p` only',
   container: 'containers (code execution) are not supported',
   mcp_servers: 'MCP servers are not supported: send client tools with `input_schema`',
   output_format: 'structured output on /v1/messages is not supported: use POST /v1/chat/completions with `response_format`',

@@ -231,7 +231,7 @@ export const COMPLETIONS_FIELDS: ReadonlySet<string> = new Set(Object.keys(compl
  * every field is known.
  * @throws WeirError `invalid_request` with `param` = the field.
  */
-export function refuseUnknownFields(body: unknown, known: ReadonlySet<string>, hints: Readonly<Record<string, string>>, route: string): void {
+export function refuseUnknownFields(body: unknown, known: ReadonlySet<string>, hints: Readonly<Record<string, string>>, route: string, docs = 'docs/api.md'): void {
   if (body === null || typeof body !== 'object' || Array.isArray(body)) return; // parseBody says what is wrong
   for (const name in body) {
     if (known.has(name)) continue;
@@ -239,7 +239,7 @@ export function refuseUnknownFields(body: unknown, known: ReadonlySet<string>, h
     if (hint !== undefined) {
       throw new WeirError('invalid_request', `Invalid request: \`${name}\` is not supported: ${hint}; remove \`${name}\`.`, { param: name });
     }
-    throw new WeirError('invalid_request', `Invalid request: unknown field \`${name}\`: ${route} does not take it (docs/api.md lists the fields Weir accepts and those it ignores); remove \`${name}\`.`, { param: name });
+    throw new WeirError('invalid_request', `Invalid request: unknown field \`${name}\`: ${route} does not take it (${docs} lists the fields Weir accepts and those it ignores); remove \`${name}\`.`, { param: name });
   }
 }
 
